@@ -1,0 +1,189 @@
+/* json.c: jsmn wrapper (see json.h). The only file that includes jsmn.h's
+ * implementation. */
+#define JSMN_STRICT
+#define JSMN_PARENT_LINKS
+#define JSMN_STATIC
+#include <jsmn.h>
+#include "json.h"
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(JsonTok) == sizeof(jsmntok_t), "JsonTok mirrors jsmntok_t");
+_Static_assert(JSON_STRING == (int)JSMN_STRING && JSON_PRIMITIVE == (int)JSMN_PRIMITIVE && JSON_ARRAY == (int)JSMN_ARRAY, "types match");
+
+void json_parse(Arena *a, Json *j, const char *path, const char *src, size_t len) {
+    j->path = path; j->src = src; j->len = len;
+    if (len > 0x7fffffffu) die_user(path, NULL, "JSON file too large (%zu bytes)", len);
+    jsmn_parser p;
+    jsmn_init(&p);
+    int n = jsmn_parse(&p, src, len, NULL, 0);
+    if (n < 0) die_user(path, NULL, "invalid JSON (%s)", n == JSMN_ERROR_PART ? "unexpected end of input" : "syntax error");
+    if (n == 0) die_user(path, NULL, "invalid JSON (empty document)");
+    j->tok = ARENA_ARRAY(a, JsonTok, n);
+    jsmn_init(&p);
+    int m = jsmn_parse(&p, src, len, (jsmntok_t *)j->tok, (unsigned)n);
+    if (m < 0) die_user(path, NULL, "invalid JSON (syntax error)");
+    j->ntok = m;
+    /* jsmn accepts several top-level values; a document has one. */
+    if (json_next(j, 0) != m) die_user(path, NULL, "invalid JSON (trailing data after the top-level value)");
+}
+
+void json_load_file(Arena *a, Json *j, const char *path) {
+    size_t len;
+    char *src = read_file(path, &len);
+    if (!src) die_user(path, NULL, "cannot read: %s", strerror(errno));
+    char *copy = arena_strndup(a, src, len);
+    free(src);
+    json_parse(a, j, path, copy, len);
+}
+
+JsonType json_type(const Json *j, int t) { return (t >= 0 && t < j->ntok) ? (JsonType)j->tok[t].type : JSON_UNDEF; }
+int json_size(const Json *j, int t) { return (t >= 0 && t < j->ntok) ? j->tok[t].size : 0; }
+
+int json_next(const Json *j, int t) {
+    if (t < 0 || t >= j->ntok) return j->ntok;
+    int end = j->tok[t].end;
+    int k = t + 1;
+    /* tokens are ordered by start; the subtree is every token starting before t's end */
+    if (j->tok[t].type == JSON_OBJECT || j->tok[t].type == JSON_ARRAY) {
+        int lo = t + 1, hi = j->ntok;
+        while (lo < hi) { int mid = lo + (hi - lo) / 2; if (j->tok[mid].start < end) lo = mid + 1; else hi = mid; }
+        k = lo;
+    }
+    return k;
+}
+
+int json_obj_first(const Json *j, int obj) {
+    if (json_type(j, obj) != JSON_OBJECT || j->tok[obj].size == 0) return -1;
+    return obj + 1;
+}
+int json_obj_next(const Json *j, int obj, int key) {
+    int n = json_next(j, key + 1);
+    if (n >= j->ntok || j->tok[n].start >= j->tok[obj].end) return -1;
+    return n;
+}
+
+bool json_str_eq(const Json *j, int t, const char *s) {
+    if (json_type(j, t) != JSON_STRING) return false;
+    size_t n = (size_t)(j->tok[t].end - j->tok[t].start);
+    return strlen(s) == n && memcmp(j->src + j->tok[t].start, s, n) == 0;
+}
+
+int json_find(const Json *j, int obj, const char *key) {
+    for (int k = json_obj_first(j, obj); k >= 0; k = json_obj_next(j, obj, k))
+        if (json_str_eq(j, k, key)) return k + 1;
+    return -1;
+}
+
+int json_at(const Json *j, int arr, int i) {
+    if (json_type(j, arr) != JSON_ARRAY || i < 0 || i >= j->tok[arr].size) return -1;
+    int k = arr + 1;
+    for (int n = 0; n < i; n++) k = json_next(j, k);
+    return k;
+}
+
+static bool prim_is(const Json *j, int t, const char *s) {
+    if (json_type(j, t) != JSON_PRIMITIVE) return false;
+    size_t n = (size_t)(j->tok[t].end - j->tok[t].start);
+    return strlen(s) == n && memcmp(j->src + j->tok[t].start, s, n) == 0;
+}
+bool json_is_null(const Json *j, int t) { return prim_is(j, t, "null"); }
+bool json_is_bool(const Json *j, int t, bool *v) {
+    if (prim_is(j, t, "true")) { if (v) *v = true; return true; }
+    if (prim_is(j, t, "false")) { if (v) *v = false; return true; }
+    return false;
+}
+bool json_is_number(const Json *j, int t) {
+    if (json_type(j, t) != JSON_PRIMITIVE) return false;
+    char c = j->src[j->tok[t].start];
+    return c == '-' || (c >= '0' && c <= '9');
+}
+bool json_get_double(const Json *j, int t, double *v) {
+    if (!json_is_number(j, t)) return false;
+    char buf[64];
+    int n = j->tok[t].end - j->tok[t].start;
+    if (n <= 0 || n >= (int)sizeof buf) return false;
+    memcpy(buf, j->src + j->tok[t].start, (size_t)n); buf[n] = 0;
+    char *end;
+    errno = 0;
+    double d = strtod(buf, &end);
+    if (*end || errno == ERANGE || !isfinite(d)) return false;
+    *v = d;
+    return true;
+}
+bool json_get_int64(const Json *j, int t, int64_t *v) {
+    double d;
+    if (!json_get_double(j, t, &d)) return false;
+    if (d != floor(d) || d < -9.0e15 || d > 9.0e15) return false;
+    *v = (int64_t)d;
+    return true;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+static int hex4(const char *s, const char *e) {
+    if (e - s < 4) return -1;
+    int v = 0;
+    for (int i = 0; i < 4; i++) { int h = hexval(s[i]); if (h < 0) return -1; v = v * 16 + h; }
+    return v;
+}
+static size_t put_utf8(char *o, uint32_t c) {
+    if (c < 0x80) { o[0] = (char)c; return 1; }
+    if (c < 0x800) { o[0] = (char)(0xC0 | (c >> 6)); o[1] = (char)(0x80 | (c & 63)); return 2; }
+    if (c < 0x10000) { o[0] = (char)(0xE0 | (c >> 12)); o[1] = (char)(0x80 | ((c >> 6) & 63)); o[2] = (char)(0x80 | (c & 63)); return 3; }
+    o[0] = (char)(0xF0 | (c >> 18)); o[1] = (char)(0x80 | ((c >> 12) & 63)); o[2] = (char)(0x80 | ((c >> 6) & 63)); o[3] = (char)(0x80 | (c & 63));
+    return 4;
+}
+
+char *json_get_str(Arena *a, const Json *j, int t, size_t *len) {
+    if (json_type(j, t) != JSON_STRING) return NULL;
+    const char *s = j->src + j->tok[t].start, *e = j->src + j->tok[t].end;
+    char *out = arena_alloc(a, (size_t)(e - s) + 1), *o = out;
+    while (s < e) {
+        if (*s != '\\') { *o++ = *s++; continue; }
+        s++;
+        if (s >= e) break;
+        char c = *s++;
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '/': *o++ = '/'; break;
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u': {
+            int u = hex4(s, e);
+            if (u < 0) die_user(j->path, NULL, "invalid \\u escape at byte %ld", (long)(s - j->src));
+            s += 4;
+            uint32_t cp = (uint32_t)u;
+            if (cp >= 0xD800 && cp < 0xDC00 && e - s >= 6 && s[0] == '\\' && s[1] == 'u') {
+                int lo = hex4(s + 2, e);
+                if (lo >= 0xDC00 && lo < 0xE000) { cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00); s += 6; }
+            }
+            if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD;   /* lone surrogate: as serde_json would reject, we replace */
+            o += put_utf8(o, cp);
+            break;
+        }
+        default: die_user(j->path, NULL, "invalid escape '\\%c' at byte %ld", c, (long)(s - 1 - j->src));
+        }
+    }
+    *o = 0;
+    if (len) *len = (size_t)(o - out);
+    return out;
+}
+
+const char *json_raw(Arena *a, const Json *j, int t) {
+    if (t < 0 || t >= j->ntok) return "(missing)";
+    int n = j->tok[t].end - j->tok[t].start;
+    if (n > 60) return arena_printf(a, "%.60s...", j->src + j->tok[t].start);
+    return arena_strndup(a, j->src + j->tok[t].start, (size_t)n);
+}

@@ -1,0 +1,53 @@
+/* util.h: the small things every compiler file needs: the per-compilation
+ * arena, user-error reporting (one line, exit 1), internal CHECKs, a growable
+ * string buffer and whole-file reading. */
+#ifndef LLMCC_UTIL_H
+#define LLMCC_UTIL_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdarg.h>
+#include <stdbool.h>
+
+/* ---- arena: one per compilation, nothing is freed node by node ---- */
+typedef struct ArenaBlock ArenaBlock;
+typedef struct { ArenaBlock *head; size_t used_total; } Arena;
+void *arena_alloc(Arena *a, size_t n);           /* zeroed, 16-aligned */
+char *arena_strdup(Arena *a, const char *s);
+char *arena_strndup(Arena *a, const char *s, size_t n);
+char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void arena_free(Arena *a);
+#define ARENA_NEW(a, T) ((T *)arena_alloc((a), sizeof(T)))
+#define ARENA_ARRAY(a, T, n) ((T *)arena_alloc((a), sizeof(T) * (size_t)(n)))
+
+/* ---- errors ----
+ * User errors: "llmcc: FILE: KEY: message", exit status 1. file or key may be
+ * NULL and are then left out. Never use assert() for anything a user can cause. */
+_Noreturn void die_user(const char *file, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Internal errors: a bug in llmcc. */
+_Noreturn void die_internal(const char *srcfile, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define CHECK(cond, ...) do { if (!(cond)) die_internal(__FILE__, __LINE__, "CHECK(" #cond ") failed: " __VA_ARGS__); } while (0)
+#define UNREACHABLE() die_internal(__FILE__, __LINE__, "unreachable")
+
+/* ---- growable string buffer (malloc'd, not arena) ---- */
+typedef struct { char *s; size_t len, cap; } Str;
+void str_printf(Str *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void str_vprintf(Str *b, const char *fmt, va_list ap);
+void str_append(Str *b, const char *s, size_t n);
+void str_free(Str *b);
+
+/* ---- files ---- */
+/* Reads a whole file; returns NULL and sets errno when it cannot. *len may be NULL. */
+char *read_file(const char *path, size_t *len);
+bool file_exists(const char *path);
+bool dir_exists(const char *path);
+/* Writes data to path atomically (path.tmp then rename); dies with a user error on failure. */
+void write_file_atomic(const char *path, const void *data, size_t len);
+/* path join into arena */
+char *path_join(Arena *a, const char *dir, const char *name);
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t m);
+void *xrealloc(void *p, size_t n);
+#endif

@@ -1,0 +1,46 @@
+/* model_api.h: the contract between the code llmcc generates for one model
+ * (model.c or model.cu: kernels + the launch plan) and the hand-written
+ * runtime around it (run.c: payload, tokenizer, sampling, CLI).
+ * The generated code defines everything declared here. */
+#ifndef LLMCC_MODEL_API_H
+#define LLMCC_MODEL_API_H
+#include <stddef.h>
+#include <stdint.h>
+#include "payload.h"
+
+#define MODEL_MAX_EOS 8
+
+typedef struct {
+    const char *name;            /* executable name, e.g. "qwen" */
+    const char *architecture;    /* "Qwen2ForCausalLM" */
+    const char *target;          /* "cpu" | "cuda" */
+    int vocab_size, hidden_size, intermediate_size, n_layers;
+    int n_heads, n_kv_heads, head_dim;
+    int max_ctx;                 /* KV-cache positions compiled in */
+    int max_batch;               /* most tokens one model_forward call takes */
+    int bos_id;                  /* -1: none */
+    int n_eos; int eos_ids[MODEL_MAX_EOS];
+    /* sampling defaults from generation_config.json */
+    float temperature, top_p, min_p, repetition_penalty;
+    int top_k;
+    int n_tensors;               /* weights expected in the payload, in order */
+    const char *const *tensor_names;
+} ModelInfo;
+
+extern const ModelInfo model_info;
+
+typedef struct Model Model;
+
+/* Binds the weights. tensors[i] describes model_info.tensor_names[i];
+ * data is the payload's base address (tensor bytes at data + tensors[i].offset).
+ * ctx (<= max_ctx) sizes the KV cache. Returns NULL on success, else a
+ * one-line message (no GPU, out of memory, a tensor of the wrong shape). */
+const char *model_init(Model **out, const PayloadTensor *tensors, const uint8_t *data, int ctx);
+/* Runs n (1..max_batch) tokens at positions pos..pos+n-1 through the model,
+ * appending their K/V to the cache, and writes the logits of the last token
+ * (vocab_size floats) to logits. */
+void model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits);
+/* Bytes of device (or host, for the CPU) memory taken: weights, KV cache, activations. */
+size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act);
+void model_free(Model *m);
+#endif
