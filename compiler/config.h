@@ -41,4 +41,8 @@ typedef struct {
 const char *model_resolve_dir(Arena *a, const char *model, const char *llmcc_root);
 /* Reads dir/config.json and dir/generation_config.json (optional). */
 void model_config_load(Arena *a, const char *dir, ModelConfig *cfg);
+/* The llmcc checkout: two directories above /proc/self/exe (build/llmcc -> repo);
+ * NULL when that cannot be read. */
+const char *llmcc_root(Arena *a);
+const char *rope_type_name(RopeScalingType t);   /* "none" | "linear" | "llama3" */
 #endif

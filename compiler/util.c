@@ -32,7 +32,8 @@ char *arena_strdup(Arena *a, const char *s) { return arena_strndup(a, s, strlen(
 char *arena_printf(Arena *a, const char *fmt, ...) {
     va_list ap, ap2;
     va_start(ap, fmt); va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    char c;
+    int n = vsnprintf(&c, 1, fmt, ap);   /* not NULL: gcc's -Wformat-truncation misfires on it under sanitizers */
     va_end(ap);
     char *p = arena_alloc(a, (size_t)n + 1);
     vsnprintf(p, (size_t)n + 1, fmt, ap2);
@@ -75,7 +76,8 @@ void str_append(Str *b, const char *s, size_t n) {
 }
 void str_vprintf(Str *b, const char *fmt, va_list ap) {
     va_list ap2; va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    char c;
+    int n = vsnprintf(&c, 1, fmt, ap);
     if (b->len + (size_t)n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + (size_t)n + 1) cap *= 2;

@@ -51,6 +51,11 @@ typedef struct {
     uint64_t reserved[3];
 } PayloadFooter;               /* 64 bytes, the last bytes of the file */
 
+#ifdef __cplusplus
+static_assert(sizeof(PayloadFooter) == 64, "footer is 64 bytes");
+static_assert(sizeof(PayloadTensor) == 168, "tensor entry size");
+#else
 _Static_assert(sizeof(PayloadFooter) == 64, "footer is 64 bytes");
 _Static_assert(sizeof(PayloadTensor) == 168, "tensor entry size");
+#endif
 #endif

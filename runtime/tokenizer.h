@@ -45,4 +45,32 @@ size_t tokdec_push(TokDecoder *d, int32_t id, char *out, size_t cap);
 size_t tokdec_flush(TokDecoder *d, char *out, size_t cap);
 /* Decodes a whole sequence into a malloc'd NUL-terminated string. */
 char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, bool show_special);
+/* ---- packed blob format (v1), shared with compiler/tokenizer_pack.c ----
+ * All integers little-endian, nothing aligned:
+ *   0  u32 magic TOK_MAGIC ("LTOK")     4  u32 version TOK_VERSION
+ *   8  u32 model (TOK_MODEL_*)         12  u32 flags (TOKF_*)
+ *  16  u32 pre-tokenizer (TOK_PRE_*)   20  i32 bos   24 i32 eos   28 i32 unk (-1: none)
+ *  32  u32 n (id space: ids 0..n-1)    36  u32 nmerge   40 u32 pool bytes   44 u32 0
+ *  48  u32 off[n+1]: token i is pool[off[i], off[i+1]) (empty: no such id).
+ *      Byte-level vocab strings are stored as raw bytes (GPT-2 byte map undone).
+ *      u8 tflag[n] (TOKT_*)
+ *      nmerge x {u24 left, u24 right, u24 result}, in rank order
+ *      pool */
+#define TOK_MAGIC 0x4B4F544Cu          /* "LTOK" */
+#define TOK_VERSION 1u
+#define TOK_HEADER_SIZE 48u
+enum { TOK_MODEL_BYTELEVEL = 0, TOK_MODEL_SPM = 1 };
+enum { TOK_PRE_NONE = 0, TOK_PRE_QWEN2 = 1, TOK_PRE_LLAMA3 = 2 };
+enum {
+    TOKF_NFC = 1,             /* normalizer NFC */
+    TOKF_IGNORE_MERGES = 2,   /* a pre-token found in the vocab is emitted whole */
+    TOKF_ADD_BOS = 4, TOKF_ADD_EOS = 8,
+    TOKF_BYTE_FALLBACK = 16,  /* unknown chars become <0xNN> tokens */
+    TOKF_SPM_NORM = 32,       /* Prepend(U+2581) + Replace(" " -> U+2581) */
+    TOKF_FUSE_UNK = 64,
+    TOKF_STRIP_LEAD = 128,    /* decoder: Strip(" ", left 1) of the whole output */
+};
+enum { TOKT_SPECIAL = 1, TOKT_ADDED = 2, TOKT_VOCAB = 4 };
+/* Worst-case bytes one tokdec_push can produce for this tokenizer. */
+size_t tokenizer_max_piece_bytes(const Tokenizer *t);
 #endif

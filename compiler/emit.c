@@ -1,0 +1,302 @@
+/* emit.c: what the C and CUDA emitters share (see emit.h). */
+#include "emit.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *ctype_of(DType d) {
+    switch (d) {
+    case DT_F32: return "float";
+    case DT_F16: case DT_BF16: return "uint16_t";
+    case DT_I32: return "int32_t";
+    case DT_COUNT: break;
+    }
+    UNREACHABLE();
+}
+
+static void var_name(Str *o, const Var *v) { str_printf(o, "%s_%d", v->name, v->id); }
+
+static void lin_index(Str *o, const KKernel *k, const Buffer *b, Expr *const *idx, Target t) {
+    /* row-major: ((i0 * d1 + i1) * d2 + i2) */
+    for (int d = 1; d < b->ndim; d++) str_printf(o, "(");
+    emit_expr(o, k, idx[0], t);
+    for (int d = 1; d < b->ndim; d++) {
+        str_printf(o, " * %lldLL + ", (long long)b->dims[d]);
+        emit_expr(o, k, idx[d], t);
+        str_printf(o, ")");
+    }
+}
+
+/* a C float literal that reads back as the same f32 */
+static void float_lit(Str *o, double v) {
+    if (isinf(v)) { str_printf(o, v < 0 ? "(-INFINITY)" : "INFINITY"); return; }
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.9g", (double)(float)v);
+    str_printf(o, "%s%sf", buf, strpbrk(buf, ".en") ? "" : ".0");
+}
+
+void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t) {
+    const Expr *const *a = (const Expr *const *)e->a;
+    switch (e->k) {
+    case EX_FCONST: float_lit(o, e->f); return;
+    case EX_ICONST: str_printf(o, "%lldLL", (long long)e->i); return;
+    case EX_VAR: var_name(o, e->var); return;
+    case EX_PARAM: str_printf(o, "%s", param_names[e->i]); return;
+    case EX_TID: str_printf(o, "tid"); return;
+    case EX_BID: str_printf(o, "bid"); return;
+    case EX_REG: str_printf(o, t == TARGET_CPU ? "r%lld[tid]" : "r%lld", (long long)e->i); return;
+    case EX_SLOAD: str_printf(o, "smem%lld[", (long long)e->i); emit_expr(o, k, a[0], t); str_printf(o, "]"); return;
+    case EX_LOAD: {
+        int p = kernel_param_index(k, e->buf);
+        CHECK(p >= 0, "load of a non-parameter");
+        switch (e->buf->dtype) {
+        case DT_F32: str_printf(o, "p%d[", p); break;
+        case DT_BF16: str_printf(o, "ld_bf16(p%d, ", p); break;
+        case DT_F16: str_printf(o, "ld_f16(p%d, ", p); break;
+        case DT_I32: str_printf(o, "(int64_t)p%d[", p); break;
+        case DT_COUNT: UNREACHABLE();
+        }
+        lin_index(o, k, e->buf, e->a, t);
+        str_printf(o, (e->buf->dtype == DT_BF16 || e->buf->dtype == DT_F16) ? ")" : "]");
+        return;
+    }
+    case EX_ACC: UNREACHABLE();
+    case EX_NEG: str_printf(o, "(-"); emit_expr(o, k, a[0], t); str_printf(o, ")"); return;
+    case EX_EXP: str_printf(o, "expf("); emit_expr(o, k, a[0], t); str_printf(o, ")"); return;
+    case EX_COS: str_printf(o, "cosf("); emit_expr(o, k, a[0], t); str_printf(o, ")"); return;
+    case EX_SIN: str_printf(o, "sinf("); emit_expr(o, k, a[0], t); str_printf(o, ")"); return;
+    case EX_RSQRT: str_printf(o, "(1.0f / sqrtf("); emit_expr(o, k, a[0], t); str_printf(o, "))"); return;
+    case EX_TOF: str_printf(o, "((float)"); emit_expr(o, k, a[0], t); str_printf(o, ")"); return;
+    case EX_SELECT:
+        str_printf(o, "("); emit_expr(o, k, a[0], t); str_printf(o, " ? "); emit_expr(o, k, a[1], t);
+        str_printf(o, " : "); emit_expr(o, k, a[2], t); str_printf(o, ")");
+        return;
+    case EX_MIN: case EX_MAX:
+        if (e->t == T_F32) str_printf(o, e->k == EX_MIN ? "fminf(" : "fmaxf(");
+        else str_printf(o, e->k == EX_MIN ? "MINI(" : "MAXI(");
+        emit_expr(o, k, a[0], t); str_printf(o, ", "); emit_expr(o, k, a[1], t); str_printf(o, ")");
+        return;
+    default:
+        str_printf(o, "(");
+        emit_expr(o, k, a[0], t);
+        str_printf(o, " %s ", expr_names[e->k]);
+        emit_expr(o, k, a[1], t);
+        str_printf(o, ")");
+        return;
+    }
+}
+
+static void ind(Str *o, int d) { for (int i = 0; i < d; i++) str_printf(o, "    "); }
+void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
+    for (int i = 0; i < n; i++) {
+        const TStmt *s = b[i];
+        ind(o, d);
+        switch (s->k) {
+        case TS_LET: str_printf(o, "const int64_t "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->e, t); str_printf(o, ";\n"); break;
+        case TS_ASSIGN: str_printf(o, t == TARGET_CPU ? "r%d[tid] = " : "r%d = ", s->reg); emit_expr(o, k, s->e, t); str_printf(o, ";\n"); break;
+        case TS_SSTORE: str_printf(o, "smem%d[", s->smem); emit_expr(o, k, s->sidx, t); str_printf(o, "] = "); emit_expr(o, k, s->e, t); str_printf(o, ";\n"); break;
+        case TS_STORE: {
+            int p = kernel_param_index(k, s->buf);
+            CHECK(s->buf->dtype == DT_F32, "stores are f32");
+            str_printf(o, "p%d[", p);
+            lin_index(o, k, s->buf, s->idx, t);
+            str_printf(o, "] = ");
+            emit_expr(o, k, s->e, t);
+            str_printf(o, ";\n");
+            break;
+        }
+        case TS_IF:
+            str_printf(o, "if ("); emit_expr(o, k, s->e, t); str_printf(o, ") {\n");
+            emit_tstmts(o, k, s->body, s->nbody, d + 1, t);
+            ind(o, d); str_printf(o, "}\n");
+            break;
+        case TS_FOR:
+            str_printf(o, "for (int64_t "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->lo, t);
+            str_printf(o, "; "); var_name(o, s->v); str_printf(o, " < "); emit_expr(o, k, s->e, t);
+            str_printf(o, "; "); var_name(o, s->v); str_printf(o, " += "); emit_expr(o, k, s->step, t); str_printf(o, ") {\n");
+            emit_tstmts(o, k, s->body, s->nbody, d + 1, t);
+            ind(o, d); str_printf(o, "}\n");
+            break;
+        case TS_COUNT: UNREACHABLE();
+        }
+    }
+}
+
+void emit_params(Str *o, const KKernel *k, Target t) {
+    str_printf(o, "int64_t n, int64_t pos");
+    for (int i = 0; i < k->nparams; i++)
+        str_printf(o, ", %s%s *%s p%d", k->param_written[i] ? "" : "const ", ctype_of(k->params[i]->dtype),
+                   t == TARGET_CPU ? "restrict" : "__restrict__", i);
+}
+
+/* ---- host side ---- */
+static const char PRELUDE[] =
+    "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+    "#define MINI(a, b) ((a) < (b) ? (a) : (b))\n#define MAXI(a, b) ((a) > (b) ? (a) : (b))\n";
+static const char CONVERT[] =
+    "/* bf16 and f16 weights are widened to f32 at each load */\n"
+    "static DEVFN float ld_bf16(const uint16_t *p, int64_t i) {\n"
+    "    uint32_t u = (uint32_t)p[i] << 16; float f; memcpy(&f, &u, 4); return f;\n}\n"
+    "static DEVFN float ld_f16(const uint16_t *p, int64_t i) {\n"
+    "    uint32_t h = p[i], s = (h & 0x8000u) << 16, e = (h >> 10) & 31, m = h & 1023, u;\n"
+    "    if (e == 31) u = s | 0x7f800000u | (m << 13);\n"
+    "    else if (e) u = s | ((e + 112) << 23) | (m << 13);\n"
+    "    else if (!m) u = s;\n"
+    "    else { e = 113; while (!(m & 1024)) { m <<= 1; e--; } u = s | (e << 23) | ((m & 1023) << 13); }\n"
+    "    float f; memcpy(&f, &u, 4); return f;\n}\n";
+
+static const char *pdt(DType d) {
+    switch (d) { case DT_F32: return "PDT_F32"; case DT_F16: return "PDT_F16"; case DT_BF16: return "PDT_BF16"; case DT_I32: return "PDT_I32"; default: break; }
+    UNREACHABLE();
+}
+
+static void host_ptr(Str *o, const Buffer *b, const TProgram *tp) {
+    switch (b->kind) {
+    case BUF_WEIGHT: str_printf(o, "(const %s *)m->w[%d]", ctype_of(b->dtype), b->weight_index); return;
+    case BUF_INPUT: str_printf(o, "m->ids"); return;
+    case BUF_OUTPUT: str_printf(o, "m->logits"); return;
+    case BUF_ACT: str_printf(o, "(float *)(m->act + %lld)", (long long)b->act_offset); return;
+    case BUF_KCACHE: case BUF_VCACHE:
+        str_printf(o, "m->%s + (size_t)%d * m->ctx * %lld", b->kind == BUF_KCACHE ? "kc" : "vc", b->layer, (long long)tp->kv_layer_elems);
+        return;
+    case BUF_CONST: str_printf(o, "m->c[%d]", b->weight_index); return;
+    case BUF_KIND_COUNT: break;
+    }
+    UNREACHABLE();
+}
+
+static void host_expr(Str *o, const Expr *e) {
+    /* grids use only n, pos and integer arithmetic */
+    switch (e->k) {
+    case EX_ICONST: str_printf(o, "%lldLL", (long long)e->i); return;
+    case EX_PARAM: str_printf(o, "(int64_t)%s", param_names[e->i]); return;
+    case EX_ADD: case EX_SUB: case EX_MUL: case EX_DIV: case EX_MOD:
+        str_printf(o, "("); host_expr(o, e->a[0]); str_printf(o, " %s ", expr_names[e->k]); host_expr(o, e->a[1]); str_printf(o, ")");
+        return;
+    default: CHECK(0, "grid expression uses %s", expr_names[e->k]);
+    }
+}
+
+void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
+    const TProgram *tp = kp->tp;
+    const ModelConfig *c = eo->cfg;
+    bool cuda = eo->target == TARGET_CUDA;
+    str_printf(o, "/* %s: generated by llmcc from %s (%s). Do not edit: rebuild with llmcc.\n"
+                  " * %d distinct kernels, %d launches per forward call. */\n",
+               cuda ? "model.cu" : "model.c", c->dir, c->architecture, kp->nk, kp->nl);
+    str_printf(o, "%s", PRELUDE);
+    if (cuda) str_printf(o, "#include <cuda_runtime.h>\n#define DEVFN __device__ __forceinline__\nextern \"C\" {\n#include \"runtime/model_api.h\"\n}\n");
+    else str_printf(o, "#define DEVFN inline\n#include \"runtime/model_api.h\"\n");
+    str_printf(o, "%s", cuda ? CONVERT + 0 : CONVERT);
+    /* constants */
+    for (int i = 0, ci = 0; i < tp->nbufs; i++) {
+        Buffer *b = tp->bufs[i];
+        if (b->kind != BUF_CONST) continue;
+        b->weight_index = ci++;
+        str_printf(o, "static const float c_%d[%lld] = { /* %s */\n   ", b->weight_index, (long long)b->dims[0], b->name);
+        for (int64_t j = 0; j < b->dims[0]; j++) str_printf(o, " %.9ef,", (double)b->const_data[j]);
+        str_printf(o, "\n};\n");
+    }
+    str_printf(o, "\n/* ---- kernels ---- */\n");
+    for (int i = 0; i < kp->nk; i++) {
+        if (cuda) emit_kernel_cuda(o, kp->kernels[i]);
+        else emit_kernel_c(o, kp->kernels[i]);
+    }
+    /* model info */
+    str_printf(o, "\n/* ---- host ---- */\n%s", cuda ? "extern \"C\" {\n" : "");
+    str_printf(o, "static const char *const tensor_names[%d] = {\n", tp->n_weights);
+    for (int i = 0; i < tp->n_weights; i++) str_printf(o, "    \"%s\",\n", tp->weights[i]->name);
+    str_printf(o, "};\n");
+    str_printf(o, "const ModelInfo model_info = {\n    \"%s\", \"%s\", \"%s\",\n", eo->name, c->architecture, cuda ? "cuda" : "cpu");
+    str_printf(o, "    %d, %d, %d, %d,\n    %d, %d, %d,\n    %d, %d,\n    %d,\n    %d, {", c->vocab_size, c->hidden_size,
+               c->intermediate_size, c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+               eo->max_ctx, eo->max_batch, c->bos_token_id, c->n_eos);
+    for (int i = 0; i < c->n_eos; i++) str_printf(o, "%s%d", i ? ", " : "", c->eos_token_ids[i]);
+    if (!c->n_eos) str_printf(o, "0");
+    str_printf(o, "},\n    ");
+    float_lit(o, c->temperature); str_printf(o, ", ");
+    float_lit(o, c->top_p); str_printf(o, ", ");
+    float_lit(o, c->min_p); str_printf(o, ", ");
+    float_lit(o, c->repetition_penalty);
+    str_printf(o, ",\n    %d,\n    %d, tensor_names,\n};\n", c->top_k, tp->n_weights);
+    /* expected tensor table */
+    str_printf(o, "static const struct { uint32_t dtype, ndim; uint64_t shape[2]; } tensor_shapes[%d] = {\n", tp->n_weights);
+    for (int i = 0; i < tp->n_weights; i++) {
+        const Buffer *b = tp->weights[i];
+        str_printf(o, "    {%s, %d, {%lld, %lld}},\n", pdt(b->dtype), b->ndim, (long long)b->dims[0], (long long)(b->ndim > 1 ? b->dims[1] : 0));
+    }
+    str_printf(o, "};\n\n");
+    str_printf(o, "struct Model {\n    const void *w[%d];\n    const float *c[%d];\n    uint8_t *act;\n    float *kc, *vc, *logits, *host_logits;\n"
+                  "    int32_t *ids;\n    int ctx;\n    size_t wbytes, kvbytes, actbytes;\n    void *wdev;\n};\n\n",
+               tp->n_weights ? tp->n_weights : 1, tp->n_consts ? tp->n_consts : 1);
+    int64_t V = c->vocab_size;
+    /* model_init */
+    str_printf(o, "const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {\n"
+                  "    static char err[256];\n"
+                  "    if (ctx < 1 || ctx > model_info.max_ctx) { snprintf(err, sizeof err, \"context %%d is outside 1..%%d\", ctx, model_info.max_ctx); return err; }\n"
+                  "    for (int i = 0; i < %d; i++) {\n"
+                  "        if (strcmp(t[i].name, tensor_names[i]) || t[i].dtype != tensor_shapes[i].dtype || t[i].ndim != tensor_shapes[i].ndim ||\n"
+                  "            t[i].shape[0] != tensor_shapes[i].shape[0] || (t[i].ndim > 1 && t[i].shape[1] != tensor_shapes[i].shape[1])) {\n"
+                  "            snprintf(err, sizeof err, \"payload tensor %%d is %%.100s, expected %%s with its compiled shape\", i, t[i].name, tensor_names[i]);\n"
+                  "            return err;\n        }\n    }\n"
+                  "    Model *m = (Model *)calloc(1, sizeof *m);\n    if (!m) return \"out of memory\";\n    m->ctx = ctx;\n"
+                  "    size_t kv = (size_t)%d * ctx * %lld;\n"
+                  "    m->kvbytes = 2 * kv * sizeof(float);\n    m->actbytes = %lld;\n",
+               tp->n_weights, c->num_hidden_layers, (long long)tp->kv_layer_elems, (long long)tp->act_bytes);
+    if (!cuda) {
+        str_printf(o, "    for (int i = 0; i < %d; i++) { m->w[i] = data + t[i].offset; m->wbytes += t[i].nbytes; }\n", tp->n_weights);
+        for (int i = 0; i < tp->n_consts; i++) str_printf(o, "    m->c[%d] = c_%d;\n", i, i);
+        str_printf(o, "    m->act = (uint8_t *)calloc(1, m->actbytes + 1);\n    m->kc = (float *)calloc(kv, sizeof(float));\n"
+                      "    m->vc = (float *)calloc(kv, sizeof(float));\n    m->logits = (float *)calloc(%lld, sizeof(float));\n"
+                      "    m->ids = (int32_t *)calloc(%d, sizeof(int32_t));\n"
+                      "    if (!m->act || !m->kc || !m->vc || !m->logits || !m->ids) { model_free(m); return \"out of memory\"; }\n",
+                   (long long)V, eo->max_batch);
+    } else {
+        str_printf(o, "    int ndev = 0;\n    cudaError_t e = cudaGetDeviceCount(&ndev);\n"
+                      "    if (e != cudaSuccess || ndev == 0) { snprintf(err, sizeof err, \"no CUDA GPU is available (%%s)\", e != cudaSuccess ? cudaGetErrorString(e) : \"no devices\"); free(m); return err; }\n"
+                      "    size_t total = 0;\n    for (int i = 0; i < %d; i++) total += (t[i].nbytes + 255) & ~(size_t)255;\n"
+                      "    m->wbytes = total;\n"
+                      "#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { snprintf(err, sizeof err, \"%%s: %%s\", #x, cudaGetErrorString(e_)); model_free(m); return err; } } while (0)\n"
+                      "    CK(cudaMalloc(&m->wdev, total ? total : 1));\n"
+                      "    size_t off = 0;\n"
+                      "    for (int i = 0; i < %d; i++) {\n"
+                      "        CK(cudaMemcpy((uint8_t *)m->wdev + off, data + t[i].offset, t[i].nbytes, cudaMemcpyHostToDevice));\n"
+                      "        m->w[i] = (uint8_t *)m->wdev + off; off += (t[i].nbytes + 255) & ~(size_t)255;\n    }\n",
+                   tp->n_weights, tp->n_weights);
+        for (int i = 0; i < tp->n_consts; i++)
+            str_printf(o, "    { void *p; CK(cudaMalloc(&p, sizeof c_%d)); CK(cudaMemcpy(p, c_%d, sizeof c_%d, cudaMemcpyHostToDevice)); m->c[%d] = (const float *)p; }\n", i, i, i, i);
+        str_printf(o, "    CK(cudaMalloc(&m->act, m->actbytes + 1));\n    CK(cudaMalloc(&m->kc, kv * sizeof(float)));\n"
+                      "    CK(cudaMalloc(&m->vc, kv * sizeof(float)));\n    CK(cudaMemset(m->kc, 0, kv * sizeof(float)));\n    CK(cudaMemset(m->vc, 0, kv * sizeof(float)));\n"
+                      "    CK(cudaMalloc(&m->logits, %lld * sizeof(float)));\n    CK(cudaMalloc(&m->ids, %d * sizeof(int32_t)));\n#undef CK\n",
+                   (long long)V, eo->max_batch);
+    }
+    str_printf(o, "    *out = m;\n    return NULL;\n}\n\n");
+    /* model_forward: the launch plan */
+    str_printf(o, "void model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {\n");
+    if (cuda) str_printf(o, "    cudaMemcpy(m->ids, ids, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice);\n");
+    else str_printf(o, "    memcpy(m->ids, ids, (size_t)n * sizeof(int32_t));\n");
+    for (int i = 0; i < kp->nl; i++) {
+        const KLaunch *l = &kp->launches[i];
+        str_printf(o, "    { /* %s */\n        int64_t grid = ", l->module);
+        host_expr(o, l->grid);
+        if (cuda) str_printf(o, ";\n        %s<<<(unsigned)grid, %d>>>(n, pos", l->k->name, l->k->block);
+        else str_printf(o, ";\n        %s(grid, n, pos", l->k->name);
+        for (int j = 0; j < l->k->nparams; j++) { str_printf(o, ", "); host_ptr(o, l->args[j], tp); }
+        str_printf(o, ");\n    }\n");
+    }
+    if (cuda) str_printf(o, "    cudaError_t e = cudaMemcpy(logits, m->logits, %lld * sizeof(float), cudaMemcpyDeviceToHost);\n"
+                            "    if (e != cudaSuccess) { fprintf(stderr, \"%s: CUDA error: %%s\\n\", cudaGetErrorString(e)); exit(1); }\n}\n\n",
+                         (long long)V, eo->name);
+    else str_printf(o, "    memcpy(logits, m->logits, %lld * sizeof(float));\n}\n\n", (long long)V);
+    str_printf(o, "size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {\n"
+                  "    if (weights) *weights = m->wbytes;\n    if (kv) *kv = m->kvbytes;\n    if (act) *act = m->actbytes;\n"
+                  "    return m->wbytes + m->kvbytes + m->actbytes;\n}\n\n");
+    str_printf(o, "void model_free(Model *m) {\n    if (!m) return;\n");
+    if (cuda) {
+        str_printf(o, "    cudaFree(m->wdev); cudaFree(m->act); cudaFree(m->kc); cudaFree(m->vc); cudaFree(m->logits); cudaFree(m->ids);\n");
+        for (int i = 0; i < tp->n_consts; i++) str_printf(o, "    cudaFree((void *)m->c[%d]);\n", i);
+    } else {
+        str_printf(o, "    free(m->act); free(m->kc); free(m->vc); free(m->logits); free(m->ids);\n");
+    }
+    str_printf(o, "    free(m);\n}\n%s", cuda ? "} /* extern \"C\" */\n" : "");
+}

@@ -1,0 +1,29 @@
+/* emit.h: kernel IR -> source. One translation unit per model: a prelude,
+ * the distinct kernels, and the host side (model_info, model_init,
+ * model_forward: the launch plan) that runtime/model_api.h declares.
+ * emit_c.c prints kernels for the CPU (phases as loops over a block's
+ * threads, blocks under OpenMP), emit_cuda.c for CUDA; this file holds what
+ * both share: expressions, the prelude and the host plan. */
+#ifndef LLMCC_EMIT_H
+#define LLMCC_EMIT_H
+#include "kernel_ir.h"
+
+typedef enum { TARGET_CPU, TARGET_CUDA } Target;
+
+typedef struct {
+    Target target;
+    const char *name;          /* executable name */
+    const ModelConfig *cfg;
+    int max_ctx, max_batch;
+} EmitOptions;
+
+void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo);
+
+/* shared by emit_c.c / emit_cuda.c */
+void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t);
+void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int depth, Target t);
+void emit_params(Str *o, const KKernel *k, Target t);
+void emit_kernel_c(Str *o, const KKernel *k);
+void emit_kernel_cuda(Str *o, const KKernel *k);
+const char *ctype_of(DType d);
+#endif

@@ -1,0 +1,174 @@
+/* frontend.c: config.json -> graph IR. One builder serves Llama and Qwen2:
+ * the families differ only in what the config says (biases, tied
+ * embeddings, rope scaling, head_dim), never in copied code. */
+#include "graph.h"
+#include "safetensors.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    Arena *A;
+    Graph *g;
+    const WeightSource *ws;
+    const ModelConfig *cfg;
+    int n_weights;
+} FB;
+
+static GNode *add_node(FB *b, GraphOp op, const char *name) {
+    Graph *g = b->g;
+    if (g->n == g->cap) {
+        int cap = g->cap ? g->cap * 2 : 256;
+        GNode **nn = ARENA_ARRAY(b->A, GNode *, cap);
+        if (g->n) memcpy(nn, g->nodes, sizeof(GNode *) * (size_t)g->n);
+        g->nodes = nn; g->cap = cap;
+    }
+    GNode *n = ARENA_NEW(b->A, GNode);
+    n->id = g->n; n->op = op; n->name = name; n->dtype = DT_F32; n->layer = -1;
+    g->nodes[g->n++] = n;
+    return n;
+}
+
+static DType st_to_dtype(const char *file, const char *name, StDtype d) {
+    switch (d) {
+    case ST_F32: return DT_F32;
+    case ST_F16: return DT_F16;
+    case ST_BF16: return DT_BF16;
+    default: die_user(file, name, "dtype %s is not supported (supported: F32, F16, BF16)", st_dtype_name(d));
+    }
+}
+
+/* A weight leaf; checks the checkpoint has it with the expected shape. */
+static GNode *weight(FB *b, const char *name, int64_t d0, int64_t d1) {
+    int ndim = d1 ? 2 : 1;
+    GNode *n = add_node(b, G_WEIGHT, name);
+    n->ndim = ndim; n->dims[0] = d0; n->dims[1] = d1;
+    n->dtype = b->ws->assumed;
+    if (b->ws->st) {
+        const StTensor *t = st_find((const StModel *)b->ws->st, name);
+        if (!t) die_user(b->cfg->dir, name, "tensor missing from the checkpoint");
+        bool ok = t->ndim == ndim && t->shape[0] == d0 && (ndim == 1 || t->shape[1] == d1);
+        if (!ok) {
+            char got[128] = "", *p = got;
+            for (int i = 0; i < t->ndim && i < 8; i++) p += snprintf(p, (size_t)(got + sizeof got - p), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+            if (ndim == 2) die_user(t->file, name, "shape [%s], expected [%lld, %lld]", got, (long long)d0, (long long)d1);
+            die_user(t->file, name, "shape [%s], expected [%lld]", got, (long long)d0);
+        }
+        n->dtype = st_to_dtype(t->file, name, t->dtype);
+    }
+    b->n_weights++;
+    return n;
+}
+
+static GNode *act(FB *b, GraphOp op, const char *name, int64_t width, GNode *x, GNode *y, GNode *z) {
+    GNode *n = add_node(b, op, name);
+    n->ndim = 2; n->rows_n = true; n->dims[1] = width;
+    GNode *in[3] = {x, y, z};
+    for (int i = 0; i < 3; i++) if (in[i]) n->in[n->nin++] = in[i];
+    return n;
+}
+
+static GNode *linear(FB *b, const char *mod, GNode *x, int64_t in, int64_t out, bool bias) {
+    GNode *w = weight(b, arena_printf(b->A, "%s.weight", mod), out, in);
+    GNode *bi = bias ? weight(b, arena_printf(b->A, "%s.bias", mod), out, 0) : NULL;
+    GNode *n = act(b, G_LINEAR, mod, out, x, w, bi);
+    n->rows_n = x->rows_n; n->dims[0] = x->dims[0];
+    return n;
+}
+
+static GNode *rmsnorm(FB *b, const char *mod, GNode *x) {
+    GNode *w = weight(b, arena_printf(b->A, "%s.weight", mod), b->cfg->hidden_size, 0);
+    GNode *n = act(b, G_RMSNORM, mod, b->cfg->hidden_size, x, w, NULL);
+    n->eps = b->cfg->rms_norm_eps;
+    n->rows_n = x->rows_n; n->dims[0] = x->dims[0];
+    return n;
+}
+
+/* inv_freq exactly as transformers computes it (modeling_rope_utils.py), in f32. */
+static const float *rope_inv_freq(FB *b, const char **desc) {
+    const ModelConfig *c = b->cfg;
+    int d = c->head_dim, half = d / 2;
+    float *f = ARENA_ARRAY(b->A, float, half);
+    for (int i = 0; i < half; i++) f[i] = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)d);
+    switch (c->rope_type) {
+    case ROPE_NONE:
+        *desc = arena_printf(b->A, "theta=%g", c->rope_theta);
+        break;
+    case ROPE_LINEAR:
+        for (int i = 0; i < half; i++) f[i] = f[i] / (float)c->rope_factor;
+        *desc = arena_printf(b->A, "theta=%g, linear x%g", c->rope_theta, c->rope_factor);
+        break;
+    case ROPE_LLAMA3: {
+        float factor = (float)c->rope_factor, lo = (float)c->rope_low_freq_factor, hi = (float)c->rope_high_freq_factor;
+        float old = (float)c->rope_original_max_pos;
+        float lo_wl = old / lo, hi_wl = old / hi;
+        for (int i = 0; i < half; i++) {
+            float wl = 2.0f * (float)M_PI / f[i];
+            float v = wl > lo_wl ? f[i] / factor : f[i];
+            float smooth = (old / wl - lo) / (hi - lo);
+            float smoothed = (1.0f - smooth) * v / factor + smooth * v;
+            bool medium = !(wl < hi_wl) && !(wl > lo_wl);
+            f[i] = medium ? smoothed : v;
+        }
+        *desc = arena_printf(b->A, "theta=%g, llama3 x%g (low %g, high %g, orig %d)", c->rope_theta, c->rope_factor,
+                             c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_original_max_pos);
+        break;
+    }
+    }
+    return f;
+}
+
+void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource *ws, int max_batch, int max_ctx) {
+    memset(g, 0, sizeof *g);
+    g->cfg = cfg; g->max_batch = max_batch; g->max_ctx = max_ctx;
+    FB b = {A, g, ws, cfg, 0};
+    const int D = cfg->hidden_size, H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, hd = cfg->head_dim;
+    const int I = cfg->intermediate_size, V = cfg->vocab_size;
+    const char *rope_desc = NULL;
+    const float *inv_freq = rope_inv_freq(&b, &rope_desc);
+
+    GNode *ids = add_node(&b, G_INPUT_IDS, "input_ids");
+    ids->ndim = 1; ids->rows_n = true; ids->dtype = DT_I32;
+    GNode *emb = weight(&b, "model.embed_tokens.weight", V, D);
+    GNode *h = act(&b, G_EMBED, "model.embed_tokens", D, emb, ids, NULL);
+
+    for (int L = 0; L < cfg->num_hidden_layers; L++) {
+        const char *p = arena_printf(A, "model.layers.%d", L);
+        GNode *x = rmsnorm(&b, arena_printf(A, "%s.input_layernorm", p), h);
+        GNode *q = linear(&b, arena_printf(A, "%s.self_attn.q_proj", p), x, D, (int64_t)H * hd, cfg->attention_bias);
+        GNode *k = linear(&b, arena_printf(A, "%s.self_attn.k_proj", p), x, D, (int64_t)KV * hd, cfg->attention_bias);
+        GNode *v = linear(&b, arena_printf(A, "%s.self_attn.v_proj", p), x, D, (int64_t)KV * hd, cfg->attention_bias);
+        GNode *qr = act(&b, G_ROPE, arena_printf(A, "%s.self_attn.rotary_q", p), (int64_t)H * hd, q, NULL, NULL);
+        GNode *kr = act(&b, G_ROPE, arena_printf(A, "%s.self_attn.rotary_k", p), (int64_t)KV * hd, k, NULL, NULL);
+        qr->heads = H; kr->heads = KV;
+        qr->head_dim = kr->head_dim = hd;
+        qr->inv_freq = kr->inv_freq = inv_freq;
+        qr->rope_desc = kr->rope_desc = rope_desc;
+        GNode *kw = act(&b, G_KV_WRITE, arena_printf(A, "%s.self_attn.k_cache", p), (int64_t)KV * hd, kr, NULL, NULL);
+        GNode *vw = act(&b, G_KV_WRITE, arena_printf(A, "%s.self_attn.v_cache", p), (int64_t)KV * hd, v, NULL, NULL);
+        kw->layer = vw->layer = L; vw->is_v = true;
+        kw->kv_heads = vw->kv_heads = KV; kw->head_dim = vw->head_dim = hd;
+        GNode *at = act(&b, G_ATTENTION, arena_printf(A, "%s.self_attn.attention", p), (int64_t)H * hd, qr, kw, vw);
+        at->layer = L; at->heads = H; at->kv_heads = KV; at->head_dim = hd;
+        GNode *o = linear(&b, arena_printf(A, "%s.self_attn.o_proj", p), at, (int64_t)H * hd, D, cfg->o_bias);
+        h = act(&b, G_ADD, arena_printf(A, "%s.attn_residual", p), D, h, o, NULL);
+        x = rmsnorm(&b, arena_printf(A, "%s.post_attention_layernorm", p), h);
+        GNode *gt = linear(&b, arena_printf(A, "%s.mlp.gate_proj", p), x, D, I, cfg->mlp_bias);
+        GNode *up = linear(&b, arena_printf(A, "%s.mlp.up_proj", p), x, D, I, cfg->mlp_bias);
+        GNode *act_fn = act(&b, G_SILU, arena_printf(A, "%s.mlp.act_fn", p), I, gt, NULL, NULL);
+        GNode *m = act(&b, G_MUL, arena_printf(A, "%s.mlp.gate_mul_up", p), I, act_fn, up, NULL);
+        GNode *dn = linear(&b, arena_printf(A, "%s.mlp.down_proj", p), m, I, D, cfg->mlp_bias);
+        h = act(&b, G_ADD, arena_printf(A, "%s.mlp_residual", p), D, h, dn, NULL);
+    }
+    /* Only the last token's logits are needed: select it before the final norm. */
+    GNode *last = act(&b, G_LAST_TOKEN, "model.last_token", D, h, NULL, NULL);
+    last->rows_n = false; last->dims[0] = 1;
+    GNode *f = rmsnorm(&b, "model.norm", last);
+    if (cfg->tie_word_embeddings) {
+        GNode *n = act(&b, G_LINEAR, "lm_head", V, f, emb, NULL);
+        n->rows_n = false; n->dims[0] = 1;
+        g->logits = n;
+    } else {
+        g->logits = linear(&b, "lm_head", f, D, V, false);
+    }
+}

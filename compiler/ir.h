@@ -1,0 +1,121 @@
+/* ir.h: what every IR level shares: scalar types, variables, buffers (the
+ * memory a kernel reads and writes) and expression trees. Graph IR, tensor
+ * IR, loop IR and kernel IR all compute with the same Expr nodes; each level
+ * adds its own structure around them. */
+#ifndef LLMCC_IR_H
+#define LLMCC_IR_H
+#include "util.h"
+
+/* Storage types of buffers. Arithmetic is f32 (values) and i64 (indices). */
+#define DTYPES(X) X(DT_F32, "f32", 4) X(DT_F16, "f16", 2) X(DT_BF16, "bf16", 2) X(DT_I32, "i32", 4)
+typedef enum {
+#define X(e, s, n) e,
+    DTYPES(X)
+#undef X
+    DT_COUNT
+} DType;
+extern const char *const dtype_names[];
+extern const int dtype_sizes[];
+
+/* Runtime scalars every kernel receives: tokens in this call, and the
+ * position of the first of them. */
+#define PARAMS(X) X(P_N, "n") X(P_POS, "pos")
+typedef enum {
+#define X(e, s) e,
+    PARAMS(X)
+#undef X
+    P_COUNT
+} ParamId;
+extern const char *const param_names[];
+
+#define BUFKINDS(X) X(BUF_WEIGHT, "weight") X(BUF_INPUT, "input") X(BUF_ACT, "act") \
+    X(BUF_KCACHE, "kcache") X(BUF_VCACHE, "vcache") X(BUF_CONST, "const") X(BUF_OUTPUT, "output")
+typedef enum {
+#define X(e, s) e,
+    BUFKINDS(X)
+#undef X
+    BUF_KIND_COUNT
+} BufKind;
+extern const char *const bufkind_names[];
+
+#define MAX_DIMS 4
+typedef struct Buffer {
+    int id;
+    const char *name;          /* weights: the checkpoint's tensor name */
+    BufKind kind;
+    DType dtype;
+    int ndim;
+    int64_t dims[MAX_DIMS];    /* allocated extents (rows sized for max_batch / max_ctx) */
+    int layer;                 /* KV-cache views: which layer; else -1 */
+    int weight_index;          /* weights: index in the payload's tensor table */
+    const float *const_data;   /* BUF_CONST: values, dims[0] floats */
+    int64_t act_offset;        /* BUF_ACT: byte offset in the activation arena (memory plan) */
+} Buffer;
+
+typedef struct Var { int id; const char *name; } Var;
+
+/* Expression kinds: name, arity (-1: variable). */
+#define EXPR_KINDS(X) \
+    X(EX_FCONST, "fconst", 0) X(EX_ICONST, "iconst", 0) X(EX_VAR, "var", 0) X(EX_PARAM, "param", 0) \
+    X(EX_LOAD, "load", -1) X(EX_ACC, "acc", 0) \
+    X(EX_ADD, "+", 2) X(EX_SUB, "-", 2) X(EX_MUL, "*", 2) X(EX_DIV, "/", 2) X(EX_MOD, "%", 2) \
+    X(EX_MIN, "min", 2) X(EX_MAX, "max", 2) X(EX_LT, "<", 2) X(EX_LE, "<=", 2) X(EX_EQ, "==", 2) \
+    X(EX_NEG, "neg", 1) X(EX_EXP, "exp", 1) X(EX_RSQRT, "rsqrt", 1) X(EX_COS, "cos", 1) X(EX_SIN, "sin", 1) \
+    X(EX_TOF, "f32", 1) X(EX_SELECT, "select", 3) \
+    X(EX_TID, "tid", 0) X(EX_BID, "bid", 0) X(EX_REG, "reg", 0) X(EX_SLOAD, "sload", 1)
+typedef enum {
+#define X(e, s, n) e,
+    EXPR_KINDS(X)
+#undef X
+    EX_COUNT
+} ExprKind;
+extern const char *const expr_names[];
+extern const int expr_arity[];
+
+typedef enum { T_F32, T_I64, T_BOOL } EType;
+
+typedef struct Expr {
+    ExprKind k;
+    EType t;
+    double f;                  /* EX_FCONST */
+    int64_t i;                 /* EX_ICONST, EX_PARAM (ParamId), EX_REG / EX_SLOAD (index into the kernel's tables) */
+    Var *var;                  /* EX_VAR */
+    Buffer *buf;               /* EX_LOAD */
+    int nargs;
+    struct Expr **a;
+} Expr;
+
+/* Builders (all allocate in the arena). Integer constants fold. */
+Expr *e_f(Arena *A, double v);
+Expr *e_i(Arena *A, int64_t v);
+Expr *e_var(Arena *A, Var *v);
+Expr *e_param(Arena *A, ParamId p);
+Expr *e_load(Arena *A, Buffer *b, int nidx, Expr **idx);
+Expr *e_load1(Arena *A, Buffer *b, Expr *i0);
+Expr *e_load2(Arena *A, Buffer *b, Expr *i0, Expr *i1);
+Expr *e_load3(Arena *A, Buffer *b, Expr *i0, Expr *i1, Expr *i2);
+Expr *e_acc(Arena *A);
+Expr *e_bin(Arena *A, ExprKind k, Expr *x, Expr *y);
+Expr *e_un(Arena *A, ExprKind k, Expr *x);
+Expr *e_select(Arena *A, Expr *c, Expr *x, Expr *y);
+Expr *e_leaf(Arena *A, ExprKind k, EType t, int64_t i);   /* tid, bid, reg, ... */
+#define E_ADD(A, x, y) e_bin(A, EX_ADD, x, y)
+#define E_SUB(A, x, y) e_bin(A, EX_SUB, x, y)
+#define E_MUL(A, x, y) e_bin(A, EX_MUL, x, y)
+#define E_DIV(A, x, y) e_bin(A, EX_DIV, x, y)
+
+/* Replaces every EX_VAR v by r (and EX_ACC by acc when acc != NULL). */
+Expr *expr_subst(Arena *A, Expr *e, Var *v, Expr *r);
+Expr *expr_subst_acc(Arena *A, Expr *e, Expr *acc);
+/* Pure structural equality. */
+bool expr_equal(const Expr *x, const Expr *y);
+bool expr_uses_var(const Expr *e, const Var *v);
+bool expr_is_const(const Expr *e, int64_t *v);
+/* Calls f on every EX_LOAD buffer (for parameter lists). */
+void expr_visit_loads(const Expr *e, void (*f)(void *ctx, Buffer *b), void *ctx);
+
+/* Debug printer used by every IR printer: loads as name[i, j]. */
+void expr_print(Str *o, const Expr *e);
+/* Verifies types and arities; returns NULL or a message. */
+const char *expr_verify(Arena *A, const Expr *e);
+#endif

@@ -1,0 +1,273 @@
+/* main.c: the llmcc command line.
+ *   llmcc compile MODEL --ir LEVEL      print one IR level (config.json only)
+ *   llmcc build MODEL -o DIR            write a self-contained project
+ *   llmcc inspect MODEL                 config and tensors of a checkpoint
+ *   llmcc tokenize DIR [TEXT] / detokenize DIR ID...
+ */
+#include "pipeline.h"
+#include "pack.h"
+#include "tokenizer_pack.h"
+#include "../runtime/payload.h"
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int cmd_inspect(int argc, char **argv);
+
+#define LLMCC_VERSION "0.1.0"
+#define PROJECT_MARKER ".llmcc-project"
+
+static const char USAGE[] =
+    "usage: llmcc COMMAND [options]\n"
+    "\n"
+    "commands:\n"
+    "  compile MODEL --ir LEVEL   print the model at one IR level: graph, tensor, loop, tile,\n"
+    "                             kernel, cuda, c (needs only MODEL/config.json)\n"
+    "  build MODEL -o DIR         write a self-contained project to DIR; `make -C DIR` builds it\n"
+    "  inspect MODEL              print the parsed config and the checkpoint's tensors\n"
+    "  tokenize DIR [TEXT]        print the ids of TEXT (or of standard input)\n"
+    "  detokenize DIR ID...       print the text of the ids\n"
+    "\n"
+    "MODEL is a directory with config.json, a name under models/, or ORG/NAME in the\n"
+    "Hugging Face cache ($HF_HOME/hub or ~/.cache/huggingface/hub).\n"
+    "\n"
+    "compile / build options:\n"
+    "  --target cpu|cuda          code for the CPU (C + OpenMP) or for NVIDIA GPUs (default: cuda)\n"
+    "  --name NAME                executable name (default: the family: llama, qwen)\n"
+    "  --arch SM                  CUDA architecture (default: sm_90)\n"
+    "  --ctx N                    KV-cache positions (default: min(max_position_embeddings, 8192))\n"
+    "  --max-batch N              most tokens per forward call, i.e. the prefill chunk (default: 64)\n"
+    "  --knob NAME=VALUE          pin a schedule parameter (flat_block, reduce_block_max)\n"
+    "  -o DIR                     (build) the output project directory\n";
+
+typedef struct {
+    const char *model, *ir, *out, *name, *arch;
+    Target target;
+    int ctx, max_batch;
+    Knobs knobs;
+} Opts;
+
+static int parse_int(const char *flag, const char *v, int lo, int hi) {
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || *end || errno || x < lo || x > hi) die_user(NULL, flag, "expects an integer in %d..%d, got '%s'", lo, hi, v ? v : "");
+    return (int)x;
+}
+
+static void parse_opts(int argc, char **argv, Opts *o, bool build) {
+    memset(o, 0, sizeof *o);
+    o->target = TARGET_CUDA;
+    o->arch = "sm_90";
+    o->max_batch = 64;
+    knobs_default(&o->knobs);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED() do { if (!v) die_user(NULL, a, "needs a value"); i++; } while (0)
+        if (!strcmp(a, "--ir")) { NEED(); o->ir = v; }
+        else if (!strcmp(a, "--target")) {
+            NEED();
+            if (!strcmp(v, "cpu")) o->target = TARGET_CPU;
+            else if (!strcmp(v, "cuda")) o->target = TARGET_CUDA;
+            else die_user(NULL, "--target", "'%s' is not a target (cpu, cuda)", v);
+        }
+        else if (!strcmp(a, "-o")) { NEED(); o->out = v; }
+        else if (!strcmp(a, "--name")) {
+            NEED();
+            for (const char *p = v; *p; p++)
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-' || *p == '.'))
+                    die_user(NULL, "--name", "'%s': use letters, digits, '_', '-', '.'", v);
+            if (!*v) die_user(NULL, "--name", "is empty");
+            o->name = v;
+        }
+        else if (!strcmp(a, "--arch")) { NEED(); if (strncmp(v, "sm_", 3)) die_user(NULL, "--arch", "'%s' is not sm_NN", v); o->arch = v; }
+        else if (!strcmp(a, "--ctx")) { NEED(); o->ctx = parse_int(a, v, 1, 1 << 20); }
+        else if (!strcmp(a, "--max-batch")) { NEED(); o->max_batch = parse_int(a, v, 1, 4096); }
+        else if (!strcmp(a, "--knob")) { NEED(); knobs_set(&o->knobs, v); }
+        else if (a[0] == '-') die_user(NULL, a, "unknown option (see llmcc --help)");
+        else if (!o->model) o->model = a;
+        else die_user(NULL, a, "unexpected argument");
+#undef NEED
+    }
+    if (!o->model) die_user(NULL, NULL, "no MODEL given (see llmcc --help)");
+    if (build && !o->out) die_user(NULL, "-o", "build needs an output directory: -o DIR");
+    if (!build && !o->ir) die_user(NULL, "--ir", "compile needs a level: --ir graph|tensor|loop|tile|kernel|cuda|c");
+}
+
+static void setup(Compilation *c, const Opts *o, bool weights) {
+    memset(c, 0, sizeof *c);
+    const char *root = llmcc_root(&c->A);
+    const char *dir = model_resolve_dir(&c->A, o->model, root);
+    model_config_load(&c->A, dir, &c->cfg);
+    c->knobs = o->knobs;
+    c->max_batch = o->max_batch;
+    c->max_ctx = o->ctx ? o->ctx : (c->cfg.max_position_embeddings < 8192 ? c->cfg.max_position_embeddings : 8192);
+    if (weights) {
+        st_open_dir(&c->A, dir, &c->st);
+        c->have_weights = true;
+    }
+}
+
+static int cmd_compile(int argc, char **argv) {
+    Opts o;
+    parse_opts(argc, argv, &o, false);
+    IrLevel level = ir_level_parse(o.ir);
+    Compilation c;
+    setup(&c, &o, false);
+    if (level == IR_C) o.target = TARGET_CPU;
+    if (level == IR_CUDA) o.target = TARGET_CUDA;
+    Str out = {0};
+    pipeline_run(&c, level, &out);
+    if (level >= IR_CUDA) {
+        EmitOptions eo = {o.target, o.name ? o.name : c.cfg.family, &c.cfg, c.max_ctx, c.max_batch};
+        emit_program(&out, &c.kp, &eo);
+    }
+    fwrite(out.s, 1, out.len, stdout);
+    str_free(&out);
+    arena_free(&c.A);
+    return 0;
+}
+
+/* ---- build: everything goes into DIR.tmp-PID, renamed into place at the end ---- */
+static const char *g_tmpdir;
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb; (void)flag; (void)ftw;
+    return remove(p);
+}
+static void rm_rf(const char *p) { nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
+static void cleanup_tmp(void) { if (g_tmpdir) rm_rf(g_tmpdir); }
+
+static void copy_file(const char *from, const char *to) {
+    size_t n;
+    char *data = read_file(from, &n);
+    if (!data) die_user(from, NULL, "cannot read: %s", strerror(errno));
+    write_file_atomic(to, data, n);
+    free(data);
+}
+
+static char *replace_all(const char *s, const char *key, const char *val) {
+    Str o = {0};
+    size_t kl = strlen(key);
+    for (const char *p = s; *p;) {
+        const char *q = strstr(p, key);
+        if (!q) { str_append(&o, p, strlen(p)); break; }
+        str_append(&o, p, (size_t)(q - p));
+        str_append(&o, val, strlen(val));
+        p = q + kl;
+    }
+    if (!o.s) str_append(&o, "", 0);
+    return o.s;
+}
+
+static uint32_t pdt_of(DType d) {
+    switch (d) { case DT_F32: return PDT_F32; case DT_F16: return PDT_F16; case DT_BF16: return PDT_BF16; default: return PDT_I32; }
+}
+
+static int cmd_build(int argc, char **argv) {
+    Opts o;
+    parse_opts(argc, argv, &o, true);
+    Compilation c;
+    setup(&c, &o, true);
+    Arena *A = &c.A;
+    const char *root = llmcc_root(A);
+    if (!root) die_user("/proc/self/exe", NULL, "cannot find llmcc's own directory (runtime/, templates/)");
+    const char *name = o.name ? o.name : c.cfg.family;
+
+    /* refuse to replace a directory llmcc did not make */
+    const char *out = o.out;
+    size_t ol = strlen(out);
+    while (ol > 1 && out[ol - 1] == '/') ol--;
+    out = arena_strndup(A, out, ol);
+    if (dir_exists(out) && !file_exists(path_join(A, out, PROJECT_MARKER)))
+        die_user(out, NULL, "exists and was not made by llmcc build (no %s): refusing to replace it", PROJECT_MARKER);
+    if (!dir_exists(out) && file_exists(out)) die_user(out, NULL, "exists and is not a directory");
+
+    pipeline_run(&c, IR_KERNEL, NULL);
+
+    const char *tmp = arena_printf(A, "%s.tmp-%d", out, (int)getpid());
+    rm_rf(tmp);
+    if (mkdir(tmp, 0755) != 0) die_user(tmp, NULL, "cannot create: %s", strerror(errno));
+    g_tmpdir = tmp;
+    atexit(cleanup_tmp);
+    if (mkdir(path_join(A, tmp, "runtime"), 0755) != 0) die_user(tmp, "runtime", "cannot create: %s", strerror(errno));
+
+    /* the kernels and the launch plan */
+    Str src = {0};
+    EmitOptions eo = {o.target, name, &c.cfg, c.max_ctx, c.max_batch};
+    emit_program(&src, &c.kp, &eo);
+    write_file_atomic(path_join(A, tmp, o.target == TARGET_CUDA ? "model.cu" : "model.c"), src.s, src.len);
+    str_free(&src);
+
+    /* the runtime, copied */
+    const char *rtdir = path_join(A, root, "runtime");
+    DIR *d = opendir(rtdir);
+    if (!d) die_user(rtdir, NULL, "cannot open: %s", strerror(errno));
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l < 3 || (strcmp(e->d_name + l - 2, ".c") && strcmp(e->d_name + l - 2, ".h"))) continue;
+        copy_file(path_join(A, rtdir, e->d_name), path_join(A, path_join(A, tmp, "runtime"), e->d_name));
+    }
+    closedir(d);
+
+    /* the Makefile */
+    const char *tpl_path = path_join(A, root, o.target == TARGET_CUDA ? "templates/Makefile.cuda" : "templates/Makefile.cpu");
+    char *tpl = read_file(tpl_path, NULL);
+    if (!tpl) die_user(tpl_path, NULL, "cannot read: %s", strerror(errno));
+    char *m1 = replace_all(tpl, "@NAME@", name), *m2 = replace_all(m1, "@ARCH@", o.arch);
+    write_file_atomic(path_join(A, tmp, "Makefile"), m2, strlen(m2));
+    free(tpl); free(m1); free(m2);
+
+    /* the payload: weights in the order the generated code expects, and the tokenizer */
+    size_t tok_size = 0;
+    uint8_t *tok = tokenizer_pack(A, c.cfg.dir, &tok_size);
+    PackTensor *pt = ARENA_ARRAY(A, PackTensor, c.tp.n_weights ? c.tp.n_weights : 1);
+    for (int i = 0; i < c.tp.n_weights; i++) {
+        const Buffer *b = c.tp.weights[i];
+        const StTensor *t = st_find(&c.st, b->name);
+        CHECK(t, "weight %s vanished", b->name);
+        pt[i].name = b->name; pt[i].dtype = pdt_of(b->dtype); pt[i].ndim = b->ndim;
+        for (int k = 0; k < b->ndim; k++) pt[i].shape[k] = b->dims[k];
+        pt[i].data = t->data; pt[i].nbytes = t->nbytes;
+        if (strlen(b->name) >= sizeof(((PayloadTensor *)0)->name)) die_user(c.cfg.dir, b->name, "tensor name too long for the payload");
+    }
+    pack_payload(path_join(A, tmp, "payload.bin"), pt, c.tp.n_weights, tok, tok ? tok_size : 0);
+    const char *marker = arena_printf(A, "made by llmcc %s from %s\n", LLMCC_VERSION, c.cfg.dir);
+    write_file_atomic(path_join(A, tmp, PROJECT_MARKER), marker, strlen(marker));
+
+    /* into place */
+    if (dir_exists(out)) {
+        const char *old = arena_printf(A, "%s.old-%d", out, (int)getpid());
+        if (rename(out, old) != 0) die_user(out, NULL, "cannot move the old project aside: %s", strerror(errno));
+        if (rename(tmp, out) != 0) { rename(old, out); die_user(out, NULL, "cannot rename into place: %s", strerror(errno)); }
+        rm_rf(old);
+    } else if (rename(tmp, out) != 0) {
+        die_user(out, NULL, "cannot rename into place: %s", strerror(errno));
+    }
+    g_tmpdir = NULL;
+    fprintf(stderr, "llmcc: wrote %s (%s, %d kernels, %d launches per step, %d tensors); build it with: make -C %s\n", out,
+            o.target == TARGET_CUDA ? "cuda" : "cpu", c.kp.nk, c.kp.nl, c.tp.n_weights, out);
+    st_close(&c.st);
+    arena_free(A);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(USAGE, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) { printf("llmcc %s\n", LLMCC_VERSION); return 0; }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2);
+    if (!strcmp(cmd, "build")) return cmd_build(argc - 2, argv + 2);
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
+    die_user(NULL, cmd, "unknown command (compile, build, inspect, tokenize, detokenize; see llmcc --help)");
+}

@@ -1,0 +1,69 @@
+/* pipeline.c: the stages of a compilation, in order. Adding a pass means
+ * adding a line to STAGES. */
+#include "pipeline.h"
+#include <string.h>
+
+const char *const ir_level_names[] = {
+#define X(e, s) s,
+    IR_LEVELS(X)
+#undef X
+};
+
+IrLevel ir_level_parse(const char *s) {
+    for (int i = 0; i < IR_COUNT; i++) if (!strcmp(s, ir_level_names[i])) return (IrLevel)i;
+    die_user(NULL, "--ir", "unknown level '%s' (graph, tensor, loop, tile, kernel, cuda, c)", s);
+}
+
+static void st_frontend(Compilation *c) {
+    WeightSource ws = {c->have_weights ? &c->st : NULL, DT_BF16};
+    if (c->cfg.torch_dtype && !strcmp(c->cfg.torch_dtype, "float32")) ws.assumed = DT_F32;
+    if (c->cfg.torch_dtype && !strcmp(c->cfg.torch_dtype, "float16")) ws.assumed = DT_F16;
+    graph_build(&c->A, &c->g, &c->cfg, &ws, c->max_batch, c->max_ctx);
+}
+static void st_decompose(Compilation *c) { tensor_lower(&c->A, &c->g, &c->tp); }
+static void st_plan_memory(Compilation *c) { tensor_plan_memory(&c->A, &c->tp); }
+static void st_loops(Compilation *c) { loop_lower(&c->A, &c->tp, &c->lp); }
+static void st_schedule(Compilation *c) { tile_schedule(&c->A, &c->lp, &c->knobs, &c->tip); }
+static void st_materialise(Compilation *c) { kernel_lower(&c->A, &c->tip, &c->kp); }
+
+static const char *v_graph(Compilation *c) { return graph_verify(&c->A, &c->g); }
+static const char *v_tensor(Compilation *c) { return tensor_verify(&c->A, &c->tp); }
+static const char *v_loop(Compilation *c) { return loop_verify(&c->A, &c->lp); }
+static const char *v_tile(Compilation *c) { return tile_verify(&c->A, &c->tip); }
+static const char *v_kernel(Compilation *c) { return kernel_verify(&c->A, &c->kp); }
+
+static void p_graph(Compilation *c, Str *o) { graph_print(o, &c->g); }
+static void p_tensor(Compilation *c, Str *o) { tensor_print(o, &c->tp); }
+static void p_loop(Compilation *c, Str *o) { loop_print(o, &c->lp); }
+static void p_tile(Compilation *c, Str *o) { tile_print(o, &c->tip); }
+static void p_kernel(Compilation *c, Str *o) { kernel_print(o, &c->kp); }
+
+typedef struct {
+    const char *name;
+    IrLevel produces;
+    void (*run)(Compilation *);
+    const char *(*verify)(Compilation *);
+    void (*print)(Compilation *, Str *);
+} Stage;
+
+static const Stage STAGES[] = {
+    {"frontend", IR_GRAPH, st_frontend, v_graph, p_graph},
+    {"decompose", IR_TENSOR, st_decompose, v_tensor, NULL},
+    {"plan_memory", IR_TENSOR, st_plan_memory, v_tensor, p_tensor},
+    {"lift_loops", IR_LOOP, st_loops, v_loop, p_loop},
+    {"schedule", IR_TILE, st_schedule, v_tile, p_tile},
+    {"materialise", IR_KERNEL, st_materialise, v_kernel, p_kernel},
+};
+
+void pipeline_run(Compilation *c, IrLevel level, Str *dump) {
+    IrLevel last = level > IR_KERNEL ? IR_KERNEL : level;
+    for (size_t i = 0; i < sizeof STAGES / sizeof STAGES[0]; i++) {
+        const Stage *s = &STAGES[i];
+        if (s->produces > last) break;
+        s->run(c);
+        const char *err = s->verify(c);
+        if (err) die_internal(__FILE__, __LINE__, "IR verifier after stage %s: %s", s->name, err);
+        bool final = i + 1 == sizeof STAGES / sizeof STAGES[0] || STAGES[i + 1].produces > s->produces;
+        if (dump && s->produces == level && final && s->print) s->print(c, dump);
+    }
+}

@@ -1,0 +1,38 @@
+/* pipeline.h: one compilation, from config.json to kernel IR, as a flat
+ * list of named stages (pipeline.c). Each stage's IR can be printed
+ * (--ir LEVEL) and is verified after the stage runs. */
+#ifndef LLMCC_PIPELINE_H
+#define LLMCC_PIPELINE_H
+#include "emit.h"
+#include "safetensors.h"
+
+#define IR_LEVELS(X) X(IR_GRAPH, "graph") X(IR_TENSOR, "tensor") X(IR_LOOP, "loop") X(IR_TILE, "tile") \
+    X(IR_KERNEL, "kernel") X(IR_CUDA, "cuda") X(IR_C, "c")
+typedef enum {
+#define X(e, s) e,
+    IR_LEVELS(X)
+#undef X
+    IR_COUNT
+} IrLevel;
+extern const char *const ir_level_names[];
+
+typedef struct {
+    Arena A;
+    ModelConfig cfg;
+    StModel st;
+    bool have_weights;
+    Knobs knobs;
+    int max_ctx, max_batch;
+    Graph g;
+    TProgram tp;
+    LProgram lp;
+    TileProgram tip;
+    KProgram kp;
+} Compilation;
+
+/* Runs the stages up to and including the one that produces `level`
+ * (IR_CUDA / IR_C run everything). When dump is non-NULL, the IR of
+ * `level` is printed into it. */
+void pipeline_run(Compilation *c, IrLevel level, Str *dump);
+IrLevel ir_level_parse(const char *s);
+#endif

@@ -1,0 +1,352 @@
+/* tensor_ir.c: graph IR -> tensor IR (decomposition), the memory plan,
+ * printer and verifier. */
+#include "tensor_ir.h"
+#include <math.h>
+#include <string.h>
+
+const char *const top_kind_names[] = {
+#define X(e, s) s,
+    TOP_KINDS(X)
+#undef X
+};
+const char *const red_op_names[] = {
+#define X(e, s) s,
+    RED_OPS(X)
+#undef X
+};
+
+Var *new_var(Arena *A, int *counter, const char *name) {
+    Var *v = ARENA_NEW(A, Var);
+    v->id = (*counter)++;
+    v->name = name;
+    return v;
+}
+int64_t buffer_elems(const Buffer *b) {
+    int64_t n = 1;
+    for (int i = 0; i < b->ndim; i++) n *= b->dims[i];
+    return n;
+}
+
+typedef struct { Arena *A; TProgram *tp; } TL;
+
+static Buffer *new_buf(TL *L, const char *name, BufKind kind, DType dt, int ndim, int64_t d0, int64_t d1, int64_t d2) {
+    TProgram *tp = L->tp;
+    if (tp->nbufs == tp->capb) {
+        int cap = tp->capb ? tp->capb * 2 : 256;
+        Buffer **nb = ARENA_ARRAY(L->A, Buffer *, cap);
+        if (tp->nbufs) memcpy(nb, tp->bufs, sizeof(Buffer *) * (size_t)tp->nbufs);
+        tp->bufs = nb; tp->capb = cap;
+    }
+    Buffer *b = ARENA_NEW(L->A, Buffer);
+    b->id = tp->nbufs; b->name = name; b->kind = kind; b->dtype = dt; b->ndim = ndim;
+    b->dims[0] = d0; b->dims[1] = d1; b->dims[2] = d2; b->layer = -1; b->weight_index = -1; b->act_offset = -1;
+    tp->bufs[tp->nbufs++] = b;
+    return b;
+}
+
+static TOp *new_op(TL *L, TOpKind kind, const GNode *n, Buffer *out) {
+    TProgram *tp = L->tp;
+    if (tp->n == tp->cap) {
+        int cap = tp->cap ? tp->cap * 2 : 256;
+        TOp **no = ARENA_ARRAY(L->A, TOp *, cap);
+        if (tp->n) memcpy(no, tp->ops, sizeof(TOp *) * (size_t)tp->n);
+        tp->ops = no; tp->cap = cap;
+    }
+    TOp *op = ARENA_NEW(L->A, TOp);
+    op->kind = kind; op->module = n->name; op->kname = kernel_base_name(L->A, n->name); op->out = out;
+    tp->ops[tp->n++] = op;
+    return op;
+}
+static Expr *axis(TL *L, TOp *op, const char *name, Expr *extent) {
+    Var *v = new_var(L->A, &L->tp->nvars, name);
+    op->axes[op->naxes].v = v; op->axes[op->naxes].extent = extent; op->naxes++;
+    return e_var(L->A, v);
+}
+static Expr *raxis(TL *L, TOp *op, const char *name, Expr *extent) {
+    Var *v = new_var(L->A, &L->tp->nvars, name);
+    op->raxes[op->nraxes].v = v; op->raxes[op->nraxes].extent = extent; op->nraxes++;
+    return e_var(L->A, v);
+}
+static Expr *rows(TL *L, const GNode *n) { return n->rows_n ? e_param(L->A, P_N) : e_i(L->A, n->dims[0]); }
+static Buffer *act_buf(TL *L, const GNode *n, const char *suffix, int64_t width) {
+    int64_t r = n->rows_n ? L->tp->g->max_batch : n->dims[0];
+    const char *name = suffix ? arena_printf(L->A, "%s.%s", n->name, suffix) : n->name;
+    return new_buf(L, name, BUF_ACT, DT_F32, 2, r, width, 0);
+}
+
+/* out[t, c] = body over a [rows, width] activation */
+static TOp *rowwise(TL *L, TOpKind k, const GNode *n, Buffer *out, Expr **t, Expr **c) {
+    TOp *op = new_op(L, k, n, out);
+    *t = axis(L, op, "t", rows(L, n));
+    *c = axis(L, op, "c", e_i(L->A, n->dims[1]));
+    op->out_idx[0] = *t; op->out_idx[1] = *c;
+    return op;
+}
+
+static void lower_node(TL *L, GNode *n) {
+    Arena *A = L->A;
+    TProgram *tp = L->tp;
+    const Graph *g = tp->g;
+    Expr *t, *c;
+    switch (n->op) {
+    case G_INPUT_IDS:
+        n->buf = tp->ids = new_buf(L, "input_ids", BUF_INPUT, DT_I32, 1, g->max_batch, 0, 0);
+        return;
+    case G_WEIGHT:
+        n->buf = new_buf(L, n->name, BUF_WEIGHT, n->dtype, n->ndim, n->dims[0], n->dims[1], 0);
+        n->buf->weight_index = tp->n_weights++;
+        return;
+    case G_EMBED: {
+        n->buf = act_buf(L, n, NULL, n->dims[1]);
+        TOp *op = rowwise(L, TOP_INDEXMAP, n, n->buf, &t, &c);
+        op->body = e_load2(A, n->in[0]->buf, e_load1(A, n->in[1]->buf, t), c);
+        return;
+    }
+    case G_LAST_TOKEN: {
+        n->buf = act_buf(L, n, NULL, n->dims[1]);
+        TOp *op = rowwise(L, TOP_INDEXMAP, n, n->buf, &t, &c);
+        op->body = e_load2(A, n->in[0]->buf, E_SUB(A, e_param(A, P_N), e_i(A, 1)), c);
+        return;
+    }
+    case G_RMSNORM: {
+        Buffer *x = n->in[0]->buf, *w = n->in[1]->buf;
+        int64_t D = n->dims[1];
+        Buffer *inv = new_buf(L, arena_printf(A, "%s.inv_rms", n->name), BUF_ACT, DT_F32, 1, x->dims[0], 0, 0);
+        TOp *r = new_op(L, TOP_REDUCE, n, inv);
+        Expr *rt = axis(L, r, "t", rows(L, n));
+        Expr *rd = raxis(L, r, "d", e_i(A, D));
+        r->out_idx[0] = rt;
+        r->red = RED_SUM;
+        Expr *xv = e_load2(A, x, rt, rd);
+        r->body = E_MUL(A, xv, xv);
+        r->epilogue = e_un(A, EX_RSQRT, E_ADD(A, E_DIV(A, e_acc(A), e_f(A, (double)D)), e_f(A, (float)n->eps)));
+        n->buf = act_buf(L, n, NULL, D);
+        TOp *op = rowwise(L, TOP_ELEMWISE, n, n->buf, &t, &c);
+        op->body = E_MUL(A, E_MUL(A, e_load2(A, x, t, c), e_load1(A, inv, t)), e_load1(A, w, c));
+        return;
+    }
+    case G_LINEAR: {
+        Buffer *x = n->in[0]->buf, *w = n->in[1]->buf;
+        n->buf = n == g->logits ? new_buf(L, "logits", BUF_OUTPUT, DT_F32, 2, 1, n->dims[1], 0) : act_buf(L, n, NULL, n->dims[1]);
+        if (n == g->logits) tp->logits = n->buf;
+        TOp *op = new_op(L, TOP_REDUCE, n, n->buf);
+        t = axis(L, op, "t", rows(L, n));
+        Expr *o = axis(L, op, "o", e_i(A, n->dims[1]));
+        Expr *i = raxis(L, op, "i", e_i(A, w->dims[1]));
+        op->out_idx[0] = t; op->out_idx[1] = o;
+        op->red = RED_SUM;
+        op->body = E_MUL(A, e_load2(A, x, t, i), e_load2(A, w, o, i));
+        if (n->nin == 3) op->epilogue = E_ADD(A, e_acc(A), e_load1(A, n->in[2]->buf, o));
+        return;
+    }
+    case G_ROPE: {
+        Buffer *x = n->in[0]->buf;
+        int hd = n->head_dim, half = hd / 2;
+        Buffer *f = new_buf(L, arena_printf(A, "%s.inv_freq", n->name), BUF_CONST, DT_F32, 1, half, 0, 0);
+        f->const_data = n->inv_freq;
+        tp->n_consts++;
+        n->buf = act_buf(L, n, NULL, n->dims[1]);
+        TOp *op = new_op(L, TOP_ELEMWISE, n, n->buf);
+        t = axis(L, op, "t", rows(L, n));
+        Expr *h = axis(L, op, "h", e_i(A, n->heads));
+        Expr *e = axis(L, op, "e", e_i(A, hd));
+        Expr *base = E_MUL(A, h, e_i(A, hd));
+        op->out_idx[0] = t; op->out_idx[1] = E_ADD(A, base, e);
+        Expr *ang = E_MUL(A, e_un(A, EX_TOF, E_ADD(A, e_param(A, P_POS), t)), e_load1(A, f, e_bin(A, EX_MOD, e, e_i(A, half))));
+        Expr *xv = e_load2(A, x, t, E_ADD(A, base, e));
+        Expr *partner = e_load2(A, x, t, E_ADD(A, base, e_bin(A, EX_MOD, E_ADD(A, e, e_i(A, half)), e_i(A, hd))));
+        Expr *rot = e_select(A, e_bin(A, EX_LT, e, e_i(A, half)), e_un(A, EX_NEG, partner), partner);
+        op->body = E_ADD(A, E_MUL(A, xv, e_un(A, EX_COS, ang)), E_MUL(A, rot, e_un(A, EX_SIN, ang)));
+        return;
+    }
+    case G_KV_WRITE: {
+        Buffer *src = n->in[0]->buf;
+        n->buf = new_buf(L, arena_printf(A, "%s[%d]", n->is_v ? "v_cache" : "k_cache", n->layer), n->is_v ? BUF_VCACHE : BUF_KCACHE,
+                         DT_F32, 3, g->max_ctx, n->kv_heads, n->head_dim);
+        n->buf->layer = n->layer;
+        TOp *op = new_op(L, TOP_INDEXMAP, n, n->buf);
+        t = axis(L, op, "t", e_param(A, P_N));
+        Expr *h = axis(L, op, "h", e_i(A, n->kv_heads));
+        Expr *e = axis(L, op, "e", e_i(A, n->head_dim));
+        op->out_idx[0] = E_ADD(A, e_param(A, P_POS), t); op->out_idx[1] = h; op->out_idx[2] = e;
+        op->body = e_load2(A, src, t, E_ADD(A, E_MUL(A, h, e_i(A, n->head_dim)), e));
+        return;
+    }
+    case G_ATTENTION: {
+        Buffer *q = n->in[0]->buf, *kc = n->in[1]->buf, *vc = n->in[2]->buf;
+        int H = n->heads, hd = n->head_dim, G = n->heads / n->kv_heads;
+        Expr *len = E_ADD(A, e_param(A, P_POS), e_param(A, P_N));
+        Buffer *S = new_buf(L, arena_printf(A, "%s.scores", n->name), BUF_ACT, DT_F32, 3, g->max_batch, H, g->max_ctx);
+        Buffer *M = new_buf(L, arena_printf(A, "%s.max", n->name), BUF_ACT, DT_F32, 2, g->max_batch, H, 0);
+        Buffer *Z = new_buf(L, arena_printf(A, "%s.sum", n->name), BUF_ACT, DT_F32, 2, g->max_batch, H, 0);
+        /* scores = q k^T * head_dim^-0.5, causal */
+        TOp *s = new_op(L, TOP_REDUCE, n, S);
+        t = axis(L, s, "t", e_param(A, P_N));
+        Expr *h = axis(L, s, "h", e_i(A, H));
+        Expr *j = axis(L, s, "j", len);
+        Expr *e = raxis(L, s, "e", e_i(A, hd));
+        s->out_idx[0] = t; s->out_idx[1] = h; s->out_idx[2] = j;
+        s->red = RED_SUM;
+        s->body = E_MUL(A, e_load2(A, q, t, E_ADD(A, E_MUL(A, h, e_i(A, hd)), e)), e_load3(A, kc, j, E_DIV(A, h, e_i(A, G)), e));
+        s->epilogue = e_select(A, e_bin(A, EX_LE, j, E_ADD(A, e_param(A, P_POS), t)),
+                               E_MUL(A, e_acc(A), e_f(A, (float)(1.0 / sqrt((double)hd)))), e_f(A, -INFINITY));
+        /* softmax over j: max, sum of exp, normalise in place */
+        TOp *mx = new_op(L, TOP_REDUCE, n, M);
+        t = axis(L, mx, "t", e_param(A, P_N)); h = axis(L, mx, "h", e_i(A, H)); j = raxis(L, mx, "j", len);
+        mx->out_idx[0] = t; mx->out_idx[1] = h; mx->red = RED_MAX;
+        mx->body = e_load3(A, S, t, h, j);
+        TOp *sm = new_op(L, TOP_REDUCE, n, Z);
+        t = axis(L, sm, "t", e_param(A, P_N)); h = axis(L, sm, "h", e_i(A, H)); j = raxis(L, sm, "j", len);
+        sm->out_idx[0] = t; sm->out_idx[1] = h; sm->red = RED_SUM;
+        sm->body = e_un(A, EX_EXP, E_SUB(A, e_load3(A, S, t, h, j), e_load2(A, M, t, h)));
+        TOp *nm = new_op(L, TOP_ELEMWISE, n, S);
+        t = axis(L, nm, "t", e_param(A, P_N)); h = axis(L, nm, "h", e_i(A, H)); j = axis(L, nm, "j", len);
+        nm->out_idx[0] = t; nm->out_idx[1] = h; nm->out_idx[2] = j;
+        nm->body = E_DIV(A, e_un(A, EX_EXP, E_SUB(A, e_load3(A, S, t, h, j), e_load2(A, M, t, h))), e_load2(A, Z, t, h));
+        /* out = p v */
+        n->buf = act_buf(L, n, NULL, n->dims[1]);
+        TOp *pv = new_op(L, TOP_REDUCE, n, n->buf);
+        t = axis(L, pv, "t", e_param(A, P_N)); h = axis(L, pv, "h", e_i(A, H)); e = axis(L, pv, "e", e_i(A, hd));
+        j = raxis(L, pv, "j", len);
+        pv->out_idx[0] = t; pv->out_idx[1] = E_ADD(A, E_MUL(A, h, e_i(A, hd)), e);
+        pv->red = RED_SUM;
+        pv->body = E_MUL(A, e_load3(A, S, t, h, j), e_load3(A, vc, j, E_DIV(A, h, e_i(A, G)), e));
+        return;
+    }
+    case G_SILU: {
+        n->buf = act_buf(L, n, NULL, n->dims[1]);
+        TOp *op = rowwise(L, TOP_ELEMWISE, n, n->buf, &t, &c);
+        Expr *x = e_load2(A, n->in[0]->buf, t, c);
+        op->body = E_DIV(A, x, E_ADD(A, e_f(A, 1.0), e_un(A, EX_EXP, e_un(A, EX_NEG, x))));
+        return;
+    }
+    case G_MUL: case G_ADD: {
+        n->buf = act_buf(L, n, NULL, n->dims[1]);
+        TOp *op = rowwise(L, TOP_ELEMWISE, n, n->buf, &t, &c);
+        op->body = e_bin(A, n->op == G_MUL ? EX_MUL : EX_ADD, e_load2(A, n->in[0]->buf, t, c), e_load2(A, n->in[1]->buf, t, c));
+        return;
+    }
+    case G_COUNT: break;
+    }
+    UNREACHABLE();
+}
+
+void tensor_lower(Arena *A, const Graph *g, TProgram *tp) {
+    memset(tp, 0, sizeof *tp);
+    tp->g = g;
+    tp->kv_layer_elems = (int64_t)g->cfg->num_key_value_heads * g->cfg->head_dim;
+    TL L = {A, tp};
+    for (int i = 0; i < g->n; i++) lower_node(&L, g->nodes[i]);
+    tp->weights = ARENA_ARRAY(A, Buffer *, tp->n_weights);
+    for (int i = 0; i < tp->nbufs; i++)
+        if (tp->bufs[i]->kind == BUF_WEIGHT) tp->weights[tp->bufs[i]->weight_index] = tp->bufs[i];
+}
+
+/* Static memory plan: activation buffers whose lifetimes do not overlap
+ * share memory (best fit over freed slots). A buffer lives from the first
+ * op that touches it to the last. */
+static void note_use(void *ctx, Buffer *b) { int *last = ((int **)ctx)[0]; int i = *((int **)ctx)[1]; last[b->id] = i; }
+void tensor_plan_memory(Arena *A, TProgram *tp) {
+    int *first = ARENA_ARRAY(A, int, tp->nbufs), *last = ARENA_ARRAY(A, int, tp->nbufs);
+    for (int i = 0; i < tp->nbufs; i++) first[i] = last[i] = -1;
+    for (int i = 0; i < tp->n; i++) {
+        TOp *op = tp->ops[i];
+        void *ctx[2] = {last, &i};
+        expr_visit_loads(op->body, note_use, ctx);
+        if (op->epilogue) expr_visit_loads(op->epilogue, note_use, ctx);
+        last[op->out->id] = i;
+        if (first[op->out->id] < 0) first[op->out->id] = i;
+    }
+    typedef struct { int64_t off, size; int owner; } Slot;
+    Slot *slots = ARENA_ARRAY(A, Slot, tp->nbufs + 1);
+    int nslots = 0;
+    int64_t top = 0;
+    for (int i = 0; i < tp->n; i++) {
+        for (int s = 0; s < nslots; s++)
+            if (slots[s].owner >= 0 && last[slots[s].owner] < i) slots[s].owner = -1;
+        Buffer *b = tp->ops[i]->out;
+        if (b->kind != BUF_ACT || first[b->id] != i) continue;
+        int64_t need = (buffer_elems(b) * dtype_sizes[b->dtype] + 255) & ~(int64_t)255;
+        int best = -1;
+        for (int s = 0; s < nslots; s++)
+            if (slots[s].owner < 0 && slots[s].size >= need && (best < 0 || slots[s].size < slots[best].size)) best = s;
+        if (best < 0) { best = nslots++; slots[best].off = top; slots[best].size = need; top += need; }
+        slots[best].owner = b->id;
+        b->act_offset = slots[best].off;
+    }
+    tp->act_bytes = top;
+}
+
+static void print_buf(Str *o, const Buffer *b) {
+    str_printf(o, "  %-7s %s %s[", bufkind_names[b->kind], b->name, dtype_names[b->dtype]);
+    for (int i = 0; i < b->ndim; i++) str_printf(o, "%s%lld", i ? ", " : "", (long long)b->dims[i]);
+    str_printf(o, "]");
+    if (b->kind == BUF_ACT && b->act_offset >= 0) str_printf(o, " @%lld", (long long)b->act_offset);
+    str_printf(o, "\n");
+}
+static void print_axes(Str *o, const Axis *ax, int n) {
+    for (int i = 0; i < n; i++) {
+        str_printf(o, "%s%s<", i ? ", " : "", ax[i].v->name);
+        expr_print(o, ax[i].extent);
+        str_printf(o, ">");
+    }
+}
+void tensor_print(Str *o, const TProgram *tp) {
+    str_printf(o, "# tensor IR: %d ops, %d buffers, activation arena %lld bytes\n", tp->n, tp->nbufs, (long long)tp->act_bytes);
+    str_printf(o, "buffers:\n");
+    for (int i = 0; i < tp->nbufs; i++) if (tp->bufs[i]->kind != BUF_WEIGHT) print_buf(o, tp->bufs[i]);
+    str_printf(o, "  (+ %d weights)\n", tp->n_weights);
+    for (int i = 0; i < tp->n; i++) {
+        const TOp *op = tp->ops[i];
+        str_printf(o, "%s %s [", top_kind_names[op->kind], op->kname);
+        print_axes(o, op->axes, op->naxes);
+        str_printf(o, "]");
+        if (op->kind == TOP_REDUCE) { str_printf(o, " %s over [", red_op_names[op->red]); print_axes(o, op->raxes, op->nraxes); str_printf(o, "]"); }
+        str_printf(o, "  # %s\n    %s[", op->module, op->out->name);
+        for (int d = 0; d < op->out->ndim; d++) { if (d) str_printf(o, ", "); expr_print(o, op->out_idx[d]); }
+        str_printf(o, "] = ");
+        if (op->kind == TOP_REDUCE) {
+            if (op->epilogue) { expr_print(o, op->epilogue); str_printf(o, "  where acc = %s(", red_op_names[op->red]); }
+            else str_printf(o, "%s(", red_op_names[op->red]);
+            expr_print(o, op->body);
+            str_printf(o, ")\n");
+        } else {
+            expr_print(o, op->body);
+            str_printf(o, "\n");
+        }
+    }
+}
+
+static const char *check_bound(Arena *A, const Expr *e, const TOp *op) {
+    if (e->k == EX_VAR) {
+        for (int i = 0; i < op->naxes; i++) if (op->axes[i].v == e->var) return NULL;
+        for (int i = 0; i < op->nraxes; i++) if (op->raxes[i].v == e->var) return NULL;
+        return arena_printf(A, "variable %s is not an axis of the op", e->var->name);
+    }
+    if (e->k == EX_ACC) return "acc outside a reduction epilogue";
+    for (int i = 0; i < e->nargs; i++) { const char *m = check_bound(A, e->a[i], op); if (m) return m; }
+    return NULL;
+}
+const char *tensor_verify(Arena *A, const TProgram *tp) {
+    for (int i = 0; i < tp->n; i++) {
+        const TOp *op = tp->ops[i];
+        const char *m = expr_verify(A, op->body);
+        if (!m) m = check_bound(A, op->body, op);
+        if (!m && op->body->t != T_F32) m = "value is not f32";
+        if (!m && op->epilogue) {
+            m = expr_verify(A, op->epilogue);
+            Expr *ep = expr_subst_acc(A, op->epilogue, e_f(A, 0));
+            if (!m) m = check_bound(A, ep, op);
+        }
+        if (!m && op->kind == TOP_REDUCE && op->nraxes == 0) m = "reduction without reduction axes";
+        if (!m && op->kind != TOP_REDUCE && (op->nraxes || op->epilogue)) m = "non-reduction with reduction axes";
+        if (!m && op->out->kind == BUF_WEIGHT) m = "writes a weight";
+        for (int d = 0; !m && d < op->out->ndim; d++) {
+            if (!op->out_idx[d]) { m = "missing store index"; break; }
+            m = expr_verify(A, op->out_idx[d]);
+            if (!m) m = check_bound(A, op->out_idx[d], op);
+        }
+        if (m) return arena_printf(A, "op %d (%s): %s", i, op->module, m);
+    }
+    return NULL;
+}

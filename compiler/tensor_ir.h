@@ -1,0 +1,66 @@
+/* tensor_ir.h: tensor IR. Each graph op decomposes into tensor ops of three
+ * kinds: elementwise (out[axes] = f(inputs at the same point)), reduction
+ * (out[axes] = epilogue(reduce over raxes of body)) and index-map (data
+ * movement: gathers, the KV-cache write, the last-token select). Indices are
+ * expressions of the axes and of the runtime scalars n and pos. Buffers get
+ * their place in the activation arena here (tensor_plan_memory). */
+#ifndef LLMCC_TENSOR_IR_H
+#define LLMCC_TENSOR_IR_H
+#include "graph.h"
+
+#define TOP_KINDS(X) X(TOP_ELEMWISE, "elementwise") X(TOP_REDUCE, "reduction") X(TOP_INDEXMAP, "index_map")
+typedef enum {
+#define X(e, s) e,
+    TOP_KINDS(X)
+#undef X
+    TOP_COUNT
+} TOpKind;
+extern const char *const top_kind_names[];
+
+#define RED_OPS(X) X(RED_SUM, "sum") X(RED_MAX, "max")
+typedef enum {
+#define X(e, s) e,
+    RED_OPS(X)
+#undef X
+    RED_COUNT
+} RedOp;
+extern const char *const red_op_names[];
+
+typedef struct { Var *v; Expr *extent; } Axis;
+
+#define MAX_AXES 4
+typedef struct TOp {
+    TOpKind kind;
+    const char *module;        /* graph node it came from */
+    const char *kname;         /* kernel name (layer-independent) */
+    Buffer *out;
+    Expr *out_idx[MAX_DIMS];   /* store index, one per out->ndim */
+    int naxes;
+    Axis axes[MAX_AXES];
+    int nraxes;
+    Axis raxes[2];
+    RedOp red;
+    Expr *body;                /* the value (elementwise), or the reduced term */
+    Expr *epilogue;            /* reduction: f(acc); NULL means acc */
+} TOp;
+
+typedef struct {
+    const Graph *g;
+    TOp **ops; int n, cap;
+    Buffer **bufs; int nbufs, capb;
+    int nvars;
+    int n_weights;             /* weight buffers, in payload order */
+    Buffer **weights;
+    int n_consts;
+    Buffer *ids, *logits;
+    int64_t act_bytes;         /* size of the activation arena */
+    int64_t kv_layer_elems;    /* per layer and position: kv_heads * head_dim */
+} TProgram;
+
+void tensor_lower(Arena *A, const Graph *g, TProgram *tp);
+void tensor_plan_memory(Arena *A, TProgram *tp);
+void tensor_print(Str *o, const TProgram *tp);
+const char *tensor_verify(Arena *A, const TProgram *tp);
+Var *new_var(Arena *A, int *counter, const char *name);
+int64_t buffer_elems(const Buffer *b);
+#endif

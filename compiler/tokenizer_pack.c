@@ -1,0 +1,447 @@
+/* tokenizer_pack.c: reads a Hugging Face tokenizer.json (and
+ * tokenizer_config.json when present) and writes the packed blob of
+ * runtime/tokenizer.h. Everything that can be decided once (model kind,
+ * pre-tokenizer, GPT-2 byte map, merge result ids, BOS/EOS) is decided here
+ * so that the runtime only validates and builds hash tables. Only the
+ * configurations we reproduce exactly are accepted; anything else is a user
+ * error naming the key, never a silently different tokenizer. */
+#include "tokenizer_pack.h"
+#include "json.h"
+#include "tokenizer.h"
+#include <string.h>
+
+static const char QWEN2_RE[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char LLAMA3_RE[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+#define SPM_SPACE "\xE2\x96\x81"   /* U+2581 */
+
+typedef struct { const char *s; size_t n; int32_t id; } HEnt;
+typedef struct { HEnt *e; size_t mask; } Hash;   /* string -> id, open addressing */
+
+static uint64_t fnv(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h;
+}
+static void hash_init(Arena *a, Hash *h, size_t n) {
+    size_t c = 16; while (c < 2 * n + 1) c <<= 1;
+    h->e = ARENA_ARRAY(a, HEnt, c); h->mask = c - 1;
+    for (size_t i = 0; i < c; i++) h->e[i].id = -1;
+}
+/* Returns the existing id, or inserts and returns -1. */
+static int32_t hash_put(Hash *h, const char *s, size_t n, int32_t id) {
+    for (size_t i = fnv(s, n) & h->mask;; i = (i + 1) & h->mask) {
+        HEnt *e = &h->e[i];
+        if (e->id < 0) { e->s = s; e->n = n; e->id = id; return -1; }
+        if (e->n == n && memcmp(e->s, s, n) == 0) return e->id;
+    }
+}
+static int32_t hash_get(const Hash *h, const char *s, size_t n) {
+    for (size_t i = fnv(s, n) & h->mask;; i = (i + 1) & h->mask) {
+        const HEnt *e = &h->e[i];
+        if (e->id < 0) return -1;
+        if (e->n == n && memcmp(e->s, s, n) == 0) return e->id;
+    }
+}
+
+typedef struct {
+    Arena *a;
+    const char *path;
+    Json j;
+    Hash vocab;          /* JSON (byte-mapped) spelling -> id */
+    int32_t nadd;
+    int32_t *add_id; char **add_s; size_t *add_n; bool *add_special;
+} Pk;
+
+static const char *str_or_die(Pk *p, int t, const char *key, size_t *n) {
+    char *s = json_get_str(p->a, &p->j, t, n);
+    if (!s) die_user(p->path, key, "expected a string, got %s", t < 0 ? "nothing" : json_raw(p->a, &p->j, t));
+    return s;
+}
+static const char *type_of(Pk *p, int obj, const char *key) {
+    int t = json_find(&p->j, obj, "type");
+    if (t < 0) die_user(p->path, key, "object without \"type\"");
+    return str_or_die(p, t, key, NULL);
+}
+static bool get_bool(Pk *p, int obj, const char *k, bool dflt, const char *key) {
+    int t = json_find(&p->j, obj, k);
+    bool v = dflt;
+    if (t < 0 || json_is_null(&p->j, t)) return dflt;
+    if (!json_is_bool(&p->j, t, &v)) die_user(p->path, arena_printf(p->a, "%s.%s", key, k), "expected true or false");
+    return v;
+}
+static bool empty_or_null_str(Pk *p, int obj, const char *k) {
+    int t = json_find(&p->j, obj, k);
+    if (t < 0 || json_is_null(&p->j, t)) return true;
+    size_t n;
+    return json_get_str(p->a, &p->j, t, &n) && n == 0;
+}
+
+/* Token string -> id: added tokens first (HF's AddedVocabulary), then the model vocab. */
+static int32_t token_lookup(Pk *p, const char *s, size_t n) {
+    for (int32_t i = 0; i < p->nadd; i++)
+        if (p->add_n[i] == n && memcmp(p->add_s[i], s, n) == 0) return p->add_id[i];
+    return hash_get(&p->vocab, s, n);
+}
+
+/* GPT-2 bytes_to_unicode, inverted: code point -> byte, or -1. */
+static void gpt2_unmap_table(int16_t *tab /* [324] */) {
+    for (int i = 0; i < 324; i++) tab[i] = -1;
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        bool self = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        if (self) tab[b] = (int16_t)b;
+        else tab[256 + n++] = (int16_t)b;
+    }
+}
+/* Converts a byte-level vocab spelling to raw bytes; false when some char is
+ * not in the byte map (such a token cannot come out of BPE; we keep its text). */
+static bool gpt2_unmap(const int16_t *tab, const char *s, size_t n, char *out, size_t *on) {
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        uint8_t c = (uint8_t)s[i];
+        uint32_t cp; size_t l;
+        if (c < 0x80) { cp = c; l = 1; }
+        else if ((c & 0xE0) == 0xC0 && i + 1 < n) { cp = (uint32_t)(c & 0x1F) << 6 | ((uint8_t)s[i + 1] & 0x3F); l = 2; }
+        else return false;
+        if (cp >= 324 || tab[cp] < 0) return false;
+        out[k++] = (char)tab[cp];
+        i += l;
+    }
+    *on = k;
+    return true;
+}
+
+/* Resolves a special token given in tokenizer_config.json: "str" or {"content": "str"}. */
+static int32_t config_token(Pk *p, Json *cj, const char *cpath, const char *k) {
+    int t = json_find(cj, 0, k);
+    if (t < 0 || json_is_null(cj, t)) return -1;
+    if (json_type(cj, t) == JSON_OBJECT) t = json_find(cj, t, "content");
+    size_t n;
+    char *s = json_get_str(p->a, cj, t, &n);
+    if (!s) die_user(cpath, k, "expected a token string or {\"content\": ...}");
+    int32_t id = token_lookup(p, s, n);
+    if (id < 0) die_user(cpath, k, "token \"%s\" is not in tokenizer.json", s);
+    return id;
+}
+
+/* TemplateProcessing.single -> the special token before / after $A. */
+static void template_single(Pk *p, int tp, const char *key, int32_t *bos, int32_t *eos) {
+    int single = json_find(&p->j, tp, "single");
+    const char *skey = arena_printf(p->a, "%s.single", key);
+    if (json_type(&p->j, single) != JSON_ARRAY) die_user(p->path, skey, "expected an array");
+    int specials = json_find(&p->j, tp, "special_tokens");
+    bool seen_seq = false;
+    int k = single + 1;
+    for (int i = 0; i < json_size(&p->j, single); i++, k = json_next(&p->j, k)) {
+        if (json_find(&p->j, k, "Sequence") >= 0) {
+            if (seen_seq) die_user(p->path, skey, "more than one sequence is not supported");
+            seen_seq = true;
+            continue;
+        }
+        int st = json_find(&p->j, k, "SpecialToken");
+        if (st < 0) die_user(p->path, skey, "item %d is neither SpecialToken nor Sequence", i);
+        size_t n;
+        const char *name = str_or_die(p, json_find(&p->j, st, "id"), skey, &n);
+        int32_t id = -1;
+        int ent = json_find(&p->j, specials, name);
+        int ids = json_find(&p->j, ent, "ids");
+        int64_t v;
+        if (json_size(&p->j, ids) == 1 && json_get_int64(&p->j, json_at(&p->j, ids, 0), &v) && v >= 0 && v < (1 << 24))
+            id = (int32_t)v;
+        else id = token_lookup(p, name, n);
+        if (id < 0) die_user(p->path, skey, "special token \"%s\" has no id", name);
+        int32_t *slot = seen_seq ? eos : bos;
+        if (*slot >= 0) die_user(p->path, skey, "more than one special token on one side of the sequence is not supported");
+        *slot = id;
+    }
+}
+
+uint8_t *tokenizer_pack(Arena *a, const char *dir, size_t *size) {
+    Pk pk = { .a = a }, *p = &pk;
+    p->path = path_join(a, dir, "tokenizer.json");
+    if (!file_exists(p->path)) return NULL;
+    json_load_file(a, &p->j, p->path);
+    Json *j = &p->j;
+    if (json_type(j, 0) != JSON_OBJECT) die_user(p->path, NULL, "expected a JSON object");
+
+    /* ---- model ---- */
+    int model = json_find(j, 0, "model");
+    if (json_type(j, model) != JSON_OBJECT) die_user(p->path, "model", "missing or not an object");
+    const char *mtype = type_of(p, model, "model.type");
+    if (strcmp(mtype, "BPE") != 0) die_user(p->path, "model.type", "\"%s\" is not supported yet (only BPE)", mtype);
+    int drop = json_find(j, model, "dropout");
+    double dv = 0;
+    if (drop >= 0 && !json_is_null(j, drop) && (!json_get_double(j, drop, &dv) || dv != 0))
+        die_user(p->path, "model.dropout", "BPE dropout is not supported");
+    if (!empty_or_null_str(p, model, "continuing_subword_prefix"))
+        die_user(p->path, "model.continuing_subword_prefix", "is not supported yet");
+    if (!empty_or_null_str(p, model, "end_of_word_suffix"))
+        die_user(p->path, "model.end_of_word_suffix", "is not supported yet");
+    bool byte_fallback = get_bool(p, model, "byte_fallback", false, "model");
+    bool fuse_unk = get_bool(p, model, "fuse_unk", false, "model");
+    bool ignore_merges = get_bool(p, model, "ignore_merges", false, "model");
+
+    int vocab = json_find(j, model, "vocab");
+    if (json_type(j, vocab) != JSON_OBJECT) die_user(p->path, "model.vocab", "missing or not an object");
+    int nv = json_size(j, vocab);
+    hash_init(a, &p->vocab, (size_t)nv);
+    int32_t maxid = -1;
+    const char **vs = ARENA_ARRAY(a, const char *, nv > 0 ? nv : 1);
+    size_t *vn = ARENA_ARRAY(a, size_t, nv > 0 ? nv : 1);
+    int32_t *vid = ARENA_ARRAY(a, int32_t, nv > 0 ? nv : 1);
+    int iv = 0;
+    for (int k = json_obj_first(j, vocab); k >= 0; k = json_obj_next(j, vocab, k), iv++) {
+        size_t n;
+        const char *s = str_or_die(p, k, "model.vocab", &n);
+        int64_t id;
+        if (!json_get_int64(j, k + 1, &id) || id < 0 || id >= (1 << 24))
+            die_user(p->path, "model.vocab", "\"%s\": id must be an integer in [0, 16777215]", s);
+        if (n == 0) die_user(p->path, "model.vocab", "empty token string");
+        if (hash_put(&p->vocab, s, n, (int32_t)id) >= 0) die_user(p->path, "model.vocab", "\"%s\" appears twice", s);
+        vs[iv] = s; vn[iv] = n; vid[iv] = (int32_t)id;
+        if (id > maxid) maxid = (int32_t)id;
+    }
+
+    /* ---- added tokens ---- */
+    int added = json_find(j, 0, "added_tokens");
+    int na = added < 0 || json_is_null(j, added) ? 0 : json_size(j, added);
+    if (added >= 0 && !json_is_null(j, added) && json_type(j, added) != JSON_ARRAY)
+        die_user(p->path, "added_tokens", "expected an array");
+    p->add_id = ARENA_ARRAY(a, int32_t, na + 1);
+    p->add_s = ARENA_ARRAY(a, char *, na + 1);
+    p->add_n = ARENA_ARRAY(a, size_t, na + 1);
+    p->add_special = ARENA_ARRAY(a, bool, na + 1);
+    for (int i = 0, k = added + 1; i < na; i++, k = json_next(j, k)) {
+        const char *key = arena_printf(a, "added_tokens[%d]", i);
+        if (json_type(j, k) != JSON_OBJECT) die_user(p->path, key, "expected an object");
+        int64_t id;
+        if (!json_get_int64(j, json_find(j, k, "id"), &id) || id < 0 || id >= (1 << 24))
+            die_user(p->path, arena_printf(a, "%s.id", key), "must be an integer in [0, 16777215]");
+        size_t n;
+        char *s = (char *)str_or_die(p, json_find(j, k, "content"), arena_printf(a, "%s.content", key), &n);
+        if (n == 0) die_user(p->path, arena_printf(a, "%s.content", key), "empty token");
+        p->add_id[p->nadd] = (int32_t)id; p->add_s[p->nadd] = s; p->add_n[p->nadd] = n;
+        p->add_special[p->nadd] = get_bool(p, k, "special", false, key);
+        p->nadd++;
+        if (id > maxid) maxid = (int32_t)id;
+    }
+    if (maxid < 0) die_user(p->path, "model.vocab", "empty vocabulary");
+    uint32_t ntok = (uint32_t)maxid + 1;
+
+    /* ---- normalizer ---- */
+    bool nfc = false, spm_norm = false;
+    int norm = json_find(j, 0, "normalizer");
+    if (norm >= 0 && !json_is_null(j, norm)) {
+        const char *nt = type_of(p, norm, "normalizer.type");
+        if (strcmp(nt, "NFC") == 0) nfc = true;
+        else if (strcmp(nt, "Sequence") == 0) {
+            int ns = json_find(j, norm, "normalizers");
+            int n0 = json_at(j, ns, 0), n1 = json_at(j, ns, 1);
+            bool ok = json_size(j, ns) == 2 && n0 >= 0 && n1 >= 0;
+            if (ok) {
+                int pre = json_find(j, n0, "prepend"), pat = json_find(j, json_find(j, n1, "pattern"), "String");
+                ok = strcmp(type_of(p, n0, "normalizer.normalizers[0]"), "Prepend") == 0 && json_str_eq(j, pre, SPM_SPACE) &&
+                     strcmp(type_of(p, n1, "normalizer.normalizers[1]"), "Replace") == 0 && json_str_eq(j, pat, " ") &&
+                     json_str_eq(j, json_find(j, n1, "content"), SPM_SPACE);
+            }
+            if (!ok) die_user(p->path, "normalizer.normalizers", "only [Prepend(\"\u2581\"), Replace(\" \" -> \"\u2581\")] is supported yet");
+            spm_norm = true;
+        } else die_user(p->path, "normalizer.type", "\"%s\" is not supported yet", nt);
+    }
+
+    /* ---- pre-tokenizer ---- */
+    bool byte_level = false;
+    uint32_t pre = TOK_PRE_NONE;
+    int pt = json_find(j, 0, "pre_tokenizer");
+    if (pt >= 0 && !json_is_null(j, pt)) {
+        const char *ptt = type_of(p, pt, "pre_tokenizer.type");
+        int bl = -1;
+        if (strcmp(ptt, "Sequence") == 0) {
+            int ps = json_find(j, pt, "pretokenizers");
+            int p0 = json_at(j, ps, 0), p1 = json_at(j, ps, 1);
+            if (json_size(j, ps) != 2 || strcmp(type_of(p, p0, "pre_tokenizer.pretokenizers[0].type"), "Split") != 0 ||
+                strcmp(type_of(p, p1, "pre_tokenizer.pretokenizers[1].type"), "ByteLevel") != 0)
+                die_user(p->path, "pre_tokenizer.pretokenizers", "only [Split(regex), ByteLevel] is supported yet");
+            const char *rk = "pre_tokenizer.pretokenizers[0].pattern.Regex";
+            int rx = json_find(j, json_find(j, p0, "pattern"), "Regex");
+            const char *re = str_or_die(p, rx, rk, NULL);
+            if (strcmp(re, QWEN2_RE) == 0) pre = TOK_PRE_QWEN2;
+            else if (strcmp(re, LLAMA3_RE) == 0) pre = TOK_PRE_LLAMA3;
+            else die_user(p->path, rk, "this pre-tokenizer regex is not supported yet (known: the Qwen2 and Llama 3 patterns)");
+            int beh = json_find(j, p0, "behavior");
+            if (beh >= 0 && !json_str_eq(j, beh, "Isolated"))
+                die_user(p->path, "pre_tokenizer.pretokenizers[0].behavior", "only \"Isolated\" is supported yet");
+            if (get_bool(p, p0, "invert", false, "pre_tokenizer.pretokenizers[0]"))
+                die_user(p->path, "pre_tokenizer.pretokenizers[0].invert", "true is not supported");
+            bl = p1;
+        } else if (strcmp(ptt, "ByteLevel") == 0) {
+            bl = pt;
+        } else die_user(p->path, "pre_tokenizer.type", "\"%s\" is not supported yet", ptt);
+        if (get_bool(p, bl, "add_prefix_space", false, "pre_tokenizer"))
+            die_user(p->path, "pre_tokenizer.add_prefix_space", "ByteLevel with add_prefix_space is not supported yet");
+        if (get_bool(p, bl, "use_regex", true, "pre_tokenizer"))
+            die_user(p->path, "pre_tokenizer.use_regex", "ByteLevel's built-in GPT-2 regex is not supported yet");
+        byte_level = true;
+    }
+    if (byte_level && spm_norm) die_user(p->path, "normalizer", "SentencePiece normalizer with a ByteLevel pre-tokenizer is not supported");
+
+    /* ---- decoder: only the Strip of SentencePiece matters ---- */
+    bool strip_lead = false;
+    int dec = json_find(j, 0, "decoder");
+    if (!byte_level && dec >= 0 && !json_is_null(j, dec)) {
+        int ds = json_find(j, dec, "decoders");
+        int k = ds + 1;
+        int nd = json_type(j, ds) == JSON_ARRAY ? json_size(j, ds) : 0;
+        for (int i = 0; i < nd; i++, k = json_next(j, k)) {
+            if (json_str_eq(j, json_find(j, k, "type"), "Strip")) {
+                int64_t st = 0;
+                json_get_int64(j, json_find(j, k, "start"), &st);
+                if (st > 1) die_user(p->path, "decoder.decoders", "Strip of more than one leading character is not supported");
+                strip_lead = st == 1;
+            }
+            if (json_str_eq(j, json_find(j, k, "type"), "ByteLevel"))
+                die_user(p->path, "decoder", "ByteLevel decoder without a ByteLevel pre-tokenizer is not supported");
+        }
+    }
+
+    /* ---- post-processor: BOS / EOS ---- */
+    int32_t bos = -1, eos = -1;
+    int pp = json_find(j, 0, "post_processor");
+    if (pp >= 0 && !json_is_null(j, pp)) {
+        const char *ppt = type_of(p, pp, "post_processor.type");
+        if (strcmp(ppt, "TemplateProcessing") == 0) template_single(p, pp, "post_processor", &bos, &eos);
+        else if (strcmp(ppt, "Sequence") == 0) {
+            int ps = json_find(j, pp, "processors");
+            int k = ps + 1;
+            for (int i = 0; i < json_size(j, ps); i++, k = json_next(j, k)) {
+                const char *key = arena_printf(a, "post_processor.processors[%d]", i);
+                const char *tt = type_of(p, k, key);
+                if (strcmp(tt, "TemplateProcessing") == 0) template_single(p, k, key, &bos, &eos);
+                else if (strcmp(tt, "ByteLevel") != 0) die_user(p->path, key, "post-processor \"%s\" is not supported yet", tt);
+            }
+        } else if (strcmp(ppt, "ByteLevel") != 0) die_user(p->path, "post_processor.type", "\"%s\" is not supported yet", ppt);
+    }
+    bool add_bos = bos >= 0, add_eos = eos >= 0;
+    int32_t cfg_bos = -1, cfg_eos = -1;
+    char *cpath = path_join(a, dir, "tokenizer_config.json");
+    if (file_exists(cpath)) {
+        Json cj;
+        json_load_file(a, &cj, cpath);
+        if (json_type(&cj, 0) != JSON_OBJECT) die_user(cpath, NULL, "expected a JSON object");
+        cfg_bos = config_token(p, &cj, cpath, "bos_token");
+        cfg_eos = config_token(p, &cj, cpath, "eos_token");
+        /* transformers' LlamaTokenizer(Fast) rebuilds the template from these flags */
+        int cls = json_find(&cj, 0, "tokenizer_class");
+        char *cn = json_get_str(a, &cj, cls, NULL);
+        if (cn && strstr(cn, "LlamaTokenizer")) {
+            bool v;
+            int t = json_find(&cj, 0, "add_bos_token");
+            if (t >= 0 && json_is_bool(&cj, t, &v)) add_bos = v;
+            t = json_find(&cj, 0, "add_eos_token");
+            if (t >= 0 && json_is_bool(&cj, t, &v)) add_eos = v;
+        }
+    }
+    if (bos < 0) bos = cfg_bos;
+    if (cfg_eos >= 0) eos = cfg_eos;
+    if (add_bos && bos < 0) die_user(cpath, "add_bos_token", "true but there is no bos_token");
+    if (add_eos && eos < 0) die_user(cpath, "add_eos_token", "true but there is no eos_token");
+
+    int32_t unk = -1;
+    int ut = json_find(j, model, "unk_token");
+    if (ut >= 0 && !json_is_null(j, ut)) {
+        size_t n;
+        const char *s = str_or_die(p, ut, "model.unk_token", &n);
+        unk = hash_get(&p->vocab, s, n);
+        if (unk < 0) die_user(p->path, "model.unk_token", "\"%s\" is not in model.vocab", s);
+    }
+
+    /* ---- per-id strings and flags ---- */
+    const char **ts = ARENA_ARRAY(a, const char *, ntok);
+    uint32_t *tn = ARENA_ARRAY(a, uint32_t, ntok);
+    uint8_t *tf = ARENA_ARRAY(a, uint8_t, ntok);
+    int16_t unmap[324];
+    gpt2_unmap_table(unmap);
+    for (int i = 0; i < nv; i++) {
+        int32_t id = vid[i];
+        if (tf[id]) die_user(p->path, "model.vocab", "id %d is used twice", id);
+        const char *s = vs[i]; size_t n = vn[i];
+        if (byte_level) {
+            char *o = arena_alloc(a, n);
+            size_t on;
+            if (gpt2_unmap(unmap, s, n, o, &on)) { s = o; n = on; }
+        }
+        ts[id] = s; tn[id] = (uint32_t)n; tf[id] = TOKT_VOCAB;
+    }
+    for (int i = 0; i < p->nadd; i++) {
+        int32_t id = p->add_id[i];
+        uint8_t f = TOKT_ADDED | (p->add_special[i] ? TOKT_SPECIAL : 0);
+        /* an added token that is also in model.vocab stays visible to BPE only with the same text */
+        int32_t vhit = hash_get(&p->vocab, p->add_s[i], p->add_n[i]);
+        if (vhit == id) f |= TOKT_VOCAB;
+        if (tf[id] & TOKT_ADDED) die_user(p->path, "added_tokens", "id %d is used twice", id);
+        ts[id] = p->add_s[i]; tn[id] = (uint32_t)p->add_n[i]; tf[id] = f;
+    }
+    if (byte_level) {
+        bool have[256] = {0};
+        for (uint32_t i = 0; i < ntok; i++) if (tn[i] == 1 && (tf[i] & TOKT_VOCAB)) have[(uint8_t)ts[i][0]] = true;
+        for (int b = 0; b < 256; b++)
+            if (!have[b]) die_user(p->path, "model.vocab", "byte-level vocabulary lacks the token for byte 0x%02X", b);
+    }
+
+    /* ---- merges ---- */
+    int merges = json_find(j, model, "merges");
+    if (json_type(j, merges) != JSON_ARRAY) die_user(p->path, "model.merges", "missing or not an array");
+    int nm = json_size(j, merges);
+    uint32_t *mg = ARENA_ARRAY(a, uint32_t, 3 * (size_t)(nm > 0 ? nm : 1));
+    Str cat = {0};
+    for (int i = 0, k = merges + 1; i < nm; i++, k = json_next(j, k)) {
+        const char *ms, *as, *bs; size_t an, bn, mn;
+        if (json_type(j, k) == JSON_STRING) {
+            ms = json_get_str(a, j, k, &mn);
+            const char *sp = memchr(ms, ' ', mn);
+            if (!sp) die_user(p->path, arena_printf(a, "model.merges[%d]", i), "\"%s\" is not \"left right\"", ms);
+            as = ms; an = (size_t)(sp - ms); bs = sp + 1; bn = mn - an - 1;
+        } else if (json_type(j, k) == JSON_ARRAY && json_size(j, k) == 2) {
+            as = json_get_str(a, j, k + 1, &an);
+            bs = json_get_str(a, j, json_next(j, k + 1), &bn);
+            if (!as || !bs) die_user(p->path, arena_printf(a, "model.merges[%d]", i), "expected two strings");
+        } else die_user(p->path, arena_printf(a, "model.merges[%d]", i), "expected \"left right\" or [left, right]");
+        int32_t ia = hash_get(&p->vocab, as, an), ib = hash_get(&p->vocab, bs, bn);
+        cat.len = 0;
+        str_append(&cat, as, an); str_append(&cat, bs, bn);
+        int32_t ic = hash_get(&p->vocab, cat.s, cat.len);
+        if (ia < 0 || ib < 0 || ic < 0)
+            die_user(p->path, arena_printf(a, "model.merges[%d]", i), "\"%.*s\" + \"%.*s\": %s is not in model.vocab",
+                     (int)an, as, (int)bn, bs, ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token");
+        mg[3 * i] = (uint32_t)ia; mg[3 * i + 1] = (uint32_t)ib; mg[3 * i + 2] = (uint32_t)ic;
+    }
+    str_free(&cat);
+
+    /* ---- write ---- */
+    uint64_t pool = 0;
+    for (uint32_t i = 0; i < ntok; i++) pool += tn[i];
+    uint64_t total = TOK_HEADER_SIZE + 4ull * (ntok + 1) + ntok + 9ull * (uint64_t)nm + pool;
+    if (total > 0x7FFFFFFFull) die_user(p->path, "model.vocab", "tokenizer too large to pack");
+    uint8_t *blob = arena_alloc(a, (size_t)total), *w = blob;
+#define PUT32(v) do { uint32_t _v = (uint32_t)(v); w[0] = (uint8_t)_v; w[1] = (uint8_t)(_v >> 8); w[2] = (uint8_t)(_v >> 16); w[3] = (uint8_t)(_v >> 24); w += 4; } while (0)
+#define PUT24(v) do { uint32_t _v = (uint32_t)(v); w[0] = (uint8_t)_v; w[1] = (uint8_t)(_v >> 8); w[2] = (uint8_t)(_v >> 16); w += 3; } while (0)
+    uint32_t flags = (nfc ? TOKF_NFC : 0) | (ignore_merges ? TOKF_IGNORE_MERGES : 0) | (add_bos ? TOKF_ADD_BOS : 0) |
+                     (add_eos ? TOKF_ADD_EOS : 0) | (byte_fallback ? TOKF_BYTE_FALLBACK : 0) | (spm_norm ? TOKF_SPM_NORM : 0) |
+                     (fuse_unk ? TOKF_FUSE_UNK : 0) | (strip_lead ? TOKF_STRIP_LEAD : 0);
+    PUT32(TOK_MAGIC); PUT32(TOK_VERSION); PUT32(byte_level ? TOK_MODEL_BYTELEVEL : TOK_MODEL_SPM); PUT32(flags);
+    PUT32(pre); PUT32(bos); PUT32(eos); PUT32(unk);
+    PUT32(ntok); PUT32(nm); PUT32(pool); PUT32(0);
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < ntok; i++) { PUT32(off); off += tn[i]; }
+    PUT32(off);
+    memcpy(w, tf, ntok); w += ntok;
+    for (int i = 0; i < nm; i++) { PUT24(mg[3 * i]); PUT24(mg[3 * i + 1]); PUT24(mg[3 * i + 2]); }
+    for (uint32_t i = 0; i < ntok; i++) { if (tn[i]) memcpy(w, ts[i], tn[i]); w += tn[i]; }
+#undef PUT32
+#undef PUT24
+    CHECK((uint64_t)(w - blob) == total, "tokenizer blob size");
+    *size = (size_t)total;
+    return blob;
+}

@@ -1,0 +1,14 @@
+/* tokenizer_pack.h: tokenizer.json (+ tokenizer_config.json) -> the packed
+ * blob that runtime/tokenizer.c reads (format: runtime/tokenizer.h). */
+#ifndef LLMCC_TOKENIZER_PACK_H
+#define LLMCC_TOKENIZER_PACK_H
+#include "util.h"
+
+/* Returns the blob (in the arena) and its size, or NULL when DIR has no
+ * tokenizer.json. Unsupported or malformed input is a user error. */
+uint8_t *tokenizer_pack(Arena *a, const char *dir, size_t *size);
+
+/* llmcc tokenize / detokenize (compiler/cmd_tokenize.c). */
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+#endif

@@ -1,0 +1,39 @@
+/* payload_rt.h: finding, mapping and checking the payload (weights +
+ * tokenizer) that append_payload put at the end of the executable.
+ * Layout in payload.h. LLMCC_PAYLOAD=path maps a bare payload.bin instead
+ * (tests, debugging; no footer, so no checksum). */
+#ifndef LLMCC_PAYLOAD_RT_H
+#define LLMCC_PAYLOAD_RT_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "payload.h"
+
+typedef struct {
+    const uint8_t *base;          /* payload start (PAYLOAD_ALIGN-aligned mapping) */
+    uint64_t size;                /* payload bytes */
+    const PayloadHeader *hdr;
+    const PayloadTensor *tensors; /* hdr->n_tensors entries */
+    const uint8_t *tok_blob;      /* NULL when tok_size is 0 */
+    uint64_t tok_size;
+    bool has_footer;              /* false for LLMCC_PAYLOAD */
+    uint64_t checksum;            /* the footer's, when has_footer */
+    char path[4096];              /* the file mapped */
+} Payload;
+
+/* Maps and checks the payload (cheap checks only: footer, header, bounds of
+ * the table, the tokenizer blob and every tensor). argv0 is the fallback
+ * when /proc/self/exe cannot be opened. Returns NULL on success, else a
+ * one-line message (static storage). */
+const char *payload_open(Payload *p, const char *argv0);
+/* Full check: FNV-1a 64 of every payload byte against the footer. Returns
+ * NULL when it matches (or, without a footer, always), else a message.
+ * *sum gets the computed checksum when sum is not NULL. */
+const char *payload_verify(const Payload *p, uint64_t *sum);
+void payload_close(Payload *p);
+
+#define FNV1A64_INIT 0xcbf29ce484222325ull
+uint64_t fnv1a64(uint64_t h, const void *data, size_t n);
+const char *payload_dtype_name(uint32_t dtype);
+size_t payload_dtype_size(uint32_t dtype);   /* 0 for an unknown dtype */
+#endif

@@ -1,0 +1,551 @@
+/* run.c: main() of an llmcc-built executable. Maps the payload appended to
+ * the executable, binds the weights to the generated model code
+ * (model_api.h), encodes the prompt, runs prefill in chunks of max_batch,
+ * then samples one token at a time and streams the text.
+ * Errors: one line "NAME: what is wrong" on stderr, exit status 1. */
+#include "model_api.h"
+#include "payload_rt.h"
+#include "tokenizer.h"
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_MAX_NEW 256
+
+/* ---------------------------------------------------------------- state */
+/* Everything lives in one global so an error exit leaves nothing unreachable. */
+static struct {
+    const char *name;
+    Payload pl;
+    Model *model;
+    Tokenizer *tok;
+    int32_t *ids;          /* prompt + generated */
+    int n_ids, cap_ids;
+    float *logits, *work;
+    struct Cand *cand;
+    unsigned char *seen;   /* repetition penalty: ids already in the history */
+    int32_t *uniq; int n_uniq;
+    FILE *logits_f;
+    char *outbuf;
+    uint64_t rng;
+} G;
+
+static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static _Noreturn void die(const char *fmt, ...) {
+    fflush(stdout);
+    fprintf(stderr, "%s: ", G.name);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---------------------------------------------------------------- output */
+static void out_check(int failed) {
+    if (!failed) return;
+    if (errno == EPIPE) exit(0);   /* the reader went away (| head): stop quietly */
+    int e = errno;
+    fprintf(stderr, "%s: cannot write the output: %s\n", G.name, e ? strerror(e) : "write error");
+    exit(1);
+}
+static void out_write(const void *p, size_t n) {
+    if (!n) return;
+    errno = 0;
+    out_check(fwrite(p, 1, n, stdout) != n);
+}
+static void out_flush(void) {
+    errno = 0;
+    out_check(fflush(stdout) != 0);
+}
+
+/* ---------------------------------------------------------------- options */
+typedef struct {
+    const char *prompt, *prompt_ids, *logits_path;
+    long max_new; bool has_n;
+    float temperature, top_p, min_p, rep;
+    int top_k;
+    unsigned long long seed; bool has_seed;
+    bool ids, stats, info, verify;
+    int ctx;
+} Opts;
+
+static void usage(void) {
+    const ModelInfo *mi = &model_info;
+    printf("usage: %s [options]\n"
+           "Runs %s (%s, %s), weights and tokenizer built in.\n\n"
+           "  --prompt TEXT, -p TEXT  text to continue (BOS added as the tokenizer says)\n"
+           "  --prompt-ids 1,2,3      token ids to continue, used as given\n"
+           "  -n, --max-tokens N      new tokens at most (default: until EOS or the context end,\n"
+           "                          at most %d; -1: no cap)\n"
+           "  --temperature F         0: greedy (default %g)\n"
+           "  --top-k N               0: off (default %d)\n"
+           "  --top-p F               1: off (default %g)\n"
+           "  --min-p F               0: off (default %g)\n"
+           "  --repeat-penalty F      1: off (default %g)\n"
+           "  --seed N                sampling seed (default: from the clock)\n"
+           "  --ids                   print the generated ids, not text\n"
+           "  --logits PATH           write the logits of each generated token (f32, %d per token)\n"
+           "  --stats                 timings on stderr\n"
+           "  --ctx N                 KV-cache length (default and most: %d)\n"
+           "  --info                  describe the model and exit\n"
+           "  --verify                check the built-in payload's checksum and exit\n"
+           "  -h, --help              this text\n",
+           mi->name, mi->name, mi->architecture, mi->target, DEFAULT_MAX_NEW,
+           mi->temperature, mi->top_k, mi->top_p, mi->min_p, mi->repetition_penalty,
+           mi->vocab_size, mi->max_ctx);
+}
+
+static long parse_int(const char *flag, const char *s, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi)
+        die("%s: '%s' is not a whole number in %ld..%ld", flag, s, lo, hi);
+    return v;
+}
+static float parse_float(const char *flag, const char *s, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !(v >= lo && v <= hi))
+        die("%s: '%s' is not a number in %g..%g", flag, s, lo, hi);
+    return (float)v;
+}
+
+static void parse_args(int argc, char **argv, Opts *o) {
+    const ModelInfo *mi = &model_info;
+    memset(o, 0, sizeof *o);
+    o->temperature = mi->temperature;
+    o->top_p = mi->top_p;
+    o->min_p = mi->min_p;
+    o->rep = mi->repetition_penalty;
+    o->top_k = mi->top_k;
+    o->ctx = mi->max_ctx;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = NULL;
+        char flag[64];
+        if (a[0] != '-' || a[1] == 0) die("unexpected argument '%s' (the prompt goes after --prompt; see --help)", a);
+        const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
+        size_t fl = eq ? (size_t)(eq - a) : strlen(a);
+        if (fl >= sizeof flag) fl = sizeof flag - 1;
+        memcpy(flag, a, fl);
+        flag[fl] = 0;
+        if (eq) val = eq + 1;
+#define IS(s) (strcmp(flag, s) == 0)
+#define NOVAL() do { if (val) die("%s takes no value", flag); } while (0)
+#define VAL() (val ? val : (i + 1 < argc ? argv[++i] : (die("%s needs a value", flag), "")))
+        if (IS("-h") || IS("--help")) { NOVAL(); usage(); out_flush(); exit(0); }
+        else if (IS("--prompt") || IS("-p")) o->prompt = VAL();
+        else if (IS("--prompt-ids")) o->prompt_ids = VAL();
+        else if (IS("-n") || IS("--max-tokens")) { o->max_new = parse_int(flag, VAL(), -1, 1L << 30); o->has_n = true; }
+        else if (IS("--temperature")) o->temperature = parse_float(flag, VAL(), 0, 1e6);
+        else if (IS("--top-k")) o->top_k = (int)parse_int(flag, VAL(), 0, 1L << 30);
+        else if (IS("--top-p")) o->top_p = parse_float(flag, VAL(), 1e-9, 1);
+        else if (IS("--min-p")) o->min_p = parse_float(flag, VAL(), 0, 1);
+        else if (IS("--repeat-penalty")) o->rep = parse_float(flag, VAL(), 1e-6, 1e6);
+        else if (IS("--seed")) {
+            const char *s = VAL();
+            char *end;
+            errno = 0;
+            o->seed = strtoull(s, &end, 10);
+            if (!*s || *end || errno || s[0] == '-') die("%s: '%s' is not a whole number >= 0", flag, s);
+            o->has_seed = true;
+        }
+        else if (IS("--ids")) { NOVAL(); o->ids = true; }
+        else if (IS("--logits")) o->logits_path = VAL();
+        else if (IS("--stats")) { NOVAL(); o->stats = true; }
+        else if (IS("--info")) { NOVAL(); o->info = true; }
+        else if (IS("--ctx")) o->ctx = (int)parse_int(flag, VAL(), 1, mi->max_ctx);
+        else if (IS("--verify")) { NOVAL(); o->verify = true; }
+        else die("unknown option '%s' (see --help)", a);
+#undef IS
+#undef NOVAL
+#undef VAL
+    }
+    if (o->prompt && o->prompt_ids) die("give --prompt or --prompt-ids, not both");
+}
+
+/* ---------------------------------------------------------------- sampling */
+typedef struct Cand { int id; float v; } Cand;
+
+static uint32_t rng_u32(void) {   /* xorshift64* */
+    G.rng ^= G.rng >> 12;
+    G.rng ^= G.rng << 25;
+    G.rng ^= G.rng >> 27;
+    return (uint32_t)((G.rng * 0x2545F4914F6CDD1Dull) >> 32);
+}
+static void rng_seed(unsigned long long seed) {   /* splitmix64 of the seed, never 0 */
+    uint64_t z = (uint64_t)seed + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    G.rng = z ? z : 1;
+}
+static double rng_unit(void) { return (rng_u32() >> 8) / 16777216.0; }   /* [0, 1) */
+
+static int cand_desc(const void *a, const void *b) {
+    const Cand *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return x->id - y->id;
+}
+
+static void heap_down(Cand *h, int n, int i) {   /* min-heap on v */
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && h[l].v < h[m].v) m = l;
+        if (r < n && h[r].v < h[m].v) m = r;
+        if (m == i) return;
+        Cand t = h[i]; h[i] = h[m]; h[m] = t;
+        i = m;
+    }
+}
+
+static void history_add(int32_t id, int vocab) {
+    G.ids[G.n_ids++] = id;
+    if (id >= 0 && id < vocab && !G.seen[id]) { G.seen[id] = 1; G.uniq[G.n_uniq++] = id; }
+}
+
+/* Hugging Face order: repetition penalty, temperature, top-k, top-p, min-p. */
+static int sample(const Opts *o, const float *logits, int V) {
+    float *w = G.work;
+    for (int i = 0; i < V; i++) w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+    if (o->rep != 1.0f)
+        for (int j = 0; j < G.n_uniq; j++) {
+            float *x = &w[G.uniq[j]];
+            *x = *x > 0 ? *x / o->rep : *x * o->rep;
+        }
+    if (o->temperature <= 0 || o->top_k == 1) {
+        int best = 0;
+        for (int i = 1; i < V; i++) if (w[i] > w[best]) best = i;
+        return best;
+    }
+    Cand *c = G.cand;
+    int n = V;
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++) {
+        c[i].id = i;
+        c[i].v = w[i] / o->temperature;
+        if (c[i].v > mx) mx = c[i].v;
+    }
+    if (mx == -INFINITY) return 0;
+    if (o->top_k > 0 && o->top_k < n) {
+        /* the k-th largest value; every token scoring at least that stays (ties too) */
+        int k = o->top_k;
+        Cand *tmp = malloc((size_t)k * sizeof *tmp);
+        if (!tmp) die("out of memory");
+        memcpy(tmp, c, (size_t)k * sizeof *tmp);
+        for (int i = k / 2 - 1; i >= 0; i--) heap_down(tmp, k, i);
+        for (int i = k; i < n; i++)
+            if (c[i].v > tmp[0].v) { tmp[0] = c[i]; heap_down(tmp, k, 0); }
+        float kth = tmp[0].v;
+        free(tmp);
+        int m = 0;
+        for (int i = 0; i < n; i++) if (c[i].v >= kth) c[m++] = c[i];
+        n = m;
+    }
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)c[i].v - mx);
+    if (o->top_p < 1.0f) {
+        /* tokens below (1-p)/(n-1) of the mass can never be in the nucleus: drop before sorting */
+        if (n > 1) {
+            double cut = (1.0 - o->top_p) / (n - 1) * sum;
+            int m = 0;
+            for (int i = 0; i < n; i++) if (exp((double)c[i].v - mx) >= cut) c[m++] = c[i];
+            n = m;
+        }
+        qsort(c, (size_t)n, sizeof *c, cand_desc);
+        double cum = 0, lim = o->top_p * sum;
+        int m = 0;
+        while (m < n && (m == 0 || cum < lim)) { cum += exp((double)c[m].v - mx); m++; }
+        n = m;
+    }
+    if (o->min_p > 0) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (exp((double)c[i].v - mx) >= o->min_p || c[i].v == mx) c[m++] = c[i];
+        n = m;
+    }
+    double tot = 0;
+    for (int i = 0; i < n; i++) tot += exp((double)c[i].v - mx);
+    double r = rng_unit() * tot, acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc += exp((double)c[i].v - mx);
+        if (r < acc) return c[i].id;
+    }
+    return c[n - 1].id;
+}
+
+/* ---------------------------------------------------------------- pieces */
+static void check_tensors(void) {
+    const ModelInfo *mi = &model_info;
+    const PayloadHeader *h = G.pl.hdr;
+    if ((int)h->n_tensors != mi->n_tensors)
+        die("the executable is truncated or damaged (payload holds %u tensors, the model expects %d)",
+            h->n_tensors, mi->n_tensors);
+    for (int i = 0; i < mi->n_tensors; i++)
+        if (strcmp(G.pl.tensors[i].name, mi->tensor_names[i]) != 0)
+            die("the executable is truncated or damaged (payload tensor %d is '%s', the model expects '%s')",
+                i, G.pl.tensors[i].name, mi->tensor_names[i]);
+}
+
+static double mib(size_t b) { return b / 1048576.0; }
+
+static void print_info(int ctx) {
+    const ModelInfo *mi = &model_info;
+    const PayloadHeader *h = G.pl.hdr;
+    printf("name: %s\narchitecture: %s\ntarget: %s\n", mi->name, mi->architecture, mi->target);
+    printf("vocab size: %d\nhidden size: %d\nintermediate size: %d\nlayers: %d\n",
+           mi->vocab_size, mi->hidden_size, mi->intermediate_size, mi->n_layers);
+    printf("heads: %d\nkv heads: %d\nhead dim: %d\n", mi->n_heads, mi->n_kv_heads, mi->head_dim);
+    printf("context: %d (compiled: %d)\nmax batch: %d\n", ctx, mi->max_ctx, mi->max_batch);
+    printf("bos id: %d\neos ids:", mi->bos_id);
+    for (int i = 0; i < mi->n_eos; i++) printf(" %d", mi->eos_ids[i]);
+    printf("\nsampling defaults: temperature %g, top-k %d, top-p %g, min-p %g, repetition penalty %g\n",
+           mi->temperature, mi->top_k, mi->top_p, mi->min_p, mi->repetition_penalty);
+    uint64_t cnt[4] = {0}, bytes[4] = {0}, total = 0;
+    for (uint32_t i = 0; i < h->n_tensors; i++) {
+        uint32_t d = G.pl.tensors[i].dtype;
+        if (d < 4) { cnt[d]++; bytes[d] += G.pl.tensors[i].nbytes; }
+        total += G.pl.tensors[i].nbytes;
+    }
+    printf("weights: %u tensors, %.1f MiB:", h->n_tensors, mib(total));
+    for (uint32_t d = 0; d < 4; d++)
+        if (cnt[d]) printf(" %s (%llu tensors, %.1f MiB)", payload_dtype_name(d), (unsigned long long)cnt[d], mib(bytes[d]));
+    printf("\ntokenizer: %s (%llu bytes)\n", G.tok ? "built in" : "none", (unsigned long long)G.pl.tok_size);
+    printf("payload: %llu bytes (%.1f MiB)%s\n", (unsigned long long)G.pl.size, mib(G.pl.size),
+           G.pl.has_footer ? "" : ", from LLMCC_PAYLOAD");
+    const char *err = model_init(&G.model, G.pl.tensors, G.pl.base, ctx);
+    if (err) {
+        printf("memory: unknown (%s)\n", err);
+        G.model = NULL;
+    } else {
+        size_t wb = 0, kv = 0, act = 0;
+        size_t tot = model_memory_bytes(G.model, &wb, &kv, &act);
+        printf("memory: %.1f MiB (weights %.1f MiB, kv cache %.1f MiB, activations %.1f MiB)\n",
+               mib(tot), mib(wb), mib(kv), mib(act));
+    }
+    out_flush();
+}
+
+static int parse_ids(const char *s, int vocab, int32_t **out) {
+    int n = 0, cap = 16;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    if (!v) die("out of memory");
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || (*end && *end != ',' && *end != ' ' && *end != '\t' && *end != '\n')) {
+            free(v);
+            die("--prompt-ids: '%s' is not a list of ids like 1,2,3", s);
+        }
+        if (x < 0 || x >= vocab) {
+            free(v);
+            die("--prompt-ids: id %ld is outside the vocabulary (0..%d)", x, vocab - 1);
+        }
+        if (n == cap) {
+            cap *= 2;
+            int32_t *nv = realloc(v, (size_t)cap * sizeof *v);
+            if (!nv) { free(v); die("out of memory"); }
+            v = nv;
+        }
+        v[n++] = (int32_t)x;
+        p = end;
+    }
+    if (n == 0) { free(v); die("--prompt-ids: no ids given"); }
+    *out = v;
+    return n;
+}
+
+static bool is_eos(int id) {
+    for (int i = 0; i < model_info.n_eos && i < MODEL_MAX_EOS; i++)
+        if (model_info.eos_ids[i] == id) return true;
+    return false;
+}
+
+static void cleanup(void) {
+    if (G.model) model_free(G.model);
+    G.model = NULL;
+    if (G.tok) tokenizer_free(G.tok);
+    G.tok = NULL;
+    if (G.logits_f) fclose(G.logits_f);
+    G.logits_f = NULL;
+    free(G.ids); free(G.logits); free(G.work); free(G.cand); free(G.seen); free(G.uniq); free(G.outbuf);
+    G.outbuf = NULL;
+    G.ids = NULL; G.logits = G.work = NULL; G.cand = NULL; G.seen = NULL; G.uniq = NULL;
+    payload_close(&G.pl);
+}
+
+/* ---------------------------------------------------------------- main */
+int main(int argc, char **argv) {
+    const ModelInfo *mi = &model_info;
+    G.name = mi->name && *mi->name ? mi->name : "llmcc";
+    signal(SIGPIPE, SIG_IGN);
+    Opts o;
+    parse_args(argc, argv, &o);
+    const int V = mi->vocab_size;
+    if (V <= 0) die("the model has no vocabulary");
+
+    const char *err = payload_open(&G.pl, argv[0]);
+    if (err) die("%s", err);
+    if (o.verify) {
+        uint64_t sum = 0;
+        err = payload_verify(&G.pl, &sum);
+        if (err) die("%s", err);
+        printf("%s: payload ok (%llu bytes, checksum %016llx%s)\n", G.name, (unsigned long long)G.pl.size,
+               (unsigned long long)sum, G.pl.has_footer ? "" : ", no footer to compare with");
+        out_flush();
+        cleanup();
+        return 0;
+    }
+    check_tensors();
+    if (G.pl.tok_size) {
+        err = tokenizer_load(&G.tok, G.pl.tok_blob, (size_t)G.pl.tok_size);
+        if (err) { G.tok = NULL; die("the built-in tokenizer: %s", err); }
+    }
+    if (o.info) {
+        print_info(o.ctx);
+        cleanup();
+        return 0;
+    }
+    if (!G.tok && !o.ids) die("this executable has no tokenizer: give --prompt-ids and --ids");
+    if (!G.tok && o.prompt) die("this executable has no tokenizer: give --prompt-ids, not --prompt");
+
+    /* the prompt */
+    int32_t *pids = NULL;
+    int np;
+    if (o.prompt_ids) np = parse_ids(o.prompt_ids, V, &pids);
+    else if (G.tok) {
+        const char *text = o.prompt ? o.prompt : "";
+        np = tokenizer_encode(G.tok, text, strlen(text), true, &pids);
+        if (np <= 0) {
+            free(pids);
+            die("the prompt is empty and this model adds no BOS token: give a --prompt");
+        }
+        for (int i = 0; i < np; i++)
+            if (pids[i] < 0 || pids[i] >= V) {
+                int bad = pids[i];
+                free(pids);
+                die("the tokenizer gave id %d, outside the model's vocabulary (0..%d)", bad, V - 1);
+            }
+    } else {
+        if (mi->bos_id < 0) die("no prompt: give --prompt-ids");
+        pids = malloc(sizeof *pids);
+        if (!pids) die("out of memory");
+        pids[0] = mi->bos_id;
+        np = 1;
+    }
+    const int ctx = o.ctx;
+    if (np > ctx) {
+        free(pids);
+        die("the prompt is %d tokens, longer than the context (%d tokens%s)", np, ctx,
+            ctx < mi->max_ctx ? "; see --ctx" : "");
+    }
+    long room = ctx - np;
+    long max_new = o.has_n ? (o.max_new < 0 || o.max_new > room ? room : o.max_new)
+                           : (room < DEFAULT_MAX_NEW ? room : DEFAULT_MAX_NEW);
+
+    G.cap_ids = np + (int)max_new;
+    G.ids = malloc((size_t)G.cap_ids * sizeof *G.ids);
+    G.seen = calloc((size_t)V, 1);
+    G.uniq = malloc((size_t)V * sizeof *G.uniq);
+    G.logits = malloc((size_t)V * sizeof *G.logits);
+    G.work = malloc((size_t)V * sizeof *G.work);
+    G.cand = malloc((size_t)V * sizeof *G.cand);
+    if (!G.ids || !G.seen || !G.uniq || !G.logits || !G.work || !G.cand) { free(pids); die("out of memory"); }
+    for (int i = 0; i < np; i++) history_add(pids[i], V);
+    free(pids);
+    rng_seed(o.has_seed ? o.seed
+                        : (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32) ^
+                          (unsigned long long)(now_s() * 1e9));
+    if (o.logits_path) {
+        G.logits_f = fopen(o.logits_path, "wb");
+        if (!G.logits_f) die("--logits %s: %s", o.logits_path, strerror(errno));
+    }
+
+    err = model_init(&G.model, G.pl.tensors, G.pl.base, ctx);
+    if (err) { G.model = NULL; die("%s", err); }
+
+    /* echo the prompt through the same streaming decoder as the continuation */
+    TokDecoder dec;
+    size_t cap = 1024;
+    if (G.tok && tokenizer_max_piece_bytes(G.tok) + 64 > cap) cap = tokenizer_max_piece_bytes(G.tok) + 64;
+    char *buf = G.outbuf = malloc(cap);
+    if (!buf) die("out of memory");
+    if (!o.ids) {
+        tokdec_init(&dec, G.tok, false);
+        for (int i = 0; i < np; i++) out_write(buf, tokdec_push(&dec, G.ids[i], buf, cap));
+        out_flush();
+    }
+
+    /* prefill */
+    double t0 = now_s();
+    int mb = mi->max_batch > 0 ? mi->max_batch : 1;
+    for (int off = 0; off < np; off += mb) {
+        int k = np - off < mb ? np - off : mb;
+        model_forward(G.model, G.ids + off, k, off, G.logits);
+    }
+    double t_prefill = now_s() - t0, t_first = 0, t_decode = 0;
+    int n_gen = 0, n_decode = 0;
+
+    /* decode */
+    int pos = np;
+    while (n_gen < max_new) {
+        int tok = sample(&o, G.logits, V);
+        if (n_gen == 0) t_first = now_s() - t0;
+        if (is_eos(tok)) break;
+        if (G.logits_f && fwrite(G.logits, sizeof(float), (size_t)V, G.logits_f) != (size_t)V)
+            die("--logits %s: %s", o.logits_path, strerror(errno));
+        history_add(tok, V);
+        n_gen++;
+        if (o.ids) {
+            int l = snprintf(buf, cap, n_gen > 1 ? " %d" : "%d", tok);
+            out_write(buf, (size_t)l);
+        } else {
+            out_write(buf, tokdec_push(&dec, tok, buf, cap));
+        }
+        out_flush();
+        if (n_gen >= max_new) break;
+        double t1 = now_s();
+        model_forward(G.model, G.ids + pos, 1, pos, G.logits);
+        t_decode += now_s() - t1;
+        n_decode++;
+        pos++;
+    }
+    if (!o.ids) out_write(buf, tokdec_flush(&dec, buf, cap));
+    out_write("\n", 1);
+    out_flush();
+    if (G.logits_f) {
+        FILE *f = G.logits_f;
+        G.logits_f = NULL;
+        if (fclose(f) != 0) die("--logits %s: %s", o.logits_path, strerror(errno));
+    }
+    if (o.stats) {
+        fprintf(stderr, "prompt tokens: %d\n", np);
+        fprintf(stderr, "prompt: %.2f tok/s (%.1f ms)\n", t_prefill > 0 ? np / t_prefill : 0.0, t_prefill * 1e3);
+        fprintf(stderr, "generated tokens: %d\n", n_gen);
+        fprintf(stderr, "decode: %.2f tok/s (%d steps, %.1f ms)\n", t_decode > 0 ? n_decode / t_decode : 0.0,
+                n_decode, t_decode * 1e3);
+        if (max_new > 0) fprintf(stderr, "time to first token: %.1f ms\n", t_first * 1e3);
+    }
+    cleanup();
+    return 0;
+}

@@ -1,0 +1,640 @@
+/* tokenizer.c: encoder/decoder over the packed blob (format in tokenizer.h).
+ * Needs only libc and utf8proc because it is linked into both the compiler
+ * and every emitted binary. Parity target: Hugging Face `tokenizers`.
+ *  - added tokens are split out first (leftmost-longest, raw text);
+ *  - byte-level: NFC, then the Qwen2 / Llama 3 Split regex as a hand-written
+ *    scanner (the regex has one lookahead, \s+(?!\S); a scanner over Unicode
+ *    categories is exact and far faster than a regex engine), then BPE over
+ *    raw bytes (the GPT-2 byte map is undone at pack time);
+ *  - SentencePiece-style: Prepend/Replace normalizer, BPE over characters,
+ *    byte fallback to <0xNN>, unk.
+ * The blob is validated once at load; afterwards ids and offsets are trusted. */
+#include "tokenizer.h"
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+struct Tokenizer {
+    uint32_t model, flags, pre;
+    int32_t bos, eos, unk;
+    uint32_t n, nmerge;
+    uint32_t *off;              /* n+1 native copies of the offsets */
+    const uint8_t *tflag, *pool;
+    uint32_t *mleft, *mright, *mres;
+    uint32_t *vslot; uint32_t vmask;            /* vocab hash: id, or UINT32_MAX */
+    uint64_t *mkey; uint32_t *mrank; uint32_t mmask;   /* merge hash */
+    int32_t byte_id[256];       /* byte-level: single-byte token; SPM: <0xNN> */
+    uint32_t *added; uint32_t nadded;   /* added ids by first byte, longest first */
+    uint32_t afirst[257];
+    size_t maxlen;
+};
+
+#define NONE UINT32_MAX
+
+static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint32_t rd24(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16; }
+
+static uint64_t hash_bytes(const uint8_t *s, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    while (n >= 8) { uint64_t w; memcpy(&w, s, 8); h = (h ^ w) * 0xFF51AFD7ED558CCDull; h ^= h >> 32; s += 8; n -= 8; }
+    uint64_t w = 0;
+    for (size_t i = 0; i < n; i++) w |= (uint64_t)s[i] << (8 * i);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    return h ^ (h >> 29);
+}
+static uint64_t hash_u64(uint64_t k) { k *= 0x9E3779B97F4A7C15ull; return k ^ (k >> 31); }
+
+static uint32_t pow2_at_least(uint64_t n) { uint32_t p = 16; while (p < n) p <<= 1; return p; }
+
+/* Model-vocabulary lookup (added tokens that are not in model.vocab are not
+ * found: BPE must not see them, as in HF). */
+static int32_t vocab_find(const Tokenizer *t, const uint8_t *s, size_t n) {
+    for (uint32_t i = (uint32_t)hash_bytes(s, n) & t->vmask;; i = (i + 1) & t->vmask) {
+        uint32_t id = t->vslot[i];
+        if (id == NONE) return -1;
+        if (t->off[id + 1] - t->off[id] == n && memcmp(t->pool + t->off[id], s, n) == 0) return (int32_t)id;
+    }
+}
+static uint32_t merge_rank(const Tokenizer *t, uint32_t a, uint32_t b) {
+    uint64_t k = (uint64_t)a << 32 | b;
+    for (uint32_t i = (uint32_t)hash_u64(k) & t->mmask;; i = (i + 1) & t->mmask) {
+        uint32_t r = t->mrank[i];
+        if (r == NONE) return NONE;
+        if (t->mkey[i] == k) return r;
+    }
+}
+
+void tokenizer_free(Tokenizer *t) {
+    if (!t) return;
+    free(t->off); free(t->mleft); free(t->mright); free(t->mres);
+    free(t->vslot); free(t->mkey); free(t->mrank); free(t->added);
+    free(t);
+}
+
+static int cmp_u64(const void *pa, const void *pb) {
+    uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+    return a < b ? -1 : a > b;
+}
+
+const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
+    *out = NULL;
+    if (!blob || size < TOK_HEADER_SIZE) return "tokenizer blob: too short";
+    if (rd32(blob) != TOK_MAGIC) return "tokenizer blob: bad magic";
+    if (rd32(blob + 4) != TOK_VERSION) return "tokenizer blob: unsupported version";
+    uint32_t model = rd32(blob + 8), flags = rd32(blob + 12), pre = rd32(blob + 16);
+    int32_t bos = (int32_t)rd32(blob + 20), eos = (int32_t)rd32(blob + 24), unk = (int32_t)rd32(blob + 28);
+    uint32_t n = rd32(blob + 32), nmerge = rd32(blob + 36), npool = rd32(blob + 40);
+    if (model > TOK_MODEL_SPM) return "tokenizer blob: unknown model kind";
+    if (pre > TOK_PRE_LLAMA3) return "tokenizer blob: unknown pre-tokenizer";
+    if (flags & ~(uint32_t)255) return "tokenizer blob: unknown flags";
+    if (n == 0 || n >= (1u << 24)) return "tokenizer blob: bad vocabulary size";
+    uint64_t need = (uint64_t)TOK_HEADER_SIZE + 4ull * (n + 1) + n + 9ull * nmerge + npool;
+    if (need != size) return "tokenizer blob: size does not match its header";
+    if ((bos < -1 || bos >= (int32_t)n) || (eos < -1 || eos >= (int32_t)n) || (unk < -1 || unk >= (int32_t)n))
+        return "tokenizer blob: bos/eos/unk id out of range";
+
+    Tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return "tokenizer: out of memory";
+    t->model = model; t->flags = flags; t->pre = pre; t->bos = bos; t->eos = eos; t->unk = unk;
+    t->n = n; t->nmerge = nmerge;
+    const uint8_t *p = blob + TOK_HEADER_SIZE;
+    const uint8_t *offs = p; p += 4ull * (n + 1);
+    t->tflag = p; p += n;
+    const uint8_t *mg = p; p += 9ull * nmerge;
+    t->pool = p;
+    const char *err = NULL;
+    t->off = malloc(sizeof(uint32_t) * (n + 1));
+    t->mleft = malloc(sizeof(uint32_t) * (nmerge + 1));
+    t->mright = malloc(sizeof(uint32_t) * (nmerge + 1));
+    t->mres = malloc(sizeof(uint32_t) * (nmerge + 1));
+    t->vmask = pow2_at_least(2ull * n) - 1;
+    t->vslot = malloc(sizeof(uint32_t) * ((size_t)t->vmask + 1));
+    t->mmask = pow2_at_least(2ull * nmerge) - 1;
+    t->mkey = malloc(sizeof(uint64_t) * ((size_t)t->mmask + 1));
+    t->mrank = malloc(sizeof(uint32_t) * ((size_t)t->mmask + 1));
+    t->added = malloc(sizeof(uint32_t) * n);
+    if (!t->off || !t->mleft || !t->mright || !t->mres || !t->vslot || !t->mkey || !t->mrank || !t->added) {
+        err = "tokenizer: out of memory"; goto fail;
+    }
+    for (uint32_t i = 0; i <= n; i++) {
+        t->off[i] = rd32(offs + 4ull * i);
+        if (t->off[i] > npool || (i && t->off[i] < t->off[i - 1])) { err = "tokenizer blob: bad string offsets"; goto fail; }
+    }
+    if (t->off[0] != 0 || t->off[n] != npool) { err = "tokenizer blob: bad string offsets"; goto fail; }
+    memset(t->vslot, 0xFF, sizeof(uint32_t) * ((size_t)t->vmask + 1));
+    for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
+    for (uint32_t id = 0; id < n; id++) {
+        size_t len = t->off[id + 1] - t->off[id];
+        uint8_t fl = t->tflag[id];
+        if (fl & ~7) { err = "tokenizer blob: bad token flags"; goto fail; }
+        if (len == 0) { if (fl) { err = "tokenizer blob: flagged token with no text"; goto fail; } continue; }
+        if (len > t->maxlen) t->maxlen = len;
+        const uint8_t *s = t->pool + t->off[id];
+        if (fl & TOKT_ADDED) t->added[t->nadded++] = id;
+        if (!(fl & TOKT_VOCAB)) continue;
+        uint32_t i = (uint32_t)hash_bytes(s, len) & t->vmask;
+        for (;; i = (i + 1) & t->vmask) {
+            uint32_t o = t->vslot[i];
+            if (o == NONE) { t->vslot[i] = id; break; }
+            if (t->off[o + 1] - t->off[o] == len && memcmp(t->pool + t->off[o], s, len) == 0) break;  /* first id wins */
+        }
+    }
+    /* the ids BPE starts from */
+    for (int b = 0; b < 256; b++) {
+        if (model == TOK_MODEL_BYTELEVEL) { uint8_t c = (uint8_t)b; t->byte_id[b] = vocab_find(t, &c, 1); }
+        else {
+            static const char hx[] = "0123456789ABCDEF";
+            uint8_t nm[6] = { '<', '0', 'x', (uint8_t)hx[b >> 4], (uint8_t)hx[b & 15], '>' };
+            t->byte_id[b] = vocab_find(t, nm, 6);
+        }
+    }
+    memset(t->mrank, 0xFF, sizeof(uint32_t) * ((size_t)t->mmask + 1));
+    for (uint32_t r = 0; r < nmerge; r++) {
+        uint32_t a = rd24(mg + 9ull * r), b = rd24(mg + 9ull * r + 3), c = rd24(mg + 9ull * r + 6);
+        if (a >= n || b >= n || c >= n) { err = "tokenizer blob: merge id out of range"; goto fail; }
+        t->mleft[r] = a; t->mright[r] = b; t->mres[r] = c;
+        uint64_t k = (uint64_t)a << 32 | b;
+        uint32_t i = (uint32_t)hash_u64(k) & t->mmask;
+        for (;; i = (i + 1) & t->mmask) {
+            if (t->mrank[i] == NONE) { t->mkey[i] = k; t->mrank[i] = r; break; }
+            if (t->mkey[i] == k) break;   /* duplicate pair: HF keeps the first (lowest) rank as well */
+        }
+    }
+    /* added tokens grouped by first byte, longest first: the first hit at a
+     * position is the leftmost-longest match (HF uses Aho-Corasick LeftmostLongest) */
+    if (t->nadded) {
+        uint64_t *key = malloc(sizeof(uint64_t) * t->nadded);
+        if (!key) { err = "tokenizer: out of memory"; goto fail; }
+        for (uint32_t i = 0; i < t->nadded; i++) {
+            uint32_t id = t->added[i], l = t->off[id + 1] - t->off[id];
+            if (l > 0xFFFFFF) l = 0xFFFFFF;
+            key[i] = (uint64_t)t->pool[t->off[id]] << 56 | (uint64_t)(0xFFFFFF - l) << 32 | id;
+        }
+        qsort(key, t->nadded, sizeof *key, cmp_u64);
+        for (uint32_t i = 0; i < t->nadded; i++) t->added[i] = (uint32_t)key[i];
+        free(key);
+    }
+    memset(t->afirst, 0, sizeof t->afirst);
+    for (uint32_t i = 0; i < t->nadded; i++) t->afirst[t->pool[t->off[t->added[i]]] + 1]++;
+    for (int b = 0; b < 256; b++) t->afirst[b + 1] += t->afirst[b];
+    *out = t;
+    return NULL;
+fail:
+    tokenizer_free(t);
+    return err;
+}
+
+int tokenizer_vocab_size(const Tokenizer *t) { return (int)t->n; }
+int tokenizer_bos_id(const Tokenizer *t) { return t->bos; }
+int tokenizer_eos_id(const Tokenizer *t) { return t->eos; }
+bool tokenizer_is_special(const Tokenizer *t, int id) { return id >= 0 && (uint32_t)id < t->n && (t->tflag[id] & TOKT_SPECIAL); }
+size_t tokenizer_max_piece_bytes(const Tokenizer *t) { return 3 * (t->maxlen + 8); }
+
+int tokenizer_token_id(const Tokenizer *t, const char *s) {
+    size_t n = strlen(s);
+    if (n == 0) return -1;
+    uint8_t f = (uint8_t)s[0];
+    for (uint32_t i = t->afirst[f]; i < t->afirst[f + 1]; i++) {
+        uint32_t id = t->added[i];
+        if (t->off[id + 1] - t->off[id] == n && memcmp(t->pool + t->off[id], s, n) == 0) return (int)id;
+    }
+    return vocab_find(t, (const uint8_t *)s, n);
+}
+
+/* ------------------------------------------------------------------ encode */
+
+typedef struct {
+    int32_t *ids; size_t n, cap;
+    /* scratch, reused across words and segments */
+    uint8_t *norm; size_t norm_cap;
+    uint32_t *cp; uint8_t *cls; uint32_t *coff; size_t cp_cap, cls_cap, coff_cap;
+    uint32_t *sym; uint32_t *rank; size_t sym_cap, rank_cap;
+    /* heap path */
+    int32_t *prev, *next; uint64_t *heap; size_t prev_cap, next_cap, heap_cap;
+    bool oom;
+} Enc;
+
+static void *grow(void *p, size_t *cap, size_t need, size_t elem, bool *oom) {
+    if (need <= *cap) return p;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = realloc(p, c * elem);
+    if (!q) { *oom = true; return NULL; }
+    *cap = c;
+    return q;
+}
+static void emit(Enc *e, int32_t id) {
+    if (e->n == e->cap) {
+        size_t c = e->cap ? e->cap * 2 : 256;
+        int32_t *q = realloc(e->ids, c * sizeof *q);
+        if (!q) { e->oom = true; return; }
+        e->ids = q; e->cap = c;
+    }
+    e->ids[e->n++] = id;
+}
+
+/* Character classes for the pre-tokenizer regex. */
+enum { C_L = 1, C_N = 2, C_WS = 4, C_CRLF = 8, C_SP = 16 };
+
+/* White_Space as in Oniguruma's Unicode \s (= Unicode White_Space property). */
+static bool is_white(uint32_t c) {
+    return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+static uint8_t class_of(uint32_t c) {
+    if (c < 128) {
+        if ((c | 32) >= 'a' && (c | 32) <= 'z') return C_L;
+        if (c >= '0' && c <= '9') return C_N;
+        if (c == ' ') return C_WS | C_SP;
+        if (c == '\r' || c == '\n') return C_WS | C_CRLF;
+        if (c >= 9 && c <= 13) return C_WS;
+        return 0;
+    }
+    if (is_white(c)) return C_WS;
+    switch (utf8proc_category((utf8proc_int32_t)c)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: return C_L;
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO: return C_N;
+    default: return 0;
+    }
+}
+
+/* Decodes one UTF-8 character at s[0..n); invalid input counts as one byte
+ * with code point UINT32_MAX (category "other"). Returns its length. */
+static size_t utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
+    utf8proc_int32_t c;
+    if (s[0] < 0x80) { *cp = s[0]; return 1; }
+    utf8proc_ssize_t k = utf8proc_iterate(s, (utf8proc_ssize_t)(n < 4 ? n : 4), &c);
+    if (k <= 0) { *cp = UINT32_MAX; return 1; }
+    *cp = (uint32_t)c;
+    return (size_t)k;
+}
+
+/* BPE over e->sym[0..n); appends the result. Small words: rescan the pair
+ * ranks (cheap, cache-friendly); long words: HF's heap of (rank, pos). */
+static void bpe(const Tokenizer *t, Enc *e, size_t n) {
+    uint32_t *s = e->sym;
+    if (n > 1 && n <= 64) {
+        uint32_t *r = e->rank;
+        for (size_t i = 0; i + 1 < n; i++) r[i] = merge_rank(t, s[i], s[i + 1]);
+        for (;;) {
+            uint32_t best = NONE; size_t bi = 0;
+            for (size_t i = 0; i + 1 < n; i++) if (r[i] < best) { best = r[i]; bi = i; }
+            if (best == NONE) break;
+            s[bi] = t->mres[best];
+            memmove(s + bi + 1, s + bi + 2, (n - bi - 2) * sizeof *s);
+            memmove(r + bi + 1, r + bi + 2, (n > bi + 3 ? n - bi - 3 : 0) * sizeof *r);
+            n--;
+            if (bi > 0) r[bi - 1] = merge_rank(t, s[bi - 1], s[bi]);
+            if (bi + 1 < n) r[bi] = merge_rank(t, s[bi], s[bi + 1]);
+        }
+        for (size_t i = 0; i < n; i++) emit(e, (int32_t)s[i]);
+        return;
+    }
+    if (n == 1) { emit(e, (int32_t)s[0]); return; }
+    if (n == 0) return;
+    int32_t *pv = grow(e->prev, &e->prev_cap, n, sizeof(int32_t), &e->oom); if (!pv) return; e->prev = pv;
+    int32_t *nx = grow(e->next, &e->next_cap, n, sizeof(int32_t), &e->oom); if (!nx) return; e->next = nx;
+    /* at most n-1 initial entries plus 2 per merge */
+    uint64_t *hp = grow(e->heap, &e->heap_cap, 3 * n, sizeof(uint64_t), &e->oom); if (!hp) return; e->heap = hp;
+    /* heap entries: rank << 32 | pos; the smallest is popped: lowest rank, then leftmost */
+    size_t hn = 0;
+#define HPUSH(v) do { uint64_t _v = (v); size_t _i = hn++; \
+        while (_i) { size_t _p = (_i - 1) / 2; if (hp[_p] <= _v) break; hp[_i] = hp[_p]; _i = _p; } hp[_i] = _v; } while (0)
+    for (size_t i = 0; i < n; i++) {
+        pv[i] = (int32_t)i - 1; nx[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+        if (i + 1 < n) { uint32_t r = merge_rank(t, s[i], s[i + 1]); if (r != NONE) HPUSH((uint64_t)r << 32 | i); }
+    }
+    while (hn) {
+        uint64_t top = hp[0];
+        uint64_t last = hp[--hn];
+        size_t i = 0;
+        for (;;) {   /* sift last down from the root */
+            size_t c = 2 * i + 1;
+            if (c >= hn) break;
+            if (c + 1 < hn && hp[c + 1] < hp[c]) c++;
+            if (hp[c] >= last) break;
+            hp[i] = hp[c]; i = c;
+        }
+        if (hn) hp[i] = last;
+        uint32_t r = (uint32_t)(top >> 32), pos = (uint32_t)top;
+        if (s[pos] == NONE || nx[pos] < 0) continue;        /* removed, or now last */
+        int32_t q = nx[pos];
+        uint32_t cr = merge_rank(t, s[pos], s[q]);
+        if (cr == NONE || t->mres[cr] != t->mres[r]) continue;   /* stale: the pair changed */
+        s[pos] = t->mres[r];
+        s[q] = NONE;
+        nx[pos] = nx[q];
+        if (nx[q] >= 0) pv[nx[q]] = (int32_t)pos;
+        if (pv[pos] >= 0) { uint32_t r2 = merge_rank(t, s[pv[pos]], s[pos]); if (r2 != NONE) HPUSH((uint64_t)r2 << 32 | (uint32_t)pv[pos]); }
+        if (nx[pos] >= 0) { uint32_t r2 = merge_rank(t, s[pos], s[nx[pos]]); if (r2 != NONE) HPUSH((uint64_t)r2 << 32 | pos); }
+    }
+#undef HPUSH
+    for (int32_t i = 0; i >= 0; i = nx[i]) emit(e, (int32_t)s[i]);
+}
+
+static bool ensure_sym(Enc *e, size_t n) {
+    uint32_t *a = grow(e->sym, &e->sym_cap, n, sizeof(uint32_t), &e->oom);
+    if (!a) return false;
+    e->sym = a;
+    uint32_t *b = grow(e->rank, &e->rank_cap, n, sizeof(uint32_t), &e->oom);
+    if (!b) return false;
+    e->rank = b;
+    return true;
+}
+
+/* One byte-level pre-token. */
+static void encode_word_bytes(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
+    if (n == 0) return;
+    if (t->flags & TOKF_IGNORE_MERGES) {
+        int32_t id = vocab_find(t, w, n);
+        if (id >= 0) { emit(e, id); return; }
+    }
+    if (!ensure_sym(e, n)) return;
+    size_t k = 0;
+    bool prev_unk = false;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = t->byte_id[w[i]];
+        if (id < 0) {
+            if (t->unk < 0) continue;           /* HF drops characters it cannot map when there is no unk */
+            if (prev_unk && (t->flags & TOKF_FUSE_UNK)) continue;
+            id = t->unk; prev_unk = true;
+        } else prev_unk = false;
+        e->sym[k++] = (uint32_t)id;
+    }
+    bpe(t, e, k);
+}
+
+/* Splits w[0..n) (already normalized) with the Qwen2 / Llama 3 regex. */
+static void pretokenize(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
+    uint32_t *cp = grow(e->cp, &e->cp_cap, n + 1, sizeof(uint32_t), &e->oom); if (!cp) return; e->cp = cp;
+    uint8_t *cls = grow(e->cls, &e->cls_cap, n + 1, 1, &e->oom); if (!cls) return; e->cls = cls;
+    uint32_t *co = grow(e->coff, &e->coff_cap, n + 1, sizeof(uint32_t), &e->oom); if (!co) return; e->coff = co;
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t c;
+        size_t k = utf8_next(w + i, n - i, &c);
+        cp[m] = c; cls[m] = c == UINT32_MAX ? 0 : class_of(c); co[m] = (uint32_t)i;
+        m++; i += k;
+    }
+    co[m] = (uint32_t)n;
+    const bool l3 = t->pre == TOK_PRE_LLAMA3;
+    for (size_t i = 0; i < m;) {
+        size_t j;
+        uint8_t c0 = cls[i];
+        /* (?i:'s|'t|'re|'ve|'m|'ll|'d); U+017F folds to s */
+        if (cp[i] == '\'' && i + 1 < m) {
+            uint32_t a = cp[i + 1] == 0x17F ? 's' : (cp[i + 1] < 128 ? (cp[i + 1] | 32) : 0);
+            uint32_t b = i + 2 < m && cp[i + 2] < 128 ? (cp[i + 2] | 32) : 0;
+            if (a == 's' || a == 't' || a == 'm' || a == 'd') { j = i + 2; goto got; }
+            if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) { j = i + 3; goto got; }
+        }
+        /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+        if ((c0 & C_L) || (!(c0 & (C_L | C_N | C_CRLF)) && i + 1 < m && (cls[i + 1] & C_L))) {
+            j = i + 1;
+            while (j < m && (cls[j] & C_L)) j++;
+            goto got;
+        }
+        /* \p{N} or \p{N}{1,3} */
+        if (c0 & C_N) {
+            j = i + 1;
+            if (l3) while (j < m && j < i + 3 && (cls[j] & C_N)) j++;
+            goto got;
+        }
+        /* " ?[^\s\p{L}\p{N}]+[\r\n]*" */
+        if (c0 == 0 || ((c0 & C_SP) && i + 1 < m && cls[i + 1] == 0)) {
+            j = i + 1;
+            while (j < m && cls[j] == 0) j++;
+            while (j < m && (cls[j] & C_CRLF)) j++;
+            goto got;
+        }
+        {   /* whitespace: \s*[\r\n]+ | \s+(?!\S) | \s+ */
+            size_t k = i;
+            while (k < m && (cls[k] & C_WS)) k++;
+            j = 0;
+            for (size_t p = k; p > i; p--) if (cls[p - 1] & C_CRLF) { j = p; break; }
+            if (!j) j = (k == m || k - i < 2) ? k : k - 1;
+        }
+    got:
+        encode_word_bytes(t, e, w + co[i], co[j] - co[i]);
+        i = j;
+    }
+}
+
+/* Byte-level: NFC (where configured), then split and BPE. */
+static void encode_segment_bytes(const Tokenizer *t, Enc *e, const uint8_t *s, size_t n) {
+    if (n == 0) return;
+    bool ascii = true;
+    for (size_t i = 0; i < n; i++) if (s[i] >= 0x80) { ascii = false; break; }
+    if (ascii || !(t->flags & TOKF_NFC)) {
+        if (t->pre == TOK_PRE_NONE) encode_word_bytes(t, e, s, n); else pretokenize(t, e, s, n);
+        return;
+    }
+    /* NFC each maximal valid UTF-8 run; invalid bytes pass through */
+    size_t len = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n) { uint32_t c; size_t k = utf8_next(s + j, n - j, &c); if (c == UINT32_MAX) break; j += k; }
+        if (j > i) {
+            utf8proc_uint8_t *dst = NULL;
+            utf8proc_ssize_t r = utf8proc_map(s + i, (utf8proc_ssize_t)(j - i), &dst, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            const uint8_t *src = s + i; size_t sl = j - i;
+            if (r >= 0 && dst) { src = dst; sl = (size_t)r; }
+            uint8_t *nb = grow(e->norm, &e->norm_cap, len + sl + 4, 1, &e->oom);
+            if (!nb) { free(dst); return; }
+            e->norm = nb;
+            memcpy(nb + len, src, sl); len += sl;
+            free(dst);
+        }
+        if (j < n) {
+            uint8_t *nb = grow(e->norm, &e->norm_cap, len + 4, 1, &e->oom);
+            if (!nb) return;
+            e->norm = nb;
+            nb[len++] = s[j]; j++;
+        }
+        i = j;
+    }
+    /* pretokenize reuses other scratch buffers, never e->norm */
+    if (t->pre == TOK_PRE_NONE) encode_word_bytes(t, e, e->norm, len); else pretokenize(t, e, e->norm, len);
+}
+
+/* SentencePiece-style: Prepend("▁") + Replace(" " -> "▁") where configured,
+ * then BPE over characters with byte fallback / unk. */
+static void encode_segment_spm(const Tokenizer *t, Enc *e, const uint8_t *s, size_t n) {
+    if (n == 0) return;
+    const uint8_t *w = s; size_t wn = n;
+    if (t->flags & TOKF_SPM_NORM) {
+        uint8_t *nb = grow(e->norm, &e->norm_cap, 3 * n + 3, 1, &e->oom);
+        if (!nb) return;
+        e->norm = nb;
+        size_t k = 0;
+        nb[k++] = 0xE2; nb[k++] = 0x96; nb[k++] = 0x81;
+        for (size_t i = 0; i < n; i++) {
+            if (s[i] == ' ') { nb[k++] = 0xE2; nb[k++] = 0x96; nb[k++] = 0x81; }
+            else nb[k++] = s[i];
+        }
+        w = nb; wn = k;
+    }
+    if (!ensure_sym(e, wn)) return;
+    size_t k = 0;
+    bool prev_unk = false;
+    for (size_t i = 0; i < wn;) {
+        uint32_t c;
+        size_t cl = utf8_next(w + i, wn - i, &c);
+        int32_t id = vocab_find(t, w + i, cl);
+        if (id >= 0) { e->sym[k++] = (uint32_t)id; prev_unk = false; i += cl; continue; }
+        if (t->flags & TOKF_BYTE_FALLBACK) {
+            bool all = true;
+            for (size_t b = 0; b < cl; b++) if (t->byte_id[w[i + b]] < 0) all = false;
+            if (all) {
+                for (size_t b = 0; b < cl; b++) e->sym[k++] = (uint32_t)t->byte_id[w[i + b]];
+                prev_unk = false; i += cl; continue;
+            }
+        }
+        i += cl;
+        if (t->unk < 0) continue;
+        if (prev_unk && (t->flags & TOKF_FUSE_UNK)) continue;
+        e->sym[k++] = (uint32_t)t->unk; prev_unk = true;
+    }
+    bpe(t, e, k);
+}
+
+int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids) {
+    Enc e = {0};
+    const uint8_t *s = (const uint8_t *)text;
+    if (add_special && (t->flags & TOKF_ADD_BOS) && t->bos >= 0) emit(&e, t->bos);
+    size_t seg = 0;
+    for (size_t i = 0; i < len && !e.oom;) {
+        uint8_t f = s[i];
+        uint32_t hit = NONE;
+        for (uint32_t a = t->afirst[f]; a < t->afirst[f + 1]; a++) {   /* longest first */
+            uint32_t id = t->added[a];
+            size_t l = t->off[id + 1] - t->off[id];
+            if (l <= len - i && memcmp(t->pool + t->off[id], s + i, l) == 0) { hit = id; break; }
+        }
+        if (hit == NONE) { i++; continue; }
+        if (t->model == TOK_MODEL_BYTELEVEL) encode_segment_bytes(t, &e, s + seg, i - seg);
+        else encode_segment_spm(t, &e, s + seg, i - seg);
+        emit(&e, (int32_t)hit);
+        i += t->off[hit + 1] - t->off[hit];
+        seg = i;
+    }
+    if (!e.oom) {
+        if (t->model == TOK_MODEL_BYTELEVEL) encode_segment_bytes(t, &e, s + seg, len - seg);
+        else encode_segment_spm(t, &e, s + seg, len - seg);
+    }
+    if (add_special && (t->flags & TOKF_ADD_EOS) && t->eos >= 0) emit(&e, t->eos);
+    free(e.norm); free(e.cp); free(e.cls); free(e.coff); free(e.sym); free(e.rank);
+    free(e.prev); free(e.next); free(e.heap);
+    if (e.oom) { free(e.ids); *ids = NULL; return -1; }
+    if (!e.ids) e.ids = malloc(sizeof(int32_t));
+    *ids = e.ids;
+    return (int)e.n;
+}
+
+/* ------------------------------------------------------------------ decode */
+
+typedef struct { char *buf; size_t cap, len; TokDecoder *d; } Out;
+
+static void out_byte(Out *o, uint8_t b) {
+    if (o->d->first) {          /* Strip(" ", 1, 0) of the whole decoded text */
+        o->d->first = false;
+        if (b == ' ') return;
+    }
+    if (o->len < o->cap) o->buf[o->len++] = (char)b;
+}
+static void out_fffd(Out *o) { out_byte(o, 0xEF); out_byte(o, 0xBF); out_byte(o, 0xBD); }
+
+static int utf8_need(uint8_t b) { return b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0; }
+static bool utf8_cont_ok(const uint8_t *pend, int np, uint8_t b) {
+    if ((b & 0xC0) != 0x80) return false;
+    if (np == 1) {
+        switch (pend[0]) {
+        case 0xE0: return b >= 0xA0;
+        case 0xED: return b <= 0x9F;
+        case 0xF0: return b >= 0x90;
+        case 0xF4: return b <= 0x8F;
+        }
+    }
+    return true;
+}
+/* Feeds bytes through the UTF-8 assembler: complete characters go out,
+ * a maximal invalid subpart becomes one U+FFFD (as Rust's from_utf8_lossy). */
+static void out_bytes(Out *o, const uint8_t *s, size_t n) {
+    TokDecoder *d = o->d;
+    for (size_t i = 0; i < n;) {
+        uint8_t b = s[i];
+        if (d->npend == 0) {
+            if (b < 0x80) out_byte(o, b);
+            else if (utf8_need(b)) d->pend[d->npend++] = b;
+            else out_fffd(o);
+            i++;
+            continue;
+        }
+        if (!utf8_cont_ok(d->pend, d->npend, b)) { out_fffd(o); d->npend = 0; continue; }   /* b again, fresh */
+        d->pend[d->npend++] = b; i++;
+        if (d->npend == utf8_need(d->pend[0])) {
+            for (int k = 0; k < d->npend; k++) out_byte(o, d->pend[k]);
+            d->npend = 0;
+        }
+    }
+}
+
+static int hexval(uint8_t c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
+
+void tokdec_init(TokDecoder *d, const Tokenizer *t, bool show_special) {
+    memset(d, 0, sizeof *d);
+    d->t = t; d->show_special = show_special;
+    d->first = (t->flags & TOKF_STRIP_LEAD) != 0;
+}
+
+size_t tokdec_push(TokDecoder *d, int32_t id, char *out, size_t cap) {
+    const Tokenizer *t = d->t;
+    Out o = { out, cap, 0, d };
+    if (id < 0 || (uint32_t)id >= t->n) return 0;
+    uint8_t fl = t->tflag[id];
+    if ((fl & TOKT_SPECIAL) && !d->show_special) return 0;
+    const uint8_t *s = t->pool + t->off[id];
+    size_t n = t->off[id + 1] - t->off[id];
+    if (t->model == TOK_MODEL_SPM && !(fl & TOKT_ADDED)) {
+        int h1, h2;
+        if ((t->flags & TOKF_BYTE_FALLBACK) && n == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>' &&
+            (h1 = hexval(s[3])) >= 0 && (h2 = hexval(s[4])) >= 0) {     /* ByteFallback */
+            uint8_t b = (uint8_t)(h1 << 4 | h2);
+            out_bytes(&o, &b, 1);
+            return o.len;
+        }
+        for (size_t i = 0; i < n;) {      /* Replace("▁" -> " ") */
+            if (i + 3 <= n && s[i] == 0xE2 && s[i + 1] == 0x96 && s[i + 2] == 0x81) { uint8_t sp = ' '; out_bytes(&o, &sp, 1); i += 3; }
+            else { out_bytes(&o, s + i, 1); i++; }
+        }
+        return o.len;
+    }
+    out_bytes(&o, s, n);
+    return o.len;
+}
+
+size_t tokdec_flush(TokDecoder *d, char *out, size_t cap) {
+    Out o = { out, cap, 0, d };
+    if (d->npend) { out_fffd(&o); d->npend = 0; }
+    return o.len;
+}
+
+char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, bool show_special) {
+    TokDecoder d;
+    tokdec_init(&d, t, show_special);
+    size_t piece = tokenizer_max_piece_bytes(t), cap = piece * 2 + 64, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    for (int i = 0; i <= n; i++) {
+        if (len + piece + 1 > cap) {
+            cap = cap * 2 + piece;
+            char *q = realloc(buf, cap);
+            if (!q) { free(buf); return NULL; }
+            buf = q;
+        }
+        len += i < n ? tokdec_push(&d, ids[i], buf + len, cap - len) : tokdec_flush(&d, buf + len, cap - len);
+    }
+    buf[len] = 0;
+    return buf;
+}

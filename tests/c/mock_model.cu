@@ -1,0 +1,72 @@
+/* mock_model.cu: the bigram mock of tests/c/mock_model.c on the GPU, for
+ * checking templates/Makefile.cuda (static cudart, C runtime linked in).
+ * logits = row ids[n-1] of "bigram.weight", copied on the device. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+/* payload.h uses C11's _Static_assert, which C++ spells static_assert */
+#define _Static_assert static_assert
+extern "C" {
+#include "model_api.h"
+}
+
+#define V 300
+static const char *const names[] = { "bigram.weight" };
+
+extern "C" const ModelInfo model_info = {
+    "bigram", "BigramForTesting", "cuda",
+    V, V, 0, 1,
+    1, 1, V,
+    64, 4,
+    1, 2, { 2, 3 },
+    0.0f, 1.0f, 0.0f, 1.0f,
+    0,
+    1, names,
+};
+
+struct Model { float *w, *out; int ctx, next_pos; };
+
+__global__ void copy_row(const float *w, int row, float *out) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < V) out[j] = w[(size_t)row * V + j];
+}
+
+extern "C" const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {
+    *out = NULL;
+    if (t[0].dtype != PDT_F32 || t[0].ndim != 2 || t[0].shape[0] != V || t[0].shape[1] != V)
+        return "bigram.weight has the wrong shape";
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return "no CUDA device";
+    Model *m = (Model *)calloc(1, sizeof *m);
+    if (!m) return "out of memory";
+    m->ctx = ctx;
+    if (cudaMalloc(&m->w, (size_t)V * V * 4) != cudaSuccess || cudaMalloc(&m->out, V * 4) != cudaSuccess ||
+        cudaMemcpy(m->w, data + t[0].offset, (size_t)V * V * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+        free(m);
+        return "cannot allocate GPU memory";
+    }
+    *out = m;
+    return NULL;
+}
+
+extern "C" void model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {
+    if (n < 1 || n > model_info.max_batch || pos != m->next_pos || pos + n > m->ctx) {
+        fprintf(stderr, "mock_model: bad call n=%d pos=%d\n", n, pos);
+        abort();
+    }
+    m->next_pos = pos + n;
+    copy_row<<<(V + 127) / 128, 128>>>(m->w, ids[n - 1], m->out);
+    cudaMemcpy(logits, m->out, V * 4, cudaMemcpyDeviceToHost);
+}
+
+extern "C" size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {
+    (void)m;
+    *weights = (size_t)V * V * 4; *kv = 0; *act = V * 4;
+    return *weights + *act;
+}
+
+extern "C" void model_free(Model *m) {
+    if (!m) return;
+    cudaFree(m->w); cudaFree(m->out);
+    free(m);
+}

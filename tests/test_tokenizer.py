@@ -1,0 +1,340 @@
+"""test_tokenizer.py: parity of runtime/tokenizer.c (+ compiler/tokenizer_pack.c)
+with Hugging Face `tokenizers`.
+
+Expected ids come from the real `tokenizers` package, never from our code:
+scripts/gen_tokenizer_expected.py writes tests/data/tokenizer_expected.json
+(a corpus encoded by Qwen2.5, Llama 3, a converted Llama 2 and the small
+SentencePiece-style fixture below); llama.cpp's vectors in
+../shared/assets/llamacpp-vocab-tests were made by HF AutoTokenizer too.
+The C side runs through tests/c/tokenizer_driver.c."""
+import hashlib
+import json
+import os
+import struct
+import sys
+
+from testlib import ROOT, Skip, build_c, run, shared, tmpdir
+
+SOURCES = ["tests/c/tokenizer_driver.c", "runtime/tokenizer.c", "compiler/tokenizer_pack.c",
+           "compiler/json.c", "compiler/util.c"]
+EXPECTED = os.path.join(ROOT, "tests", "data", "tokenizer_expected.json")
+VOCAB_TESTS = ("llamacpp-vocab-tests",)
+SPM = "\u2581"
+
+
+def driver():
+    return build_c("tokenizer_driver", SOURCES, libs=("-lutf8proc", "-lm"))
+
+
+# ---------------------------------------------------------------- fixture
+_SPM_SAMPLE = ("the quick brown fox jumps over the lazy dog. The rain in Spain stays mainly in the plain. "
+               "hello world, hello there! it's a test of the tokenizer: 12 + 34 = 46. "
+               "caf\u00e9 na\u00efve \u65e5\u672c\u8a9e\u306e\u30c6\u30b9\u30c8 there then these those other brother")
+
+
+def spm_fixture_json():
+    """A small Llama-2-style tokenizer.json (BPE + byte_fallback, legacy
+    Prepend/Replace normalizer, no pre-tokenizer), trained by a tiny
+    deterministic BPE on _SPM_SAMPLE so every merge result is in the vocab."""
+    vocab = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]
+    norm = SPM + _SPM_SAMPLE.replace(" ", SPM)
+    words = [SPM + w for w in norm.split(SPM) if w]
+    for c in sorted(set(norm)):
+        vocab.append(c)
+    seqs = [list(w) for w in words]
+    merges = []
+    have = set(vocab)
+    for _ in range(160):
+        counts = {}
+        for s in seqs:
+            for a, b in zip(s, s[1:]):
+                counts[(a, b)] = counts.get((a, b), 0) + 1
+        if not counts:
+            break
+        (a, b), n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+        if n < 2:
+            break
+        merges.append((a, b))
+        if a + b not in have:
+            vocab.append(a + b)
+            have.add(a + b)
+        for s in seqs:
+            i = 0
+            while i < len(s) - 1:
+                if s[i] == a and s[i + 1] == b:
+                    s[i:i + 2] = [a + b]
+                i += 1
+    added = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, c in enumerate(["<unk>", "<s>", "</s>"])]
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": SPM},
+            {"type": "Replace", "pattern": {"String": " "}, "content": SPM}]},
+        "pre_tokenizer": None,
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": SPM}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": {t: i for i, t in enumerate(vocab)},
+                  "merges": ["%s %s" % m for m in merges]},
+    }
+
+
+def write_spm_fixture():
+    d = tmpdir("tok_spm_fixture")
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(spm_fixture_json(), f, ensure_ascii=False)
+    return d
+
+
+def convert_llama2(out):
+    """The Llama 2 tokenizer.json made by scripts/convert_llama2c.py (another
+    module's converter); skips where it or the asset is absent."""
+    conv = os.path.join(ROOT, "scripts", "convert_llama2c.py")
+    if not os.path.exists(conv):
+        raise Skip("scripts/convert_llama2c.py is absent")
+    tb = shared("tokenizers", "llama2", "tokenizer.bin")
+    run([sys.executable, conv, "--tokenizer-only", tb, out])
+    return out
+
+
+# ---------------------------------------------------------------- helpers
+def encode_all(tokdir, texts, special=False):
+    """Returns [(ids, roundtrip_ok)] per text."""
+    recs = b"".join(struct.pack("<I", len(b)) + b for b in
+                    (t if isinstance(t, bytes) else t.encode("utf-8") for t in texts))
+    p = run([driver(), tokdir, "encode"] + ([] if special else ["--no-special"]), input=recs)
+    lines = p.stdout.decode("utf-8").split("\n")
+    assert len(lines) == len(texts) + 1, (len(lines), len(texts))
+    res = []
+    for ln in lines[:-1]:
+        ids, rt = ln.split("\t")
+        res.append(([int(x) for x in ids.split()], rt == "1"))
+    return res
+
+
+def decode_all(tokdir, idss, show_special=False):
+    inp = "".join(" ".join(map(str, ids)) + "\n" for ids in idss).encode()
+    p = run([driver(), tokdir, "decode-lines"] + (["--show-special"] if show_special else []), input=inp)
+    out, i, res = p.stdout, 0, []
+    while i < len(out):
+        (n,) = struct.unpack_from("<I", out, i)
+        res.append(out[i + 4:i + 4 + n].decode("utf-8"))
+        i += 4 + n
+    assert len(res) == len(idss)
+    return res
+
+
+def llamacpp_vectors(tokdir, name):
+    base = shared("llamacpp-vocab-tests", name)
+    with open(base + ".inp", encoding="utf-8", newline="") as f:
+        texts = f.read().split("\n__ggml_vocab_test__\n")
+    if texts and texts[-1] == "":
+        texts.pop()
+    with open(base + ".out", encoding="utf-8", newline="") as f:
+        outs = f.read().split("\n")
+    got = encode_all(tokdir, texts)
+    bad = []
+    for i, t in enumerate(texts):
+        exp = [int(x) for x in outs[i].split()]
+        if got[i][0] != exp:
+            bad.append("%r: got %s expected %s" % (t[:60], got[i][0][:20], exp[:20]))
+    print("    %s: %d/%d llama.cpp vectors match" % (name, len(texts) - len(bad), len(texts)))
+    assert not bad, "%d/%d mismatches:\n%s" % (len(bad), len(texts), "\n".join(bad[:10]))
+
+
+def load_expected():
+    if not os.path.exists(EXPECTED):
+        raise Skip("tests/data/tokenizer_expected.json is absent (run scripts/gen_tokenizer_expected.py)")
+    with open(EXPECTED, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def check_corpus(key, tokdir):
+    exp = load_expected()
+    texts = exp["texts"]
+    e = exp["tokenizers"][key]
+    with open(os.path.join(tokdir, "tokenizer.json"), "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()
+    if sha != e["sha256"]:
+        raise Skip("%s/tokenizer.json differs from the one the expected ids were made with; "
+                   "rerun scripts/gen_tokenizer_expected.py" % tokdir)
+    bad = []
+    for special, field in ((False, "ids"), (True, "ids_special")):
+        got = encode_all(tokdir, texts, special)
+        for i, t in enumerate(texts):
+            if got[i][0] != e[field][i]:
+                bad.append("%s %r:\n   got %s\n   exp %s" % (field, t[:60], got[i][0][:24], e[field][i][:24]))
+    # decoding (special tokens skipped) must equal HF decode
+    dec = decode_all(tokdir, e["ids"])
+    for i, t in enumerate(texts):
+        if dec[i] != e["decoded"][i]:
+            bad.append("decode %r: got %r exp %r" % (t[:40], dec[i][:60], e["decoded"][i][:60]))
+    print("    %s: %d texts, %d mismatches" % (key, len(texts), len(bad)))
+    assert not bad, "%d mismatches:\n%s" % (len(bad), "\n".join(bad[:12]))
+
+
+# ---------------------------------------------------------------- tests
+def test_qwen2_llamacpp_vectors():
+    llamacpp_vectors(shared("tokenizers", "qwen2.5-instruct"), "ggml-vocab-qwen2.gguf")
+
+
+def test_llama3_llamacpp_vectors():
+    llamacpp_vectors(shared("tokenizers", "llama3-instruct"), "ggml-vocab-llama-bpe.gguf")
+
+
+def test_llama2_spm_llamacpp_vectors():
+    shared("llamacpp-vocab-tests")
+    llamacpp_vectors(convert_llama2(tmpdir("tok_llama2")), "ggml-vocab-llama-spm.gguf")
+
+
+def test_qwen2_hf_corpus():
+    check_corpus("qwen2.5", shared("tokenizers", "qwen2.5-instruct"))
+
+
+def test_llama3_hf_corpus():
+    check_corpus("llama3", shared("tokenizers", "llama3-instruct"))
+
+
+def test_llama2_hf_corpus():
+    check_corpus("llama2", convert_llama2(tmpdir("tok_llama2")))
+
+
+def test_spm_fixture_hf_corpus():
+    check_corpus("spm_fixture", write_spm_fixture())
+
+
+def test_roundtrip():
+    """decode(encode(x)) == x (special tokens shown) wherever NFC leaves x alone."""
+    import unicodedata
+    exp = load_expected()
+    texts = [t for t in exp["texts"] if unicodedata.normalize("NFC", t) == t]
+    dirs = []
+    for d in ("qwen2.5-instruct", "llama3-instruct"):
+        try:
+            dirs.append(shared("tokenizers", d))
+        except Skip:
+            pass
+    if not dirs:
+        raise Skip("../shared/assets/tokenizers is absent")
+    for d in dirs:
+        res = encode_all(d, texts)
+        bad = [t for t, (_, ok) in zip(texts, res) if not ok]
+        assert not bad, "%s: round trip fails for %r" % (d, bad[:5])
+    # SentencePiece: holds for text without special-token strings
+    spm_texts = [t for t in texts if "<s>" not in t and "</s>" not in t and "<unk>" not in t]
+    res = encode_all(write_spm_fixture(), spm_texts)
+    bad = [t for t, (_, ok) in zip(spm_texts, res) if not ok]
+    assert not bad, "spm fixture: round trip fails for %r" % bad[:5]
+
+
+def test_invalid_utf8_and_odd_input():
+    """Invalid UTF-8, NULs, lone continuation bytes: no crash, ids in range."""
+    import random
+    rnd = random.Random(7)
+    texts = [b"\xff", b"\xc3", b"a\xc3", b"\xe4\xbd", b"\x80\x80abc", b"\x00\x00 x\x00", b"\xed\xa0\x80",
+             b"<|im_start|\xff>", b"'\xff", b" \xff\n\xfe"]
+    texts += [bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 80))) for _ in range(200)]
+    dirs = [write_spm_fixture()]
+    for d in ("qwen2.5-instruct", "llama3-instruct"):
+        try:
+            dirs.append(shared("tokenizers", d))
+        except Skip:
+            pass
+    for d in dirs:
+        for ids, _ in encode_all(d, texts, special=True):
+            assert all(i >= 0 for i in ids)
+    # byte-level: raw bytes that happen to be valid UTF-8 round trip exactly
+    if len(dirs) > 1:
+        ok = [t for t in texts if _valid(t)]
+        for ids_rt in encode_all(dirs[1], ok):
+            assert ids_rt[1]
+
+
+def _valid(b):
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def test_corrupt_blobs_do_not_crash():
+    p = run([driver(), write_spm_fixture(), "fuzz", "3000"])
+    assert "fuzz 3000" in p.stdout
+    try:
+        q = shared("tokenizers", "qwen2.5-instruct")
+    except Skip:
+        return
+    run([driver(), q, "fuzz", "150"])
+
+
+def test_load_speed_and_size():
+    q = shared("tokenizers", "qwen2.5-instruct")
+    info = dict(ln.split() for ln in run([driver(), q, "info"]).stdout.strip().split("\n"))
+    print("    qwen2.5: blob %s bytes, load %s ms" % (info["blob_bytes"], info["load_ms_avg"]))
+    assert int(info["blob_bytes"]) <= 4 * 1000 * 1000
+    assert float(info["load_ms_avg"]) < 100
+    assert info["bos"] == "-1" and info["eos"] == "151645"
+    l3 = dict(ln.split() for ln in run([driver(), shared("tokenizers", "llama3-instruct"), "info"]).stdout.strip().split("\n"))
+    assert l3["bos"] == "128000" and l3["eos"] == "128009"
+
+
+def _bad_dir(name, tok, files=None):
+    d = tmpdir("tok_bad_" + name)
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write(tok if isinstance(tok, str) else json.dumps(tok, ensure_ascii=False))
+    for fn, body in (files or {}).items():
+        with open(os.path.join(d, fn), "w") as f:
+            f.write(body)
+    return d
+
+
+def test_user_errors():
+    base = spm_fixture_json()
+
+    def variant(**kw):
+        t = json.loads(json.dumps(base))
+        for k, v in kw.items():
+            cur = t
+            path = k.split("__")
+            for p in path[:-1]:
+                cur = cur[p]
+            cur[path[-1]] = v
+        return t
+
+    regex_tok = variant(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
+        normalizer=None)
+    cases = [
+        ("json", "{ not json", None),
+        ("unigram", variant(model__type="Unigram"), "model.type"),
+        ("regex", regex_tok, "pre_tokenizer.pretokenizers[0].pattern.Regex: "),
+        ("merge", variant(model__merges=["\u2581t zzz"]), "model.merges[0]"),
+        ("vocab", variant(model__vocab=[1, 2]), "model.vocab"),
+        ("norm", variant(normalizer={"type": "NFKC"}), "normalizer.type"),
+        ("cfg", base, "tokenizer_config.json: eos_token"),
+    ]
+    for name, tok, key in cases:
+        files = {"tokenizer_config.json": '{"eos_token": "<nope>"}'} if name == "cfg" else None
+        d = _bad_dir(name, tok, files)
+        p = run([driver(), d, "info"], check=False)
+        err = p.stderr.strip()
+        assert p.returncode == 1, (name, p.returncode, err)
+        assert err.startswith("llmcc: ") and "\n" not in err, (name, err)
+        assert os.path.join(d, "tokenizer") in err, (name, err)
+        if key:
+            assert key in err, (name, err)
+    empty = tmpdir("tok_none")
+    p = run([driver(), empty, "info"], check=False)
+    assert p.returncode == 3   # tokenizer_pack returned NULL: no tokenizer.json
