@@ -133,10 +133,12 @@ void emit_params(Str *o, const KKernel *k, Target t) {
 static const char PRELUDE[] =
     "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
     "#define MINI(a, b) ((a) < (b) ? (a) : (b))\n#define MAXI(a, b) ((a) > (b) ? (a) : (b))\n";
-static const char CONVERT[] =
-    "/* bf16 and f16 weights are widened to f32 at each load */\n"
+static const char CONVERT_BF16[] =
+    "/* bf16 weights are widened to f32 at each load */\n"
     "static DEVFN float ld_bf16(const uint16_t *p, int64_t i) {\n"
-    "    uint32_t u = (uint32_t)p[i] << 16; float f; memcpy(&f, &u, 4); return f;\n}\n"
+    "    uint32_t u = (uint32_t)p[i] << 16; float f; memcpy(&f, &u, 4); return f;\n}\n";
+static const char CONVERT_F16[] =
+    "/* f16 weights are widened to f32 at each load */\n"
     "static DEVFN float ld_f16(const uint16_t *p, int64_t i) {\n"
     "    uint32_t h = p[i], s = (h & 0x8000u) << 16, e = (h >> 10) & 31, m = h & 1023, u;\n"
     "    if (e == 31) u = s | 0x7f800000u | (m << 13);\n"
@@ -187,7 +189,10 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     str_printf(o, "%s", PRELUDE);
     if (cuda) str_printf(o, "#include <cuda_runtime.h>\n#define DEVFN __device__ __forceinline__\nextern \"C\" {\n#include \"runtime/model_api.h\"\n}\n");
     else str_printf(o, "#define DEVFN inline\n#include \"runtime/model_api.h\"\n");
-    str_printf(o, "%s", cuda ? CONVERT + 0 : CONVERT);
+    bool has[DT_COUNT] = {0};
+    for (int i = 0; i < tp->n_weights; i++) has[tp->weights[i]->dtype] = true;
+    if (has[DT_BF16]) str_printf(o, "%s", CONVERT_BF16);
+    if (has[DT_F16]) str_printf(o, "%s", CONVERT_F16);
     /* constants */
     for (int i = 0, ci = 0; i < tp->nbufs; i++) {
         Buffer *b = tp->bufs[i];

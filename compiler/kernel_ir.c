@@ -59,7 +59,7 @@ static void collect_kparams(KKernel *k, KStmt **b, int n) {
 static KKernel *materialise(KL *L, const TileKernel *t) {
     Arena *A = L->A;
     KKernel *k = ARENA_NEW(A, KKernel);
-    k->name = arena_printf(A, "k_%s", t->nest->kname);
+    k->name = k->base = arena_printf(A, "k_%s", t->nest->kname);
     k->module = t->nest->module;
     k->sched = t->kind;
     k->block = t->block;
@@ -244,8 +244,9 @@ void kernel_lower(Arena *A, const TileProgram *tp, KProgram *kp) {
         KKernel *same = NULL;
         int same_name = 0;
         for (int j = 0; j < kp->nk; j++) {
-            if (!strcmp(canon[j], s.s) && !strcmp(kp->kernels[j]->name, k->name)) { same = kp->kernels[j]; break; }
-            if (!strncmp(kp->kernels[j]->name, k->name, strlen(k->name))) same_name++;
+            if (strcmp(kp->kernels[j]->base, k->base)) continue;
+            if (!strcmp(canon[j], s.s)) { same = kp->kernels[j]; break; }
+            same_name++;
         }
         if (!same) {
             if (same_name) k->name = arena_printf(A, "%s_%d", k->name, same_name);

@@ -54,6 +54,7 @@ typedef struct { EType t; } RegDecl;
 #define MAX_PARAMS 16
 typedef struct KKernel {
     const char *name;          /* k_<kname>, suffixed when kernels of one name differ */
+    const char *base;          /* k_<kname> before any suffix: kernels are only merged within a name */
     const char *module;        /* first graph op it came from */
     SchedKind sched;
     int block;

@@ -44,7 +44,8 @@ static Buffer *new_buf(TL *L, const char *name, BufKind kind, DType dt, int ndim
     return b;
 }
 
-static TOp *new_op(TL *L, TOpKind kind, const GNode *n, Buffer *out) {
+/* suffix names the part of a decomposed op (scores, softmax, ...) in its kernel's name */
+static TOp *new_op_part(TL *L, TOpKind kind, const GNode *n, Buffer *out, const char *suffix) {
     TProgram *tp = L->tp;
     if (tp->n == tp->cap) {
         int cap = tp->cap ? tp->cap * 2 : 256;
@@ -54,9 +55,11 @@ static TOp *new_op(TL *L, TOpKind kind, const GNode *n, Buffer *out) {
     }
     TOp *op = ARENA_NEW(L->A, TOp);
     op->kind = kind; op->module = n->name; op->kname = kernel_base_name(L->A, n->name); op->out = out;
+    if (suffix) op->kname = arena_printf(L->A, "%s_%s", op->kname, suffix);
     tp->ops[tp->n++] = op;
     return op;
 }
+static TOp *new_op(TL *L, TOpKind kind, const GNode *n, Buffer *out) { return new_op_part(L, kind, n, out, NULL); }
 static Expr *axis(TL *L, TOp *op, const char *name, Expr *extent) {
     Var *v = new_var(L->A, &L->tp->nvars, name);
     op->axes[op->naxes].v = v; op->axes[op->naxes].extent = extent; op->naxes++;
@@ -112,7 +115,7 @@ static void lower_node(TL *L, GNode *n) {
         Buffer *x = n->in[0]->buf, *w = n->in[1]->buf;
         int64_t D = n->dims[1];
         Buffer *inv = new_buf(L, arena_printf(A, "%s.inv_rms", n->name), BUF_ACT, DT_F32, 1, x->dims[0], 0, 0);
-        TOp *r = new_op(L, TOP_REDUCE, n, inv);
+        TOp *r = new_op_part(L, TOP_REDUCE, n, inv, "inv_rms");
         Expr *rt = axis(L, r, "t", rows(L, n));
         Expr *rd = raxis(L, r, "d", e_i(A, D));
         r->out_idx[0] = rt;
@@ -180,7 +183,7 @@ static void lower_node(TL *L, GNode *n) {
         Buffer *M = new_buf(L, arena_printf(A, "%s.max", n->name), BUF_ACT, DT_F32, 2, g->max_batch, H, 0);
         Buffer *Z = new_buf(L, arena_printf(A, "%s.sum", n->name), BUF_ACT, DT_F32, 2, g->max_batch, H, 0);
         /* scores = q k^T * head_dim^-0.5, causal */
-        TOp *s = new_op(L, TOP_REDUCE, n, S);
+        TOp *s = new_op_part(L, TOP_REDUCE, n, S, "scores");
         t = axis(L, s, "t", e_param(A, P_N));
         Expr *h = axis(L, s, "h", e_i(A, H));
         Expr *j = axis(L, s, "j", len);
@@ -191,21 +194,21 @@ static void lower_node(TL *L, GNode *n) {
         s->epilogue = e_select(A, e_bin(A, EX_LE, j, E_ADD(A, e_param(A, P_POS), t)),
                                E_MUL(A, e_acc(A), e_f(A, (float)(1.0 / sqrt((double)hd)))), e_f(A, -INFINITY));
         /* softmax over j: max, sum of exp, normalise in place */
-        TOp *mx = new_op(L, TOP_REDUCE, n, M);
+        TOp *mx = new_op_part(L, TOP_REDUCE, n, M, "max");
         t = axis(L, mx, "t", e_param(A, P_N)); h = axis(L, mx, "h", e_i(A, H)); j = raxis(L, mx, "j", len);
         mx->out_idx[0] = t; mx->out_idx[1] = h; mx->red = RED_MAX;
         mx->body = e_load3(A, S, t, h, j);
-        TOp *sm = new_op(L, TOP_REDUCE, n, Z);
+        TOp *sm = new_op_part(L, TOP_REDUCE, n, Z, "sum");
         t = axis(L, sm, "t", e_param(A, P_N)); h = axis(L, sm, "h", e_i(A, H)); j = raxis(L, sm, "j", len);
         sm->out_idx[0] = t; sm->out_idx[1] = h; sm->red = RED_SUM;
         sm->body = e_un(A, EX_EXP, E_SUB(A, e_load3(A, S, t, h, j), e_load2(A, M, t, h)));
-        TOp *nm = new_op(L, TOP_ELEMWISE, n, S);
+        TOp *nm = new_op_part(L, TOP_ELEMWISE, n, S, "softmax");
         t = axis(L, nm, "t", e_param(A, P_N)); h = axis(L, nm, "h", e_i(A, H)); j = axis(L, nm, "j", len);
         nm->out_idx[0] = t; nm->out_idx[1] = h; nm->out_idx[2] = j;
         nm->body = E_DIV(A, e_un(A, EX_EXP, E_SUB(A, e_load3(A, S, t, h, j), e_load2(A, M, t, h))), e_load2(A, Z, t, h));
         /* out = p v */
         n->buf = act_buf(L, n, NULL, n->dims[1]);
-        TOp *pv = new_op(L, TOP_REDUCE, n, n->buf);
+        TOp *pv = new_op_part(L, TOP_REDUCE, n, n->buf, "pv");
         t = axis(L, pv, "t", e_param(A, P_N)); h = axis(L, pv, "h", e_i(A, H)); e = axis(L, pv, "e", e_i(A, hd));
         j = raxis(L, pv, "j", len);
         pv->out_idx[0] = t; pv->out_idx[1] = E_ADD(A, E_MUL(A, h, e_i(A, hd)), e);

@@ -80,7 +80,7 @@ typedef struct {
     float temperature, top_p, min_p, rep;
     int top_k;
     unsigned long long seed; bool has_seed;
-    bool ids, stats, info, verify;
+    bool ids, stats, info, verify, ignore_eos;
     int ctx;
 } Opts;
 
@@ -101,6 +101,7 @@ static void usage(void) {
            "  --ids                   print the generated ids, not text\n"
            "  --logits PATH           write the logits of each generated token (f32, %d per token)\n"
            "  --stats                 timings on stderr\n"
+           "  --ignore-eos            keep generating past end-of-sequence tokens\n"
            "  --ctx N                 KV-cache length (default and most: %d)\n"
            "  --info                  describe the model and exit\n"
            "  --verify                check the built-in payload's checksum and exit\n"
@@ -169,6 +170,7 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--ids")) { NOVAL(); o->ids = true; }
         else if (IS("--logits")) o->logits_path = VAL();
         else if (IS("--stats")) { NOVAL(); o->stats = true; }
+        else if (IS("--ignore-eos")) { NOVAL(); o->ignore_eos = true; }
         else if (IS("--info")) { NOVAL(); o->info = true; }
         else if (IS("--ctx")) o->ctx = (int)parse_int(flag, VAL(), 1, mi->max_ctx);
         else if (IS("--verify")) { NOVAL(); o->verify = true; }
@@ -459,7 +461,7 @@ int main(int argc, char **argv) {
         die("the prompt is %d tokens, longer than the context (%d tokens%s)", np, ctx,
             ctx < mi->max_ctx ? "; see --ctx" : "");
     }
-    long room = ctx - np;
+    long room = ctx - np + 1;   /* the last token is sampled from position ctx-1 and never fed back */
     long max_new = o.has_n ? (o.max_new < 0 || o.max_new > room ? room : o.max_new)
                            : (room < DEFAULT_MAX_NEW ? room : DEFAULT_MAX_NEW);
 
@@ -511,7 +513,7 @@ int main(int argc, char **argv) {
     while (n_gen < max_new) {
         int tok = sample(&o, G.logits, V);
         if (n_gen == 0) t_first = now_s() - t0;
-        if (is_eos(tok)) break;
+        if (!o.ignore_eos && is_eos(tok)) break;
         if (G.logits_f && fwrite(G.logits, sizeof(float), (size_t)V, G.logits_f) != (size_t)V)
             die("--logits %s: %s", o.logits_path, strerror(errno));
         history_add(tok, V);

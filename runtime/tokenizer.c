@@ -211,8 +211,13 @@ typedef struct {
     uint32_t *sym; uint32_t *rank; size_t sym_cap, rank_cap;
     /* heap path */
     int32_t *prev, *next; uint64_t *heap; size_t prev_cap, next_cap, heap_cap;
+    /* word cache: most text repeats its words, and BPE of a word is pure.
+     * Allocated once an encode call has seen enough words to profit. */
+    struct WCache { uint8_t klen, nid; uint8_t key[22]; int32_t id[6]; } *wc;
+    size_t nwords;
     bool oom;
 } Enc;
+#define WC_SIZE 4096
 
 static void *grow(void *p, size_t *cap, size_t need, size_t elem, bool *oom) {
     if (need <= *cap) return p;
@@ -343,6 +348,8 @@ static bool ensure_sym(Enc *e, size_t n) {
     return true;
 }
 
+static void encode_word_bpe(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n);
+
 /* One byte-level pre-token. */
 static void encode_word_bytes(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
     if (n == 0) return;
@@ -350,6 +357,27 @@ static void encode_word_bytes(const Tokenizer *t, Enc *e, const uint8_t *w, size
         int32_t id = vocab_find(t, w, n);
         if (id >= 0) { emit(e, id); return; }
     }
+    struct WCache *c = NULL;
+    if (n <= sizeof c->key) {
+        if (!e->wc && ++e->nwords > 512) e->wc = calloc(WC_SIZE, sizeof *e->wc);
+        if (e->wc) {
+            c = &e->wc[hash_bytes(w, n) & (WC_SIZE - 1)];
+            if (c->klen == n && c->nid && memcmp(c->key, w, n) == 0) {
+                for (int i = 0; i < c->nid; i++) emit(e, c->id[i]);
+                return;
+            }
+        }
+    }
+    size_t before = e->n;
+    encode_word_bpe(t, e, w, n);
+    if (c && !e->oom && e->n - before <= 6 && e->n > before) {
+        c->klen = (uint8_t)n; c->nid = (uint8_t)(e->n - before);
+        memcpy(c->key, w, n);
+        memcpy(c->id, e->ids + before, sizeof(int32_t) * c->nid);
+    }
+}
+
+static void encode_word_bpe(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
     if (!ensure_sym(e, n)) return;
     size_t k = 0;
     bool prev_unk = false;
@@ -525,7 +553,7 @@ int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, bool add_
     }
     if (add_special && (t->flags & TOKF_ADD_EOS) && t->eos >= 0) emit(&e, t->eos);
     free(e.norm); free(e.cp); free(e.cls); free(e.coff); free(e.sym); free(e.rank);
-    free(e.prev); free(e.next); free(e.heap);
+    free(e.prev); free(e.next); free(e.heap); free(e.wc);
     if (e.oom) { free(e.ids); *ids = NULL; return -1; }
     if (!e.ids) e.ids = malloc(sizeof(int32_t));
     *ids = e.ids;

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""gen_tokenizer_expected.py: writes tests/data/tokenizer_expected.json, the
+ids that Hugging Face `tokenizers` (pip install tokenizers) gives for a
+corpus, so tests/test_tokenizer.py can check llmcc's tokenizer without the
+network or the package. Tokenizers: Qwen2.5 and Llama 3 from
+../shared/assets/tokenizers, Llama 2 as converted by scripts/convert_llama2c.py
+(when present), and the SentencePiece-style fixture of test_tokenizer.py.
+
+    python3 scripts/gen_tokenizer_expected.py
+"""
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+from tokenizers import Tokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared", "assets"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from test_tokenizer import spm_fixture_json  # noqa: E402
+
+CORPUS = [
+    "Hello world", " Hello world", "Hello World!", "hello, world! How are you today?",
+    "The quick brown fox jumps over the lazy dog.",
+    "I'm sure they'll say it's fine, but we've seen what you'd do. Isn't it?",
+    "DON'T SHOUT. I'M HERE. WE'LL SEE. YOU'VE GOT IT. SHE'D KNOW. IT'S 'S 'T 'Re 'rE 'LL 'lL 'Ve",
+    "'s 't 're 've 'm 'll 'd 'x ''s '''", "rock'n'roll o'clock Ma'am y'all",
+    "'\u017f long-s fold", "\u2019s curly apostrophe's",
+    "1234567", "3.14159265358979", "12,345,678.90 and 0x1F2E3D", "2024-06-01T12:34:56Z", "9" * 40,
+    "\u0661\u0662\u0663\u0664 \u2167 \u00bd \u00b2\u00b3 \u2460\u2461 \uff11\uff12\uff13",
+    "", " ", "  ", "   ", "\t", "\n", "\n\n", "\n\n\n", "\t\n", " \n", "\n ", " \n \n ",
+    "a  b   c    d", "trailing spaces   ", "   leading spaces", "tabs\tand\t\ttabs", "line\r\nbreaks\r\n\r\n",
+    "mixed \t \n\t\n  x", "end with newline\n", "\u00a0nbsp\u00a0\u00a0x", "ideographic\u3000space",
+    "line\u2028sep\u2029para", "nel\u0085x", "vt\x0bff\x0cx", "zw\u200bsp\u200cnj\u200dj", "\u2003em\u2009thin",
+    "! !! !!! ?!?! ... \u2026 --- -> => :: ;; @@ ## $$ %% ^^ && ** (( )) [[ ]] {{ }}",
+    "!\n\n", "?\r\n", "a.\n\nb", "x = (y + z) * 2;\n",
+    "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n",
+    "int main(void) {\n\tprintf(\"%d\\n\", 42);\n\treturn 0;\n}\n",
+    "for (int i = 0; i < 10; ++i) { sum += a[i] * b[i]; }  // dot product",
+    "SELECT id, name FROM users WHERE age >= 18 ORDER BY name;",
+    "<html><body><p class=\"x\">Hi &amp; bye</p></body></html>",
+    "https://example.com/path?q=1&r=two#frag user@example.org",
+    "\u4f60\u597d\uff0c\u4e16\u754c\uff01\u4eca\u5929\u5929\u6c14\u5f88\u597d\u3002\u6211\u4eec\u53bb\u516c\u56ed\u5427\u3002",
+    "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3067\u3059\u3002\u30ab\u30bf\u30ab\u30ca\u3068\u3072\u3089\u304c\u306a\u3002",
+    "\ud55c\uad6d\uc5b4 \ubb38\uc7a5\uc785\ub2c8\ub2e4. \uc548\ub155\ud558\uc138\uc694!",
+    "\u0645\u0631\u062d\u0628\u0627 \u0628\u0627\u0644\u0639\u0627\u0644\u0645! \u0643\u064a\u0641 \u062d\u0627\u0644\u0643\u061f",
+    "\u05e9\u05dc\u05d5\u05dd \u05e2\u05d5\u05dc\u05dd",
+    "\u0928\u092e\u0938\u094d\u0924\u0947 \u0926\u0941\u0928\u093f\u092f\u093e! \u092f\u0939 \u090f\u0915 \u092a\u0930\u0940\u0915\u094d\u0937\u0923 \u0939\u0948\u0964",
+    "\u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35\u0e04\u0e23\u0e31\u0e1a \u0e42\u0e25\u0e01",
+    "\u041f\u0440\u0438\u0432\u0435\u0442, \u043c\u0438\u0440! \u041a\u0430\u043a \u0434\u0435\u043b\u0430?",
+    "\u0393\u03b5\u03b9\u03ac \u03c3\u03bf\u03c5 \u039a\u03cc\u03c3\u03bc\u03b5",
+    "T\u00fcrk\u00e7e \u0131\u0130 \u015f\u011f stra\u00dfe \u00c6\u00d8\u00c5 \u0153uvre",
+    "caf\u00e9 cafe\u0301 na\u00efve nai\u0308ve \u212b A\u030a \u1100\u1161\u11a8 \ufb01",
+    "\U0001f44d\U0001f3fd \U0001f468\u200d\U0001f469\u200d\U0001f467 \U0001f1fa\U0001f1f8 \u2764\ufe0f \U0001f600\U0001f601\U0001f602",
+    "emoji\U0001f600in\U0001f600words", "\U0001f600" * 30, "\U0001d400\U0001d401 math bold",
+    "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+    "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nhi<|im_end|>", "a<|endoftext|>b", "<|endoftext|><|endoftext|>", " <|im_end|> ",
+    "<|im_start", "<|im_start|", "<|im_sta rt|>", "<tool_call>{\"name\": \"f\"}</tool_call>",
+    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    "<|reserved_special_token_5|>x<|end_of_text|>", "<s>hello</s> <s> x", "<unk>",
+    "a" * 300, "ab" * 150, " " * 200, "\n" * 50, "-" * 120, "x" + " " * 77 + "y",
+    "SGVsbG8gV29ybGQhIFRoaXMgaXMgYmFzZTY0IGVuY29kZWQgdGV4dCB0aGF0IGdvZXMgb24gYW5kIG9u" * 2,
+    "Supercalifragilisticexpialidocious antidisestablishmentarianism pneumonoultramicroscopicsilicovolcanoconiosis",
+    "The year 1999 had 365 days; 2000 had 366. Call 555-0123 now!",
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine.",
+]
+
+
+def random_texts(n, seed):
+    """Random mixes of the character classes the pre-tokenizer cares about."""
+    pool = (list("abcXYZ019'  \t\n\r.,!?-_()\"") + ["'s", "'LL", "'ve", "\u00e9", "e\u0301", "\u4e2d", "\u6587",
+            "\u0905", "\u093e", "\u0661", "\u00bd", "\u00a0", "\u3000", "\u2028", "\U0001f600", "\u200d", "\u0131",
+            "\u00df", "<|im_end|>", "<|eot_id|>", "<s>", " \n", "\r\n", "  ", "1234"])
+    rnd = random.Random(seed)
+    return ["".join(rnd.choice(pool) for _ in range(rnd.randrange(1, 40))) for _ in range(n)]
+
+
+def encode(tok, texts):
+    """ids (add_special_tokens=False); ids_special (True) and decoded
+    (skip_special_tokens=True) are null where equal to ids / the text, to
+    keep the file small."""
+    ids = [tok.encode(t, add_special_tokens=False).ids for t in texts]
+    sp = [tok.encode(t, add_special_tokens=True).ids for t in texts]
+    dec = [tok.decode(i, skip_special_tokens=True) for i in ids]
+    return {"ids": ids,
+            "ids_special": [s if s != i else None for s, i in zip(sp, ids)],
+            "decoded": [d if d != t else None for d, t in zip(dec, texts)]}
+
+
+def sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def main():
+    texts = CORPUS + random_texts(250, 1)
+    # one long text: exercises the encoder's word cache (used after 512 words)
+    texts.append("\n".join(CORPUS) + " " + " ".join(texts[::-1]))
+    out = {"generator": "scripts/gen_tokenizer_expected.py", "texts": texts, "tokenizers": {}}
+    import tokenizers
+    out["tokenizers_version"] = tokenizers.__version__
+    for key, d in (("qwen2.5", "qwen2.5-instruct"), ("llama3", "llama3-instruct")):
+        path = os.path.join(SHARED, "tokenizers", d, "tokenizer.json")
+        e = encode(Tokenizer.from_file(path), texts)
+        e["sha256"] = sha(path)
+        out["tokenizers"][key] = e
+    with tempfile.TemporaryDirectory() as tmp:
+        fx = os.path.join(tmp, "tokenizer.json")
+        with open(fx, "w", encoding="utf-8") as f:
+            json.dump(spm_fixture_json(), f, ensure_ascii=False)
+        e = encode(Tokenizer.from_file(fx), texts)
+        e["sha256"] = sha(fx)
+        out["tokenizers"]["spm_fixture"] = e
+        conv = os.path.join(ROOT, "scripts", "convert_llama2c.py")
+        if os.path.exists(conv):
+            l2 = os.path.join(tmp, "llama2")
+            subprocess.run([sys.executable, conv, "--tokenizer-only",
+                            os.path.join(SHARED, "tokenizers", "llama2", "tokenizer.bin"), l2], check=True)
+            p = os.path.join(l2, "tokenizer.json")
+            e = encode(Tokenizer.from_file(p), texts)
+            e["sha256"] = sha(p)
+            out["tokenizers"]["llama2"] = e
+    dst = os.path.join(ROOT, "tests", "data", "tokenizer_expected.json")
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(dst, "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False, separators=(",", ":"))
+        f.write("\n")
+    print("wrote %s (%d texts, %d bytes)" % (dst, len(texts), os.path.getsize(dst)))
+
+
+if __name__ == "__main__":
+    main()

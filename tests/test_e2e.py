@@ -1,0 +1,174 @@
+"""End to end: tiny Hugging Face checkpoints (scripts/make_fixture.py) go
+through `llmcc build`, the emitted project is built with make, and the CPU
+executable's greedy ids and --logits are compared with the numpy reference
+(tests/ref_forward.py, written from the transformers modeling code, not from
+the compiler). Also: the real llama2.c model against run.c's outputs, and
+the CUDA build of every fixture (compiles and links here; runs only on a
+GPU, see scripts/gpu_check.sh)."""
+import os
+import shutil
+import struct
+import subprocess
+
+import numpy as np
+
+import ref_forward
+from testlib import LLMCC, ROOT, Skip, run, shared, tmpdir
+
+KINDS = ["llama-gqa", "qwen2-tied", "llama-linear"]
+PROMPT = [1, 4, 7, 10, 13, 40, 77]
+
+
+def fixture(kind, dtype):
+    d = os.path.join(tmpdir("e2e"), "%s-%s" % (kind, dtype))
+    if not os.path.exists(os.path.join(d, "model.safetensors")):
+        run(["python3", os.path.join(ROOT, "scripts", "make_fixture.py"), kind, d, "--dtype", dtype, "--seed", "7"])
+    return d
+
+
+def build(model_dir, target, extra=()):
+    out = model_dir + "-" + target + ("-" + "-".join(extra).replace("-", "") if extra else "")
+    run([LLMCC, "build", model_dir, "-o", out, "--target", target, "--name", "m"] + list(extra))
+    run(["make", "-C", out, "-j2"])
+    return out
+
+
+def read_logits(path, vocab):
+    data = np.fromfile(path, dtype="<f4")
+    assert data.size % vocab == 0, "logits file size %d is not a multiple of vocab %d" % (data.size, vocab)
+    return data.reshape(-1, vocab)
+
+
+def check_fixture(kind, dtype, n_ids, check_logits, extra=()):
+    d = fixture(kind, dtype)
+    exe = os.path.join(build(d, "cpu", extra), "m")
+    model = ref_forward.load(d)
+    ref_ids, ref_logits = ref_forward.greedy(model, PROMPT, 32)
+    lp = os.path.join(tmpdir("e2e"), "%s-%s.logits" % (kind, dtype))
+    p = run([exe, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "32", "--temperature", "0", "--repeat-penalty", "1", "--ids",
+             "--ignore-eos", "--logits", lp])
+    ours = [int(x) for x in p.stdout.split()]
+    assert ours[:n_ids] == list(ref_ids[:n_ids]), "greedy ids differ:\nours %s\nref  %s" % (ours, list(ref_ids))
+    assert len(set(ref_ids)) > 1, "degenerate fixture: greedy repeats one token"
+    if check_logits:
+        got = read_logits(lp, model["cfg"]["vocab_size"] if isinstance(model, dict) and "cfg" in model else np.asarray(ref_logits).shape[1])
+        ref = np.asarray(ref_logits, dtype=np.float32)
+        assert got.shape == ref.shape, "logits shape %s vs reference %s" % (got.shape, ref.shape)
+        for step in range(ref.shape[0]):
+            diff = float(np.max(np.abs(got[step] - ref[step])))
+            tol = 1e-4 * float(np.max(np.abs(ref[step])))
+            assert diff <= tol, "step %d: max |diff| %.3g > %.3g" % (step, diff, tol)
+
+
+def test_llama_gqa_f32():
+    check_fixture("llama-gqa", "f32", 32, True)
+
+
+def test_qwen2_tied_f32():
+    check_fixture("qwen2-tied", "f32", 32, True)
+
+
+def test_llama_linear_f32():
+    check_fixture("llama-linear", "f32", 32, True)
+
+
+def test_llama_gqa_f32_chunked_prefill():
+    # prefill in chunks of 3 tokens: the KV cache must carry across calls
+    check_fixture("llama-gqa", "f32", 32, True, extra=("--max-batch", "3"))
+
+
+def test_bf16_fixtures_greedy():
+    for kind in KINDS:
+        check_fixture(kind, "bf16", 16, False)
+
+
+def test_aidreams_matches_llama2c():
+    ref_dir = shared("aidreams260K")
+    d = os.path.join(tmpdir("e2e"), "aidreams")
+    if not os.path.exists(os.path.join(d, "config.json")):
+        run(["python3", os.path.join(ROOT, "scripts", "convert_llama2c.py"), os.path.join(ref_dir, "aidreams260K.bin"),
+             os.path.join(ref_dir, "tok512.bin"), d])
+    exe = os.path.join(build(d, "cpu"), "m")
+    # run.c's -n counts positions including the prompt (and BOS is position 0 but not
+    # listed): with "Once upon a time" it generated 64 - len(prompt ids) tokens.
+    ref_ids = open(os.path.join(ref_dir, "ref_greedy_prompt.ids.txt")).read().split()
+    prompt_ids = run([exe, "--prompt", "Once upon a time", "--tokenize"], check=False)
+    p = run([exe, "--prompt", "Once upon a time", "-n", "52", "--temperature", "0"])
+    want = open(os.path.join(ref_dir, "ref_greedy_prompt.stdout.txt")).read()
+    assert p.stdout.strip() == want.strip(), "ours:\n%r\nrun.c:\n%r" % (p.stdout, want)
+    p = run([exe, "--prompt", "Once upon a time", "-n", "52", "--temperature", "0", "--ids"])
+    assert p.stdout.split() == ref_ids[12:], (p.stdout, ref_ids)
+    # no prompt: run.c starts from BOS and generates 127 tokens (-n 128)
+    ref_np = open(os.path.join(ref_dir, "ref_greedy_noprompt.ids.txt")).read().split()
+    p = run([exe, "--prompt-ids", "1", "-n", str(len(ref_np)), "--temperature", "0", "--ids", "--ignore-eos"])
+    assert p.stdout.split() == ref_np, (p.stdout, ref_np)
+    del prompt_ids
+
+
+def test_cuda_builds_every_fixture():
+    if not shutil.which("nvcc"):
+        raise Skip("nvcc is not installed")
+    for kind in KINDS:
+        for dtype in ("f32", "bf16"):
+            out = fixture(kind, dtype) + "-cuda"
+            run([LLMCC, "build", fixture(kind, dtype), "-o", out, "--target", "cuda", "--name", "m"])
+            p = run(["make", "-C", out, "-j2"])
+            assert "warning" not in (p.stdout + p.stderr).lower(), "nvcc warnings:\n" + p.stdout + p.stderr
+            ldd = run(["ldd", os.path.join(out, "m")], check=False).stdout
+            assert "libcudart" not in ldd, ldd
+            # without a GPU the executable must say so in one line and exit non-zero
+            r = run([os.path.join(out, "m"), "--prompt-ids", "1,2", "-n", "2"], check=False)
+            if r.returncode != 0:
+                lines = [l for l in r.stderr.splitlines() if l.strip()]
+                assert len(lines) == 1 and "GPU" in lines[0], r.stderr
+
+
+def test_compile_every_ir_level():
+    d = fixture("qwen2-tied", "f32")
+    for level in ("graph", "tensor", "loop", "tile", "kernel", "cuda", "c"):
+        p = run([LLMCC, "compile", d, "--ir", level])
+        assert len(p.stdout) > 200, level
+    # the printed C is the translation unit `llmcc build` emits, and compiles
+    c = run([LLMCC, "compile", d, "--ir", "c"]).stdout
+    src = os.path.join(tmpdir("e2e"), "ir_c.c")
+    open(src, "w").write(c)
+    run(["cc", "-std=c11", "-O0", "-fopenmp", "-Wall", "-Werror", "-Wno-unknown-pragmas", "-I" + ROOT, "-I" + os.path.join(ROOT, "runtime"),
+         "-c", src, "-o", src + ".o"])
+    if shutil.which("nvcc"):
+        cu = run([LLMCC, "compile", d, "--ir", "cuda"]).stdout
+        src = os.path.join(tmpdir("e2e"), "ir_cuda.cu")
+        open(src, "w").write(cu)
+        run(["nvcc", "-arch=sm_90", "-I" + ROOT, "-c", src, "-o", src + ".o"])
+
+
+def test_real_configs_compile():
+    cfgs = shared("hf-configs")
+    for fn in sorted(os.listdir(cfgs)):
+        if not fn.endswith("config.json") or "generation" in fn:
+            continue
+        d = os.path.join(tmpdir("configs"), fn.replace(".json", ""))
+        os.makedirs(d, exist_ok=True)
+        shutil.copy(os.path.join(cfgs, fn), os.path.join(d, "config.json"))
+        p = run([LLMCC, "compile", d, "--ir", "kernel"])
+        assert "distinct kernels" in p.stdout, fn
+
+
+def test_build_refuses_foreign_dir_and_leaves_nothing_on_failure():
+    d = fixture("llama-gqa", "f32")
+    foreign = os.path.join(tmpdir("e2e"), "foreign")
+    os.makedirs(foreign, exist_ok=True)
+    open(os.path.join(foreign, "keep.txt"), "w").write("mine")
+    r = run([LLMCC, "build", d, "-o", foreign, "--target", "cpu"], check=False)
+    assert r.returncode == 1 and "refusing" in r.stderr, r.stderr
+    assert os.listdir(foreign) == ["keep.txt"]
+    # a checkpoint with a missing tensor: error names it, no output directory appears
+    bad = os.path.join(tmpdir("e2e"), "missing-tensor")
+    shutil.rmtree(bad, ignore_errors=True)
+    shutil.copytree(d, bad)
+    cfg = open(os.path.join(bad, "config.json")).read().replace('"num_hidden_layers": 2', '"num_hidden_layers": 3')
+    open(os.path.join(bad, "config.json"), "w").write(cfg)
+    out = bad + "-out"
+    r = run([LLMCC, "build", bad, "-o", out, "--target", "cpu"], check=False)
+    assert r.returncode == 1 and "model.layers.2." in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+    assert not os.path.exists(out)
+    assert not [f for f in os.listdir(tmpdir("e2e")) if f.startswith("missing-tensor-out.tmp")]
