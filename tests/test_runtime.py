@@ -78,7 +78,8 @@ def greedy(prompt, n, penalty=1.0, ctx=64):
     w = table()
     hist = list(prompt)
     out = []
-    while len(out) < n and len(hist) < ctx:
+    # every token but the last generated one is fed back, so at most ctx + 1 in all
+    while len(out) < n and len(hist) <= ctx:
         x = w[hist[-1]].astype(np.float64).copy()
         if penalty != 1.0:
             for t in set(hist):
@@ -159,7 +160,7 @@ def test_context_end_and_too_long_prompt():
     prompt = [10, 11, 12]
     p = bx("--prompt-ids", "10,11,12", "--ids", "--ctx", 8, "-n", 100)
     assert ids_of(p) == greedy(prompt, 100, ctx=8)
-    assert len(ids_of(p)) <= 5
+    assert len(ids_of(p)) <= 6
     one_line_error(bx("--prompt-ids", "1,2,3,4,5", "--ids", "--ctx", 4), "longer than the context")
     one_line_error(bx("--prompt-ids", ",".join(["9"] * 65), "--ids"), "longer than the context")
 
