@@ -50,7 +50,7 @@ test: llmcc
 
 test-asan:
 	$(MAKE) llmcc SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" OPT=-O1
-	LLMCC_SANITIZE=1 ASAN_OPTIONS=detect_leaks=0 $(PYTHON) tests/run.py
+	LLMCC_SANITIZE=1 LLMCC_BIN=$(abspath $(BUILD))/llmcc-san ASAN_OPTIONS=detect_leaks=0 $(PYTHON) tests/run.py
 
 # ---- models ----
 HAVE_GPU := $(shell command -v nvcc >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)

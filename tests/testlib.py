@@ -12,7 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, "build")
 TMP = os.path.join(BUILD, "tests")
 SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared", "assets"))
-LLMCC = os.path.join(BUILD, "llmcc")
+# make test-asan points LLMCC_BIN at the sanitized compiler
+LLMCC = os.environ.get("LLMCC_BIN") or os.path.join(BUILD, "llmcc")
 CFLAGS = ["-std=c11", "-D_GNU_SOURCE", "-O1", "-g", "-Wall", "-Wextra", "-Werror"]
 # make test-asan sets LLMCC_SANITIZE=1: C test programs are built with sanitizers too.
 if os.environ.get("LLMCC_SANITIZE") == "1":
