@@ -80,7 +80,7 @@ typedef struct {
     float temperature, top_p, min_p, rep;
     int top_k;
     unsigned long long seed; bool has_seed;
-    bool ids, stats, info, verify, ignore_eos;
+    bool ids, stats, info, verify, ignore_eos, tokenize;
     int ctx;
 } Opts;
 
@@ -102,6 +102,7 @@ static void usage(void) {
            "  --logits PATH           write the logits of each generated token (f32, %d per token)\n"
            "  --stats                 timings on stderr\n"
            "  --ignore-eos            keep generating past end-of-sequence tokens\n"
+           "  --tokenize              print the prompt's ids on one line and exit\n"
            "  --ctx N                 KV-cache length (default and most: %d)\n"
            "  --info                  describe the model and exit\n"
            "  --verify                check the built-in payload's checksum and exit\n"
@@ -171,6 +172,7 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--logits")) o->logits_path = VAL();
         else if (IS("--stats")) { NOVAL(); o->stats = true; }
         else if (IS("--ignore-eos")) { NOVAL(); o->ignore_eos = true; }
+        else if (IS("--tokenize")) { NOVAL(); o->tokenize = true; }
         else if (IS("--info")) { NOVAL(); o->info = true; }
         else if (IS("--ctx")) o->ctx = (int)parse_int(flag, VAL(), 1, mi->max_ctx);
         else if (IS("--verify")) { NOVAL(); o->verify = true; }
@@ -428,7 +430,7 @@ int main(int argc, char **argv) {
         cleanup();
         return 0;
     }
-    if (!G.tok && !o.ids) die("this executable has no tokenizer: give --prompt-ids and --ids");
+    if (!G.tok && !o.ids && !o.tokenize) die("this executable has no tokenizer: give --prompt-ids and --ids");
     if (!G.tok && o.prompt) die("this executable has no tokenizer: give --prompt-ids, not --prompt");
 
     /* the prompt */
@@ -454,6 +456,18 @@ int main(int argc, char **argv) {
         if (!pids) die("out of memory");
         pids[0] = mi->bos_id;
         np = 1;
+    }
+    if (o.tokenize) {
+        char b[16];
+        for (int i = 0; i < np; i++) {
+            int l = snprintf(b, sizeof b, i ? " %d" : "%d", pids[i]);
+            out_write(b, (size_t)l);
+        }
+        out_write("\n", 1);
+        out_flush();
+        free(pids);
+        cleanup();
+        return 0;
     }
     const int ctx = o.ctx;
     if (np > ctx) {

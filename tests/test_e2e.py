@@ -92,6 +92,8 @@ def test_aidreams_matches_llama2c():
     # run.c's -n counts positions including the prompt (and BOS is position 0 but not
     # listed): with "Once upon a time" it generated 64 - len(prompt ids) tokens.
     ref_ids = open(os.path.join(ref_dir, "ref_greedy_prompt.ids.txt")).read().split()
+    p = run([exe, "--prompt", "Once upon a time", "--tokenize"])
+    assert p.stdout.split() == ["1"] + ref_ids[:12], p.stdout   # BOS, then run.c's prompt tokens
     p = run([exe, "--prompt", "Once upon a time", "-n", "52", "--temperature", "0"])
     want = open(os.path.join(ref_dir, "ref_greedy_prompt.stdout.txt")).read()
     assert p.stdout.strip() == want.strip(), "ours:\n%r\nrun.c:\n%r" % (p.stdout, want)
