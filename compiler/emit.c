@@ -122,6 +122,27 @@ void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
     }
 }
 
+void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
+    for (int i = 0; i < n; i++) {
+        const KStmt *s = b[i];
+        ind(o, d);
+        if (s->k == KS_PHASE) {
+            if (t == TARGET_CPU) str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) { /* phase */\n", k->block);
+            else str_printf(o, "{ /* phase */\n");
+            emit_tstmts(o, k, s->body, s->nbody, d + 1, t);
+            ind(o, d); str_printf(o, "}\n");
+            if (t == TARGET_CUDA && k->nsmem) { ind(o, d); str_printf(o, "__syncthreads();\n"); }
+        } else {
+            str_printf(o, "for (int64_t "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->init, t);
+            str_printf(o, "; "); emit_expr(o, k, s->cond, t);
+            str_printf(o, "; "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->update, t);
+            str_printf(o, ") { /* uniform */\n");
+            emit_kstmts(o, k, s->kbody, s->nk, d + 1, t);
+            ind(o, d); str_printf(o, "}\n");
+        }
+    }
+}
+
 void emit_params(Str *o, const KKernel *k, Target t) {
     str_printf(o, "int64_t n, int64_t pos");
     for (int i = 0; i < k->nparams; i++)

@@ -22,6 +22,9 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo);
 /* shared by emit_c.c / emit_cuda.c */
 void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t);
 void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int depth, Target t);
+/* Phases and uniform loops. A phase is a loop over the block's threads in C
+ * and a block followed by __syncthreads() in CUDA (when the kernel shares memory). */
+void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int depth, Target t);
 void emit_params(Str *o, const KKernel *k, Target t);
 void emit_kernel_c(Str *o, const KKernel *k);
 void emit_kernel_cuda(Str *o, const KKernel *k);

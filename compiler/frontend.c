@@ -17,12 +17,7 @@ typedef struct {
 
 static GNode *add_node(FB *b, GraphOp op, const char *name) {
     Graph *g = b->g;
-    if (g->n == g->cap) {
-        int cap = g->cap ? g->cap * 2 : 256;
-        GNode **nn = ARENA_ARRAY(b->A, GNode *, cap);
-        if (g->n) memcpy(nn, g->nodes, sizeof(GNode *) * (size_t)g->n);
-        g->nodes = nn; g->cap = cap;
-    }
+    arena_grow(b->A, (void **)&g->nodes, g->n, &g->cap, sizeof(GNode *));
     GNode *n = ARENA_NEW(b->A, GNode);
     n->id = g->n; n->op = op; n->name = name; n->dtype = DT_F32; n->layer = -1;
     g->nodes[g->n++] = n;

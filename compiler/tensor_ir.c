@@ -31,12 +31,7 @@ typedef struct { Arena *A; TProgram *tp; } TL;
 
 static Buffer *new_buf(TL *L, const char *name, BufKind kind, DType dt, int ndim, int64_t d0, int64_t d1, int64_t d2) {
     TProgram *tp = L->tp;
-    if (tp->nbufs == tp->capb) {
-        int cap = tp->capb ? tp->capb * 2 : 256;
-        Buffer **nb = ARENA_ARRAY(L->A, Buffer *, cap);
-        if (tp->nbufs) memcpy(nb, tp->bufs, sizeof(Buffer *) * (size_t)tp->nbufs);
-        tp->bufs = nb; tp->capb = cap;
-    }
+    arena_grow(L->A, (void **)&tp->bufs, tp->nbufs, &tp->capb, sizeof(Buffer *));
     Buffer *b = ARENA_NEW(L->A, Buffer);
     b->id = tp->nbufs; b->name = name; b->kind = kind; b->dtype = dt; b->ndim = ndim;
     b->dims[0] = d0; b->dims[1] = d1; b->dims[2] = d2; b->layer = -1; b->weight_index = -1; b->act_offset = -1;
@@ -47,12 +42,7 @@ static Buffer *new_buf(TL *L, const char *name, BufKind kind, DType dt, int ndim
 /* suffix names the part of a decomposed op (scores, softmax, ...) in its kernel's name */
 static TOp *new_op_part(TL *L, TOpKind kind, const GNode *n, Buffer *out, const char *suffix) {
     TProgram *tp = L->tp;
-    if (tp->n == tp->cap) {
-        int cap = tp->cap ? tp->cap * 2 : 256;
-        TOp **no = ARENA_ARRAY(L->A, TOp *, cap);
-        if (tp->n) memcpy(no, tp->ops, sizeof(TOp *) * (size_t)tp->n);
-        tp->ops = no; tp->cap = cap;
-    }
+    arena_grow(L->A, (void **)&tp->ops, tp->n, &tp->cap, sizeof(TOp *));
     TOp *op = ARENA_NEW(L->A, TOp);
     op->kind = kind; op->module = n->name; op->kname = kernel_base_name(L->A, n->name); op->out = out;
     if (suffix) op->kname = arena_printf(L->A, "%s_%s", op->kname, suffix);

@@ -40,6 +40,13 @@ char *arena_printf(Arena *a, const char *fmt, ...) {
     va_end(ap2);
     return p;
 }
+void arena_grow(Arena *a, void **arr, int n, int *cap, size_t elem) {
+    if (n < *cap) return;
+    int ncap = *cap ? *cap * 2 : 256;
+    void *na = arena_alloc(a, elem * (size_t)ncap);
+    if (n) memcpy(na, *arr, elem * (size_t)n);
+    *arr = na; *cap = ncap;
+}
 void arena_free(Arena *a) {
     for (ArenaBlock *b = a->head, *n; b; b = n) { n = b->next; free(b); }
     a->head = NULL; a->used_total = 0;

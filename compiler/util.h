@@ -16,6 +16,8 @@ char *arena_strdup(Arena *a, const char *s);
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void arena_free(Arena *a);
+/* Makes room for one more element in an arena array of *n (capacity *cap), doubling. */
+void arena_grow(Arena *a, void **arr, int n, int *cap, size_t elem);
 #define ARENA_NEW(a, T) ((T *)arena_alloc((a), sizeof(T)))
 #define ARENA_ARRAY(a, T, n) ((T *)arena_alloc((a), sizeof(T) * (size_t)(n)))
 
