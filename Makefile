@@ -7,6 +7,7 @@
 #   make test                 every test that needs no GPU (ends with "N passed, N failed")
 #   make test-asan            the same with AddressSanitizer + UndefinedBehaviorSanitizer
 #   make deps                 install the build dependencies (Debian/Ubuntu, as root)
+#   make fuzz                 run the libFuzzer harnesses (FUZZ_SECONDS=N each)
 CC       ?= cc
 OPT      ?= -O2
 SAN      ?=
@@ -22,7 +23,7 @@ LLMCC := $(BUILD)/llmcc$(if $(SAN),-san)
 
 DEB_PKGS := gcc make libjsmn-dev libzstd-dev libutf8proc-dev python3 python3-numpy
 
-.PHONY: all llmcc test test-asan deps clean default-model check-deps
+.PHONY: all llmcc test test-asan deps clean check-deps
 .DEFAULT_GOAL := all
 
 # One line naming the Debian package when a dependency is missing.
@@ -55,7 +56,7 @@ test-asan:
 # ---- models ----
 HAVE_GPU := $(shell command -v nvcc >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
 TARGET   ?= $(if $(HAVE_GPU),cuda,cpu)
-PROMPT   ?= Once upon a time
+PROMPT   ?= It was a fine morning, and Elizabeth
 
 ifneq ($(MODEL),)
 MODEL_NAME := $(notdir $(patsubst %/,%,$(MODEL)))
@@ -64,15 +65,57 @@ all: llmcc
 	$(MAKE) -C $(BUILD)/$(MODEL_NAME) -j2
 	@echo "built: $$(ls -d $(BUILD)/$(MODEL_NAME)/* | grep -v '\.' | grep -v Makefile | grep -v append_payload | grep -v obj | head -1)"
 else
-# Until the project ships a trained default model, `make` builds a tiny
-# random-weight Llama made by scripts/make_fixture.py: it shows the whole
-# path (compile, pack, build, run), but its text is noise.
+# The default model: models/austen-2m, a 2 M-parameter Llama that
+# scripts/train_tiny.py trained on Jane Austen's novels (its MODEL_CARD.md
+# says how). Sampled with generation_config.json's settings and a fixed seed,
+# so that every `make` prints the same text.
 all: llmcc
-	@test -f $(BUILD)/default-model/config.json || $(PYTHON) scripts/make_fixture.py llama-gqa $(BUILD)/default-model
-	$(LLMCC) build $(BUILD)/default-model -o $(BUILD)/default --target $(TARGET) --name llama
+	$(LLMCC) build models/austen-2m -o $(BUILD)/default --target $(TARGET) --name llama
 	$(MAKE) -C $(BUILD)/default -j2
-	$(BUILD)/default/llama --prompt "$(PROMPT)" -n 24 --temperature 0
+	$(BUILD)/default/llama --prompt "$(PROMPT)" -n 64 --seed 7
 endif
+
+# ---- fuzzing (tests/fuzz/) ----
+#   make fuzz [FUZZ_SECONDS=N] [FUZZ_TARGETS="safetensors config ..."]
+# runs each libFuzzer harness in turn for N seconds (clang from Debian). New
+# corpus entries go to build/fuzz/corpus/T, crashes to build/fuzz/crashes/;
+# keep a crash as tests/fuzz/regressions/T/NAME so that `make test` replays it.
+# One process, one core (libFuzzer's -jobs/-workers would fork and log to fuzz-N.log in the cwd).
+# tokenizer_json runs without leak detection: tokenizer_pack.c's malloc'd temporaries are
+# not freed when a user error unwinds (the command exits there), which the harness's longjmp shows as leaks.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= safetensors config tokenizer_json encoder tokblob
+FUZZ_FLAGS   ?=
+FUZZ_TOKDIRS ?= $(abspath ../shared/assets/tokenizers/qwen2.5-instruct):$(abspath ../shared/assets/tokenizers/llama3-instruct):$(abspath $(BUILD))/fuzz/spm
+FUZZ_SRCS := compiler/util.c compiler/json.c compiler/safetensors.c compiler/config.c compiler/tokenizer_pack.c runtime/tokenizer.c
+FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
+.PHONY: fuzz fuzz-build
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_SRCS) $(HDRS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=all -Icompiler -Iruntime -o $@ $< $(FUZZ_SRCS) -lutf8proc -lm
+
+$(BUILD)/fuzz/spm/tokenizer.json:
+	$(PYTHON) scripts/convert_llama2c.py --tokenizer-only ../shared/assets/aidreams260K/tok512.bin $(BUILD)/fuzz/spm
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: check-deps $(FUZZ_BINS) $(if $(filter encoder,$(FUZZ_TARGETS)),$(BUILD)/fuzz/spm/tokenizer.json)
+	@mkdir -p $(BUILD)/fuzz/crashes
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p $(BUILD)/fuzz/corpus/$$t; \
+	    echo "== fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	    case $$t in tokenizer_json) leaks=0;; *) leaks=1;; esac; \
+	    ASAN_OPTIONS=detect_leaks=$$leaks LLMCC_FUZZ_TOKDIRS=$(FUZZ_TOKDIRS) $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) \
+	        -print_final_stats=1 -max_len=65536 -timeout=20 -rss_limit_mb=4096 -detect_leaks=$$leaks \
+	        -artifact_prefix=$(BUILD)/fuzz/crashes/$$t- $(FUZZ_FLAGS) \
+	        $(BUILD)/fuzz/corpus/$$t tests/fuzz/corpus/$$t > $(BUILD)/fuzz/$$t.log 2>&1; rc=$$?; \
+	    grep -E "^(#[0-9]+[[:space:]]+DONE|Done |stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY|Test unit written|FUZZ CHECK)" $(BUILD)/fuzz/$$t.log; \
+	    test $$rc = 0 || { echo "fuzz_$$t found a crash (log: $(BUILD)/fuzz/$$t.log)"; exit 1; }; \
+	done
+# ---- end fuzzing ----
 
 clean:
 	rm -rf $(BUILD)

@@ -1,18 +1,22 @@
-/* cmd_tokenize.c: `llmcc tokenize DIR [--no-special] [TEXT]` and
+/* cmd_tokenize.c: `llmcc tokenize DIR [--no-special] [TEXT]` (with --chat,
+ * --system, --chat-messages: through the chat template) and
  * `llmcc detokenize DIR [--show-special] ID...`, through the same packed blob
  * and runtime code that the emitted binaries use, so what these print is
  * what a compiled model will see. */
 #include "tokenizer_pack.h"
 #include "tokenizer.h"
+#include "json.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static Tokenizer *load_dir(Arena *a, const char *dir) {
+/* chat: pack the chat template too (otherwise an unknown template does not matter here). */
+static Tokenizer *load_dir(Arena *a, const char *dir, bool chat) {
     if (!dir_exists(dir)) die_user(dir, NULL, "not a directory");
     size_t size;
-    uint8_t *blob = tokenizer_pack(a, dir, &size);
+    TokPackOpts po = { .no_chat = !chat };
+    uint8_t *blob = tokenizer_pack_opts(a, dir, &po, &size);
     if (!blob) die_user(dir, NULL, "no tokenizer.json in this model directory");
     Tokenizer *t;
     const char *err = tokenizer_load(&t, blob, size);
@@ -20,32 +24,108 @@ static Tokenizer *load_dir(Arena *a, const char *dir) {
     return t;
 }
 
-int cmd_tokenize(int argc, char **argv) {
-    const char *dir = NULL, *text = NULL;
-    bool special = true;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--no-special") == 0) special = false;
-        else if (!dir) dir = argv[i];
-        else if (!text) text = argv[i];
-        else die_user(NULL, NULL, "tokenize: unexpected argument \"%s\" (usage: llmcc tokenize DIR [--no-special] [TEXT])", argv[i]);
+#define TOKENIZE_USAGE "usage: llmcc tokenize DIR [--no-special] [--chat [--system TEXT] | --chat-messages FILE.json] [--text] [TEXT]"
+
+/* One conversation at token t of j: [{"role": "system"|"user"|"assistant", "content": "..."}, ...],
+ * as transformers takes them. */
+static ChatMsg *read_messages(Arena *a, const Json *j, int t, const char *path, const char *at, int *n) {
+    const char *pre = at ? at : "";
+    if (json_type(j, t) != JSON_ARRAY) die_user(path, at, "expected an array of {\"role\": ..., \"content\": ...}");
+    *n = json_size(j, t);
+    if (*n == 0) die_user(path, at, "no messages");
+    ChatMsg *m = ARENA_ARRAY(a, ChatMsg, *n);
+    int k = t + 1;
+    for (int i = 0; i < *n; i++, k = json_next(j, k)) {
+        const char *key = arena_printf(a, "%s[%d]", pre, i);
+        if (json_type(j, k) != JSON_OBJECT) die_user(path, key, "expected an object with \"role\" and \"content\"");
+        char *role = json_get_str(a, j, json_find(j, k, "role"), NULL);
+        if (!role || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")))
+            die_user(path, arena_printf(a, "%s.role", key), "expected \"system\", \"user\" or \"assistant\"");
+        size_t len;
+        char *c = json_get_str(a, j, json_find(j, k, "content"), &len);
+        if (!c) die_user(path, arena_printf(a, "%s.content", key), "expected a string");
+        m[i] = (ChatMsg){ role, c, len };
     }
-    if (!dir) die_user(NULL, NULL, "usage: llmcc tokenize DIR [--no-special] [TEXT]");
+    return m;
+}
+
+static void print_ids(const Tokenizer *t, const char *s, size_t n, bool special) {
+    int32_t *ids;
+    int k = tokenizer_encode(t, s, n, special, &ids);
+    if (k < 0) die_user(NULL, NULL, "out of memory while tokenizing");
+    for (int i = 0; i < k; i++) printf(i ? " %d" : "%d", ids[i]);
+    putchar('\n');
+    free(ids);
+}
+
+/* Renders one conversation and prints its ids (or, text: the rendered text). */
+static void print_chat(const Tokenizer *t, const ChatMsg *m, int n, bool text) {
+    size_t len;
+    char *r = tokenizer_chat_render(t, m, n, true, false, &len);
+    if (!r) die_user(NULL, NULL, "out of memory while applying the chat template");
+    /* transformers encodes the rendered text with add_special_tokens=False */
+    if (text) fwrite(r, 1, len, stdout);
+    else print_ids(t, r, len, false);
+    free(r);
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *dir = NULL, *text = NULL, *system = NULL, *msgs_path = NULL;
+    bool special = true, chat = false, print_text = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--no-special") == 0) special = false;
+        else if (strcmp(a, "--chat") == 0) chat = true;
+        else if (strcmp(a, "--text") == 0) print_text = true;
+        else if (strcmp(a, "--system") == 0 || strcmp(a, "--chat-messages") == 0) {
+            if (i + 1 >= argc) die_user(NULL, a, "needs a value");
+            if (a[2] == 's') system = argv[++i]; else msgs_path = argv[++i];
+            chat = true;
+        }
+        else if (a[0] == '-' && a[1]) die_user(NULL, a, "tokenize: unknown option (" TOKENIZE_USAGE ")");
+        else if (!dir) dir = a;
+        else if (!text) text = a;
+        else die_user(NULL, NULL, "tokenize: unexpected argument \"%s\" (" TOKENIZE_USAGE ")", a);
+    }
+    if (!dir) die_user(NULL, NULL, TOKENIZE_USAGE);
+    if (msgs_path && (text || system)) die_user(NULL, "--chat-messages", "the messages file holds every message: give no TEXT or --system");
+    if (chat && !special) die_user(NULL, "--no-special", "does not go with the chat template, whose special tokens are the point");
+    if (print_text && !chat) die_user(NULL, "--text", "prints the chat template's text: give --chat too");
     Arena a = {0};
-    Tokenizer *t = load_dir(&a, dir);
+    Tokenizer *t = load_dir(&a, dir, chat);
+    if (chat && tokenizer_chat_family(t) == TOK_CHAT_NONE)
+        die_user(path_join(&a, dir, "tokenizer_config.json"), "chat_template", "none: this tokenizer has no chat template");
     Str in = {0};
     if (text) str_append(&in, text, strlen(text));
-    else {
+    else if (!msgs_path) {
         char buf[65536];
         size_t n;
         while ((n = fread(buf, 1, sizeof buf, stdin)) > 0) str_append(&in, buf, n);
         if (ferror(stdin)) die_user("stdin", NULL, "read error: %s", strerror(errno));
     }
-    int32_t *ids;
-    int n = tokenizer_encode(t, in.s ? in.s : "", in.len, special, &ids);
-    if (n < 0) die_user(NULL, NULL, "out of memory while tokenizing");
-    for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
-    putchar('\n');
-    free(ids); str_free(&in);
+    const char *src = in.s ? in.s : "";
+    if (msgs_path) {
+        /* one conversation, or a list of them: one line of ids each */
+        Json j;
+        json_load_file(&a, &j, msgs_path);
+        bool many = json_type(&j, 0) == JSON_ARRAY && json_size(&j, 0) > 0 && json_type(&j, 1) == JSON_ARRAY;
+        if (many && print_text) die_user(NULL, "--text", "prints one conversation: the file holds a list of them");
+        int k = many ? 1 : 0;
+        for (int c = 0; c < (many ? json_size(&j, 0) : 1); c++, k = json_next(&j, k)) {
+            int nm;
+            ChatMsg *m = read_messages(&a, &j, k, msgs_path, many ? arena_printf(&a, "[%d]", c) : NULL, &nm);
+            print_chat(t, m, nm, print_text);
+        }
+    } else if (chat) {
+        ChatMsg m[2];
+        int nm = 0;
+        if (system) m[nm++] = (ChatMsg){ "system", system, strlen(system) };
+        m[nm++] = (ChatMsg){ "user", src, in.len };
+        print_chat(t, m, nm, print_text);
+    } else {
+        print_ids(t, src, in.len, special);
+    }
+    str_free(&in);
     tokenizer_free(t); arena_free(&a);
     return 0;
 }
@@ -67,7 +147,7 @@ int cmd_detokenize(int argc, char **argv) {
     }
     if (!dir) die_user(NULL, NULL, "usage: llmcc detokenize DIR [--show-special] ID...");
     Arena a = {0};
-    Tokenizer *t = load_dir(&a, dir);
+    Tokenizer *t = load_dir(&a, dir, false);
     for (int i = 0; i < nid; i++)
         if (ids[i] >= tokenizer_vocab_size(t)) die_user(NULL, NULL, "detokenize: id %d is outside the vocabulary (size %d)", ids[i], tokenizer_vocab_size(t));
     char *s = tokenizer_decode(t, ids, nid, show);

@@ -46,6 +46,7 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t) {
     case EX_BID: str_printf(o, "bid"); return;
     case EX_REG: str_printf(o, t == TARGET_CPU ? "r%lld[tid]" : "r%lld", (long long)e->i); return;
     case EX_SLOAD: str_printf(o, "smem%lld[", (long long)e->i); emit_expr(o, k, a[0], t); str_printf(o, "]"); return;
+    case EX_VELEM: var_name(o, e->var); str_printf(o, "[%lld]", (long long)e->i); return;
     case EX_LOAD: {
         int p = kernel_param_index(k, e->buf);
         CHECK(p >= 0, "load of a non-parameter");
@@ -87,6 +88,43 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t) {
 }
 
 static void ind(Str *o, int d) { for (int i = 0; i < d; i++) str_printf(o, "    "); }
+
+/* A vector load: vec consecutive elements, widened to f32. CUDA reads them
+ * with 4-, 8- or 16-byte loads (uint32_t / uint2 / uint4) and unpacks the
+ * words; C reads element by element but first checks the alignment those
+ * loads need, so a schedule that would fault on the GPU aborts on the CPU. */
+static void emit_vload(Str *o, const KKernel *k, const TStmt *s, int d, Target t) {
+    int p = kernel_param_index(k, s->buf);
+    int esz = dtype_sizes[s->buf->dtype], bytes = s->vec * esz, chunk = bytes < 16 ? bytes : 16, nch = bytes / chunk;
+    CHECK((bytes & 3) == 0 && nch * chunk == bytes, "vector of %d bytes", bytes);
+    str_printf(o, "float "); var_name(o, s->v); str_printf(o, "[%d];\n", s->vec);
+    ind(o, d); str_printf(o, "{\n");
+    ind(o, d + 1); str_printf(o, "const int64_t o_ = "); lin_index(o, k, s->buf, s->idx, t); str_printf(o, ";\n");
+    const char *cvt = s->buf->dtype == DT_BF16 ? "bf16_to_f32" : s->buf->dtype == DT_F16 ? "f16_to_f32" : NULL;
+    if (t == TARGET_CPU) {
+        ind(o, d + 1); str_printf(o, "if ((uintptr_t)(p%d + o_) %% %d) vload_fault(\"%s\", o_);\n", p, chunk, k->name);
+        ind(o, d + 1); str_printf(o, "for (int j_ = 0; j_ < %d; j_++) ", s->vec); var_name(o, s->v);
+        if (cvt) str_printf(o, "[j_] = %s(p%d[o_ + j_]);\n", cvt, p);
+        else str_printf(o, "[j_] = p%d[o_ + j_];\n", p);
+    } else {
+        const char *ct = chunk == 16 ? "uint4" : chunk == 8 ? "uint2" : "uint32_t";
+        int words = chunk / 4;
+        static const char *const wn[4] = {".x", ".y", ".z", ".w"};
+        for (int c = 0; c < nch; c++) {
+            ind(o, d + 1); str_printf(o, "const %s q%d_ = ((const %s *)(p%d + o_))[%d];\n", ct, c, ct, p, c);
+            for (int w = 0; w < words; w++) {
+                const char *sel = words == 1 ? "" : wn[w];
+                int e0 = (c * words + w) * (4 / esz);
+                ind(o, d + 1);
+                if (!cvt) { var_name(o, s->v); str_printf(o, "[%d] = __uint_as_float(q%d_%s);\n", e0, c, sel); continue; }
+                var_name(o, s->v); str_printf(o, "[%d] = %s(q%d_%s & 0xffffu); ", e0, cvt, c, sel);
+                var_name(o, s->v); str_printf(o, "[%d] = %s(q%d_%s >> 16);\n", e0 + 1, cvt, c, sel);
+            }
+        }
+    }
+    ind(o, d); str_printf(o, "}\n");
+}
+
 void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
     for (int i = 0; i < n; i++) {
         const TStmt *s = b[i];
@@ -117,6 +155,7 @@ void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
             emit_tstmts(o, k, s->body, s->nbody, d + 1, t);
             ind(o, d); str_printf(o, "}\n");
             break;
+        case TS_VLOAD: emit_vload(o, k, s, d, t); break;
         case TS_COUNT: UNREACHABLE();
         }
     }
@@ -131,7 +170,30 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
             else str_printf(o, "{ /* phase */\n");
             emit_tstmts(o, k, s->body, s->nbody, d + 1, t);
             ind(o, d); str_printf(o, "}\n");
-            if (t == TARGET_CUDA && k->nsmem) { ind(o, d); str_printf(o, "__syncthreads();\n"); }
+            if (t == TARGET_CUDA && k->nsmem && s->barrier) { ind(o, d); str_printf(o, "__syncthreads();\n"); }
+        } else if (s->k == KS_SHFL) {
+            static const char *const cuda_fn[] = {"__shfl_down_sync", "__shfl_up_sync", "__shfl_xor_sync", "__shfl_sync"};
+            if (t == TARGET_CUDA) {
+                str_printf(o, "r%d = %s(0xffffffffu, r%d, (%s)(", s->dst, cuda_fn[s->shfl], s->src, s->shfl <= SHFL_UP ? "unsigned" : "int");
+                emit_expr(o, k, s->arg, t);
+                str_printf(o, "));\n");
+                continue;
+            }
+            /* every lane publishes its value, then every lane reads its source lane's;
+             * a source outside the warp (down, up) gives the lane its own value, as on the GPU */
+            str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) lanebuf[tid] = r%d[tid]; /* shfl_%s */\n", k->block, s->src, shfl_names[s->shfl]);
+            ind(o, d); str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) {\n", k->block);
+            ind(o, d + 1); str_printf(o, "const int64_t lane_ = tid & 31, a_ = "); emit_expr(o, k, s->arg, t); str_printf(o, ";\n");
+            ind(o, d + 1);
+            switch (s->shfl) {
+            case SHFL_DOWN: str_printf(o, "int64_t src_ = lane_ + a_; if (a_ < 0 || src_ > 31) src_ = lane_;\n"); break;
+            case SHFL_UP: str_printf(o, "int64_t src_ = lane_ - a_; if (a_ < 0 || src_ < 0) src_ = lane_;\n"); break;
+            case SHFL_XOR: str_printf(o, "int64_t src_ = lane_ ^ a_; if (src_ < 0 || src_ > 31) src_ = lane_;\n"); break;
+            case SHFL_IDX: str_printf(o, "int64_t src_ = a_ & 31;\n"); break;
+            case SHFL_COUNT: UNREACHABLE();
+            }
+            ind(o, d + 1); str_printf(o, "r%d[tid] = lanebuf[tid - lane_ + src_];\n", s->dst);
+            ind(o, d); str_printf(o, "}\n");
         } else {
             str_printf(o, "for (int64_t "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->init, t);
             str_printf(o, "; "); emit_expr(o, k, s->cond, t);
@@ -154,19 +216,24 @@ void emit_params(Str *o, const KKernel *k, Target t) {
 static const char PRELUDE[] =
     "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
     "#define MINI(a, b) ((a) < (b) ? (a) : (b))\n#define MAXI(a, b) ((a) > (b) ? (a) : (b))\n";
+static const char VLOAD_FAULT[] =
+    "/* the GPU's vector loads need aligned addresses: the CPU build checks them */\n"
+    "static void vload_fault(const char *kernel, int64_t at) {\n"
+    "    fprintf(stderr, \"llmcc: %s: misaligned vector load at element %lld\\n\", kernel, (long long)at);\n    abort();\n}\n";
 static const char CONVERT_BF16[] =
     "/* bf16 weights are widened to f32 at each load */\n"
-    "static DEVFN float ld_bf16(const uint16_t *p, int64_t i) {\n"
-    "    uint32_t u = (uint32_t)p[i] << 16; float f; memcpy(&f, &u, 4); return f;\n}\n";
+    "static DEVFN float bf16_to_f32(uint32_t h) { uint32_t u = h << 16; float f; memcpy(&f, &u, 4); return f; }\n"
+    "static DEVFN float ld_bf16(const uint16_t *p, int64_t i) { return bf16_to_f32(p[i]); }\n";
 static const char CONVERT_F16[] =
     "/* f16 weights are widened to f32 at each load */\n"
-    "static DEVFN float ld_f16(const uint16_t *p, int64_t i) {\n"
-    "    uint32_t h = p[i], s = (h & 0x8000u) << 16, e = (h >> 10) & 31, m = h & 1023, u;\n"
+    "static DEVFN float f16_to_f32(uint32_t h) {\n"
+    "    uint32_t s = (h & 0x8000u) << 16, e = (h >> 10) & 31, m = h & 1023, u;\n"
     "    if (e == 31) u = s | 0x7f800000u | (m << 13);\n"
     "    else if (e) u = s | ((e + 112) << 23) | (m << 13);\n"
     "    else if (!m) u = s;\n"
     "    else { e = 113; while (!(m & 1024)) { m <<= 1; e--; } u = s | (e << 23) | ((m & 1023) << 13); }\n"
-    "    float f; memcpy(&f, &u, 4); return f;\n}\n";
+    "    float f; memcpy(&f, &u, 4); return f;\n}\n"
+    "static DEVFN float ld_f16(const uint16_t *p, int64_t i) { return f16_to_f32(p[i]); }\n";
 
 static const char *pdt(DType d) {
     switch (d) { case DT_F32: return "PDT_F32"; case DT_F16: return "PDT_F16"; case DT_BF16: return "PDT_BF16"; case DT_I32: return "PDT_I32"; default: break; }
@@ -183,20 +250,61 @@ static void host_ptr(Str *o, const Buffer *b, const TProgram *tp) {
         str_printf(o, "m->%s + (size_t)%d * m->ctx * %lld", b->kind == BUF_KCACHE ? "kc" : "vc", b->layer, (long long)tp->kv_layer_elems);
         return;
     case BUF_CONST: str_printf(o, "m->c[%d]", b->weight_index); return;
+    case BUF_WORK: str_printf(o, "m->work"); return;
     case BUF_KIND_COUNT: break;
     }
     UNREACHABLE();
 }
 
-static void host_expr(Str *o, const Expr *e) {
+void emit_host_expr(Str *o, const Expr *e) {
     /* grids use only n, pos and integer arithmetic */
     switch (e->k) {
     case EX_ICONST: str_printf(o, "%lldLL", (long long)e->i); return;
     case EX_PARAM: str_printf(o, "(int64_t)%s", param_names[e->i]); return;
     case EX_ADD: case EX_SUB: case EX_MUL: case EX_DIV: case EX_MOD:
-        str_printf(o, "("); host_expr(o, e->a[0]); str_printf(o, " %s ", expr_names[e->k]); host_expr(o, e->a[1]); str_printf(o, ")");
+        str_printf(o, "("); emit_host_expr(o, e->a[0]); str_printf(o, " %s ", expr_names[e->k]); emit_host_expr(o, e->a[1]); str_printf(o, ")");
         return;
     default: CHECK(0, "grid expression uses %s", expr_names[e->k]);
+    }
+}
+
+static bool ts_has_vload(TStmt **b, int n) {
+    for (int i = 0; i < n; i++) if (b[i]->k == TS_VLOAD || ts_has_vload(b[i]->body, b[i]->nbody)) return true;
+    return false;
+}
+static bool ks_has_vload(KStmt **b, int n) {
+    for (int i = 0; i < n; i++)
+        if ((b[i]->k == KS_PHASE && ts_has_vload(b[i]->body, b[i]->nbody)) || (b[i]->k == KS_UFOR && ks_has_vload(b[i]->kbody, b[i]->nk))) return true;
+    return false;
+}
+static bool has_vload(const KProgram *kp) {
+    for (int i = 0; i < kp->nk; i++) if (ks_has_vload(kp->kernels[i]->body, kp->kernels[i]->nbody)) return true;
+    return false;
+}
+
+void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header) {
+    bool cuda = t == TARGET_CUDA;
+    str_printf(o, "%s", PRELUDE);
+    if (cuda) str_printf(o, "#include <cuda_runtime.h>\n#define DEVFN __device__ __forceinline__\n");
+    else str_printf(o, "#define DEVFN inline\n");
+    if (api_header) {
+        if (cuda) str_printf(o, "extern \"C\" {\n#include \"%s\"\n}\n", api_header);
+        else str_printf(o, "#include \"%s\"\n", api_header);
+    }
+    if (!cuda && has_vload(kp)) str_printf(o, "%s", VLOAD_FAULT);
+    /* converters for the 16-bit dtypes the kernels read */
+    bool has[DT_COUNT] = {0};
+    for (int i = 0; i < kp->nk; i++)
+        for (int j = 0; j < kp->kernels[i]->nparams; j++) has[kp->kernels[i]->params[j]->dtype] = true;
+    if (has[DT_BF16]) str_printf(o, "%s", CONVERT_BF16);
+    if (has[DT_F16]) str_printf(o, "%s", CONVERT_F16);
+}
+
+void emit_kernels(Str *o, const KProgram *kp, Target t) {
+    str_printf(o, "\n/* ---- kernels ---- */\n");
+    for (int i = 0; i < kp->nk; i++) {
+        if (t == TARGET_CUDA) emit_kernel_cuda(o, kp->kernels[i]);
+        else emit_kernel_c(o, kp->kernels[i]);
     }
 }
 
@@ -207,13 +315,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     str_printf(o, "/* %s: generated by llmcc from %s (%s). Do not edit: rebuild with llmcc.\n"
                   " * %d distinct kernels, %d launches per forward call. */\n",
                cuda ? "model.cu" : "model.c", c->dir, c->architecture, kp->nk, kp->nl);
-    str_printf(o, "%s", PRELUDE);
-    if (cuda) str_printf(o, "#include <cuda_runtime.h>\n#define DEVFN __device__ __forceinline__\nextern \"C\" {\n#include \"runtime/model_api.h\"\n}\n");
-    else str_printf(o, "#define DEVFN inline\n#include \"runtime/model_api.h\"\n");
-    bool has[DT_COUNT] = {0};
-    for (int i = 0; i < tp->n_weights; i++) has[tp->weights[i]->dtype] = true;
-    if (has[DT_BF16]) str_printf(o, "%s", CONVERT_BF16);
-    if (has[DT_F16]) str_printf(o, "%s", CONVERT_F16);
+    emit_prelude(o, kp, eo->target, "runtime/model_api.h");
     /* constants */
     for (int i = 0, ci = 0; i < tp->nbufs; i++) {
         Buffer *b = tp->bufs[i];
@@ -223,11 +325,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
         for (int64_t j = 0; j < b->dims[0]; j++) str_printf(o, " %.9ef,", (double)b->const_data[j]);
         str_printf(o, "\n};\n");
     }
-    str_printf(o, "\n/* ---- kernels ---- */\n");
-    for (int i = 0; i < kp->nk; i++) {
-        if (cuda) emit_kernel_cuda(o, kp->kernels[i]);
-        else emit_kernel_c(o, kp->kernels[i]);
-    }
+    emit_kernels(o, kp, eo->target);
     /* model info */
     str_printf(o, "\n/* ---- host ---- */\n%s", cuda ? "extern \"C\" {\n" : "");
     str_printf(o, "static const char *const tensor_names[%d] = {\n", tp->n_weights);
@@ -253,9 +351,10 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     }
     str_printf(o, "};\n\n");
     str_printf(o, "struct Model {\n    const void *w[%d];\n    const float *c[%d];\n    uint8_t *act;\n    float *kc, *vc, *logits, *host_logits;\n"
-                  "    int32_t *ids;\n    int ctx;\n    size_t wbytes, kvbytes, actbytes;\n    void *wdev;\n};\n\n",
+                  "    int32_t *ids;\n    float *work;\n    int ctx;\n    size_t wbytes, kvbytes, actbytes;\n    void *wdev;\n};\n\n",
                tp->n_weights ? tp->n_weights : 1, tp->n_consts ? tp->n_consts : 1);
     int64_t V = c->vocab_size;
+    int64_t work = kernel_work_bytes(kp);
     /* model_init */
     str_printf(o, "const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {\n"
                   "    static char err[256];\n"
@@ -275,8 +374,9 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
         str_printf(o, "    m->act = (uint8_t *)calloc(1, m->actbytes + 1);\n    m->kc = (float *)calloc(kv, sizeof(float));\n"
                       "    m->vc = (float *)calloc(kv, sizeof(float));\n    m->logits = (float *)calloc(%lld, sizeof(float));\n"
                       "    m->ids = (int32_t *)calloc(%d, sizeof(int32_t));\n"
-                      "    if (!m->act || !m->kc || !m->vc || !m->logits || !m->ids) { model_free(m); return \"out of memory\"; }\n",
-                   (long long)V, eo->max_batch);
+                      "    m->work = (float *)calloc(1, %lld); /* split-K partials */\n"
+                      "    if (!m->act || !m->kc || !m->vc || !m->logits || !m->ids || !m->work) { model_free(m); return \"out of memory\"; }\n",
+                   (long long)V, eo->max_batch, (long long)work + 16);
     } else {
         str_printf(o, "    int ndev = 0;\n    cudaError_t e = cudaGetDeviceCount(&ndev);\n"
                       "    if (e != cudaSuccess || ndev == 0) { snprintf(err, sizeof err, \"no CUDA GPU is available (%%s)\", e != cudaSuccess ? cudaGetErrorString(e) : \"no devices\"); free(m); return err; }\n"
@@ -293,8 +393,9 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
             str_printf(o, "    { void *p; CK(cudaMalloc(&p, sizeof c_%d)); CK(cudaMemcpy(p, c_%d, sizeof c_%d, cudaMemcpyHostToDevice)); m->c[%d] = (const float *)p; }\n", i, i, i, i);
         str_printf(o, "    CK(cudaMalloc(&m->act, m->actbytes + 1));\n    CK(cudaMalloc(&m->kc, kv * sizeof(float)));\n"
                       "    CK(cudaMalloc(&m->vc, kv * sizeof(float)));\n    CK(cudaMemset(m->kc, 0, kv * sizeof(float)));\n    CK(cudaMemset(m->vc, 0, kv * sizeof(float)));\n"
-                      "    CK(cudaMalloc(&m->logits, %lld * sizeof(float)));\n    CK(cudaMalloc(&m->ids, %d * sizeof(int32_t)));\n#undef CK\n",
-                   (long long)V, eo->max_batch);
+                      "    CK(cudaMalloc(&m->logits, %lld * sizeof(float)));\n    CK(cudaMalloc(&m->ids, %d * sizeof(int32_t)));\n"
+                      "    CK(cudaMalloc(&m->work, %lld)); /* split-K partials */\n#undef CK\n",
+                   (long long)V, eo->max_batch, (long long)work + 16);
     }
     str_printf(o, "    *out = m;\n    return NULL;\n}\n\n");
     /* model_forward: the launch plan */
@@ -304,7 +405,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     for (int i = 0; i < kp->nl; i++) {
         const KLaunch *l = &kp->launches[i];
         str_printf(o, "    { /* %s */\n        int64_t grid = ", l->module);
-        host_expr(o, l->grid);
+        emit_host_expr(o, l->grid);
         if (cuda) str_printf(o, ";\n        %s<<<(unsigned)grid, %d>>>(n, pos", l->k->name, l->k->block);
         else str_printf(o, ";\n        %s(grid, n, pos", l->k->name);
         for (int j = 0; j < l->k->nparams; j++) { str_printf(o, ", "); host_ptr(o, l->args[j], tp); }
@@ -319,10 +420,10 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                   "    return m->wbytes + m->kvbytes + m->actbytes;\n}\n\n");
     str_printf(o, "void model_free(Model *m) {\n    if (!m) return;\n");
     if (cuda) {
-        str_printf(o, "    cudaFree(m->wdev); cudaFree(m->act); cudaFree(m->kc); cudaFree(m->vc); cudaFree(m->logits); cudaFree(m->ids);\n");
+        str_printf(o, "    cudaFree(m->wdev); cudaFree(m->act); cudaFree(m->kc); cudaFree(m->vc); cudaFree(m->logits); cudaFree(m->ids); cudaFree(m->work);\n");
         for (int i = 0; i < tp->n_consts; i++) str_printf(o, "    cudaFree((void *)m->c[%d]);\n", i);
     } else {
-        str_printf(o, "    free(m->act); free(m->kc); free(m->vc); free(m->logits); free(m->ids);\n");
+        str_printf(o, "    free(m->act); free(m->kc); free(m->vc); free(m->logits); free(m->ids); free(m->work);\n");
     }
     str_printf(o, "    free(m);\n}\n%s", cuda ? "} /* extern \"C\" */\n" : "");
 }

@@ -18,6 +18,13 @@ typedef struct {
 } EmitOptions;
 
 void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo);
+/* The pieces emit_program is made of, for harnesses that drive kernels on
+ * their own (tests/c/op_harness.c): includes and helpers (api_header: a
+ * header to include, or NULL), the distinct kernels, a grid expression as
+ * host code (n and pos in scope). */
+void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header);
+void emit_kernels(Str *o, const KProgram *kp, Target t);
+void emit_host_expr(Str *o, const Expr *e);
 
 /* shared by emit_c.c / emit_cuda.c */
 void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t);

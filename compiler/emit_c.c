@@ -2,7 +2,8 @@
  * OpenMP loop, each phase is a loop over the block's threads (so every
  * thread finishes a phase before any starts the next: the barrier), per-
  * thread registers are arrays indexed by tid, shared memory is a per-block
- * array. */
+ * array, a warp shuffle is a write of every lane's value to a per-block
+ * lane buffer and a read of the source lane's (emit.c). */
 #include "emit.h"
 
 void emit_kernel_c(Str *o, const KKernel *k) {
@@ -12,6 +13,7 @@ void emit_kernel_c(Str *o, const KKernel *k) {
     str_printf(o, ") {\n    (void)n; (void)pos;\n    #pragma omp parallel for schedule(static)\n    for (int64_t bid = 0; bid < grid; bid++) {\n");
     for (int i = 0; i < k->nsmem; i++) str_printf(o, "        float smem%d[%d];\n", i, k->smem[i].size);
     for (int i = 0; i < k->nregs; i++) str_printf(o, "        float r%d[%d];\n", i, k->block);
+    if (k->has_shfl) str_printf(o, "        float lanebuf[%d]; /* shuffles: the values the lanes publish */\n", k->block);
     emit_kstmts(o, k, k->body, k->nbody, 2, TARGET_CPU);
     str_printf(o, "    }\n}\n");
 }

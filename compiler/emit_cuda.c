@@ -1,5 +1,7 @@
-/* emit_cuda.c: kernel IR -> CUDA. Phases are separated by
- * __syncthreads(); registers are scalars; shared arrays are __shared__. */
+/* emit_cuda.c: kernel IR -> CUDA. Phases that end in a barrier are
+ * followed by __syncthreads(); shuffles are __shfl_*_sync with the full
+ * mask; registers are scalars; shared arrays are __shared__; vector loads
+ * are uint4 loads (emit.c). */
 #include "emit.h"
 
 void emit_kernel_cuda(Str *o, const KKernel *k) {

@@ -48,6 +48,7 @@ Expr *e_var(Arena *A, Var *v) { Expr *e = mk(A, EX_VAR, T_I64, 0); e->var = v; r
 Expr *e_param(Arena *A, ParamId p) { Expr *e = mk(A, EX_PARAM, T_I64, 0); e->i = p; return e; }
 Expr *e_acc(Arena *A) { return mk(A, EX_ACC, T_F32, 0); }
 Expr *e_leaf(Arena *A, ExprKind k, EType t, int64_t i) { Expr *e = mk(A, k, t, 0); e->i = i; return e; }
+Expr *e_velem(Arena *A, Var *vec, int64_t j) { Expr *e = mk(A, EX_VELEM, T_F32, 0); e->var = vec; e->i = j; return e; }
 
 Expr *e_load(Arena *A, Buffer *b, int nidx, Expr **idx) {
     Expr *e = mk(A, EX_LOAD, b->dtype == DT_I32 ? T_I64 : T_F32, nidx);
@@ -133,6 +134,7 @@ bool expr_equal(const Expr *x, const Expr *y) {
     switch (x->k) {
     case EX_FCONST: if (memcmp(&x->f, &y->f, sizeof x->f)) return false; break;
     case EX_VAR: if (x->var != y->var) return false; break;
+    case EX_VELEM: if (x->var != y->var || x->i != y->i) return false; break;
     case EX_LOAD: if (x->buf != y->buf) return false; break;
     default: if (x->i != y->i) return false;
     }
@@ -140,7 +142,7 @@ bool expr_equal(const Expr *x, const Expr *y) {
     return true;
 }
 bool expr_uses_var(const Expr *e, const Var *v) {
-    if (e->k == EX_VAR) return e->var == v;
+    if (e->k == EX_VAR || e->k == EX_VELEM) return e->var == v;
     for (int i = 0; i < e->nargs; i++) if (expr_uses_var(e->a[i], v)) return true;
     return false;
 }
@@ -166,6 +168,7 @@ void expr_print(Str *o, const Expr *e) {
     case EX_BID: str_printf(o, "bid"); return;
     case EX_REG: str_printf(o, "r%lld", (long long)e->i); return;
     case EX_SLOAD: str_printf(o, "smem%lld[", (long long)e->i); expr_print(o, e->a[0]); str_printf(o, "]"); return;
+    case EX_VELEM: str_printf(o, "%s.%lld", e->var->name, (long long)e->i); return;
     case EX_LOAD:
         str_printf(o, "%s[", e->buf->name);
         for (int i = 0; i < e->nargs; i++) { if (i) str_printf(o, ", "); expr_print(o, e->a[i]); }
@@ -211,6 +214,7 @@ const char *expr_verify(Arena *A, const Expr *e) {
         if (e->a[1]->t != e->a[2]->t) return "select arms differ in type";
         break;
     case EX_VAR: if (!e->var) return "var without binding"; break;
+    case EX_VELEM: if (!e->var || e->i < 0) return "vector element without a vector"; break;
     default: break;
     }
     return NULL;

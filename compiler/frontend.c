@@ -41,7 +41,12 @@ static GNode *weight(FB *b, const char *name, int64_t d0, int64_t d1) {
     n->dtype = b->ws->assumed;
     if (b->ws->st) {
         const StTensor *t = st_find((const StModel *)b->ws->st, name);
-        if (!t) die_user(b->cfg->dir, name, "tensor missing from the checkpoint");
+        if (!t) {
+            const char *where = st_where((const StModel *)b->ws->st);
+            if (ndim == 2) die_user(where ? where : b->cfg->dir, name, "tensor missing from the checkpoint (expected shape [%lld, %lld])",
+                                    (long long)d0, (long long)d1);
+            die_user(where ? where : b->cfg->dir, name, "tensor missing from the checkpoint (expected shape [%lld])", (long long)d0);
+        }
         bool ok = t->ndim == ndim && t->shape[0] == d0 && (ndim == 1 || t->shape[1] == d1);
         if (!ok) {
             char got[128] = "", *p = got;

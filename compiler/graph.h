@@ -2,7 +2,11 @@
  * node per op (embedding, rms_norm, linear, rope, kv_cache_write, attention,
  * silu, mul, add, last_token) over activations whose first dimension is the
  * number of tokens n of one forward call. Built by the frontend from the
- * config alone; weights are leaves that name checkpoint tensors. */
+ * config alone; weights are leaves that name checkpoint tensors.
+ * The same nodes describe a single PyTorch expression (torch_expr.c, cfg
+ * NULL): static shapes of up to MAX_DIMS dimensions with broadcasting,
+ * input leaves (torch.randn, ...), scalar constants, and the ops sub, div,
+ * softmax (last dim), matmul and scaled_dot_product_attention. */
 #ifndef LLMCC_GRAPH_H
 #define LLMCC_GRAPH_H
 #include "ir.h"
@@ -11,7 +15,9 @@
 #define GRAPH_OPS(X) \
     X(G_INPUT_IDS, "input_ids") X(G_WEIGHT, "weight") X(G_EMBED, "embedding") X(G_RMSNORM, "rms_norm") \
     X(G_LINEAR, "linear") X(G_ROPE, "rope") X(G_KV_WRITE, "kv_cache_write") X(G_ATTENTION, "attention") \
-    X(G_SILU, "silu") X(G_MUL, "mul") X(G_ADD, "add") X(G_LAST_TOKEN, "last_token")
+    X(G_SILU, "silu") X(G_MUL, "mul") X(G_ADD, "add") X(G_LAST_TOKEN, "last_token") \
+    X(G_INPUT, "input") X(G_CONST, "const") X(G_SUB, "sub") X(G_DIV, "div") X(G_SOFTMAX, "softmax") \
+    X(G_MATMUL, "matmul") X(G_SDPA, "scaled_dot_product_attention")
 typedef enum {
 #define X(e, s) e,
     GRAPH_OPS(X)
@@ -20,13 +26,25 @@ typedef enum {
 } GraphOp;
 extern const char *const graph_op_names[];
 
+/* How a leaf is filled when llmcc runs it (llmcc run): inputs as torch.randn /
+ * zeros / ones, weights uniform in [lo, hi]. */
+#define FILL_KINDS(X) X(FILL_NONE, "none") X(FILL_RANDN, "randn") X(FILL_ZEROS, "zeros") X(FILL_ONES, "ones") \
+    X(FILL_UNIFORM, "uniform")
+typedef enum {
+#define X(e, s) e,
+    FILL_KINDS(X)
+#undef X
+    FILL_COUNT
+} FillKind;
+extern const char *const fill_names[];
+
 typedef struct GNode {
     int id;
     GraphOp op;
     const char *name;          /* the Hugging Face module path, e.g. model.layers.0.self_attn.q_proj */
     int nin;
     struct GNode *in[4];
-    /* result: [n, dims[1]] when rows_n, else [dims[0], dims[1]]; weights use ndim/dims as stored */
+    /* result: dims[0..ndim), where dims[0] is n when rows_n; weights use ndim/dims as stored */
     int ndim;
     int64_t dims[MAX_DIMS];
     bool rows_n;
@@ -37,6 +55,11 @@ typedef struct GNode {
     bool is_v;                 /* kv_cache_write: the V cache (else K) */
     const float *inv_freq;     /* rope: head_dim/2 frequencies, computed as transformers does */
     const char *rope_desc;
+    double value;              /* const: the scalar */
+    bool causal;               /* scaled_dot_product_attention: is_causal (query i sees keys j <= i) */
+    double scale;              /* scaled_dot_product_attention: the score scale */
+    FillKind fill;             /* input / weight leaves of an expression */
+    double fill_lo, fill_hi;
     Buffer *buf;               /* set by lowering: where the value lives */
 } GNode;
 
@@ -44,7 +67,10 @@ typedef struct {
     GNode **nodes;
     int n, cap;
     GNode *logits;             /* the output */
-    const ModelConfig *cfg;
+    const ModelConfig *cfg;    /* NULL for an expression graph */
+    const char *source;        /* an expression graph's text */
+    bool one_layer;            /* only decoder layer `layer` of the model (graph_select_layer) */
+    int layer;
     int max_batch, max_ctx;
 } Graph;
 
@@ -58,6 +84,17 @@ typedef struct {
 void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource *ws, int max_batch, int max_ctx);
 void graph_print(Str *o, const Graph *g);
 const char *graph_verify(Arena *A, const Graph *g);
+/* Keeps decoder layer `layer` only: its input becomes an input leaf
+ * "hidden_states" [n, hidden], its output the graph's. A user error names
+ * --layer when the model has no such layer. */
+void graph_select_layer(Arena *A, Graph *g, int layer);
+/* Appends a node (id = position) to g. */
+GNode *graph_add(Arena *A, Graph *g, GraphOp op, const char *name);
+/* Broadcasting (numpy / PyTorch rules, dims aligned at the right) of a and b
+ * into out; false when they do not broadcast. */
+bool shape_broadcast(const GNode *a, const GNode *b, int *ndim, int64_t *dims);
+void shape_format(char *buf, size_t len, int ndim, const int64_t *dims);
+int64_t gnode_elems(const GNode *n);
 /* "model.layers.3.self_attn.q_proj" -> "self_attn_q_proj": the kernel name, shared by all layers. */
 const char *kernel_base_name(Arena *A, const char *module);
 #endif

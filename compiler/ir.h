@@ -29,7 +29,8 @@ typedef enum {
 extern const char *const param_names[];
 
 #define BUFKINDS(X) X(BUF_WEIGHT, "weight") X(BUF_INPUT, "input") X(BUF_ACT, "act") \
-    X(BUF_KCACHE, "kcache") X(BUF_VCACHE, "vcache") X(BUF_CONST, "const") X(BUF_OUTPUT, "output")
+    X(BUF_KCACHE, "kcache") X(BUF_VCACHE, "vcache") X(BUF_CONST, "const") X(BUF_OUTPUT, "output") \
+    X(BUF_WORK, "workspace")
 typedef enum {
 #define X(e, s) e,
     BUFKINDS(X)
@@ -50,6 +51,7 @@ typedef struct Buffer {
     int weight_index;          /* weights: index in the payload's tensor table */
     const float *const_data;   /* BUF_CONST: values, dims[0] floats */
     int64_t act_offset;        /* BUF_ACT: byte offset in the activation arena (memory plan) */
+                               /* BUF_WORK: scratch of one split-K pair of kernels, always at offset 0 of the workspace */
 } Buffer;
 
 typedef struct Var { int id; const char *name; } Var;
@@ -62,7 +64,8 @@ typedef struct Var { int id; const char *name; } Var;
     X(EX_MIN, "min", 2) X(EX_MAX, "max", 2) X(EX_LT, "<", 2) X(EX_LE, "<=", 2) X(EX_EQ, "==", 2) \
     X(EX_NEG, "neg", 1) X(EX_EXP, "exp", 1) X(EX_RSQRT, "rsqrt", 1) X(EX_COS, "cos", 1) X(EX_SIN, "sin", 1) \
     X(EX_TOF, "f32", 1) X(EX_SELECT, "select", 3) \
-    X(EX_TID, "tid", 0) X(EX_BID, "bid", 0) X(EX_REG, "reg", 0) X(EX_SLOAD, "sload", 1)
+    X(EX_TID, "tid", 0) X(EX_BID, "bid", 0) X(EX_REG, "reg", 0) X(EX_SLOAD, "sload", 1) \
+    X(EX_VELEM, "velem", 0)
 typedef enum {
 #define X(e, s, n) e,
     EXPR_KINDS(X)
@@ -78,8 +81,9 @@ typedef struct Expr {
     ExprKind k;
     EType t;
     double f;                  /* EX_FCONST */
-    int64_t i;                 /* EX_ICONST, EX_PARAM (ParamId), EX_REG / EX_SLOAD (index into the kernel's tables) */
-    Var *var;                  /* EX_VAR */
+    int64_t i;                 /* EX_ICONST, EX_PARAM (ParamId), EX_REG / EX_SLOAD (index into the kernel's tables),
+                                  EX_VELEM (element of the vector) */
+    Var *var;                  /* EX_VAR; EX_VELEM: the vector a kernel-IR vload bound */
     Buffer *buf;               /* EX_LOAD */
     int nargs;
     struct Expr **a;
@@ -99,6 +103,7 @@ Expr *e_bin(Arena *A, ExprKind k, Expr *x, Expr *y);
 Expr *e_un(Arena *A, ExprKind k, Expr *x);
 Expr *e_select(Arena *A, Expr *c, Expr *x, Expr *y);
 Expr *e_leaf(Arena *A, ExprKind k, EType t, int64_t i);   /* tid, bid, reg, ... */
+Expr *e_velem(Arena *A, Var *vec, int64_t j);              /* element j of a vector loaded by a kernel-IR vload */
 #define E_ADD(A, x, y) e_bin(A, EX_ADD, x, y)
 #define E_SUB(A, x, y) e_bin(A, EX_SUB, x, y)
 #define E_MUL(A, x, y) e_bin(A, EX_MUL, x, y)

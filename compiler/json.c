@@ -14,21 +14,88 @@
 _Static_assert(sizeof(JsonTok) == sizeof(jsmntok_t), "JsonTok mirrors jsmntok_t");
 _Static_assert(JSON_STRING == (int)JSMN_STRING && JSON_PRIMITIVE == (int)JSMN_PRIMITIVE && JSON_ARRAY == (int)JSMN_ARRAY, "types match");
 
+/* JSON's number grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static bool number_ok(const char *s, const char *e) {
+    if (s < e && *s == '-') s++;
+    if (s >= e) return false;
+    if (*s == '0') s++;
+    else if (*s >= '1' && *s <= '9') while (s < e && *s >= '0' && *s <= '9') s++;
+    else return false;
+    if (s < e && *s == '.') {
+        s++;
+        if (s >= e || *s < '0' || *s > '9') return false;
+        while (s < e && *s >= '0' && *s <= '9') s++;
+    }
+    if (s < e && (*s == 'e' || *s == 'E')) {
+        s++;
+        if (s < e && (*s == '+' || *s == '-')) s++;
+        if (s >= e || *s < '0' || *s > '9') return false;
+        while (s < e && *s >= '0' && *s <= '9') s++;
+    }
+    return s == e;
+}
+
+/* jsmn (even strict) lets some invalid documents through and then builds
+ * tokens our walkers misread: a missing comma makes a key with two values
+ * ({"a": 1 "b": 2}), a colon in an array gives an array element a child,
+ * "nul" or "1.2.3" pass as primitives. Every token is checked here once, so
+ * the lookups can rely on: object children are string keys with exactly one
+ * value, strings and primitives elsewhere have no children. */
+static void json_check_shape(const Json *j) {
+    for (int t = 0; t < j->ntok; t++) {
+        const JsonTok *k = &j->tok[t];
+        int par = k->parent;
+        int pt = par >= 0 && par < j->ntok ? j->tok[par].type : JSON_UNDEF;
+        bool bad;
+        if (t == 0) bad = par != -1;
+        else if (pt == JSON_OBJECT) bad = k->type != JSON_STRING || k->size != 1;
+        else if (pt == JSON_ARRAY || (pt == JSON_STRING && j->tok[par].size == 1 && json_type(j, j->tok[par].parent) == JSON_OBJECT))
+            bad = (k->type == JSON_STRING || k->type == JSON_PRIMITIVE) && k->size != 0;
+        else bad = true;
+        if (!bad && k->type == JSON_PRIMITIVE) {
+            const char *s = j->src + k->start, *e = j->src + k->end;
+            size_t n = (size_t)(e - s);
+            bad = !((n == 4 && !memcmp(s, "true", 4)) || (n == 5 && !memcmp(s, "false", 5)) ||
+                    (n == 4 && !memcmp(s, "null", 4)) || number_ok(s, e));
+        }
+        if (bad) die_user(j->path, NULL, "invalid JSON (syntax error at byte %d)", k->start);
+    }
+}
+
 void json_parse(Arena *a, Json *j, const char *path, const char *src, size_t len) {
     j->path = path; j->src = src; j->len = len;
     if (len > 0x7fffffffu) die_user(path, NULL, "JSON file too large (%zu bytes)", len);
+    /* jsmn stops at a NUL: without this, "{...}\0garbage" would pass as valid */
+    const char *nul = memchr(src, '\0', len);
+    if (nul) die_user(path, NULL, "invalid JSON (NUL byte at offset %ld)", (long)(nul - src));
+    /* jsmn closes a bracket by walking up from the last token, so depth d
+     * costs d per bracket: a megabyte of "[[[[" would take minutes. serde_json
+     * (Hugging Face's parser) stops at 128 levels too; real files use < 10. */
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = src[i];
+        if (in_str) { if (c == '\\') i++; else if (c == '"') in_str = false; continue; }
+        if (c == '"') in_str = true;
+        else if (c == '[' || c == '{') {
+            if (++depth > JSON_MAX_DEPTH) die_user(path, NULL, "JSON nested more than %d levels deep (at byte %zu)", JSON_MAX_DEPTH, i);
+        } else if (c == ']' || c == '}') depth--;
+    }
+    if (in_str || depth > 0) die_user(path, NULL, "invalid JSON (unexpected end of input)");
     jsmn_parser p;
     jsmn_init(&p);
     int n = jsmn_parse(&p, src, len, NULL, 0);
-    if (n < 0) die_user(path, NULL, "invalid JSON (%s)", n == JSMN_ERROR_PART ? "unexpected end of input" : "syntax error");
+    if (n == JSMN_ERROR_PART) die_user(path, NULL, "invalid JSON (unexpected end of input)");
+    if (n < 0) die_user(path, NULL, "invalid JSON (syntax error at byte %u)", p.pos);
     if (n == 0) die_user(path, NULL, "invalid JSON (empty document)");
     j->tok = ARENA_ARRAY(a, JsonTok, n);
     jsmn_init(&p);
     int m = jsmn_parse(&p, src, len, (jsmntok_t *)j->tok, (unsigned)n);
-    if (m < 0) die_user(path, NULL, "invalid JSON (syntax error)");
+    if (m < 0) die_user(path, NULL, "invalid JSON (syntax error at byte %u)", p.pos);
     j->ntok = m;
     /* jsmn accepts several top-level values; a document has one. */
     if (json_next(j, 0) != m) die_user(path, NULL, "invalid JSON (trailing data after the top-level value)");
+    json_check_shape(j);
 }
 
 void json_load_file(Arena *a, Json *j, const char *path) {
@@ -184,6 +251,8 @@ char *json_get_str(Arena *a, const Json *j, int t, size_t *len) {
 const char *json_raw(Arena *a, const Json *j, int t) {
     if (t < 0 || t >= j->ntok) return "(missing)";
     int n = j->tok[t].end - j->tok[t].start;
-    if (n > 60) return arena_printf(a, "%.60s...", j->src + j->tok[t].start);
-    return arena_strndup(a, j->src + j->tok[t].start, (size_t)n);
+    /* jsmn's string tokens exclude the quotes: put them back, so that "64" does not read as 64 */
+    const char *q = j->tok[t].type == JSON_STRING ? "\"" : "";
+    if (n > 60) return arena_printf(a, "%s%.60s...", q, j->src + j->tok[t].start);
+    return arena_printf(a, "%s%.*s%s", q, n, j->src + j->tok[t].start, q);
 }

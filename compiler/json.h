@@ -1,6 +1,7 @@
 /* json.h: a thin layer over jsmn (the only JSON parser in llmcc). Parses a
  * whole document into tokens once; lookups walk the token array without
- * recursion, so deeply nested input cannot exhaust the stack. */
+ * recursion, and documents nested deeper than JSON_MAX_DEPTH are refused
+ * before jsmn sees them, so nesting costs neither stack nor time. */
 #ifndef LLMCC_JSON_H
 #define LLMCC_JSON_H
 #include "util.h"
@@ -15,6 +16,8 @@ typedef struct {
     JsonTok *tok;
     int ntok;
 } Json;
+
+#define JSON_MAX_DEPTH 128   /* deeper documents are refused (as serde_json does) */
 
 /* Parses src; on invalid JSON dies with "llmcc: PATH: invalid JSON (...)". */
 void json_parse(Arena *a, Json *j, const char *path, const char *src, size_t len);

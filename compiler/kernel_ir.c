@@ -1,15 +1,25 @@
 /* kernel_ir.c: tile IR -> kernel IR (materialising the schedules into
- * phases, registers and shared memory), deduplication of identical kernels,
- * printer and verifier. */
+ * phases, warp shuffles, registers and shared memory), deduplication of
+ * identical kernels, printer and verifier. */
 #include "kernel_ir.h"
 #include <string.h>
 
-typedef struct { Arena *A; int *nvars; } KL;
+const char *const shfl_names[] = {
+#define X(e, s) s,
+    SHFL_KINDS(X)
+#undef X
+};
+
+typedef struct { Arena *A; int *nvars; const Knobs *kn; } KL;
 
 static TStmt *ts(Arena *A, TStmtKind k) { TStmt *s = ARENA_NEW(A, TStmt); s->k = k; return s; }
 static TStmt *ts_let(Arena *A, Var *v, Expr *e) { TStmt *s = ts(A, TS_LET); s->v = v; s->e = e; return s; }
 static TStmt **tlist(Arena *A, int n) { return ARENA_ARRAY(A, TStmt *, n); }
-static KStmt *phase(Arena *A, TStmt **body, int n) { KStmt *k = ARENA_NEW(A, KStmt); k->k = KS_PHASE; k->body = body; k->nbody = n; return k; }
+static KStmt *phase(Arena *A, TStmt **body, int n, bool barrier) {
+    KStmt *k = ARENA_NEW(A, KStmt); k->k = KS_PHASE; k->body = body; k->nbody = n; k->barrier = barrier; return k;
+}
+static TStmt *ts_assign(Arena *A, int r, Expr *e) { TStmt *s = ts(A, TS_ASSIGN); s->reg = r; s->e = e; return s; }
+static TStmt *ts_if(Arena *A, Expr *c, int cap) { TStmt *s = ts(A, TS_IF); s->e = c; s->body = tlist(A, cap); return s; }
 
 /* lets that decompose a flat index g into the axes (row-major, last fastest) */
 static int decompose(Arena *A, TStmt **out, const Axis *ax, int n, Expr *g) {
@@ -22,6 +32,7 @@ static int decompose(Arena *A, TStmt **out, const Axis *ax, int n, Expr *g) {
     return n;
 }
 static Expr *combine(Arena *A, RedOp r, Expr *a, Expr *b) { return e_bin(A, r == RED_SUM ? EX_ADD : EX_MAX, a, b); }
+static Expr *red_init(Arena *A, RedOp r) { return e_f(A, r == RED_SUM ? 0.0 : -1.0 / 0.0); }
 static Expr *reg(Arena *A, int r) { return e_leaf(A, EX_REG, T_F32, r); }
 static Expr *sload(Arena *A, int s, Expr *i) { Expr *e = e_un(A, EX_SLOAD, i); e->i = s; e->t = T_F32; return e; }
 static TStmt *store(Arena *A, const TileKernel *t, Expr *value) {
@@ -29,6 +40,7 @@ static TStmt *store(Arena *A, const TileKernel *t, Expr *value) {
 }
 static Expr *tid(Arena *A) { return e_leaf(A, EX_TID, T_I64, 0); }
 static Expr *bid(Arena *A) { return e_leaf(A, EX_BID, T_I64, 0); }
+static Expr *lt(Arena *A, Expr *a, Expr *b) { return e_bin(A, EX_LT, a, b); }
 
 static void add_param(KKernel *k, Buffer *b, bool written) {
     for (int i = 0; i < k->nparams; i++) if (k->params[i] == b) { k->param_written[i] |= written; return; }
@@ -42,9 +54,9 @@ static void collect_params(KKernel *k, TStmt **b, int n) {
         TStmt *s = b[i];
         if (s->e) expr_visit_loads(s->e, param_cb, k);
         if (s->lo) expr_visit_loads(s->lo, param_cb, k);
-        if (s->k == TS_STORE) {
+        if (s->k == TS_STORE || s->k == TS_VLOAD) {
             for (int d = 0; d < s->buf->ndim; d++) expr_visit_loads(s->idx[d], param_cb, k);
-            add_param(k, s->buf, true);
+            add_param(k, s->buf, s->k == TS_STORE);
         }
         collect_params(k, s->body, s->nbody);
     }
@@ -52,77 +64,237 @@ static void collect_params(KKernel *k, TStmt **b, int n) {
 static void collect_kparams(KKernel *k, KStmt **b, int n) {
     for (int i = 0; i < n; i++) {
         if (b[i]->k == KS_PHASE) collect_params(k, b[i]->body, b[i]->nbody);
-        else collect_kparams(k, b[i]->kbody, b[i]->nk);
+        else if (b[i]->k == KS_UFOR) collect_kparams(k, b[i]->kbody, b[i]->nk);
     }
 }
 
-static KKernel *materialise(KL *L, const TileKernel *t) {
+/* ---- kernel bodies as a growable list of kernel statements ---- */
+typedef struct { KStmt **s; int n, cap; } KList;
+static void kl_add(Arena *A, KList *l, KStmt *s) { arena_grow(A, (void **)&l->s, l->n, &l->cap, sizeof(KStmt *)); l->s[l->n++] = s; }
+static void kl_phase1(Arena *A, KList *l, TStmt *s, bool barrier) { TStmt **b = tlist(A, 1); b[0] = s; kl_add(A, l, phase(A, b, 1, barrier)); }
+static KStmt *shfl(KL *L, ShflKind kind, int dst, int src, int64_t arg) {
+    KStmt *s = ARENA_NEW(L->A, KStmt);
+    s->k = KS_SHFL; s->shfl = kind; s->dst = dst; s->src = src;
+    s->arg = e_i(L->A, arg + L->kn->debug_shfl_offset);
+    return s;
+}
+/* r0 = r0 op (r0 of lane + d), d = width/2 .. 1: lane 0 ends with the whole warp's value */
+static void warp_tree(KL *L, KList *l, RedOp op, int width) {
     Arena *A = L->A;
-    KKernel *k = ARENA_NEW(A, KKernel);
-    k->name = k->base = arena_printf(A, "k_%s", t->nest->kname);
+    for (int d = width / 2; d >= 1; d /= 2) {
+        kl_add(A, l, shfl(L, SHFL_DOWN, 1, 0, d));
+        kl_phase1(A, l, ts_assign(A, 0, combine(A, op, reg(A, 0), reg(A, 1))), false);
+    }
+}
+
+static Expr *replace_expr(Arena *A, Expr *e, const Expr *what, Expr *with) {
+    if (expr_equal(e, what)) return with;
+    if (!e->nargs) return e;
+    Expr *n = ARENA_NEW(A, Expr);
+    *n = *e;
+    n->a = ARENA_ARRAY(A, Expr *, e->nargs);
+    for (int i = 0; i < e->nargs; i++) n->a[i] = replace_expr(A, e->a[i], what, with);
+    return n;
+}
+
+static KKernel *new_kernel(KL *L, const TileKernel *t) {
+    KKernel *k = ARENA_NEW(L->A, KKernel);
+    k->name = k->base = arena_printf(L->A, "k_%s", t->name);
     k->module = t->nest->module;
     k->sched = t->kind;
     k->block = t->block;
     k->grid = t->grid;
-    if (t->kind == SCHED_FLAT) {
-        /* g = bid * B + tid; if (g < total) { decompose; store } */
-        Var *g = new_var(A, L->nvars, "g");
-        Expr *total = e_i(A, 1);
-        for (int i = 0; i < t->npar; i++) total = E_MUL(A, total, t->par[i].extent);
-        TStmt **pb = tlist(A, 2);
-        pb[0] = ts_let(A, g, E_ADD(A, E_MUL(A, bid(A), e_i(A, t->block)), tid(A)));
-        TStmt *iff = ts(A, TS_IF);
-        iff->e = e_bin(A, EX_LT, e_var(A, g), total);
-        iff->body = tlist(A, t->npar + 1);
-        iff->nbody = decompose(A, iff->body, t->par, t->npar, e_var(A, g));
-        iff->body[iff->nbody++] = store(A, t, t->store_value);
-        pb[1] = iff;
-        k->nbody = 1; k->body = ARENA_ARRAY(A, KStmt *, 1);
-        k->body[0] = phase(A, pb, 2);
-    } else {
+    return k;
+}
+
+static void mat_flat(KL *L, const TileKernel *t, KKernel *k, KList *body) {
+    Arena *A = L->A;
+    /* g = bid * B + tid; if (g < total) { decompose; [sum the split-K partials;] store } */
+    Var *g = new_var(A, L->nvars, "g");
+    TStmt **pb = tlist(A, 2);
+    pb[0] = ts_let(A, g, E_ADD(A, E_MUL(A, bid(A), e_i(A, t->block)), tid(A)));
+    Expr *total = e_i(A, 1);
+    for (int i = 0; i < t->npar; i++) total = E_MUL(A, total, t->par[i].extent);
+    TStmt *iff = ts_if(A, lt(A, e_var(A, g), total), t->npar + 4);
+    iff->nbody = decompose(A, iff->body, t->par, t->npar, e_var(A, g));
+    Expr *value = t->store_value;
+    if (t->kind == SCHED_SPLITK_SUM) {
         k->nregs = 1; k->regs[0].t = T_F32;
-        k->nsmem = 1; k->smem[0].size = t->smem_floats;
-        Expr *init = e_f(A, t->redop == RED_SUM ? 0.0 : -1.0 / 0.0);
-        /* phase 0: every thread reduces a strided slice into r0, then smem0[tid] = r0 */
-        Var *r = new_var(A, L->nvars, "r");
-        Expr *rtotal = e_i(A, 1);
-        for (int i = 0; i < t->nred; i++) rtotal = E_MUL(A, rtotal, t->red[i].extent);
-        TStmt **p0 = tlist(A, t->npar + 3);
-        int n0 = decompose(A, p0, t->par, t->npar, bid(A));
-        TStmt *a0 = ts(A, TS_ASSIGN); a0->reg = 0; a0->e = init; p0[n0++] = a0;
+        Var *s = new_var(A, L->nvars, "s");
+        iff->body[iff->nbody++] = ts_assign(A, 0, e_f(A, 0.0));
         TStmt *f = ts(A, TS_FOR);
-        f->v = r; f->lo = tid(A); f->e = rtotal; f->step = e_i(A, t->block);
-        f->body = tlist(A, t->nred + 1);
-        f->nbody = decompose(A, f->body, t->red, t->nred, e_var(A, r));
-        TStmt *acc = ts(A, TS_ASSIGN); acc->reg = 0; acc->e = combine(A, t->redop, reg(A, 0), t->acc_value);
-        f->body[f->nbody++] = acc;
-        p0[n0++] = f;
-        TStmt *ss = ts(A, TS_SSTORE); ss->smem = 0; ss->sidx = tid(A); ss->e = reg(A, 0); p0[n0++] = ss;
-        /* ufor s = B/2; s > 0; s = s/2: phase { if (tid < s) smem0[tid] = smem0[tid] op smem0[tid + s] } */
-        Var *sv = new_var(A, L->nvars, "s");
-        KStmt *uf = ARENA_NEW(A, KStmt);
-        uf->k = KS_UFOR; uf->v = sv; uf->init = e_i(A, t->block / 2);
-        uf->cond = e_bin(A, EX_LT, e_i(A, 0), e_var(A, sv));
-        uf->update = E_DIV(A, e_var(A, sv), e_i(A, 2));
-        TStmt *tf = ts(A, TS_IF);
-        tf->e = e_bin(A, EX_LT, tid(A), e_var(A, sv));
-        TStmt *st = ts(A, TS_SSTORE); st->smem = 0; st->sidx = tid(A);
-        st->e = combine(A, t->redop, sload(A, 0, tid(A)), sload(A, 0, E_ADD(A, tid(A), e_var(A, sv))));
-        tf->body = tlist(A, 1); tf->body[0] = st; tf->nbody = 1;
-        TStmt **pb = tlist(A, 1); pb[0] = tf;
-        uf->nk = 1; uf->kbody = ARENA_ARRAY(A, KStmt *, 1); uf->kbody[0] = phase(A, pb, 1);
-        /* last phase: thread 0 applies the epilogue and stores */
-        TStmt *last = ts(A, TS_IF);
-        last->e = e_bin(A, EX_EQ, tid(A), e_i(A, 0));
-        last->body = tlist(A, t->npar + 1);
-        last->nbody = decompose(A, last->body, t->par, t->npar, bid(A));
-        last->body[last->nbody++] = store(A, t, expr_subst_acc(A, t->store_value, sload(A, 0, e_i(A, 0))));
-        TStmt **pl = tlist(A, 1); pl[0] = last;
-        k->nbody = 3; k->body = ARENA_ARRAY(A, KStmt *, 3);
-        k->body[0] = phase(A, p0, n0);
-        k->body[1] = uf;
-        k->body[2] = phase(A, pl, 1);
+        f->v = s; f->lo = e_i(A, 0); f->e = e_i(A, t->split_k); f->step = e_i(A, 1);
+        f->body = tlist(A, 1); f->nbody = 1;
+        f->body[0] = ts_assign(A, 0, E_ADD(A, reg(A, 0), e_load2(A, t->work, e_var(A, g), e_var(A, s))));
+        iff->body[iff->nbody++] = f;
+        value = expr_subst_acc(A, t->store_value, reg(A, 0));
     }
+    iff->body[iff->nbody++] = store(A, t, value);
+    pb[1] = iff;
+    kl_add(A, body, phase(A, pb, 2, false));
+}
+
+static void mat_block_reduce(KL *L, const TileKernel *t, KKernel *k, KList *body) {
+    Arena *A = L->A;
+    int nw = t->block / 32;
+    k->nregs = 2; k->regs[0].t = k->regs[1].t = T_F32;
+    if (nw > 1) { k->nsmem = 1; k->smem[0].size = t->smem_floats; }
+    /* every thread reduces a strided slice into r0 */
+    Var *r = new_var(A, L->nvars, "r");
+    Expr *rtotal = e_i(A, 1);
+    for (int i = 0; i < t->nred; i++) rtotal = E_MUL(A, rtotal, t->red[i].extent);
+    TStmt **p0 = tlist(A, t->npar + 2);
+    int n0 = decompose(A, p0, t->par, t->npar, bid(A));
+    p0[n0++] = ts_assign(A, 0, red_init(A, t->redop));
+    TStmt *f = ts(A, TS_FOR);
+    f->v = r; f->lo = tid(A); f->e = rtotal; f->step = e_i(A, t->block);
+    f->body = tlist(A, t->nred + 3);
+    f->nbody = decompose(A, f->body, t->red, t->nred, e_var(A, r));
+    Expr *term = t->acc_value;
+    if (t->side) {
+        /* the fused producer's value: computed once into r1, stored, and read by the update */
+        f->body[f->nbody++] = ts_assign(A, 1, t->side_value);
+        TStmt *ss = ts(A, TS_STORE); ss->buf = t->side; ss->idx = t->side_idx; ss->e = reg(A, 1);
+        f->body[f->nbody++] = ss;
+        term = replace_expr(A, term, t->side_value, reg(A, 1));
+    }
+    f->body[f->nbody++] = ts_assign(A, 0, combine(A, t->redop, reg(A, 0), term));
+    p0[n0++] = f;
+    kl_add(A, body, phase(A, p0, n0, false));
+    /* each warp's lane 0 ends with the warp's value */
+    warp_tree(L, body, t->redop, 32);
+    if (nw > 1) {
+        /* lane 0 of warp w: smem0[w]; then warp 0 reduces the nw values (the others do the same work on init) */
+        TStmt *w0 = ts_if(A, e_bin(A, EX_EQ, e_bin(A, EX_MOD, tid(A), e_i(A, 32)), e_i(A, 0)), 1);
+        TStmt *ss = ts(A, TS_SSTORE); ss->smem = 0; ss->sidx = E_DIV(A, tid(A), e_i(A, 32)); ss->e = reg(A, 0);
+        w0->body[w0->nbody++] = ss;
+        kl_phase1(A, body, w0, true);
+        TStmt **p1 = tlist(A, 2);
+        p1[0] = ts_assign(A, 0, red_init(A, t->redop));
+        p1[1] = ts_if(A, lt(A, tid(A), e_i(A, nw)), 1);
+        p1[1]->body[p1[1]->nbody++] = ts_assign(A, 0, sload(A, 0, tid(A)));
+        kl_add(A, body, phase(A, p1, 2, false));
+        warp_tree(L, body, t->redop, nw);
+    }
+    /* thread 0 applies the epilogue and stores */
+    TStmt *last = ts_if(A, e_bin(A, EX_EQ, tid(A), e_i(A, 0)), t->npar + 1);
+    last->nbody = decompose(A, last->body, t->par, t->npar, bid(A));
+    last->body[last->nbody++] = store(A, t, expr_subst_acc(A, t->store_value, reg(A, 0)));
+    kl_phase1(A, body, last, false);
+}
+
+/* The reduced term for elements c .. c+vec-1 of the K axis: every load whose
+ * last index is the K variable reads element j of a vector loaded once. */
+typedef struct { Arena *A; Var *kv; int vec; TStmt **vl; int nvl; Expr **src; int *nvars; Expr *c; } Vec;
+static Expr *vec_rewrite(Vec *V, Expr *e, int j) {
+    if (e->k == EX_LOAD && expr_uses_var(e, V->kv)) {
+        int w = -1;
+        for (int i = 0; i < V->nvl; i++) if (expr_equal(V->src[i], e)) w = i;
+        if (w < 0) {
+            CHECK(V->nvl < 8, "too many vector loads");
+            TStmt *s = ts(V->A, TS_VLOAD);
+            s->v = new_var(V->A, V->nvars, arena_printf(V->A, "v%d", V->nvl));
+            s->buf = e->buf; s->vec = V->vec;
+            s->idx = ARENA_ARRAY(V->A, Expr *, e->nargs);
+            for (int d = 0; d < e->nargs; d++) s->idx[d] = expr_subst(V->A, e->a[d], V->kv, V->c);
+            w = V->nvl++;
+            V->vl[w] = s; V->src[w] = e;
+        }
+        return e_velem(V->A, V->vl[w]->v, j);
+    }
+    if (!e->nargs) return e;
+    Expr *n = ARENA_NEW(V->A, Expr);
+    *n = *e;
+    n->a = ARENA_ARRAY(V->A, Expr *, e->nargs);
+    for (int i = 0; i < e->nargs; i++) n->a[i] = vec_rewrite(V, e->a[i], j);
+    return n;
+}
+
+/* the lets every gemv phase starts with: warp, lane, [K slice ks,] output element g */
+static int gemv_head(Arena *A, const TileKernel *t, TStmt **list, Var *const *v) {
+    int n = 0;
+    list[n++] = ts_let(A, v[0], E_DIV(A, tid(A), e_i(A, 32)));
+    list[n++] = ts_let(A, v[1], e_bin(A, EX_MOD, tid(A), e_i(A, 32)));
+    if (t->split_k > 1) list[n++] = ts_let(A, v[2], e_bin(A, EX_MOD, bid(A), e_i(A, t->split_k)));
+    list[n++] = ts_let(A, v[3], E_ADD(A, E_MUL(A, E_DIV(A, bid(A), e_i(A, t->split_k)), e_i(A, t->rows)), e_var(A, v[0])));
+    return n;
+}
+
+static void mat_gemv(KL *L, const TileKernel *t, KKernel *k, KList *body) {
+    Arena *A = L->A;
+    k->nregs = 2; k->regs[0].t = k->regs[1].t = T_F32;
+    Expr *total = e_i(A, 1);
+    for (int i = 0; i < t->npar; i++) total = E_MUL(A, total, t->par[i].extent);
+    int64_t K;
+    CHECK(expr_is_const(t->red[0].extent, &K), "gemv over a runtime extent");
+    Var *wv = new_var(A, L->nvars, "warp"), *lv = new_var(A, L->nvars, "lane"), *gv = new_var(A, L->nvars, "g");
+    Var *kv = new_var(A, L->nvars, "ks");
+    Var *hv[4] = {wv, lv, kv, gv};
+    TStmt **p0 = tlist(A, 6);
+    int n0 = gemv_head(A, t, p0, hv);
+    p0[n0++] = ts_assign(A, 0, e_f(A, 0.0));
+    TStmt *in = ts_if(A, lt(A, e_var(A, gv), total), t->npar + 1);
+    in->nbody = decompose(A, in->body, t->par, t->npar, e_var(A, gv));
+    /* for c = ks*chunk + lane*vec; c < min(ks*chunk + chunk, K); c += 32*vec */
+    Var *cv = new_var(A, L->nvars, "c");
+    Expr *k0 = t->split_k > 1 ? E_MUL(A, e_var(A, kv), e_i(A, t->k_chunk)) : e_i(A, 0);
+    TStmt *f = ts(A, TS_FOR);
+    f->v = cv;
+    f->lo = E_ADD(A, k0, E_MUL(A, e_var(A, lv), e_i(A, t->vec)));
+    f->e = t->split_k == 1 ? e_i(A, K) : e_bin(A, EX_MIN, E_ADD(A, k0, e_i(A, t->k_chunk)), e_i(A, K));
+    f->step = e_i(A, 32 * t->vec);
+    Var *iv = t->red[0].v;
+    if (t->vec == 1) {
+        f->body = tlist(A, 1); f->nbody = 1;
+        f->body[0] = ts_assign(A, 0, E_ADD(A, reg(A, 0), expr_subst(A, t->acc_value, iv, e_var(A, cv))));
+    } else {
+        TStmt *vl[8]; Expr *src[8];
+        Vec V = {A, iv, t->vec, vl, 0, src, L->nvars, e_var(A, cv)};
+        Expr *sum = reg(A, 0);
+        for (int j = 0; j < t->vec; j++) {
+            Expr *term = vec_rewrite(&V, t->acc_value, j);
+            /* the K variable outside the vectorised loads: element j is c + j */
+            term = expr_subst(A, term, iv, E_ADD(A, e_var(A, cv), e_i(A, j)));
+            sum = E_ADD(A, sum, term);
+        }
+        f->body = tlist(A, V.nvl + 1);
+        for (int i = 0; i < V.nvl; i++) f->body[f->nbody++] = vl[i];
+        f->body[f->nbody++] = ts_assign(A, 0, sum);
+    }
+    in->body[in->nbody++] = f;
+    p0[n0++] = in;
+    kl_add(A, body, phase(A, p0, n0, false));
+    warp_tree(L, body, RED_SUM, 32);
+    /* lane 0 stores the output (or its slice's partial) */
+    TStmt **pl = tlist(A, 5);
+    int nl = gemv_head(A, t, pl, hv);
+    TStmt *l0 = ts_if(A, e_bin(A, EX_EQ, e_var(A, lv), e_i(A, 0)), 1);
+    TStmt *g0 = ts_if(A, lt(A, e_var(A, gv), total), t->npar + 1);
+    if (t->split_k > 1) {
+        TStmt *s = ts(A, TS_STORE);
+        s->buf = t->work; s->idx = ARENA_ARRAY(A, Expr *, 2);
+        s->idx[0] = e_var(A, gv); s->idx[1] = e_var(A, kv); s->e = reg(A, 0);
+        g0->body[g0->nbody++] = s;
+    } else {
+        g0->nbody = decompose(A, g0->body, t->par, t->npar, e_var(A, gv));
+        g0->body[g0->nbody++] = store(A, t, expr_subst_acc(A, t->store_value, reg(A, 0)));
+    }
+    l0->body[l0->nbody++] = g0;
+    pl[nl++] = l0;
+    kl_add(A, body, phase(A, pl, nl, false));
+}
+
+static KKernel *materialise(KL *L, const TileKernel *t) {
+    KKernel *k = new_kernel(L, t);
+    KList body = {0};
+    switch (t->kind) {
+    case SCHED_FLAT: case SCHED_SPLITK_SUM: mat_flat(L, t, k, &body); break;
+    case SCHED_BLOCK_REDUCE: mat_block_reduce(L, t, k, &body); break;
+    case SCHED_GEMV: mat_gemv(L, t, k, &body); break;
+    case SCHED_COUNT: UNREACHABLE();
+    }
+    k->body = body.s; k->nbody = body.n;
+    for (int i = 0; i < k->nbody; i++) k->has_shfl |= k->body[i]->k == KS_SHFL;
     collect_kparams(k, k->body, k->nbody);
     return k;
 }
@@ -142,6 +314,7 @@ static void kexpr(KP *p, const Expr *e) {
         return;
     }
     if (e->k == EX_SLOAD) { str_printf(o, "smem%lld[", (long long)e->i); kexpr(p, e->a[0]); str_printf(o, "]"); return; }
+    if (e->k == EX_VELEM) { str_printf(o, "%s[%lld]", e->var->name, (long long)e->i); return; }
     if (!e->nargs) { expr_print(o, e); return; }
     if (e->nargs == 2 && e->k != EX_MIN && e->k != EX_MAX) {
         str_printf(o, "(");
@@ -179,6 +352,11 @@ static void print_ts(KP *p, const TStmt *s, int d) {
         str_printf(o, "; %s += ", s->v->name); kexpr(p, s->step); str_printf(o, ":\n");
         for (int i = 0; i < s->nbody; i++) print_ts(p, s->body[i], d + 1);
         return;
+    case TS_VLOAD:
+        str_printf(o, "vload %s[%d] = p%d[", s->v->name, s->vec, kernel_param_index(p->k, s->buf));
+        for (int i = 0; i < s->buf->ndim; i++) { if (i) str_printf(o, ", "); kexpr(p, s->idx[i]); }
+        str_printf(o, " ..+%d]\n", s->vec);
+        return;
     case TS_COUNT: break;
     }
 }
@@ -187,8 +365,12 @@ static void print_ks(KP *p, KStmt **b, int n, int d) {
         const KStmt *s = b[i];
         ind(p->o, d);
         if (s->k == KS_PHASE) {
-            str_printf(p->o, "phase:\n");
+            str_printf(p->o, "phase%s:\n", s->barrier ? "" : " (warp-level: no barrier)");
             for (int j = 0; j < s->nbody; j++) print_ts(p, s->body[j], d + 1);
+        } else if (s->k == KS_SHFL) {
+            str_printf(p->o, "r%d = shfl_%s(r%d, ", s->dst, shfl_names[s->shfl], s->src);
+            kexpr(p, s->arg);
+            str_printf(p->o, ")\n");
         } else {
             str_printf(p->o, "ufor %s = ", s->v->name); kexpr(p, s->init); str_printf(p->o, "; "); kexpr(p, s->cond);
             str_printf(p->o, "; %s = ", s->v->name); kexpr(p, s->update); str_printf(p->o, ":\n");
@@ -231,7 +413,7 @@ int kernel_param_index(const KKernel *k, const Buffer *b) {
 
 void kernel_lower(Arena *A, const TileProgram *tp, KProgram *kp) {
     int nvars = tp->lp->tp->nvars;
-    KL L = {A, &nvars};
+    KL L = {A, &nvars, &tp->knobs};
     kp->tp = tp->lp->tp;
     kp->kernels = ARENA_ARRAY(A, KKernel *, tp->n);
     kp->launches = ARENA_ARRAY(A, KLaunch, tp->n);
@@ -281,10 +463,30 @@ static const char *ver_refs(Arena *A, const KKernel *k, const Expr *e) {
     for (int i = 0; i < e->nargs; i++) { const char *m = ver_refs(A, k, e->a[i]); if (m) return m; }
     return expr_verify(A, e);
 }
+static bool uses_smem(const Expr *e) {
+    if (e->k == EX_SLOAD) return true;
+    for (int i = 0; i < e->nargs; i++) if (uses_smem(e->a[i])) return true;
+    return false;
+}
+static bool ts_smem(TStmt **b, int n) {
+    for (int i = 0; i < n; i++) {
+        const TStmt *s = b[i];
+        if (s->k == TS_SSTORE || (s->e && uses_smem(s->e)) || (s->lo && uses_smem(s->lo))) return true;
+        if (ts_smem(s->body, s->nbody)) return true;
+    }
+    return false;
+}
 static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
     for (int i = 0; i < n; i++) {
         const TStmt *s = b[i];
         const char *m = s->e ? ver_refs(A, k, s->e) : NULL;
+        if (!m && s->k == TS_VLOAD) {
+            if (kernel_param_index(k, s->buf) < 0) m = "vector load of a non-parameter";
+            else if (s->vec != 1 && s->vec != 2 && s->vec != 4 && s->vec != 8) m = "vector width is not 1, 2, 4 or 8";
+            else if ((s->vec * dtype_sizes[s->buf->dtype]) % 4 || s->vec * dtype_sizes[s->buf->dtype] > 32) m = "vector of an unsupported size";
+            else if (s->buf->dims[s->buf->ndim - 1] % s->vec) m = "vector rows are not aligned";
+            for (int d = 0; !m && d < s->buf->ndim; d++) m = ver_refs(A, k, s->idx[d]);
+        }
         if (!m && s->k == TS_ASSIGN && (s->reg < 0 || s->reg >= k->nregs)) m = "assign to undeclared register";
         if (!m && s->k == TS_SSTORE && (s->smem < 0 || s->smem >= k->nsmem)) m = "store to undeclared shared array";
         if (!m && s->k == TS_STORE && kernel_param_index(k, s->buf) < 0) m = "store to a non-parameter";
@@ -294,18 +496,40 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
     }
     return NULL;
 }
-static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uvars, int nu) {
+/* *region: shared memory was touched since the last block barrier. Without
+ * a barrier between them, two phases that touch shared memory could race
+ * on the GPU even though the C backend (which runs phases one after the
+ * other) would not show it: so a warp-level phase region touches shared
+ * memory in at most one phase. */
+static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uvars, int nu, bool *region) {
     for (int i = 0; i < n; i++) {
         const KStmt *s = b[i];
-        const char *m;
-        if (s->k == KS_PHASE) m = ver_ts(A, k, s->body, s->nbody);
-        else {
+        const char *m = NULL;
+        if (s->k == KS_PHASE) {
+            m = ver_ts(A, k, s->body, s->nbody);
+            if (!m && ts_smem(s->body, s->nbody)) {
+                if (*region) m = "two phases use shared memory with no barrier between them";
+                *region = true;
+            }
+            if (s->barrier) *region = false;
+        } else if (s->k == KS_SHFL) {
+            /* shuffles are kernel statements, so every lane of every warp runs them (full mask) */
+            int64_t a;
+            if (k->block % 32) m = "shuffle in a block that is not whole warps";
+            else if (s->dst < 0 || s->dst >= k->nregs || s->src < 0 || s->src >= k->nregs) m = "shuffle of an undeclared register";
+            else if (s->shfl >= SHFL_COUNT) m = "bad shuffle kind";
+            else if (s->arg->t != T_I64) m = "shuffle argument is not an integer";
+            else if (!(m = ver_uniform(A, s->arg, uvars, nu)) && expr_is_const(s->arg, &a) && (a < 0 || a > 31))
+                m = arena_printf(A, "shuffle %s argument %lld is outside 0..31", shfl_names[s->shfl], (long long)a);
+        } else {
             if (nu >= 8) return "uniform loops nested too deep";
             uvars[nu] = s->v;
             m = ver_uniform(A, s->init, uvars, nu);
             if (!m) m = ver_uniform(A, s->cond, uvars, nu + 1);
             if (!m) m = ver_uniform(A, s->update, uvars, nu + 1);
-            if (!m) m = ver_ks(A, k, s->kbody, s->nk, uvars, nu + 1);
+            /* twice: the loop's back edge joins the end of the body to its start */
+            if (!m) m = ver_ks(A, k, s->kbody, s->nk, uvars, nu + 1, region);
+            if (!m) m = ver_ks(A, k, s->kbody, s->nk, uvars, nu + 1, region);
         }
         if (m) return m;
     }
@@ -315,7 +539,8 @@ const char *kernel_verify(Arena *A, const KProgram *kp) {
     for (int i = 0; i < kp->nk; i++) {
         const KKernel *k = kp->kernels[i];
         Var *uvars[8];
-        const char *m = ver_ks(A, k, k->body, k->nbody, uvars, 0);
+        bool region = false;
+        const char *m = ver_ks(A, k, k->body, k->nbody, uvars, 0, &region);
         if (!m && k->grid->t != T_I64) m = "grid is not an integer";
         if (m) return arena_printf(A, "kernel %s: %s", k->name, m);
     }
@@ -328,4 +553,14 @@ const char *kernel_verify(Arena *A, const KProgram *kp) {
         }
     }
     return NULL;
+}
+
+int64_t kernel_work_bytes(const KProgram *kp) {
+    int64_t most = 0;
+    for (int i = 0; i < kp->nl; i++)
+        for (int j = 0; j < kp->launches[i].k->nparams; j++) {
+            const Buffer *b = kp->launches[i].args[j];
+            if (b->kind == BUF_WORK && buffer_elems(b) * 4 > most) most = buffer_elems(b) * 4;
+        }
+    return most;
 }

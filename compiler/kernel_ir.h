@@ -1,20 +1,28 @@
 /* kernel_ir.h: kernel IR, the hardware's primitives in a form both emitters
  * print directly (see DESIGN-NOTES section 1):
  *   kernel := params, grid, block, shared arrays, registers, body
- *   body   := phase { per-thread code }   -- a barrier follows every phase
+ *   body   := phase { per-thread code }   -- a block barrier follows unless
+ *                                           the phase is marked warp-level
  *           | ufor v = init; cond; v = update { body }   -- uniform bounds
+ *           | shfl_{down,up,xor,idx} rD <- rS, arg      -- warp shuffle
  * Per-thread code: let (thread-local index), assign (register), store,
- * shared store, if, for (thread-local loop). Barriers sit only between
- * phases, so they are always in block-uniform control flow: the C backend
- * runs each phase as a loop over the block's threads, CUDA puts
- * __syncthreads() between them. Identical kernels (all layers' q_proj, ...)
- * are compiled once: launches name the kernel and bind its buffers. */
+ * shared store, vload (a vector of consecutive elements into a thread-local
+ * array), if, for (thread-local loop). Barriers and shuffles sit only
+ * between phases, so they are always in block-uniform control flow and
+ * every warp is complete and converged (CUDA's full-mask requirement). The
+ * C backend runs each phase as a loop over the block's threads and a
+ * shuffle as two (every lane writes its value to a lane buffer, then every
+ * lane reads its source lane's), with CUDA's semantics exactly: shfl_down /
+ * shfl_up from a lane outside the warp returns the caller's own value. CUDA
+ * prints __syncthreads() after barrier phases and __shfl_*_sync(0xffffffff)
+ * for shuffles. Identical kernels (all layers' q_proj, ...) are compiled
+ * once: launches name the kernel and bind its buffers. */
 #ifndef LLMCC_KERNEL_IR_H
 #define LLMCC_KERNEL_IR_H
 #include "tile_ir.h"
 
 #define TSTMT_KINDS(X) X(TS_LET, "let") X(TS_ASSIGN, "assign") X(TS_STORE, "store") X(TS_SSTORE, "sstore") \
-    X(TS_IF, "if") X(TS_FOR, "for")
+    X(TS_IF, "if") X(TS_FOR, "for") X(TS_VLOAD, "vload")
 typedef enum {
 #define X(e, s) e,
     TSTMT_KINDS(X)
@@ -24,16 +32,17 @@ typedef enum {
 
 typedef struct TStmt {
     TStmtKind k;
-    Var *v;                    /* let, for */
+    Var *v;                    /* let, for; vload: the vector (read as EX_VELEM) */
+    int vec;                   /* vload: elements (consecutive in the last dimension, vector aligned) */
     int reg, smem;             /* assign: register; sstore: shared array */
     Expr *e;                   /* let/assign/store/sstore value; if condition; for upper bound */
     Expr *lo, *step;           /* for */
     Expr *sidx;                /* sstore index */
-    Buffer *buf; Expr **idx;   /* store */
+    Buffer *buf; Expr **idx;   /* store; vload: the first element */
     struct TStmt **body; int nbody;
 } TStmt;
 
-#define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor")
+#define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor") X(KS_SHFL, "shfl")
 typedef enum {
 #define X(e, s) e,
     KSTMT_KINDS(X)
@@ -41,9 +50,20 @@ typedef enum {
     KS_COUNT
 } KStmtKind;
 
+#define SHFL_KINDS(X) X(SHFL_DOWN, "down") X(SHFL_UP, "up") X(SHFL_XOR, "xor") X(SHFL_IDX, "idx")
+typedef enum {
+#define X(e, s) e,
+    SHFL_KINDS(X)
+#undef X
+    SHFL_COUNT
+} ShflKind;
+extern const char *const shfl_names[];
+
 typedef struct KStmt {
     KStmtKind k;
     TStmt **body; int nbody;   /* phase */
+    bool barrier;              /* phase: a block barrier follows (false: only this thread's registers carry over) */
+    ShflKind shfl; int dst, src; Expr *arg;   /* shfl: rdst = value of rsrc at the lane given by arg (delta, mask or lane; uniform) */
     Var *v; Expr *init, *cond, *update;   /* ufor */
     struct KStmt **kbody; int nk;
 } KStmt;
@@ -63,6 +83,7 @@ typedef struct KKernel {
     bool param_written[MAX_PARAMS];
     int nsmem; SmemDecl smem[4];
     int nregs; RegDecl regs[8];
+    bool has_shfl;             /* the C backend keeps a lane buffer */
     KStmt **body; int nbody;
     int uses;                  /* launches */
 } KKernel;
@@ -81,6 +102,8 @@ typedef struct {
 } KProgram;
 
 void kernel_lower(Arena *A, const TileProgram *tp, KProgram *kp);
+/* Bytes of the split-K workspace the launches need (0: none). */
+int64_t kernel_work_bytes(const KProgram *kp);
 void kernel_print(Str *o, const KProgram *kp);
 void kernel_print_one(Str *o, const KKernel *k, bool header);
 const char *kernel_verify(Arena *A, const KProgram *kp);

@@ -1,4 +1,5 @@
-/* loop_ir.c: tensor IR -> loop IR, printer and verifier. */
+/* loop_ir.c: tensor IR -> loop IR, fusion (with its cost guards) and the
+ * memory plan over fused nests, printer and verifier. */
 #include "loop_ir.h"
 #include <string.h>
 
@@ -47,11 +48,230 @@ static LoopNest *lower_op(Arena *A, const TOp *op) {
     return nest;
 }
 
-void loop_lower(Arena *A, const TProgram *tp, LProgram *lp) {
+void loop_lower(Arena *A, TProgram *tp, LProgram *lp) {
     lp->tp = tp;
+    lp->n_inlined = lp->n_side_stores = 0;
     lp->n = tp->n;
     lp->nests = ARENA_ARRAY(A, LoopNest *, tp->n);
     for (int i = 0; i < tp->n; i++) lp->nests[i] = lower_op(A, tp->ops[i]);
+}
+
+/* ---- fusion ---- */
+
+/* The shapes fusion works on: a flat nest (parallel loops around one store)
+ * and a single-reduction nest (parallel loops around acc_init, one reduce
+ * loop, store). */
+typedef struct { int npar; const LStmt *par[MAX_AXES]; const LStmt *leaf; LStmt *red; LStmt *store; } Shape;
+static bool shape_of(const LoopNest *n, Shape *sh) {
+    memset(sh, 0, sizeof *sh);
+    const LStmt *s = n->root;
+    for (;;) {
+        if (s->k != LS_FOR || s->lk != LOOP_PARALLEL || sh->npar >= MAX_AXES) return false;
+        sh->par[sh->npar++] = s;
+        if (s->nbody == 1 && s->body[0]->k == LS_FOR && s->body[0]->lk == LOOP_PARALLEL) { s = s->body[0]; continue; }
+        break;
+    }
+    sh->leaf = s;
+    if (s->nbody == 1 && s->body[0]->k == LS_STORE) { sh->store = s->body[0]; return true; }
+    if (s->nbody == 3 && s->body[0]->k == LS_ACC_INIT && s->body[1]->k == LS_FOR && s->body[1]->lk == LOOP_REDUCE &&
+        s->body[1]->nbody == 1 && s->body[1]->body[0]->k == LS_ACC && s->body[2]->k == LS_STORE) {
+        sh->red = s->body[1]; sh->store = s->body[2];
+        return true;
+    }
+    return false;
+}
+/* the store writes B[v0, v1, ...]: its own loop variables, in order, over all of B */
+static bool identity_store(const Shape *sh) {
+    const LStmt *st = sh->store;
+    if (sh->red || st->buf->ndim != sh->npar) return false;
+    for (int d = 0; d < sh->npar; d++)
+        if (st->idx[d]->k != EX_VAR || st->idx[d]->var != sh->par[d]->v) return false;
+    return true;
+}
+
+typedef struct { const Buffer *b; int n; const Expr *first; bool other; } Uses;
+static void count_loads(Uses *u, const Expr *e) {
+    if (e->k == EX_LOAD && e->buf == u->b) {
+        if (!u->n++) u->first = e;
+        else if (!expr_equal(u->first, e)) u->other = true;
+    }
+    for (int i = 0; i < e->nargs; i++) count_loads(u, e->a[i]);
+}
+static void count_stmt(Uses *u, const LStmt *s) {
+    if (s->extent) count_loads(u, s->extent);
+    if (s->value) count_loads(u, s->value);
+    if (s->k == LS_STORE) for (int d = 0; d < s->buf->ndim; d++) count_loads(u, s->idx[d]);
+    for (int i = 0; i < s->nbody; i++) count_stmt(u, s->body[i]);
+}
+static bool writes(const LStmt *s, const Buffer *b) {
+    if (s->k == LS_STORE && s->buf == b) return true;
+    for (int i = 0; i < s->nbody; i++) if (writes(s->body[i], b)) return true;
+    return false;
+}
+
+/* the buffers e loads (*n = -1: more than 16) */
+static void collect_inputs(const Expr *e, Buffer **out, int *n) {
+    if (*n < 0) return;
+    if (e->k == EX_LOAD) {
+        int i = 0;
+        while (i < *n && out[i] != e->buf) i++;
+        if (i == *n) { if (*n == 16) { *n = -1; return; } out[(*n)++] = e->buf; }
+    }
+    for (int i = 0; i < e->nargs; i++) collect_inputs(e->a[i], out, n);
+}
+
+/* The producer's value at the consumer's load point: its loop variables
+ * replaced by the load's indices. */
+static Expr *value_at(Arena *A, const Shape *p, const Expr *load) {
+    Expr *v = p->store->value;
+    for (int d = 0; d < p->npar; d++) v = expr_subst(A, v, p->par[d]->v, load->a[d]);
+    return v;
+}
+static Expr *replace_load(Arena *A, Expr *e, const Expr *load, Expr *with) {
+    if (expr_equal(e, load)) return with;
+    if (!e->nargs) return e;
+    Expr *n = ARENA_NEW(A, Expr);
+    *n = *e;
+    n->a = ARENA_ARRAY(A, Expr *, e->nargs);
+    bool changed = false;
+    for (int i = 0; i < e->nargs; i++) { n->a[i] = replace_load(A, e->a[i], load, with); changed |= n->a[i] != e->a[i]; }
+    return changed ? n : e;
+}
+static Expr *extent_product(Arena *A, const Shape *sh, bool with_red) {
+    Expr *p = e_i(A, 1);
+    for (int d = 0; d < sh->npar; d++) p = E_MUL(A, p, sh->par[d]->extent);
+    if (with_red && sh->red) p = E_MUL(A, p, sh->red->extent);
+    return p;
+}
+
+/* Inlining P (the only writer of B) into the flat nest C: allowed when C
+ * is B's only reader, reads it at one point, and has as many elements as
+ * P (one evaluation of P's value per element either way: nothing is
+ * recomputed, one store and one load of B are saved). */
+static bool try_inline(Arena *A, LProgram *lp, bool *dead, int pi, int ci) {
+    Shape p, c;
+    if (!shape_of(lp->nests[pi], &p) || !identity_store(&p) || !shape_of(lp->nests[ci], &c) || c.red) return false;
+    const Buffer *b = p.store->buf;
+    if (b->kind != BUF_ACT) return false;
+    Uses u = {b, 0, NULL, false};
+    count_loads(&u, c.store->value);
+    if (u.n != 1 || !expr_equal(extent_product(A, &p, false), extent_product(A, &c, false))) return false;
+    for (int i = 0; i < lp->n; i++) {
+        if (dead[i] || i == pi) continue;
+        if (writes(lp->nests[i]->root, b)) return false;
+        Uses w = {b, 0, NULL, false};
+        count_stmt(&w, lp->nests[i]->root);
+        if (i != ci && w.n) return false;
+        if (i == ci && w.n != 1) return false;   /* one load: more would evaluate P's value twice */
+    }
+    /* P's inputs must still hold what P read when C runs */
+    Buffer *in[16];
+    int nin = 0;
+    collect_inputs(p.store->value, in, &nin);
+    if (nin < 0) return false;
+    for (int i = pi + 1; i < ci; i++)
+        for (int j = 0; !dead[i] && j < nin; j++) if (writes(lp->nests[i]->root, in[j])) return false;
+    c.store->value = replace_load(A, c.store->value, u.first, value_at(A, &p, u.first));
+    return true;
+}
+
+/* P (elementwise, writes B[t, c]) right before the reduction R over
+ * [t] x reduce d that reads B only as B[t, d]: R computes P's value in its
+ * loop, stores it (B keeps its later readers) and accumulates it. Every
+ * element is computed once; one launch and one read of B are saved. */
+static bool try_side_store(Arena *A, LProgram *lp, int pi, int ri) {
+    Shape p, r;
+    if (!shape_of(lp->nests[pi], &p) || !identity_store(&p) || !shape_of(lp->nests[ri], &r) || !r.red) return false;
+    const Buffer *b = p.store->buf;
+    if (b->kind != BUF_ACT || p.npar != r.npar + 1 || writes(lp->nests[ri]->root, b)) return false;
+    for (int d = 0; d < r.npar; d++) if (!expr_equal(p.par[d]->extent, r.par[d]->extent)) return false;
+    if (!expr_equal(p.par[p.npar - 1]->extent, r.red->extent)) return false;
+    LStmt *acc = r.red->body[0];
+    Uses u = {b, 0, NULL, false};
+    count_loads(&u, acc->value);
+    if (!u.n || u.other) return false;
+    for (int d = 0; d < r.npar; d++)
+        if (u.first->a[d]->k != EX_VAR || u.first->a[d]->var != r.par[d]->v) return false;
+    if (u.first->a[r.npar]->k != EX_VAR || u.first->a[r.npar]->var != r.red->v) return false;
+    Uses us = {b, 0, NULL, false};
+    count_stmt(&us, r.store);
+    if (us.n) return false;
+    Expr *v = value_at(A, &p, u.first);
+    LStmt *side = ARENA_NEW(A, LStmt);
+    side->k = LS_STORE; side->buf = p.store->buf;
+    side->idx = ARENA_ARRAY(A, Expr *, b->ndim);
+    for (int d = 0; d < b->ndim; d++) side->idx[d] = u.first->a[d];
+    side->value = v;
+    LStmt *nacc = ARENA_NEW(A, LStmt);
+    *nacc = *acc;
+    nacc->value = replace_load(A, acc->value, u.first, v);
+    r.red->nbody = 2;
+    r.red->body = ARENA_ARRAY(A, LStmt *, 2);
+    r.red->body[0] = side; r.red->body[1] = nacc;
+    return true;
+}
+
+/* The activation arena over the nests (tensor_plan_memory's best fit, at
+ * nest granularity): fusion moved first and last uses. */
+typedef struct { int *first, *last, i; } Life;
+static void life_load(void *ctx, Buffer *b) {
+    Life *l = ctx;
+    if (b->id < 0) return;
+    if (l->first[b->id] < 0) l->first[b->id] = l->i;
+    l->last[b->id] = l->i;
+}
+static void life_stmt(Life *l, const LStmt *s) {
+    if (s->extent) expr_visit_loads(s->extent, life_load, l);
+    if (s->value) expr_visit_loads(s->value, life_load, l);
+    if (s->k == LS_STORE) {
+        for (int d = 0; d < s->buf->ndim; d++) expr_visit_loads(s->idx[d], life_load, l);
+        life_load(l, s->buf);
+    }
+    for (int i = 0; i < s->nbody; i++) life_stmt(l, s->body[i]);
+}
+static void replan(Arena *A, LProgram *lp) {
+    TProgram *tp = lp->tp;
+    Life l = {ARENA_ARRAY(A, int, tp->nbufs), ARENA_ARRAY(A, int, tp->nbufs), 0};
+    for (int i = 0; i < tp->nbufs; i++) l.first[i] = l.last[i] = -1;
+    for (l.i = 0; l.i < lp->n; l.i++) life_stmt(&l, lp->nests[l.i]->root);
+    typedef struct { int64_t off, size; int owner; } Slot;
+    Slot *slots = ARENA_ARRAY(A, Slot, tp->nbufs + 1);
+    int nslots = 0;
+    int64_t top = 0;
+    for (int i = 0; i < lp->n; i++) {
+        for (int s = 0; s < nslots; s++)
+            if (slots[s].owner >= 0 && l.last[slots[s].owner] < i) slots[s].owner = -1;
+        for (int bi = 0; bi < tp->nbufs; bi++) {
+            Buffer *b = tp->bufs[bi];
+            if (b->kind != BUF_ACT || l.first[bi] != i) continue;
+            int64_t need = (buffer_elems(b) * dtype_sizes[b->dtype] + 255) & ~(int64_t)255;
+            int best = -1;
+            for (int s = 0; s < nslots; s++)
+                if (slots[s].owner < 0 && slots[s].size >= need && (best < 0 || slots[s].size < slots[best].size)) best = s;
+            if (best < 0) { best = nslots++; slots[best].off = top; slots[best].size = need; top += need; }
+            slots[best].owner = bi;
+            b->act_offset = slots[best].off;
+        }
+    }
+    for (int bi = 0; bi < tp->nbufs; bi++) if (tp->bufs[bi]->kind == BUF_ACT && l.first[bi] < 0) tp->bufs[bi]->act_offset = -1;
+    tp->act_bytes = top;
+}
+
+void loop_fuse(Arena *A, LProgram *lp, bool enable) {
+    if (!enable) return;
+    bool *dead = ARENA_ARRAY(A, bool, lp->n);
+    for (int ci = 0; ci < lp->n; ci++) {
+        /* every earlier live nest is a candidate producer for an inline (nearest first) */
+        for (int pi = ci - 1; pi >= 0; pi--)
+            if (!dead[pi] && try_inline(A, lp, dead, pi, ci)) { dead[pi] = true; lp->n_inlined++; }
+        int pi = ci - 1;
+        while (pi >= 0 && dead[pi]) pi--;
+        if (pi >= 0 && try_side_store(A, lp, pi, ci)) { dead[pi] = true; lp->n_side_stores++; }
+    }
+    int n = 0;
+    for (int i = 0; i < lp->n; i++) if (!dead[i]) lp->nests[n++] = lp->nests[i];
+    lp->n = n;
+    replan(A, lp);
 }
 
 static void indent(Str *o, int d) { for (int i = 0; i < d; i++) str_printf(o, "  "); }
@@ -81,7 +301,7 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
     }
 }
 void loop_print(Str *o, const LProgram *lp) {
-    str_printf(o, "# loop IR: %d loop nests (one per kernel)\n", lp->n);
+    str_printf(o, "# loop IR: %d loop nests (one per kernel); fused: %d inlined, %d side stores\n", lp->n, lp->n_inlined, lp->n_side_stores);
     for (int i = 0; i < lp->n; i++) {
         str_printf(o, "nest %s  # %s (%s)\n", lp->nests[i]->kname, lp->nests[i]->module, top_kind_names[lp->nests[i]->origin]);
         print_stmt(o, lp->nests[i]->root, 1);

@@ -1,7 +1,15 @@
 /* loop_ir.h: loop IR, one loop nest per kernel: parallel loops over the
- * output, an accumulator with its reduction loops, and stores. Fusion
- * (the compiler-core issue) rewrites nests at this level; the spine lowers
- * each tensor op to its own nest. */
+ * output, an accumulator with its reduction loops, and stores. Each tensor
+ * op is lifted to its own nest; loop_fuse then merges nests where that
+ * saves memory traffic and recomputes nothing:
+ *   inline      an elementwise producer read by one elementwise consumer at
+ *               the point it wrote (SiLU(gate) into SiLU(gate) * up): the
+ *               consumer computes the value, the producer's nest goes
+ *   side store  an elementwise producer whose every element the next
+ *               reduction reads exactly once (the residual add before
+ *               RMSNorm's sum of squares): the reduction computes it, stores
+ *               it for later readers from inside its loop, and accumulates it
+ * and plans the activation arena again over the nests that remain. */
 #ifndef LLMCC_LOOP_IR_H
 #define LLMCC_LOOP_IR_H
 #include "tensor_ir.h"
@@ -15,6 +23,8 @@ typedef enum {
 } LStmtKind;
 typedef enum { LOOP_PARALLEL, LOOP_REDUCE } LoopKind;
 
+/* A reduction loop's body is its acc_update, optionally preceded by one
+ * side store of a value the update also reads (fusion). */
 typedef struct LStmt {
     LStmtKind k;
     /* LS_FOR */
@@ -34,11 +44,15 @@ typedef struct {
 } LoopNest;
 
 typedef struct {
-    const TProgram *tp;
+    TProgram *tp;              /* loop_fuse re-plans its activation offsets */
     LoopNest **nests; int n;
+    int n_inlined, n_side_stores;   /* what loop_fuse did */
 } LProgram;
 
-void loop_lower(Arena *A, const TProgram *tp, LProgram *lp);
+void loop_lower(Arena *A, TProgram *tp, LProgram *lp);
+/* The fusions above where their guards allow (enable false: none), then
+ * the memory plan over the remaining nests. */
+void loop_fuse(Arena *A, LProgram *lp, bool enable);
 void loop_print(Str *o, const LProgram *lp);
 const char *loop_verify(Arena *A, const LProgram *lp);
 #endif

@@ -5,6 +5,7 @@
  *   llmcc tokenize DIR [TEXT] / detokenize DIR ID...
  */
 #include "pipeline.h"
+#include "emit_harness.h"
 #include "pack.h"
 #include "tokenizer_pack.h"
 #include "../runtime/payload.h"
@@ -15,9 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int cmd_inspect(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 #define LLMCC_VERSION "0.1.0"
 #define PROJECT_MARKER ".llmcc-project"
@@ -28,10 +31,26 @@ static const char USAGE[] =
     "commands:\n"
     "  compile MODEL --ir LEVEL   print the model at one IR level: graph, tensor, loop, tile,\n"
     "                             kernel, cuda, c (needs only MODEL/config.json)\n"
+    "  compile -c EXPR --ir LEVEL the same for one PyTorch expression, e.g.\n"
+    "                             -c \"nn.RMSNorm(2048)(torch.randn(1, 32, 2048))\" (see below)\n"
+    "  compile MODEL --layer N --ir LEVEL   decoder layer N alone (input: hidden states [n, hidden])\n"
+    "  run -c EXPR [--bench] [--profile]    compile EXPR, run it on random inputs, check it against a\n"
+    "                             plain double-precision reference; --bench: time, GB/s, FLOP/s;\n"
+    "                             --profile: time per kernel; --seed N, --iters N, --dump DIR (inputs,\n"
+    "                             weights and output as .npy), --target cpu|cuda (default: cuda when\n"
+    "                             nvidia-smi finds a GPU, else cpu), --knob NAME=VALUE\n"
+    "  run MODEL --layer N [--tokens N]   the same for decoder layer N over N tokens (default 5) at\n"
+    "                             position 0, with the checkpoint's weights (random without them)\n"
     "  build MODEL -o DIR         write a self-contained project to DIR; `make -C DIR` builds it\n"
     "  inspect MODEL              print the parsed config and the checkpoint's tensors\n"
     "  tokenize DIR [TEXT]        print the ids of TEXT (or of standard input)\n"
+    "                             (--chat [--system S], --chat-messages F.json: after the chat template)\n"
     "  detokenize DIR ID...       print the text of the ids\n"
+    "\n"
+    "EXPR: torch.randn/zeros/ones(*size, dtype=torch.float32|bfloat16|float16), nn.Linear(in, out,\n"
+    "  bias=True), nn.RMSNorm(dim, eps=None), nn.Softmax(dim=-1), nn.SiLU(), F.silu, F.softmax(x, dim=-1),\n"
+    "  F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=None), torch.matmul, + - * / @,\n"
+    "  numbers, parentheses; torch.nn.functional. may be written F., torch.nn. nn.\n"
     "\n"
     "MODEL is a directory with config.json, a name under models/, or ORG/NAME in the\n"
     "Hugging Face cache ($HF_HOME/hub or ~/.cache/huggingface/hub).\n"
@@ -42,7 +61,18 @@ static const char USAGE[] =
     "  --arch SM                  CUDA architecture (default: sm_90)\n"
     "  --ctx N                    KV-cache positions (default: min(max_position_embeddings, 8192))\n"
     "  --max-batch N              most tokens per forward call, i.e. the prefill chunk (default: 64)\n"
-    "  --knob NAME=VALUE          pin a schedule parameter (flat_block, reduce_block_max)\n"
+    "  --knob NAME=VALUE          pin a schedule parameter (flat_block, reduce_block_max, gemv_rows_per_block,\n"
+    "                             gemv_split_k, gemv_vec, gemv_target_blocks, debug_shfl_offset, fuse;\n"
+    "                             --ir tile prints them)\n"
+    "  --dtype f32|f16|bf16       convert every weight to this dtype (default: as stored; with no\n"
+    "                             weights, torch_dtype)\n"
+    "  --random-weights SEED      (build) ignore any weights: pack deterministic random ones (MODEL\n"
+    "                             needs only config.json; for benchmarks and shape tests)\n"
+    "  --timings                  (build) print the time of each phase on stderr\n"
+    "  --no-chat                  (build) leave tokenizer_config's chat template out (needed when\n"
+    "                             llmcc does not know it; the executable then has no --chat)\n"
+    "  --compress[=LEVEL]         (build) zstd-compress the payload (default level 3): smaller\n"
+    "                             executable, decoded on every core at start instead of mmapped\n"
     "  -o DIR                     (build) the output project directory\n";
 
 typedef struct {
@@ -50,6 +80,12 @@ typedef struct {
     Target target;
     int ctx, max_batch;
     Knobs knobs;
+    bool force_dtype, random_weights, timings, no_chat;
+    int compress;
+    DType dtype;
+    uint64_t seed;
+    const char *expr;          /* -c EXPR */
+    bool one_layer; int layer; /* --layer N */
 } Opts;
 
 static int parse_int(const char *flag, const char *v, int lo, int hi) {
@@ -90,25 +126,58 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         else if (!strcmp(a, "--ctx")) { NEED(); o->ctx = parse_int(a, v, 1, 1 << 20); }
         else if (!strcmp(a, "--max-batch")) { NEED(); o->max_batch = parse_int(a, v, 1, 4096); }
         else if (!strcmp(a, "--knob")) { NEED(); knobs_set(&o->knobs, v); }
+        else if (!strcmp(a, "--no-chat")) o->no_chat = true;
+        else if (!strcmp(a, "--dtype")) {
+            NEED();
+            if (!strcmp(v, "f32")) o->dtype = DT_F32;
+            else if (!strcmp(v, "f16")) o->dtype = DT_F16;
+            else if (!strcmp(v, "bf16")) o->dtype = DT_BF16;
+            else die_user(NULL, "--dtype", "'%s' is not a weight dtype (f32, f16, bf16)", v);
+            o->force_dtype = true;
+        }
+        else if (!strcmp(a, "--random-weights")) {
+            NEED();
+            char *end;
+            errno = 0;
+            unsigned long long x = strtoull(v, &end, 10);
+            if (!*v || *end || errno || v[0] == '-') die_user(NULL, "--random-weights", "expects a seed (a whole number >= 0), got '%s'", v);
+            o->random_weights = true;
+            o->seed = x;
+        }
+        else if (!strcmp(a, "--timings")) o->timings = true;
+        else if (!strcmp(a, "--compress")) o->compress = 3;
+        else if (!strncmp(a, "--compress=", 11)) o->compress = parse_int("--compress", a + 11, 1, 19);
+        else if (!strcmp(a, "-c")) { NEED(); if (build) die_user(NULL, "-c", "build takes a MODEL; an expression runs with llmcc run -c EXPR"); o->expr = v; }
+        else if (!strcmp(a, "--layer")) {
+            NEED();
+            if (build) die_user(NULL, "--layer", "one decoder layer is not an executable: use llmcc compile MODEL --layer N --ir LEVEL");
+            o->one_layer = true; o->layer = parse_int(a, v, 0, 1 << 20);
+        }
         else if (a[0] == '-') die_user(NULL, a, "unknown option (see llmcc --help)");
         else if (!o->model) o->model = a;
         else die_user(NULL, a, "unexpected argument");
 #undef NEED
     }
-    if (!o->model) die_user(NULL, NULL, "no MODEL given (see llmcc --help)");
+    if (o->model && o->expr) die_user(NULL, "-c", "give either MODEL or -c EXPR, not both");
+    if (o->expr && o->one_layer) die_user(NULL, "--layer", "needs a MODEL, not -c EXPR");
+    if (!o->model && !o->expr) die_user(NULL, NULL, "no MODEL given (see llmcc --help)");
     if (build && !o->out) die_user(NULL, "-o", "build needs an output directory: -o DIR");
     if (!build && !o->ir) die_user(NULL, "--ir", "compile needs a level: --ir graph|tensor|loop|tile|kernel|cuda|c");
 }
 
 static void setup(Compilation *c, const Opts *o, bool weights) {
     memset(c, 0, sizeof *c);
+    c->expr = o->expr; c->one_layer = o->one_layer; c->layer = o->layer;
+    if (o->expr) { c->knobs = o->knobs; c->max_batch = c->max_ctx = 1; return; }
     const char *root = llmcc_root(&c->A);
     const char *dir = model_resolve_dir(&c->A, o->model, root);
     model_config_load(&c->A, dir, &c->cfg);
     c->knobs = o->knobs;
     c->max_batch = o->max_batch;
     c->max_ctx = o->ctx ? o->ctx : (c->cfg.max_position_embeddings < 8192 ? c->cfg.max_position_embeddings : 8192);
-    if (weights) {
+    c->force_dtype = o->force_dtype;
+    c->weight_dtype = o->dtype;
+    if (weights && !o->random_weights) {
         st_open_dir(&c->A, dir, &c->st);
         c->have_weights = true;
     }
@@ -124,7 +193,11 @@ static int cmd_compile(int argc, char **argv) {
     if (level == IR_CUDA) o.target = TARGET_CUDA;
     Str out = {0};
     pipeline_run(&c, level, &out);
-    if (level >= IR_CUDA) {
+    if (level >= IR_CUDA && (c.expr || c.one_layer)) {
+        /* not a model: the program llmcc run would build around the kernels */
+        HarnessOptions ho = {o.target, c.expr ? c.expr : arena_printf(&c.A, "layer %d of %s", c.layer, c.cfg.dir), c.max_batch, 0};
+        emit_harness(&out, &c.kp, &ho);
+    } else if (level >= IR_CUDA) {
         EmitOptions eo = {o.target, o.name ? o.name : c.cfg.family, &c.cfg, c.max_ctx, c.max_batch};
         emit_program(&out, &c.kp, &eo);
     }
@@ -165,6 +238,12 @@ static char *replace_all(const char *s, const char *key, const char *val) {
     return o.s;
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static uint32_t pdt_of(DType d) {
     switch (d) { case DT_F32: return PDT_F32; case DT_F16: return PDT_F16; case DT_BF16: return PDT_BF16; default: return PDT_I32; }
 }
@@ -188,7 +267,9 @@ static int cmd_build(int argc, char **argv) {
         die_user(out, NULL, "exists and was not made by llmcc build (no %s): refusing to replace it", PROJECT_MARKER);
     if (!dir_exists(out) && file_exists(out)) die_user(out, NULL, "exists and is not a directory");
 
+    double t_start = now_s();
     pipeline_run(&c, IR_KERNEL, NULL);
+    double t_ir = now_s() - t_start, t_cg0 = now_s();
 
     const char *tmp = arena_printf(A, "%s.tmp-%d", out, (int)getpid());
     rm_rf(tmp);
@@ -221,22 +302,49 @@ static int cmd_build(int argc, char **argv) {
     if (!tpl) die_user(tpl_path, NULL, "cannot read: %s", strerror(errno));
     char *m1 = replace_all(tpl, "@NAME@", name), *m2 = replace_all(m1, "@ARCH@", o.arch);
     write_file_atomic(path_join(A, tmp, "Makefile"), m2, strlen(m2));
+    if (o.compress) {
+        const char *mk = arena_printf(A, "# written by llmcc build --compress\nCOMPRESS ?= %d\n", o.compress);
+        write_file_atomic(path_join(A, tmp, "options.mk"), mk, strlen(mk));
+    }
     free(tpl); free(m1); free(m2);
 
+    double t_codegen = now_s() - t_cg0;
     /* the payload: weights in the order the generated code expects, and the tokenizer */
     size_t tok_size = 0;
-    uint8_t *tok = tokenizer_pack(A, c.cfg.dir, &tok_size);
+    TokPackOpts tpo = { .no_chat = o.no_chat };
+    uint8_t *tok = tokenizer_pack_opts(A, c.cfg.dir, &tpo, &tok_size);
     PackTensor *pt = ARENA_ARRAY(A, PackTensor, c.tp.n_weights ? c.tp.n_weights : 1);
+    PackSource *ps = ARENA_ARRAY(A, PackSource, c.tp.n_weights ? c.tp.n_weights : 1);
+    uint64_t pack_bytes = 0;
     for (int i = 0; i < c.tp.n_weights; i++) {
         const Buffer *b = c.tp.weights[i];
+        pt[i].name = b->name; pt[i].dtype = pdt_of(b->dtype); pt[i].ndim = b->ndim;
+        uint64_t count = 1;
+        for (int k = 0; k < b->ndim; k++) { pt[i].shape[k] = b->dims[k]; count *= (uint64_t)b->dims[k]; }
+        pack_bytes += count * (b->dtype == DT_F32 ? 4 : 2);
+        if (strlen(b->name) >= sizeof(((PayloadTensor *)0)->name)) die_user(c.cfg.dir, b->name, "tensor name too long for the payload");
+        if (o.random_weights) {
+            size_t nl = strlen(b->name);
+            bool norm = b->ndim == 1 && nl > 11 && !strcmp(b->name + nl - 11, "norm.weight");
+            ps[i].fill = norm ? PACK_RANDOM_NORM : PACK_RANDOM;
+            ps[i].seed = o.seed;
+            continue;
+        }
         const StTensor *t = st_find(&c.st, b->name);
         CHECK(t, "weight %s vanished", b->name);
-        pt[i].name = b->name; pt[i].dtype = pdt_of(b->dtype); pt[i].ndim = b->ndim;
-        for (int k = 0; k < b->ndim; k++) pt[i].shape[k] = b->dims[k];
         pt[i].data = t->data; pt[i].nbytes = t->nbytes;
-        if (strlen(b->name) >= sizeof(((PayloadTensor *)0)->name)) die_user(c.cfg.dir, b->name, "tensor name too long for the payload");
+        uint32_t sdt = t->dtype == ST_F32 ? PDT_F32 : t->dtype == ST_F16 ? PDT_F16 : PDT_BF16;
+        CHECK(t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16, "weight %s dtype", b->name);
+        if (sdt != pt[i].dtype) { ps[i].convert = true; ps[i].src_dtype = sdt; }
+        for (int f = 0; f < c.st.nfiles; f++)
+            if (!strcmp(c.st.files[f].path, t->file)) {
+                ps[i].src_path = t->file;
+                ps[i].src_off = (uint64_t)(t->data - (const uint8_t *)c.st.files[f].base);
+            }
     }
-    pack_payload(path_join(A, tmp, "payload.bin"), pt, c.tp.n_weights, tok, tok ? tok_size : 0);
+    double t_pack0 = now_s();
+    pack_payload_ex(path_join(A, tmp, "payload.bin"), pt, ps, c.tp.n_weights, tok, tok ? tok_size : 0);
+    double t_pack = now_s() - t_pack0;
     const char *marker = arena_printf(A, "made by llmcc %s from %s\n", LLMCC_VERSION, c.cfg.dir);
     write_file_atomic(path_join(A, tmp, PROJECT_MARKER), marker, strlen(marker));
 
@@ -250,6 +358,9 @@ static int cmd_build(int argc, char **argv) {
         die_user(out, NULL, "cannot rename into place: %s", strerror(errno));
     }
     g_tmpdir = NULL;
+    if (o.timings)
+        fprintf(stderr, "llmcc: timings: ir %.3f s, codegen %.3f s, packing %.3f s (%.1f MiB of weights, %.0f MiB/s)\n",
+                t_ir, t_codegen, t_pack, pack_bytes / 1048576.0, t_pack > 0 ? pack_bytes / 1048576.0 / t_pack : 0.0);
     fprintf(stderr, "llmcc: wrote %s (%s, %d kernels, %d launches per step, %d tensors); build it with: make -C %s\n", out,
             o.target == TARGET_CUDA ? "cuda" : "cpu", c.kp.nk, c.kp.nl, c.tp.n_weights, out);
     st_close(&c.st);
@@ -266,8 +377,9 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2);
     if (!strcmp(cmd, "build")) return cmd_build(argc - 2, argv + 2);
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
-    die_user(NULL, cmd, "unknown command (compile, build, inspect, tokenize, detokenize; see llmcc --help)");
+    die_user(NULL, cmd, "unknown command (compile, build, run, inspect, tokenize, detokenize; see llmcc --help)");
 }

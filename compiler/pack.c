@@ -1,11 +1,17 @@
-/* pack.c: payload writer (see pack.h, runtime/payload.h). */
+/* pack.c: payload writer (see pack.h, runtime/payload.h). Three ways a
+ * tensor's bytes get to the file: copy_file_range from the checkpoint (the
+ * common case: no copy through user space, no pages of the mapping touched),
+ * a chunked convert from the mapping (--dtype), or a chunked generator
+ * (--random-weights). Memory stays a few MiB whatever the model size. */
 #include "pack.h"
 #include "payload.h"
 #include "util.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,14 +24,117 @@ static size_t dtype_size(uint32_t dt) {
     default: return 0;
     }
 }
+static bool is_float(uint32_t dt) { return dt == PDT_F32 || dt == PDT_F16 || dt == PDT_BF16; }
 
+/* ---- element conversions ---- */
+uint16_t pack_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* quiet NaN, sign kept */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+/* F. Giesen's float_to_half_fast3_rtne: exact round to nearest even,
+ * subnormals by letting the FPU round on an added magic number. */
+uint16_t pack_f32_to_f16(float f) {
+    const uint32_t f32_inf = 255u << 23, f16_max = (127u + 16) << 23;
+    const uint32_t magic_u = ((127u - 15) + (23 - 10) + 1) << 23;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = u & 0x80000000u;
+    u ^= sign;
+    uint16_t o;
+    if (u >= f16_max) {
+        o = u > f32_inf ? 0x7e00 : 0x7c00;
+    } else if (u < (113u << 23)) {
+        float fu, magic;
+        memcpy(&fu, &u, 4);
+        memcpy(&magic, &magic_u, 4);
+        fu += magic;
+        memcpy(&u, &fu, 4);
+        o = (uint16_t)(u - magic_u);
+    } else {
+        uint32_t odd = (u >> 13) & 1;
+        u += ((uint32_t)(15 - 127) << 23) + 0xfff + odd;
+        o = (uint16_t)(u >> 13);
+    }
+    return (uint16_t)(o | (sign >> 16));
+}
+
+float pack_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float pack_f16_to_f32(uint16_t h) {
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 31, m = h & 1023, u;
+    if (e == 31) u = s | 0x7f800000u | (m << 13);
+    else if (e) u = s | ((e + 112) << 23) | (m << 13);
+    else if (!m) u = s;
+    else { e = 113; while (!(m & 1024)) { m <<= 1; e--; } u = s | (e << 23) | ((m & 1023) << 13); }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void to_f32(float *dst, const void *src, uint32_t dt, size_t n) {
+    const uint16_t *h = src;
+    switch (dt) {
+    case PDT_F32: memcpy(dst, src, n * 4); return;
+    case PDT_BF16: for (size_t i = 0; i < n; i++) dst[i] = pack_bf16_to_f32(h[i]); return;
+    case PDT_F16: for (size_t i = 0; i < n; i++) dst[i] = pack_f16_to_f32(h[i]); return;
+    default: CHECK(0, "convert from dtype %u", dt);
+    }
+}
+
+static void from_f32(void *dst, const float *src, uint32_t dt, size_t n) {
+    uint16_t *h = dst;
+    switch (dt) {
+    case PDT_F32: memcpy(dst, src, n * 4); return;
+    case PDT_BF16: for (size_t i = 0; i < n; i++) h[i] = pack_f32_to_bf16(src[i]); return;
+    case PDT_F16: for (size_t i = 0; i < n; i++) h[i] = pack_f32_to_f16(src[i]); return;
+    default: CHECK(0, "convert to dtype %u", dt);
+    }
+}
+
+/* ---- random weights: counter-based splitmix64, four 16-bit lanes per draw ---- */
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static uint64_t tensor_seed(uint64_t seed, const char *name) {
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = name; *p; p++) { h ^= (unsigned char)*p; h *= 1099511628211ull; }
+    return mix64(seed ^ mix64(h));
+}
+/* elements [first, first + n) of a uniform(-a, a) tensor, a = 0.02 * sqrt(3): std 0.02 */
+static void gen_random(float *dst, uint64_t tseed, uint64_t first, size_t n, float offset) {
+    const float a = 0.034641016f, scale = 2.0f * a / 65536.0f, base = offset + 0.5f * scale - a;
+    size_t i = 0;
+    while (i < n) {
+        uint64_t e = first + i;
+        uint64_t r = mix64(tseed + ((e >> 2) + 1) * 0x9E3779B97F4A7C15ull);
+        for (unsigned l = (unsigned)(e & 3); l < 4 && i < n; l++, i++)
+            dst[i] = base + (float)((r >> (16 * l)) & 0xffffu) * scale;
+    }
+}
+
+/* ---- the output file ---- */
 typedef struct {
-    FILE *f;
+    int fd;
     const char *out, *tmp;
     uint64_t done, total;
     bool tty;
     double t0, last;
+    uint8_t *buf;          /* small writes are gathered here */
+    size_t nbuf;
 } Writer;
+
+#define WBUF (4u << 20)
+#define CHUNK_ELEMS ((size_t)1 << 20)
 
 static double now_s(void) {
     struct timespec ts;
@@ -33,12 +142,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static _Noreturn void fail(Writer *w, const char *what) {
+static _Noreturn void fail(Writer *w, const char *what, const char *name) {
     int e = errno;
-    if (w->f) fclose(w->f);
+    if (w->fd >= 0) close(w->fd);
     unlink(w->tmp);
     if (w->tty) fputc('\n', stderr);
-    die_user(w->out, NULL, "%s: %s", what, e ? strerror(e) : "write error");
+    die_user(name ? name : w->out, NULL, "%s: %s", what, e ? strerror(e) : "write error");
 }
 
 static void progress(Writer *w, bool final) {
@@ -58,14 +167,29 @@ static void progress(Writer *w, bool final) {
     if (final) fputc('\n', stderr);
 }
 
-static void put(Writer *w, const void *data, size_t n) {
-    const size_t chunk = 8u << 20;
+static void write_all(Writer *w, const void *data, size_t n) {
     const uint8_t *p = data;
     while (n) {
-        size_t k = n < chunk ? n : chunk;
         errno = 0;
-        if (fwrite(p, 1, k, w->f) != k) fail(w, "cannot write the payload");
-        p += k; n -= k; w->done += k;
+        ssize_t k = write(w->fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) fail(w, "cannot write the payload", NULL);
+        p += k; n -= (size_t)k;
+    }
+}
+
+static void flush(Writer *w) {
+    if (w->nbuf) write_all(w, w->buf, w->nbuf);
+    w->nbuf = 0;
+}
+
+static void put(Writer *w, const void *data, size_t n) {
+    const uint8_t *p = data;
+    while (n) {
+        size_t k = WBUF - w->nbuf < n ? WBUF - w->nbuf : n;
+        memcpy(w->buf + w->nbuf, p, k);
+        w->nbuf += k; p += k; n -= k; w->done += k;
+        if (w->nbuf == WBUF) flush(w);
         progress(w, false);
     }
 }
@@ -79,9 +203,83 @@ static void pad_to(Writer *w, uint64_t off) {
     }
 }
 
+/* Drops the pages of [p, p + n) from this process (a read-only private file
+ * mapping: they stay in the page cache, nothing is lost). */
+static void drop_pages(const void *p, size_t n) {
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t b = ((uintptr_t)p + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1), e = ((uintptr_t)p + n) & ~(uintptr_t)(pg - 1);
+    if (e > b) madvise((void *)b, e - b, MADV_DONTNEED);
+}
+
+/* In-kernel copy of a tensor from its checkpoint file. Returns false (having
+ * written nothing) when the file system cannot do it; the caller then copies
+ * through memory. */
+static bool copy_range(Writer *w, const PackTensor *t, const PackSource *src) {
+    errno = 0;
+    int in = open(src->src_path, O_RDONLY | O_CLOEXEC);
+    if (in < 0) fail(w, "cannot open", src->src_path);
+    loff_t off = (loff_t)src->src_off;
+    size_t left = t->nbytes;
+    bool first = true;
+    while (left) {
+        size_t k = left < (64u << 20) ? left : (64u << 20);
+        errno = 0;
+        ssize_t r = copy_file_range(in, &off, w->fd, NULL, k, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && first && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP || errno == EPERM)) {
+            close(in);
+            return false;
+        }
+        if (r <= 0) { int e = errno; close(in); errno = e; fail(w, "cannot copy the weights into the payload", src->src_path); }
+        first = false;
+        left -= (size_t)r; w->done += (uint64_t)r;
+        progress(w, false);
+    }
+    close(in);
+    return true;
+}
+
+static void write_tensor(Writer *w, const PackTensor *t, const PackSource *src, float *fbuf, uint8_t *obuf) {
+    size_t es = dtype_size(t->dtype);
+    uint64_t count = 1;
+    for (int d = 0; d < t->ndim; d++) count *= (uint64_t)t->shape[d];
+    if (src->fill == PACK_DATA && !src->convert) {
+        if (!t->nbytes) return;
+        flush(w);
+        if (src->src_path && copy_range(w, t, src)) return;
+        const uint8_t *p = t->data;
+        for (size_t o = 0; o < t->nbytes; o += WBUF) {
+            size_t k = t->nbytes - o < WBUF ? t->nbytes - o : WBUF;
+            put(w, p + o, k);
+            if (src->src_path) drop_pages(p + o, k);
+        }
+        return;
+    }
+    uint64_t tseed = tensor_seed(src->seed, t->name);
+    size_t ses = dtype_size(src->src_dtype);
+    for (uint64_t e0 = 0; e0 < count; e0 += CHUNK_ELEMS) {
+        size_t k = count - e0 < CHUNK_ELEMS ? (size_t)(count - e0) : CHUNK_ELEMS;
+        if (src->fill == PACK_DATA) {
+            const uint8_t *p = (const uint8_t *)t->data + e0 * ses;
+            to_f32(fbuf, p, src->src_dtype, k);
+            if (src->src_path) drop_pages(p, k * ses);
+        } else {
+            gen_random(fbuf, tseed, e0, k, src->fill == PACK_RANDOM_NORM ? 1.0f : 0.0f);
+        }
+        from_f32(obuf, fbuf, t->dtype, k);
+        put(w, obuf, k * es);
+    }
+}
+
 void pack_payload(const char *out_path, const PackTensor *tensors, int n,
                   const uint8_t *tok_blob, size_t tok_size) {
+    pack_payload_ex(out_path, tensors, NULL, n, tok_blob, tok_size);
+}
+
+void pack_payload_ex(const char *out_path, const PackTensor *tensors, const PackSource *srcs, int n,
+                     const uint8_t *tok_blob, size_t tok_size) {
     CHECK(n >= 0, "n = %d", n);
+    static const PackSource plain;
     PayloadHeader h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, PAYLOAD_MAGIC, 8);
@@ -95,6 +293,7 @@ void pack_payload(const char *out_path, const PackTensor *tensors, int n,
     uint64_t off = h.data_off, end = h.tok_off + tok_size;
     for (int i = 0; i < n; i++) {
         const PackTensor *t = &tensors[i];
+        const PackSource *src = srcs ? &srcs[i] : &plain;
         PayloadTensor *e = &tab[i];
         size_t nl = strlen(t->name);
         if (nl >= sizeof e->name)
@@ -102,21 +301,28 @@ void pack_payload(const char *out_path, const PackTensor *tensors, int n,
         memcpy(e->name, t->name, nl);
         CHECK(dtype_size(t->dtype) != 0, "tensor %s: dtype %u", t->name, t->dtype);
         CHECK(t->ndim >= 0 && t->ndim <= 4, "tensor %s: ndim %d", t->name, t->ndim);
+        CHECK((unsigned)src->fill < PACK_FILL_COUNT, "tensor %s: fill %d", t->name, (int)src->fill);
         uint64_t count = 1;
         for (int d = 0; d < t->ndim; d++) {
             CHECK(t->shape[d] >= 0, "tensor %s: negative dim", t->name);
             count *= (uint64_t)t->shape[d];
             e->shape[d] = (uint64_t)t->shape[d];
         }
-        if (count * dtype_size(t->dtype) != t->nbytes)
-            die_user(NULL, t->name, "tensor has %zu bytes of data, its shape and dtype need %llu",
-                     t->nbytes, (unsigned long long)(count * dtype_size(t->dtype)));
-        CHECK(t->data || t->nbytes == 0, "tensor %s: no data", t->name);
+        if (src->fill != PACK_DATA || src->convert)
+            CHECK(is_float(t->dtype), "tensor %s: generated or converted into dtype %u", t->name, t->dtype);
+        if (src->fill == PACK_DATA) {
+            uint32_t sdt = src->convert ? src->src_dtype : t->dtype;
+            if (src->convert) CHECK(is_float(sdt), "tensor %s: converted from dtype %u", t->name, sdt);
+            if (count * dtype_size(sdt) != t->nbytes)
+                die_user(NULL, t->name, "tensor has %zu bytes of data, its shape and dtype need %llu",
+                         t->nbytes, (unsigned long long)(count * dtype_size(sdt)));
+            CHECK(t->data || t->nbytes == 0, "tensor %s: no data", t->name);
+        }
         e->dtype = t->dtype;
         e->ndim = (uint32_t)t->ndim;
         e->offset = off;
-        e->nbytes = t->nbytes;
-        end = off + t->nbytes;
+        e->nbytes = count * dtype_size(t->dtype);
+        end = off + e->nbytes;
         off = align_up(end);
     }
     h.total_size = end;
@@ -125,28 +331,35 @@ void pack_payload(const char *out_path, const PackTensor *tensors, int n,
     char *tmp = xmalloc(tl + 5);
     memcpy(tmp, out_path, tl);
     memcpy(tmp + tl, ".tmp", 5);
-    Writer w = { .out = out_path, .tmp = tmp, .total = h.total_size, .tty = isatty(2) != 0 };
+    Writer w = { .fd = -1, .out = out_path, .tmp = tmp, .total = h.total_size, .tty = isatty(2) != 0 };
     w.t0 = w.last = now_s();
+    w.buf = xmalloc(WBUF);
+    float *fbuf = xmalloc(CHUNK_ELEMS * sizeof(float));
+    uint8_t *obuf = xmalloc(CHUNK_ELEMS * sizeof(float));
     errno = 0;
-    w.f = fopen(tmp, "wb");
-    if (!w.f) fail(&w, "cannot create the payload file");
+    w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w.fd < 0) fail(&w, "cannot create the payload file", NULL);
     put(&w, &h, sizeof h);
     put(&w, tab, (size_t)n * sizeof *tab);
     if (tok_size) put(&w, tok_blob, tok_size);
     for (int i = 0; i < n; i++) {
         pad_to(&w, tab[i].offset);
-        if (tensors[i].nbytes) put(&w, tensors[i].data, tensors[i].nbytes);
+        write_tensor(&w, &tensors[i], srcs ? &srcs[i] : &plain, fbuf, obuf);
+        CHECK(w.done == tab[i].offset + tab[i].nbytes, "tensor %s: wrote %llu bytes, expected %llu", tensors[i].name,
+              (unsigned long long)(w.done - tab[i].offset), (unsigned long long)tab[i].nbytes);
     }
+    flush(&w);
     CHECK(w.done == h.total_size, "wrote %llu of %llu bytes", (unsigned long long)w.done, (unsigned long long)h.total_size);
+    int fd = w.fd;
+    w.fd = -1;
     errno = 0;
-    if (fflush(w.f) != 0 || ferror(w.f)) fail(&w, "cannot write the payload");
-    FILE *f = w.f;
-    w.f = NULL;
+    if (close(fd) != 0) fail(&w, "cannot write the payload", NULL);
     errno = 0;
-    if (fclose(f) != 0) fail(&w, "cannot write the payload");
-    errno = 0;
-    if (rename(tmp, out_path) != 0) fail(&w, "cannot rename the payload into place");
+    if (rename(tmp, out_path) != 0) fail(&w, "cannot rename the payload into place", NULL);
     progress(&w, true);
+    free(w.buf);
+    free(fbuf);
+    free(obuf);
     free(tab);
     free(tmp);
 }

@@ -1,6 +1,7 @@
 /* pipeline.c: the stages of a compilation, in order. Adding a pass means
  * adding a line to STAGES. */
 #include "pipeline.h"
+#include "torch_expr.h"
 #include <string.h>
 
 const char *const ir_level_names[] = {
@@ -15,14 +16,22 @@ IrLevel ir_level_parse(const char *s) {
 }
 
 static void st_frontend(Compilation *c) {
+    if (c->expr) { torch_expr_graph(&c->A, c->expr, &c->g); return; }
     WeightSource ws = {c->have_weights ? &c->st : NULL, DT_BF16};
     if (c->cfg.torch_dtype && !strcmp(c->cfg.torch_dtype, "float32")) ws.assumed = DT_F32;
     if (c->cfg.torch_dtype && !strcmp(c->cfg.torch_dtype, "float16")) ws.assumed = DT_F16;
+    CHECK(!c->force_dtype || c->weight_dtype != DT_I32, "weight dtype");
     graph_build(&c->A, &c->g, &c->cfg, &ws, c->max_batch, c->max_ctx);
+    /* --dtype: the packer converts, so the kernels load what it writes */
+    if (c->force_dtype)
+        for (int i = 0; i < c->g.n; i++)
+            if (c->g.nodes[i]->op == G_WEIGHT) c->g.nodes[i]->dtype = c->weight_dtype;
 }
+static void st_select_layer(Compilation *c) { if (c->one_layer) graph_select_layer(&c->A, &c->g, c->layer); }
 static void st_decompose(Compilation *c) { tensor_lower(&c->A, &c->g, &c->tp); }
 static void st_plan_memory(Compilation *c) { tensor_plan_memory(&c->A, &c->tp); }
 static void st_loops(Compilation *c) { loop_lower(&c->A, &c->tp, &c->lp); }
+static void st_fuse(Compilation *c) { loop_fuse(&c->A, &c->lp, c->knobs.fuse); }
 static void st_schedule(Compilation *c) { tile_schedule(&c->A, &c->lp, &c->knobs, &c->tip); }
 static void st_materialise(Compilation *c) { kernel_lower(&c->A, &c->tip, &c->kp); }
 
@@ -48,9 +57,11 @@ typedef struct {
 
 static const Stage STAGES[] = {
     {"frontend", IR_GRAPH, st_frontend, v_graph, p_graph},
+    {"select_layer", IR_GRAPH, st_select_layer, v_graph, p_graph},
     {"decompose", IR_TENSOR, st_decompose, v_tensor, NULL},
     {"plan_memory", IR_TENSOR, st_plan_memory, v_tensor, p_tensor},
     {"lift_loops", IR_LOOP, st_loops, v_loop, p_loop},
+    {"fuse", IR_LOOP, st_fuse, v_loop, p_loop},
     {"schedule", IR_TILE, st_schedule, v_tile, p_tile},
     {"materialise", IR_KERNEL, st_materialise, v_kernel, p_kernel},
 };

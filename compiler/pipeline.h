@@ -21,7 +21,12 @@ typedef struct {
     ModelConfig cfg;
     StModel st;
     bool have_weights;
+    bool force_dtype;          /* --dtype: every weight is converted to weight_dtype */
+    DType weight_dtype;
     Knobs knobs;
+    const char *expr;          /* -c: a PyTorch expression instead of a model (torch_expr.c) */
+    bool one_layer;            /* --layer: keep decoder layer `layer` only */
+    int layer;
     int max_ctx, max_batch;
     Graph g;
     TProgram tp;

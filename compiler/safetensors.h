@@ -51,6 +51,7 @@ typedef struct {
     StFile *files;              /* malloc'd; mmaps to unmap */
     int *hash;                  /* open addressing: index+1 into t, 0 = empty */
     size_t hash_cap;            /* power of two */
+    const char *index_path;     /* model.safetensors.index.json when sharded, else NULL */
 } StModel;
 
 /* Opens DIR/model.safetensors, or the shards named by
@@ -63,6 +64,9 @@ void st_open_file(Arena *a, const char *path, StModel *m);
 /* True when st_open_dir would find weight files to open (it may still fail on them). */
 bool st_dir_has_weights(const char *dir);
 const StTensor *st_find(const StModel *m, const char *name);   /* NULL if absent */
+/* The file a message about an absent tensor should name: the index when
+ * sharded, else the one .safetensors file (NULL when nothing is open). */
+const char *st_where(const StModel *m);
 void st_close(StModel *m);
 
 #ifdef SAFETENSORS_IMPLEMENTATION
@@ -123,6 +127,11 @@ const StTensor *st_find(const StModel *m, const char *name) {
     for (; m->hash[i]; i = (i + 1) & mask)
         if (strcmp(m->t[m->hash[i] - 1].name, name) == 0) return &m->t[m->hash[i] - 1];
     return NULL;
+}
+
+const char *st_where(const StModel *m) {
+    if (m->index_path) return m->index_path;
+    return m->nfiles ? m->files[0].path : NULL;
 }
 
 static const char *st_shape_str(Arena *a, const int64_t *shape, int ndim) {
@@ -242,7 +251,7 @@ void st_open_file(Arena *a, const char *path, StModel *m) {
         m->t = xrealloc(m->t, sizeof(StTensor) * (size_t)m->cap);
     }
     st_hash_grow(m, (size_t)(m->n + count));
-    StSpan *spans = xmalloc(sizeof(StSpan) * (size_t)(count ? count : 1));
+    StSpan *spans = ARENA_ARRAY(a, StSpan, count ? count : 1);   /* arena: a user error mid-loop leaks nothing */
     int nspans = 0;
     for (int k = json_obj_first(&j, 0); k >= 0; k = json_obj_next(&j, 0, k)) {
         size_t nl;
@@ -276,12 +285,10 @@ void st_open_file(Arena *a, const char *path, StModel *m) {
         if (spans[i].begin < spans[i - 1].end) {
             const StTensor *x = &m->t[spans[i - 1].idx], *y = &m->t[spans[i].idx];
             uint64_t xb = spans[i - 1].begin, xe = spans[i - 1].end, yb = spans[i].begin, ye = spans[i].end;
-            free(spans);
             die_user(path, y->name, "data_offsets [%" PRIu64 ", %" PRIu64 "] overlap %s [%" PRIu64 ", %" PRIu64 "]",
                      yb, ye, x->name, xb, xe);
         }
     }
-    free(spans);
 }
 
 static bool st_has_suffix(const char *s, const char *suf) {
@@ -348,6 +355,7 @@ static void st_open_index(Arena *a, const char *dir, const char *ipath, StModel 
         if (!file_exists(sp)) die_user(ipath, key, "shard \"%s\" not found (%s)", sh, sp);
         shards[nshards++] = sh;
     }
+    m->index_path = ipath;
     for (int i = 0; i < nshards; i++) st_open_file(a, path_join(a, dir, shards[i]), m);
     for (int k = json_obj_first(&j, wm); k >= 0; k = json_obj_next(&j, wm, k)) {
         const char *tn = json_get_str(a, &j, k, NULL);

@@ -29,14 +29,19 @@ int64_t buffer_elems(const Buffer *b) {
 
 typedef struct { Arena *A; TProgram *tp; } TL;
 
-static Buffer *new_buf(TL *L, const char *name, BufKind kind, DType dt, int ndim, int64_t d0, int64_t d1, int64_t d2) {
+static Buffer *new_buf_nd(TL *L, const char *name, BufKind kind, DType dt, int ndim, const int64_t *dims) {
     TProgram *tp = L->tp;
     arena_grow(L->A, (void **)&tp->bufs, tp->nbufs, &tp->capb, sizeof(Buffer *));
     Buffer *b = ARENA_NEW(L->A, Buffer);
     b->id = tp->nbufs; b->name = name; b->kind = kind; b->dtype = dt; b->ndim = ndim;
-    b->dims[0] = d0; b->dims[1] = d1; b->dims[2] = d2; b->layer = -1; b->weight_index = -1; b->act_offset = -1;
+    for (int i = 0; i < ndim; i++) b->dims[i] = dims[i];
+    b->layer = -1; b->weight_index = -1; b->act_offset = -1;
     tp->bufs[tp->nbufs++] = b;
     return b;
+}
+static Buffer *new_buf(TL *L, const char *name, BufKind kind, DType dt, int ndim, int64_t d0, int64_t d1, int64_t d2) {
+    int64_t d[3] = {d0, d1, d2};
+    return new_buf_nd(L, name, kind, dt, ndim, d);
 }
 
 /* suffix names the part of a decomposed op (scores, softmax, ...) in its kernel's name */
@@ -76,6 +81,188 @@ static TOp *rowwise(TL *L, TOpKind k, const GNode *n, Buffer *out, Expr **t, Exp
     return op;
 }
 
+/* ---- N-dimensional ops (expressions, and the model's elementwise ops, norms
+ * and linears: for a model's [n, width] activations they give the same
+ * tensor IR as a 2-D special case would) ---- */
+static Expr *ext(TL *L, const GNode *n, int d) { return d == 0 && n->rows_n ? e_param(L->A, P_N) : e_i(L->A, n->dims[d]); }
+static const char *ax_name(TL *L, int nd, int d) {
+    if (L->tp->g->cfg && nd == 2) return d == 0 ? "t" : "c";
+    return arena_printf(L->A, "i%d", d);
+}
+/* A buffer for the first nd dims of n (rows sized for max_batch); [1] when nd is 0. */
+static Buffer *lead_buf(TL *L, const GNode *n, const char *suffix, int nd, BufKind kind, DType dt) {
+    int64_t d[MAX_DIMS] = {1};
+    for (int i = 0; i < nd; i++) d[i] = i == 0 && n->rows_n ? L->tp->g->max_batch : n->dims[i];
+    const char *name = suffix ? arena_printf(L->A, "%s.%s", n->name, suffix) : n->name;
+    return new_buf_nd(L, name, kind, dt, nd ? nd : 1, d);
+}
+/* An op over the first nd dims of n; ax receives the axes. A scalar result
+ * (nd 0) gets one axis of extent 1, since every loop nest needs one. */
+static TOp *over(TL *L, TOpKind k, const GNode *n, Buffer *out, const char *suffix, int nd, Expr **ax) {
+    TOp *op = new_op_part(L, k, n, out, suffix);
+    for (int d = 0; d < nd; d++) ax[d] = op->out_idx[d] = axis(L, op, ax_name(L, n->ndim, d), ext(L, n, d));
+    if (!nd) op->out_idx[0] = axis(L, op, "u", e_i(L->A, 1));
+    return op;
+}
+static Expr *lead_load(TL *L, Buffer *b, int nd, Expr **ax) {
+    if (!nd) return e_load1(L->A, b, e_i(L->A, 0));
+    return e_load(L->A, b, nd, ax);
+}
+/* idx for the first xl dims of x, broadcast against out axes ax[0..ol)
+ * (aligned at the right; a dim of extent 1 reads index 0). */
+static void bcast_idx(TL *L, const GNode *x, int xl, int ol, Expr **ax, Expr **idx) {
+    for (int i = 0; i < xl; i++) {
+        bool one = !(i == 0 && x->rows_n) && x->dims[i] == 1;
+        idx[i] = one ? e_i(L->A, 0) : ax[i + ol - xl];
+    }
+}
+static Expr *bload(TL *L, const GNode *x, int ol, Expr **ax) {
+    if (x->op == G_CONST) return e_f(L->A, x->value);
+    Expr *idx[MAX_DIMS];
+    bcast_idx(L, x, x->ndim, ol, ax, idx);
+    return e_load(L->A, x->buf, x->ndim, idx);
+}
+
+static void lower_binary(TL *L, GNode *n) {
+    static const ExprKind k[G_COUNT] = {[G_ADD] = EX_ADD, [G_SUB] = EX_SUB, [G_MUL] = EX_MUL, [G_DIV] = EX_DIV};
+    Expr *ax[MAX_DIMS];
+    n->buf = lead_buf(L, n, NULL, n->ndim, BUF_ACT, DT_F32);
+    TOp *op = over(L, TOP_ELEMWISE, n, n->buf, NULL, n->ndim, ax);
+    op->body = e_bin(L->A, k[n->op], bload(L, n->in[0], n->ndim, ax), bload(L, n->in[1], n->ndim, ax));
+}
+
+static void lower_silu(TL *L, GNode *n) {
+    Arena *A = L->A;
+    Expr *ax[MAX_DIMS];
+    n->buf = lead_buf(L, n, NULL, n->ndim, BUF_ACT, DT_F32);
+    TOp *op = over(L, TOP_ELEMWISE, n, n->buf, NULL, n->ndim, ax);
+    Expr *x = bload(L, n->in[0], n->ndim, ax);
+    op->body = E_DIV(A, x, E_ADD(A, e_f(A, 1.0), e_un(A, EX_EXP, e_un(A, EX_NEG, x))));
+}
+
+/* x * rsqrt(mean(x^2) + eps) * weight, over the last dim */
+static void lower_rmsnorm(TL *L, GNode *n) {
+    Arena *A = L->A;
+    const GNode *x = n->in[0];
+    int nd = n->ndim, lead = nd - 1;
+    int64_t D = n->dims[lead];
+    Expr *ax[MAX_DIMS], *idx[MAX_DIMS];
+    Buffer *inv = lead_buf(L, n, "inv_rms", lead, BUF_ACT, DT_F32);
+    TOp *r = over(L, TOP_REDUCE, n, inv, "inv_rms", lead, ax);
+    memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
+    idx[lead] = raxis(L, r, "d", e_i(A, D));
+    r->red = RED_SUM;
+    Expr *xv = e_load(A, x->buf, nd, idx);
+    r->body = E_MUL(A, xv, xv);
+    r->epilogue = e_un(A, EX_RSQRT, E_ADD(A, E_DIV(A, e_acc(A), e_f(A, (double)D)), e_f(A, (float)n->eps)));
+    n->buf = lead_buf(L, n, NULL, nd, BUF_ACT, DT_F32);
+    TOp *op = over(L, TOP_ELEMWISE, n, n->buf, NULL, nd, ax);
+    op->body = E_MUL(A, e_load(A, x->buf, nd, ax), lead_load(L, inv, lead, ax));
+    if (n->nin > 1) op->body = E_MUL(A, op->body, e_load1(A, n->in[1]->buf, ax[lead]));
+}
+
+/* out[..., o] = sum_i x[..., i] w[o, i] (+ bias[o]) */
+static void lower_linear(TL *L, GNode *n) {
+    Arena *A = L->A;
+    const GNode *x = n->in[0];
+    Buffer *w = n->in[1]->buf;
+    int nd = n->ndim, lead = nd - 1;
+    Expr *ax[MAX_DIMS], *idx[MAX_DIMS];
+    const Graph *g = L->tp->g;
+    if (g->cfg && n == g->logits && !g->one_layer) {
+        n->buf = L->tp->logits = new_buf(L, "logits", BUF_OUTPUT, DT_F32, 2, 1, n->dims[1], 0);
+    } else {
+        n->buf = lead_buf(L, n, NULL, nd, BUF_ACT, DT_F32);
+    }
+    TOp *op = new_op(L, TOP_REDUCE, n, n->buf);
+    for (int d = 0; d < lead; d++) ax[d] = op->out_idx[d] = axis(L, op, ax_name(L, nd, d), ext(L, n, d));
+    ax[lead] = op->out_idx[lead] = axis(L, op, "o", e_i(A, n->dims[lead]));
+    memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
+    idx[lead] = raxis(L, op, g->cfg ? "i" : "k", e_i(A, w->dims[1]));
+    op->red = RED_SUM;
+    op->body = E_MUL(A, e_load(A, x->buf, nd, idx), e_load2(A, w, ax[lead], idx[lead]));
+    if (n->nin == 3) op->epilogue = E_ADD(A, e_acc(A), e_load1(A, n->in[2]->buf, ax[lead]));
+}
+
+/* softmax over the last dim of s (a buffer shaped like node n), written to out:
+ * max, sum of exp, normalise */
+static void softmax_parts(TL *L, const GNode *n, Buffer *s, Buffer *out, const char *norm_suffix) {
+    Arena *A = L->A;
+    int nd = n->ndim, lead = nd - 1;
+    Expr *ax[MAX_DIMS], *idx[MAX_DIMS];
+    Buffer *M = lead_buf(L, n, "max", lead, BUF_ACT, DT_F32), *Z = lead_buf(L, n, "sum", lead, BUF_ACT, DT_F32);
+    Expr *len = e_i(A, n->dims[lead]);
+    TOp *mx = over(L, TOP_REDUCE, n, M, "max", lead, ax);
+    memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
+    idx[lead] = raxis(L, mx, "j", len);
+    mx->red = RED_MAX;
+    mx->body = e_load(A, s, nd, idx);
+    TOp *sm = over(L, TOP_REDUCE, n, Z, "sum", lead, ax);
+    memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
+    idx[lead] = raxis(L, sm, "j", len);
+    sm->red = RED_SUM;
+    sm->body = e_un(A, EX_EXP, E_SUB(A, e_load(A, s, nd, idx), lead_load(L, M, lead, ax)));
+    TOp *nm = over(L, TOP_ELEMWISE, n, out, norm_suffix, nd, ax);
+    nm->body = E_DIV(A, e_un(A, EX_EXP, E_SUB(A, e_load(A, s, nd, ax), lead_load(L, M, lead, ax))), lead_load(L, Z, lead, ax));
+}
+
+static void lower_softmax(TL *L, GNode *n) {
+    n->buf = lead_buf(L, n, NULL, n->ndim, BUF_ACT, DT_F32);
+    softmax_parts(L, n, n->in[0]->buf, n->buf, NULL);
+}
+
+/* out[b..., m, p] = sum_k a[b..., m, k] c[b..., k, p], batch dims broadcast */
+static void lower_matmul(TL *L, GNode *n) {
+    Arena *A = L->A;
+    const GNode *a = n->in[0], *b = n->in[1];
+    int nd = n->ndim;
+    Expr *ax[MAX_DIMS], *ia[MAX_DIMS], *ib[MAX_DIMS];
+    n->buf = lead_buf(L, n, NULL, nd, BUF_ACT, DT_F32);
+    TOp *op = over(L, TOP_REDUCE, n, n->buf, NULL, nd, ax);
+    Expr *k = raxis(L, op, "k", e_i(A, a->dims[a->ndim - 1]));
+    bcast_idx(L, a, a->ndim - 2, nd - 2, ax, ia);
+    bcast_idx(L, b, b->ndim - 2, nd - 2, ax, ib);
+    ia[a->ndim - 2] = ax[nd - 2]; ia[a->ndim - 1] = k;
+    ib[b->ndim - 2] = k; ib[b->ndim - 1] = ax[nd - 1];
+    op->red = RED_SUM;
+    op->body = E_MUL(A, e_load(A, a->buf, a->ndim, ia), e_load(A, b->buf, b->ndim, ib));
+}
+
+/* softmax(q k^T * scale [causal: -inf where j > i]) v, as scores, the
+ * softmax parts and p v */
+static void lower_sdpa(TL *L, GNode *n) {
+    Arena *A = L->A;
+    const GNode *q = n->in[0], *k = n->in[1], *v = n->in[2];
+    int nd = n->ndim, nb = nd - 2;
+    Expr *ax[MAX_DIMS], *iq[MAX_DIMS], *ik[MAX_DIMS];
+    /* the scores have the result's batch dims and [L, S] */
+    GNode *sn = ARENA_NEW(A, GNode);
+    *sn = *n;
+    sn->dims[nd - 1] = k->dims[k->ndim - 2];
+    Buffer *S = lead_buf(L, sn, "scores", nd, BUF_ACT, DT_F32);
+    TOp *s = over(L, TOP_REDUCE, sn, S, "scores", nd, ax);
+    Expr *e = raxis(L, s, "e", e_i(A, q->dims[q->ndim - 1]));
+    bcast_idx(L, q, q->ndim - 2, nb, ax, iq);
+    bcast_idx(L, k, k->ndim - 2, nb, ax, ik);
+    iq[q->ndim - 2] = ax[nb]; iq[q->ndim - 1] = e;
+    ik[k->ndim - 2] = ax[nb + 1]; ik[k->ndim - 1] = e;
+    s->red = RED_SUM;
+    s->body = E_MUL(A, e_load(A, q->buf, q->ndim, iq), e_load(A, k->buf, k->ndim, ik));
+    s->epilogue = E_MUL(A, e_acc(A), e_f(A, (float)n->scale));
+    if (n->causal) s->epilogue = e_select(A, e_bin(A, EX_LE, ax[nb + 1], ax[nb]), s->epilogue, e_f(A, -INFINITY));
+    softmax_parts(L, sn, S, S, "softmax");
+    n->buf = lead_buf(L, n, NULL, nd, BUF_ACT, DT_F32);
+    TOp *pv = over(L, TOP_REDUCE, n, n->buf, "pv", nd, ax);
+    Expr *j = raxis(L, pv, "j", e_i(A, sn->dims[nd - 1]));
+    Expr *is[MAX_DIMS], *iv[MAX_DIMS];
+    memcpy(is, ax, sizeof(Expr *) * (size_t)(nb + 1));
+    is[nb + 1] = j;
+    bcast_idx(L, v, v->ndim - 2, nb, ax, iv);
+    iv[v->ndim - 2] = j; iv[v->ndim - 1] = ax[nb + 1];
+    pv->red = RED_SUM;
+    pv->body = E_MUL(A, e_load(A, S, nd, is), e_load(A, v->buf, v->ndim, iv));
+}
+
 static void lower_node(TL *L, GNode *n) {
     Arena *A = L->A;
     TProgram *tp = L->tp;
@@ -101,37 +288,8 @@ static void lower_node(TL *L, GNode *n) {
         op->body = e_load2(A, n->in[0]->buf, E_SUB(A, e_param(A, P_N), e_i(A, 1)), c);
         return;
     }
-    case G_RMSNORM: {
-        Buffer *x = n->in[0]->buf, *w = n->in[1]->buf;
-        int64_t D = n->dims[1];
-        Buffer *inv = new_buf(L, arena_printf(A, "%s.inv_rms", n->name), BUF_ACT, DT_F32, 1, x->dims[0], 0, 0);
-        TOp *r = new_op_part(L, TOP_REDUCE, n, inv, "inv_rms");
-        Expr *rt = axis(L, r, "t", rows(L, n));
-        Expr *rd = raxis(L, r, "d", e_i(A, D));
-        r->out_idx[0] = rt;
-        r->red = RED_SUM;
-        Expr *xv = e_load2(A, x, rt, rd);
-        r->body = E_MUL(A, xv, xv);
-        r->epilogue = e_un(A, EX_RSQRT, E_ADD(A, E_DIV(A, e_acc(A), e_f(A, (double)D)), e_f(A, (float)n->eps)));
-        n->buf = act_buf(L, n, NULL, D);
-        TOp *op = rowwise(L, TOP_ELEMWISE, n, n->buf, &t, &c);
-        op->body = E_MUL(A, E_MUL(A, e_load2(A, x, t, c), e_load1(A, inv, t)), e_load1(A, w, c));
-        return;
-    }
-    case G_LINEAR: {
-        Buffer *x = n->in[0]->buf, *w = n->in[1]->buf;
-        n->buf = n == g->logits ? new_buf(L, "logits", BUF_OUTPUT, DT_F32, 2, 1, n->dims[1], 0) : act_buf(L, n, NULL, n->dims[1]);
-        if (n == g->logits) tp->logits = n->buf;
-        TOp *op = new_op(L, TOP_REDUCE, n, n->buf);
-        t = axis(L, op, "t", rows(L, n));
-        Expr *o = axis(L, op, "o", e_i(A, n->dims[1]));
-        Expr *i = raxis(L, op, "i", e_i(A, w->dims[1]));
-        op->out_idx[0] = t; op->out_idx[1] = o;
-        op->red = RED_SUM;
-        op->body = E_MUL(A, e_load2(A, x, t, i), e_load2(A, w, o, i));
-        if (n->nin == 3) op->epilogue = E_ADD(A, e_acc(A), e_load1(A, n->in[2]->buf, o));
-        return;
-    }
+    case G_RMSNORM: lower_rmsnorm(L, n); return;
+    case G_LINEAR: lower_linear(L, n); return;
     case G_ROPE: {
         Buffer *x = n->in[0]->buf;
         int hd = n->head_dim, half = hd / 2;
@@ -206,19 +364,15 @@ static void lower_node(TL *L, GNode *n) {
         pv->body = E_MUL(A, e_load3(A, S, t, h, j), e_load3(A, vc, j, E_DIV(A, h, e_i(A, G)), e));
         return;
     }
-    case G_SILU: {
-        n->buf = act_buf(L, n, NULL, n->dims[1]);
-        TOp *op = rowwise(L, TOP_ELEMWISE, n, n->buf, &t, &c);
-        Expr *x = e_load2(A, n->in[0]->buf, t, c);
-        op->body = E_DIV(A, x, E_ADD(A, e_f(A, 1.0), e_un(A, EX_EXP, e_un(A, EX_NEG, x))));
+    case G_SILU: lower_silu(L, n); return;
+    case G_MUL: case G_ADD: case G_SUB: case G_DIV: lower_binary(L, n); return;
+    case G_SOFTMAX: lower_softmax(L, n); return;
+    case G_MATMUL: lower_matmul(L, n); return;
+    case G_SDPA: lower_sdpa(L, n); return;
+    case G_CONST: return;   /* folded into the loads of its users */
+    case G_INPUT:
+        n->buf = lead_buf(L, n, NULL, n->ndim, BUF_INPUT, n->dtype);
         return;
-    }
-    case G_MUL: case G_ADD: {
-        n->buf = act_buf(L, n, NULL, n->dims[1]);
-        TOp *op = rowwise(L, TOP_ELEMWISE, n, n->buf, &t, &c);
-        op->body = e_bin(A, n->op == G_MUL ? EX_MUL : EX_ADD, e_load2(A, n->in[0]->buf, t, c), e_load2(A, n->in[1]->buf, t, c));
-        return;
-    }
     case G_COUNT: break;
     }
     UNREACHABLE();
@@ -227,9 +381,13 @@ static void lower_node(TL *L, GNode *n) {
 void tensor_lower(Arena *A, const Graph *g, TProgram *tp) {
     memset(tp, 0, sizeof *tp);
     tp->g = g;
-    tp->kv_layer_elems = (int64_t)g->cfg->num_key_value_heads * g->cfg->head_dim;
+    if (g->cfg) tp->kv_layer_elems = (int64_t)g->cfg->num_key_value_heads * g->cfg->head_dim;
     TL L = {A, tp};
     for (int i = 0; i < g->n; i++) lower_node(&L, g->nodes[i]);
+    /* an expression's (or one layer's) result is the output */
+    CHECK(g->logits->buf && g->logits->buf->kind != BUF_INPUT && g->logits->buf->kind != BUF_WEIGHT, "output is not computed");
+    if (g->logits->buf->kind == BUF_ACT) g->logits->buf->kind = BUF_OUTPUT;
+    tp->logits = g->logits->buf;
     tp->weights = ARENA_ARRAY(A, Buffer *, tp->n_weights);
     for (int i = 0; i < tp->nbufs; i++)
         if (tp->bufs[i]->kind == BUF_WEIGHT) tp->weights[tp->bufs[i]->weight_index] = tp->bufs[i];

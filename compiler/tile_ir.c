@@ -1,5 +1,5 @@
-/* tile_ir.c: loop IR -> tile IR (choosing a schedule per nest), printer,
- * verifier, knobs. */
+/* tile_ir.c: loop IR -> tile IR (choosing a schedule per nest, and its
+ * parameters from the shapes), printer, verifier, knobs. */
 #include "tile_ir.h"
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +10,11 @@ const char *const sched_names[] = {
 #undef X
 };
 
-void knobs_default(Knobs *k) { k->flat_block = 256; k->reduce_block_max = 256; }
+void knobs_default(Knobs *k) {
+#define X(s, f, d, lo, hi, p2) k->f = d;
+    KNOBS(X)
+#undef X
+}
 
 static bool pow2(long v) { return v > 0 && !(v & (v - 1)); }
 void knobs_set(Knobs *k, const char *assign) {
@@ -20,15 +24,23 @@ void knobs_set(Knobs *k, const char *assign) {
     long v = strtol(eq + 1, &end, 10);
     size_t nl = (size_t)(eq - assign);
     if (*end || eq[1] == 0) die_user(NULL, "--knob", "'%s': value is not an integer", assign);
-    if (nl == 10 && !strncmp(assign, "flat_block", nl)) {
-        if (!pow2(v) || v < 32 || v > 1024) die_user(NULL, "--knob", "flat_block must be a power of two in 32..1024");
-        k->flat_block = (int)v;
-    } else if (nl == 16 && !strncmp(assign, "reduce_block_max", nl)) {
-        if (!pow2(v) || v < 32 || v > 1024) die_user(NULL, "--knob", "reduce_block_max must be a power of two in 32..1024");
-        k->reduce_block_max = (int)v;
-    } else {
-        die_user(NULL, "--knob", "unknown knob '%.*s' (known: flat_block, reduce_block_max)", (int)nl, assign);
+#define X(s, f, d, lo, hi, p2) \
+    if (nl == strlen(s) && !strncmp(assign, s, nl)) { \
+        if (v < (lo) || v > (hi) || ((p2) && v && !pow2(v))) \
+            die_user(NULL, "--knob", "%s must be %s in %d..%d", s, (p2) ? "a power of two" : "an integer", (lo) ? (lo) : ((p2) ? 1 : 0), hi); \
+        k->f = (int)v; \
+        return; \
     }
+    KNOBS(X)
+#undef X
+    die_user(NULL, "--knob", "unknown knob '%.*s' (known: flat_block, reduce_block_max, gemv_rows_per_block, gemv_split_k, "
+             "gemv_vec, gemv_target_blocks, debug_shfl_offset, fuse)", (int)nl, assign);
+}
+void knobs_print(Str *o, const Knobs *k) {
+    const char *sep = "";
+#define X(s, f, d, lo, hi, p2) str_printf(o, "%s%s=%d", sep, s, k->f); sep = " ";
+    KNOBS(X)
+#undef X
 }
 
 static Expr *product(Arena *A, const Axis *ax, int n) {
@@ -36,10 +48,57 @@ static Expr *product(Arena *A, const Axis *ax, int n) {
     for (int i = 0; i < n; i++) p = E_MUL(A, p, ax[i].extent);
     return p;
 }
+static Expr *ceil_div(Arena *A, Expr *x, int64_t d) { return E_DIV(A, E_ADD(A, x, e_i(A, d - 1)), e_i(A, d)); }
 
-static TileKernel *schedule(Arena *A, const LoopNest *nest, const Knobs *kn) {
+/* Integer value of an extent for given n and pos (extents grow with both,
+ * so n = max_batch, pos = max_ctx bounds them). */
+static bool eval_i(const Expr *e, int64_t n, int64_t pos, int64_t *out) {
+    int64_t a, b;
+    switch (e->k) {
+    case EX_ICONST: *out = e->i; return true;
+    case EX_PARAM: *out = e->i == P_N ? n : pos; return true;
+    case EX_ADD: case EX_SUB: case EX_MUL: case EX_DIV: case EX_MOD: case EX_MIN: case EX_MAX:
+        if (!eval_i(e->a[0], n, pos, &a) || !eval_i(e->a[1], n, pos, &b)) return false;
+        switch (e->k) {
+        case EX_ADD: *out = a + b; return true;
+        case EX_SUB: *out = a - b; return true;
+        case EX_MUL: *out = a * b; return true;
+        case EX_DIV: if (!b) return false; *out = a / b; return true;
+        case EX_MOD: if (!b) return false; *out = a % b; return true;
+        case EX_MIN: *out = a < b ? a : b; return true;
+        default: *out = a > b ? a : b; return true;
+        }
+    default: return false;
+    }
+}
+
+/* ---- gemv eligibility and vector width ---- */
+typedef struct { const Var *v; bool weight; bool ok; int vec, wsize; } GemvScan;
+static void gemv_scan(GemvScan *s, const Expr *e) {
+    if (e->k == EX_LOAD && expr_uses_var(e, s->v)) {
+        const Buffer *b = e->buf;
+        const Expr *last = e->a[e->nargs - 1];
+        bool plain = last->k == EX_VAR && last->var == s->v;
+        for (int d = 0; d + 1 < e->nargs; d++) if (expr_uses_var(e->a[d], s->v)) plain = false;
+        if (plain && b->kind == BUF_WEIGHT) { s->weight = true; s->wsize = dtype_sizes[b->dtype]; }
+        /* a vector load covers [c, c + vec) of the last dimension: rows must stay vector aligned */
+        if (!plain) s->ok = false;
+        while (s->vec > 1 && b->dims[b->ndim - 1] % s->vec) s->vec /= 2;
+        return;
+    }
+    for (int i = 0; i < e->nargs; i++) gemv_scan(s, e->a[i]);
+}
+static int64_t max_i(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static TileKernel *new_tk(Arena *A, const LoopNest *nest) {
     TileKernel *k = ARENA_NEW(A, TileKernel);
-    k->nest = nest;
+    k->nest = nest; k->name = nest->kname;
+    return k;
+}
+
+/* Schedules one nest; returns how many tile kernels it appended to out. */
+static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProgram *tp, TileKernel **out) {
+    TileKernel *k = new_tk(A, nest);
     const LStmt *s = nest->root;
     for (;;) {
         CHECK(s->k == LS_FOR && s->lk == LOOP_PARALLEL && k->npar < MAX_AXES, "nest %s: expected a parallel loop", nest->module);
@@ -48,68 +107,157 @@ static TileKernel *schedule(Arena *A, const LoopNest *nest, const Knobs *kn) {
         break;
     }
     const LStmt *store;
+    Expr *total = product(A, k->par, k->npar);
     if (s->nbody == 1) {
         store = s->body[0];
         CHECK(store->k == LS_STORE, "nest %s: leaf is not a store", nest->module);
         k->kind = SCHED_FLAT;
         k->block = kn->flat_block;
-        k->grid = E_DIV(A, E_ADD(A, product(A, k->par, k->npar), e_i(A, k->block - 1)), e_i(A, k->block));
-    } else {
-        CHECK(s->nbody == 3 && s->body[0]->k == LS_ACC_INIT && s->body[2]->k == LS_STORE, "nest %s: unsupported shape", nest->module);
-        k->kind = SCHED_BLOCK_REDUCE;
-        k->redop = s->body[0]->red;
-        const LStmt *r = s->body[1];
-        while (r->k == LS_FOR) {
-            CHECK(r->lk == LOOP_REDUCE && k->nred < 2 && r->nbody == 1, "nest %s: reduction loops", nest->module);
-            k->red[k->nred].v = r->v; k->red[k->nred].extent = r->extent; k->nred++;
-            r = r->body[0];
-        }
-        CHECK(r->k == LS_ACC, "nest %s: no accumulation", nest->module);
-        k->acc_value = r->value;
-        store = s->body[2];
-        int64_t rext;
-        int b = kn->reduce_block_max;
-        if (expr_is_const(product(A, k->red, k->nred), &rext)) {
-            b = 32;
-            while (b < rext && b < kn->reduce_block_max) b *= 2;
-        }
-        k->block = b;
-        k->grid = product(A, k->par, k->npar);
-        k->smem_floats = b;
+        k->grid = ceil_div(A, total, k->block);
+        k->store_value = store->value; k->out = store->buf; k->idx = store->idx;
+        out[0] = k;
+        return 1;
     }
-    k->store_value = store->value;
-    k->out = store->buf;
-    k->idx = store->idx;
-    return k;
+    CHECK(s->nbody == 3 && s->body[0]->k == LS_ACC_INIT && s->body[2]->k == LS_STORE, "nest %s: unsupported shape", nest->module);
+    k->redop = s->body[0]->red;
+    const LStmt *r = s->body[1];
+    while (r->k == LS_FOR) {
+        CHECK(r->lk == LOOP_REDUCE && k->nred < 2 && (r->nbody == 1 || r->nbody == 2), "nest %s: reduction loops", nest->module);
+        k->red[k->nred].v = r->v; k->red[k->nred].extent = r->extent; k->nred++;
+        if (r->nbody == 2) {
+            CHECK(r->body[0]->k == LS_STORE && r->body[1]->k == LS_ACC && k->nred == 1, "nest %s: side store", nest->module);
+            k->side = r->body[0]->buf; k->side_idx = r->body[0]->idx; k->side_value = r->body[0]->value;
+        }
+        r = r->body[r->nbody - 1];
+    }
+    CHECK(r->k == LS_ACC, "nest %s: no accumulation", nest->module);
+    k->acc_value = r->value;
+    store = s->body[2];
+    k->store_value = store->value; k->out = store->buf; k->idx = store->idx;
+
+    int64_t K = 0;
+    GemvScan gs = {0};
+    if (!k->side && k->nred == 1 && k->redop == RED_SUM && expr_is_const(k->red[0].extent, &K)) {
+        gs.v = k->red[0].v; gs.ok = true; gs.vec = 8;
+        gemv_scan(&gs, k->acc_value);
+    }
+    if (gs.weight) {
+        /* gemv: a warp per output element */
+        k->kind = SCHED_GEMV;
+        k->rows = kn->gemv_rows_per_block ? kn->gemv_rows_per_block : 4;
+        k->block = 32 * k->rows;
+        /* vector width: 16 bytes of the weight per lane, narrowed until every vectorised load stays aligned */
+        int vec = 1;
+        if (gs.ok) {
+            vec = gs.vec;
+            int want = kn->gemv_vec ? kn->gemv_vec : 16 / gs.wsize;
+            while (vec > want) vec /= 2;
+            while (vec > 1 && K % vec) vec /= 2;
+        }
+        k->vec = vec;
+        int64_t t1 = 1, tmax = 1;
+        CHECK(eval_i(total, 1, 0, &t1) && eval_i(total, tp->g->max_batch, tp->g->max_ctx, &tmax), "nest %s: extents", nest->module);
+        int64_t blocks1 = (t1 + k->rows - 1) / k->rows;
+        int64_t step = 32 * (int64_t)vec, rounds = (K + step - 1) / step;
+        int64_t S = kn->gemv_split_k;
+        if (!S) {
+            /* split K while a decode step (n = 1) would leave the GPU's SMs short of blocks (about 2 per SM) */
+            S = blocks1 >= kn->gemv_target_blocks ? 1 : (kn->gemv_target_blocks + blocks1 - 1) / blocks1;
+            if (S > rounds / 2) S = max_i(1, rounds / 2);   /* each slice keeps at least two rounds of vector loads */
+        }
+        if (S > rounds) S = rounds;
+        /* slices start vector aligned; a slice's last round may be partial, like the whole row's */
+        k->k_chunk = (K + S - 1) / S;
+        k->k_chunk = (k->k_chunk + vec - 1) / vec * vec;
+        k->split_k = (int)((K + k->k_chunk - 1) / k->k_chunk);
+        k->grid = E_MUL(A, ceil_div(A, total, k->rows), e_i(A, k->split_k));
+        if (k->split_k == 1) { out[0] = k; return 1; }
+        Buffer *w = ARENA_NEW(A, Buffer);
+        w->id = -1; w->name = arena_printf(A, "%s.partials", nest->kname); w->kind = BUF_WORK; w->dtype = DT_F32;
+        w->ndim = 2; w->dims[0] = tmax; w->dims[1] = k->split_k; w->layer = -1; w->weight_index = -1; w->act_offset = 0;
+        k->work = w;
+        TileKernel *c = new_tk(A, nest);
+        c->kind = SCHED_SPLITK_SUM;
+        c->name = arena_printf(A, "%s_splitk", nest->kname);
+        c->npar = k->npar; memcpy(c->par, k->par, sizeof k->par);
+        c->redop = RED_SUM;
+        c->split_k = k->split_k; c->work = w;
+        c->store_value = k->store_value; c->out = k->out; c->idx = k->idx;
+        c->block = kn->flat_block;
+        c->grid = ceil_div(A, total, c->block);
+        out[0] = k; out[1] = c;
+        return 2;
+    }
+    /* block_reduce: blocks sized from the extent when it is known */
+    k->kind = SCHED_BLOCK_REDUCE;
+    int64_t rext;
+    int b = kn->reduce_block_max;
+    if (expr_is_const(product(A, k->red, k->nred), &rext)) {
+        b = 32;
+        while (b < rext && b < kn->reduce_block_max) b *= 2;
+    }
+    k->block = b;
+    k->grid = total;
+    k->smem_floats = b > 32 ? b / 32 : 0;
+    out[0] = k;
+    return 1;
 }
 
 void tile_schedule(Arena *A, const LProgram *lp, const Knobs *kn, TileProgram *tp) {
-    tp->lp = lp; tp->knobs = *kn; tp->n = lp->n;
-    tp->k = ARENA_ARRAY(A, TileKernel *, lp->n);
-    for (int i = 0; i < lp->n; i++) tp->k[i] = schedule(A, lp->nests[i], kn);
+    tp->lp = lp; tp->knobs = *kn; tp->n = 0;
+    tp->k = ARENA_ARRAY(A, TileKernel *, 2 * lp->n);
+    for (int i = 0; i < lp->n; i++) tp->n += schedule(A, lp->nests[i], kn, lp->tp, tp->k + tp->n);
 }
 
 static void print_axes(Str *o, const Axis *ax, int n) {
     for (int i = 0; i < n; i++) { str_printf(o, "%s%s<", i ? ", " : "", ax[i].v->name); expr_print(o, ax[i].extent); str_printf(o, ">"); }
 }
 void tile_print(Str *o, const TileProgram *tp) {
-    str_printf(o, "# tile IR: %d kernels; knobs: flat_block=%d reduce_block_max=%d\n", tp->n, tp->knobs.flat_block, tp->knobs.reduce_block_max);
+    str_printf(o, "# tile IR: %d kernels; knobs: ", tp->n);
+    knobs_print(o, &tp->knobs);
+    str_printf(o, "\n");
     for (int i = 0; i < tp->n; i++) {
         const TileKernel *k = tp->k[i];
-        str_printf(o, "tile %s  # %s\n  schedule %s  grid=", k->nest->kname, k->nest->module, sched_names[k->kind]);
+        str_printf(o, "tile %s  # %s\n  schedule %s  grid=", k->name, k->nest->module, sched_names[k->kind]);
         expr_print(o, k->grid);
         str_printf(o, " block=%d", k->block);
         if (k->smem_floats) str_printf(o, " smem=%d x f32", k->smem_floats);
-        if (k->kind == SCHED_FLAT) {
+        switch (k->kind) {
+        case SCHED_FLAT:
             str_printf(o, "\n  thread (bid*%d + tid) -> [", k->block);
             print_axes(o, k->par, k->npar);
             str_printf(o, "]\n");
-        } else {
+            break;
+        case SCHED_BLOCK_REDUCE:
             str_printf(o, "\n  block bid -> [");
             print_axes(o, k->par, k->npar);
             str_printf(o, "]\n  threads stride over [");
             print_axes(o, k->red, k->nred);
-            str_printf(o, "] by %d, then a shared-memory tree (%s)\n", k->block, red_op_names[k->redop]);
+            str_printf(o, "] by %d", k->block);
+            if (k->side) str_printf(o, " (storing the fused %s on the way)", k->side->name);
+            str_printf(o, ", a warp-shuffle tree per warp");
+            if (k->block > 32) str_printf(o, ", %d warp values in shared memory, a final warp reduce", k->block / 32);
+            str_printf(o, " (%s)\n", red_op_names[k->redop]);
+            break;
+        case SCHED_GEMV:
+            str_printf(o, " rows_per_block=%d split_k=%d k_chunk=%lld vec=%d\n  warp (", k->rows, k->split_k, (long long)k->k_chunk, k->vec);
+            if (k->split_k > 1) str_printf(o, "bid/%d*%d + tid/32) -> [", k->split_k, k->rows);
+            else str_printf(o, "bid*%d + tid/32) -> [", k->rows);
+            print_axes(o, k->par, k->npar);
+            str_printf(o, "]\n  lanes stride over [");
+            print_axes(o, k->red, k->nred);
+            if (k->split_k > 1) str_printf(o, "] slice bid%%%d", k->split_k);
+            else str_printf(o, "]");
+            str_printf(o, " by 32x%d (%s), f32 accumulation, a warp-shuffle tree (sum)", k->vec, k->vec > 1 ? "vector loads" : "scalar loads");
+            if (k->work) str_printf(o, " -> %s", k->work->name);
+            str_printf(o, "\n");
+            break;
+        case SCHED_SPLITK_SUM:
+            str_printf(o, "\n  thread (bid*%d + tid) -> [", k->block);
+            print_axes(o, k->par, k->npar);
+            str_printf(o, "]\n  sums %d partials of %s in order, then the epilogue\n", k->split_k, k->work->name);
+            break;
+        case SCHED_COUNT: UNREACHABLE();
         }
     }
 }
@@ -117,8 +265,13 @@ const char *tile_verify(Arena *A, const TileProgram *tp) {
     for (int i = 0; i < tp->n; i++) {
         const TileKernel *k = tp->k[i];
         const char *m = NULL;
-        if (k->block < 1 || k->block > 1024 || (k->block & (k->block - 1))) m = "block size is not a power of two in 1..1024";
-        else if (k->kind == SCHED_BLOCK_REDUCE && (k->smem_floats < k->block || k->nred < 1)) m = "reduction without shared scratch";
+        if (k->block < 1 || k->block > 1024) m = "block size is outside 1..1024";
+        else if (k->kind != SCHED_GEMV && (k->block & (k->block - 1))) m = "block size is not a power of two";
+        else if ((k->kind == SCHED_BLOCK_REDUCE || k->kind == SCHED_GEMV) && k->block % 32) m = "warp schedule with a partial warp";
+        else if (k->kind == SCHED_BLOCK_REDUCE && (k->smem_floats < (k->block > 32 ? k->block / 32 : 0) || k->nred < 1)) m = "reduction without shared scratch";
+        else if (k->kind == SCHED_GEMV && (k->nred != 1 || k->vec < 1 || k->k_chunk % k->vec || k->split_k < 1)) m = "gemv parameters";
+        else if ((k->kind == SCHED_SPLITK_SUM || (k->kind == SCHED_GEMV && k->split_k > 1)) && (!k->work || k->work->dims[1] != k->split_k))
+            m = "split-K without its workspace";
         else if (k->grid->t != T_I64) m = "grid is not an integer";
         else if (k->smem_floats * 4 > 48 * 1024) m = "shared memory over 48 KiB";
         if (m) return arena_printf(A, "tile %d (%s): %s", i, k->nest->module, m);

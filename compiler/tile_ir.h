@@ -1,15 +1,26 @@
 /* tile_ir.h: tile IR, the mapping of a loop nest onto the GPU's hierarchy:
- * which loops become the grid, which the threads of a block, what lives in
- * shared memory. The spine has two schedules:
+ * which loops become the grid, which the warps and lanes of a block, what
+ * lives in shared memory. Schedules:
  *   flat          every output element is one thread (elementwise, index maps)
  *   block_reduce  one block per output element; threads stride over the
- *                 reduction, then a shared-memory tree combines them
- * Parameters are chosen from the shapes; --knob NAME=VALUE pins them. */
+ *                 reduction, a warp-shuffle tree per warp, one value per warp
+ *                 in shared memory, a final warp reduce
+ *   gemv          reductions that read a weight (the linears): one warp per
+ *                 output element (rows_per_block of them per block), lanes
+ *                 stride over K with 128-bit vector loads, f32 accumulation,
+ *                 a warp-shuffle tree; optionally split over K (split-K):
+ *                 partials go to a workspace and
+ *   splitk_sum    the second pass: a thread per output element sums the
+ *                 split_k partials in order (deterministic) and applies the
+ *                 epilogue
+ * Parameters are chosen from the shapes; --knob NAME=VALUE pins them
+ * (fuse=0 turns off loop IR fusion, which runs before scheduling). */
 #ifndef LLMCC_TILE_IR_H
 #define LLMCC_TILE_IR_H
 #include "loop_ir.h"
 
-#define SCHED_KINDS(X) X(SCHED_FLAT, "flat") X(SCHED_BLOCK_REDUCE, "block_reduce")
+#define SCHED_KINDS(X) X(SCHED_FLAT, "flat") X(SCHED_BLOCK_REDUCE, "block_reduce") X(SCHED_GEMV, "gemv") \
+    X(SCHED_SPLITK_SUM, "splitk_sum")
 typedef enum {
 #define X(e, s) e,
     SCHED_KINDS(X)
@@ -18,32 +29,55 @@ typedef enum {
 } SchedKind;
 extern const char *const sched_names[];
 
+/* Knobs: name, field, default, min, max, must be a power of two. 0 means
+ * "chosen from the shapes" where the range allows it. debug_shfl_offset is
+ * a deliberate fault (added to every shuffle delta) so tests can show that
+ * a wrong lane is caught. */
+#define KNOBS(X) \
+    X("flat_block", flat_block, 256, 32, 1024, true) \
+    X("reduce_block_max", reduce_block_max, 256, 32, 1024, true) \
+    X("gemv_rows_per_block", gemv_rows_per_block, 0, 0, 32, false) \
+    X("gemv_split_k", gemv_split_k, 0, 0, 64, false) \
+    X("gemv_vec", gemv_vec, 0, 0, 8, true) \
+    X("gemv_target_blocks", gemv_target_blocks, 264, 1, 1 << 20, false) \
+    X("debug_shfl_offset", debug_shfl_offset, 0, 0, 31, false) \
+    X("fuse", fuse, 1, 0, 1, false)
 typedef struct {
-    int flat_block;            /* threads per block of flat kernels */
-    int reduce_block_max;      /* most threads per block of block_reduce kernels */
+#define X(s, f, d, lo, hi, p2) int f;
+    KNOBS(X)
+#undef X
 } Knobs;
 void knobs_default(Knobs *k);
 /* Parses NAME=VALUE; dies with a user error naming the knob. */
 void knobs_set(Knobs *k, const char *assign);
+void knobs_print(Str *o, const Knobs *k);
 
 typedef struct {
     const LoopNest *nest;
     SchedKind kind;
+    const char *name;          /* kernel base name: the nest's, with _splitk for the second pass */
     int block;
     Expr *grid;                /* blocks, from n and pos */
     int npar; Axis par[MAX_AXES];
     int nred; Axis red[2];
     RedOp redop;
-    Expr *acc_value;           /* block_reduce: the reduced term */
+    Expr *acc_value;           /* the reduced term */
     Expr *store_value;         /* may read acc */
     Buffer *out; Expr **idx;
+    Buffer *side; Expr **side_idx; Expr *side_value;   /* block_reduce: a fused producer stored from the loop (loop_fuse) */
     int smem_floats;
+    /* gemv */
+    int rows;                  /* warps (output elements) per block */
+    int split_k;               /* K slices; > 1: partials go to work, a splitk_sum kernel follows */
+    int64_t k_chunk;           /* K elements per slice (a multiple of vec) */
+    int vec;                   /* elements per lane per vector load; 1: scalar loads */
+    Buffer *work;              /* gemv with split_k > 1, splitk_sum: [outputs, split_k] f32 partials */
 } TileKernel;
 
 typedef struct {
     const LProgram *lp;
     Knobs knobs;
-    TileKernel **k; int n;
+    TileKernel **k; int n;     /* in launch order (a split-K nest gives two) */
 } TileProgram;
 
 void tile_schedule(Arena *A, const LProgram *lp, const Knobs *kn, TileProgram *tp);

@@ -2,12 +2,14 @@
  * tokenizer_config.json when present) and writes the packed blob of
  * runtime/tokenizer.h. Everything that can be decided once (model kind,
  * pre-tokenizer, GPT-2 byte map, merge result ids, BOS/EOS) is decided here
- * so that the runtime only validates and builds hash tables. Only the
+ * so that the runtime only validates and builds hash tables; the chat
+ * template is recognised here too (see "chat templates" below). Only the
  * configurations we reproduce exactly are accepted; anything else is a user
  * error naming the key, never a silently different tokenizer. */
 #include "tokenizer_pack.h"
 #include "json.h"
 #include "tokenizer.h"
+#include <stdlib.h>
 #include <string.h>
 
 static const char QWEN2_RE[] =
@@ -158,7 +160,206 @@ static void template_single(Pk *p, int tp, const char *key, int32_t *bos, int32_
     }
 }
 
-uint8_t *tokenizer_pack(Arena *a, const char *dir, size_t *size) {
+/* ---- chat templates ----
+ * Not a Jinja engine: the template is normalised (whitespace that Jinja
+ * drops or that sits inside tags removed, literals single-quoted, attribute
+ * access written as subscripts, output text outside tags kept) and then
+ * recognised by markers of the families runtime/tokenizer.c renders. A
+ * template that shows an unknown construct is refused, never rendered
+ * differently from transformers. */
+typedef struct {
+    uint32_t family, flags;
+    int32_t eot, bos, eos;
+    const char *sys; size_t sys_len;   /* sys NULL: no default system prompt */
+} ChatInfo;
+
+/* alignment-handbook's Zephyr template, which TinyLlama-1.1B-Chat-v1.0 ships */
+static const char ZEPHYR_TEMPLATE[] =
+    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + eos_token }}\n"
+    "{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n"
+    "{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n"
+    "{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}";
+
+static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* Normalises a template as described above; *has_text: some text outside
+ * tags survives Jinja's trim_blocks / lstrip_blocks / '-' trimming. */
+static char *chat_normalise(Arena *a, const char *s, size_t n, bool *has_text) {
+    Str o = {0};
+    *has_text = false;
+    size_t i = 0;
+    bool trim_next = false;     /* after "-%}" / "-}}": all leading whitespace; after "%}": one newline */
+    bool trim_all = false;
+    while (i < n) {
+        /* text outside tags */
+        size_t t0 = i;
+        while (i < n && !(s[i] == '{' && i + 1 < n && (s[i + 1] == '{' || s[i + 1] == '%' || s[i + 1] == '#'))) i++;
+        size_t a0 = t0, a1 = i;
+        if (trim_all) while (a0 < a1 && is_ws(s[a0])) a0++;
+        else if (trim_next && a0 < a1 && s[a0] == '\n') a0++;
+        if (i < n) {
+            char k = s[i + 1];
+            bool minus = i + 2 < n && s[i + 2] == '-', plus = i + 2 < n && s[i + 2] == '+';
+            if (minus) while (a1 > a0 && is_ws(s[a1 - 1])) a1--;
+            else if (k == '%' && !plus) {   /* lstrip_blocks: spaces and tabs from the line start */
+                size_t b = a1;
+                while (b > a0 && (s[b - 1] == ' ' || s[b - 1] == '\t')) b--;
+                if (b == a0 || s[b - 1] == '\n') a1 = b;
+            }
+        }
+        for (size_t k = a0; k < a1; k++) {
+            *has_text = true;
+            if (s[k] == '\n') str_append(&o, "\\n", 2);
+            else str_append(&o, s + k, 1);
+        }
+        if (i >= n) break;
+        /* a tag */
+        char kind = s[i + 1];
+        i += 2;
+        if (i < n && (s[i] == '-' || s[i] == '+')) i++;
+        if (kind == '#') {
+            while (i + 1 < n && !(s[i] == '#' && s[i + 1] == '}')) i++;
+            bool m = i > 0 && s[i - 1] == '-';
+            i += 2;
+            trim_all = m; trim_next = false;
+            continue;
+        }
+        str_append(&o, kind == '{' ? "{{" : "{%", 2);
+        char close = kind == '{' ? '}' : '%';
+        while (i < n) {
+            char c = s[i];
+            if (c == '\'' || c == '"') {
+                str_append(&o, "'", 1);
+                for (i++; i < n && s[i] != c; i++) {
+                    if (s[i] == '\\' && i + 1 < n) { str_append(&o, s + i, 2); i++; }
+                    else if (s[i] == '\n') str_append(&o, "\\n", 2);
+                    else if (s[i] == '\'') str_append(&o, "\\'", 2);
+                    else str_append(&o, s + i, 1);
+                }
+                str_append(&o, "'", 1);
+                i++;
+                continue;
+            }
+            bool m = c == '-' && i + 2 < n && s[i + 1] == close && s[i + 2] == '}';
+            if (m || (c == close && i + 1 < n && s[i + 1] == '}')) {
+                str_append(&o, kind == '{' ? "}}" : "%}", 2);
+                i += m ? 3 : 2;
+                trim_all = m; trim_next = !m && kind == '%';
+                break;
+            }
+            if (!is_ws(c)) str_append(&o, &c, 1);
+            i++;
+        }
+    }
+    str_append(&o, "", 0);
+    char *r = arena_strndup(a, o.s ? o.s : "", o.len);
+    str_free(&o);
+    static const char *const rw[][2] = {
+        { "message.role", "message['role']" }, { "message.content", "message['content']" },
+        { "messages[0].role", "messages[0]['role']" }, { "messages[0].content", "messages[0]['content']" },
+    };
+    for (size_t k = 0; k < sizeof rw / sizeof rw[0]; k++) {
+        Str b = {0};
+        size_t fl = strlen(rw[k][0]);
+        for (const char *q = r, *hit; *q; q = hit + fl) {
+            hit = strstr(q, rw[k][0]);
+            if (!hit) { str_append(&b, q, strlen(q)); break; }
+            str_append(&b, q, (size_t)(hit - q));
+            str_append(&b, rw[k][1], strlen(rw[k][1]));
+        }
+        str_append(&b, "", 0);
+        r = arena_strndup(a, b.s ? b.s : "", b.len);
+        str_free(&b);
+    }
+    return r;
+}
+
+/* The text of a Jinja string literal body (escapes resolved), or NULL. */
+static char *jinja_unescape(Arena *a, const char *s, size_t n, size_t *len) {
+    char *o = arena_alloc(a, n + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '\\') { o[k++] = s[i]; continue; }
+        if (++i >= n) return NULL;
+        switch (s[i]) {
+        case 'n': o[k++] = '\n'; break;
+        case 't': o[k++] = '\t'; break;
+        case '\\': case '\'': case '"': o[k++] = s[i]; break;
+        default: return NULL;
+        }
+    }
+    *len = k;
+    return o;
+}
+
+static int32_t chat_token(Pk *p, const char *cpath, const char *family, const char *tok) {
+    int32_t id = token_lookup(p, tok, strlen(tok));
+    if (id < 0) die_user(cpath, "chat_template", "a %s template, but \"%s\" is not a token of tokenizer.json", family, tok);
+    return id;
+}
+
+static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, int32_t bos, int32_t eos, ChatInfo *ci) {
+    Arena *a = p->a;
+    bool text;
+    const char *N = chat_normalise(a, tpl, n, &text);
+    memset(ci, 0, sizeof *ci);
+    ci->eot = ci->bos = ci->eos = -1;
+    const char *hint = "(known: Qwen2/Qwen2.5 ChatML, Llama 3 Instruct, Zephyr/TinyLlama); build with --no-chat to leave chat out";
+#define HAS(x) (strstr(N, x) != NULL)
+    if (HAS("<|im_start|>") && HAS("<|im_end|>")) {
+        static const char *const bad[] = { "<think>", "enable_thinking", "reasoning_content", "bos_token", "|trim", ".strip(" };
+        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+            if (HAS(bad[k])) die_user(cpath, "chat_template", "a ChatML template that uses %s is not supported yet %s", bad[k], hint);
+        if (text || !HAS("{{'<|im_start|>'+message['role']+'\\n'+message['content']+'<|im_end|>'+'\\n'}}") ||
+            !HAS("{{'<|im_start|>assistant\\n'}}"))
+            die_user(cpath, "chat_template", "a ChatML-like template that differs from Qwen's is not supported yet %s", hint);
+        ci->family = TOK_CHAT_CHATML;
+        chat_token(p, cpath, "ChatML", "<|im_start|>");
+        ci->eot = chat_token(p, cpath, "ChatML", "<|im_end|>");
+        /* the default system prompt: '<|im_start|>system\nTEXT<|im_end|>\n' in one literal */
+        static const char open[] = "'<|im_start|>system\\n", close[] = "<|im_end|>\\n'";
+        for (const char *q = strstr(N, open); q; q = strstr(q + 1, open)) {
+            const char *b = q + strlen(open), *e = b;
+            while (*e && *e != '\'') e += e[0] == '\\' && e[1] ? 2 : 1;
+            size_t cl = strlen(close) - 1;   /* without the closing quote */
+            if (*e != '\'' || (size_t)(e - b) < cl || memcmp(e - cl, close, cl) != 0 || e - cl == b) continue;
+            ci->sys = jinja_unescape(a, b, (size_t)(e - cl - b), &ci->sys_len);
+            if (!ci->sys) die_user(cpath, "chat_template", "the default system prompt has an escape that is not supported");
+            if (memchr(ci->sys, '\'', ci->sys_len) || strstr(ci->sys, "<|im_start|>"))
+                die_user(cpath, "chat_template", "cannot read the default system prompt %s", hint);
+            break;
+        }
+    } else if (HAS("<|start_header_id|>") && HAS("<|end_header_id|>") && HAS("<|eot_id|>")) {
+        static const char *const bad[] = { "Cutting Knowledge Date", "date_string", "strftime_now", "ipython", "<|python_tag|>" };
+        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+            if (HAS(bad[k]))
+                die_user(cpath, "chat_template", "a Llama 3.1/3.2-style template (with \"%s\") is not supported yet %s", bad[k], hint);
+        static const char head[] = "'<|start_header_id|>'+message['role']+'<|end_header_id|>\\n\\n'+message['content']";
+        const char *h = strstr(N, head);
+        if (h && strncmp(h + strlen(head), "|trim+'<|eot_id|>'", 18) == 0) ci->flags |= TOKC_TRIM;
+        else if (!h || strncmp(h + strlen(head), "+'<|eot_id|>'", 13) != 0) h = NULL;
+        if (text || !h || !HAS("bos_token") || !HAS("{{'<|start_header_id|>assistant<|end_header_id|>\\n\\n'}}"))
+            die_user(cpath, "chat_template", "a Llama 3-like template that differs from Llama 3 Instruct's is not supported yet %s", hint);
+        ci->family = TOK_CHAT_LLAMA3;
+        chat_token(p, cpath, "Llama 3", "<|start_header_id|>");
+        chat_token(p, cpath, "Llama 3", "<|end_header_id|>");
+        ci->eot = chat_token(p, cpath, "Llama 3", "<|eot_id|>");
+        if (bos < 0) die_user(cpath, "bos_token", "the Llama 3 chat template starts with bos_token, but there is none");
+        ci->bos = bos;
+    } else if (HAS("<|user|>") && HAS("<|assistant|>")) {
+        bool t2;
+        if (strcmp(N, chat_normalise(a, ZEPHYR_TEMPLATE, strlen(ZEPHYR_TEMPLATE), &t2)) != 0)
+            die_user(cpath, "chat_template", "a Zephyr-like template that differs from TinyLlama's is not supported yet %s", hint);
+        ci->family = TOK_CHAT_ZEPHYR;
+        if (eos < 0) die_user(cpath, "eos_token", "the Zephyr chat template ends turns with eos_token, but there is none");
+        ci->eos = ci->eot = eos;
+    } else {
+        die_user(cpath, "chat_template", "this chat template is not one llmcc knows %s", hint);
+    }
+#undef HAS
+}
+
+uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts, size_t *size) {
     Pk pk = { .a = a }, *p = &pk;
     p->path = path_join(a, dir, "tokenizer.json");
     if (!file_exists(p->path)) return NULL;
@@ -326,12 +527,26 @@ uint8_t *tokenizer_pack(Arena *a, const char *dir, size_t *size) {
     bool add_bos = bos >= 0, add_eos = eos >= 0;
     int32_t cfg_bos = -1, cfg_eos = -1;
     char *cpath = path_join(a, dir, "tokenizer_config.json");
+    const char *tpl = NULL, *tpl_path = cpath;
+    size_t tpl_len = 0;
     if (file_exists(cpath)) {
         Json cj;
         json_load_file(a, &cj, cpath);
         if (json_type(&cj, 0) != JSON_OBJECT) die_user(cpath, NULL, "expected a JSON object");
         cfg_bos = config_token(p, &cj, cpath, "bos_token");
         cfg_eos = config_token(p, &cj, cpath, "eos_token");
+        int ct = opts && opts->no_chat ? -1 : json_find(&cj, 0, "chat_template");
+        if (ct >= 0 && json_type(&cj, ct) == JSON_ARRAY) {   /* [{"name": "default", "template": ...}, ...] */
+            int k = ct + 1, hit = -1;
+            for (int i = 0; i < json_size(&cj, ct); i++, k = json_next(&cj, k))
+                if (json_str_eq(&cj, json_find(&cj, k, "name"), "default")) hit = json_find(&cj, k, "template");
+            if (hit < 0) die_user(cpath, "chat_template", "a list of templates without a \"default\" one; build with --no-chat");
+            ct = hit;
+        }
+        if (ct >= 0 && !json_is_null(&cj, ct)) {
+            tpl = json_get_str(a, &cj, ct, &tpl_len);
+            if (!tpl) die_user(cpath, "chat_template", "expected a string");
+        }
         /* transformers' LlamaTokenizer(Fast) rebuilds the template from these flags */
         int cls = json_find(&cj, 0, "tokenizer_class");
         char *cn = json_get_str(a, &cj, cls, NULL);
@@ -347,6 +562,20 @@ uint8_t *tokenizer_pack(Arena *a, const char *dir, size_t *size) {
     if (cfg_eos >= 0) eos = cfg_eos;
     if (add_bos && bos < 0) die_user(cpath, "add_bos_token", "true but there is no bos_token");
     if (add_eos && eos < 0) die_user(cpath, "add_eos_token", "true but there is no eos_token");
+
+    /* ---- chat template: tokenizer_config.json's, or chat_template.jinja (newer transformers) ---- */
+    ChatInfo ci = { .eot = -1, .bos = -1, .eos = -1 };
+    if (!tpl && !(opts && opts->no_chat)) {
+        char *jp = path_join(a, dir, "chat_template.jinja");
+        if (file_exists(jp)) {
+            char *t = read_file(jp, &tpl_len);
+            if (!t) die_user(jp, NULL, "cannot read");
+            tpl = arena_strndup(a, t, tpl_len);
+            free(t);
+            tpl_path = jp;
+        }
+    }
+    if (tpl && !(opts && opts->no_chat)) chat_recognise(p, tpl_path, tpl, tpl_len, cfg_bos >= 0 ? cfg_bos : bos, eos, &ci);
 
     int32_t unk = -1;
     int ut = json_find(j, model, "unk_token");
@@ -422,7 +651,8 @@ uint8_t *tokenizer_pack(Arena *a, const char *dir, size_t *size) {
     /* ---- write ---- */
     uint64_t pool = 0;
     for (uint32_t i = 0; i < ntok; i++) pool += tn[i];
-    uint64_t total = TOK_HEADER_SIZE + 4ull * (ntok + 1) + ntok + 9ull * (uint64_t)nm + pool;
+    uint64_t nchat = ci.family ? TOK_CHAT_HEADER_SIZE + (ci.sys ? ci.sys_len : 0) : 0;
+    uint64_t total = TOK_HEADER_SIZE + 4ull * (ntok + 1) + ntok + 9ull * (uint64_t)nm + pool + nchat;
     if (total > 0x7FFFFFFFull) die_user(p->path, "model.vocab", "tokenizer too large to pack");
     uint8_t *blob = arena_alloc(a, (size_t)total), *w = blob;
 #define PUT32(v) do { uint32_t _v = (uint32_t)(v); w[0] = (uint8_t)_v; w[1] = (uint8_t)(_v >> 8); w[2] = (uint8_t)(_v >> 16); w[3] = (uint8_t)(_v >> 24); w += 4; } while (0)
@@ -432,16 +662,23 @@ uint8_t *tokenizer_pack(Arena *a, const char *dir, size_t *size) {
                      (fuse_unk ? TOKF_FUSE_UNK : 0) | (strip_lead ? TOKF_STRIP_LEAD : 0);
     PUT32(TOK_MAGIC); PUT32(TOK_VERSION); PUT32(byte_level ? TOK_MODEL_BYTELEVEL : TOK_MODEL_SPM); PUT32(flags);
     PUT32(pre); PUT32(bos); PUT32(eos); PUT32(unk);
-    PUT32(ntok); PUT32(nm); PUT32(pool); PUT32(0);
+    PUT32(ntok); PUT32(nm); PUT32(pool); PUT32(nchat);
     uint32_t off = 0;
     for (uint32_t i = 0; i < ntok; i++) { PUT32(off); off += tn[i]; }
     PUT32(off);
     memcpy(w, tf, ntok); w += ntok;
     for (int i = 0; i < nm; i++) { PUT24(mg[3 * i]); PUT24(mg[3 * i + 1]); PUT24(mg[3 * i + 2]); }
     for (uint32_t i = 0; i < ntok; i++) { if (tn[i]) memcpy(w, ts[i], tn[i]); w += tn[i]; }
+    if (nchat) {
+        PUT32(ci.family); PUT32(ci.flags); PUT32(ci.eot); PUT32(ci.bos); PUT32(ci.eos);
+        PUT32(ci.sys ? (uint32_t)ci.sys_len : UINT32_MAX);
+        if (ci.sys && ci.sys_len) { memcpy(w, ci.sys, ci.sys_len); w += ci.sys_len; }
+    }
 #undef PUT32
 #undef PUT24
     CHECK((uint64_t)(w - blob) == total, "tokenizer blob size");
     *size = (size_t)total;
     return blob;
 }
+
+uint8_t *tokenizer_pack(Arena *a, const char *dir, size_t *size) { return tokenizer_pack_opts(a, dir, NULL, size); }

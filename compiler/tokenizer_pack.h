@@ -7,6 +7,10 @@
 /* Returns the blob (in the arena) and its size, or NULL when DIR has no
  * tokenizer.json. Unsupported or malformed input is a user error. */
 uint8_t *tokenizer_pack(Arena *a, const char *dir, size_t *size);
+/* no_chat: leave tokenizer_config's chat_template out (llmcc build --no-chat);
+ * otherwise a template llmcc cannot reproduce is a user error. */
+typedef struct { bool no_chat; } TokPackOpts;
+uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts, size_t *size);
 
 /* llmcc tokenize / detokenize (compiler/cmd_tokenize.c). */
 int cmd_tokenize(int argc, char **argv);

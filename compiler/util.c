@@ -52,12 +52,36 @@ void arena_free(Arena *a) {
     a->head = NULL; a->used_total = 0;
 }
 
+void (*die_user_hook)(const char *line);
+
+/* Appends at most max bytes of s to the message, control characters escaped:
+ * a tensor name or JSON key holding "\n" must not break the one-line
+ * contract, and a 10 kB name must not push the explanation out. */
+static void msg_put(char *buf, size_t cap, size_t *n, const char *s, size_t max) {
+    size_t lim = *n + max < cap - 8 ? *n + max : cap - 8;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        bool plain = c >= 0x20 && c != 0x7f;
+        if (*n + (plain ? 1 : 4) > lim) break;
+        if (plain) buf[(*n)++] = (char)c;
+        else *n += (size_t)snprintf(buf + *n, cap - *n, "\\x%02x", c);
+    }
+    if (*s) { memcpy(buf + *n, "...", 3); *n += 3; }
+    buf[*n] = 0;
+}
+
 _Noreturn void die_user(const char *file, const char *key, const char *fmt, ...) {
+    /* fixed buffers: die_user is also what xmalloc calls when memory runs out */
+    static char body[2048], line[4096];
+    va_list ap; va_start(ap, fmt); vsnprintf(body, sizeof body, fmt, ap); va_end(ap);
+    size_t n = 0;
+    msg_put(line, sizeof line, &n, "llmcc: ", 8);
+    if (file) { msg_put(line, sizeof line, &n, file, 1000); msg_put(line, sizeof line, &n, ": ", 2); }
+    if (key) { msg_put(line, sizeof line, &n, key, 400); msg_put(line, sizeof line, &n, ": ", 2); }
+    msg_put(line, sizeof line, &n, body, sizeof line);
+    if (die_user_hook) die_user_hook(line);
     fflush(stdout);
-    fputs("llmcc: ", stderr);
-    if (file) fprintf(stderr, "%s: ", file);
-    if (key) fprintf(stderr, "%s: ", key);
-    va_list ap; va_start(ap, fmt); vfprintf(stderr, fmt, ap); va_end(ap);
+    fputs(line, stderr);
     fputc('\n', stderr);
     exit(1);
 }
@@ -66,6 +90,7 @@ _Noreturn void die_internal(const char *srcfile, int line, const char *fmt, ...)
     fprintf(stderr, "llmcc: internal error at %s:%d: ", srcfile, line);
     va_list ap; va_start(ap, fmt); vfprintf(stderr, fmt, ap); va_end(ap);
     fputc('\n', stderr);
+    if (die_user_hook) abort();   /* under a fuzzer: a failed CHECK is a finding, not an exit */
     exit(70);
 }
 

@@ -26,6 +26,10 @@ void arena_grow(Arena *a, void **arr, int n, int *cap, size_t elem);
  * NULL and are then left out. Never use assert() for anything a user can cause. */
 _Noreturn void die_user(const char *file, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Fuzz harnesses (tests/fuzz/) set this to longjmp back to the harness instead
+ * of exiting; it gets the line die_user would print (without "\n"). If it
+ * returns, die_user prints and exits as usual. NULL outside tests/fuzz/. */
+extern void (*die_user_hook)(const char *line);
 /* Internal errors: a bug in llmcc. */
 _Noreturn void die_internal(const char *srcfile, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -1,10 +1,21 @@
 /* append_payload.c: host tool run by the emitted Makefile.
- *   append_payload ELF PAYLOAD OUT
+ *   append_payload [--move] ELF PAYLOAD OUT
  * writes OUT = ELF, zero padding to a multiple of PAYLOAD_ALIGN, PAYLOAD,
- * PayloadFooter (with the FNV-1a 64 checksum of the payload), via OUT.tmp. */
+ * PayloadFooter (with the payload_sum checksum of the payload), via OUT.tmp.
+ * --move makes PAYLOAD itself into OUT instead: a hole is inserted at its
+ * start for the ELF (FALLOC_FL_INSERT_RANGE, ext4 / xfs), so a 15 GB model
+ * is not written a second time and the disk holds it once; PAYLOAD is gone
+ * afterwards. Where the file system cannot, it copies as without --move.
+ * --compress LEVEL writes the compressed payload of payload.h instead (zstd
+ * at LEVEL, frames compressed on every core; host tool only, -lzstd). */
 #include "payload.h"
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <zstd.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,15 +39,10 @@ static _Noreturn void die(const char *fmt, ...) {
     exit(1);
 }
 
-static uint64_t fnv(uint64_t h, const unsigned char *p, size_t n) {
-    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
-    return h;
-}
-
-static unsigned char buf[1 << 20];
+static unsigned char buf[4 << 20];
 
 /* Copies all of in to g_out; returns the byte count; hashes into *h when h. */
-static uint64_t copy(FILE *in, const char *name, uint64_t *h) {
+static uint64_t copy(FILE *in, const char *name, PayloadSum *h) {
     uint64_t total = 0;
     for (;;) {
         errno = 0;
@@ -45,7 +51,7 @@ static uint64_t copy(FILE *in, const char *name, uint64_t *h) {
             if (ferror(in)) die("cannot read %s", name);
             break;
         }
-        if (h) *h = fnv(*h, buf, n);
+        if (h) payload_sum_update(h, buf, n);
         errno = 0;
         if (fwrite(buf, 1, n, g_out) != n) die("cannot write %s", g_tmp);
         total += n;
@@ -53,12 +59,187 @@ static uint64_t copy(FILE *in, const char *name, uint64_t *h) {
     return total;
 }
 
+static void read_header(int fd, const char *pay, PayloadHeader *h) {
+    struct stat st;
+    errno = 0;
+    if (fstat(fd, &st) != 0) die("cannot stat %s", pay);
+    errno = 0;
+    if (pread(fd, h, sizeof *h, 0) != (ssize_t)sizeof *h || memcmp(h->magic, PAYLOAD_MAGIC, 8) != 0 || h->version != PAYLOAD_VERSION)
+        die("%s is not an llmcc payload (version %u)", pay, PAYLOAD_VERSION);
+    if (h->total_size != (uint64_t)st.st_size)
+        die("%s is %llu bytes, its header says %llu (truncated?)", pay,
+            (unsigned long long)st.st_size, (unsigned long long)h->total_size);
+}
+
+/* --move; false (nothing changed) when the file system cannot insert a range. */
+static bool move_into(const char *elf, const char *pay, const char *out) {
+    errno = 0;
+    int fd = open(pay, O_RDWR | O_CLOEXEC);
+    if (fd < 0) die("cannot open %s (with --move an earlier build made it into %s: run llmcc build again)", pay, out);
+    PayloadHeader h;
+    read_header(fd, pay, &h);
+    errno = 0;
+    FILE *fe = fopen(elf, "rb");
+    if (!fe) die("cannot open %s", elf);
+    size_t elf_size = 0;
+    for (size_t n; (n = fread(buf + elf_size, 1, sizeof buf - elf_size, fe)) > 0;) elf_size += n;
+    errno = 0;
+    if (ferror(fe)) die("cannot read %s", elf);
+    if (elf_size == sizeof buf) { errno = 0; die("%s is larger than %zu bytes: use append_payload without --move", elf, sizeof buf); }
+    fclose(fe);
+    uint64_t off = (elf_size + PAYLOAD_ALIGN - 1) / PAYLOAD_ALIGN * PAYLOAD_ALIGN;
+    if (fallocate(fd, FALLOC_FL_INSERT_RANGE, 0, (off_t)off) != 0) {
+        if (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS) { close(fd); return false; }
+        die("cannot make room in %s", pay);
+    }
+    /* from here on PAYLOAD is no longer a payload: any failure removes it */
+    g_tmp = pay;
+    errno = 0;
+    if (pwrite(fd, buf, elf_size, 0) != (ssize_t)elf_size) die("cannot write %s", pay);
+    PayloadSum sum;
+    payload_sum_init(&sum);
+    for (uint64_t o = 0; o < h.total_size;) {
+        size_t k = h.total_size - o < sizeof buf ? (size_t)(h.total_size - o) : sizeof buf;
+        errno = 0;
+        ssize_t r = pread(fd, buf, k, (off_t)(off + o));
+        if (r <= 0) die("cannot read %s", pay);
+        payload_sum_update(&sum, buf, (size_t)r);
+        o += (uint64_t)r;
+    }
+    PayloadFooter f;
+    memset(&f, 0, sizeof f);
+    memcpy(f.magic, FOOTER_MAGIC, 8);
+    f.version = PAYLOAD_VERSION;
+    f.payload_offset = off;
+    f.payload_size = h.total_size;
+    f.checksum = payload_sum_final(&sum);
+    errno = 0;
+    if (pwrite(fd, &f, sizeof f, (off_t)(off + h.total_size)) != (ssize_t)sizeof f) die("cannot write %s", pay);
+    if (fchmod(fd, 0755) != 0) die("cannot chmod %s", pay);
+    if (close(fd) != 0) die("cannot write %s", pay);
+    if (rename(pay, out) != 0) die("cannot rename %s to %s", pay, out);
+    g_tmp = NULL;
+    return true;
+}
+
+/* ---- --compress ---- */
+#define ZFRAME_SIZE (4u << 20)
+typedef struct {
+    const uint8_t *raw;        /* the frame's raw bytes */
+    size_t n;
+    uint32_t planes;
+    int level;
+    uint8_t *plane_buf, *out;  /* ZFRAME_SIZE, ZSTD_compressBound(ZFRAME_SIZE) */
+    ZSTD_CCtx *cc;
+    size_t out_size;
+    const char *err;
+} ZJob;
+
+static void *zjob_run(void *arg) {
+    ZJob *j = arg;
+    const uint8_t *src = j->raw;
+    if (j->planes == 2) {
+        size_t h = j->n / 2;
+        for (size_t i = 0; i < h; i++) { j->plane_buf[i] = j->raw[2 * i]; j->plane_buf[h + i] = j->raw[2 * i + 1]; }
+        src = j->plane_buf;
+    }
+    /* each frame carries zstd's content checksum: a damaged frame fails to decode at start */
+    size_t r = ZSTD_CCtx_setParameter(j->cc, ZSTD_c_compressionLevel, j->level);
+    if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(j->cc, ZSTD_c_checksumFlag, 1);
+    if (!ZSTD_isError(r)) r = ZSTD_compress2(j->cc, j->out, ZSTD_compressBound(ZFRAME_SIZE), src, j->n);
+    if (ZSTD_isError(r)) j->err = ZSTD_getErrorName(r);
+    else j->out_size = r;
+    return NULL;
+}
+
+static void put(const void *p, size_t n, PayloadSum *sum) {
+    errno = 0;
+    if (n && fwrite(p, 1, n, g_out) != n) die("cannot write %s", g_tmp);
+    payload_sum_update(sum, p, n);
+}
+
+/* Writes the compressed payload to g_out; returns its size. */
+static uint64_t compress_payload(const char *pay, int level, PayloadSum *sum) {
+    errno = 0;
+    int fd = open(pay, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) die("cannot open %s", pay);
+    PayloadHeader h;
+    read_header(fd, pay, &h);
+    const uint8_t *raw = mmap(NULL, (size_t)h.total_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (raw == MAP_FAILED) die("cannot map %s", pay);
+    close(fd);
+    if (h.table_off + (uint64_t)h.n_tensors * sizeof(PayloadTensor) > h.total_size) { errno = 0; die("%s: tensor table out of bounds", pay); }
+    const PayloadTensor *tab = (const PayloadTensor *)(raw + h.table_off);
+    uint32_t nf = (uint32_t)((h.total_size + ZFRAME_SIZE - 1) / ZFRAME_SIZE);
+    ZFrame *frames = calloc(nf ? nf : 1, sizeof *frames);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
+    ZJob *jobs = calloc((size_t)nt, sizeof *jobs);
+    pthread_t *th = calloc((size_t)nt, sizeof *th);
+    if (!frames || !jobs || !th) die("out of memory");
+    for (int t = 0; t < nt; t++) {
+        jobs[t].plane_buf = malloc(ZFRAME_SIZE);
+        jobs[t].out = malloc(ZSTD_compressBound(ZFRAME_SIZE));
+        jobs[t].cc = ZSTD_createCCtx();
+        if (!jobs[t].plane_buf || !jobs[t].out || !jobs[t].cc) die("out of memory");
+    }
+    ZPayloadHeader zh;
+    memset(&zh, 0, sizeof zh);
+    memcpy(zh.magic, ZPAYLOAD_MAGIC, 8);
+    zh.version = PAYLOAD_VERSION;
+    zh.n_frames = nf;
+    zh.raw_size = h.total_size;
+    zh.frame_size = ZFRAME_SIZE;
+    put(&zh, sizeof zh, sum);
+    uint64_t off = sizeof zh;
+    uint32_t ti = 0;   /* tensors are in offset order: a cursor finds the one a frame starts in */
+    for (uint32_t f0 = 0; f0 < nf; f0 += (uint32_t)nt) {
+        int k = nf - f0 < (uint32_t)nt ? (int)(nf - f0) : nt;
+        for (int t = 0; t < k; t++) {
+            uint64_t ro = (uint64_t)(f0 + t) * ZFRAME_SIZE;
+            ZJob *j = &jobs[t];
+            j->raw = raw + ro;
+            j->n = h.total_size - ro < ZFRAME_SIZE ? (size_t)(h.total_size - ro) : ZFRAME_SIZE;
+            j->level = level;
+            j->err = NULL;
+            while (ti < h.n_tensors && tab[ti].offset + tab[ti].nbytes <= ro) ti++;
+            bool half = ti < h.n_tensors && tab[ti].offset <= ro && (tab[ti].dtype == PDT_BF16 || tab[ti].dtype == PDT_F16);
+            j->planes = half && j->n % 2 == 0 ? 2 : 1;
+            if (pthread_create(&th[t], NULL, zjob_run, j) != 0) { errno = 0; die("cannot start a thread"); }
+        }
+        for (int t = 0; t < k; t++) pthread_join(th[t], NULL);
+        for (int t = 0; t < k; t++) {
+            if (jobs[t].err) { errno = 0; die("zstd: %s", jobs[t].err); }
+            frames[f0 + t] = (ZFrame){ off, jobs[t].out_size, jobs[t].planes, 0 };
+            put(jobs[t].out, jobs[t].out_size, sum);
+            off += jobs[t].out_size;
+            /* these pages are done with: keep the tool's memory small on a 15 GB payload */
+            madvise((void *)jobs[t].raw, jobs[t].n & ~(size_t)4095, MADV_DONTNEED);
+        }
+    }
+    put(frames, (size_t)nf * sizeof *frames, sum);
+    off += (uint64_t)nf * sizeof *frames;
+    for (int t = 0; t < nt; t++) { free(jobs[t].plane_buf); free(jobs[t].out); ZSTD_freeCCtx(jobs[t].cc); }
+    free(jobs); free(th); free(frames);
+    munmap((void *)raw, (size_t)h.total_size);
+    return off;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: append_payload ELF PAYLOAD OUT\n");
+    bool move = argc == 5 && strcmp(argv[1], "--move") == 0;
+    int level = 0;
+    if (argc == 6 && strcmp(argv[1], "--compress") == 0) {
+        char *end;
+        level = (int)strtol(argv[2], &end, 10);
+        if (*end || level < 1 || level > ZSTD_maxCLevel()) { fprintf(stderr, "append_payload: --compress %s: expects a zstd level 1..%d\n", argv[2], ZSTD_maxCLevel()); return 1; }
+        argv += 2;
+    } else if (argc != 4 && !move) {
+        fprintf(stderr, "usage: append_payload [--move | --compress LEVEL] ELF PAYLOAD OUT\n");
         return 1;
     }
+    if (move) argv++;
     const char *elf = argv[1], *pay = argv[2], *out = argv[3];
+    if (move && move_into(elf, pay, out)) return 0;
     size_t ol = strlen(out);
     char *tmp = malloc(ol + 5);
     if (!tmp) die("out of memory");
@@ -71,16 +252,7 @@ int main(int argc, char **argv) {
     FILE *fp = fopen(pay, "rb");
     if (!fp) die("cannot open %s", pay);
     PayloadHeader h;
-    struct stat st;
-    errno = 0;
-    if (fstat(fileno(fp), &st) != 0) die("cannot stat %s", pay);
-    errno = 0;
-    if (fread(&h, sizeof h, 1, fp) != 1 || memcmp(h.magic, PAYLOAD_MAGIC, 8) != 0 || h.version != PAYLOAD_VERSION)
-        die("%s is not an llmcc payload (version %u)", pay, PAYLOAD_VERSION);
-    if (h.total_size != (uint64_t)st.st_size)
-        die("%s is %llu bytes, its header says %llu (truncated?)", pay,
-            (unsigned long long)st.st_size, (unsigned long long)h.total_size);
-    rewind(fp);
+    read_header(fileno(fp), pay, &h);
 
     g_tmp = tmp;
     errno = 0;
@@ -93,10 +265,17 @@ int main(int argc, char **argv) {
     errno = 0;
     if (pad && fwrite(buf, 1, (size_t)pad, g_out) != pad) die("cannot write %s", tmp);
     off += pad;
-    uint64_t sum = 0xcbf29ce484222325ull;
-    uint64_t size = copy(fp, pay, &sum);
-    fclose(fp);
-    if (size != h.total_size) { errno = 0; die("%s changed while being copied", pay); }
+    PayloadSum sum;
+    payload_sum_init(&sum);
+    uint64_t size;
+    if (level) {
+        size = compress_payload(pay, level, &sum);
+        fclose(fp);
+    } else {
+        size = copy(fp, pay, &sum);
+        fclose(fp);
+        if (size != h.total_size) { errno = 0; die("%s changed while being copied", pay); }
+    }
 
     PayloadFooter f;
     memset(&f, 0, sizeof f);
@@ -104,7 +283,7 @@ int main(int argc, char **argv) {
     f.version = PAYLOAD_VERSION;
     f.payload_offset = off;
     f.payload_size = size;
-    f.checksum = sum;
+    f.checksum = payload_sum_final(&sum);
     errno = 0;
     if (fwrite(&f, sizeof f, 1, g_out) != 1 || fflush(g_out) != 0) die("cannot write %s", tmp);
     FILE *o = g_out;

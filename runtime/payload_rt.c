@@ -9,17 +9,16 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef LLMCC_ZSTD
+#include <pthread.h>
+#include <zstd.h>
+#endif
 
 static char g_msg[4400];
 
 #define DAMAGED "the executable is truncated or damaged (payload "
-
-uint64_t fnv1a64(uint64_t h, const void *data, size_t n) {
-    const uint8_t *p = data;
-    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
-    return h;
-}
 
 const char *payload_dtype_name(uint32_t dtype) {
     switch (dtype) {
@@ -113,6 +112,102 @@ static const char *check_header(Payload *p) {
     return NULL;
 }
 
+/* ---- compressed payloads ---- */
+typedef struct {
+    const Payload *p;
+    const ZPayloadHeader *zh;
+    const ZFrame *frames;
+    uint8_t *dst;
+    unsigned next;             /* the next frame to decode (atomic) */
+    const char *err;
+} Unpack;
+
+#ifdef LLMCC_ZSTD
+static void *unpack_worker(void *arg) {
+    Unpack *u = arg;
+    uint8_t *scratch = NULL;
+    ZSTD_DCtx *dc = ZSTD_createDCtx();
+    if (!dc) { u->err = "out of memory"; return NULL; }
+    for (;;) {
+        unsigned i = __atomic_fetch_add(&u->next, 1, __ATOMIC_RELAXED);
+        if (i >= u->zh->n_frames || __atomic_load_n(&u->err, __ATOMIC_RELAXED)) break;
+        const ZFrame *f = &u->frames[i];
+        uint64_t ro = (uint64_t)i * u->zh->frame_size;
+        size_t n = u->zh->raw_size - ro < u->zh->frame_size ? (size_t)(u->zh->raw_size - ro) : (size_t)u->zh->frame_size;
+        uint8_t *out = u->dst + ro;
+        if (f->planes == 2) {
+            if (!scratch && !(scratch = malloc((size_t)u->zh->frame_size))) { u->err = "out of memory"; break; }
+            out = scratch;
+        }
+        size_t r = ZSTD_decompressDCtx(dc, out, n, u->p->zbase + f->comp_off, (size_t)f->comp_size);
+        if (ZSTD_isError(r) || r != n) {
+            snprintf(g_msg, sizeof g_msg, DAMAGED "compressed frame %u does not decode: %s)", i,
+                     ZSTD_isError(r) ? ZSTD_getErrorName(r) : "wrong size");
+            __atomic_store_n(&u->err, g_msg, __ATOMIC_RELAXED);
+            break;
+        }
+        if (f->planes == 2) {
+            uint8_t *d = u->dst + ro;
+            size_t h = n / 2;
+            for (size_t k = 0; k < h; k++) { d[2 * k] = scratch[k]; d[2 * k + 1] = scratch[h + k]; }
+        }
+    }
+    free(scratch);
+    ZSTD_freeDCtx(dc);
+    return NULL;
+}
+#endif
+
+/* p->zbase/zsize hold the compressed payload: decodes it into p->base/size. */
+static const char *unpack(Payload *p) {
+    const ZPayloadHeader *zh = (const ZPayloadHeader *)p->zbase;
+    if (p->zsize < sizeof *zh) return DAMAGED "compressed header is cut short)";
+    if (zh->version != PAYLOAD_VERSION) {
+        snprintf(g_msg, sizeof g_msg, "the payload is version %u, this runtime reads version %u", zh->version, PAYLOAD_VERSION);
+        return g_msg;
+    }
+    uint64_t tab = (uint64_t)zh->n_frames * sizeof(ZFrame);
+    if (zh->frame_size == 0 || zh->frame_size % 2 || zh->frame_size > (1u << 30) || zh->raw_size == 0 ||
+        (zh->raw_size + zh->frame_size - 1) / zh->frame_size != zh->n_frames || tab > p->zsize - sizeof *zh)
+        return DAMAGED "compressed header is inconsistent)";
+    const ZFrame *fr = (const ZFrame *)(p->zbase + p->zsize - tab);
+    uint64_t end = p->zsize - tab;
+    for (uint32_t i = 0; i < zh->n_frames; i++)
+        if (fr[i].comp_off < sizeof *zh || fr[i].comp_off > end || fr[i].comp_size > end - fr[i].comp_off ||
+            (fr[i].planes != 1 && fr[i].planes != 2)) {
+            snprintf(g_msg, sizeof g_msg, DAMAGED "compressed frame %u lies outside it)", i);
+            return g_msg;
+        }
+#ifndef LLMCC_ZSTD
+    return "the payload is compressed and this runtime was built without zstd (LLMCC_ZSTD)";
+#else
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    void *m = mmap(NULL, (size_t)zh->raw_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        snprintf(g_msg, sizeof g_msg, "cannot allocate %llu bytes to decompress the weights into: %s",
+                 (unsigned long long)zh->raw_size, strerror(errno));
+        return g_msg;
+    }
+    Unpack u = { p, zh, fr, m, 0, NULL };
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
+    pthread_t th[64];
+    int started = 0;
+    for (; started < nt - 1; started++)
+        if (pthread_create(&th[started], NULL, unpack_worker, &u) != 0) break;
+    unpack_worker(&u);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    if (u.err) { munmap(m, (size_t)zh->raw_size); return u.err; }
+    mprotect(m, (size_t)zh->raw_size, PROT_READ);
+    p->base = m;
+    p->size = zh->raw_size;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    p->unpack_s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return NULL;
+#endif
+}
+
 const char *payload_open(Payload *p, const char *argv0) {
     memset(p, 0, sizeof *p);
     const char *env = getenv("LLMCC_PAYLOAD");
@@ -175,20 +270,33 @@ const char *payload_open(Payload *p, const char *argv0) {
     }
     p->base = m;
     p->size = size;
+    if (size >= 8 && memcmp(m, ZPAYLOAD_MAGIC, 8) == 0) {
+        p->compressed = true;
+        p->zbase = m;
+        p->zsize = size;
+        p->base = NULL;
+        const char *err = unpack(p);
+        if (err) { payload_close(p); return err; }
+        madvise((void *)p->zbase, (size_t)p->zsize, MADV_DONTNEED);   /* decoded: its pages are only cache now */
+    }
     const char *err = check_header(p);
     if (err) { payload_close(p); return err; }
     return NULL;
 }
 
 const char *payload_verify(const Payload *p, uint64_t *sum) {
-    uint64_t h = FNV1A64_INIT;
-    madvise((void *)p->base, (size_t)p->size, MADV_SEQUENTIAL);
+    PayloadSum ps;
+    payload_sum_init(&ps);
+    const uint8_t *base = p->compressed ? p->zbase : p->base;
+    uint64_t size = p->compressed ? p->zsize : p->size;
+    madvise((void *)base, (size_t)size, MADV_SEQUENTIAL);
     const size_t chunk = 64u << 20;
-    for (uint64_t o = 0; o < p->size; o += chunk) {
-        size_t n = p->size - o < chunk ? (size_t)(p->size - o) : chunk;
-        h = fnv1a64(h, p->base + o, n);
-        madvise((void *)(p->base + o), n, MADV_DONTNEED);   /* read-only private map: only drops the cache */
+    for (uint64_t o = 0; o < size; o += chunk) {
+        size_t n = size - o < chunk ? (size_t)(size - o) : chunk;
+        payload_sum_update(&ps, base + o, n);
+        madvise((void *)(base + o), n, MADV_DONTNEED);   /* read-only private map: only drops the cache */
     }
+    uint64_t h = payload_sum_final(&ps);
     if (sum) *sum = h;
     if (p->has_footer && h != p->checksum) return DAMAGED "checksum mismatch)";
     return NULL;
@@ -196,7 +304,9 @@ const char *payload_verify(const Payload *p, uint64_t *sum) {
 
 void payload_close(Payload *p) {
     if (p->base) munmap((void *)p->base, (size_t)p->size);
+    if (p->zbase) munmap((void *)p->zbase, (size_t)p->zsize);
     p->base = NULL;
+    p->zbase = NULL;
     p->hdr = NULL;
     p->tensors = NULL;
     p->tok_blob = NULL;

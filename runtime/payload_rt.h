@@ -19,21 +19,27 @@ typedef struct {
     bool has_footer;              /* false for LLMCC_PAYLOAD */
     uint64_t checksum;            /* the footer's, when has_footer */
     char path[4096];              /* the file mapped */
+    /* a compressed payload (payload.h): base is the anonymous memory it was
+     * decoded into at open, zbase/zsize the mapped compressed bytes */
+    bool compressed;
+    const uint8_t *zbase;
+    uint64_t zsize;
+    double unpack_s;              /* seconds the decoding took */
 } Payload;
 
 /* Maps and checks the payload (cheap checks only: footer, header, bounds of
- * the table, the tokenizer blob and every tensor). argv0 is the fallback
+ * the table, the tokenizer blob and every tensor). A compressed payload is
+ * decoded first, on every core, into anonymous memory. argv0 is the fallback
  * when /proc/self/exe cannot be opened. Returns NULL on success, else a
  * one-line message (static storage). */
 const char *payload_open(Payload *p, const char *argv0);
-/* Full check: FNV-1a 64 of every payload byte against the footer. Returns
+/* Full check: payload_sum (payload.h) of every payload byte (of the
+ * compressed bytes, when compressed) against the footer. Returns
  * NULL when it matches (or, without a footer, always), else a message.
  * *sum gets the computed checksum when sum is not NULL. */
 const char *payload_verify(const Payload *p, uint64_t *sum);
 void payload_close(Payload *p);
 
-#define FNV1A64_INIT 0xcbf29ce484222325ull
-uint64_t fnv1a64(uint64_t h, const void *data, size_t n);
 const char *payload_dtype_name(uint32_t dtype);
 size_t payload_dtype_size(uint32_t dtype);   /* 0 for an unknown dtype */
 #endif

@@ -1,7 +1,9 @@
 /* run.c: main() of an llmcc-built executable. Maps the payload appended to
  * the executable, binds the weights to the generated model code
- * (model_api.h), encodes the prompt, runs prefill in chunks of max_batch,
- * then samples one token at a time and streams the text.
+ * (model_api.h), encodes the prompt (through the chat template when the
+ * tokenizer has one), runs prefill in chunks of max_batch, then samples one
+ * token at a time and streams the text. -i chats turn by turn, keeping the
+ * KV cache: each turn feeds only its new tokens.
  * Errors: one line "NAME: what is wrong" on stderr, exit status 1. */
 #include "model_api.h"
 #include "payload_rt.h"
@@ -26,14 +28,18 @@ static struct {
     Payload pl;
     Model *model;
     Tokenizer *tok;
-    int32_t *ids;          /* prompt + generated */
+    int32_t *ids;          /* prompt + generated: the whole conversation */
     int n_ids, cap_ids;
+    int n_fed;             /* ids[0..n_fed) are in the KV cache */
+    int ctx;
     float *logits, *work;
     struct Cand *cand;
     unsigned char *seen;   /* repetition penalty: ids already in the history */
     int32_t *uniq; int n_uniq;
     FILE *logits_f;
-    char *outbuf;
+    char *outbuf; size_t outcap;
+    int32_t *pending;      /* the ids of the turn being run (freed by cleanup on an error exit) */
+    char **line;           /* -i's line buffer */
     uint64_t rng;
 } G;
 
@@ -75,12 +81,13 @@ static void out_flush(void) {
 
 /* ---------------------------------------------------------------- options */
 typedef struct {
-    const char *prompt, *prompt_ids, *logits_path;
+    const char *prompt, *prompt_ids, *logits_path, *system;
     long max_new; bool has_n;
     float temperature, top_p, min_p, rep;
     int top_k;
     unsigned long long seed; bool has_seed;
     bool ids, stats, info, verify, ignore_eos, tokenize;
+    bool chat_on, chat_off, interactive;
     int ctx;
 } Opts;
 
@@ -88,21 +95,26 @@ static void usage(void) {
     const ModelInfo *mi = &model_info;
     printf("usage: %s [options]\n"
            "Runs %s (%s, %s), weights and tokenizer built in.\n\n"
-           "  --prompt TEXT, -p TEXT  text to continue (BOS added as the tokenizer says)\n"
-           "  --prompt-ids 1,2,3      token ids to continue, used as given\n"
+           "  --prompt TEXT, -p TEXT  text to continue (BOS added as the tokenizer says), or with a\n"
+           "                          chat template the user's message (only the reply is printed)\n"
+           "  --prompt-ids 1,2,3      token ids to continue, used as given (no chat template)\n"
+           "  --chat, --no-chat       apply the chat template to --prompt (default: on when the\n"
+           "                          tokenizer has one)\n"
+           "  --system TEXT           the system message (default: the template's own, if any)\n"
+           "  -i, --interactive       chat: one user turn per line of stdin, until its end\n"
            "  -n, --max-tokens N      new tokens at most (default: until EOS or the context end,\n"
-           "                          at most %d; -1: no cap)\n"
-           "  --temperature F         0: greedy (default %g)\n"
-           "  --top-k N               0: off (default %d)\n"
-           "  --top-p F               1: off (default %g)\n"
-           "  --min-p F               0: off (default %g)\n"
-           "  --repeat-penalty F      1: off (default %g)\n"
+           "                          at most %d; -1: no cap; more than fits: up to the context end)\n"
+           "  --temperature F         >= 0; 0: greedy (default %g)\n"
+           "  --top-k N               >= 0; 0: off (default %d)\n"
+           "  --top-p F               in (0, 1]; 1: off (default %g)\n"
+           "  --min-p F               in [0, 1]; 0: off (default %g)\n"
+           "  --repeat-penalty F      > 0; 1: off (default %g)\n"
            "  --seed N                sampling seed (default: from the clock)\n"
            "  --ids                   print the generated ids, not text\n"
            "  --logits PATH           write the logits of each generated token (f32, %d per token)\n"
            "  --stats                 timings on stderr\n"
            "  --ignore-eos            keep generating past end-of-sequence tokens\n"
-           "  --tokenize              print the prompt's ids on one line and exit\n"
+           "  --tokenize              print the prompt's ids (after the chat template) and exit\n"
            "  --ctx N                 KV-cache length (default and most: %d)\n"
            "  --info                  describe the model and exit\n"
            "  --verify                check the built-in payload's checksum and exit\n"
@@ -120,12 +132,13 @@ static long parse_int(const char *flag, const char *s, long lo, long hi) {
         die("%s: '%s' is not a whole number in %ld..%ld", flag, s, lo, hi);
     return v;
 }
-static float parse_float(const char *flag, const char *s, double lo, double hi) {
+/* A finite number with lo < v (lo_open) or lo <= v, and v <= hi; what: the range in words. */
+static float parse_float(const char *flag, const char *s, double lo, bool lo_open, double hi, const char *what) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (!*s || *end || errno || !(v >= lo && v <= hi))
-        die("%s: '%s' is not a number in %g..%g", flag, s, lo, hi);
+    if (!*s || *end || errno || !isfinite(v) || v < lo || (lo_open && v == lo) || v > hi)
+        die("%s: '%s' is not %s", flag, s, what);
     return (float)v;
 }
 
@@ -155,11 +168,22 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--prompt") || IS("-p")) o->prompt = VAL();
         else if (IS("--prompt-ids")) o->prompt_ids = VAL();
         else if (IS("-n") || IS("--max-tokens")) { o->max_new = parse_int(flag, VAL(), -1, 1L << 30); o->has_n = true; }
-        else if (IS("--temperature")) o->temperature = parse_float(flag, VAL(), 0, 1e6);
-        else if (IS("--top-k")) o->top_k = (int)parse_int(flag, VAL(), 0, 1L << 30);
-        else if (IS("--top-p")) o->top_p = parse_float(flag, VAL(), 1e-9, 1);
-        else if (IS("--min-p")) o->min_p = parse_float(flag, VAL(), 0, 1);
-        else if (IS("--repeat-penalty")) o->rep = parse_float(flag, VAL(), 1e-6, 1e6);
+        else if (IS("--temperature")) o->temperature = parse_float(flag, VAL(), 0, false, 1e6, "a number in 0..1e6 (0: greedy)");
+        else if (IS("--top-k")) {
+            const char *v = VAL();
+            char *end;
+            errno = 0;
+            long k = strtol(v, &end, 10);
+            if (!*v || *end || errno || k < 0 || k > (1L << 30)) die("%s: '%s' is not a whole number >= 0 (0: off)", flag, v);
+            o->top_k = (int)k;
+        }
+        else if (IS("--top-p")) o->top_p = parse_float(flag, VAL(), 0, true, 1, "a number in (0, 1] (1: off)");
+        else if (IS("--min-p")) o->min_p = parse_float(flag, VAL(), 0, false, 1, "a number in [0, 1] (0: off)");
+        else if (IS("--repeat-penalty")) o->rep = parse_float(flag, VAL(), 0, true, 1e6, "a number > 0 (1: off)");
+        else if (IS("--chat")) { NOVAL(); o->chat_on = true; }
+        else if (IS("--no-chat")) { NOVAL(); o->chat_off = true; }
+        else if (IS("--system")) o->system = VAL();
+        else if (IS("-i") || IS("--interactive")) { NOVAL(); o->interactive = true; }
         else if (IS("--seed")) {
             const char *s = VAL();
             char *end;
@@ -182,6 +206,10 @@ static void parse_args(int argc, char **argv, Opts *o) {
 #undef VAL
     }
     if (o->prompt && o->prompt_ids) die("give --prompt or --prompt-ids, not both");
+    if (o->chat_on && o->chat_off) die("give --chat or --no-chat, not both");
+    if (o->interactive && o->prompt_ids) die("-i reads the user's turns from stdin: give no --prompt-ids");
+    if (o->interactive && o->tokenize) die("--tokenize prints one prompt's ids: it does not go with -i");
+    if (o->chat_on && o->prompt_ids) die("--prompt-ids are used as given: --chat does not apply to them");
 }
 
 /* ---------------------------------------------------------------- sampling */
@@ -331,6 +359,19 @@ static void print_info(int ctx) {
     for (uint32_t d = 0; d < 4; d++)
         if (cnt[d]) printf(" %s (%llu tensors, %.1f MiB)", payload_dtype_name(d), (unsigned long long)cnt[d], mib(bytes[d]));
     printf("\ntokenizer: %s (%llu bytes)\n", G.tok ? "built in" : "none", (unsigned long long)G.pl.tok_size);
+    int fam = G.tok ? tokenizer_chat_family(G.tok) : TOK_CHAT_NONE;
+    if (fam != TOK_CHAT_NONE) {
+        size_t sl;
+        const char *sys = tokenizer_chat_default_system(G.tok, &sl);
+        printf("chat template: %s, end of turn %d, default system prompt: ", tokenizer_chat_family_name(fam), tokenizer_chat_eot(G.tok));
+        if (sys) { out_write("\"", 1); out_write(sys, sl); out_write("\"\n", 2); } else printf("none\n");
+        printf("stop ids:");
+        for (int i = 0; i < mi->n_eos; i++) printf(" %d", mi->eos_ids[i]);
+        bool dup = false;
+        for (int i = 0; i < mi->n_eos; i++) dup |= mi->eos_ids[i] == tokenizer_chat_eot(G.tok);
+        if (!dup && tokenizer_chat_eot(G.tok) >= 0) printf(" %d", tokenizer_chat_eot(G.tok));
+        printf("\n");
+    } else printf("chat template: none\n");
     printf("payload: %llu bytes (%.1f MiB)%s\n", (unsigned long long)G.pl.size, mib(G.pl.size),
            G.pl.has_footer ? "" : ", from LLMCC_PAYLOAD");
     const char *err = model_init(&G.model, G.pl.tensors, G.pl.base, ctx);
@@ -379,10 +420,11 @@ static int parse_ids(const char *s, int vocab, int32_t **out) {
     return n;
 }
 
+/* Stop ids: generation_config's eos_token_id, and the chat template's end of turn. */
 static bool is_eos(int id) {
     for (int i = 0; i < model_info.n_eos && i < MODEL_MAX_EOS; i++)
         if (model_info.eos_ids[i] == id) return true;
-    return false;
+    return G.tok && tokenizer_chat_eot(G.tok) == id && id >= 0;
 }
 
 static void cleanup(void) {
@@ -393,9 +435,111 @@ static void cleanup(void) {
     if (G.logits_f) fclose(G.logits_f);
     G.logits_f = NULL;
     free(G.ids); free(G.logits); free(G.work); free(G.cand); free(G.seen); free(G.uniq); free(G.outbuf);
+    free(G.pending); G.pending = NULL;
+    if (G.line) { free(*G.line); *G.line = NULL; G.line = NULL; }
     G.outbuf = NULL;
     G.ids = NULL; G.logits = G.work = NULL; G.cand = NULL; G.seen = NULL; G.uniq = NULL;
     payload_close(&G.pl);
+}
+
+/* ---------------------------------------------------------------- generation */
+typedef struct { double t_prefill, t_first, t_decode; long n_prompt, n_gen, n_decode; int turns; } Stats;
+
+/* Appends ids (one turn's prompt) to the conversation, feeds what the KV
+ * cache lacks, then samples until a stop id or max_new tokens, streaming
+ * the text (or ids). The last sampled token stays in the history unfed;
+ * the next turn feeds it first. */
+static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st) {
+    const ModelInfo *mi = &model_info;
+    const int V = mi->vocab_size, ctx = G.ctx;
+    if (G.n_ids + n > ctx) {
+        if (st->turns == 0)
+            die("the prompt is %d tokens, longer than the context (%d tokens%s)", n, ctx,
+                ctx < mi->max_ctx ? "; see --ctx" : "");
+        die("the conversation is %d tokens with this turn, longer than the context (%d tokens%s)", G.n_ids + n, ctx,
+            ctx < mi->max_ctx ? "; see --ctx" : "");
+    }
+    for (int i = 0; i < n; i++) history_add(ids[i], V);
+    long room = ctx - G.n_ids + 1;   /* the last token is sampled from position ctx-1 and never fed back */
+    long max_new = o->has_n ? (o->max_new < 0 || o->max_new > room ? room : o->max_new)
+                            : (room < DEFAULT_MAX_NEW ? room : DEFAULT_MAX_NEW);
+
+    /* echo the prompt through the same streaming decoder as the continuation */
+    TokDecoder dec;
+    char *buf = G.outbuf;
+    size_t cap = G.outcap;
+    if (!o->ids) {
+        tokdec_init(&dec, G.tok, false);
+        if (echo)
+            for (int i = G.n_ids - n; i < G.n_ids; i++) out_write(buf, tokdec_push(&dec, G.ids[i], buf, cap));
+        out_flush();
+    }
+
+    /* prefill */
+    double t0 = now_s();
+    int mb = mi->max_batch > 0 ? mi->max_batch : 1;
+    st->n_prompt += G.n_ids - G.n_fed;
+    while (G.n_fed < G.n_ids) {
+        int k = G.n_ids - G.n_fed < mb ? G.n_ids - G.n_fed : mb;
+        model_forward(G.model, G.ids + G.n_fed, k, G.n_fed, G.logits);
+        G.n_fed += k;
+    }
+    st->t_prefill += now_s() - t0;
+
+    /* decode */
+    long n_gen = 0;
+    while (n_gen < max_new) {
+        int tok = sample(o, G.logits, V);
+        if (n_gen == 0 && st->turns == 0) st->t_first = now_s() - t0;
+        if (!o->ignore_eos && is_eos(tok)) break;
+        if (G.logits_f && fwrite(G.logits, sizeof(float), (size_t)V, G.logits_f) != (size_t)V)
+            die("--logits %s: %s", o->logits_path, strerror(errno));
+        history_add(tok, V);
+        n_gen++;
+        if (o->ids) {
+            int l = snprintf(buf, cap, n_gen > 1 ? " %d" : "%d", tok);
+            out_write(buf, (size_t)l);
+        } else {
+            out_write(buf, tokdec_push(&dec, tok, buf, cap));
+        }
+        out_flush();
+        if (n_gen >= max_new) break;
+        double t1 = now_s();
+        model_forward(G.model, G.ids + G.n_fed, 1, G.n_fed, G.logits);
+        G.n_fed++;
+        st->t_decode += now_s() - t1;
+        st->n_decode++;
+    }
+    st->n_gen += n_gen;
+    st->turns++;
+    if (!o->ids) out_write(buf, tokdec_flush(&dec, buf, cap));
+    out_write("\n", 1);
+    out_flush();
+}
+
+/* One user turn through the chat template: ids to feed (malloc'd), their count. */
+static int chat_ids(const Opts *o, const char *user, size_t len, bool first, int32_t **ids) {
+    ChatMsg m[2];
+    int n = 0;
+    if (first && o->system) m[n++] = (ChatMsg){ "system", o->system, strlen(o->system) };
+    m[n++] = (ChatMsg){ "user", user, len };
+    size_t tl;
+    char *text = tokenizer_chat_render(G.tok, m, n, true, !first, &tl);
+    if (!text) die("out of memory");
+    /* the template's text holds its special tokens: encoded as transformers does, add_special_tokens=False */
+    int k = tokenizer_encode(G.tok, text, tl, false, ids);
+    free(text);
+    if (k < 0) die("out of memory");
+    return k;
+}
+
+static void check_ids(int32_t *ids, int n) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= model_info.vocab_size) {
+            int bad = ids[i];
+            free(ids);
+            die("the tokenizer gave id %d, outside the model's vocabulary (0..%d)", bad, model_info.vocab_size - 1);
+        }
 }
 
 /* ---------------------------------------------------------------- main */
@@ -433,23 +577,28 @@ int main(int argc, char **argv) {
     if (!G.tok && !o.ids && !o.tokenize) die("this executable has no tokenizer: give --prompt-ids and --ids");
     if (!G.tok && o.prompt) die("this executable has no tokenizer: give --prompt-ids, not --prompt");
 
+    /* chat: the template applies to text turns (--prompt, -i) */
+    bool has_tpl = G.tok && tokenizer_chat_family(G.tok) != TOK_CHAT_NONE;
+    if ((o.chat_on || o.system || o.interactive) && !has_tpl)
+        die("%s needs a chat template, and this model's tokenizer has none", o.interactive ? "-i" : o.system ? "--system" : "--chat");
+    if (o.chat_off && (o.system || o.interactive)) die("%s needs the chat template: drop --no-chat", o.interactive ? "-i" : "--system");
+    if (o.system && !o.prompt && !o.interactive) die("--system goes with the user's message: give --prompt TEXT or -i");
+    const bool chat = has_tpl && !o.chat_off && (o.prompt || o.interactive);
+
     /* the prompt */
     int32_t *pids = NULL;
-    int np;
+    int np = 0;
     if (o.prompt_ids) np = parse_ids(o.prompt_ids, V, &pids);
+    else if (chat && o.prompt) np = chat_ids(&o, o.prompt, strlen(o.prompt), true, &pids);
+    else if (chat) np = 0;          /* -i without --prompt: the first turn comes from stdin */
     else if (G.tok) {
         const char *text = o.prompt ? o.prompt : "";
         np = tokenizer_encode(G.tok, text, strlen(text), true, &pids);
-        if (np <= 0) {
+        if (np < 0) die("out of memory");
+        if (np == 0) {
             free(pids);
             die("the prompt is empty and this model adds no BOS token: give a --prompt");
         }
-        for (int i = 0; i < np; i++)
-            if (pids[i] < 0 || pids[i] >= V) {
-                int bad = pids[i];
-                free(pids);
-                die("the tokenizer gave id %d, outside the model's vocabulary (0..%d)", bad, V - 1);
-            }
     } else {
         if (mi->bos_id < 0) die("no prompt: give --prompt-ids");
         pids = malloc(sizeof *pids);
@@ -457,6 +606,7 @@ int main(int argc, char **argv) {
         pids[0] = mi->bos_id;
         np = 1;
     }
+    if (pids) check_ids(pids, np);
     if (o.tokenize) {
         char b[16];
         for (int i = 0; i < np; i++) {
@@ -469,98 +619,83 @@ int main(int argc, char **argv) {
         cleanup();
         return 0;
     }
-    const int ctx = o.ctx;
-    if (np > ctx) {
+    G.ctx = o.ctx;
+    if (np > G.ctx) {
         free(pids);
-        die("the prompt is %d tokens, longer than the context (%d tokens%s)", np, ctx,
-            ctx < mi->max_ctx ? "; see --ctx" : "");
+        die("the prompt is %d tokens, longer than the context (%d tokens%s)", np, G.ctx,
+            G.ctx < mi->max_ctx ? "; see --ctx" : "");
     }
-    long room = ctx - np + 1;   /* the last token is sampled from position ctx-1 and never fed back */
-    long max_new = o.has_n ? (o.max_new < 0 || o.max_new > room ? room : o.max_new)
-                           : (room < DEFAULT_MAX_NEW ? room : DEFAULT_MAX_NEW);
 
-    G.cap_ids = np + (int)max_new;
+    G.cap_ids = G.ctx + 2;
     G.ids = malloc((size_t)G.cap_ids * sizeof *G.ids);
     G.seen = calloc((size_t)V, 1);
     G.uniq = malloc((size_t)V * sizeof *G.uniq);
     G.logits = malloc((size_t)V * sizeof *G.logits);
     G.work = malloc((size_t)V * sizeof *G.work);
     G.cand = malloc((size_t)V * sizeof *G.cand);
-    if (!G.ids || !G.seen || !G.uniq || !G.logits || !G.work || !G.cand) { free(pids); die("out of memory"); }
-    for (int i = 0; i < np; i++) history_add(pids[i], V);
-    free(pids);
+    G.outcap = 1024;
+    if (G.tok && tokenizer_max_piece_bytes(G.tok) + 64 > G.outcap) G.outcap = tokenizer_max_piece_bytes(G.tok) + 64;
+    G.outbuf = malloc(G.outcap);
+    if (!G.ids || !G.seen || !G.uniq || !G.logits || !G.work || !G.cand || !G.outbuf) { free(pids); die("out of memory"); }
     rng_seed(o.has_seed ? o.seed
                         : (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32) ^
                           (unsigned long long)(now_s() * 1e9));
     if (o.logits_path) {
         G.logits_f = fopen(o.logits_path, "wb");
-        if (!G.logits_f) die("--logits %s: %s", o.logits_path, strerror(errno));
+        if (!G.logits_f) { free(pids); die("--logits %s: %s", o.logits_path, strerror(errno)); }
     }
 
-    err = model_init(&G.model, G.pl.tensors, G.pl.base, ctx);
-    if (err) { G.model = NULL; die("%s", err); }
+    err = model_init(&G.model, G.pl.tensors, G.pl.base, G.ctx);
+    if (err) { G.model = NULL; free(pids); die("%s", err); }
 
-    /* echo the prompt through the same streaming decoder as the continuation */
-    TokDecoder dec;
-    size_t cap = 1024;
-    if (G.tok && tokenizer_max_piece_bytes(G.tok) + 64 > cap) cap = tokenizer_max_piece_bytes(G.tok) + 64;
-    char *buf = G.outbuf = malloc(cap);
-    if (!buf) die("out of memory");
-    if (!o.ids) {
-        tokdec_init(&dec, G.tok, false);
-        for (int i = 0; i < np; i++) out_write(buf, tokdec_push(&dec, G.ids[i], buf, cap));
-        out_flush();
+    Stats st = {0};
+    if (np > 0) {
+        G.pending = pids;
+        turn(&o, pids, np, !chat, &st);   /* chat prints only the reply */
+        G.pending = NULL;
     }
-
-    /* prefill */
-    double t0 = now_s();
-    int mb = mi->max_batch > 0 ? mi->max_batch : 1;
-    for (int off = 0; off < np; off += mb) {
-        int k = np - off < mb ? np - off : mb;
-        model_forward(G.model, G.ids + off, k, off, G.logits);
-    }
-    double t_prefill = now_s() - t0, t_first = 0, t_decode = 0;
-    int n_gen = 0, n_decode = 0;
-
-    /* decode */
-    int pos = np;
-    while (n_gen < max_new) {
-        int tok = sample(&o, G.logits, V);
-        if (n_gen == 0) t_first = now_s() - t0;
-        if (!o.ignore_eos && is_eos(tok)) break;
-        if (G.logits_f && fwrite(G.logits, sizeof(float), (size_t)V, G.logits_f) != (size_t)V)
-            die("--logits %s: %s", o.logits_path, strerror(errno));
-        history_add(tok, V);
-        n_gen++;
-        if (o.ids) {
-            int l = snprintf(buf, cap, n_gen > 1 ? " %d" : "%d", tok);
-            out_write(buf, (size_t)l);
-        } else {
-            out_write(buf, tokdec_push(&dec, tok, buf, cap));
+    free(pids);
+    if (o.interactive) {
+        bool tty = isatty(0);
+        char *line = NULL;
+        size_t lcap = 0;
+        G.line = &line;
+        for (;;) {
+            if (tty) { fputs("> ", stderr); fflush(stderr); }
+            errno = 0;
+            ssize_t len = getline(&line, &lcap, stdin);
+            if (len < 0) {
+                if (ferror(stdin)) die("reading stdin: %s", strerror(errno ? errno : EIO));
+                break;
+            }
+            if (len > 0 && line[len - 1] == '\n') line[--len] = 0;
+            if (len > 0 && line[len - 1] == '\r') line[--len] = 0;
+            if (len == 0) continue;    /* an empty line is no turn */
+            int32_t *ids;
+            int n = chat_ids(&o, line, (size_t)len, st.turns == 0, &ids);
+            check_ids(ids, n);
+            G.pending = ids;
+            turn(&o, ids, n, false, &st);
+            G.pending = NULL;
+            free(ids);
         }
-        out_flush();
-        if (n_gen >= max_new) break;
-        double t1 = now_s();
-        model_forward(G.model, G.ids + pos, 1, pos, G.logits);
-        t_decode += now_s() - t1;
-        n_decode++;
-        pos++;
+        free(line);
+        G.line = NULL;
+        if (tty) fputc('\n', stderr);
     }
-    if (!o.ids) out_write(buf, tokdec_flush(&dec, buf, cap));
-    out_write("\n", 1);
-    out_flush();
     if (G.logits_f) {
         FILE *f = G.logits_f;
         G.logits_f = NULL;
         if (fclose(f) != 0) die("--logits %s: %s", o.logits_path, strerror(errno));
     }
     if (o.stats) {
-        fprintf(stderr, "prompt tokens: %d\n", np);
-        fprintf(stderr, "prompt: %.2f tok/s (%.1f ms)\n", t_prefill > 0 ? np / t_prefill : 0.0, t_prefill * 1e3);
-        fprintf(stderr, "generated tokens: %d\n", n_gen);
-        fprintf(stderr, "decode: %.2f tok/s (%d steps, %.1f ms)\n", t_decode > 0 ? n_decode / t_decode : 0.0,
-                n_decode, t_decode * 1e3);
-        if (max_new > 0) fprintf(stderr, "time to first token: %.1f ms\n", t_first * 1e3);
+        double tp = st.t_prefill, td = st.t_decode;
+        fprintf(stderr, "prompt tokens: %ld\n", st.n_prompt);
+        fprintf(stderr, "prompt: %.2f tok/s (%.1f ms)\n", tp > 0 ? st.n_prompt / tp : 0.0, tp * 1e3);
+        fprintf(stderr, "generated tokens: %ld\n", st.n_gen);
+        fprintf(stderr, "decode: %.2f tok/s (%ld steps, %.1f ms)\n", td > 0 ? st.n_decode / td : 0.0, st.n_decode, td * 1e3);
+        if (st.turns > 1) fprintf(stderr, "turns: %d\n", st.turns);
+        if (st.turns > 0) fprintf(stderr, "time to first token: %.1f ms\n", st.t_first * 1e3);
     }
     cleanup();
     return 0;

@@ -27,6 +27,10 @@ struct Tokenizer {
     uint32_t *added; uint32_t nadded;   /* added ids by first byte, longest first */
     uint32_t afirst[257];
     size_t maxlen;
+    /* chat template (blob v2) */
+    uint32_t chat, chat_flags;
+    int32_t chat_eot, chat_bos, chat_eos;
+    const uint8_t *chat_sys; uint32_t chat_sys_len;   /* chat_sys NULL: no default system prompt */
 };
 
 #define NONE UINT32_MAX
@@ -80,16 +84,30 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
     *out = NULL;
     if (!blob || size < TOK_HEADER_SIZE) return "tokenizer blob: too short";
     if (rd32(blob) != TOK_MAGIC) return "tokenizer blob: bad magic";
-    if (rd32(blob + 4) != TOK_VERSION) return "tokenizer blob: unsupported version";
+    uint32_t version = rd32(blob + 4);
+    if (version != 1 && version != TOK_VERSION) return "tokenizer blob: unsupported version";
     uint32_t model = rd32(blob + 8), flags = rd32(blob + 12), pre = rd32(blob + 16);
     int32_t bos = (int32_t)rd32(blob + 20), eos = (int32_t)rd32(blob + 24), unk = (int32_t)rd32(blob + 28);
-    uint32_t n = rd32(blob + 32), nmerge = rd32(blob + 36), npool = rd32(blob + 40);
+    uint32_t n = rd32(blob + 32), nmerge = rd32(blob + 36), npool = rd32(blob + 40), nchat = rd32(blob + 44);
+    if (version == 1 && nchat) return "tokenizer blob: v1 with a chat section";
     if (model > TOK_MODEL_SPM) return "tokenizer blob: unknown model kind";
     if (pre > TOK_PRE_LLAMA3) return "tokenizer blob: unknown pre-tokenizer";
     if (flags & ~(uint32_t)255) return "tokenizer blob: unknown flags";
     if (n == 0 || n >= (1u << 24)) return "tokenizer blob: bad vocabulary size";
-    uint64_t need = (uint64_t)TOK_HEADER_SIZE + 4ull * (n + 1) + n + 9ull * nmerge + npool;
+    uint64_t need = (uint64_t)TOK_HEADER_SIZE + 4ull * (n + 1) + n + 9ull * nmerge + npool + nchat;
     if (need != size) return "tokenizer blob: size does not match its header";
+    const uint8_t *chat = blob + (size - nchat);
+    if (nchat) {
+        if (nchat < TOK_CHAT_HEADER_SIZE) return "tokenizer blob: chat section too short";
+        uint32_t fam = rd32(chat), cfl = rd32(chat + 4), sl = rd32(chat + 20);
+        int32_t ids[3] = { (int32_t)rd32(chat + 8), (int32_t)rd32(chat + 12), (int32_t)rd32(chat + 16) };
+        if (fam == TOK_CHAT_NONE || fam >= TOK_CHAT_COUNT) return "tokenizer blob: unknown chat template family";
+        if (cfl & ~(uint32_t)TOKC_TRIM) return "tokenizer blob: unknown chat flags";
+        for (int i = 0; i < 3; i++)
+            if (ids[i] < -1 || ids[i] >= (int32_t)n) return "tokenizer blob: chat token id out of range";
+        if (sl == UINT32_MAX ? nchat != TOK_CHAT_HEADER_SIZE : (uint64_t)sl + TOK_CHAT_HEADER_SIZE != nchat)
+            return "tokenizer blob: chat section size does not match";
+    }
     if ((bos < -1 || bos >= (int32_t)n) || (eos < -1 || eos >= (int32_t)n) || (unk < -1 || unk >= (int32_t)n))
         return "tokenizer blob: bos/eos/unk id out of range";
 
@@ -97,6 +115,13 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
     if (!t) return "tokenizer: out of memory";
     t->model = model; t->flags = flags; t->pre = pre; t->bos = bos; t->eos = eos; t->unk = unk;
     t->n = n; t->nmerge = nmerge;
+    t->chat_eot = t->chat_bos = t->chat_eos = -1;
+    if (nchat) {
+        t->chat = rd32(chat); t->chat_flags = rd32(chat + 4);
+        t->chat_eot = (int32_t)rd32(chat + 8); t->chat_bos = (int32_t)rd32(chat + 12); t->chat_eos = (int32_t)rd32(chat + 16);
+        uint32_t sl = rd32(chat + 20);
+        if (sl != UINT32_MAX) { t->chat_sys = chat + TOK_CHAT_HEADER_SIZE; t->chat_sys_len = sl; }
+    }
     const uint8_t *p = blob + TOK_HEADER_SIZE;
     const uint8_t *offs = p; p += 4ull * (n + 1);
     t->tflag = p; p += n;
@@ -665,4 +690,120 @@ char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, bool show_
     }
     buf[len] = 0;
     return buf;
+}
+
+/* ------------------------------------------------------------------ chat */
+
+#define X(e, s) s,
+static const char *const chat_names[] = { TOK_CHAT_FAMILIES(X) };
+#undef X
+const char *tokenizer_chat_family_name(int f) { return f >= 0 && f < TOK_CHAT_COUNT ? chat_names[f] : "unknown"; }
+int tokenizer_chat_family(const Tokenizer *t) { return (int)t->chat; }
+int tokenizer_chat_eot(const Tokenizer *t) { return t->chat ? t->chat_eot : -1; }
+const char *tokenizer_chat_default_system(const Tokenizer *t, size_t *len) {
+    if (len) *len = t->chat_sys ? t->chat_sys_len : 0;
+    return (const char *)t->chat_sys;
+}
+
+typedef struct { char *s; size_t n, cap; bool oom; } Buf;
+static void buf_put(Buf *b, const void *p, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap : 256;
+        while (c < b->n + n + 1) c *= 2;
+        char *q = realloc(b->s, c);
+        if (!q) { b->oom = true; return; }
+        b->s = q; b->cap = c;
+    }
+    if (n) memcpy(b->s + b->n, p, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+static void buf_str(Buf *b, const char *s) { buf_put(b, s, strlen(s)); }
+static void buf_tok(Buf *b, const Tokenizer *t, int32_t id) {
+    if (id >= 0) buf_put(b, t->pool + t->off[id], t->off[id + 1] - t->off[id]);
+}
+
+/* Python's str.isspace, which Jinja's |trim (str.strip) uses. */
+static bool py_space(uint32_t c) {
+    return (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+static void buf_content(Buf *b, const Tokenizer *t, const ChatMsg *m) {
+    const uint8_t *s = (const uint8_t *)m->content;
+    size_t n = m->len, lo = 0, hi = n;
+    if (t->chat_flags & TOKC_TRIM) {
+        bool seen = false;
+        for (size_t i = 0; i < n;) {
+            uint32_t c;
+            size_t k = utf8_next(s + i, n - i, &c);
+            if (c == UINT32_MAX || !py_space(c)) {
+                if (!seen) lo = i;
+                seen = true;
+                hi = i + k;
+            }
+            i += k;
+        }
+        if (!seen) lo = hi = 0;
+    }
+    buf_put(b, s + lo, hi - lo);
+}
+
+char *tokenizer_chat_render(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, size_t *len) {
+    Buf b = {0};
+    buf_put(&b, "", 0);
+    int i = 0;
+    switch (t->chat) {
+    case TOK_CHAT_CHATML:
+        /* Qwen2.5: the first message when it is the system's, else the default system prompt */
+        if (cont) buf_str(&b, "<|im_end|>\n");
+        else if (n > 0 && strcmp(m[0].role, "system") == 0) {
+            buf_str(&b, "<|im_start|>system\n");
+            buf_content(&b, t, &m[0]);
+            buf_str(&b, "<|im_end|>\n");
+            i = 1;
+        } else if (t->chat_sys) {
+            buf_str(&b, "<|im_start|>system\n");
+            buf_put(&b, t->chat_sys, t->chat_sys_len);
+            buf_str(&b, "<|im_end|>\n");
+        }
+        for (; i < n; i++) {
+            buf_str(&b, "<|im_start|>"); buf_str(&b, m[i].role); buf_str(&b, "\n");
+            buf_content(&b, t, &m[i]);
+            buf_str(&b, "<|im_end|>\n");
+        }
+        if (add_gen) buf_str(&b, "<|im_start|>assistant\n");
+        break;
+    case TOK_CHAT_LLAMA3:
+        if (cont) buf_str(&b, "<|eot_id|>");
+        for (; i < n; i++) {
+            if (i == 0 && !cont) buf_tok(&b, t, t->chat_bos);
+            buf_str(&b, "<|start_header_id|>"); buf_str(&b, m[i].role); buf_str(&b, "<|end_header_id|>\n\n");
+            buf_content(&b, t, &m[i]);
+            buf_str(&b, "<|eot_id|>");
+        }
+        if (add_gen) buf_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+    case TOK_CHAT_ZEPHYR:
+        /* roles other than these three render nothing; the assistant header is
+         * added after the last message only (the template's loop.last) */
+        if (cont) { buf_tok(&b, t, t->chat_eos); buf_str(&b, "\n"); }
+        for (; i < n; i++) {
+            const char *r = m[i].role;
+            if (!strcmp(r, "user") || !strcmp(r, "system") || !strcmp(r, "assistant")) {
+                buf_str(&b, "<|"); buf_str(&b, r); buf_str(&b, "|>\n");
+                buf_content(&b, t, &m[i]);
+                buf_tok(&b, t, t->chat_eos);
+                buf_str(&b, "\n");
+            }
+            if (i == n - 1 && add_gen) buf_str(&b, "<|assistant|>\n");
+        }
+        break;
+    default:
+        free(b.s);
+        return NULL;
+    }
+    if (b.oom) { free(b.s); return NULL; }
+    if (len) *len = b.n;
+    return b.s;
 }

@@ -45,19 +45,55 @@ size_t tokdec_push(TokDecoder *d, int32_t id, char *out, size_t cap);
 size_t tokdec_flush(TokDecoder *d, char *out, size_t cap);
 /* Decodes a whole sequence into a malloc'd NUL-terminated string. */
 char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, bool show_special);
-/* ---- packed blob format (v1), shared with compiler/tokenizer_pack.c ----
+/* ---- chat templates ----
+ * The compiler recognises tokenizer_config.json's chat_template (by its
+ * markers, not with a Jinja engine) as one of these families and packs the
+ * family, its end-of-turn id and its default system prompt; rendering here
+ * reproduces transformers' apply_chat_template(messages,
+ * add_generation_prompt=True) text for system/user/assistant messages, and
+ * the text is then encoded like any other (add_special_tokens=False, as
+ * transformers does). */
+#define TOK_CHAT_FAMILIES(X) \
+    X(NONE, "none") \
+    X(CHATML, "chatml")      /* Qwen2 / Qwen2.5: <|im_start|>role\n...<|im_end|>\n */ \
+    X(LLAMA3, "llama3")      /* Llama 3 Instruct: <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */ \
+    X(ZEPHYR, "zephyr")      /* TinyLlama / Zephyr: <|role|>\n...</s>\n */
+#define X(e, s) TOK_CHAT_##e,
+enum { TOK_CHAT_FAMILIES(X) TOK_CHAT_COUNT };
+#undef X
+enum { TOKC_TRIM = 1 };      /* content goes through Jinja's |trim (Python str.strip) */
+typedef struct { const char *role; const char *content; size_t len; } ChatMsg;
+const char *tokenizer_chat_family_name(int family);
+int tokenizer_chat_family(const Tokenizer *t);     /* TOK_CHAT_NONE when the blob has no template */
+int tokenizer_chat_eot(const Tokenizer *t);        /* end-of-turn id, -1 when none */
+/* The template's system prompt when the messages bring none; NULL when it has none. */
+const char *tokenizer_chat_default_system(const Tokenizer *t, size_t *len);
+/* Renders messages (roles "system", "user", "assistant") into a malloc'd
+ * string (*len bytes, NUL-terminated); NULL when out of memory or the blob
+ * has no template. add_gen: end with the assistant header.
+ * cont: the messages continue a conversation right after an assistant reply
+ * whose end-of-turn token was sampled but not kept: the text starts with what
+ * the template puts after an assistant's content and leaves out what comes
+ * only once (BOS, the default system prompt). */
+char *tokenizer_chat_render(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, size_t *len);
+
+/* ---- packed blob format (v2), shared with compiler/tokenizer_pack.c ----
  * All integers little-endian, nothing aligned:
- *   0  u32 magic TOK_MAGIC ("LTOK")     4  u32 version TOK_VERSION
+ *   0  u32 magic TOK_MAGIC ("LTOK")     4  u32 version TOK_VERSION (1 is read too: no chat)
  *   8  u32 model (TOK_MODEL_*)         12  u32 flags (TOKF_*)
  *  16  u32 pre-tokenizer (TOK_PRE_*)   20  i32 bos   24 i32 eos   28 i32 unk (-1: none)
- *  32  u32 n (id space: ids 0..n-1)    36  u32 nmerge   40 u32 pool bytes   44 u32 0
+ *  32  u32 n (id space: ids 0..n-1)    36  u32 nmerge   40 u32 pool bytes   44 u32 chat bytes (v1: 0)
  *  48  u32 off[n+1]: token i is pool[off[i], off[i+1]) (empty: no such id).
  *      Byte-level vocab strings are stored as raw bytes (GPT-2 byte map undone).
  *      u8 tflag[n] (TOKT_*)
  *      nmerge x {u24 left, u24 right, u24 result}, in rank order
- *      pool */
+ *      pool
+ *      chat (when chat bytes > 0): u32 family (TOK_CHAT_*), u32 flags (TOKC_*),
+ *      i32 end-of-turn id, i32 bos_token id, i32 eos_token id (as tokenizer_config
+ *      names them; -1: none), u32 default system length (UINT32_MAX: none), its bytes */
 #define TOK_MAGIC 0x4B4F544Cu          /* "LTOK" */
-#define TOK_VERSION 1u
+#define TOK_VERSION 2u
+#define TOK_CHAT_HEADER_SIZE 24u
 #define TOK_HEADER_SIZE 48u
 enum { TOK_MODEL_BYTELEVEL = 0, TOK_MODEL_SPM = 1 };
 enum { TOK_PRE_NONE = 0, TOK_PRE_QWEN2 = 1, TOK_PRE_LLAMA3 = 2 };

@@ -13,21 +13,35 @@ KIND:
                 eps 1e-6, vocab 320 (tokenizer has 300), eos [5, 6]
   llama-linear  as llama-gqa but linear rope_scaling (factor 2), head_dim 32
                 (!= hidden/heads), attention_bias and mlp_bias
+  qwen2-tok     Qwen2ForCausalLM with the real Qwen2.5-Instruct tokenizer and
+                generation_config (copied from --tokenizer-dir, default
+                ../shared/assets/tokenizers/qwen2.5-instruct): vocab 151936, hidden 32,
+                intermediate 64, 1 layer, 2 heads, 1 kv head, untied lm_head. Rigged so
+                that after a token whose id is a multiple of 5 it emits <|im_end|>
+                (151645): embedding dimension 0 is +4 for those ids and -2 for the rest,
+                and only the <|im_end|> row of lm_head reads dimension 0 (weight 50).
 
 Writes config.json, generation_config.json, model.safetensors,
-tokenizer.json (tiny byte-level BPE in HF format) and tokenizer_config.json.
+tokenizer.json (tiny byte-level BPE in HF format, or the copied one) and
+tokenizer_config.json.
 Standard library + numpy only.
 """
 import argparse
 import json
 import os
 import re
+import shutil
 import struct
 import sys
 
 import numpy as np
 
 KINDS = ("llama-gqa", "qwen2-tied", "llama-linear")
+# kinds with an outside tokenizer: not in KINDS, which the numpy reference tests walk
+EXTRA_KINDS = ("qwen2-tok",)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QWEN_TOK_DIR = os.path.normpath(os.path.join(ROOT, "..", "shared", "assets", "tokenizers", "qwen2.5-instruct"))
+IM_END = 151645
 
 CORPUS = (
     "Once upon a time there was a little robot who lived in a small town. "
@@ -210,6 +224,17 @@ def make_tokenizer(style, size):
 # ---------------------------------------------------------------- configs
 def config_for(kind, dtype):
     td = "bfloat16" if dtype == "bf16" else "float32"
+    if kind == "qwen2-tok":
+        return {
+            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+            "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 151936,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+            "rope_scaling": None, "hidden_act": "silu", "attention_dropout": 0.0,
+            "sliding_window": 512, "max_window_layers": 1, "use_sliding_window": False,
+            "tie_word_embeddings": False, "bos_token_id": 151643, "eos_token_id": 151645,
+            "initializer_range": 0.02, "torch_dtype": td, "use_cache": True,
+        }
     if kind == "qwen2-tied":
         return {
             "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
@@ -297,19 +322,33 @@ def make_weights(cfg, rng):
     t.append(("model.norm.weight", norm(H)))
     if not cfg["tie_word_embeddings"]:
         t.append(("lm_head.weight", rng.normal(0.0, 0.1, size=(V, H)).astype(np.float32)))
+    if V > IM_END and cfg["hidden_size"] == 32:   # qwen2-tok: emit <|im_end|> after ids that are multiples of 5
+        emb, head = t[0][1], t[-1][1]
+        emb[:, 0] = np.where(np.arange(V) % 5 == 0, 4.0, -2.0)
+        head[:, 0] = 0.0
+        head[IM_END, 0] = 50.0
     return t
 
 
-def make(kind, out, dtype="f32", seed=0):
-    if kind not in KINDS:
-        raise ValueError("KIND must be one of %s" % ", ".join(KINDS))
+def make(kind, out, dtype="f32", seed=0, tokenizer_dir=QWEN_TOK_DIR):
+    all_kinds = KINDS + EXTRA_KINDS
+    if kind not in all_kinds:
+        raise ValueError("KIND must be one of %s" % ", ".join(all_kinds))
+    if kind == "qwen2-tok":
+        for fn in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+            if not os.path.exists(os.path.join(tokenizer_dir, fn)):
+                raise SystemExit("make_fixture.py: %s: no %s (see --tokenizer-dir)" % (tokenizer_dir, fn))
     os.makedirs(out, exist_ok=True)
     # seed depends on the kind too, so fixtures differ from one another
-    rng = np.random.default_rng([seed, KINDS.index(kind)])
+    rng = np.random.default_rng([seed, all_kinds.index(kind)])
     cfg = config_for(kind, dtype)
     write_safetensors(os.path.join(out, "model.safetensors"), make_weights(cfg, rng), dtype)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
+    if kind == "qwen2-tok":
+        for fn in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+            shutil.copyfile(os.path.join(tokenizer_dir, fn), os.path.join(out, fn))
+        return cfg
     with open(os.path.join(out, "generation_config.json"), "w") as f:
         json.dump(gen_config_for(kind), f, indent=2)
     if kind == "qwen2-tied":
@@ -335,12 +374,13 @@ def make(kind, out, dtype="f32", seed=0):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description="tiny seeded HF checkpoints for llmcc's tests")
-    ap.add_argument("kind", choices=KINDS)
+    ap.add_argument("kind", choices=KINDS + EXTRA_KINDS)
     ap.add_argument("outdir")
     ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokenizer-dir", default=QWEN_TOK_DIR, help="qwen2-tok: where the tokenizer files come from")
     a = ap.parse_args(argv)
-    make(a.kind, a.outdir, a.dtype, a.seed)
+    make(a.kind, a.outdir, a.dtype, a.seed, a.tokenizer_dir)
     print("wrote %s (%s, %s, seed %d)" % (a.outdir, a.kind, a.dtype, a.seed))
     return 0
 

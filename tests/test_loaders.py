@@ -565,3 +565,30 @@ def test_inspect_with_weights():
     assert "tensors" not in kv and "tensor:" not in out
     expect_error(["inspect"], "usage")
     expect_error(["inspect", d, "--bogus"], "--bogus", "unknown option")
+
+
+def test_json_strictness():
+    """jsmn lets these through; compiler/json.c refuses them (found by tests/fuzz/, or next to what was)."""
+    good = json.dumps(BASE)
+    cases = [
+        (good.replace(', "intermediate_size"', ' "intermediate_size"'), "invalid JSON (syntax error at byte"),  # missing comma
+        (good.replace('"vocab_size": 100', '"vocab_size": [1: 2]'), "invalid JSON (syntax error at byte"),     # colon in an array
+        (good.replace('"vocab_size": 100', '"vocab_size": 1.2.3'), "invalid JSON (syntax error at byte"),
+        (good.replace('"vocab_size": 100', '"vocab_size": nul'), "invalid JSON (syntax error at byte"),
+        (good.replace('"vocab_size": 100', '"vocab_size": 01'), "invalid JSON (syntax error at byte"),
+        (good.replace('"vocab_size": 100', '"vocab_size": -'), "invalid JSON (syntax error at byte"),
+        (good + "\0", "invalid JSON (NUL byte at offset %d)" % len(good)),
+        (good[:-1], "invalid JSON (unexpected end of input)"),
+        ('{"a": "unterminated', "invalid JSON (unexpected end of input)"),
+        ('{"a": ' + "[" * 128 + "]" * 128 + "}", "JSON nested more than 128 levels deep (at byte 133)"),
+    ]
+    for i, (raw, needle) in enumerate(cases):
+        d = model_dir("json_strict_%d" % i, raw=raw)
+        expect_error(["inspect", d, "--config-only"], os.path.join(d, "config.json") + ": " + needle)
+    # 127 nested arrays plus the top-level object: parsed; the value is then the wrong type
+    d = model_dir("json_deep_ok", raw=good[:-1] + ', "x": ' + "[" * 127 + "]" * 127 + "}")
+    inspect(d, "--config-only")
+    # messages show strings with their quotes: "64" is not 64
+    for i, v in enumerate(('"64"', "[64]", "true")):
+        d = model_dir("json_type_%d" % i, raw=good.replace('"hidden_size": 64', '"hidden_size": ' + v))
+        expect_error(["inspect", d, "--config-only"], "hidden_size: must be an integer, got %s" % v)

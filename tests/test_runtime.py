@@ -30,8 +30,6 @@ def project():
     for fn in os.listdir(os.path.join(ROOT, "runtime")):
         if fn.endswith((".c", ".h")):
             shutil.copy(os.path.join(ROOT, "runtime", fn), os.path.join(d, "runtime", fn))
-    if not os.path.exists(os.path.join(d, "runtime", "tokenizer.c")):
-        shutil.copy(os.path.join(ROOT, "tests", "c", "tokenizer_stub.c"), os.path.join(d, "runtime", "tokenizer.c"))
     shutil.copy(os.path.join(ROOT, "tests", "c", "mock_model.c"), os.path.join(d, "model.c"))
     mk = build_c("mk_payload", ["tests/c/mk_payload.c", "compiler/pack.c", "compiler/util.c"])
     run([mk, os.path.join(d, "payload.bin")])
@@ -263,7 +261,7 @@ def test_closed_stdout():
     os.close(w)
     assert p.returncode == 0 and p.stderr == b"", (p.returncode, p.stderr)
     # and through a shell pipe
-    p = subprocess.run("'%s' --prompt-ids 10 --ids -n -1 --temperature 1 | head -c 3; exit ${PIPESTATUS[0]}" % exe(),
+    p = subprocess.run("'%s' --prompt-ids 10 --ids -n -1 --temperature 1 --seed 7 --ignore-eos | head -c 3; exit ${PIPESTATUS[0]}" % exe(),
                        shell=True, executable="/bin/bash", capture_output=True, timeout=60)
     assert p.returncode == 0 and len(p.stdout) == 3 and b"rror" not in p.stderr, p
 
@@ -485,3 +483,73 @@ def test_cuda_makefile():
     if r.returncode == 1 and "no CUDA device" in r.stderr:
         raise Skip("built and checked; no GPU to run it on")
     assert ids_of(r) == greedy([10, 11], 8)
+
+
+# ---- bad input: each case's documented behaviour (docs/errors.md, "The executable") ----
+def test_bad_sampling_values():
+    base = ["--prompt-ids", "10", "--ids", "-n", 3]
+    for flag, vals, words in (("--temperature", ("-1", "-0.001", "nan", "inf", "1e7", "x", ""), "0..1e6"),
+                              ("--top-p", ("0", "-0.5", "1.5", "nan", "1.0000001"), "(0, 1]"),
+                              ("--top-k", ("-1", "-100", "1.5", "x", "99999999999"), ">= 0"),
+                              ("--min-p", ("-0.1", "1.1", "nan"), "[0, 1]"),
+                              ("--repeat-penalty", ("0", "-1", "-0", "nan", "inf"), "> 0")):
+        for v in vals:
+            one_line_error(bx(*base, flag, v), flag, "'%s'" % v, words)
+    # the edges that are accepted: greedy, off switches
+    g = greedy([10], 3)
+    for extra in (["--temperature", 0], ["--top-p", 1, "--temperature", 0], ["--top-k", 0, "--temperature", 0],
+                  ["--min-p", 0, "--temperature", 0], ["--min-p", 1], ["--repeat-penalty", 1, "--temperature", 0]):
+        assert ids_of(bx(*base, *extra)) == g, extra
+
+
+def test_bad_numbers_and_flags():
+    for args, words in ((["-n", "abc"], ("-n", "'abc'")), (["-n", "-2"], ("-n", "-1..")), (["-n", "1e3"], ("-n",)),
+                        (["-n", "99999999999"], ("-n",)), (["--max-tokens="], ("--max-tokens",)),
+                        (["--seed", "x"], ("--seed",)), (["--seed", "-1"], ("--seed",)), (["--ctx", "abc"], ("--ctx",)),
+                        (["--ctx", "1.5"], ("--ctx",)), (["--prompt-ids", "1.5"], ("--prompt-ids",)),
+                        (["--prompt-ids", "-1"], ("--prompt-ids",)), (["--bogus"], ("unknown option", "--bogus")),
+                        (["-x"], ("unknown option",)), (["--ids", "--verbose"], ("--verbose",)),
+                        (["--stats=yes"], ("takes no value",)), (["--top-k"], ("needs a value",))):
+        one_line_error(bx(*args), *words)
+
+
+def test_max_tokens_beyond_context():
+    # accepted: generation stops at the context end, as with -n -1
+    for n in (100000, 1 << 30, -1):
+        p = bx("--prompt-ids", "10,11", "--ids", "--ctx", 8, "-n", n, "--ignore-eos", "--temperature", 0)
+        assert p.returncode == 0 and p.stderr == "" and len(ids_of(p)) == 7, (n, p.stdout)   # 8 positions - 2 + 1
+
+
+def test_closed_stdout_text():
+    if not os.path.exists(os.path.join(ROOT, "runtime", "tokenizer.c")):
+        raise Skip("runtime/tokenizer.c is absent")
+    elf = os.path.join(project(), NAME + ".elf")
+    env = dict(os.environ, **tok_env())
+    p = subprocess.run("'%s' --prompt hello -n -1 --ignore-eos --temperature 1 --seed 3 | head -c 10; exit ${PIPESTATUS[0]}" % elf,
+                       shell=True, executable="/bin/bash", capture_output=True, timeout=60, env=env)
+    assert p.returncode == 0 and p.stdout.startswith(b"hello") and len(p.stdout) == 10 and p.stderr == b"", p
+
+
+def test_invalid_utf8_prompt_accepted():
+    """Accepted: the bytes are tokenized as they are (byte-level tokens / byte fallback), the echo
+    shows U+FFFD for what is not UTF-8, and every byte reaches the model."""
+    if not os.path.exists(os.path.join(ROOT, "runtime", "tokenizer.c")):
+        raise Skip("runtime/tokenizer.c is absent")
+    bad = b"ok\xff\xc3("
+    p = bt("--prompt", bad, "--tokenize")
+    assert p.returncode == 0 and [int(x) for x in p.stdout.split()] == encode(bad), p.stdout
+    p = bt("--prompt", bad, "-n", 0)
+    assert p.returncode == 0 and p.stdout == "ok\ufffd\ufffd(\n".encode(), p.stdout
+
+
+def test_empty_prompt():
+    if not os.path.exists(os.path.join(ROOT, "runtime", "tokenizer.c")):
+        raise Skip("runtime/tokenizer.c is absent")
+    # BOS alone when the tokenizer adds one (as with no --prompt); an error when it does not
+    assert bt("--prompt", "", "--tokenize").stdout.split() == [b"1"]
+    p = bt("--prompt", "", "--ids", add_bos=False)
+    assert p.returncode == 1 and p.stderr == b"bigram: the prompt is empty and this model adds no BOS token: give a --prompt\n"
+    # chat needs a template, which the mock's tokenizer lacks
+    for args, word in ((["--chat", "--prompt", "x"], b"--chat"), (["--system", "s", "--prompt", "x"], b"--system"), (["-i"], b"-i")):
+        p = bt(*args)
+        assert p.returncode == 1 and b"no chat template" not in p.stderr and word in p.stderr and b"has none" in p.stderr, p.stderr

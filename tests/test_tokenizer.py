@@ -286,7 +286,9 @@ def test_load_speed_and_size():
     info = dict(ln.split() for ln in run([driver(), q, "info"]).stdout.strip().split("\n"))
     print("    qwen2.5: blob %s bytes, load %s ms" % (info["blob_bytes"], info["load_ms_avg"]))
     assert int(info["blob_bytes"]) <= 4 * 1000 * 1000
-    assert float(info["load_ms_avg"]) < 100
+    # a sanitizer build loads several times slower: the bound is for the normal build
+    if os.environ.get("LLMCC_SANITIZE") != "1":
+        assert float(info["load_ms_avg"]) < 100
     assert info["bos"] == "-1" and info["eos"] == "151645"
     l3 = dict(ln.split() for ln in run([driver(), shared("tokenizers", "llama3-instruct"), "info"]).stdout.strip().split("\n"))
     assert l3["bos"] == "128000" and l3["eos"] == "128009"

@@ -1,0 +1,465 @@
+/* cmd_run.c: `llmcc run -c EXPR`: compile one expression, fill its inputs
+ * and weights with seeded random values, build the harness (emit_harness.h)
+ * in a temporary directory, run it, and check its output against the
+ * double-precision reference (interp.h). --bench and --profile time it;
+ * --dump DIR keeps the inputs, weights and output as .npy files. */
+#include "pipeline.h"
+#include "emit_harness.h"
+#include "interp.h"
+#include "pack.h"
+#include "torch_expr.h"
+#include <errno.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The check: |out - ref| <= RTOL |ref| + ATOL max|ref|. The kernels compute
+ * in f32 and the reference in double: a sum of K terms in f32 is off by
+ * about sqrt(K) * 2^-24 of the terms' size, well inside these bounds for the
+ * sizes a single op has; a wrong index or a missing term is far outside. */
+#define RTOL 1e-4
+#define ATOL 1e-5
+
+typedef struct {
+    const char *expr, *dump, *model;
+    bool one_layer;
+    int layer, tokens;
+    bool bench, profile, target_set;
+    Target target;
+    uint64_t seed;
+    int iters;
+    int64_t perturb;           /* >= 0: (testing) the output value to spoil before the check */
+    Knobs knobs;
+} RunOpts;
+
+static const char *g_tmp;
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb; (void)flag; (void)ftw;
+    return remove(p);
+}
+static void cleanup(void) { if (g_tmp) nftw(g_tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
+
+static void parse(int argc, char **argv, RunOpts *o) {
+    memset(o, 0, sizeof *o);
+    o->iters = -1;
+    o->perturb = -1;
+    o->tokens = 5;
+    knobs_default(&o->knobs);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED() do { if (!v) die_user(NULL, a, "needs a value"); i++; } while (0)
+        if (!strcmp(a, "-c")) { NEED(); o->expr = v; }
+        else if (!strcmp(a, "--bench")) o->bench = true;
+        else if (!strcmp(a, "--profile")) o->profile = true;
+        else if (!strcmp(a, "--dump")) { NEED(); o->dump = v; }
+        else if (!strcmp(a, "--knob")) { NEED(); knobs_set(&o->knobs, v); }
+        else if (!strcmp(a, "--perturb")) {
+            NEED();
+            char *end;
+            long long x = strtoll(v, &end, 10);
+            if (!*v || *end || x < 0) die_user(NULL, a, "expects an output index >= 0, got '%s'", v);
+            o->perturb = x;
+        }
+        else if (!strcmp(a, "--seed") || !strcmp(a, "--iters")) {
+            NEED();
+            char *end;
+            errno = 0;
+            unsigned long long x = strtoull(v, &end, 10);
+            bool seed = a[2] == 's';
+            if (!*v || *end || errno || v[0] == '-' || (!seed && (x < 1 || x > 1000000)))
+                die_user(NULL, a, seed ? "expects a whole number >= 0, got '%s'" : "expects an integer in 1..1000000, got '%s'", v);
+            if (seed) o->seed = x;
+            else o->iters = (int)x;
+        }
+        else if (!strcmp(a, "--target")) {
+            NEED();
+            if (!strcmp(v, "cpu")) o->target = TARGET_CPU;
+            else if (!strcmp(v, "cuda")) o->target = TARGET_CUDA;
+            else die_user(NULL, "--target", "'%s' is not a target (cpu, cuda)", v);
+            o->target_set = true;
+        }
+        else if (!strcmp(a, "--layer") || !strcmp(a, "--tokens")) {
+            NEED();
+            char *end;
+            errno = 0;
+            long x = strtol(v, &end, 10);
+            bool layer = a[2] == 'l';
+            if (!*v || *end || errno || x < (layer ? 0 : 1) || x > (layer ? 1 << 20 : 4096))
+                die_user(NULL, a, layer ? "expects a layer index >= 0, got '%s'" : "expects an integer in 1..4096, got '%s'", v);
+            if (layer) { o->one_layer = true; o->layer = (int)x; }
+            else o->tokens = (int)x;
+        }
+        else if (a[0] == '-') die_user(NULL, a, "unknown option for run (-c EXPR | MODEL --layer N [--tokens N], --bench, --profile, --seed N, --iters N, --target cpu|cuda, --dump DIR, --knob NAME=VALUE)");
+        else if (!o->model) o->model = a;
+        else die_user(NULL, a, "unexpected argument");
+#undef NEED
+    }
+    if (o->expr && o->model) die_user(NULL, "-c", "give either -c EXPR or MODEL --layer N, not both");
+    if (o->model && !o->one_layer) die_user(NULL, "--layer", "run MODEL needs --layer N (one decoder layer); a whole model is llmcc build MODEL -o DIR, then its executable");
+    if (!o->model && o->one_layer) die_user(NULL, "--layer", "needs a MODEL");
+    if (!o->expr && !o->model) die_user(NULL, "-c", "run needs an expression: llmcc run -c \"F.softmax(torch.randn(4, 64), dim=-1)\"");
+}
+
+/* ---- the GPU, when there is one ---- */
+typedef struct { char name[128]; char arch[16]; double gbs, f32_tflops, bf16_tflops; } Gpu;
+
+static bool detect_gpu(Gpu *g) {
+    memset(g, 0, sizeof *g);
+    if (system("command -v nvcc >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1") != 0) return false;
+    FILE *f = popen("nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null", "r");
+    char line[256] = "";
+    if (!f) return false;
+    bool ok = fgets(line, sizeof line, f) != NULL;
+    pclose(f);
+    if (!ok) return false;
+    char *comma = strchr(line, ',');
+    if (!comma) return false;
+    *comma = 0;
+    snprintf(g->name, sizeof g->name, "%.127s", line);
+    int maj = 0, min = 0;
+    if (sscanf(comma + 1, " %d.%d", &maj, &min) != 2) return false;
+    if (maj < 1 || maj > 99 || min < 0 || min > 9) return false;
+    snprintf(g->arch, sizeof g->arch, "sm_%d%d", maj, min);
+    /* published peaks (dense): memory bandwidth, f32 on CUDA cores, bf16 on tensor cores */
+    static const struct { const char *key; double gbs, f32, bf16; } peaks[] = {
+        {"H200", 4800, 67, 989}, {"H100 PCIe", 2000, 51, 756}, {"H100", 3350, 67, 989}, {"GH200", 4000, 67, 989},
+        {"A100-SXM4-80GB", 2039, 19.5, 312}, {"A100", 1555, 19.5, 312}, {"L40S", 864, 91.6, 362}, {"L4", 300, 30.3, 121},
+        {"RTX 4090", 1008, 82.6, 165}, {"A10", 600, 31.2, 125},
+    };
+    for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
+        if (strstr(g->name, peaks[i].key)) { g->gbs = peaks[i].gbs; g->f32_tflops = peaks[i].f32; g->bf16_tflops = peaks[i].bf16; break; }
+    return true;
+}
+
+/* ---- leaf values: seeded, then rounded to the leaf's dtype ---- */
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static double uniform01(uint64_t *s) { return ((double)(splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+/* Fills leaf n; returns its values as the kernels will see them, and writes
+ * the bytes the harness reads. Each leaf has its own stream, so adding an op
+ * leaves the other leaves' values alone. */
+static double *fill_leaf(const GNode *n, uint64_t seed, const char *path) {
+    int64_t N = gnode_elems(n);
+    double *v = malloc(sizeof(double) * (size_t)N);
+    void *raw = malloc((size_t)N * (size_t)dtype_sizes[n->dtype]);
+    CHECK(v && raw, "out of memory (%lld values)", (long long)N);
+    uint64_t s = seed * 0x100000001b3ULL + (uint64_t)n->id * 0x9e3779b97f4a7c15ULL;
+    for (int64_t i = 0; i < N; i++) {
+        float x;
+        switch (n->fill) {
+        case FILL_RANDN: {
+            double u1 = uniform01(&s), u2 = uniform01(&s);
+            x = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+            break;
+        }
+        case FILL_ZEROS: x = 0; break;
+        case FILL_ONES: x = 1; break;
+        case FILL_UNIFORM: x = (float)(n->fill_lo + (n->fill_hi - n->fill_lo) * uniform01(&s)); break;
+        default: UNREACHABLE();
+        }
+        switch (n->dtype) {
+        case DT_F32: ((float *)raw)[i] = x; break;
+        case DT_BF16: ((uint16_t *)raw)[i] = pack_f32_to_bf16(x); x = pack_bf16_to_f32(((uint16_t *)raw)[i]); break;
+        case DT_F16: ((uint16_t *)raw)[i] = pack_f32_to_f16(x); x = pack_f16_to_f32(((uint16_t *)raw)[i]); break;
+        default: UNREACHABLE();
+        }
+        v[i] = x;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(raw, (size_t)dtype_sizes[n->dtype], (size_t)N, f) != (size_t)N || fclose(f))
+        die_user(path, NULL, "cannot write: %s", strerror(errno));
+    free(raw);
+    return v;
+}
+
+/* A checkpoint's tensor, as stored (the kernels read its dtype). */
+static double *copy_leaf(const GNode *n, const StTensor *t, const char *path) {
+    int64_t N = gnode_elems(n);
+    CHECK(t->nbytes == (size_t)N * (size_t)dtype_sizes[n->dtype], "%s: %zu bytes for %lld values", n->name, t->nbytes, (long long)N);
+    double *v = malloc(sizeof(double) * (size_t)N);
+    CHECK(v, "out of memory");
+    for (int64_t i = 0; i < N; i++) {
+        uint16_t h;
+        float f;
+        switch (n->dtype) {
+        case DT_F32: memcpy(&f, t->data + 4 * i, 4); v[i] = f; break;
+        case DT_BF16: memcpy(&h, t->data + 2 * i, 2); v[i] = pack_bf16_to_f32(h); break;
+        case DT_F16: memcpy(&h, t->data + 2 * i, 2); v[i] = pack_f16_to_f32(h); break;
+        default: UNREACHABLE();
+        }
+    }
+    write_file_atomic(path, t->data, t->nbytes);
+    return v;
+}
+
+/* ---- .npy (version 1.0) for --dump ---- */
+static void write_npy(const char *path, const char *descr, int ndim, const int64_t *dims, const void *data, size_t bytes) {
+    char shape[160] = "", hdr[256];
+    size_t k = 0;
+    for (int i = 0; i < ndim; i++) k += (size_t)snprintf(shape + k, sizeof shape - k, "%lld,%s", (long long)dims[i], i + 1 < ndim ? " " : "");
+    int len = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, shape);
+    int total = 10 + len + 1, pad = (64 - total % 64) % 64;
+    FILE *f = fopen(path, "wb");
+    if (!f) die_user(path, NULL, "cannot write: %s", strerror(errno));
+    uint16_t hl = (uint16_t)(len + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc(hl & 0xff, f); fputc(hl >> 8, f);
+    fwrite(hdr, 1, (size_t)len, f);
+    for (int i = 0; i < pad; i++) fputc(' ', f);
+    fputc('\n', f);
+    if (fwrite(data, 1, bytes, f) != bytes || fclose(f)) die_user(path, NULL, "cannot write: %s", strerror(errno));
+}
+static void dump_f32(const char *path, const GNode *n, const double *v) {
+    int64_t N = gnode_elems(n);
+    float *f = malloc(sizeof(float) * (size_t)N);
+    CHECK(f, "out of memory");
+    for (int64_t i = 0; i < N; i++) f[i] = (float)v[i];
+    write_npy(path, "<f4", n->ndim, n->dims, f, sizeof(float) * (size_t)N);
+    free(f);
+}
+
+static const char *shell_quote(Arena *A, const char *s) {
+    Str o = {0};
+    str_append(&o, "'", 1);
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'') str_append(&o, "'\\''", 4);
+        else str_append(&o, p, 1);
+    }
+    str_append(&o, "'", 1);
+    char *r = arena_strdup(A, o.s);
+    str_free(&o);
+    return r;
+}
+
+static void format_index(char *buf, size_t len, const GNode *n, int64_t flat) {
+    int64_t idx[MAX_DIMS];
+    for (int i = n->ndim - 1; i >= 0; i--) { idx[i] = flat % n->dims[i]; flat /= n->dims[i]; }
+    shape_format(buf, len, n->ndim, idx);
+}
+
+/* bytes every leaf is read once and the output written once; FLOPs of the
+ * matmul-class ops, counted as torch.utils.flop_counter does */
+static void traffic(const Graph *g, double *bytes, double *flops) {
+    *bytes = *flops = 0;
+    for (int i = 0; i < g->n; i++) {
+        const GNode *n = g->nodes[i];
+        if (n->op == G_INPUT || n->op == G_WEIGHT) *bytes += (double)gnode_elems(n) * dtype_sizes[n->dtype];
+        if (n->op == G_LINEAR) *flops += 2.0 * (double)gnode_elems(n) * (double)n->in[1]->dims[1];
+        if (n->op == G_MATMUL) *flops += 2.0 * (double)gnode_elems(n) * (double)n->in[0]->dims[n->in[0]->ndim - 1];
+        if (n->op == G_ATTENTION)   /* this call's tokens over as many positions */
+            *flops += 4.0 * (double)n->dims[0] * (double)n->dims[0] * n->heads * n->head_dim;
+        if (n->op == G_SDPA) {
+            const GNode *q = n->in[0], *k = n->in[1];
+            double rows = (double)gnode_elems(n) / (double)n->dims[n->ndim - 1];   /* batch x L */
+            double S = (double)k->dims[k->ndim - 2], E = (double)q->dims[q->ndim - 1], Ev = (double)n->dims[n->ndim - 1];
+            *flops += 2.0 * rows * S * E + 2.0 * rows * S * Ev;
+        }
+    }
+    *bytes += (double)gnode_elems(g->logits) * 4;
+}
+
+static void human(char *buf, size_t len, double v, const char *unit) {
+    const char *p[] = {"", "K", "M", "G", "T", "P"};
+    int i = 0;
+    while (v >= 1000 && i < 5) { v /= 1000; i++; }
+    snprintf(buf, len, "%.3g %s%s", v, p[i], unit);
+}
+
+int cmd_run(int argc, char **argv) {
+    RunOpts o;
+    parse(argc, argv, &o);
+    Gpu gpu = {0};
+    bool have_gpu = !(o.target_set && o.target == TARGET_CPU) && detect_gpu(&gpu);
+    Target target = o.target_set ? o.target : have_gpu ? TARGET_CUDA : TARGET_CPU;
+    if (target == TARGET_CUDA && !have_gpu) die_user(NULL, "--target", "cuda needs an NVIDIA GPU and nvcc (nvidia-smi finds no GPU here): use --target cpu");
+
+    Compilation c;
+    memset(&c, 0, sizeof c);
+    c.expr = o.expr;
+    c.knobs = o.knobs;
+    c.max_batch = c.max_ctx = 1;
+    const char *title = o.expr;
+    if (o.model) {
+        /* one layer over --tokens tokens at position 0: an empty cache before them */
+        const char *dir = model_resolve_dir(&c.A, o.model, llmcc_root(&c.A));
+        model_config_load(&c.A, dir, &c.cfg);
+        c.one_layer = true; c.layer = o.layer;
+        c.max_batch = c.max_ctx = o.tokens;
+        if (st_dir_has_weights(dir)) { st_open_dir(&c.A, dir, &c.st); c.have_weights = true; }
+        title = arena_printf(&c.A, "layer %d of %s, %d tokens at position 0 (%s weights)", o.layer, dir, o.tokens,
+                             c.have_weights ? "the checkpoint's" : "random");
+    }
+    pipeline_run(&c, IR_KERNEL, NULL);
+    Arena *A = &c.A;
+    Graph *g = &c.g;
+    /* the kernels are built: from here on n is this run's token count */
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i]->rows_n) { g->nodes[i]->dims[0] = o.tokens; g->nodes[i]->rows_n = false; }
+    /* a layer's weights without a checkpoint: nn.Linear's init bounds, norms around 1 */
+    for (int i = 0; i < g->n; i++) {
+        GNode *n = g->nodes[i];
+        for (int j = 1; j < n->nin; j++) {
+            GNode *w = n->in[j];
+            if (w->op != G_WEIGHT || w->fill != FILL_NONE) continue;
+            double b = n->op == G_LINEAR ? 1.0 / sqrt((double)n->in[1]->dims[1]) : 0.5;
+            w->fill = FILL_UNIFORM;
+            w->fill_lo = n->op == G_LINEAR ? -b : 0.5;
+            w->fill_hi = n->op == G_LINEAR ? b : 1.5;
+        }
+    }
+    const char *tmpl = arena_printf(A, "%s/llmcc-run-XXXXXX", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    char *tmp = arena_strdup(A, tmpl);
+    if (!mkdtemp(tmp)) die_user(tmpl, NULL, "cannot create a temporary directory: %s", strerror(errno));
+    g_tmp = tmp;
+    atexit(cleanup);
+
+    /* inputs and weights */
+    double **leaves = calloc((size_t)g->n, sizeof(double *));
+    CHECK(leaves, "out of memory");
+    for (int i = 0; i < g->n; i++) {
+        const GNode *n = g->nodes[i];
+        if (n->op != G_INPUT && n->op != G_WEIGHT) continue;
+        CHECK(n->buf, "leaf %s has no buffer", n->name);
+        const char *path = path_join(A, tmp, harness_leaf_file(A, n->buf));
+        const StTensor *t = c.have_weights && n->op == G_WEIGHT ? st_find(&c.st, n->name) : NULL;
+        leaves[i] = t ? copy_leaf(n, t, path) : fill_leaf(n, o.seed, path);
+    }
+
+    /* the harness */
+    bool cuda = target == TARGET_CUDA;
+    Str src = {0};
+    HarnessOptions ho = {target, title, o.model ? o.tokens : 1, 0};
+    emit_harness(&src, &c.kp, &ho);
+    const char *srcp = path_join(A, tmp, cuda ? "harness.cu" : "harness.c"), *exe = path_join(A, tmp, "harness");
+    write_file_atomic(srcp, src.s, src.len);
+    str_free(&src);
+    const char *log = path_join(A, tmp, "build.log");
+    bool timed = o.bench || o.profile;
+    /* -O1 builds in half the time of -O2 and is as exact; timing wants -O2 */
+    const char *opt = timed ? "-O2" : "-O1";
+    const char *cc = cuda ? arena_printf(A, "nvcc -O2 -arch=%s -o %s %s > %s 2>&1", gpu.arch, shell_quote(A, exe), shell_quote(A, srcp), shell_quote(A, log))
+                          : arena_printf(A, "cc %s -fopenmp -std=c11 -o %s %s -lm > %s 2>&1", opt, shell_quote(A, exe), shell_quote(A, srcp), shell_quote(A, log));
+    if (system(cc) != 0) {
+        char *msg = read_file(log, NULL);
+        fprintf(stderr, "%s\n", msg ? msg : "");
+        die_internal(__FILE__, __LINE__, "the generated harness does not compile: %s", cc);
+    }
+    const char *cmd = arena_printf(A, "%s %s %d %d", shell_quote(A, exe), shell_quote(A, tmp), timed ? o.iters : 0, o.profile ? 1 : 0);
+    FILE *p = popen(cmd, "r");
+    if (!p) die_user(NULL, NULL, "cannot run the harness: %s", strerror(errno));
+    double t_iter = 0, *lt = calloc((size_t)c.kp.nl + 1, sizeof(double));
+    int iters = 0;
+    char line[512];
+    while (fgets(line, sizeof line, p)) {
+        int li;
+        double t;
+        if (sscanf(line, "time %lf %d", &t, &iters) == 2) t_iter = t;
+        else if (sscanf(line, "launch %d %*s %lf", &li, &t) == 2 && li >= 0 && li < c.kp.nl) lt[li] = t;
+    }
+    int st = pclose(p);
+    if (st != 0) die_user(NULL, NULL, "the harness running the compiled kernels failed (exit status %d; its message is above)", WIFEXITED(st) ? WEXITSTATUS(st) : st);
+
+    /* the check */
+    const GNode *on = g->logits;
+    int64_t N = gnode_elems(on);
+    size_t got_len = 0;
+    float *got = (float *)read_file(path_join(A, tmp, "out.bin"), &got_len);
+    CHECK(got && got_len == (size_t)N * 4, "harness output has %zu bytes, expected %lld", got_len, (long long)N * 4);
+    if (o.perturb >= N) die_user(NULL, "--perturb", "%lld is past the output's %lld values", (long long)o.perturb, (long long)N);
+    /* --perturb: shows what a wrong kernel looks like to this check */
+    if (o.perturb >= 0) got[o.perturb] += 1.0f + fabsf(got[o.perturb]);
+    double *ref = interp_run(g, leaves);
+    double max_ref = 0, max_abs = 0, max_rel = 0;
+    for (int64_t i = 0; i < N; i++) if (isfinite(ref[i]) && fabs(ref[i]) > max_ref) max_ref = fabs(ref[i]);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < N; i++) {
+        double r = ref[i], x = got[i], d = fabs(x - r);
+        bool ok;
+        if (isnan(r) || isnan(x)) ok = isnan(r) && isnan(x);
+        else if (isinf(r) || isinf(x)) ok = r == x;
+        else {
+            ok = d <= RTOL * fabs(r) + ATOL * max_ref;
+            if (d > max_abs) max_abs = d;
+            if (fabs(r) > 1e-3 * max_ref && d / fabs(r) > max_rel) max_rel = d / fabs(r);
+        }
+        if (!ok) { bad++; if (first < 0) first = i; }
+    }
+    char shp[128];
+    shape_format(shp, sizeof shp, on->ndim, on->dims);
+    printf("llmcc run: %s\n", title);
+    if (cuda) printf("  target: cuda on %s (%s), %d kernels, %d launches\n", gpu.name, gpu.arch, c.kp.nk, c.kp.nl);
+    else printf("  target: cpu (C backend, the GPU schedule run by OpenMP), %d kernels, %d launches\n", c.kp.nk, c.kp.nl);
+    printf("  output: f32%s, seed %llu; reference: the graph evaluated directly in double precision\n", shp, (unsigned long long)o.seed);
+    printf("  max abs error %.3g (largest |value| %.3g), max rel error %.3g\n", max_abs, max_ref, max_rel);
+
+    int rc = 0;
+    if (bad) {
+        char at[128];
+        format_index(at, sizeof at, on, first);
+        printf("  DOES NOT MATCH the reference: %lld of %lld values differ; first at %s: got %.9g, expected %.9g\n", (long long)bad,
+               (long long)N, at, (double)got[first], ref[first]);
+        fflush(stdout);
+        fprintf(stderr, "llmcc: -c: the result does not match the reference (%lld of %lld values differ, first at %s)\n", (long long)bad, (long long)N, at);
+        rc = 1;
+    } else {
+        printf("  matches the reference (|out - ref| <= %g |ref| + %g max|ref|)\n", RTOL, ATOL);
+    }
+    if (o.dump) {
+        mkdir(o.dump, 0755);
+        if (!dir_exists(o.dump)) die_user(o.dump, "--dump", "cannot create the directory: %s", strerror(errno));
+        for (int i = 0; i < g->n; i++)
+            if (leaves[i]) dump_f32(path_join(A, o.dump, arena_printf(A, "%s.npy", g->nodes[i]->name)), g->nodes[i], leaves[i]);
+        write_npy(path_join(A, o.dump, "output.npy"), "<f4", on->ndim, on->dims, got, (size_t)N * 4);
+        write_npy(path_join(A, o.dump, "reference.npy"), "<f8", on->ndim, on->dims, ref, (size_t)N * 8);
+        printf("  dumped inputs, weights, output.npy and reference.npy to %s\n", o.dump);
+    }
+    if (timed) {
+        double bytes, flops;
+        traffic(g, &bytes, &flops);
+        char b1[32], b3[32];
+        human(b1, sizeof b1, bytes, "B");
+        printf("  time: %.4g ms per call (mean of %d calls, after a warm-up call)\n", t_iter * 1e3, iters);
+        printf("  bytes: %s (inputs and weights read once, the output written once): %.4g GB/s\n", b1, bytes / t_iter * 1e-9);
+        if (flops > 0) {
+            human(b3, sizeof b3, flops, "FLOP");
+            printf("  FLOPs: %s (matmul-class ops, as torch.utils.flop_counter counts them): %.4g TFLOP/s\n", b3, flops / t_iter * 1e-12);
+        } else {
+            printf("  FLOPs: none of the matmul-class ops torch.utils.flop_counter counts: memory-bound, see GB/s\n");
+        }
+        if (!cuda) printf("  CPU figures (C backend; no GPU)\n");
+        else if (gpu.gbs > 0)
+            printf("  of %s's peak: %.1f%% of %.0f GB/s; %.2f%% of %.1f TFLOP/s f32 (CUDA cores; %.0f TFLOP/s bf16 on tensor cores)\n", gpu.name,
+                   100.0 * bytes / t_iter / (gpu.gbs * 1e9), gpu.gbs, 100.0 * flops / t_iter / (gpu.f32_tflops * 1e12), gpu.f32_tflops, gpu.bf16_tflops);
+        else printf("  peak figures of %s are not known to llmcc: no share of peak\n", gpu.name);
+    }
+    if (o.profile) {
+        double total = 0;
+        for (int i = 0; i < c.kp.nl; i++) total += lt[i];
+        printf("  %-40s %8s %12s %7s\n", "kernel", "launches", "ms per call", "share");
+        for (int i = 0; i < c.kp.nk; i++) {
+            const KKernel *k = c.kp.kernels[i];
+            double t = 0;
+            int uses = 0;
+            for (int j = 0; j < c.kp.nl; j++) if (c.kp.launches[j].k == k) { t += lt[j]; uses++; }
+            printf("  %-40s %8d %12.4g %6.1f%%\n", k->name, uses, t * 1e3, total > 0 ? 100.0 * t / total : 0.0);
+        }
+        printf("  (per-kernel times are measured launch by launch%s; their sum is %.4g ms)\n", cuda ? " with CUDA events" : "", total * 1e3);
+    }
+    for (int i = 0; i < g->n; i++) free(leaves[i]);
+    free(leaves); free(ref); free(got); free(lt);
+    if (c.have_weights) st_close(&c.st);
+    cleanup();
+    g_tmp = NULL;
+    arena_free(A);
+    return rc;
+}

@@ -1,0 +1,193 @@
+/* interp.c: the reference evaluator (interp.h). One function per op, each
+ * the textbook formula: broadcasting by explicit index arithmetic, softmax
+ * with the max subtracted, attention as scores -> softmax -> weighted sum. */
+#include "interp.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* offset in x of the element at out index idx (x broadcast against out: dims aligned at the right) */
+static int64_t bcast_off(const GNode *x, int x_lead, const int64_t *idx, int out_lead) {
+    int64_t off = 0, stride = 1;
+    for (int i = x_lead - 1; i >= 0; i--) {
+        int64_t v = x->dims[i] == 1 ? 0 : idx[i + out_lead - x_lead];
+        off += v * stride;
+        stride *= x->dims[i];
+    }
+    return off;
+}
+static void unravel(int64_t flat, int nd, const int64_t *dims, int64_t *idx) {
+    for (int i = nd - 1; i >= 0; i--) { idx[i] = flat % dims[i]; flat /= dims[i]; }
+}
+static int64_t prod(const int64_t *d, int n) { int64_t p = 1; for (int i = 0; i < n; i++) p *= d[i]; return p; }
+
+static void binary(const GNode *n, double *const *v, double *out) {
+    const GNode *a = n->in[0], *b = n->in[1];
+    int64_t idx[MAX_DIMS], N = gnode_elems(n);
+    for (int64_t f = 0; f < N; f++) {
+        unravel(f, n->ndim, n->dims, idx);
+        double x = a->op == G_CONST ? a->value : v[a->id][bcast_off(a, a->ndim, idx, n->ndim)];
+        double y = b->op == G_CONST ? b->value : v[b->id][bcast_off(b, b->ndim, idx, n->ndim)];
+        switch (n->op) {
+        case G_ADD: out[f] = x + y; break;
+        case G_SUB: out[f] = x - y; break;
+        case G_MUL: out[f] = x * y; break;
+        case G_DIV: out[f] = x / y; break;
+        default: UNREACHABLE();
+        }
+    }
+}
+
+static void softmax_rows(double *x, int64_t rows, int64_t len) {
+    for (int64_t r = 0; r < rows; r++) {
+        double *row = x + r * len, m = -INFINITY, s = 0;
+        for (int64_t j = 0; j < len; j++) if (row[j] > m) m = row[j];
+        for (int64_t j = 0; j < len; j++) s += exp(row[j] - m);
+        for (int64_t j = 0; j < len; j++) row[j] = exp(row[j] - m) / s;
+    }
+}
+
+static void matmul(const GNode *n, const double *A, const double *B, double *out) {
+    const GNode *a = n->in[0], *b = n->in[1];
+    int nb = n->ndim - 2;
+    int64_t M = n->dims[nb], N = n->dims[nb + 1], K = a->dims[a->ndim - 1];
+    int64_t batches = prod(n->dims, nb), idx[MAX_DIMS];
+    for (int64_t bi = 0; bi < batches; bi++) {
+        unravel(bi, nb, n->dims, idx);
+        const double *pa = A + bcast_off(a, a->ndim - 2, idx, nb) * M * K;
+        const double *pb = B + bcast_off(b, b->ndim - 2, idx, nb) * K * N;
+        double *po = out + bi * M * N;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++) s += pa[i * K + k] * pb[k * N + j];
+                po[i * N + j] = s;
+            }
+    }
+}
+
+static void sdpa(const GNode *n, double *const *v, double *out) {
+    const GNode *q = n->in[0], *k = n->in[1], *vv = n->in[2];
+    int nb = n->ndim - 2;
+    int64_t L = q->dims[q->ndim - 2], E = q->dims[q->ndim - 1], S = k->dims[k->ndim - 2], Ev = vv->dims[vv->ndim - 1];
+    int64_t batches = prod(n->dims, nb), idx[MAX_DIMS];
+    double *p = malloc(sizeof(double) * (size_t)(L * S));
+    CHECK(p, "out of memory");
+    for (int64_t bi = 0; bi < batches; bi++) {
+        unravel(bi, nb, n->dims, idx);
+        const double *pq = v[q->id] + bcast_off(q, q->ndim - 2, idx, nb) * L * E;
+        const double *pk = v[k->id] + bcast_off(k, k->ndim - 2, idx, nb) * S * E;
+        const double *pv = v[vv->id] + bcast_off(vv, vv->ndim - 2, idx, nb) * S * Ev;
+        for (int64_t i = 0; i < L; i++)
+            for (int64_t j = 0; j < S; j++) {
+                double s = 0;
+                for (int64_t e = 0; e < E; e++) s += pq[i * E + e] * pk[j * E + e];
+                p[i * S + j] = n->causal && j > i ? -INFINITY : s * n->scale;
+            }
+        softmax_rows(p, L, S);
+        double *po = out + bi * L * Ev;
+        for (int64_t i = 0; i < L; i++)
+            for (int64_t f = 0; f < Ev; f++) {
+                double s = 0;
+                for (int64_t j = 0; j < S; j++) s += p[i * S + j] * pv[j * Ev + f];
+                po[i * Ev + f] = s;
+            }
+    }
+    free(p);
+}
+
+/* rotate-half RoPE at positions pos.. (transformers' apply_rotary_pos_emb) */
+static void rope(const GNode *n, const double *x, double *out, int64_t pos) {
+    int64_t rows = n->dims[0], W = n->dims[1], hd = n->head_dim, half = hd / 2;
+    for (int64_t t = 0; t < rows; t++)
+        for (int64_t h = 0; h < n->heads; h++)
+            for (int64_t e = 0; e < hd; e++) {
+                const double *r = x + t * W + h * hd;
+                double ang = (double)(pos + t) * n->inv_freq[e % half];
+                double rot = e < half ? -r[e + half] : r[e - half];
+                out[t * W + h * hd + e] = r[e] * cos(ang) + rot * sin(ang);
+            }
+}
+
+/* causal attention of this call's tokens over themselves (an empty cache
+ * before them), query head h reading kv head h / (heads / kv_heads) */
+static void attention(const GNode *n, const double *q, const double *k, const double *v, double *out) {
+    int64_t T = n->dims[0], H = n->heads, KV = n->kv_heads, hd = n->head_dim, G = H / KV;
+    double *p = malloc(sizeof(double) * (size_t)T);
+    CHECK(p, "out of memory");
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            const double *qr = q + t * H * hd + h * hd;
+            int64_t kh = h / G;
+            for (int64_t j = 0; j <= t; j++) {
+                double s = 0;
+                for (int64_t e = 0; e < hd; e++) s += qr[e] * k[j * KV * hd + kh * hd + e];
+                p[j] = s / sqrt((double)hd);
+            }
+            softmax_rows(p, 1, t + 1);
+            for (int64_t e = 0; e < hd; e++) {
+                double s = 0;
+                for (int64_t j = 0; j <= t; j++) s += p[j] * v[j * KV * hd + kh * hd + e];
+                out[t * H * hd + h * hd + e] = s;
+            }
+        }
+    free(p);
+}
+
+double *interp_run(const Graph *g, double *const *leaves) {
+    double **v = calloc((size_t)g->n, sizeof(double *));
+    CHECK(v, "out of memory");
+    for (int i = 0; i < g->n; i++) {
+        const GNode *n = g->nodes[i];
+        if (n->op == G_INPUT || n->op == G_WEIGHT) { CHECK(leaves[i], "leaf %s has no values", n->name); v[i] = leaves[i]; continue; }
+        if (n->op == G_CONST) continue;
+        CHECK(!n->rows_n, "%s: the reference needs static shapes (n fixed)", n->name);
+        int64_t N = gnode_elems(n);
+        double *o = calloc((size_t)N, sizeof(double));
+        CHECK(o, "out of memory (%lld values)", (long long)N);
+        v[i] = o;
+        const GNode *x = n->nin ? n->in[0] : NULL;
+        int64_t last = n->ndim ? n->dims[n->ndim - 1] : 1;
+        switch (n->op) {
+        case G_ADD: case G_SUB: case G_MUL: case G_DIV: binary(n, v, o); break;
+        case G_SILU:
+            for (int64_t f = 0; f < N; f++) { double a = v[x->id][f]; o[f] = a / (1.0 + exp(-a)); }
+            break;
+        case G_SOFTMAX:
+            memcpy(o, v[x->id], sizeof(double) * (size_t)N);
+            softmax_rows(o, N / last, last);
+            break;
+        case G_RMSNORM:
+            for (int64_t r = 0; r < N / last; r++) {
+                const double *row = v[x->id] + r * last;
+                double ss = 0;
+                for (int64_t j = 0; j < last; j++) ss += row[j] * row[j];
+                double inv = 1.0 / sqrt(ss / (double)last + n->eps);
+                for (int64_t j = 0; j < last; j++) o[r * last + j] = row[j] * inv * (n->nin > 1 ? v[n->in[1]->id][j] : 1.0);
+            }
+            break;
+        case G_LINEAR: {
+            const double *w = v[n->in[1]->id], *b = n->nin > 2 ? v[n->in[2]->id] : NULL;
+            int64_t in = n->in[1]->dims[1];
+            for (int64_t r = 0; r < N / last; r++)
+                for (int64_t j = 0; j < last; j++) {
+                    double s = b ? b[j] : 0;
+                    for (int64_t k = 0; k < in; k++) s += v[x->id][r * in + k] * w[j * in + k];
+                    o[r * last + j] = s;
+                }
+            break;
+        }
+        case G_MATMUL: matmul(n, v[x->id], v[n->in[1]->id], o); break;
+        case G_SDPA: sdpa(n, v, o); break;
+        case G_ROPE: rope(n, v[x->id], o, 0); break;
+        case G_KV_WRITE: memcpy(o, v[x->id], sizeof(double) * (size_t)N); break;   /* the cache rows of this call */
+        case G_ATTENTION: attention(n, v[x->id], v[n->in[1]->id], v[n->in[2]->id], o); break;
+        default: die_user(NULL, graph_op_names[n->op], "the reference does not evaluate this op yet");
+        }
+    }
+    double *out = v[g->logits->id];
+    for (int i = 0; i < g->n; i++)
+        if (v[i] && v[i] != out && !leaves[i]) free(v[i]);
+    free(v);
+    return out;
+}

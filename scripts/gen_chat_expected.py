@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""gen_chat_expected.py: writes tests/data/chat_expected.json, the text and ids that
+transformers' apply_chat_template(messages, add_generation_prompt=True) gives for the
+conversations of tests/test_chat.py (CASES), with the tokenizers in
+../shared/assets/tokenizers (Qwen2.5 Instruct, Llama 3 Instruct) and the Llama 2
+tokenizer with TinyLlama's Zephyr template (tests/test_chat.py tinyllama_dir).
+Each rendered text is also encoded by Hugging Face `tokenizers` straight from
+tokenizer.json ("ids_tokenizers" where it differs): transformers 5 rebuilds Llama
+tokenizers with a Metaspace pre-tokenizer instead of tokenizer.json's legacy normalizer,
+which differs after a special token followed by a space (TinyLlama's case
+"special-token text in content"); llmcc follows tokenizer.json.
+
+    pip install transformers jinja2 && python3 scripts/gen_chat_expected.py
+"""
+import json
+import os
+import sys
+import tempfile
+
+from tokenizers import Tokenizer
+from transformers import AutoTokenizer
+import transformers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import test_chat  # noqa: E402
+from testlib import SHARED  # noqa: E402
+
+
+def ids_of(r):
+    """apply_chat_template(tokenize=True) returns a list (transformers 4) or a BatchEncoding (5)."""
+    if hasattr(r, "keys") and "input_ids" in r.keys():
+        r = r["input_ids"]
+    return [int(x) for x in r]
+
+
+def main():
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in test_chat.TOKENIZERS:
+            if name == "tinyllama":
+                d = test_chat.tinyllama_dir(os.path.join(tmp, "tinyllama"))
+            else:
+                d = os.path.join(SHARED, "tokenizers", name)
+            tok = AutoTokenizer.from_pretrained(d)
+            raw = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+            res = {}
+            for title, msgs in test_chat.CASES:
+                m = [{"role": r, "content": c} for r, c in msgs]
+                text = tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
+                ids = ids_of(tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True))
+                # the ids are the text encoded without added BOS/EOS
+                assert ids == tok.encode(text, add_special_tokens=False), (name, title)
+                res[title] = {"text": text, "ids": ids}
+                ids_raw = raw.encode(text, add_special_tokens=False).ids
+                if ids_raw != ids:
+                    res[title]["ids_tokenizers"] = ids_raw
+            out[name] = res
+    out_path = os.path.join(ROOT, "tests", "data", "chat_expected.json")
+    with open(out_path, "w") as f:
+        json.dump(out, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print("wrote %s (transformers %s, %d tokenizers x %d conversations)" % (
+        out_path, transformers.__version__, len(out), len(test_chat.CASES)))
+
+
+if __name__ == "__main__":
+    main()

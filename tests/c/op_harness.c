@@ -1,0 +1,234 @@
+/* op_harness.c: compiles one tensor op (or the few ops a graph op
+ * decomposes into) through loop IR -> tile IR -> kernel IR and prints a C
+ * (or CUDA) translation unit of its kernels. For C it adds a table of the
+ * buffers and run_ops(), the launch plan; tests/c/op_main.c drives them with
+ * guard regions around every buffer (tests/test_ops.py).
+ *
+ *   op_harness OP ARGS... [--knob NAME=VALUE]... [--target c|cuda] [--print tile|kernel]
+ *     rmsnorm MAXN D WDT        inv_rms[t] = rsqrt(sum_d x[t,d]^2 / D + eps); y = x * inv_rms * w
+ *     linear MAXN M K WDT BIAS  y[t,o] = sum_i x[t,i] w[o,i] (+ b[o] when BIAS is 1)
+ *     softmax MAXN L            m = max_j x, z = sum_j exp(x - m), y = exp(x - m) / z
+ *     silu_mul MAXN C           y = x / (1 + exp(-x)) * g
+ *     silu_then_mul MAXN C      a = x / (1 + exp(-x)); y = a * g (two ops: loop_fuse inlines a)
+ *     residual_norm MAXN D WDT  h = x + r; rmsnorm of h, as a decoder layer's residual add and the
+ *                               next norm (loop_fuse stores h from the sum of squares); h and y are outputs
+ * Row extents are the runtime n (1..MAXN), as in a model; WDT is f32, bf16 or f16.
+ * The ops are built as tensor_ir.c builds the model's, so the schedules see
+ * the same shapes; the expected values come from numpy, not from here. */
+#include "emit.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static Arena A;
+static TProgram tp;
+static Graph g;
+
+static Buffer *buf(const char *name, BufKind kind, DType dt, int ndim, int64_t d0, int64_t d1) {
+    arena_grow(&A, (void **)&tp.bufs, tp.nbufs, &tp.capb, sizeof(Buffer *));
+    Buffer *b = ARENA_NEW(&A, Buffer);
+    b->id = tp.nbufs; b->name = name; b->kind = kind; b->dtype = dt; b->ndim = ndim;
+    b->dims[0] = d0; b->dims[1] = d1; b->layer = -1; b->weight_index = -1; b->act_offset = -1;
+    if (kind == BUF_WEIGHT) b->weight_index = tp.n_weights++;
+    tp.bufs[tp.nbufs++] = b;
+    return b;
+}
+static TOp *op(TOpKind kind, const char *kname, Buffer *out) {
+    arena_grow(&A, (void **)&tp.ops, tp.n, &tp.cap, sizeof(TOp *));
+    TOp *o = ARENA_NEW(&A, TOp);
+    o->kind = kind; o->module = kname; o->kname = kname; o->out = out;
+    tp.ops[tp.n++] = o;
+    return o;
+}
+static Expr *axis(TOp *o, const char *name, Expr *extent) {
+    Var *v = new_var(&A, &tp.nvars, name);
+    o->axes[o->naxes].v = v; o->axes[o->naxes].extent = extent; o->naxes++;
+    return e_var(&A, v);
+}
+static Expr *raxis(TOp *o, const char *name, Expr *extent) {
+    Var *v = new_var(&A, &tp.nvars, name);
+    o->raxes[o->nraxes].v = v; o->raxes[o->nraxes].extent = extent; o->nraxes++;
+    return e_var(&A, v);
+}
+static DType dtype_arg(const char *s) {
+    if (!strcmp(s, "f32")) return DT_F32;
+    if (!strcmp(s, "bf16")) return DT_BF16;
+    if (!strcmp(s, "f16")) return DT_F16;
+    die_user(NULL, "dtype", "'%s' is not f32, bf16 or f16", s);
+}
+static int64_t num(const char *s) { return strtoll(s, NULL, 10); }
+static Expr *N(void) { return e_param(&A, P_N); }
+
+/* role of each buffer for op_main.c: 0 input (filled from the input file), 1 output, 2 scratch */
+static Buffer *observed;       /* an activation the test reads back too */
+static int role_of(const Buffer *b) {
+    return b->kind == BUF_WEIGHT || b->kind == BUF_INPUT ? 0 : b->kind == BUF_OUTPUT || b == observed ? 1 : 2;
+}
+
+static void build(int argc, char **argv) {
+    const char *k = argv[0];
+    if (!strcmp(k, "rmsnorm") && argc >= 4) {
+        int64_t R = num(argv[1]), D = num(argv[2]);
+        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, D), *w = buf("w", BUF_WEIGHT, dtype_arg(argv[3]), 1, D, 0);
+        Buffer *inv = buf("inv_rms", BUF_ACT, DT_F32, 1, R, 0), *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, D);
+        TOp *r = op(TOP_REDUCE, "norm_inv_rms", inv);
+        Expr *t = axis(r, "t", N()), *d = raxis(r, "d", e_i(&A, D));
+        r->out_idx[0] = t; r->red = RED_SUM;
+        Expr *xv = e_load2(&A, x, t, d);
+        r->body = E_MUL(&A, xv, xv);
+        r->epilogue = e_un(&A, EX_RSQRT, E_ADD(&A, E_DIV(&A, e_acc(&A), e_f(&A, (double)D)), e_f(&A, 1e-5f)));
+        TOp *s = op(TOP_ELEMWISE, "norm", y);
+        t = axis(s, "t", N()); Expr *c = axis(s, "c", e_i(&A, D));
+        s->out_idx[0] = t; s->out_idx[1] = c;
+        s->body = E_MUL(&A, E_MUL(&A, e_load2(&A, x, t, c), e_load1(&A, inv, t)), e_load1(&A, w, c));
+    } else if (!strcmp(k, "linear") && argc >= 6) {
+        int64_t R = num(argv[1]), M = num(argv[2]), K = num(argv[3]);
+        DType wd = dtype_arg(argv[4]);
+        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, K), *w = buf("w", BUF_WEIGHT, wd, 2, M, K);
+        Buffer *b = num(argv[5]) ? buf("b", BUF_WEIGHT, wd, 1, M, 0) : NULL;
+        Buffer *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, M);
+        TOp *o = op(TOP_REDUCE, "proj", y);
+        Expr *t = axis(o, "t", N()), *oo = axis(o, "o", e_i(&A, M)), *i = raxis(o, "i", e_i(&A, K));
+        o->out_idx[0] = t; o->out_idx[1] = oo; o->red = RED_SUM;
+        o->body = E_MUL(&A, e_load2(&A, x, t, i), e_load2(&A, w, oo, i));
+        if (b) o->epilogue = E_ADD(&A, e_acc(&A), e_load1(&A, b, oo));
+    } else if (!strcmp(k, "softmax") && argc >= 3) {
+        int64_t R = num(argv[1]), L = num(argv[2]);
+        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, L), *m = buf("max", BUF_ACT, DT_F32, 1, R, 0);
+        Buffer *z = buf("sum", BUF_ACT, DT_F32, 1, R, 0), *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, L);
+        TOp *mx = op(TOP_REDUCE, "softmax_max", m);
+        Expr *t = axis(mx, "t", N()), *j = raxis(mx, "j", e_i(&A, L));
+        mx->out_idx[0] = t; mx->red = RED_MAX; mx->body = e_load2(&A, x, t, j);
+        TOp *sm = op(TOP_REDUCE, "softmax_sum", z);
+        t = axis(sm, "t", N()); j = raxis(sm, "j", e_i(&A, L));
+        sm->out_idx[0] = t; sm->red = RED_SUM;
+        sm->body = e_un(&A, EX_EXP, E_SUB(&A, e_load2(&A, x, t, j), e_load1(&A, m, t)));
+        TOp *nm = op(TOP_ELEMWISE, "softmax", y);
+        t = axis(nm, "t", N()); j = axis(nm, "j", e_i(&A, L));
+        nm->out_idx[0] = t; nm->out_idx[1] = j;
+        nm->body = E_DIV(&A, e_un(&A, EX_EXP, E_SUB(&A, e_load2(&A, x, t, j), e_load1(&A, m, t))), e_load1(&A, z, t));
+    } else if (!strcmp(k, "silu_mul") && argc >= 3) {
+        int64_t R = num(argv[1]), C = num(argv[2]);
+        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, C), *gt = buf("g", BUF_INPUT, DT_F32, 2, R, C);
+        Buffer *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, C);
+        TOp *o = op(TOP_ELEMWISE, "silu_mul", y);
+        Expr *t = axis(o, "t", N()), *c = axis(o, "c", e_i(&A, C));
+        o->out_idx[0] = t; o->out_idx[1] = c;
+        Expr *xv = e_load2(&A, x, t, c);
+        o->body = E_MUL(&A, E_DIV(&A, xv, E_ADD(&A, e_f(&A, 1.0), e_un(&A, EX_EXP, e_un(&A, EX_NEG, xv)))), e_load2(&A, gt, t, c));
+    } else if (!strcmp(k, "silu_then_mul") && argc >= 3) {
+        int64_t R = num(argv[1]), C = num(argv[2]);
+        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, C), *gt = buf("g", BUF_INPUT, DT_F32, 2, R, C);
+        Buffer *a = buf("a", BUF_ACT, DT_F32, 2, R, C), *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, C);
+        TOp *o = op(TOP_ELEMWISE, "act_fn", a);
+        Expr *t = axis(o, "t", N()), *c = axis(o, "c", e_i(&A, C));
+        o->out_idx[0] = t; o->out_idx[1] = c;
+        Expr *xv = e_load2(&A, x, t, c);
+        o->body = E_DIV(&A, xv, E_ADD(&A, e_f(&A, 1.0), e_un(&A, EX_EXP, e_un(&A, EX_NEG, xv))));
+        TOp *m = op(TOP_ELEMWISE, "gate_mul_up", y);
+        t = axis(m, "t", N()); c = axis(m, "c", e_i(&A, C));
+        m->out_idx[0] = t; m->out_idx[1] = c;
+        m->body = E_MUL(&A, e_load2(&A, a, t, c), e_load2(&A, gt, t, c));
+    } else if (!strcmp(k, "residual_norm") && argc >= 4) {
+        int64_t R = num(argv[1]), D = num(argv[2]);
+        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, D), *rr = buf("r", BUF_INPUT, DT_F32, 2, R, D);
+        Buffer *w = buf("w", BUF_WEIGHT, dtype_arg(argv[3]), 1, D, 0);
+        Buffer *h = buf("h", BUF_ACT, DT_F32, 2, R, D), *inv = buf("inv_rms", BUF_ACT, DT_F32, 1, R, 0);
+        Buffer *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, D);
+        observed = h;
+        TOp *a = op(TOP_ELEMWISE, "residual", h);
+        Expr *t = axis(a, "t", N()), *c = axis(a, "c", e_i(&A, D));
+        a->out_idx[0] = t; a->out_idx[1] = c;
+        a->body = E_ADD(&A, e_load2(&A, x, t, c), e_load2(&A, rr, t, c));
+        TOp *r = op(TOP_REDUCE, "norm_inv_rms", inv);
+        t = axis(r, "t", N()); Expr *d = raxis(r, "d", e_i(&A, D));
+        r->out_idx[0] = t; r->red = RED_SUM;
+        Expr *hv = e_load2(&A, h, t, d);
+        r->body = E_MUL(&A, hv, hv);
+        r->epilogue = e_un(&A, EX_RSQRT, E_ADD(&A, E_DIV(&A, e_acc(&A), e_f(&A, (double)D)), e_f(&A, 1e-5f)));
+        TOp *s = op(TOP_ELEMWISE, "norm", y);
+        t = axis(s, "t", N()); c = axis(s, "c", e_i(&A, D));
+        s->out_idx[0] = t; s->out_idx[1] = c;
+        s->body = E_MUL(&A, E_MUL(&A, e_load2(&A, h, t, c), e_load1(&A, inv, t)), e_load1(&A, w, c));
+    } else {
+        die_user(NULL, k, "unknown op or missing arguments (see tests/c/op_harness.c)");
+    }
+    g.max_batch = (int)tp.bufs[0]->dims[0];
+    g.max_ctx = 1;
+    tp.g = &g;
+    tp.weights = ARENA_ARRAY(&A, Buffer *, tp.n_weights + 1);
+    for (int i = 0; i < tp.nbufs; i++) if (tp.bufs[i]->kind == BUF_WEIGHT) tp.weights[tp.bufs[i]->weight_index] = tp.bufs[i];
+}
+
+int main(int argc, char **argv) {
+    Knobs kn;
+    knobs_default(&kn);
+    Target target = TARGET_CPU;
+    const char *print = NULL;
+    char *pos[16];
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--knob") && i + 1 < argc) knobs_set(&kn, argv[++i]);
+        else if (!strcmp(argv[i], "--target") && i + 1 < argc) { i++; target = !strcmp(argv[i], "cuda") ? TARGET_CUDA : TARGET_CPU; }
+        else if (!strcmp(argv[i], "--print") && i + 1 < argc) print = argv[++i];
+        else if (npos < 16) pos[npos++] = argv[i];
+    }
+    if (!npos) die_user(NULL, NULL, "usage: op_harness OP ARGS... [--knob NAME=VALUE] [--target c|cuda] [--print tile|kernel]");
+    build(npos, pos);
+    const char *m = tensor_verify(&A, &tp);
+    CHECK(!m, "%s", m);
+    LProgram lp; TileProgram tip; KProgram kp;
+    loop_lower(&A, &tp, &lp);
+    m = loop_verify(&A, &lp);
+    CHECK(!m, "%s", m);
+    loop_fuse(&A, &lp, kn.fuse);
+    m = loop_verify(&A, &lp);
+    CHECK(!m, "%s", m);
+    tile_schedule(&A, &lp, &kn, &tip);
+    m = tile_verify(&A, &tip);
+    CHECK(!m, "%s", m);
+    kernel_lower(&A, &tip, &kp);
+    m = kernel_verify(&A, &kp);
+    CHECK(!m, "%s", m);
+    Str o = {0};
+    if (print) {
+        if (!strcmp(print, "tile")) tile_print(&o, &tip);
+        else if (!strcmp(print, "loop")) loop_print(&o, &lp);
+        else kernel_print(&o, &kp);
+        fputs(o.s, stdout);
+        return 0;
+    }
+    /* scratch: activations get their own allocations here (the model's memory plan is not under test) */
+    str_printf(&o, "/* generated by tests/c/op_harness.c */\n");
+    emit_prelude(&o, &kp, target, NULL);
+    emit_kernels(&o, &kp, target);
+    if (target == TARGET_CPU) {
+        /* every buffer the launches bind, in first-use order; the workspace last */
+        Buffer *work = NULL;
+        for (int i = 0; i < kp.nl; i++)
+            for (int j = 0; j < kp.launches[i].k->nparams; j++) if (kp.launches[i].args[j]->kind == BUF_WORK) work = kp.launches[i].args[j];
+        str_printf(&o, "\nstruct HBuf { const char *name; int esize; long long elems; int role; };\n"
+                       "const int nbufs = %d;\nconst struct HBuf hbufs[] = {\n", tp.nbufs + (work != NULL));
+        for (int i = 0; i < tp.nbufs; i++)
+            str_printf(&o, "    {\"%s\", %d, %lld, %d},\n", tp.bufs[i]->name, dtype_sizes[tp.bufs[i]->dtype], (long long)buffer_elems(tp.bufs[i]), role_of(tp.bufs[i]));
+        if (work) str_printf(&o, "    {\"%s\", 4, %lld, 2},\n", work->name, (long long)buffer_elems(work));
+        str_printf(&o, "};\nvoid run_ops(void **B, int64_t n, int64_t pos) {\n");
+        for (int i = 0; i < kp.nl; i++) {
+            const KLaunch *l = &kp.launches[i];
+            str_printf(&o, "    %s(", l->k->name);
+            emit_host_expr(&o, l->grid);
+            str_printf(&o, ", n, pos");
+            for (int j = 0; j < l->k->nparams; j++) {
+                const Buffer *b = l->args[j];
+                str_printf(&o, ", (%s%s *)B[%d]", l->k->param_written[j] ? "" : "const ", ctype_of(b->dtype), b->kind == BUF_WORK ? tp.nbufs : b->id);
+            }
+            str_printf(&o, ");\n");
+        }
+        str_printf(&o, "}\n");
+    }
+    fputs(o.s, stdout);
+    str_free(&o);
+    arena_free(&A);
+    return 0;
+}

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""make_seeds.py: writes the seed corpora of the fuzz harnesses into
+tests/fuzz/corpus/TARGET/ (committed; rerun only to change them).
+
+    python3 tests/fuzz/make_seeds.py
+
+Seeds are small valid inputs (a fuzzer mutates from them): safetensors files
+built with struct, the fixture configs and tokenizers of
+scripts/make_fixture.py, a hand-written SentencePiece-style tokenizer, texts
+for the encoder, and packed blobs for the blob parser (packed by a throwaway
+C program linked with compiler/tokenizer_pack.c)."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import make_fixture  # noqa: E402
+
+CORPUS = os.path.join(HERE, "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def st_bytes(tensors, metadata=None):
+    hdr, blob = {}, b""
+    for name, dt, shape, b in tensors:
+        hdr[name] = {"dtype": dt, "shape": shape, "data_offsets": [len(blob), len(blob) + len(b)]}
+        blob += b
+    if metadata is not None:
+        hdr["__metadata__"] = metadata
+    hb = json.dumps(hdr).encode()
+    hb += b" " * (-len(hb) % 8)
+    return struct.pack("<Q", len(hb)) + hb + blob
+
+
+def seeds_safetensors():
+    f32 = lambda *xs: struct.pack("<%df" % len(xs), *xs)
+    put("safetensors", "small", st_bytes([
+        ("model.embed_tokens.weight", "F32", [2, 3], f32(1, 2, 3, 4, 5, 6)),
+        ("model.norm.weight", "F16", [4], struct.pack("<4e", 1, 0.5, -2, 3)),
+        ("lm_head.weight", "BF16", [2, 2], b"\x80\x3f\x80\xbf\x00\x40\x80\x3e"),
+        ("scalar", "F32", [], f32(3.0)),
+        ("empty", "I32", [0, 4], b""),
+        ("ids", "I64", [2], struct.pack("<2q", 7, -1)),
+    ], metadata={"format": "pt"}))
+    put("safetensors", "empty_header", st_bytes([]))
+    put("safetensors", "layers", st_bytes([("model.layers.%d.mlp.up_proj.weight" % i, "BF16", [2, 2], b"\0" * 8)
+                                           for i in range(4)]))
+    put("safetensors", "escaped", st_bytes([("a\u00e9\n\"", "U8", [3], b"xyz")]))   # \u, \n, \" escapes
+
+
+def seeds_config():
+    for kind in make_fixture.KINDS:
+        cfg = make_fixture.config_for(kind, "f32")
+        put("config", kind, json.dumps(cfg, indent=2) + "\0" +
+            json.dumps({"bos_token_id": 1, "eos_token_id": [2, 3], "do_sample": True, "temperature": 0.7,
+                        "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}))
+    put("config", "minimal", json.dumps({"model_type": "llama", "hidden_size": 8, "intermediate_size": 8,
+                                         "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 4}))
+
+
+def spm_tokenizer():
+    """Llama 2 style: <unk> <s> </s>, 256 <0xNN>, then pieces; byte_fallback; SPM normalizer."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    pieces = ["\u2581", "a", "b", "c", "e", "l", "o", "h", "\u2581h", "\u2581a", "ll", "he", "hell", "hello", "\u2581hello"]
+    for p in pieces:
+        vocab[p] = len(vocab)
+    merges = ["\u2581 h", "\u2581 a", "l l", "h e", "he ll", "hell o", "\u2581h ello"]
+    merges = [m for m in merges if all(x in vocab for x in m.split(" ")) and m.replace(" ", "") in vocab]
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True} for s, i in (("<unk>", 0), ("<s>", 1), ("</s>", 2))],
+        "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                                                           {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+        "pre_tokenizer": None,
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+            {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges},
+    }
+
+
+def seeds_tokenizers(tmp):
+    dirs = []
+    for style, size in (("qwen2", 300), ("llama", 300)):
+        tok, _ = make_fixture.make_tokenizer(style, size)
+        cfg = {"bos_token": "<s>" if style == "llama" else None, "eos_token": "</s>" if style == "llama" else "<|im_end|>"}
+        put("tokenizer_json", style, json.dumps(tok, ensure_ascii=False) + "\0" + json.dumps(cfg))
+        d = os.path.join(tmp, style)
+        os.makedirs(d)
+        with open(os.path.join(d, "tokenizer.json"), "w") as f:
+            json.dump(tok, f, ensure_ascii=False)
+        dirs.append(d)
+    spm = spm_tokenizer()
+    cfg = {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False, "bos_token": "<s>",
+           "eos_token": {"content": "</s>"}}
+    put("tokenizer_json", "spm", json.dumps(spm, ensure_ascii=False) + "\0" + json.dumps(cfg))
+    put("tokenizer_json", "spm_no_config", json.dumps(spm))
+    d = os.path.join(tmp, "spm")
+    os.makedirs(d)
+    with open(os.path.join(d, "tokenizer.json"), "w") as f:
+        json.dump(spm, f, ensure_ascii=False)
+    dirs.append(d)
+    return dirs
+
+
+def seeds_encoder():
+    texts = ["Hello, world!", "  leading spaces and\ttabs\n\nnew lines\r\n", "123456789 0.5 3,14",
+             "caf\u00e9 na\u00efve \u00c5ngstr\u00f6m e\u0301", "\u4f60\u597d\uff0c\u4e16\u754c", "\U0001F600\U0001F680 emoji",
+             "<|im_start|>user\nhi<|im_end|>", "<s>hello</s> <unk>", "it's they're I'll we'd",
+             "\xff\xfe invalid utf8 \xc3", "    \n   x"]
+    for i, t in enumerate(texts):
+        for sel in range(2):
+            data = t.encode("utf-8", "surrogateescape") if isinstance(t, str) else t
+            put("encoder", "text%02d_%d" % (i, sel), bytes([sel * 5 + i % 3]) + data)
+
+
+PACKER = r'''
+#include "tokenizer_pack.h"
+#include <stdio.h>
+int main(int argc, char **argv) {
+    Arena a = {0}; size_t n;
+    uint8_t *b = tokenizer_pack(&a, argv[1], &n);
+    if (!b) return 1;
+    FILE *f = fopen(argv[2], "wb"); fwrite(b, 1, n, f); fclose(f);
+    return 0;
+}
+'''
+
+
+def seeds_tokblob(tmp, dirs):
+    src = os.path.join(tmp, "packer.c")
+    with open(src, "w") as f:
+        f.write(PACKER)
+    exe = os.path.join(tmp, "packer")
+    subprocess.check_call(["gcc", "-std=c11", "-D_GNU_SOURCE", "-O1", "-I" + os.path.join(ROOT, "compiler"),
+                           "-I" + os.path.join(ROOT, "runtime"), src] +
+                          [os.path.join(ROOT, p) for p in ("compiler/tokenizer_pack.c", "compiler/json.c", "compiler/util.c",
+                                                           "runtime/tokenizer.c")] + ["-lutf8proc", "-o", exe])
+    for d in dirs:
+        out = os.path.join(CORPUS, "tokblob", os.path.basename(d))
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        subprocess.check_call([exe, d, out])
+
+
+def main():
+    shutil.rmtree(CORPUS, ignore_errors=True)
+    seeds_safetensors()
+    seeds_config()
+    seeds_encoder()
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = seeds_tokenizers(tmp)
+        seeds_tokblob(tmp, dirs)
+    for t in sorted(os.listdir(CORPUS)):
+        fs = os.listdir(os.path.join(CORPUS, t))
+        print("%s: %d seeds, %d bytes" % (t, len(fs), sum(os.path.getsize(os.path.join(CORPUS, t, f)) for f in fs)))
+
+
+if __name__ == "__main__":
+    main()

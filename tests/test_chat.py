@@ -1,0 +1,438 @@
+"""test_chat: chat templates (runtime/tokenizer.c tokenizer_chat_render, recognised by
+compiler/tokenizer_pack.c) against transformers' apply_chat_template(messages,
+add_generation_prompt=True, tokenize=True), id for id, for the real Qwen2.5 and Llama 3
+Instruct tokenizers in ../shared/assets/tokenizers and for TinyLlama's Zephyr template on
+the Llama 2 tokenizer. The expected ids and text come from scripts/gen_chat_expected.py
+(tests/data/chat_expected.json), so this needs no transformers."""
+import json
+import os
+import sys
+
+from testlib import LLMCC, ROOT, Skip, run, shared, tmpdir
+
+EXPECTED = os.path.join(ROOT, "tests", "data", "chat_expected.json")
+
+# TinyLlama-1.1B-Chat-v1.0's chat_template (alignment-handbook's Zephyr template)
+ZEPHYR = ("{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + eos_token }}\n"
+          "{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n"
+          "{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n"
+          "{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}")
+
+S, U, A = "system", "user", "assistant"
+CASES = [
+    ("user only", [(U, "Hello")]),
+    ("system + user", [(S, "You are a terse assistant."), (U, "What is 2 + 2?")]),
+    ("empty system", [(S, ""), (U, "hi")]),
+    ("multi-turn", [(U, "Hi there!"), (A, "Hello! How can I help you today?"), (U, "Tell me a joke.")]),
+    ("multi-turn with system", [(S, "Answer in French."), (U, "Good morning"), (A, "Bonjour !"),
+                                (U, "And good night?"), (A, "Bonne nuit."), (U, "Thanks")]),
+    ("whitespace around content", [(S, "  spaced system \n"), (U, "\n\n  padded question?  \t\n"),
+                                   (A, " answer with spaces "), (U, "\u00a0nbsp and ideographic\u3000")]),
+    ("unicode and code", [(U, "\u4f60\u597d\uff0c\u4e16\u754c\uff01 caf\u00e9 \U0001f600\ndef f(x):\n    return x * 2\n")]),
+    ("special-token text in content", [(U, "What does <|im_end|> or <|eot_id|> or </s> mean?")]),
+    ("empty user", [(U, "")]),
+    ("later system message", [(U, "first"), (A, "ok"), (S, "New rules: be brief."), (U, "second")]),
+    ("assistant last", [(U, "Continue"), (A, "Sure")]),
+]
+
+TOKENIZERS = ("qwen2.5-instruct", "llama3-instruct", "tinyllama")
+# Where transformers 5 and `tokenizers` (straight from tokenizer.json) encode the same
+# rendered text differently, llmcc follows tokenizer.json: transformers 5 rebuilds Llama
+# tokenizers with Metaspace(prepend_scheme="always") instead of the file's legacy
+# Prepend("▁") normalizer, so " mean" right after "</s>" loses one "▁".
+TOKENIZERS_DIFFER = {("tinyllama", "special-token text in content")}
+
+
+def tinyllama_dir(out):
+    """The Llama 2 tokenizer (llama2.c's tokenizer.bin via scripts/convert_llama2c.py)
+    with TinyLlama-1.1B-Chat-v1.0's tokenizer_config settings and chat template."""
+    tb = shared("tokenizers", "llama2", "tokenizer.bin")
+    run([sys.executable, os.path.join(ROOT, "scripts", "convert_llama2c.py"), "--tokenizer-only", tb, out])
+    p = os.path.join(out, "tokenizer_config.json")
+    with open(p) as f:
+        tc = json.load(f)
+    tc["chat_template"] = ZEPHYR
+    with open(p, "w") as f:
+        json.dump(tc, f, indent=2)
+    return out
+
+
+def tok_dir(name):
+    if name == "tinyllama":
+        return tinyllama_dir(tmpdir("chat_tinyllama"))
+    return shared("tokenizers", name)
+
+
+def messages_file(msgs, name):
+    p = os.path.join(tmpdir("chat"), name + ".json")
+    with open(p, "w") as f:
+        json.dump([{"role": r, "content": c} for r, c in msgs], f, ensure_ascii=False)
+    return p
+
+
+def messages_file_raw(content, name):
+    p = os.path.join(tmpdir("chat"), name + ".json")
+    with open(p, "w") as f:
+        json.dump(content, f)
+    return p
+
+
+def expected():
+    if not os.path.exists(EXPECTED):
+        raise Skip("tests/data/chat_expected.json is absent (python3 scripts/gen_chat_expected.py)")
+    with open(EXPECTED) as f:
+        return json.load(f)
+
+
+def check_family(name):
+    exp = expected()[name]
+    d = tok_dir(name)
+    # every conversation in one call: a list of them gives one line of ids each
+    mf = os.path.join(tmpdir("chat"), name + "_all.json")
+    with open(mf, "w") as f:
+        json.dump([[{"role": r, "content": c} for r, c in msgs] for _, msgs in CASES], f, ensure_ascii=False)
+    lines = run([LLMCC, "tokenize", d, "--chat-messages", mf]).stdout.split("\n")
+    assert len(lines) == len(CASES) + 1 and lines[-1] == "", lines
+    for i, (title, msgs) in enumerate(CASES):
+        e = exp[title]
+        want = e["ids"]
+        if "ids_tokenizers" in e:
+            assert (name, title) in TOKENIZERS_DIFFER, (name, title, "transformers and tokenizers differ")
+            want = e["ids_tokenizers"]
+        ids = [int(x) for x in lines[i].split()]
+        if ids != want:   # the rendered text tells a template fault from a tokenizer one
+            text = run([LLMCC, "tokenize", d, "--chat-messages", messages_file(msgs, "%s_%d" % (name, i)), "--text"]).stdout
+            assert text == e["text"], (name, title, text, e["text"])
+        assert ids == want, (name, title, ids, want)
+        # single turn through --system / TEXT, as the executable takes it
+        if title in ("user only", "system + user"):
+            args = ["--system", msgs[0][1]] if msgs[0][0] == S else ["--chat"]
+            ids = [int(x) for x in run([LLMCC, "tokenize", d] + args + [msgs[-1][1]]).stdout.split()]
+            assert ids == want, (name, title, "--system", ids)
+
+
+def test_qwen25_chat_ids():
+    check_family("qwen2.5-instruct")
+
+
+def test_llama3_chat_ids():
+    check_family("llama3-instruct")
+
+
+def test_tinyllama_zephyr_chat_ids():
+    check_family("tinyllama")
+
+
+def test_rendered_text():
+    """--text prints transformers' rendered text exactly (one conversation per family)."""
+    exp = expected()
+    for name in TOKENIZERS:
+        title, msgs = CASES[5]
+        text = run([LLMCC, "tokenize", tok_dir(name), "--chat-messages", messages_file(msgs, name + "_text"), "--text"]).stdout
+        assert text == exp[name][title]["text"], (name, text)
+
+
+def test_expected_file_is_complete():
+    exp = expected()
+    assert sorted(exp) == sorted(TOKENIZERS)
+    for name in TOKENIZERS:
+        assert sorted(exp[name]) == sorted(t for t, _ in CASES), name
+    # the Qwen2.5 default system prompt is in the prompt when none is given
+    assert exp["qwen2.5-instruct"]["user only"]["text"].startswith(
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n")
+    assert exp["llama3-instruct"]["user only"]["ids"][0] == 128000
+
+
+# ---------------------------------------------------------------- the executable
+# scripts/make_fixture.py qwen2-tok: random weights, the real Qwen2.5 tokenizer and
+# generation_config; after an id that is a multiple of 5 it emits <|im_end|> (151645).
+IM_END = 151645
+_qwen = None
+
+
+def qwen_exe():
+    """Builds the qwen2-tok fixture's CPU executable once per run; returns (exe, fixture dir)."""
+    global _qwen
+    if _qwen:
+        return _qwen
+    shared("tokenizers", "qwen2.5-instruct", "tokenizer.json")
+    fx, out = tmpdir("chat_qwen2tok"), os.path.join(tmpdir("chat_qwen2tok_build"), "proj")
+    run([sys.executable, os.path.join(ROOT, "scripts", "make_fixture.py"), "qwen2-tok", fx, "--dtype", "bf16"])
+    run([LLMCC, "build", fx, "-o", out, "--target", "cpu", "--ctx", "256"])
+    run(["make", "-C", out, "-s", "-j2"])
+    _qwen = (os.path.join(out, "qwen"), fx)
+    return _qwen
+
+
+def q(*args, input=None):
+    # one thread: the model is tiny, and OpenMP's spinning threads only slow it on a busy machine
+    return run([qwen_exe()[0]] + [str(a) for a in args], check=False, input=input, env={"OMP_NUM_THREADS": "1"})
+
+
+def ids_out(p):
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    return [[int(x) for x in ln.split()] for ln in p.stdout.splitlines()]
+
+
+def test_exe_tokenize_matches_hf():
+    """--tokenize without chat: Hugging Face tokenizers' ids (tests/data/tokenizer_expected.json);
+    --prompt-ids echoes their text as HF decodes it (special tokens skipped)."""
+    with open(os.path.join(ROOT, "tests", "data", "tokenizer_expected.json")) as f:
+        exp = json.load(f)
+    e = exp["tokenizers"]["qwen2.5"]
+    picks = [0, 5, 44] + [i for i, t in enumerate(exp["texts"]) if "<|im_start|>" in t][:1] + [
+        i for i, t in enumerate(exp["texts"]) if any(ord(c) > 0x4000 for c in t)][:2]
+    for i in picks:
+        text = exp["texts"][i]
+        if not text:
+            continue
+        want = e["ids_special"][i] if e["ids_special"][i] is not None else e["ids"][i]
+        got = ids_out(q("--no-chat", "--prompt", text, "--tokenize"))
+        assert got == [want], (text, got, want)
+        p = q("--prompt-ids", ",".join(map(str, e["ids"][i])), "-n", 0)
+        dec = e["decoded"][i] if e["decoded"][i] is not None else text
+        assert p.returncode == 0 and p.stdout == dec + "\n", (text, p.stdout, dec)
+
+
+def test_exe_chat_tokenize_matches_transformers():
+    exp = expected()["qwen2.5-instruct"]
+    for title, args in (("user only", []), ("system + user", ["--system", CASES[1][1][0][1]])):
+        msgs = dict(CASES)[title]
+        got = ids_out(q("--prompt", msgs[-1][1], "--tokenize", *args))
+        assert got == [exp[title]["ids"]], (title, got)
+    # an empty prompt is an empty user message
+    assert ids_out(q("--prompt", "", "--tokenize")) == [exp["empty user"]["ids"]]
+    # --chat is the default here; --no-chat is the plain encoding
+    assert ids_out(q("--chat", "--prompt", "Hello", "--tokenize")) == [exp["user only"]["ids"]]
+    assert ids_out(q("--no-chat", "--prompt", "Hello", "--tokenize")) == [[9707]]
+
+
+def test_exe_info_stop_ids():
+    p = q("--info")
+    assert p.returncode == 0, p.stderr
+    assert "stop ids: 151645 151643" in p.stdout, p.stdout
+    assert 'chat template: chatml, end of turn 151645, default system prompt: "You are Qwen, created by Alibaba Cloud.' in p.stdout
+
+
+def test_exe_never_prints_im_end():
+    # without chat, past the stop ids: the rigged model emits <|im_end|> and the text shows nothing of it
+    ids = ids_out(q("--no-chat", "--prompt", "Hello", "--temperature", 0, "--ignore-eos", "-n", 12, "--ids"))[0]
+    assert IM_END in ids, ids
+    p = q("--no-chat", "--prompt", "Hello", "--temperature", 0, "--ignore-eos", "-n", 12)
+    assert p.returncode == 0 and p.stdout.startswith("Hello") and "<|im_end|>" not in p.stdout and "<|" not in p.stdout, p.stdout
+    # with chat, <|im_end|> ends the reply: the ids stop right before it
+    ids = ids_out(q("--prompt", "Hello", "--temperature", 0, "--ids", "-n", 40))[0]
+    assert ids and IM_END not in ids and ids[-1] % 5 == 0, ids
+    p = q("--prompt", "Hello", "--temperature", 0, "-n", 40)
+    assert p.returncode == 0 and "<|" not in p.stdout and "Hello" not in p.stdout, p.stdout   # the reply only
+    # ids in, special ids in the echo print nothing
+    p = q("--prompt-ids", "9707,151645,198,151644", "-n", 0)
+    assert p.returncode == 0 and p.stdout == "Hello\n\n", repr(p.stdout)
+
+
+def test_exe_interactive_keeps_the_cache():
+    """-i: turn 2's reply equals a fresh run over the whole conversation's ids (turn 1's
+    prompt, its reply, then the template's text for turn 2), so the KV cache kept between
+    turns holds exactly those tokens."""
+    exe, fx = qwen_exe()
+    p = q("-i", "--temperature", 0, "--ids", "-n", 6, "--system", "Be brief.", input="Hi\n\nHow are you?\n")
+    r1, r2 = ids_out(p)
+    assert r1 and r2, p.stdout
+    first = ids_out(q("--prompt", "Hi", "--system", "Be brief.", "--tokenize"))[0]
+    assert first == expected_chat_ids([(S, "Be brief."), (U, "Hi")])
+    # turn 1 stopped at <|im_end|> (or after -n 6): the next turn starts with the template's end of turn
+    delta = [int(x) for x in run([LLMCC, "tokenize", fx, "<|im_end|>\n<|im_start|>user\nHow are you?<|im_end|>\n<|im_start|>assistant\n"]).stdout.split()]
+    assert delta[0] == IM_END
+    full = first + r1 + delta
+    again = ids_out(q("--prompt-ids", ",".join(map(str, full)), "--temperature", 0, "--ids", "-n", 6))[0]
+    assert again == r2, (again, r2)
+    # the same reply when the first turn comes from --prompt
+    p = q("-i", "--prompt", "Hi", "--temperature", 0, "--ids", "-n", 6, "--system", "Be brief.", input="How are you?\n")
+    assert ids_out(p) == [r1, r2]
+
+
+def expected_chat_ids(msgs):
+    """Our rendering of msgs, checked against the transformers-made expected ids when it is one of CASES."""
+    mf = messages_file(msgs, "exe_msgs")
+    return [int(x) for x in run([LLMCC, "tokenize", qwen_exe()[1], "--chat-messages", mf]).stdout.split()]
+
+
+def test_exe_chat_errors():
+    for args, word in ((["--no-chat", "--system", "x", "--prompt", "hi"], "--no-chat"),
+                       (["--no-chat", "-i"], "--no-chat"),
+                       (["--system", "x"], "--prompt"),
+                       (["--chat", "--no-chat", "--prompt", "x"], "not both"),
+                       (["-i", "--tokenize"], "-i"),
+                       (["-i", "--prompt-ids", "1"], "--prompt-ids"),
+                       (["--chat", "--prompt-ids", "1"], "--prompt-ids")):
+        p = q(*args, input="")
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("qwen: ") \
+            and word in p.stderr, (args, p.stderr)
+    # -i at the context's end: the turn that does not fit is an error; what came before was printed
+    p = q("-i", "--ctx", 40, "--temperature", 0, "--ids", input="hi\nthere\n")
+    assert p.returncode == 1 and len(p.stdout.splitlines()) == 1 and \
+        "the conversation is 44 tokens with this turn, longer than the context (40 tokens; see --ctx)" in p.stderr, p
+    # -i with nothing on stdin: no turns, exit 0
+    p = q("-i", input="")
+    assert p.returncode == 0 and p.stdout == "", (p.returncode, p.stdout, p.stderr)
+
+
+# ---------------------------------------------------------------- recognising templates
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+          "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def template_dir(name, template, jinja_file=False):
+    """The qwen2-tied fixture's small tokenizer (it has <|im_start|> and <|im_end|>) with another chat_template."""
+    d = tmpdir("chat_tpl_" + name)
+    if not os.path.exists(os.path.join(d, "config.json")):
+        run([sys.executable, os.path.join(ROOT, "scripts", "make_fixture.py"), "qwen2-tied", d])
+    p = os.path.join(d, "tokenizer_config.json")
+    with open(p) as f:
+        tc = json.load(f)
+    tc.pop("chat_template", None)
+    jf = os.path.join(d, "chat_template.jinja")
+    if os.path.exists(jf):
+        os.remove(jf)
+    if jinja_file:
+        with open(jf, "w") as f:
+            f.write(template)
+    else:
+        tc["chat_template"] = template
+    with open(p, "w") as f:
+        json.dump(tc, f)
+    return d
+
+
+def test_template_recognition():
+    ok = {"plain ChatML": CHATML,
+          "list form": [{"name": "tool_use", "template": "{{ x }}"}, {"name": "default", "template": CHATML}],
+          "Qwen2 default system": CHATML.replace("{% for message in messages %}",
+                                                 "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                                                 "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}")}
+    for title, tpl in ok.items():
+        d = template_dir("ok", tpl)
+        text = run([LLMCC, "tokenize", d, "--chat", "--text", "hi"]).stdout
+        want = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        if "default system" in title:
+            want = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n" + want
+        assert text == want, (title, text)
+    d = template_dir("jinja", CHATML, jinja_file=True)
+    assert run([LLMCC, "tokenize", d, "--chat", "--text", "hi"]).stdout.startswith("<|im_start|>user\nhi")
+    bad = {"unknown": ("{% for m in messages %}{{ m['content'] }}{% endfor %}", "not one llmcc knows"),
+           "thinking": (CHATML.replace("'<|im_start|>assistant\\n'", "'<|im_start|>assistant\\n<think>\\n'"), "<think>"),
+           "text outside tags": ("X" + CHATML, "differs from Qwen's"),
+           "Llama 3.1": ("{{ bos_token }}{{ 'Cutting Knowledge Date: December 2023' }}<|start_header_id|><|end_header_id|><|eot_id|>",
+                         "Llama 3.1"),
+           "Zephyr variant": (ZEPHYR.replace("\n", ""), "differs from TinyLlama's"),
+           "list without default": ([{"name": "rag", "template": CHATML}], "default")}
+    for title, (tpl, word) in bad.items():
+        d = template_dir("bad", tpl)
+        p = run([LLMCC, "tokenize", d, "--chat", "hi"], check=False)
+        err = p.stderr.strip()
+        assert p.returncode == 1 and len(err.splitlines()) == 1 and err.startswith("llmcc: ") and "chat_template" in err \
+            and word in err and "--no-chat" in err, (title, p.returncode, err)
+        # plain tokenizing does not need the template
+        assert run([LLMCC, "tokenize", d, "hi"]).stdout.split() == run([LLMCC, "tokenize", template_dir("ok", CHATML), "hi"]).stdout.split()
+    # bad messages files: one line naming the place
+    d = template_dir("ok", CHATML)
+    for title, content, word in (("role", [{"role": "tool", "content": "x"}], "[0].role"),
+                                 ("content", [{"role": "user", "content": 5}], "[0].content"),
+                                 ("nested", [[{"role": "user", "content": "x"}], [{"role": "bot", "content": "x"}]], "[1][0].role"),
+                                 ("empty", [], "no messages"), ("object", {"role": "user"}, "expected an array")):
+        p = run([LLMCC, "tokenize", d, "--chat-messages", messages_file_raw(content, "bad_" + title)], check=False)
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and word in p.stderr, (title, p.stderr)
+    # no template at all: --chat says so
+    d = template_dir("none", None)
+    p = run([LLMCC, "tokenize", d, "--chat", "hi"], check=False)
+    assert p.returncode == 1 and "no chat template" in p.stderr, p.stderr
+
+
+def _blob_chat_bytes(payload):
+    with open(payload, "rb") as f:
+        b = f.read()
+    i = b.find(b"LTOK")
+    assert i >= 0
+    ver, nchat = int.from_bytes(b[i + 4:i + 8], "little"), int.from_bytes(b[i + 44:i + 48], "little")
+    assert ver == 2
+    return nchat
+
+
+def test_build_unknown_template_needs_no_chat():
+    d = template_dir("build", "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    out = os.path.join(tmpdir("chat_tpl_build_out"), "proj")
+    p = run([LLMCC, "build", d, "-o", out, "--target", "cpu"], check=False)
+    assert p.returncode == 1 and "--no-chat" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    run([LLMCC, "build", d, "-o", out, "--target", "cpu", "--no-chat"])
+    assert _blob_chat_bytes(os.path.join(out, "payload.bin")) == 0
+    d = template_dir("build", CHATML)
+    run([LLMCC, "build", d, "-o", out, "--target", "cpu"])
+    assert _blob_chat_bytes(os.path.join(out, "payload.bin")) == 24   # family, flags, 3 ids, no default system
+
+
+CHAT_FUZZ_C = r'''
+/* packs DIR, then loads variants of the blob: as v1 without the chat section, and with
+ * bytes of the chat section changed; every one must load or fail cleanly, and render. */
+#include "tokenizer_pack.h"
+#include "tokenizer.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static int try_blob(const uint8_t *b, size_t n) {
+    Tokenizer *t;
+    if (tokenizer_load(&t, b, n)) return 0;
+    ChatMsg m[3] = { { "system", "s", 1 }, { "user", " u\n", 3 }, { "assistant", "a", 1 } };
+    for (int cont = 0; cont < 2; cont++) {
+        size_t len;
+        char *s = tokenizer_chat_render(t, m, 3, true, cont, &len);
+        if (tokenizer_chat_family(t) != TOK_CHAT_NONE && (!s || strlen(s) != len)) { fprintf(stderr, "render\n"); exit(3); }
+        free(s);
+    }
+    tokenizer_free(t);
+    return 1;
+}
+int main(int argc, char **argv) {
+    (void)argc;
+    Arena a = {0};
+    size_t n;
+    uint8_t *blob = tokenizer_pack(&a, argv[1], &n);
+    uint32_t nchat = (uint32_t)blob[44] | (uint32_t)blob[45] << 8 | (uint32_t)blob[46] << 16 | (uint32_t)blob[47] << 24;
+    uint8_t *b = malloc(n);
+    /* v1: no chat section */
+    memcpy(b, blob, n);
+    b[4] = 1; memset(b + 44, 0, 4);
+    Tokenizer *t;
+    if (tokenizer_load(&t, b, n - nchat)) { fprintf(stderr, "v1 does not load\n"); return 4; }
+    printf("v1 family %d eot %d\n", tokenizer_chat_family(t), tokenizer_chat_eot(t));
+    tokenizer_free(t);
+    if (!tokenizer_load(&t, b, n)) { fprintf(stderr, "v1 with trailing bytes loads\n"); return 4; }
+    int ok = 0;
+    srand(7);
+    for (int it = 0; it < 3000; it++) {
+        memcpy(b, blob, n);
+        size_t sz = n;
+        if (it % 3 == 0) sz = n - 1 - (size_t)rand() % nchat;
+        else for (int k = 1 + rand() % 3; k > 0; k--) b[n - nchat + (size_t)rand() % nchat] = (uint8_t)(rand() % 3 ? rand() : 0xFF);
+        ok += try_blob(b, sz);
+    }
+    printf("chat fuzz: %d of 3000 loaded\n", ok);
+    free(b);
+    arena_free(&a);
+    return 0;
+}
+'''
+
+
+def test_chat_blob_versions_and_corruption():
+    from testlib import build_c
+    src = os.path.join(tmpdir("chat"), "chat_fuzz.c")
+    with open(src, "w") as f:
+        f.write(CHAT_FUZZ_C)
+    exe = build_c("chat_fuzz", [src, "runtime/tokenizer.c", "compiler/tokenizer_pack.c", "compiler/json.c", "compiler/util.c"],
+                  libs=("-lutf8proc", "-lm"))
+    d = template_dir("fuzz", CHATML.replace("{% for message in messages %}",
+                                            "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                                            "{{ '<|im_start|>system\\nDefault.<|im_end|>\\n' }}{% endif %}"))
+    p = run([exe, d])
+    assert "v1 family 0 eot -1" in p.stdout and "chat fuzz:" in p.stdout, p.stdout
