@@ -39,6 +39,10 @@ static ChatMsg *read_messages(Arena *a, const Json *j, int t, const char *path, 
         const char *key = arena_printf(a, "%s[%d]", pre, i);
         if (json_type(j, k) != JSON_OBJECT) die_user(path, key, "expected an object with \"role\" and \"content\"");
         char *role = json_get_str(a, j, json_find(j, k, "role"), NULL);
+        if (role && (!strcmp(role, "tool") || !strcmp(role, "ipython")))
+            die_user(path, arena_printf(a, "%s.role", key), "\"%s\": tool results are not supported yet (only \"system\", \"user\" and \"assistant\")", role);
+        if (json_find(j, k, "tool_calls") >= 0)
+            die_user(path, arena_printf(a, "%s.tool_calls", key), "tool calls are not supported yet");
         if (!role || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")))
             die_user(path, arena_printf(a, "%s.role", key), "expected \"system\", \"user\" or \"assistant\"");
         size_t len;

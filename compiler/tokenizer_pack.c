@@ -292,6 +292,17 @@ static char *jinja_unescape(Arena *a, const char *s, size_t n, size_t *len) {
     return o;
 }
 
+/* FNV-1a of a normalised template. Meta-Llama-3.1-8B-Instruct's and
+ * Llama-3.2-3B-Instruct's chat_template (tests/data/llama3.[12]-instruct.chat_template.jinja,
+ * provenance in scripts/gen_chat_expected.py; tests/test_chat.py renders both). */
+#define LLAMA31_TEMPLATE_HASH 0x7b797b91a4266647ull
+#define LLAMA32_TEMPLATE_HASH 0x08b625b68c2b1d8aull
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
 static int32_t chat_token(Pk *p, const char *cpath, const char *family, const char *tok) {
     int32_t id = token_lookup(p, tok, strlen(tok));
     if (id < 0) die_user(cpath, "chat_template", "a %s template, but \"%s\" is not a token of tokenizer.json", family, tok);
@@ -304,7 +315,7 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
     const char *N = chat_normalise(a, tpl, n, &text);
     memset(ci, 0, sizeof *ci);
     ci->eot = ci->bos = ci->eos = -1;
-    const char *hint = "(known: Qwen2/Qwen2.5 ChatML, Llama 3 Instruct, Zephyr/TinyLlama); build with --no-chat to leave chat out";
+    const char *hint = "(known: Qwen2/Qwen2.5 ChatML, Llama 3 / 3.1 / 3.2 Instruct, Zephyr/TinyLlama); build with --no-chat to leave chat out";
 #define HAS(x) (strstr(N, x) != NULL)
     if (HAS("<|im_start|>") && HAS("<|im_end|>")) {
         static const char *const bad[] = { "<think>", "enable_thinking", "reasoning_content", "bos_token", "|trim", ".strip(" };
@@ -330,10 +341,24 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
             break;
         }
     } else if (HAS("<|start_header_id|>") && HAS("<|end_header_id|>") && HAS("<|eot_id|>")) {
-        static const char *const bad[] = { "Cutting Knowledge Date", "date_string", "strftime_now", "ipython", "<|python_tag|>" };
-        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
-            if (HAS(bad[k]))
-                die_user(cpath, "chat_template", "a Llama 3.1/3.2-style template (with \"%s\") is not supported yet %s", bad[k], hint);
+        static const char *const l31[] = { "Cutting Knowledge Date", "date_string", "strftime_now", "ipython", "<|python_tag|>" };
+        for (size_t k = 0; k < sizeof l31 / sizeof l31[0]; k++) {
+            if (!HAS(l31[k])) continue;
+            /* Meta's templates, whole: their tools branches are not rendered, so
+             * any change to them could change the no-tools text unseen */
+            uint64_t h = fnv1a(N);
+            if (h != LLAMA31_TEMPLATE_HASH && h != LLAMA32_TEMPLATE_HASH)
+                die_user(cpath, "chat_template", "a Llama 3.1/3.2-style template (with \"%s\") that differs from Meta's "
+                         "Llama 3.1 / 3.2 Instruct templates is not supported yet %s", l31[k], hint);
+            ci->family = TOK_CHAT_LLAMA31;
+            ci->flags = TOKC_TRIM | (h == LLAMA32_TEMPLATE_HASH ? TOKC_TODAY : 0);
+            chat_token(p, cpath, "Llama 3.1", "<|start_header_id|>");
+            chat_token(p, cpath, "Llama 3.1", "<|end_header_id|>");
+            ci->eot = chat_token(p, cpath, "Llama 3.1", "<|eot_id|>");
+            if (bos < 0) die_user(cpath, "bos_token", "the Llama 3.1 chat template starts with bos_token, but there is none");
+            ci->bos = bos;
+            return;
+        }
         static const char head[] = "'<|start_header_id|>'+message['role']+'<|end_header_id|>\\n\\n'+message['content']";
         const char *h = strstr(N, head);
         if (h && strncmp(h + strlen(head), "|trim+'<|eot_id|>'", 18) == 0) ci->flags |= TOKC_TRIM;

@@ -101,6 +101,8 @@ static void usage(void) {
            "  --chat, --no-chat       apply the chat template to --prompt (default: on when the\n"
            "                          tokenizer has one)\n"
            "  --system TEXT           the system message (default: the template's own, if any)\n"
+           "                          (Llama 3.2's template dates the system turn with today's date;\n"
+           "                          the environment's " TOK_CHAT_DATE_ENV "=\"26 Jul 2024\" sets it)\n"
            "  -i, --interactive       chat: one user turn per line of stdin, until its end\n"
            "  -n, --max-tokens N      new tokens at most (default: until EOS or the context end,\n"
            "                          at most %d; -1: no cap; more than fits: up to the context end)\n"

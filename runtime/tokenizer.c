@@ -10,8 +10,10 @@
  *    byte fallback to <0xNN>, unk.
  * The blob is validated once at load; afterwards ids and offsets are trusted. */
 #include "tokenizer.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <utf8proc.h>
 
 struct Tokenizer {
@@ -102,7 +104,7 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
         uint32_t fam = rd32(chat), cfl = rd32(chat + 4), sl = rd32(chat + 20);
         int32_t ids[3] = { (int32_t)rd32(chat + 8), (int32_t)rd32(chat + 12), (int32_t)rd32(chat + 16) };
         if (fam == TOK_CHAT_NONE || fam >= TOK_CHAT_COUNT) return "tokenizer blob: unknown chat template family";
-        if (cfl & ~(uint32_t)TOKC_TRIM) return "tokenizer blob: unknown chat flags";
+        if (cfl & ~(uint32_t)TOKC_ALL) return "tokenizer blob: unknown chat flags";
         for (int i = 0; i < 3; i++)
             if (ids[i] < -1 || ids[i] >= (int32_t)n) return "tokenizer blob: chat token id out of range";
         if (sl == UINT32_MAX ? nchat != TOK_CHAT_HEADER_SIZE : (uint64_t)sl + TOK_CHAT_HEADER_SIZE != nchat)
@@ -749,6 +751,22 @@ static void buf_content(Buf *b, const Tokenizer *t, const ChatMsg *m) {
     buf_put(b, s + lo, hi - lo);
 }
 
+/* The date in Llama 3.1 / 3.2's system turn (see TOK_CHAT_DATE_ENV). Month
+ * names are spelled out because %b follows LC_TIME, while Python's strftime
+ * in transformers runs in the C locale. */
+static void chat_date(const Tokenizer *t, Buf *b) {
+    const char *e = getenv(TOK_CHAT_DATE_ENV);
+    if (e && *e) { buf_str(b, e); return; }
+    if (!(t->chat_flags & TOKC_TODAY)) { buf_str(b, "26 Jul 2024"); return; }
+    static const char mon[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+    time_t now = time(NULL);
+    struct tm tm;
+    char s[32];
+    if (now == (time_t)-1 || !localtime_r(&now, &tm) || tm.tm_mon < 0 || tm.tm_mon > 11) { buf_str(b, "26 Jul 2024"); return; }
+    snprintf(s, sizeof s, "%02d %s %04d", tm.tm_mday, mon[tm.tm_mon], tm.tm_year + 1900);
+    buf_str(b, s);
+}
+
 char *tokenizer_chat_render(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, size_t *len) {
     Buf b = {0};
     buf_put(&b, "", 0);
@@ -778,6 +796,25 @@ char *tokenizer_chat_render(const Tokenizer *t, const ChatMsg *m, int n, bool ad
         if (cont) buf_str(&b, "<|eot_id|>");
         for (; i < n; i++) {
             if (i == 0 && !cont) buf_tok(&b, t, t->chat_bos);
+            buf_str(&b, "<|start_header_id|>"); buf_str(&b, m[i].role); buf_str(&b, "<|end_header_id|>\n\n");
+            buf_content(&b, t, &m[i]);
+            buf_str(&b, "<|eot_id|>");
+        }
+        if (add_gen) buf_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+    case TOK_CHAT_LLAMA31:
+        /* the system turn comes first even without a system message; a system
+         * message later on is an ordinary turn, as in Llama 3 */
+        if (cont) buf_str(&b, "<|eot_id|>");
+        else {
+            buf_tok(&b, t, t->chat_bos);
+            buf_str(&b, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ");
+            chat_date(t, &b);
+            buf_str(&b, "\n\n");
+            if (n > 0 && strcmp(m[0].role, "system") == 0) buf_content(&b, t, &m[i++]);
+            buf_str(&b, "<|eot_id|>");
+        }
+        for (; i < n; i++) {
             buf_str(&b, "<|start_header_id|>"); buf_str(&b, m[i].role); buf_str(&b, "<|end_header_id|>\n\n");
             buf_content(&b, t, &m[i]);
             buf_str(&b, "<|eot_id|>");

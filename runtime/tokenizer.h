@@ -47,7 +47,8 @@ size_t tokdec_flush(TokDecoder *d, char *out, size_t cap);
 char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, bool show_special);
 /* ---- chat templates ----
  * The compiler recognises tokenizer_config.json's chat_template (by its
- * markers, not with a Jinja engine) as one of these families and packs the
+ * markers, or for Llama 3.1 / 3.2 as Meta's whole template; not with a Jinja
+ * engine) as one of these families and packs the
  * family, its end-of-turn id and its default system prompt; rendering here
  * reproduces transformers' apply_chat_template(messages,
  * add_generation_prompt=True) text for system/user/assistant messages, and
@@ -57,18 +58,30 @@ char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, bool show_
     X(NONE, "none") \
     X(CHATML, "chatml")      /* Qwen2 / Qwen2.5: <|im_start|>role\n...<|im_end|>\n */ \
     X(LLAMA3, "llama3")      /* Llama 3 Instruct: <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */ \
+    X(LLAMA31, "llama3.1")   /* Llama 3.1 / 3.2 Instruct: Llama 3 turns after a system turn that always */ \
+                             /* opens "Cutting Knowledge Date: December 2023\nToday Date: DATE\n\n" */ \
     X(ZEPHYR, "zephyr")      /* TinyLlama / Zephyr: <|role|>\n...</s>\n */
 #define X(e, s) TOK_CHAT_##e,
 enum { TOK_CHAT_FAMILIES(X) TOK_CHAT_COUNT };
 #undef X
-enum { TOKC_TRIM = 1 };      /* content goes through Jinja's |trim (Python str.strip) */
+enum {
+    TOKC_TRIM = 1,           /* content goes through Jinja's |trim (Python str.strip) */
+    TOKC_TODAY = 2,          /* LLAMA31: DATE is today's (3.2's strftime_now("%d %b %Y")), not "26 Jul 2024" (3.1) */
+};
+#define TOKC_ALL (TOKC_TRIM | TOKC_TODAY)
+/* LLAMA31's DATE: this variable's value when it is set and not empty (what
+ * passing date_string to apply_chat_template does; tests pin the date with it),
+ * else with TOKC_TODAY the local date as transformers' strftime_now renders it
+ * ("02 Dec 2026"), else "26 Jul 2024". */
+#define TOK_CHAT_DATE_ENV "LLMCC_CHAT_DATE"
 typedef struct { const char *role; const char *content; size_t len; } ChatMsg;
 const char *tokenizer_chat_family_name(int family);
 int tokenizer_chat_family(const Tokenizer *t);     /* TOK_CHAT_NONE when the blob has no template */
 int tokenizer_chat_eot(const Tokenizer *t);        /* end-of-turn id, -1 when none */
 /* The template's system prompt when the messages bring none; NULL when it has none. */
 const char *tokenizer_chat_default_system(const Tokenizer *t, size_t *len);
-/* Renders messages (roles "system", "user", "assistant") into a malloc'd
+/* Renders messages (roles "system", "user", "assistant"; tool calls and
+ * tool / ipython messages are not supported: callers refuse them) into a malloc'd
  * string (*len bytes, NUL-terminated); NULL when out of memory or the blob
  * has no template. add_gen: end with the assistant header.
  * cont: the messages continue a conversation right after an assistant reply

@@ -3,7 +3,23 @@
 transformers' apply_chat_template(messages, add_generation_prompt=True) gives for the
 conversations of tests/test_chat.py (CASES), with the tokenizers in
 ../shared/assets/tokenizers (Qwen2.5 Instruct, Llama 3 Instruct) and the Llama 2
-tokenizer with TinyLlama's Zephyr template (tests/test_chat.py tinyllama_dir).
+tokenizer with TinyLlama's Zephyr template (tests/test_chat.py tinyllama_dir), and the
+Llama 3 Instruct tokenizer with Meta's Llama 3.1 and 3.2 Instruct templates
+(tests/test_chat.py llama31_dir; 3.2's with date_string=test_chat.CHAT_DATE, since its
+template otherwise writes today's date).
+
+The two templates in tests/data are verbatim copies of tokenizer_config.json's
+chat_template of meta-llama/Llama-3.1-8B-Instruct and meta-llama/Llama-3.2-3B-Instruct
+(both gated on huggingface.co), taken from public copies that agree byte for byte:
+  llama3.1-instruct.chat_template.jinja (4614 bytes, sha256 e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65):
+    openvinotoolkit/openvino.genai tests/python_tests/tokenizer_configs.py,
+    key "meta-llama/Meta-Llama-3.1-8B-Instruct" (its chat_template string); the same
+    text is quoted as the "meta-llama/Llama-3.1-8B-Instruct" template in other repositories.
+  llama3.2-instruct.chat_template.jinja (3827 bytes):
+    ggerganov/llama.cpp models/templates/meta-llama-Llama-3.2-3B-Instruct.jinja
+    (fetched from the Hugging Face repository by llama.cpp's scripts/get_chat_template.py),
+    equal to the tokenizer_config.json "chat_template" line quoted for Llama-3.2-3B-Instruct
+    in other repositories.
 Each rendered text is also encoded by Hugging Face `tokenizers` straight from
 tokenizer.json ("ids_tokenizers" where it differs): transformers 5 rebuilds Llama
 tokenizers with a Metaspace pre-tokenizer instead of tokenizer.json's legacy normalizer,
@@ -38,8 +54,13 @@ def main():
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in test_chat.TOKENIZERS:
+            kw = {}
             if name == "tinyllama":
                 d = test_chat.tinyllama_dir(os.path.join(tmp, "tinyllama"))
+            elif name in test_chat.LLAMA31_TEMPLATES:
+                d = test_chat.llama31_dir(name, os.path.join(tmp, name))
+                if name == "llama3.2-instruct":
+                    kw["date_string"] = test_chat.CHAT_DATE
             else:
                 d = os.path.join(SHARED, "tokenizers", name)
             tok = AutoTokenizer.from_pretrained(d)
@@ -47,8 +68,8 @@ def main():
             res = {}
             for title, msgs in test_chat.CASES:
                 m = [{"role": r, "content": c} for r, c in msgs]
-                text = tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
-                ids = ids_of(tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True))
+                text = tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False, **kw)
+                ids = ids_of(tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, **kw))
                 # the ids are the text encoded without added BOS/EOS
                 assert ids == tok.encode(text, add_special_tokens=False), (name, title)
                 res[title] = {"text": text, "ids": ids}

@@ -1,11 +1,14 @@
 """test_chat: chat templates (runtime/tokenizer.c tokenizer_chat_render, recognised by
 compiler/tokenizer_pack.c) against transformers' apply_chat_template(messages,
 add_generation_prompt=True, tokenize=True), id for id, for the real Qwen2.5 and Llama 3
-Instruct tokenizers in ../shared/assets/tokenizers and for TinyLlama's Zephyr template on
-the Llama 2 tokenizer. The expected ids and text come from scripts/gen_chat_expected.py
+Instruct tokenizers in ../shared/assets/tokenizers, for Meta's Llama 3.1 / 3.2 Instruct
+templates (tests/data/*.chat_template.jinja) on the Llama 3 tokenizer and for TinyLlama's
+Zephyr template on the Llama 2 tokenizer. The expected ids and text come from scripts/gen_chat_expected.py
 (tests/data/chat_expected.json), so this needs no transformers."""
+import datetime
 import json
 import os
+import shutil
 import sys
 
 from testlib import LLMCC, ROOT, Skip, run, shared, tmpdir
@@ -35,7 +38,15 @@ CASES = [
     ("assistant last", [(U, "Continue"), (A, "Sure")]),
 ]
 
-TOKENIZERS = ("qwen2.5-instruct", "llama3-instruct", "tinyllama")
+TOKENIZERS = ("qwen2.5-instruct", "llama3-instruct", "llama3.1-instruct", "llama3.2-instruct", "tinyllama")
+# Meta's Llama 3.1 / 3.2 Instruct chat templates, verbatim (provenance: scripts/gen_chat_expected.py)
+LLAMA31_TEMPLATES = {"llama3.1-instruct": "llama3.1-instruct.chat_template.jinja",
+                     "llama3.2-instruct": "llama3.2-instruct.chat_template.jinja"}
+# 3.2's template dates its system turn with strftime_now (today); the expected ids are
+# rendered with date_string=CHAT_DATE and llmcc with LLMCC_CHAT_DATE=CHAT_DATE. 3.1's
+# template has a fixed "26 Jul 2024", rendered without date_string.
+CHAT_DATE = "09 Mar 2025"
+PREAMBLE = "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: "
 # Where transformers 5 and `tokenizers` (straight from tokenizer.json) encode the same
 # rendered text differently, llmcc follows tokenizer.json: transformers 5 rebuilds Llama
 # tokenizers with Metaspace(prepend_scheme="always") instead of the file's legacy
@@ -57,10 +68,33 @@ def tinyllama_dir(out):
     return out
 
 
+def llama31_dir(name, out):
+    """The Llama 3 Instruct tokenizer in ../shared/assets with Meta's Llama 3.1 or 3.2
+    Instruct chat_template from tests/data. (3.1 / 3.2 share Llama 3's tokenizer.json but
+    for the names of a few reserved special tokens, which text without tools never uses.)"""
+    src = shared("tokenizers", "llama3-instruct", "tokenizer.json")
+    os.makedirs(out, exist_ok=True)
+    shutil.copyfile(src, os.path.join(out, "tokenizer.json"))
+    with open(os.path.join(os.path.dirname(src), "tokenizer_config.json")) as f:
+        tc = json.load(f)
+    with open(os.path.join(ROOT, "tests", "data", LLAMA31_TEMPLATES[name])) as f:
+        tc["chat_template"] = f.read()
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump(tc, f, indent=2)
+    return out
+
+
 def tok_dir(name):
     if name == "tinyllama":
         return tinyllama_dir(tmpdir("chat_tinyllama"))
+    if name in LLAMA31_TEMPLATES:
+        return llama31_dir(name, tmpdir("chat_" + name))
     return shared("tokenizers", name)
+
+
+def chat_env(name):
+    """LLMCC_CHAT_DATE as the expected ids were made: CHAT_DATE for 3.2, unset (empty) otherwise."""
+    return {"LLMCC_CHAT_DATE": CHAT_DATE if name == "llama3.2-instruct" else ""}
 
 
 def messages_file(msgs, name):
@@ -91,7 +125,8 @@ def check_family(name):
     mf = os.path.join(tmpdir("chat"), name + "_all.json")
     with open(mf, "w") as f:
         json.dump([[{"role": r, "content": c} for r, c in msgs] for _, msgs in CASES], f, ensure_ascii=False)
-    lines = run([LLMCC, "tokenize", d, "--chat-messages", mf]).stdout.split("\n")
+    env = chat_env(name)
+    lines = run([LLMCC, "tokenize", d, "--chat-messages", mf], env=env).stdout.split("\n")
     assert len(lines) == len(CASES) + 1 and lines[-1] == "", lines
     for i, (title, msgs) in enumerate(CASES):
         e = exp[title]
@@ -101,13 +136,13 @@ def check_family(name):
             want = e["ids_tokenizers"]
         ids = [int(x) for x in lines[i].split()]
         if ids != want:   # the rendered text tells a template fault from a tokenizer one
-            text = run([LLMCC, "tokenize", d, "--chat-messages", messages_file(msgs, "%s_%d" % (name, i)), "--text"]).stdout
+            text = run([LLMCC, "tokenize", d, "--chat-messages", messages_file(msgs, "%s_%d" % (name, i)), "--text"], env=env).stdout
             assert text == e["text"], (name, title, text, e["text"])
         assert ids == want, (name, title, ids, want)
         # single turn through --system / TEXT, as the executable takes it
         if title in ("user only", "system + user"):
             args = ["--system", msgs[0][1]] if msgs[0][0] == S else ["--chat"]
-            ids = [int(x) for x in run([LLMCC, "tokenize", d] + args + [msgs[-1][1]]).stdout.split()]
+            ids = [int(x) for x in run([LLMCC, "tokenize", d] + args + [msgs[-1][1]], env=env).stdout.split()]
             assert ids == want, (name, title, "--system", ids)
 
 
@@ -119,8 +154,41 @@ def test_llama3_chat_ids():
     check_family("llama3-instruct")
 
 
+def test_llama31_chat_ids():
+    check_family("llama3.1-instruct")
+
+
+def test_llama32_chat_ids():
+    check_family("llama3.2-instruct")
+
+
 def test_tinyllama_zephyr_chat_ids():
     check_family("tinyllama")
+
+
+def test_llama31_dates():
+    """Without LLMCC_CHAT_DATE, 3.2's system turn carries today's date as transformers'
+    strftime_now("%d %b %Y") writes it (Python's datetime.now().strftime, C locale);
+    3.1's is its fixed "26 Jul 2024" (test_llama31_chat_ids). LLMCC_CHAT_DATE sets
+    either, like apply_chat_template's date_string."""
+    exp = expected()
+    title, msgs = CASES[1]
+    mf = messages_file(msgs, "dates")
+
+    def text(name, date):
+        return run([LLMCC, "tokenize", tok_dir(name), "--chat-messages", mf, "--text"], env={"LLMCC_CHAT_DATE": date}).stdout
+
+    def with_date(name, date):
+        e = exp[name][title]["text"]
+        old = PREAMBLE + (CHAT_DATE if name == "llama3.2-instruct" else "26 Jul 2024") + "\n\n"
+        assert e.startswith(old), e
+        return e.replace(old, PREAMBLE + date + "\n\n", 1)
+
+    before = datetime.datetime.now().strftime("%d %b %Y")
+    got = text("llama3.2-instruct", "")
+    after = datetime.datetime.now().strftime("%d %b %Y")   # a run across midnight may show either day
+    assert got in (with_date("llama3.2-instruct", before), with_date("llama3.2-instruct", after)), (got, before)
+    assert text("llama3.1-instruct", "1 Apr 2030") == with_date("llama3.1-instruct", "1 Apr 2030")
 
 
 def test_rendered_text():
@@ -128,7 +196,8 @@ def test_rendered_text():
     exp = expected()
     for name in TOKENIZERS:
         title, msgs = CASES[5]
-        text = run([LLMCC, "tokenize", tok_dir(name), "--chat-messages", messages_file(msgs, name + "_text"), "--text"]).stdout
+        text = run([LLMCC, "tokenize", tok_dir(name), "--chat-messages", messages_file(msgs, name + "_text"), "--text"],
+                   env=chat_env(name)).stdout
         assert text == exp[name][title]["text"], (name, text)
 
 
@@ -141,6 +210,12 @@ def test_expected_file_is_complete():
     assert exp["qwen2.5-instruct"]["user only"]["text"].startswith(
         "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n")
     assert exp["llama3-instruct"]["user only"]["ids"][0] == 128000
+    # Llama 3.1 / 3.2: the system turn and its dates, with and without a system message
+    assert exp["llama3.1-instruct"]["user only"]["text"] == (
+        PREAMBLE + "26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert exp["llama3.2-instruct"]["system + user"]["text"].startswith(
+        PREAMBLE + CHAT_DATE + "\n\nYou are a terse assistant.<|eot_id|>")
 
 
 # ---------------------------------------------------------------- the executable
@@ -305,6 +380,11 @@ def template_dir(name, template, jinja_file=False):
     return d
 
 
+with open(os.path.join(ROOT, "tests", "data", LLAMA31_TEMPLATES["llama3.1-instruct"])) as _f:
+    # one changed word in the tools branch, which the no-tools text never shows
+    LLAMA31_VARIANT = _f.read().replace("Do not use variables.", "Do not use globals.")
+
+
 def test_template_recognition():
     ok = {"plain ChatML": CHATML,
           "list form": [{"name": "tool_use", "template": "{{ x }}"}, {"name": "default", "template": CHATML}],
@@ -326,6 +406,7 @@ def test_template_recognition():
            "Llama 3.1": ("{{ bos_token }}{{ 'Cutting Knowledge Date: December 2023' }}<|start_header_id|><|end_header_id|><|eot_id|>",
                          "Llama 3.1"),
            "Zephyr variant": (ZEPHYR.replace("\n", ""), "differs from TinyLlama's"),
+           "Llama 3.1 variant": (LLAMA31_VARIANT, "differs from Meta's"),
            "list without default": ([{"name": "rag", "template": CHATML}], "default")}
     for title, (tpl, word) in bad.items():
         d = template_dir("bad", tpl)
@@ -337,7 +418,12 @@ def test_template_recognition():
         assert run([LLMCC, "tokenize", d, "hi"]).stdout.split() == run([LLMCC, "tokenize", template_dir("ok", CHATML), "hi"]).stdout.split()
     # bad messages files: one line naming the place
     d = template_dir("ok", CHATML)
-    for title, content, word in (("role", [{"role": "tool", "content": "x"}], "[0].role"),
+    for title, content, word in (("role", [{"role": "bot", "content": "x"}], "[0].role"),
+                                 ("tool", [{"role": "user", "content": "x"}, {"role": "tool", "content": "42"}], "[1].role"),
+                                 ("ipython", [{"role": "ipython", "content": "x"}], "not supported"),
+                                 ("tool_calls", [{"role": "assistant", "content": "",
+                                                  "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {}}}]}],
+                                  "[0].tool_calls: tool calls are not supported"),
                                  ("content", [{"role": "user", "content": 5}], "[0].content"),
                                  ("nested", [[{"role": "user", "content": "x"}], [{"role": "bot", "content": "x"}]], "[1][0].role"),
                                  ("empty", [], "no messages"), ("object", {"role": "user"}, "expected an array")):
