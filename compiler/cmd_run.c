@@ -378,7 +378,10 @@ int cmd_run(int argc, char **argv) {
     if (o.perturb >= N) die_user(NULL, "--perturb", "%lld is past the output's %lld values", (long long)o.perturb, (long long)N);
     /* --perturb: shows what a wrong kernel looks like to this check */
     if (o.perturb >= 0) got[o.perturb] += 1.0f + fabsf(got[o.perturb]);
-    double *ref = interp_run(g, leaves);
+    /* a model layer's bf16 linears run on tensor cores (gemm_tc) when the call has more than
+     * gemm_min_n tokens; tile_ir.c makes the same choice */
+    bool tc = o.model && c.knobs.gemm_tc && o.tokens > c.knobs.gemm_min_n;
+    double *ref = interp_run(g, leaves, tc);
     double max_ref = 0, max_abs = 0, max_rel = 0;
     for (int64_t i = 0; i < N; i++) if (isfinite(ref[i]) && fabs(ref[i]) > max_ref) max_ref = fabs(ref[i]);
     int64_t bad = 0, first = -1;

@@ -132,15 +132,21 @@ void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
         switch (s->k) {
         case TS_LET: str_printf(o, "const int64_t "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->e, t); str_printf(o, ";\n"); break;
         case TS_ASSIGN: str_printf(o, t == TARGET_CPU ? "r%d[tid] = " : "r%d = ", s->reg); emit_expr(o, k, s->e, t); str_printf(o, ";\n"); break;
-        case TS_SSTORE: str_printf(o, "smem%d[", s->smem); emit_expr(o, k, s->sidx, t); str_printf(o, "] = "); emit_expr(o, k, s->e, t); str_printf(o, ";\n"); break;
+        case TS_SSTORE:
+            str_printf(o, "smem%d[", s->smem); emit_expr(o, k, s->sidx, t);
+            str_printf(o, k->smem[s->smem].b16 ? "] = f32_to_bf16(" : "] = ");
+            emit_expr(o, k, s->e, t);
+            str_printf(o, k->smem[s->smem].b16 ? ");\n" : ";\n");
+            break;
         case TS_STORE: {
             int p = kernel_param_index(k, s->buf);
-            CHECK(s->buf->dtype == DT_F32, "stores are f32");
+            /* i32: a b32 register's bits (tests/c/op_harness.c reads fragments back this way) */
+            CHECK(s->buf->dtype == DT_F32 || s->buf->dtype == DT_I32, "stores are f32 or i32");
             str_printf(o, "p%d[", p);
             lin_index(o, k, s->buf, s->idx, t);
-            str_printf(o, "] = ");
+            str_printf(o, s->buf->dtype == DT_I32 ? "] = (int32_t)(" : "] = ");
             emit_expr(o, k, s->e, t);
-            str_printf(o, ";\n");
+            str_printf(o, s->buf->dtype == DT_I32 ? ");\n" : ";\n");
             break;
         }
         case TS_IF:
@@ -171,6 +177,37 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
             emit_tstmts(o, k, s->body, s->nbody, d + 1, t);
             ind(o, d); str_printf(o, "}\n");
             if (t == TARGET_CUDA && k->nsmem && s->barrier) { ind(o, d); str_printf(o, "__syncthreads();\n"); }
+        } else if (s->k == KS_MMA) {
+            if (t == TARGET_CUDA) {
+                str_printf(o, "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, {%%0, %%1, %%2, %%3};\"\n");
+                ind(o, d + 1);
+                str_printf(o, ": \"+f\"(r%d), \"+f\"(r%d), \"+f\"(r%d), \"+f\"(r%d) : \"r\"(r%d), \"r\"(r%d), \"r\"(r%d), \"r\"(r%d), \"r\"(r%d), \"r\"(r%d));\n",
+                           s->mc[0], s->mc[1], s->mc[2], s->mc[3], s->ma[0], s->ma[1], s->ma[2], s->ma[3], s->mb[0], s->mb[1]);
+            } else {
+                str_printf(o, "for (int64_t w_ = 0; w_ < %d; w_ += 32) mma_warp(w_, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d);\n", k->block,
+                           s->ma[0], s->ma[1], s->ma[2], s->ma[3], s->mb[0], s->mb[1], s->mc[0], s->mc[1], s->mc[2], s->mc[3]);
+            }
+        } else if (s->k == KS_LDMATRIX) {
+            if (t == TARGET_CUDA) {
+                str_printf(o, "{\n");
+                ind(o, d + 1); str_printf(o, "const unsigned a_ = (unsigned)__cvta_generic_to_shared(smem%d + (", s->lsmem);
+                emit_expr(o, k, s->laddr, t);
+                str_printf(o, "));\n");
+                ind(o, d + 1); str_printf(o, "asm volatile(\"ldmatrix.sync.aligned.m8n8.x%d.shared.b16 {", s->nmat);
+                for (int j = 0; j < s->nmat; j++) str_printf(o, "%s%%%d", j ? ", " : "", j);
+                str_printf(o, "}, [%%%d];\" : ", s->nmat);
+                for (int j = 0; j < s->nmat; j++) str_printf(o, "%s\"=r\"(r%d)", j ? ", " : "", s->ldst[j]);
+                str_printf(o, " : \"r\"(a_));\n");
+                ind(o, d); str_printf(o, "}\n");
+            } else {
+                str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) laneaddr[tid] = ", k->block);
+                emit_expr(o, k, s->laddr, t);
+                str_printf(o, "; /* ldmatrix */\n");
+                ind(o, d); str_printf(o, "for (int64_t w_ = 0; w_ < %d; w_ += 32) ldmatrix_warp(\"%s\", w_, smem%d, %d, laneaddr, %d", k->block, k->name,
+                                      s->lsmem, k->smem[s->lsmem].size, s->nmat);
+                for (int j = 0; j < 4; j++) { if (j < s->nmat) str_printf(o, ", r%d", s->ldst[j]); else str_printf(o, ", NULL"); }
+                str_printf(o, ");\n");
+            }
         } else if (s->k == KS_SHFL) {
             static const char *const cuda_fn[] = {"__shfl_down_sync", "__shfl_up_sync", "__shfl_xor_sync", "__shfl_sync"};
             if (t == TARGET_CUDA) {
@@ -235,6 +272,69 @@ static const char CONVERT_F16[] =
     "    float f; memcpy(&f, &u, 4); return f;\n}\n"
     "static DEVFN float ld_f16(const uint16_t *p, int64_t i) { return f16_to_f32(p[i]); }\n";
 
+static const char F32_TO_BF16[] =
+    "/* activations staged as bf16: round to nearest even (NaN stays NaN) */\n"
+    "static DEVFN uint16_t f32_to_bf16(float f) {\n"
+    "    uint32_t u; memcpy(&u, &f, 4);\n"
+    "    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);\n"
+    "    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);\n}\n";
+/* The CPU's tensor core: one warp's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, gathering
+ * every lane's fragments per the PTX ISA's layouts (kernel_ir.h), so a schedule that puts a value in the
+ * wrong register computes a wrong product here as on the GPU. Products of bf16 are exact in f32; the 16
+ * of one output are summed in double and added to C with one rounding to f32 (the GPU's adder is at least
+ * f32 wide but unspecified in order and rounding: results can differ in the last bits). */
+static const char MMA_EMU[] =
+    "static float mma_bf16(uint32_t h) { uint32_t u = (h & 0xffffu) << 16; float f; memcpy(&f, &u, 4); return f; }\n"
+    "static void mma_warp(int64_t w, const uint32_t *a0, const uint32_t *a1, const uint32_t *a2, const uint32_t *a3,\n"
+    "                     const uint32_t *b0, const uint32_t *b1, float *c0, float *c1, float *c2, float *c3) {\n"
+    "    float A[16][16], B[16][8];\n"
+    "    for (int l = 0; l < 32; l++) {\n"
+    "        const int g = l >> 2, t = l & 3;\n"
+    "        const int64_t i = w + l;\n"
+    "        for (int h = 0; h < 2; h++) {\n"
+    "            A[g][2 * t + h] = mma_bf16(a0[i] >> (16 * h));\n"
+    "            A[g + 8][2 * t + h] = mma_bf16(a1[i] >> (16 * h));\n"
+    "            A[g][2 * t + 8 + h] = mma_bf16(a2[i] >> (16 * h));\n"
+    "            A[g + 8][2 * t + 8 + h] = mma_bf16(a3[i] >> (16 * h));\n"
+    "            B[2 * t + h][g] = mma_bf16(b0[i] >> (16 * h));\n"
+    "            B[2 * t + 8 + h][g] = mma_bf16(b1[i] >> (16 * h));\n"
+    "        }\n"
+    "    }\n"
+    "    for (int l = 0; l < 32; l++) {\n"
+    "        const int g = l >> 2, t = l & 3;\n"
+    "        float *c[4] = {c0 + w + l, c1 + w + l, c2 + w + l, c3 + w + l};\n"
+    "        for (int q = 0; q < 4; q++) {\n"
+    "            const int r = g + 8 * (q >> 1), col = 2 * t + (q & 1);\n"
+    "            double s = 0;\n"
+    "            for (int k = 0; k < 16; k++) s += (double)A[r][k] * (double)B[k][col];\n"
+    "            *c[q] = (float)((double)*c[q] + s);\n"
+    "        }\n"
+    "    }\n"
+    "}\n";
+/* ldmatrix.sync.aligned.m8n8.xN.shared.b16 for one warp: lanes 8m..8m+7 give the rows of matrix m */
+static const char LDM_EMU[] =
+    "static void ldmatrix_warp(const char *kernel, int64_t w, const uint16_t *s, int64_t size, const int64_t *addr, int nmat,\n"
+    "                          uint32_t *d0, uint32_t *d1, uint32_t *d2, uint32_t *d3) {\n"
+    "    uint32_t *d[4] = {d0, d1, d2, d3};\n"
+    "    for (int j = 0; j < 8 * nmat; j++) {\n"
+    "        const int64_t a = addr[w + j];\n"
+    "        if (a < 0 || a % 8 || a + 8 > size) {\n"
+    "            fprintf(stderr, \"llmcc: %s: ldmatrix row at element %lld is outside shared memory or not 16-byte aligned\\n\", kernel, (long long)a);\n"
+    "            abort();\n"
+    "        }\n"
+    "    }\n"
+    "    for (int l = 0; l < 32; l++)\n"
+    "        for (int m = 0; m < nmat; m++) {\n"
+    "            const int64_t o = addr[w + 8 * m + (l >> 2)] + 2 * (l & 3);\n"
+    "            d[m][w + l] = (uint32_t)s[o] | (uint32_t)s[o + 1] << 16;\n"
+    "        }\n"
+    "}\n";
+
+void emit_launch_guard(Str *o, const KLaunch *l) {
+    if (l->run_if == 1) str_printf(o, "if ((int64_t)n > %dLL) ", l->min_n);
+    else if (l->run_if == 2) str_printf(o, "if ((int64_t)n <= %dLL) ", l->min_n);
+}
+
 static const char *pdt(DType d) {
     switch (d) { case DT_F32: return "PDT_F32"; case DT_F16: return "PDT_F16"; case DT_BF16: return "PDT_BF16"; case DT_I32: return "PDT_I32"; default: break; }
     UNREACHABLE();
@@ -292,6 +392,16 @@ void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header) 
         else str_printf(o, "#include \"%s\"\n", api_header);
     }
     if (!cuda && has_vload(kp)) str_printf(o, "%s", VLOAD_FAULT);
+    bool b16 = false, mma = false, ldm = false;
+    for (int i = 0; i < kp->nk; i++) {
+        const KKernel *k = kp->kernels[i];
+        for (int j = 0; j < k->nsmem; j++) b16 |= k->smem[j].b16;
+        mma |= ks_has(k->body, k->nbody, KS_MMA);
+        ldm |= ks_has(k->body, k->nbody, KS_LDMATRIX);
+    }
+    if (b16) str_printf(o, "%s", F32_TO_BF16);
+    if (!cuda && mma) str_printf(o, "%s", MMA_EMU);
+    if (!cuda && ldm) str_printf(o, "%s", LDM_EMU);
     /* converters for the 16-bit dtypes the kernels read */
     bool has[DT_COUNT] = {0};
     for (int i = 0; i < kp->nk; i++)
@@ -404,7 +514,9 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     else str_printf(o, "    memcpy(m->ids, ids, (size_t)n * sizeof(int32_t));\n");
     for (int i = 0; i < kp->nl; i++) {
         const KLaunch *l = &kp->launches[i];
-        str_printf(o, "    { /* %s */\n        int64_t grid = ", l->module);
+        str_printf(o, "    ");
+        emit_launch_guard(o, l);
+        str_printf(o, "{ /* %s */\n        int64_t grid = ", l->module);
         emit_host_expr(o, l->grid);
         if (cuda) str_printf(o, ";\n        %s<<<(unsigned)grid, %d>>>(n, pos", l->k->name, l->k->block);
         else str_printf(o, ";\n        %s(grid, n, pos", l->k->name);

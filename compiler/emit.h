@@ -25,6 +25,8 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo);
 void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header);
 void emit_kernels(Str *o, const KProgram *kp, Target t);
 void emit_host_expr(Str *o, const Expr *e);
+/* "if (n > T) " / "if (n <= T) " before a launch the plan runs for some n only (gemm_tc or its gemv) */
+void emit_launch_guard(Str *o, const KLaunch *l);
 
 /* shared by emit_c.c / emit_cuda.c */
 void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t);

@@ -3,7 +3,9 @@
  * thread finishes a phase before any starts the next: the barrier), per-
  * thread registers are arrays indexed by tid, shared memory is a per-block
  * array, a warp shuffle is a write of every lane's value to a per-block
- * lane buffer and a read of the source lane's (emit.c). */
+ * lane buffer and a read of the source lane's (emit.c); mma and ldmatrix
+ * gather a warp's fragments and compute per the PTX ISA's layouts
+ * (mma_warp / ldmatrix_warp in the prelude). */
 #include "emit.h"
 
 void emit_kernel_c(Str *o, const KKernel *k) {
@@ -11,9 +13,11 @@ void emit_kernel_c(Str *o, const KKernel *k) {
     str_printf(o, "static void %s(int64_t grid, ", k->name);
     emit_params(o, k, TARGET_CPU);
     str_printf(o, ") {\n    (void)n; (void)pos;\n    #pragma omp parallel for schedule(static)\n    for (int64_t bid = 0; bid < grid; bid++) {\n");
-    for (int i = 0; i < k->nsmem; i++) str_printf(o, "        float smem%d[%d];\n", i, k->smem[i].size);
-    for (int i = 0; i < k->nregs; i++) str_printf(o, "        float r%d[%d];\n", i, k->block);
+    for (int i = 0; i < k->nsmem; i++)
+        str_printf(o, k->smem[i].b16 ? "        _Alignas(16) uint16_t smem%d[%d];\n" : "        float smem%d[%d];\n", i, k->smem[i].size);
+    for (int i = 0; i < k->nregs; i++) str_printf(o, "        %s r%d[%d];\n", k->regs[i].b32 ? "uint32_t" : "float", i, k->block);
     if (k->has_shfl) str_printf(o, "        float lanebuf[%d]; /* shuffles: the values the lanes publish */\n", k->block);
+    if (k->has_ldm) str_printf(o, "        int64_t laneaddr[%d]; /* ldmatrix: the row offsets the lanes give */\n", k->block);
     emit_kstmts(o, k, k->body, k->nbody, 2, TARGET_CPU);
     str_printf(o, "    }\n}\n");
 }

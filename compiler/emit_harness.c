@@ -82,10 +82,14 @@ void emit_harness(Str *o, const KProgram *kp, const HarnessOptions *ho) {
     if (!cuda) str_printf(o, "    double t0 = kt ? now_s() : 0;\n");
     for (int i = 0; i < kp->nl; i++) {
         const KLaunch *l = &kp->launches[i];
-        str_printf(o, "    { /* %s */\n        int64_t grid = ", l->module);
+        /* the event is recorded even when the dispatch on n skips the launch, so every launch's time is its own */
+        if (cuda) str_printf(o, "    if (kt) cudaEventRecord(ev[%d]);\n", i);
+        str_printf(o, "    ");
+        emit_launch_guard(o, l);
+        str_printf(o, "{ /* %s */\n        int64_t grid = ", l->module);
         emit_host_expr(o, l->grid);
         str_printf(o, ";\n");
-        if (cuda) str_printf(o, "        if (kt) cudaEventRecord(ev[%d]);\n        %s<<<(unsigned)grid, %d>>>(n, pos", i, l->k->name, l->k->block);
+        if (cuda) str_printf(o, "        %s<<<(unsigned)grid, %d>>>(n, pos", l->k->name, l->k->block);
         else str_printf(o, "        %s(grid, n, pos", l->k->name);
         for (int j = 0; j < l->k->nparams; j++) { str_printf(o, ", "); ptr(o, l->args[j]); }
         str_printf(o, ");\n");

@@ -2,6 +2,7 @@
  * the textbook formula: broadcasting by explicit index arithmetic, softmax
  * with the max subtracted, attention as scores -> softmax -> weighted sum. */
 #include "interp.h"
+#include "pack.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,7 +135,7 @@ static void attention(const GNode *n, const double *q, const double *k, const do
     free(p);
 }
 
-double *interp_run(const Graph *g, double *const *leaves) {
+double *interp_run(const Graph *g, double *const *leaves, bool bf16_linear_x) {
     double **v = calloc((size_t)g->n, sizeof(double *));
     CHECK(v, "out of memory");
     for (int i = 0; i < g->n; i++) {
@@ -169,10 +170,15 @@ double *interp_run(const Graph *g, double *const *leaves) {
         case G_LINEAR: {
             const double *w = v[n->in[1]->id], *b = n->nin > 2 ? v[n->in[2]->id] : NULL;
             int64_t in = n->in[1]->dims[1];
+            bool round_x = bf16_linear_x && n->in[1]->dtype == DT_BF16;
             for (int64_t r = 0; r < N / last; r++)
                 for (int64_t j = 0; j < last; j++) {
                     double s = b ? b[j] : 0;
-                    for (int64_t k = 0; k < in; k++) s += v[x->id][r * in + k] * w[j * in + k];
+                    for (int64_t k = 0; k < in; k++) {
+                        double xv = v[x->id][r * in + k];
+                        if (round_x) xv = pack_bf16_to_f32(pack_f32_to_bf16((float)xv));
+                        s += xv * w[j * in + k];
+                    }
                     o[r * last + j] = s;
                 }
             break;

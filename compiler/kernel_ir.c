@@ -64,6 +64,7 @@ static void collect_params(KKernel *k, TStmt **b, int n) {
 static void collect_kparams(KKernel *k, KStmt **b, int n) {
     for (int i = 0; i < n; i++) {
         if (b[i]->k == KS_PHASE) collect_params(k, b[i]->body, b[i]->nbody);
+        else if (b[i]->k == KS_LDMATRIX) expr_visit_loads(b[i]->laddr, param_cb, k);
         else if (b[i]->k == KS_UFOR) collect_kparams(k, b[i]->kbody, b[i]->nk);
     }
 }
@@ -284,6 +285,125 @@ static void mat_gemv(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     kl_add(A, body, phase(A, pl, nl, false));
 }
 
+/* ---- gemm_tc: tensor-core tiles ---- */
+static KStmt *kmma(KL *L, const int *a, const int *b, const int *c) {
+    KStmt *s = ARENA_NEW(L->A, KStmt);
+    s->k = KS_MMA;
+    memcpy(s->ma, a, sizeof s->ma); memcpy(s->mb, b, sizeof s->mb); memcpy(s->mc, c, sizeof s->mc);
+    /* the deliberate fault: two A fragment registers trade places, so rows g and g+8 of k 0..7 / 8..15 mix */
+    if (L->kn->debug_mma_layout) { s->ma[1] = a[2]; s->ma[2] = a[1]; }
+    return s;
+}
+static KStmt *kldm(Arena *A, int nmat, int dst0, int sm, Expr *addr) {
+    KStmt *s = ARENA_NEW(A, KStmt);
+    s->k = KS_LDMATRIX; s->nmat = nmat; s->lsmem = sm; s->laddr = addr;
+    for (int i = 0; i < nmat; i++) s->ldst[i] = dst0 + i;
+    return s;
+}
+static Expr *imod(Arena *A, Expr *x, int64_t m) { return e_bin(A, EX_MOD, x, e_i(A, m)); }
+static Expr *idiv(Arena *A, Expr *x, int64_t d) { return E_DIV(A, x, e_i(A, d)); }
+
+/* Block (bid / nbo, bid % nbo) computes tokens bm*64.. x outputs bo*64..; warp w the 32x32 quarter
+ * (w/2, w%2): 2 x 4 mma tiles of 16x8, accumulators r0..r31 (f32), A fragments r32..r39, B r40..r47
+ * (.b32). Per K step of bk: one barrier phase stages X (f32 -> bf16) and W into smem0 / smem1
+ * ([64][bk + 8] uint16: rows 16-byte aligned for ldmatrix, the pad spreads the rows over banks),
+ * zero outside n, M and K; then per 16 of K: ldmatrix.x4 of each A tile and of each pair of B tiles,
+ * 8 mma; an empty barrier phase before the next step overwrites the tiles. */
+static void mat_gemm_tc(KL *L, const TileKernel *t, KKernel *k, KList *body) {
+    Arena *A = L->A;
+    int64_t K, M;
+    CHECK(expr_is_const(t->red[0].extent, &K) && expr_is_const(t->par[1].extent, &M), "gemm_tc extents");
+    const int BM = t->bm, BN = t->bn, BK = t->bk, LD = BK + 8;
+    Expr *rows = t->par[0].extent;
+    int64_t nbo = (M + BN - 1) / BN;
+    k->nregs = 48;
+    for (int i = 0; i < 48; i++) { k->regs[i].t = T_F32; k->regs[i].b32 = i >= 32; }
+    k->nsmem = 2;
+    k->smem[0].size = BM * LD; k->smem[0].b16 = true;
+    k->smem[1].size = BN * LD; k->smem[1].b16 = true;
+    /* uniform: the block's tile origin */
+    Expr *t0 = E_MUL(A, idiv(A, bid(A), nbo), e_i(A, BM)), *o0 = E_MUL(A, imod(A, bid(A), nbo), e_i(A, BN));
+    Expr *lane = imod(A, tid(A), 32), *warp = idiv(A, tid(A), 32);
+    Expr *wm = idiv(A, warp, 2), *wn = imod(A, warp, 2);
+    TStmt **p0 = tlist(A, 32);
+    for (int i = 0; i < 32; i++) p0[i] = ts_assign(A, i, e_f(A, 0.0));
+    kl_add(A, body, phase(A, p0, 32, false));
+    /* ufor kt = 0; kt < K; kt += BK */
+    KStmt *uf = ARENA_NEW(A, KStmt);
+    Var *kt = new_var(A, L->nvars, "kt");
+    uf->k = KS_UFOR; uf->v = kt; uf->init = e_i(A, 0); uf->cond = lt(A, e_var(A, kt), e_i(A, K));
+    uf->update = E_ADD(A, e_var(A, kt), e_i(A, BK));
+    KList ub = {0};
+    /* staging: thread tid copies elements tid, tid + 128, ... of each 64 x BK tile */
+    TStmt **ps = tlist(A, 2);
+    for (int w = 0; w < 2; w++) {
+        Var *ev = new_var(A, L->nvars, w ? "eb" : "ea");
+        TStmt *f = ts(A, TS_FOR);
+        f->v = ev; f->lo = tid(A); f->e = e_i(A, (w ? BN : BM) * BK); f->step = e_i(A, t->block);
+        f->body = tlist(A, 2);
+        Expr *r = idiv(A, e_var(A, ev), BK), *c = imod(A, e_var(A, ev), BK);
+        Expr *sidx = E_ADD(A, E_MUL(A, r, e_i(A, LD)), c);
+        Expr *g = E_ADD(A, w ? o0 : t0, r), *kk = E_ADD(A, e_var(A, kt), c);
+        TStmt *z = ts(A, TS_SSTORE); z->smem = w; z->sidx = sidx; z->e = e_f(A, 0.0);
+        Expr *val = w ? t->wop : t->xop;
+        val = expr_subst(A, val, t->par[w].v, g);
+        val = expr_subst(A, val, t->red[0].v, kk);
+        TStmt *in1 = ts_if(A, lt(A, g, w ? e_i(A, M) : rows), 1), *in2 = ts_if(A, lt(A, kk, e_i(A, K)), 1);
+        TStmt *v = ts(A, TS_SSTORE); v->smem = w; v->sidx = sidx; v->e = val;
+        in2->body[in2->nbody++] = v;
+        in1->body[in1->nbody++] = in2;
+        f->body[f->nbody++] = z;
+        f->body[f->nbody++] = in1;
+        ps[w] = f;
+    }
+    kl_add(A, &ub, phase(A, ps, 2, true));
+    for (int ks = 0; ks < BK; ks += 16) {
+        for (int mt = 0; mt < 2; mt++) {
+            /* lanes 0..15: rows 0..15 at k 0; lanes 16..31: rows 0..15 at k 8 */
+            Expr *row = E_ADD(A, E_ADD(A, E_MUL(A, wm, e_i(A, 32)), e_i(A, mt * 16)), imod(A, lane, 16));
+            Expr *col = E_ADD(A, e_i(A, ks), E_MUL(A, idiv(A, lane, 16), e_i(A, 8)));
+            kl_add(A, &ub, kldm(A, 4, 32 + mt * 4, 0, E_ADD(A, E_MUL(A, row, e_i(A, LD)), col)));
+        }
+        for (int np = 0; np < 2; np++) {
+            /* matrix i = lane / 8: outputs +8*(i/2), k +8*(i%2): b[0], b[1] of n-tile 2np, then of 2np+1 */
+            Expr *mi = idiv(A, lane, 8);
+            Expr *row = E_ADD(A, E_ADD(A, E_ADD(A, E_MUL(A, wn, e_i(A, 32)), e_i(A, np * 16)), E_MUL(A, idiv(A, mi, 2), e_i(A, 8))), imod(A, lane, 8));
+            Expr *col = E_ADD(A, e_i(A, ks), E_MUL(A, imod(A, mi, 2), e_i(A, 8)));
+            kl_add(A, &ub, kldm(A, 4, 40 + np * 4, 1, E_ADD(A, E_MUL(A, row, e_i(A, LD)), col)));
+        }
+        for (int mt = 0; mt < 2; mt++)
+            for (int nt = 0; nt < 4; nt++) {
+                int a[4] = {32 + mt * 4, 33 + mt * 4, 34 + mt * 4, 35 + mt * 4}, b[2] = {40 + nt * 2, 41 + nt * 2};
+                int c[4] = {(mt * 4 + nt) * 4, (mt * 4 + nt) * 4 + 1, (mt * 4 + nt) * 4 + 2, (mt * 4 + nt) * 4 + 3};
+                kl_add(A, &ub, kmma(L, a, b, c));
+            }
+    }
+    kl_add(A, &ub, phase(A, tlist(A, 1), 0, true));
+    uf->kbody = ub.s; uf->nk = ub.n;
+    kl_add(A, body, uf);
+    /* epilogue: accumulator q of tile (mt, nt) is C[g + 8(q/2)][2t + q%2] */
+    TStmt **pe = tlist(A, 32);
+    Expr *gq = idiv(A, lane, 4), *tq = imod(A, lane, 4);
+    for (int mt = 0; mt < 2; mt++)
+        for (int nt = 0; nt < 4; nt++)
+            for (int q = 0; q < 4; q++) {
+                Expr *row = E_ADD(A, E_ADD(A, t0, E_MUL(A, wm, e_i(A, 32))), E_ADD(A, e_i(A, mt * 16 + 8 * (q / 2)), gq));
+                Expr *col = E_ADD(A, E_ADD(A, o0, E_MUL(A, wn, e_i(A, 32))), E_ADD(A, e_i(A, nt * 8 + q % 2), E_MUL(A, tq, e_i(A, 2))));
+                TStmt *i1 = ts_if(A, lt(A, row, rows), 1), *i2 = ts_if(A, lt(A, col, e_i(A, M)), 3);
+                i2->body[i2->nbody++] = ts_let(A, t->par[0].v, row);
+                i2->body[i2->nbody++] = ts_let(A, t->par[1].v, col);
+                i2->body[i2->nbody++] = store(A, t, expr_subst_acc(A, t->store_value, reg(A, (mt * 4 + nt) * 4 + q)));
+                i1->body[i1->nbody++] = i2;
+                pe[mt * 16 + nt * 4 + q] = i1;
+            }
+    kl_add(A, body, phase(A, pe, 32, false));
+}
+
+bool ks_has(KStmt *const *b, int n, KStmtKind kind) {
+    for (int i = 0; i < n; i++) if (b[i]->k == kind || (b[i]->k == KS_UFOR && ks_has(b[i]->kbody, b[i]->nk, kind))) return true;
+    return false;
+}
+
 static KKernel *materialise(KL *L, const TileKernel *t) {
     KKernel *k = new_kernel(L, t);
     KList body = {0};
@@ -291,10 +411,12 @@ static KKernel *materialise(KL *L, const TileKernel *t) {
     case SCHED_FLAT: case SCHED_SPLITK_SUM: mat_flat(L, t, k, &body); break;
     case SCHED_BLOCK_REDUCE: mat_block_reduce(L, t, k, &body); break;
     case SCHED_GEMV: mat_gemv(L, t, k, &body); break;
+    case SCHED_GEMM_TC: mat_gemm_tc(L, t, k, &body); break;
     case SCHED_COUNT: UNREACHABLE();
     }
     k->body = body.s; k->nbody = body.n;
-    for (int i = 0; i < k->nbody; i++) k->has_shfl |= k->body[i]->k == KS_SHFL;
+    k->has_shfl = ks_has(k->body, k->nbody, KS_SHFL);
+    k->has_ldm = ks_has(k->body, k->nbody, KS_LDMATRIX);
     collect_kparams(k, k->body, k->nbody);
     return k;
 }
@@ -367,6 +489,15 @@ static void print_ks(KP *p, KStmt **b, int n, int d) {
         if (s->k == KS_PHASE) {
             str_printf(p->o, "phase%s:\n", s->barrier ? "" : " (warp-level: no barrier)");
             for (int j = 0; j < s->nbody; j++) print_ts(p, s->body[j], d + 1);
+        } else if (s->k == KS_MMA) {
+            str_printf(p->o, "mma_m16n8k16_bf16 {r%d, r%d, r%d, r%d} += {r%d, r%d, r%d, r%d} * {r%d, r%d}\n", s->mc[0], s->mc[1], s->mc[2], s->mc[3],
+                       s->ma[0], s->ma[1], s->ma[2], s->ma[3], s->mb[0], s->mb[1]);
+        } else if (s->k == KS_LDMATRIX) {
+            str_printf(p->o, "ldmatrix_x%d {", s->nmat);
+            for (int j = 0; j < s->nmat; j++) str_printf(p->o, "%sr%d", j ? ", " : "", s->ldst[j]);
+            str_printf(p->o, "} = smem%d[", s->lsmem);
+            kexpr(p, s->laddr);
+            str_printf(p->o, "]\n");
         } else if (s->k == KS_SHFL) {
             str_printf(p->o, "r%d = shfl_%s(r%d, ", s->dst, shfl_names[s->shfl], s->src);
             kexpr(p, s->arg);
@@ -390,8 +521,8 @@ void kernel_print_one(Str *o, const KKernel *k, bool header) {
         for (int d = 0; d < b->ndim; d++) str_printf(o, "%s%lld", d ? ", " : "", (long long)b->dims[d]);
         str_printf(o, "]%s%s\n", header ? "  = " : "", header ? b->name : "");
     }
-    for (int i = 0; i < k->nsmem; i++) str_printf(o, "  shared smem%d: f32[%d]\n", i, k->smem[i].size);
-    for (int i = 0; i < k->nregs; i++) str_printf(o, "  register r%d: f32 per thread\n", i);
+    for (int i = 0; i < k->nsmem; i++) str_printf(o, "  shared smem%d: %s[%d]\n", i, k->smem[i].b16 ? "b16" : "f32", k->smem[i].size);
+    for (int i = 0; i < k->nregs; i++) str_printf(o, "  register r%d: %s per thread\n", i, k->regs[i].b32 ? "b32" : "f32");
     print_ks(&p, k->body, k->nbody, 1);
 }
 void kernel_print(Str *o, const KProgram *kp) {
@@ -439,6 +570,7 @@ void kernel_lower(Arena *A, const TileProgram *tp, KProgram *kp) {
         str_free(&s);
         KLaunch *l = &kp->launches[kp->nl++];
         l->k = same; l->module = k->module; l->grid = k->grid;
+        l->run_if = tp->k[i]->run_if; l->min_n = tp->k[i]->min_n;
         CHECK(same->nparams == k->nparams, "dedup param count");
         for (int j = 0; j < k->nparams; j++) l->args[j] = k->params[j];
         same->uses++;
@@ -468,14 +600,18 @@ static bool uses_smem(const Expr *e) {
     for (int i = 0; i < e->nargs; i++) if (uses_smem(e->a[i])) return true;
     return false;
 }
-static bool ts_smem(TStmt **b, int n) {
+/* bit 1: reads shared memory, bit 2: writes it */
+static int ts_smem(TStmt **b, int n) {
+    int m = 0;
     for (int i = 0; i < n; i++) {
         const TStmt *s = b[i];
-        if (s->k == TS_SSTORE || (s->e && uses_smem(s->e)) || (s->lo && uses_smem(s->lo))) return true;
-        if (ts_smem(s->body, s->nbody)) return true;
+        if (s->k == TS_SSTORE) m |= 2;
+        if ((s->e && uses_smem(s->e)) || (s->lo && uses_smem(s->lo)) || (s->sidx && uses_smem(s->sidx))) m |= 1;
+        m |= ts_smem(s->body, s->nbody);
     }
-    return false;
+    return m;
 }
+static bool reg_ok(const KKernel *k, int r, bool b32) { return r >= 0 && r < k->nregs && k->regs[r].b32 == b32; }
 static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
     for (int i = 0; i < n; i++) {
         const TStmt *s = b[i];
@@ -496,22 +632,38 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
     }
     return NULL;
 }
-/* *region: shared memory was touched since the last block barrier. Without
- * a barrier between them, two phases that touch shared memory could race
- * on the GPU even though the C backend (which runs phases one after the
- * other) would not show it: so a warp-level phase region touches shared
- * memory in at most one phase. */
-static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uvars, int nu, bool *region) {
+/* *region: how shared memory was used since the last block barrier (bit 1
+ * read, bit 2 written). Without a barrier between them, a phase that writes
+ * shared memory and any other statement that touches it could race on the
+ * GPU even though the C backend (which runs phases one after the other)
+ * would not show it: so between barriers a phase that writes shared memory
+ * is the only statement touching it; reads (phases, ldmatrix) may share a
+ * region. */
+static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uvars, int nu, int *region) {
     for (int i = 0; i < n; i++) {
         const KStmt *s = b[i];
         const char *m = NULL;
         if (s->k == KS_PHASE) {
             m = ver_ts(A, k, s->body, s->nbody);
-            if (!m && ts_smem(s->body, s->nbody)) {
-                if (*region) m = "two phases use shared memory with no barrier between them";
-                *region = true;
+            int use = ts_smem(s->body, s->nbody);
+            if (!m && use) {
+                if ((use & 2 && *region) || (*region & 2)) m = "two phases use shared memory with no barrier between them";
+                *region |= use;
             }
-            if (s->barrier) *region = false;
+            if (s->barrier) *region = 0;
+        } else if (s->k == KS_MMA) {
+            if (k->block % 32) m = "mma in a block that is not whole warps";
+            for (int j = 0; !m && j < 4; j++)
+                if (!reg_ok(k, s->ma[j], true) || !reg_ok(k, s->mc[j], false) || (j < 2 && !reg_ok(k, s->mb[j], true))) m = "mma fragment register undeclared or of the wrong type";
+        } else if (s->k == KS_LDMATRIX) {
+            if (k->block % 32) m = "ldmatrix in a block that is not whole warps";
+            else if (s->nmat != 1 && s->nmat != 2 && s->nmat != 4) m = "ldmatrix of other than 1, 2 or 4 matrices";
+            else if (s->lsmem < 0 || s->lsmem >= k->nsmem || !k->smem[s->lsmem].b16) m = "ldmatrix from an undeclared or non-b16 shared array";
+            else if (s->laddr->t != T_I64) m = "ldmatrix address is not an integer";
+            for (int j = 0; !m && j < s->nmat; j++) if (!reg_ok(k, s->ldst[j], true)) m = "ldmatrix into an undeclared or non-b32 register";
+            if (!m) m = ver_refs(A, k, s->laddr);
+            if (!m && *region & 2) m = "ldmatrix reads shared memory written with no barrier between";
+            *region |= 1;
         } else if (s->k == KS_SHFL) {
             /* shuffles are kernel statements, so every lane of every warp runs them (full mask) */
             int64_t a;
@@ -539,7 +691,7 @@ const char *kernel_verify(Arena *A, const KProgram *kp) {
     for (int i = 0; i < kp->nk; i++) {
         const KKernel *k = kp->kernels[i];
         Var *uvars[8];
-        bool region = false;
+        int region = 0;
         const char *m = ver_ks(A, k, k->body, k->nbody, uvars, 0, &region);
         if (!m && k->grid->t != T_I64) m = "grid is not an integer";
         if (m) return arena_printf(A, "kernel %s: %s", k->name, m);

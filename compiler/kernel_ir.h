@@ -5,6 +5,8 @@
  *                                           the phase is marked warp-level
  *           | ufor v = init; cond; v = update { body }   -- uniform bounds
  *           | shfl_{down,up,xor,idx} rD <- rS, arg      -- warp shuffle
+ *           | mma_m16n8k16_bf16 c[4] += a[4] * b[2]     -- tensor core, per warp
+ *           | ldmatrix_xN d[N] <- smem[addr]             -- 8x8 b16 tiles, per warp
  * Per-thread code: let (thread-local index), assign (register), store,
  * shared store, vload (a vector of consecutive elements into a thread-local
  * array), if, for (thread-local loop). Barriers and shuffles sit only
@@ -42,7 +44,7 @@ typedef struct TStmt {
     struct TStmt **body; int nbody;
 } TStmt;
 
-#define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor") X(KS_SHFL, "shfl")
+#define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor") X(KS_SHFL, "shfl") X(KS_MMA, "mma") X(KS_LDMATRIX, "ldmatrix")
 typedef enum {
 #define X(e, s) e,
     KSTMT_KINDS(X)
@@ -66,10 +68,19 @@ typedef struct KStmt {
     ShflKind shfl; int dst, src; Expr *arg;   /* shfl: rdst = value of rsrc at the lane given by arg (delta, mask or lane; uniform) */
     Var *v; Expr *init, *cond, *update;   /* ufor */
     struct KStmt **kbody; int nk;
+    /* mma_m16n8k16_bf16 (f32 accumulate, in place): fragment registers in the PTX ISA's layout, with
+     * g = lane / 4, t = lane % 4 and (lo, hi) the two bf16 of a .b32 register:
+     *   a[0] = A[g][2t..2t+1]  a[1] = A[g+8][2t..]  a[2] = A[g][2t+8..]  a[3] = A[g+8][2t+8..]   (A 16x16, row)
+     *   b[0] = B[2t..2t+1][g]  b[1] = B[2t+8..2t+9][g]                                        (B 16x8, col)
+     *   c[q] = C[g + 8*(q/2)][2t + q%2]                                                        (C 16x8, f32)
+     * ldmatrix_xN (N = 1, 2, 4; m8n8, b16): lanes 8i..8i+7 give the shared element offsets (addr, 16-byte
+     * aligned) of rows 0..7 of matrix i; d[i] of lane l = row l/4 of matrix i, elements 2(l%4), 2(l%4)+1. */
+    int ma[4], mb[2], mc[4];
+    int nmat, ldst[4], lsmem; Expr *laddr;
 } KStmt;
 
-typedef struct { int size; } SmemDecl;
-typedef struct { EType t; } RegDecl;
+typedef struct { int size; bool b16; } SmemDecl;   /* b16: uint16 elements (bf16 bits; f32 stores round to nearest even) */
+typedef struct { EType t; bool b32; } RegDecl;     /* b32: a .b32 fragment register (two bf16) */
 
 #define MAX_PARAMS 16
 typedef struct KKernel {
@@ -82,8 +93,9 @@ typedef struct KKernel {
     int nparams; Buffer *params[MAX_PARAMS];   /* the first instance's buffers */
     bool param_written[MAX_PARAMS];
     int nsmem; SmemDecl smem[4];
-    int nregs; RegDecl regs[8];
+    int nregs; RegDecl regs[64];
     bool has_shfl;             /* the C backend keeps a lane buffer */
+    bool has_ldm;              /* the C backend keeps a lane address buffer */
     KStmt **body; int nbody;
     int uses;                  /* launches */
 } KKernel;
@@ -93,6 +105,7 @@ typedef struct {
     const char *module;
     Buffer *args[MAX_PARAMS];
     Expr *grid;
+    int run_if, min_n;         /* 0: always; 1: only when n > min_n; 2: only when n <= min_n (gemm_tc / gemv dispatch) */
 } KLaunch;
 
 typedef struct {
@@ -109,4 +122,6 @@ void kernel_print_one(Str *o, const KKernel *k, bool header);
 const char *kernel_verify(Arena *A, const KProgram *kp);
 /* Index of b among k's params for this launch's binding, -1 if none. */
 int kernel_param_index(const KKernel *k, const Buffer *b);
+/* Whether b (or a uniform loop in it) holds a statement of this kind. */
+bool ks_has(KStmt *const *b, int n, KStmtKind kind);
 #endif

@@ -34,7 +34,7 @@ void knobs_set(Knobs *k, const char *assign) {
     KNOBS(X)
 #undef X
     die_user(NULL, "--knob", "unknown knob '%.*s' (known: flat_block, reduce_block_max, gemv_rows_per_block, gemv_split_k, "
-             "gemv_vec, gemv_target_blocks, debug_shfl_offset, fuse)", (int)nl, assign);
+             "gemv_vec, gemv_target_blocks, debug_shfl_offset, gemm_tc, gemm_min_n, debug_mma_layout, fuse)", (int)nl, assign);
 }
 void knobs_print(Str *o, const Knobs *k) {
     const char *sep = "";
@@ -96,6 +96,25 @@ static TileKernel *new_tk(Arena *A, const LoopNest *nest) {
     return k;
 }
 
+/* gemm_tc applies to y[t, o] = sum_k X(t, k) * W[o, k] (+ epilogue) with W a
+ * bf16 weight, t the runtime token axis and o the weight's row: the form
+ * tensor_ir.c gives every linear. */
+static bool gemm_tc_form(TileKernel *k) {
+    if (k->npar != 2 || k->nred != 1 || k->side || k->redop != RED_SUM || k->acc_value->k != EX_MUL) return false;
+    int64_t rows;
+    if (expr_is_const(k->par[0].extent, &rows) || !expr_is_const(k->par[1].extent, &rows)) return false;
+    const Var *t = k->par[0].v, *o = k->par[1].v, *kv = k->red[0].v;
+    for (int w = 0; w < 2; w++) {
+        Expr *W = k->acc_value->a[w], *X = k->acc_value->a[1 - w];
+        if (W->k != EX_LOAD || W->buf->kind != BUF_WEIGHT || W->buf->dtype != DT_BF16 || W->nargs != 2) continue;
+        if (W->a[0]->k != EX_VAR || W->a[0]->var != o || W->a[1]->k != EX_VAR || W->a[1]->var != kv) continue;
+        if (expr_uses_var(X, o) || !expr_uses_var(X, t)) continue;
+        k->xop = X; k->wop = W;
+        return true;
+    }
+    return false;
+}
+
 /* Schedules one nest; returns how many tile kernels it appended to out. */
 static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProgram *tp, TileKernel **out) {
     TileKernel *k = new_tk(A, nest);
@@ -141,7 +160,26 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
         gs.v = k->red[0].v; gs.ok = true; gs.vec = 8;
         gemv_scan(&gs, k->acc_value);
     }
+    int ntc = 0;
+    int64_t maxrows = 0;
+    /* only where a call can have more than gemm_min_n tokens (max_batch bounds n) */
+    if (gs.weight && kn->gemm_tc && gemm_tc_form(k) && eval_i(k->par[0].extent, tp->g->max_batch, tp->g->max_ctx, &maxrows) &&
+        maxrows > kn->gemm_min_n) {
+        /* prefill (n > gemm_min_n) runs on the tensor cores; the gemv below stays for n <= gemm_min_n */
+        TileKernel *g = new_tk(A, nest);
+        *g = *k;
+        g->name = arena_printf(A, "%s_tc", nest->kname);
+        g->kind = SCHED_GEMM_TC;
+        g->bm = 64; g->bn = 64; g->bk = 32;
+        g->block = 128;
+        g->run_if = 1; g->min_n = kn->gemm_min_n;
+        g->grid = E_MUL(A, ceil_div(A, k->par[0].extent, g->bm), ceil_div(A, k->par[1].extent, g->bn));
+        g->smem_floats = 0;
+        out[ntc++] = g;
+        k->run_if = 2; k->min_n = kn->gemm_min_n;
+    }
     if (gs.weight) {
+        out += ntc;
         /* gemv: a warp per output element */
         k->kind = SCHED_GEMV;
         k->rows = kn->gemv_rows_per_block ? kn->gemv_rows_per_block : 4;
@@ -171,7 +209,7 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
         k->k_chunk = (k->k_chunk + vec - 1) / vec * vec;
         k->split_k = (int)((K + k->k_chunk - 1) / k->k_chunk);
         k->grid = E_MUL(A, ceil_div(A, total, k->rows), e_i(A, k->split_k));
-        if (k->split_k == 1) { out[0] = k; return 1; }
+        if (k->split_k == 1) { out[0] = k; return ntc + 1; }
         Buffer *w = ARENA_NEW(A, Buffer);
         w->id = -1; w->name = arena_printf(A, "%s.partials", nest->kname); w->kind = BUF_WORK; w->dtype = DT_F32;
         w->ndim = 2; w->dims[0] = tmax; w->dims[1] = k->split_k; w->layer = -1; w->weight_index = -1; w->act_offset = 0;
@@ -185,8 +223,9 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
         c->store_value = k->store_value; c->out = k->out; c->idx = k->idx;
         c->block = kn->flat_block;
         c->grid = ceil_div(A, total, c->block);
+        c->run_if = k->run_if; c->min_n = k->min_n;
         out[0] = k; out[1] = c;
-        return 2;
+        return ntc + 2;
     }
     /* block_reduce: blocks sized from the extent when it is known */
     k->kind = SCHED_BLOCK_REDUCE;
@@ -205,7 +244,7 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
 
 void tile_schedule(Arena *A, const LProgram *lp, const Knobs *kn, TileProgram *tp) {
     tp->lp = lp; tp->knobs = *kn; tp->n = 0;
-    tp->k = ARENA_ARRAY(A, TileKernel *, 2 * lp->n);
+    tp->k = ARENA_ARRAY(A, TileKernel *, 3 * lp->n);
     for (int i = 0; i < lp->n; i++) tp->n += schedule(A, lp->nests[i], kn, lp->tp, tp->k + tp->n);
 }
 
@@ -218,7 +257,8 @@ void tile_print(Str *o, const TileProgram *tp) {
     str_printf(o, "\n");
     for (int i = 0; i < tp->n; i++) {
         const TileKernel *k = tp->k[i];
-        str_printf(o, "tile %s  # %s\n  schedule %s  grid=", k->name, k->nest->module, sched_names[k->kind]);
+        str_printf(o, "tile %s  # %s%s\n  schedule %s  grid=", k->name, k->nest->module,
+                   k->run_if == 1 ? " (when n > min_n)" : k->run_if == 2 ? " (when n <= min_n)" : "", sched_names[k->kind]);
         expr_print(o, k->grid);
         str_printf(o, " block=%d", k->block);
         if (k->smem_floats) str_printf(o, " smem=%d x f32", k->smem_floats);
@@ -252,6 +292,15 @@ void tile_print(Str *o, const TileProgram *tp) {
             if (k->work) str_printf(o, " -> %s", k->work->name);
             str_printf(o, "\n");
             break;
+        case SCHED_GEMM_TC:
+            str_printf(o, " bm=%d bn=%d bk=%d min_n=%d\n  block (bid/ceil(%s/%d), bid%%ceil(%s/%d)) -> [", k->bm, k->bn, k->bk, k->min_n,
+                       k->par[0].v->name, k->bm, k->par[1].v->name, k->bn);
+            print_axes(o, k->par, k->npar);
+            str_printf(o, "] tile %dx%d, 4 warps of 32x32; K [", k->bm, k->bn);
+            print_axes(o, k->red, k->nred);
+            str_printf(o, "] in steps of %d staged to shared memory as bf16 (activations rounded to nearest even), "
+                          "ldmatrix.x4 + mma.m16n8k16 bf16, f32 accumulation; runs when n > %d\n", k->bk, k->min_n);
+            break;
         case SCHED_SPLITK_SUM:
             str_printf(o, "\n  thread (bid*%d + tid) -> [", k->block);
             print_axes(o, k->par, k->npar);
@@ -272,6 +321,8 @@ const char *tile_verify(Arena *A, const TileProgram *tp) {
         else if (k->kind == SCHED_GEMV && (k->nred != 1 || k->vec < 1 || k->k_chunk % k->vec || k->split_k < 1)) m = "gemv parameters";
         else if ((k->kind == SCHED_SPLITK_SUM || (k->kind == SCHED_GEMV && k->split_k > 1)) && (!k->work || k->work->dims[1] != k->split_k))
             m = "split-K without its workspace";
+        else if (k->kind == SCHED_GEMM_TC && (k->block != 128 || k->bm != 64 || k->bn != 64 || k->bk % 16 || !k->xop || !k->wop))
+            m = "gemm_tc parameters";
         else if (k->grid->t != T_I64) m = "grid is not an integer";
         else if (k->smem_floats * 4 > 48 * 1024) m = "shared memory over 48 KiB";
         if (m) return arena_printf(A, "tile %d (%s): %s", i, k->nest->module, m);

@@ -13,6 +13,11 @@
  *   splitk_sum    the second pass: a thread per output element sums the
  *                 split_k partials in order (deterministic) and applies the
  *                 epilogue
+ *   gemm_tc       bf16-weight linears when n > gemm_min_n: a block per 64x64
+ *                 (tokens x outputs) tile, 4 warps of 32x32, K in steps of 32
+ *                 staged to shared memory as bf16, ldmatrix + mma.sync
+ *                 m16n8k16 with f32 accumulation; the launch plan runs it or
+ *                 the gemv by n at run time
  * Parameters are chosen from the shapes; --knob NAME=VALUE pins them
  * (fuse=0 turns off loop IR fusion, which runs before scheduling). */
 #ifndef LLMCC_TILE_IR_H
@@ -20,7 +25,7 @@
 #include "loop_ir.h"
 
 #define SCHED_KINDS(X) X(SCHED_FLAT, "flat") X(SCHED_BLOCK_REDUCE, "block_reduce") X(SCHED_GEMV, "gemv") \
-    X(SCHED_SPLITK_SUM, "splitk_sum")
+    X(SCHED_SPLITK_SUM, "splitk_sum") X(SCHED_GEMM_TC, "gemm_tc")
 typedef enum {
 #define X(e, s) e,
     SCHED_KINDS(X)
@@ -41,6 +46,9 @@ extern const char *const sched_names[];
     X("gemv_vec", gemv_vec, 0, 0, 8, true) \
     X("gemv_target_blocks", gemv_target_blocks, 264, 1, 1 << 20, false) \
     X("debug_shfl_offset", debug_shfl_offset, 0, 0, 31, false) \
+    X("gemm_tc", gemm_tc, 1, 0, 1, false) \
+    X("gemm_min_n", gemm_min_n, 16, 0, 1 << 20, false) \
+    X("debug_mma_layout", debug_mma_layout, 0, 0, 1, false) \
     X("fuse", fuse, 1, 0, 1, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;
@@ -72,6 +80,10 @@ typedef struct {
     int64_t k_chunk;           /* K elements per slice (a multiple of vec) */
     int vec;                   /* elements per lane per vector load; 1: scalar loads */
     Buffer *work;              /* gemv with split_k > 1, splitk_sum: [outputs, split_k] f32 partials */
+    int run_if, min_n;         /* 0: always; 1: when n > min_n (gemm_tc); 2: when n <= min_n (its gemv) */
+    /* gemm_tc: y[t, o] = sum_k xop(t, k) * wop(o, k); xop is staged as bf16 */
+    int bm, bn, bk;            /* block tile: tokens, outputs, K step */
+    Expr *xop, *wop;
 } TileKernel;
 
 typedef struct {

@@ -294,7 +294,7 @@ def test_kernel_verifier_rules():
     exe = build_c("kernel_verify_test", HARNESS_SRCS[:-1] + ["tests/c/kernel_verify_test.c"])
     p = run([exe], check=False)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count("ok  ") == 10, p.stdout
+    assert p.stdout.count("ok  ") == 15, p.stdout
 
 
 # ---- the guards themselves ----
@@ -332,7 +332,7 @@ def ptxas_report():
     return mod
 
 
-CUDA_OPS = [["linear", 4, 37, 200, "bf16", 1], ["linear", 2, 7, 18944, "bf16", 1], ["linear", 3, 64, 257, "f32", 0],
+CUDA_OPS = [["linear", 4, 37, 200, "bf16", 1], ["linear", 64, 200, 200, "bf16", 1], ["mma_prim"], ["ldmatrix_prim"], ["linear", 2, 7, 18944, "bf16", 1], ["linear", 3, 64, 257, "f32", 0],
             ["linear", 2, 29, 300, "f16", 1], ["rmsnorm", 2, 18944, "bf16"], ["rmsnorm", 2, 64, "f32"],
             ["softmax", 2, 3], ["silu_mul", 2, 300]]
 

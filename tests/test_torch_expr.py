@@ -222,6 +222,22 @@ def test_run_layer_against_numpy():
         assert diff <= 1e-4 * float(np.abs(want).max()), "%s layer %d: max |diff| %.3g" % (kind, layer, diff)
 
 
+def test_run_layer_tensor_cores():
+    """A bf16 layer over more than gemm_min_n tokens runs its linears on the mma schedule; the
+    reference rounds their inputs to bf16 as that schedule does, so the check stays tight, and a
+    wrong fragment layout (debug_mma_layout=1) is caught."""
+    d = os.path.join(tmpdir("torch_expr"), "llama-gqa-bf16")
+    if not os.path.exists(os.path.join(d, "config.json")):
+        run(["python3", os.path.join(ROOT, "scripts", "make_fixture.py"), "llama-gqa", d, "--dtype", "bf16"])
+    p = run([LLMCC, "compile", d, "--layer", "1", "--ir", "tile"])
+    assert "gemm_tc" in p.stdout, "the layer's linears are not on the tensor-core schedule"
+    p = run([LLMCC, "run", d, "--layer", "1", "--tokens", "24"])
+    assert "matches the reference" in p.stdout, p.stdout
+    p = subprocess.run([LLMCC, "run", d, "--layer", "1", "--tokens", "24", "--knob", "debug_mma_layout=1"],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, (p.returncode, p.stdout)
+
+
 def test_layer_every_level():
     d = fixture()
     outs = {}

@@ -3,7 +3,8 @@
  * that is not whole warps, with an out-of-range or thread-dependent
  * argument, of undeclared registers; two phases touching shared memory with
  * no barrier between them (also around a uniform loop's back edge); a
- * misaligned vector. Prints one line per case, "ok" or what went wrong;
+ * misaligned vector; ldmatrix of shared memory written with no barrier
+ * between, or from a non-b16 array; mma on registers of the wrong kind. Prints one line per case, "ok" or what went wrong;
  * exits 1 if any case is accepted or a good kernel is rejected. */
 #include "kernel_ir.h"
 #include <stdio.h>
@@ -91,5 +92,31 @@ int main(void) {
     expect("misaligned vector rows", kp, "not aligned");
     buf->dims[1] = 16;
     expect("aligned vector rows", kp, NULL);
+    /* tensor-core statements: r2..r5 .b32 fragments, r6..r9 f32 accumulators, smem0 b16 */
+    KKernel *k = kp->kernels[0];
+    k->nparams = 0;
+    k->nregs = 10;
+    for (int i = 2; i < 10; i++) { k->regs[i].t = T_F32; k->regs[i].b32 = i < 6; }
+    k->smem[0].b16 = true;
+    KStmt *ld = ARENA_NEW(&A, KStmt);
+    ld->k = KS_LDMATRIX; ld->nmat = 4; ld->lsmem = 0; ld->laddr = E_MUL(&A, e_leaf(&A, EX_TID, T_I64, 0), e_i(&A, 8));
+    for (int i = 0; i < 4; i++) ld->ldst[i] = 2 + i;
+    TStmt *zs = sstore();
+    k->body = b; b[0] = phase(zs, true); b[1] = ld; k->nbody = 2;
+    expect("ldmatrix after a barrier", kp, NULL);
+    b[0] = phase(zs, false);
+    expect("ldmatrix racing a shared store", kp, "no barrier");
+    b[0] = phase(zs, true);
+    k->smem[0].b16 = false;
+    expect("ldmatrix of f32 shared memory", kp, "non-b16");
+    k->smem[0].b16 = true;
+    KStmt *mm = ARENA_NEW(&A, KStmt);
+    mm->k = KS_MMA;
+    for (int i = 0; i < 4; i++) { mm->ma[i] = 2 + i; mm->mc[i] = 6 + i; }
+    mm->mb[0] = 2; mm->mb[1] = 3;
+    b[2] = mm; k->nbody = 3;
+    expect("mma after ldmatrix", kp, NULL);
+    mm->mc[3] = 5;
+    expect("mma accumulating into a .b32 register", kp, "wrong type");
     return failures ? 1 : 0;
 }

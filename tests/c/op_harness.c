@@ -12,7 +12,11 @@
  *     silu_then_mul MAXN C      a = x / (1 + exp(-x)); y = a * g (two ops: loop_fuse inlines a)
  *     residual_norm MAXN D WDT  h = x + r; rmsnorm of h, as a decoder layer's residual add and the
  *                               next norm (loop_fuse stores h from the sum of squares); h and y are outputs
+ *     mma_prim                  one warp: d = c + A*B by mma_m16n8k16_bf16 from per-lane fragments a[32,4], b[32,2]
+ *                               (.b32 bits as i32), c[32,4] f32 -> d[32,4] f32
+ *     ldmatrix_prim             one warp: smem = s (512 bf16), ldmatrix_x4 with row offsets addr[32] -> out[32,4] (.b32 bits)
  * Row extents are the runtime n (1..MAXN), as in a model; WDT is f32, bf16 or f16.
+ * The two _prim ops are kernels built here by hand (no tensor op has their form).
  * The ops are built as tensor_ir.c builds the model's, so the schedules see
  * the same shapes; the expected values come from numpy, not from here. */
 #include "emit.h"
@@ -161,6 +165,76 @@ static void build(int argc, char **argv) {
     for (int i = 0; i < tp.nbufs; i++) if (tp.bufs[i]->kind == BUF_WEIGHT) tp.weights[tp.bufs[i]->weight_index] = tp.bufs[i];
 }
 
+/* ---- the kernel-IR primitives alone: one warp, hand-built ---- */
+static TStmt *tstmt(TStmtKind k) { TStmt *s = ARENA_NEW(&A, TStmt); s->k = k; return s; }
+static KStmt *kphase(TStmt **b, int n, bool barrier) {
+    KStmt *k = ARENA_NEW(&A, KStmt); k->k = KS_PHASE; k->body = b; k->nbody = n; k->barrier = barrier; return k;
+}
+static Expr *TID(void) { return e_leaf(&A, EX_TID, T_I64, 0); }
+static TStmt *st2(Buffer *b, Expr *i0, int64_t i1, Expr *v) {
+    TStmt *s = tstmt(TS_STORE); s->buf = b; s->idx = ARENA_ARRAY(&A, Expr *, 2); s->idx[0] = i0; s->idx[1] = e_i(&A, i1); s->e = v; return s;
+}
+static void prim_program(const char *which, KProgram *kp) {
+    KKernel *k = ARENA_NEW(&A, KKernel);
+    k->block = 32; k->grid = e_i(&A, 1); k->uses = 1;
+    k->body = ARENA_ARRAY(&A, KStmt *, 3); k->nbody = 3;
+    if (!strcmp(which, "mma_prim")) {
+        Buffer *a = buf("a", BUF_INPUT, DT_I32, 2, 32, 4), *b = buf("b", BUF_INPUT, DT_I32, 2, 32, 2);
+        Buffer *c = buf("c", BUF_INPUT, DT_F32, 2, 32, 4), *d = buf("d", BUF_OUTPUT, DT_F32, 2, 32, 4);
+        k->name = k->base = "k_mma_prim"; k->module = "mma_prim"; k->sched = SCHED_FLAT;
+        k->nregs = 10;
+        for (int i = 0; i < 10; i++) { k->regs[i].t = T_F32; k->regs[i].b32 = i < 6; }
+        TStmt **p0 = ARENA_ARRAY(&A, TStmt *, 10);
+        for (int i = 0; i < 10; i++) {
+            Buffer *src = i < 4 ? a : i < 6 ? b : c;
+            int j = i < 4 ? i : i < 6 ? i - 4 : i - 6;
+            p0[i] = tstmt(TS_ASSIGN); p0[i]->reg = i; p0[i]->e = e_load2(&A, src, TID(), e_i(&A, j));
+        }
+        k->body[0] = kphase(p0, 10, false);
+        KStmt *m = ARENA_NEW(&A, KStmt);
+        m->k = KS_MMA;
+        for (int i = 0; i < 4; i++) { m->ma[i] = i; m->mc[i] = 6 + i; }
+        m->mb[0] = 4; m->mb[1] = 5;
+        k->body[1] = m;
+        TStmt **p2 = ARENA_ARRAY(&A, TStmt *, 4);
+        for (int i = 0; i < 4; i++) p2[i] = st2(d, TID(), i, e_leaf(&A, EX_REG, T_F32, 6 + i));
+        k->body[2] = kphase(p2, 4, false);
+        Buffer *ps[4] = {a, b, c, d};
+        for (int i = 0; i < 4; i++) { k->params[i] = ps[i]; k->param_written[i] = i == 3; }
+        k->nparams = 4;
+    } else {
+        Buffer *sb = buf("s", BUF_INPUT, DT_BF16, 1, 512, 0), *ad = buf("addr", BUF_INPUT, DT_I32, 1, 32, 0);
+        Buffer *out = buf("out", BUF_OUTPUT, DT_I32, 2, 32, 4);
+        k->name = k->base = "k_ldmatrix_prim"; k->module = "ldmatrix_prim"; k->sched = SCHED_FLAT;
+        k->nregs = 4;
+        for (int i = 0; i < 4; i++) { k->regs[i].t = T_F32; k->regs[i].b32 = true; }
+        k->nsmem = 1; k->smem[0].size = 512; k->smem[0].b16 = true;
+        Var *e = new_var(&A, &tp.nvars, "e");
+        TStmt *f = tstmt(TS_FOR);
+        f->v = e; f->lo = TID(); f->e = e_i(&A, 512); f->step = e_i(&A, 32);
+        f->body = ARENA_ARRAY(&A, TStmt *, 1); f->nbody = 1;
+        f->body[0] = tstmt(TS_SSTORE); f->body[0]->smem = 0; f->body[0]->sidx = e_var(&A, e); f->body[0]->e = e_load1(&A, sb, e_var(&A, e));
+        TStmt **p0 = ARENA_ARRAY(&A, TStmt *, 1); p0[0] = f;
+        k->body[0] = kphase(p0, 1, true);
+        KStmt *l = ARENA_NEW(&A, KStmt);
+        l->k = KS_LDMATRIX; l->nmat = 4; l->lsmem = 0; l->laddr = e_load1(&A, ad, TID());
+        for (int i = 0; i < 4; i++) l->ldst[i] = i;
+        k->body[1] = l;
+        k->has_ldm = true;
+        TStmt **p2 = ARENA_ARRAY(&A, TStmt *, 4);
+        for (int i = 0; i < 4; i++) p2[i] = st2(out, TID(), i, e_leaf(&A, EX_REG, T_F32, i));
+        k->body[2] = kphase(p2, 4, false);
+        Buffer *ps[3] = {sb, ad, out};
+        for (int i = 0; i < 3; i++) { k->params[i] = ps[i]; k->param_written[i] = i == 2; }
+        k->nparams = 3;
+    }
+    kp->tp = &tp;
+    kp->kernels = ARENA_ARRAY(&A, KKernel *, 1); kp->kernels[0] = k; kp->nk = 1;
+    kp->launches = ARENA_ARRAY(&A, KLaunch, 1); kp->nl = 1;
+    kp->launches[0].k = k; kp->launches[0].module = k->module; kp->launches[0].grid = k->grid;
+    for (int i = 0; i < k->nparams; i++) kp->launches[0].args[i] = k->params[i];
+}
+
 int main(int argc, char **argv) {
     Knobs kn;
     knobs_default(&kn);
@@ -175,10 +249,20 @@ int main(int argc, char **argv) {
         else if (npos < 16) pos[npos++] = argv[i];
     }
     if (!npos) die_user(NULL, NULL, "usage: op_harness OP ARGS... [--knob NAME=VALUE] [--target c|cuda] [--print tile|kernel]");
-    build(npos, pos);
-    const char *m = tensor_verify(&A, &tp);
-    CHECK(!m, "%s", m);
     LProgram lp; TileProgram tip; KProgram kp;
+    Str o = {0};
+    const char *m;
+    bool prim = !strcmp(pos[0], "mma_prim") || !strcmp(pos[0], "ldmatrix_prim");
+    if (prim) {
+        prim_program(pos[0], &kp);
+        m = kernel_verify(&A, &kp);
+        CHECK(!m, "%s", m);
+        if (print) { kernel_print(&o, &kp); fputs(o.s, stdout); return 0; }
+        goto emit;
+    }
+    build(npos, pos);
+    m = tensor_verify(&A, &tp);
+    CHECK(!m, "%s", m);
     loop_lower(&A, &tp, &lp);
     m = loop_verify(&A, &lp);
     CHECK(!m, "%s", m);
@@ -191,7 +275,6 @@ int main(int argc, char **argv) {
     kernel_lower(&A, &tip, &kp);
     m = kernel_verify(&A, &kp);
     CHECK(!m, "%s", m);
-    Str o = {0};
     if (print) {
         if (!strcmp(print, "tile")) tile_print(&o, &tip);
         else if (!strcmp(print, "loop")) loop_print(&o, &lp);
@@ -199,6 +282,7 @@ int main(int argc, char **argv) {
         fputs(o.s, stdout);
         return 0;
     }
+emit:
     /* scratch: activations get their own allocations here (the model's memory plan is not under test) */
     str_printf(&o, "/* generated by tests/c/op_harness.c */\n");
     emit_prelude(&o, &kp, target, NULL);
@@ -216,7 +300,9 @@ int main(int argc, char **argv) {
         str_printf(&o, "};\nvoid run_ops(void **B, int64_t n, int64_t pos) {\n");
         for (int i = 0; i < kp.nl; i++) {
             const KLaunch *l = &kp.launches[i];
-            str_printf(&o, "    %s(", l->k->name);
+            str_printf(&o, "    ");
+            emit_launch_guard(&o, l);
+            str_printf(&o, "%s(", l->k->name);
             emit_host_expr(&o, l->grid);
             str_printf(&o, ", n, pos");
             for (int j = 0; j < l->k->nparams; j++) {
