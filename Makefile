@@ -92,7 +92,7 @@ FUZZ_SRCS := compiler/util.c compiler/json.c compiler/safetensors.c compiler/con
 FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 .PHONY: fuzz fuzz-build
 
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_SRCS) $(HDRS)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h tests/fuzz/fuzz_tok.h $(FUZZ_SRCS) $(HDRS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=all -Icompiler -Iruntime -o $@ $< $(FUZZ_SRCS) -lutf8proc -lm
