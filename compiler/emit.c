@@ -364,6 +364,10 @@ void emit_host_expr(Str *o, const Expr *e) {
     case EX_ADD: case EX_SUB: case EX_MUL: case EX_DIV: case EX_MOD:
         str_printf(o, "("); emit_host_expr(o, e->a[0]); str_printf(o, " %s ", expr_names[e->k]); emit_host_expr(o, e->a[1]); str_printf(o, ")");
         return;
+    case EX_MIN: case EX_MAX:
+        str_printf(o, "(("); emit_host_expr(o, e->a[0]); str_printf(o, ") %s (", e->k == EX_MIN ? "<" : ">"); emit_host_expr(o, e->a[1]);
+        str_printf(o, ") ? ("); emit_host_expr(o, e->a[0]); str_printf(o, ") : ("); emit_host_expr(o, e->a[1]); str_printf(o, "))");
+        return;
     default: CHECK(0, "grid expression uses %s", expr_names[e->k]);
     }
 }

@@ -399,6 +399,233 @@ static void mat_gemm_tc(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     kl_add(A, body, phase(A, pe, 32, false));
 }
 
+/* ---- flash attention ---- */
+static Expr *emin(Arena *A, Expr *a, Expr *b) { return e_bin(A, EX_MIN, a, b); }
+static TStmt *ts_for(Arena *A, Var *v, Expr *lo, Expr *hi, Expr *step, int cap) {
+    TStmt *f = ts(A, TS_FOR);
+    f->v = v; f->lo = lo; f->e = hi; f->step = step; f->body = tlist(A, cap);
+    return f;
+}
+static TStmt *ts_sstore(Arena *A, int sm, Expr *idx, Expr *v) { TStmt *s = ts(A, TS_SSTORE); s->smem = sm; s->sidx = idx; s->e = v; return s; }
+static void add(TStmt *parent, TStmt *child) { parent->body[parent->nbody++] = child; }
+
+static bool ts_uses_var(TStmt *const *b, int n, const Var *v) {
+    for (int i = 0; i < n; i++) {
+        const TStmt *s = b[i];
+        const Expr *e[4] = {s->e, s->lo, s->step, s->sidx};
+        for (int j = 0; j < 4; j++) if (e[j] && expr_uses_var(e[j], v)) return true;
+        if (s->k == TS_STORE || s->k == TS_VLOAD)
+            for (int d = 0; d < s->buf->ndim; d++) if (expr_uses_var(s->idx[d], v)) return true;
+        if (ts_uses_var(s->body, s->nbody, v)) return true;
+    }
+    return false;
+}
+/* A phase of body[0..n) without the lets nothing in it reads (mat_flash's
+ * phases share one set of lets; unused ones would be C warnings). */
+static KStmt *phase_pruned(Arena *A, TStmt **b, int n, bool barrier) {
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (b[i]->k != TS_LET || ts_uses_var(b + i + 1, n - i - 1, b[i]->v)) b[m++] = b[i];
+    return phase(A, b, m, barrier);
+}
+
+/* The block's place (uniform): key slice, kv head, first token; and a
+ * thread's: lane, its row's token t and head h (the attention's own
+ * variables, so q, k, v and jmax read them as they are). */
+typedef struct { Expr *slice, *kvh, *t0; Var *lane; } FlashBlock;
+static int flash_lets(Arena *A, const TileKernel *t, const FlashBlock *fb, TStmt **l) {
+    const AttnDesc *d = t->attn;
+    Expr *w = idiv(A, tid(A), 32);
+    l[0] = ts_let(A, fb->lane, imod(A, tid(A), 32));
+    l[1] = ts_let(A, d->t, E_ADD(A, fb->t0, idiv(A, w, d->group)));
+    l[2] = ts_let(A, d->h, E_ADD(A, E_MUL(A, fb->kvh, e_i(A, d->group)), imod(A, w, d->group)));
+    return 3;
+}
+/* registers: r0 score / p, r1 shuffle partner / rescale, r2 running max m, r3 this lane's running sum,
+ * r4 the tile's max / the new m, r5 the m exp() subtracts, r6.. o[d] for d = lane, lane + 32, ..
+ * shared: smem0 Q rows [warp][hd], smem1 K tile [32][hd + 1], smem2 V tile [32][hv], smem3 P [warp][32] */
+static void mat_flash(KL *L, const TileKernel *t, KKernel *k, KList *body) {
+    Arena *A = L->A;
+    const AttnDesc *d = t->attn;
+    const int64_t G = d->group, KVH = d->heads / G, S = t->split_k, W = t->block / 32, HD = d->hd, HV = d->hv, BC = 32;
+    const int no = (int)((HV + 31) / 32), RO = 6;
+    k->nregs = RO + no;
+    for (int i = 0; i < k->nregs; i++) k->regs[i].t = T_F32;
+    k->nsmem = 4;
+    k->smem[0].size = (int)(W * HD); k->smem[1].size = (int)(BC * (HD + 1)); k->smem[2].size = (int)(BC * HV); k->smem[3].size = (int)(W * BC);
+    Expr *SE = t->nsplit, *rest = E_DIV(A, bid(A), SE);
+    FlashBlock fb = {e_bin(A, EX_MOD, bid(A), SE), imod(A, rest, KVH), E_MUL(A, idiv(A, rest, KVH), e_i(A, t->tq)), new_var(A, L->nvars, "lane")};
+    Expr *lane = e_var(A, fb.lane), *w = idiv(A, tid(A), 32), *tv = e_var(A, d->t);
+    Expr *ninf = e_f(A, -1.0 / 0.0);
+    /* debug_flash_mask: the deliberate fault, an off-by-one causal mask (a row sees one key too many) */
+    Expr *jmax = L->kn->debug_flash_mask ? E_ADD(A, d->jmax, e_i(A, 1)) : d->jmax;
+    /* keys the block needs: up to its last token's jmax, within its slice */
+    Expr *tlast = E_SUB(A, emin(A, d->rows, E_ADD(A, fb.t0, e_i(A, t->tq))), e_i(A, 1));
+    Expr *jlo = e_i(A, 0), *jhi = emin(A, d->len, expr_subst(A, jmax, d->t, tlast));
+    if (S > 1) {
+        Expr *chunk = E_MUL(A, idiv(A, E_ADD(A, E_DIV(A, E_ADD(A, d->len, E_SUB(A, SE, e_i(A, 1))), SE), e_i(A, BC - 1)), BC), e_i(A, BC));
+        jlo = E_MUL(A, fb.slice, chunk);
+        jhi = emin(A, jhi, E_ADD(A, jlo, chunk));
+    }
+    /* phase 0: the row's q into smem0 (zero for rows past the end), m = -inf, l = 0, o = 0 */
+    TStmt **p0 = tlist(A, 8 + no);
+    int n0 = flash_lets(A, t, &fb, p0);
+    Var *dv = new_var(A, L->nvars, "dq");
+    TStmt *fq = ts_for(A, dv, lane, e_i(A, HD), e_i(A, 32), 2);
+    Expr *qi = E_ADD(A, E_MUL(A, w, e_i(A, HD)), e_var(A, dv));
+    add(fq, ts_sstore(A, 0, qi, e_f(A, 0.0)));
+    TStmt *qin = ts_if(A, lt(A, tv, d->rows), 1);
+    add(qin, ts_sstore(A, 0, qi, expr_subst(A, d->q, d->d, e_var(A, dv))));
+    add(fq, qin);
+    p0[n0++] = fq;
+    p0[n0++] = ts_assign(A, 2, ninf);
+    p0[n0++] = ts_assign(A, 3, e_f(A, 0.0));
+    for (int i = 0; i < no; i++) p0[n0++] = ts_assign(A, RO + i, e_f(A, 0.0));
+    kl_add(A, body, phase_pruned(A, p0, n0, true));
+
+    KStmt *uf = ARENA_NEW(A, KStmt);
+    Var *j0 = new_var(A, L->nvars, "j0");
+    uf->k = KS_UFOR; uf->v = j0; uf->init = jlo; uf->cond = lt(A, e_var(A, j0), jhi);
+    uf->update = E_ADD(A, e_var(A, j0), e_i(A, BC));
+    KList ub = {0};
+    /* stage the tile's K and V rows of the kv head (the group's first head reads what every head of it reads) */
+    TStmt **ps = tlist(A, 2);
+    for (int m = 0; m < 2; m++) {
+        int64_t width = m ? HV : HD, ld = m ? HV : HD + 1;
+        Var *xv = new_var(A, L->nvars, m ? "xv" : "xk");
+        TStmt *f = ts_for(A, xv, tid(A), e_i(A, BC * width), e_i(A, t->block), 2);
+        Expr *r = idiv(A, e_var(A, xv), width), *c = imod(A, e_var(A, xv), width);
+        Expr *j = E_ADD(A, e_var(A, j0), r), *si = E_ADD(A, E_MUL(A, r, e_i(A, ld)), c);
+        Expr *val = m ? d->v : d->k;
+        val = expr_subst(A, expr_subst(A, expr_subst(A, val, d->h, E_MUL(A, fb.kvh, e_i(A, G))), d->j, j), d->d, c);
+        add(f, ts_sstore(A, 1 + m, si, e_f(A, 0.0)));
+        TStmt *in = ts_if(A, lt(A, j, jhi), 1);
+        add(in, ts_sstore(A, 1 + m, si, val));
+        add(f, in);
+        ps[m] = f;
+    }
+    kl_add(A, &ub, phase(A, ps, 2, true));
+    /* lane l scores key j0 + l: r0 = scale * q . k, -inf past the row's keys */
+    TStmt **pq = tlist(A, 8);
+    int nq = flash_lets(A, t, &fb, pq);
+    Var *ev = new_var(A, L->nvars, "e");
+    pq[nq++] = ts_assign(A, 0, e_f(A, 0.0));
+    TStmt *fd = ts_for(A, ev, e_i(A, 0), e_i(A, HD), e_i(A, 1), 1);
+    add(fd, ts_assign(A, 0, E_ADD(A, reg(A, 0), E_MUL(A, sload(A, 0, E_ADD(A, E_MUL(A, w, e_i(A, HD)), e_var(A, ev))),
+                                                      sload(A, 1, E_ADD(A, E_MUL(A, lane, e_i(A, HD + 1)), e_var(A, ev)))))));
+    pq[nq++] = fd;
+    Expr *jk = E_ADD(A, e_var(A, j0), lane);
+    pq[nq++] = ts_assign(A, 0, e_select(A, lt(A, jk, emin(A, jhi, jmax)), E_MUL(A, reg(A, 0), e_f(A, d->scale)), ninf));
+    pq[nq++] = ts_assign(A, 4, reg(A, 0));
+    kl_add(A, &ub, phase_pruned(A, pq, nq, true));
+    /* the tile's max in every lane */
+    for (int m = 16; m >= 1; m /= 2) {
+        kl_add(A, &ub, shfl(L, SHFL_XOR, 1, 4, m));
+        kl_phase1(A, &ub, ts_assign(A, 4, e_bin(A, EX_MAX, reg(A, 4), reg(A, 1))), false);
+    }
+    /* online softmax: m' = max(m, tile max); exp() subtracts m' (0 while every key so far is masked, so
+     * exp(-inf - 0) = 0 instead of NaN); rescale the lane's sum and accumulators by exp(m - m') */
+    TStmt **pu = tlist(A, 12 + no);
+    int nu = flash_lets(A, t, &fb, pu);
+    pu[nu++] = ts_assign(A, 4, e_bin(A, EX_MAX, reg(A, 2), reg(A, 4)));
+    pu[nu++] = ts_assign(A, 5, e_select(A, lt(A, ninf, reg(A, 4)), reg(A, 4), e_f(A, 0.0)));
+    pu[nu++] = ts_assign(A, 0, e_un(A, EX_EXP, E_SUB(A, reg(A, 0), reg(A, 5))));
+    pu[nu++] = ts_assign(A, 1, e_un(A, EX_EXP, E_SUB(A, reg(A, 2), reg(A, 5))));
+    pu[nu++] = ts_assign(A, 3, E_ADD(A, E_MUL(A, reg(A, 3), reg(A, 1)), reg(A, 0)));
+    for (int i = 0; i < no; i++) pu[nu++] = ts_assign(A, RO + i, E_MUL(A, reg(A, RO + i), reg(A, 1)));
+    pu[nu++] = ts_sstore(A, 3, E_ADD(A, E_MUL(A, w, e_i(A, BC)), lane), reg(A, 0));
+    pu[nu++] = ts_assign(A, 2, reg(A, 4));
+    kl_add(A, &ub, phase_pruned(A, pu, nu, true));
+    /* o[d] += p[jj] * V[jj][d] over the tile */
+    TStmt **pv = tlist(A, 4);
+    int nv = flash_lets(A, t, &fb, pv);
+    Var *jj = new_var(A, L->nvars, "jj");
+    TStmt *fj = ts_for(A, jj, e_i(A, 0), e_i(A, BC), e_i(A, 1), no);
+    Expr *p = sload(A, 3, E_ADD(A, E_MUL(A, w, e_i(A, BC)), e_var(A, jj)));
+    for (int i = 0; i < no; i++) {
+        Expr *dd = E_ADD(A, lane, e_i(A, 32 * i));
+        TStmt *acc = ts_assign(A, RO + i, E_ADD(A, reg(A, RO + i), E_MUL(A, p, sload(A, 2, E_ADD(A, E_MUL(A, e_var(A, jj), e_i(A, HV)), dd)))));
+        if ((i + 1) * 32 <= HV) { add(fj, acc); continue; }
+        TStmt *in = ts_if(A, lt(A, dd, e_i(A, HV)), 1);
+        add(in, acc);
+        add(fj, in);
+    }
+    pv[nv++] = fj;
+    kl_add(A, &ub, phase_pruned(A, pv, nv, true));
+    uf->kbody = ub.s; uf->nk = ub.n;
+    kl_add(A, body, uf);
+    /* the row's sum over the lanes */
+    for (int m = 16; m >= 1; m /= 2) {
+        kl_add(A, body, shfl(L, SHFL_XOR, 1, 3, m));
+        kl_phase1(A, body, ts_assign(A, 3, E_ADD(A, reg(A, 3), reg(A, 1))), false);
+    }
+    /* o / l, or the slice's (o, m, l) for flash_combine */
+    TStmt **pe = tlist(A, 4);
+    int ne = flash_lets(A, t, &fb, pe);
+    TStmt *row = ts_if(A, lt(A, tv, d->rows), no + 1);
+    Expr *wrow = E_ADD(A, E_MUL(A, E_ADD(A, E_MUL(A, tv, e_i(A, d->heads)), e_var(A, d->h)), e_i(A, S)), fb.slice);
+    for (int i = 0; i < no; i++) {
+        Expr *dd = E_ADD(A, lane, e_i(A, 32 * i));
+        TStmt *in = ts_if(A, lt(A, dd, e_i(A, HV)), 2);
+        add(in, ts_let(A, d->d, dd));
+        TStmt *st = ts(A, TS_STORE);
+        if (S > 1) {
+            st->buf = t->work; st->idx = ARENA_ARRAY(A, Expr *, 2); st->idx[0] = wrow; st->idx[1] = e_var(A, d->d); st->e = reg(A, RO + i);
+        } else {
+            st->buf = d->out; st->idx = (Expr **)d->out_idx; st->e = E_DIV(A, reg(A, RO + i), reg(A, 3));
+        }
+        add(in, st);
+        add(row, in);
+    }
+    if (S > 1) {
+        TStmt *l0 = ts_if(A, e_bin(A, EX_EQ, lane, e_i(A, 0)), 2);
+        for (int q = 0; q < 2; q++) {
+            TStmt *st = ts(A, TS_STORE);
+            st->buf = t->work; st->idx = ARENA_ARRAY(A, Expr *, 2); st->idx[0] = wrow; st->idx[1] = e_i(A, HV + q); st->e = reg(A, 2 + q);
+            add(l0, st);
+        }
+        add(row, l0);
+    }
+    pe[ne++] = row;
+    kl_add(A, body, phase_pruned(A, pe, ne, false));
+}
+
+/* out(t, h, d) = sum_s o_s exp(m_s - M) / sum_s l_s exp(m_s - M) over this call's slices, M their largest
+ * max (finite: key 0 is in every row's first slice); r0 M, r1 the sum, r2 o, r3 exp(m_s - M) */
+static void mat_flash_combine(KL *L, const TileKernel *t, KKernel *k, KList *body) {
+    Arena *A = L->A;
+    const AttnDesc *d = t->attn;
+    const int64_t S = t->split_k, HV = d->hv;
+    k->nregs = 4;
+    for (int i = 0; i < 4; i++) k->regs[i].t = T_F32;
+    Var *g = new_var(A, L->nvars, "g"), *sv = new_var(A, L->nvars, "s");
+    Expr *ge = e_var(A, g);
+    TStmt **pb = tlist(A, 2);
+    pb[0] = ts_let(A, g, E_ADD(A, E_MUL(A, bid(A), e_i(A, t->block)), tid(A)));
+    TStmt *in = ts_if(A, lt(A, ge, E_MUL(A, d->rows, e_i(A, d->heads * HV))), 10);
+    Expr *rowg = idiv(A, ge, HV);
+    add(in, ts_let(A, d->d, imod(A, ge, HV)));
+    add(in, ts_let(A, d->h, imod(A, rowg, d->heads)));
+    add(in, ts_let(A, d->t, idiv(A, rowg, d->heads)));
+    Expr *wr = E_ADD(A, E_MUL(A, rowg, e_i(A, S)), e_var(A, sv));
+    add(in, ts_assign(A, 0, e_f(A, -1.0 / 0.0)));
+    TStmt *f1 = ts_for(A, sv, e_i(A, 0), t->nsplit, e_i(A, 1), 1);
+    add(f1, ts_assign(A, 0, e_bin(A, EX_MAX, reg(A, 0), e_load2(A, t->work, wr, e_i(A, HV)))));
+    add(in, f1);
+    add(in, ts_assign(A, 1, e_f(A, 0.0)));
+    add(in, ts_assign(A, 2, e_f(A, 0.0)));
+    TStmt *f2 = ts_for(A, sv, e_i(A, 0), t->nsplit, e_i(A, 1), 3);
+    add(f2, ts_assign(A, 3, e_un(A, EX_EXP, E_SUB(A, e_load2(A, t->work, wr, e_i(A, HV)), reg(A, 0)))));
+    add(f2, ts_assign(A, 1, E_ADD(A, reg(A, 1), E_MUL(A, e_load2(A, t->work, wr, e_i(A, HV + 1)), reg(A, 3)))));
+    add(f2, ts_assign(A, 2, E_ADD(A, reg(A, 2), E_MUL(A, e_load2(A, t->work, wr, e_var(A, d->d)), reg(A, 3)))));
+    add(in, f2);
+    TStmt *st = ts(A, TS_STORE);
+    st->buf = d->out; st->idx = (Expr **)d->out_idx; st->e = E_DIV(A, reg(A, 2), reg(A, 1));
+    add(in, st);
+    pb[1] = in;
+    kl_add(A, body, phase(A, pb, 2, false));
+}
+
 bool ks_has(KStmt *const *b, int n, KStmtKind kind) {
     for (int i = 0; i < n; i++) if (b[i]->k == kind || (b[i]->k == KS_UFOR && ks_has(b[i]->kbody, b[i]->nk, kind))) return true;
     return false;
@@ -412,6 +639,8 @@ static KKernel *materialise(KL *L, const TileKernel *t) {
     case SCHED_BLOCK_REDUCE: mat_block_reduce(L, t, k, &body); break;
     case SCHED_GEMV: mat_gemv(L, t, k, &body); break;
     case SCHED_GEMM_TC: mat_gemm_tc(L, t, k, &body); break;
+    case SCHED_FLASH: mat_flash(L, t, k, &body); break;
+    case SCHED_FLASH_COMBINE: mat_flash_combine(L, t, k, &body); break;
     case SCHED_COUNT: UNREACHABLE();
     }
     k->body = body.s; k->nbody = body.n;

@@ -13,7 +13,7 @@ static LStmt *loop(Arena *A, const Axis *ax, LoopKind lk, int nbody) {
 
 static LoopNest *lower_op(Arena *A, const TOp *op) {
     LoopNest *nest = ARENA_NEW(A, LoopNest);
-    nest->module = op->module; nest->kname = op->kname; nest->origin = op->kind;
+    nest->module = op->module; nest->kname = op->kname; nest->origin = op->kind; nest->op = op;
     LStmt *store = stmt(A, LS_STORE);
     store->buf = op->out;
     store->idx = ARENA_ARRAY(A, Expr *, op->out->ndim);
@@ -50,7 +50,7 @@ static LoopNest *lower_op(Arena *A, const TOp *op) {
 
 void loop_lower(Arena *A, TProgram *tp, LProgram *lp) {
     lp->tp = tp;
-    lp->n_inlined = lp->n_side_stores = 0;
+    lp->n_inlined = lp->n_side_stores = lp->n_flash = 0;
     lp->n = tp->n;
     lp->nests = ARENA_ARRAY(A, LoopNest *, tp->n);
     for (int i = 0; i < tp->n; i++) lp->nests[i] = lower_op(A, tp->ops[i]);
@@ -98,13 +98,19 @@ static void count_loads(Uses *u, const Expr *e) {
     for (int i = 0; i < e->nargs; i++) count_loads(u, e->a[i]);
 }
 static void count_stmt(Uses *u, const LStmt *s) {
+    if (s->k == LS_ATTN) {
+        const AttnDesc *d = s->attn;
+        count_loads(u, d->q); count_loads(u, d->k); count_loads(u, d->v); count_loads(u, d->jmax);
+        for (int i = 0; i < d->out->ndim; i++) count_loads(u, d->out_idx[i]);
+        return;
+    }
     if (s->extent) count_loads(u, s->extent);
     if (s->value) count_loads(u, s->value);
     if (s->k == LS_STORE) for (int d = 0; d < s->buf->ndim; d++) count_loads(u, s->idx[d]);
     for (int i = 0; i < s->nbody; i++) count_stmt(u, s->body[i]);
 }
 static bool writes(const LStmt *s, const Buffer *b) {
-    if (s->k == LS_STORE && s->buf == b) return true;
+    if ((s->k == LS_STORE && s->buf == b) || (s->k == LS_ATTN && s->attn->out == b)) return true;
     for (int i = 0; i < s->nbody; i++) if (writes(s->body[i], b)) return true;
     return false;
 }
@@ -211,6 +217,12 @@ static bool try_side_store(Arena *A, LProgram *lp, int pi, int ri) {
     return true;
 }
 
+static bool touches(const LoopNest *n, const Buffer *b) {
+    Uses u = {b, 0, NULL, false};
+    count_stmt(&u, n->root);
+    return u.n || writes(n->root, b);
+}
+
 /* The activation arena over the nests (tensor_plan_memory's best fit, at
  * nest granularity): fusion moved first and last uses. */
 typedef struct { int *first, *last, i; } Life;
@@ -221,6 +233,14 @@ static void life_load(void *ctx, Buffer *b) {
     l->last[b->id] = l->i;
 }
 static void life_stmt(Life *l, const LStmt *s) {
+    if (s->k == LS_ATTN) {
+        const AttnDesc *d = s->attn;
+        const Expr *e[4] = {d->q, d->k, d->v, d->jmax};
+        for (int i = 0; i < 4; i++) expr_visit_loads(e[i], life_load, l);
+        for (int i = 0; i < d->out->ndim; i++) expr_visit_loads(d->out_idx[i], life_load, l);
+        life_load(l, d->out);
+        return;
+    }
     if (s->extent) expr_visit_loads(s->extent, life_load, l);
     if (s->value) expr_visit_loads(s->value, life_load, l);
     if (s->k == LS_STORE) {
@@ -274,6 +294,62 @@ void loop_fuse(Arena *A, LProgram *lp, bool enable) {
     replan(A, lp);
 }
 
+/* ---- online softmax (flash attention) ---- */
+
+/* for t, h: the attention's row */
+static LoopNest *attn_nest(Arena *A, const LoopNest *pv, const AttnDesc *d) {
+    LoopNest *n = ARENA_NEW(A, LoopNest);
+    *n = *pv;
+    n->kname = d->kname;
+    Axis at = {d->t, d->rows}, ah = {d->h, e_i(A, d->heads)};
+    LStmt *a = stmt(A, LS_ATTN);
+    a->attn = d;
+    LStmt *lh = loop(A, &ah, LOOP_PARALLEL, 1), *lt = loop(A, &at, LOOP_PARALLEL, 1);
+    lh->body[0] = a; lt->body[0] = lh;
+    n->root = lt;
+    return n;
+}
+/* Each score is computed once either way (the plain parts store them, the
+ * fused nest keeps them in registers), so nothing is recomputed; the
+ * scores' stores and their three re-reads go, and with them four launches. */
+void loop_flash(Arena *A, LProgram *lp, bool enable, bool (*fits)(const AttnDesc *)) {
+    if (!enable) return;
+    bool *dead = ARENA_ARRAY(A, bool, lp->n);
+    for (int pv = 0; pv < lp->n; pv++) {
+        const AttnDesc *d = lp->nests[pv]->op ? lp->nests[pv]->op->attn : NULL;
+        if (!d || !fits(d)) continue;
+        int at[5];
+        bool ok = true;
+        for (int p = 0; p < 5 && ok; p++) {
+            at[p] = -1;
+            for (int i = 0; i <= pv; i++) if (!dead[i] && lp->nests[i]->op == d->parts[p]) at[p] = i;
+            ok = at[p] >= 0 && (!p || at[p] > at[p - 1]);
+        }
+        /* the scores, max and sum have no other users, and the inputs still hold what the scores read */
+        Buffer *in[16];
+        int nin = 0;
+        collect_inputs(d->q, in, &nin);
+        collect_inputs(d->k, in, &nin);
+        collect_inputs(d->v, in, &nin);
+        if (nin < 0) ok = false;
+        for (int i = 0; i < lp->n && ok; i++) {
+            bool part = false;
+            for (int p = 0; p < 5; p++) part |= i == at[p];
+            if (dead[i] || part) continue;
+            for (int p = 0; p < 3 && ok; p++) ok = !touches(lp->nests[i], d->parts[p]->out);
+            for (int b = 0; b < nin && ok && i > at[0] && i < pv; b++) ok = !writes(lp->nests[i]->root, in[b]);
+        }
+        if (!ok) continue;
+        for (int p = 0; p < 4; p++) dead[at[p]] = true;
+        lp->nests[pv] = attn_nest(A, lp->nests[pv], d);
+        lp->n_flash++;
+    }
+    int n = 0;
+    for (int i = 0; i < lp->n; i++) if (!dead[i]) lp->nests[n++] = lp->nests[i];
+    lp->n = n;
+    if (lp->n_flash) replan(A, lp);
+}
+
 static void indent(Str *o, int d) { for (int i = 0; i < d; i++) str_printf(o, "  "); }
 static void print_stmt(Str *o, const LStmt *s, int d) {
     indent(o, d);
@@ -297,11 +373,35 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
         expr_print(o, s->value);
         str_printf(o, "\n");
         return;
+    case LS_ATTN: {
+        const AttnDesc *a = s->attn;
+        str_printf(o, "online softmax over j in 0..");
+        expr_print(o, a->len);
+        str_printf(o, " where j < ");
+        expr_print(o, a->jmax);
+        str_printf(o, " (m = -inf, l = 0, o[d] = 0; heads share k and v in groups of %lld):\n", (long long)a->group);
+        indent(o, d + 1);
+        str_printf(o, "s = %.9g * sum over d in 0..%lld of ", a->scale, (long long)a->hd);
+        expr_print(o, a->q);
+        str_printf(o, " * ");
+        expr_print(o, a->k);
+        str_printf(o, "\n");
+        indent(o, d + 1);
+        str_printf(o, "m' = max(m, s); c = exp(m - m'); l = l*c + exp(s - m'); o[d] = o[d]*c + exp(s - m') * ");
+        expr_print(o, a->v);
+        str_printf(o, " for d in 0..%lld; m = m'\n", (long long)a->hv);
+        indent(o, d);
+        str_printf(o, "%s[", a->out->name);
+        for (int i = 0; i < a->out->ndim; i++) { if (i) str_printf(o, ", "); expr_print(o, a->out_idx[i]); }
+        str_printf(o, "] = o[d] / l for d in 0..%lld\n", (long long)a->hv);
+        return;
+    }
     case LS_COUNT: break;
     }
 }
 void loop_print(Str *o, const LProgram *lp) {
-    str_printf(o, "# loop IR: %d loop nests (one per kernel); fused: %d inlined, %d side stores\n", lp->n, lp->n_inlined, lp->n_side_stores);
+    str_printf(o, "# loop IR: %d loop nests (one per kernel); fused: %d inlined, %d side stores, %d online softmax\n", lp->n, lp->n_inlined,
+               lp->n_side_stores, lp->n_flash);
     for (int i = 0; i < lp->n; i++) {
         str_printf(o, "nest %s  # %s (%s)\n", lp->nests[i]->kname, lp->nests[i]->module, top_kind_names[lp->nests[i]->origin]);
         print_stmt(o, lp->nests[i]->root, 1);
@@ -336,6 +436,22 @@ static const char *verify_stmt(Arena *A, const LStmt *s, Var **bound, int nb, bo
     case LS_STORE:
         for (int i = 0; i < s->buf->ndim; i++) { const char *m = verify_expr_scope(A, s->idx[i], bound, nb, false); if (m) return m; }
         { const char *m = verify_expr_scope(A, s->value, bound, nb, *acc); return m ? m : expr_verify(A, s->value); }
+    case LS_ATTN: {
+        /* q, k, v see j and d besides the loops; the store sees d */
+        const AttnDesc *a = s->attn;
+        if (nb > 14) return "loop nest too deep";
+        bound[nb] = a->j; bound[nb + 1] = a->d;
+        const Expr *e[5] = {a->q, a->k, a->v, a->jmax, a->len};
+        for (int i = 0; i < 5; i++) {
+            const char *m = verify_expr_scope(A, e[i], bound, i < 3 ? nb + 2 : nb, false);
+            if (!m) m = expr_verify(A, e[i]);
+            if (m) return m;
+        }
+        bound[nb] = a->d;
+        for (int i = 0; i < a->out->ndim; i++) { const char *m = verify_expr_scope(A, a->out_idx[i], bound, nb + 1, false); if (m) return m; }
+        if (a->heads % a->group || a->hd < 1 || a->hv < 1) return "attention shape";
+        return NULL;
+    }
     case LS_COUNT: break;
     }
     return "bad statement";

@@ -9,12 +9,16 @@
  *               reduction reads exactly once (the residual add before
  *               RMSNorm's sum of squares): the reduction computes it, stores
  *               it for later readers from inside its loop, and accumulates it
- * and plans the activation arena again over the nests that remain. */
+ * and plans the activation arena again over the nests that remain. Before
+ * them, loop_flash replaces each attention's five nests (scores, max, sum of
+ * exp, normalise, P.V) by one: an online softmax over the keys (a running
+ * max and sum per row, each score computed once and never stored). */
 #ifndef LLMCC_LOOP_IR_H
 #define LLMCC_LOOP_IR_H
 #include "tensor_ir.h"
 
-#define LSTMT_KINDS(X) X(LS_FOR, "for") X(LS_ACC_INIT, "acc_init") X(LS_ACC, "acc_update") X(LS_STORE, "store")
+#define LSTMT_KINDS(X) X(LS_FOR, "for") X(LS_ACC_INIT, "acc_init") X(LS_ACC, "acc_update") X(LS_STORE, "store") \
+    X(LS_ATTN, "online_softmax")
 typedef enum {
 #define X(e, s) e,
     LSTMT_KINDS(X)
@@ -35,24 +39,29 @@ typedef struct LStmt {
     /* LS_ACC value, LS_STORE value (may read acc) */
     Expr *value;
     Buffer *buf; Expr **idx;   /* LS_STORE */
+    const AttnDesc *attn;      /* LS_ATTN: the row (t, h) of an attention, inside the loops over t and h */
 } LStmt;
 
 typedef struct {
     const char *module, *kname;
     TOpKind origin;
+    const TOp *op;             /* the tensor op it was lifted from */
     LStmt *root;
 } LoopNest;
 
 typedef struct {
     TProgram *tp;              /* loop_fuse re-plans its activation offsets */
     LoopNest **nests; int n;
-    int n_inlined, n_side_stores;   /* what loop_fuse did */
+    int n_inlined, n_side_stores, n_flash;   /* what loop_fuse and loop_flash did */
 } LProgram;
 
 void loop_lower(Arena *A, TProgram *tp, LProgram *lp);
 /* The fusions above where their guards allow (enable false: none), then
  * the memory plan over the remaining nests. */
 void loop_fuse(Arena *A, LProgram *lp, bool enable);
+/* The online-softmax rewrite where fits(attn) (the tile level has a
+ * schedule for it) and nothing else reads the scores, max and sum. */
+void loop_flash(Arena *A, LProgram *lp, bool enable, bool (*fits)(const AttnDesc *));
 void loop_print(Str *o, const LProgram *lp);
 const char *loop_verify(Arena *A, const LProgram *lp);
 #endif

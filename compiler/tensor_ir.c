@@ -228,6 +228,21 @@ static void lower_matmul(TL *L, GNode *n) {
     op->body = E_MUL(A, e_load(A, a->buf, a->ndim, ia), e_load(A, b->buf, b->ndim, ib));
 }
 
+static Expr *subst_n(Arena *A, Expr *e, Var *const *from, Expr *const *to, int n) {
+    for (int i = 0; i < n; i++) e = expr_subst(A, e, from[i], to[i]);
+    return e;
+}
+/* The attention whose five ops were just added (the last five), for loop_flash */
+static AttnDesc *new_attn(TL *L, const char *kname, double scale) {
+    AttnDesc *d = ARENA_NEW(L->A, AttnDesc);
+    d->kname = kname; d->scale = scale;
+    d->t = new_var(L->A, &L->tp->nvars, "t"); d->h = new_var(L->A, &L->tp->nvars, "h");
+    d->j = new_var(L->A, &L->tp->nvars, "j"); d->d = new_var(L->A, &L->tp->nvars, "d");
+    for (int i = 0; i < 5; i++) d->parts[i] = L->tp->ops[L->tp->n - 5 + i];
+    d->parts[4]->attn = d;
+    return d;
+}
+
 /* softmax(q k^T * scale [causal: -inf where j > i]) v, as scores, the
  * softmax parts and p v */
 static void lower_sdpa(TL *L, GNode *n) {
@@ -261,6 +276,32 @@ static void lower_sdpa(TL *L, GNode *n) {
     iv[v->ndim - 2] = j; iv[v->ndim - 1] = ax[nb + 1];
     pv->red = RED_SUM;
     pv->body = E_MUL(A, e_load(A, S, nd, is), e_load(A, v->buf, v->ndim, iv));
+    /* the whole attention, its batch dims flattened into one head axis (a runtime row count only in the query axis) */
+    for (int b = 0; b < nb; b++) if (b == 0 && n->rows_n) return;
+    AttnDesc *d = new_attn(L, kernel_base_name(A, n->name), (float)n->scale);
+    Var *fs[MAX_DIMS + 1], *fp[MAX_DIMS + 1];
+    Expr *tq[MAX_DIMS + 1], *tk[MAX_DIMS + 1], *tv[MAX_DIMS + 1];
+    int64_t stride = 1;
+    for (int b = nb - 1; b >= 0; b--) {
+        Expr *hb = e_bin(A, EX_MOD, E_DIV(A, e_var(A, d->h), e_i(A, stride)), e_i(A, n->dims[b]));
+        fs[b] = s->axes[b].v; fp[b] = pv->axes[b].v;
+        tq[b] = tk[b] = tv[b] = hb;
+        stride *= n->dims[b];
+    }
+    d->heads = stride; d->group = 1;
+    d->hd = q->dims[q->ndim - 1]; d->hv = v->dims[v->ndim - 1];
+    d->rows = ext(L, n, nb); d->len = e_i(A, sn->dims[nd - 1]);
+    d->jmax = n->causal ? E_ADD(A, e_var(A, d->t), e_i(A, 1)) : d->len;
+    fs[nb] = s->axes[nb].v; fs[nb + 1] = s->axes[nb + 1].v; fs[nb + 2] = s->raxes[0].v;
+    tq[nb] = e_var(A, d->t); tq[nb + 1] = e_i(A, 0); tq[nb + 2] = e_var(A, d->d);
+    tk[nb] = e_i(A, 0); tk[nb + 1] = e_var(A, d->j); tk[nb + 2] = e_var(A, d->d);
+    d->q = subst_n(A, s->body->a[0], fs, tq, nb + 3);
+    d->k = subst_n(A, s->body->a[1], fs, tk, nb + 3);
+    fp[nb] = pv->axes[nb].v; fp[nb + 1] = pv->axes[nb + 1].v; fp[nb + 2] = pv->raxes[0].v;
+    tv[nb] = e_var(A, d->t); tv[nb + 1] = e_var(A, d->d); tv[nb + 2] = e_var(A, d->j);
+    d->v = subst_n(A, pv->body->a[1], fp, tv, nb + 3);
+    d->out = pv->out;
+    for (int i = 0; i < pv->out->ndim; i++) d->out_idx[i] = subst_n(A, pv->out_idx[i], fp, tv, nb + 3);
 }
 
 static void lower_node(TL *L, GNode *n) {
@@ -362,6 +403,15 @@ static void lower_node(TL *L, GNode *n) {
         pv->out_idx[0] = t; pv->out_idx[1] = E_ADD(A, E_MUL(A, h, e_i(A, hd)), e);
         pv->red = RED_SUM;
         pv->body = E_MUL(A, e_load3(A, S, t, h, j), e_load3(A, vc, j, E_DIV(A, h, e_i(A, G)), e));
+        AttnDesc *d = new_attn(L, kernel_base_name(A, n->name), (float)(1.0 / sqrt((double)hd)));
+        Expr *dt = e_var(A, d->t), *dh = e_var(A, d->h), *dj = e_var(A, d->j), *dd = e_var(A, d->d);
+        d->heads = H; d->group = G; d->hd = d->hv = hd;
+        d->rows = e_param(A, P_N); d->len = len;
+        d->jmax = E_ADD(A, E_ADD(A, e_param(A, P_POS), dt), e_i(A, 1));
+        d->q = e_load2(A, q, dt, E_ADD(A, E_MUL(A, dh, e_i(A, hd)), dd));
+        d->k = e_load3(A, kc, dj, E_DIV(A, dh, e_i(A, G)), dd);
+        d->v = e_load3(A, vc, dj, E_DIV(A, dh, e_i(A, G)), dd);
+        d->out = n->buf; d->out_idx[0] = dt; d->out_idx[1] = E_ADD(A, E_MUL(A, dh, e_i(A, hd)), dd);
         return;
     }
     case G_SILU: lower_silu(L, n); return;

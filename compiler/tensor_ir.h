@@ -28,6 +28,24 @@ extern const char *const red_op_names[];
 
 typedef struct { Var *v; Expr *extent; } Axis;
 
+/* One attention, whole, for loop IR's online-softmax rewrite (loop_flash):
+ * out(t, h, d) = sum_j softmax_j(s(t, h, j)) v(j, h, d) over keys j < jmax(t),
+ * s = scale * sum_d' q(t, h, d') k(j, h, d'). k and v depend on the head only
+ * through h / group (grouped-query attention: the group's heads read the
+ * same keys). parts are the plain decomposition it replaces. */
+typedef struct AttnDesc {
+    const char *kname;         /* kernel base name */
+    Var *t, *h, *j, *d;        /* the free variables of the expressions below */
+    Expr *rows;                /* extent of t */
+    int64_t heads, group, hd, hv;   /* extents of h, the GQA group, d in q.k, d in v */
+    Expr *len;                 /* extent of j */
+    Expr *jmax;                /* of t: keys j < jmax(t) are seen (causal), len otherwise */
+    Expr *q, *k, *v;           /* q(t, h, d), k(j, h, d), v(j, h, d) */
+    double scale;
+    Buffer *out; Expr *out_idx[MAX_DIMS];   /* of t, h, d */
+    struct TOp *parts[5];      /* scores, max, sum, softmax, pv */
+} AttnDesc;
+
 #define MAX_AXES 4
 typedef struct TOp {
     TOpKind kind;
@@ -42,6 +60,7 @@ typedef struct TOp {
     RedOp red;
     Expr *body;                /* the value (elementwise), or the reduced term */
     Expr *epilogue;            /* reduction: f(acc); NULL means acc */
+    AttnDesc *attn;            /* the pv op of an attention: the whole attention */
 } TOp;
 
 typedef struct {

@@ -1,6 +1,7 @@
 /* tile_ir.c: loop IR -> tile IR (choosing a schedule per nest, and its
  * parameters from the shapes), printer, verifier, knobs. */
 #include "tile_ir.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,8 +34,12 @@ void knobs_set(Knobs *k, const char *assign) {
     }
     KNOBS(X)
 #undef X
-    die_user(NULL, "--knob", "unknown knob '%.*s' (known: flat_block, reduce_block_max, gemv_rows_per_block, gemv_split_k, "
-             "gemv_vec, gemv_target_blocks, debug_shfl_offset, gemm_tc, gemm_min_n, debug_mma_layout, fuse)", (int)nl, assign);
+    static char known[1024];
+    size_t kl = 0;
+#define X(s, f, d, lo, hi, p2) kl += (size_t)snprintf(known + kl, sizeof known - kl, "%s%s", kl ? ", " : "", s);
+    KNOBS(X)
+#undef X
+    die_user(NULL, "--knob", "unknown knob '%.*s' (known: %s)", (int)nl, assign, known);
 }
 void knobs_print(Str *o, const Knobs *k) {
     const char *sep = "";
@@ -72,6 +77,81 @@ static bool eval_i(const Expr *e, int64_t n, int64_t pos, int64_t *out) {
     }
 }
 
+/* ---- flash attention ---- */
+#define FLASH_BC 32            /* keys per tile: one per lane when scoring */
+int64_t flash_smem_floats(const AttnDesc *d, int w) {
+    /* K rows padded by one float: lane l reads row l, so the rows fall in different banks */
+    return (int64_t)w * d->hd + FLASH_BC * (d->hd + 1) + FLASH_BC * d->hv + (int64_t)w * FLASH_BC;
+}
+bool flash_fits(const AttnDesc *d) {
+    /* registers: 6 + one accumulator per 32 of hv; one warp per head of a group */
+    return d->group <= 32 && (d->hv + 31) / 32 <= 48 && flash_smem_floats(d, (int)d->group) * 4 <= 48 * 1024;
+}
+static int64_t max_i(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
+static TileKernel *new_tk(Arena *A, const LoopNest *nest) {
+    TileKernel *k = ARENA_NEW(A, TileKernel);
+    k->nest = nest; k->name = nest->kname;
+    return k;
+}
+
+/* One flash_attn kernel: tq tokens per block, split key slices. */
+static TileKernel *flash_kernel(Arena *A, const LoopNest *nest, const AttnDesc *d, int tq, int split, const char *suffix) {
+    TileKernel *k = new_tk(A, nest);
+    k->kind = SCHED_FLASH;
+    k->name = arena_printf(A, "%s_%s", d->kname, suffix);
+    k->attn = d;
+    k->tq = tq;
+    k->split_k = split;
+    k->block = 32 * tq * (int)d->group;
+    k->smem_floats = (int)flash_smem_floats(d, tq * (int)d->group);
+    k->nsplit = split > 1 ? e_bin(A, EX_MIN, e_i(A, split), ceil_div(A, d->len, FLASH_BC)) : e_i(A, 1);
+    k->grid = E_MUL(A, E_MUL(A, ceil_div(A, d->rows, tq), e_i(A, d->heads / d->group)), k->nsplit);
+    k->out = d->out;
+    return k;
+}
+/* Calls of more than flash_min_n tokens (prefill) get blocks of several
+ * tokens, so a staged K/V tile serves tq * group rows; shorter calls (decode)
+ * a token per block, the keys split into slices until the grid has about
+ * gemv_target_blocks blocks (flash decoding), merged by flash_combine. */
+static int schedule_flash(Arena *A, const LoopNest *nest, const AttnDesc *d, const Knobs *kn, const TProgram *tp, TileKernel **out) {
+    int64_t rmax, r1, lmax, G = d->group, kvh = d->heads / d->group;
+    CHECK(eval_i(d->rows, tp->g->max_batch, tp->g->max_ctx, &rmax) && eval_i(d->rows, 1, 0, &r1) &&
+          eval_i(d->len, tp->g->max_batch, tp->g->max_ctx, &lmax), "attention %s: extents", nest->module);
+    bool rows_const = expr_is_const(d->rows, &r1);
+    int nk = 0;
+    bool prefill = rmax > kn->flash_min_n, decode = !rows_const || !prefill;
+    if (prefill) {
+        int tq = kn->flash_tokens ? kn->flash_tokens : (int)max_i(1, 8 / G);
+        while (tq > 1 && (tq * G > 32 || flash_smem_floats(d, (int)(tq * G)) * 4 > 48 * 1024)) tq--;
+        TileKernel *k = flash_kernel(A, nest, d, tq, 1, "flash");
+        if (decode) { k->run_if = 1; k->min_n = kn->flash_min_n; }
+        out[nk++] = k;
+    }
+    if (!decode) return nk;
+    int64_t rd = rows_const ? r1 : min_i(rmax, kn->flash_min_n);
+    int64_t S = kn->flash_split, blocks = rows_const ? r1 * kvh : kvh;
+    if (!S) S = blocks >= kn->gemv_target_blocks ? 1 : (kn->gemv_target_blocks + blocks - 1) / blocks;
+    S = max_i(1, min_i(S, (lmax + FLASH_BC - 1) / FLASH_BC));   /* at run time also at most one per 32 keys of this call */
+    TileKernel *k = flash_kernel(A, nest, d, 1, (int)S, "flash_decode");
+    if (prefill) { k->run_if = 2; k->min_n = kn->flash_min_n; }
+    out[nk++] = k;
+    if (S == 1) return nk;
+    Buffer *w = ARENA_NEW(A, Buffer);
+    w->id = -1; w->name = arena_printf(A, "%s.partials", d->kname); w->kind = BUF_WORK; w->dtype = DT_F32;
+    w->ndim = 2; w->dims[0] = rd * d->heads * S; w->dims[1] = d->hv + 2; w->layer = -1; w->weight_index = -1; w->act_offset = 0;
+    k->work = w;
+    TileKernel *c = new_tk(A, nest);
+    c->kind = SCHED_FLASH_COMBINE;
+    c->name = arena_printf(A, "%s_flash_combine", d->kname);
+    c->attn = d; c->split_k = (int)S; c->nsplit = k->nsplit; c->work = w; c->out = d->out;
+    c->block = kn->flat_block;
+    c->grid = ceil_div(A, E_MUL(A, d->rows, e_i(A, d->heads * d->hv)), c->block);
+    c->run_if = k->run_if; c->min_n = k->min_n;
+    out[nk++] = c;
+    return nk;
+}
+
 /* ---- gemv eligibility and vector width ---- */
 typedef struct { const Var *v; bool weight; bool ok; int vec, wsize; } GemvScan;
 static void gemv_scan(GemvScan *s, const Expr *e) {
@@ -87,13 +167,6 @@ static void gemv_scan(GemvScan *s, const Expr *e) {
         return;
     }
     for (int i = 0; i < e->nargs; i++) gemv_scan(s, e->a[i]);
-}
-static int64_t max_i(int64_t a, int64_t b) { return a > b ? a : b; }
-
-static TileKernel *new_tk(Arena *A, const LoopNest *nest) {
-    TileKernel *k = ARENA_NEW(A, TileKernel);
-    k->nest = nest; k->name = nest->kname;
-    return k;
 }
 
 /* gemm_tc applies to y[t, o] = sum_k X(t, k) * W[o, k] (+ epilogue) with W a
@@ -127,6 +200,7 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
     }
     const LStmt *store;
     Expr *total = product(A, k->par, k->npar);
+    if (s->nbody == 1 && s->body[0]->k == LS_ATTN) return schedule_flash(A, nest, s->body[0]->attn, kn, tp, out);
     if (s->nbody == 1) {
         store = s->body[0];
         CHECK(store->k == LS_STORE, "nest %s: leaf is not a store", nest->module);
@@ -301,6 +375,25 @@ void tile_print(Str *o, const TileProgram *tp) {
             str_printf(o, "] in steps of %d staged to shared memory as bf16 (activations rounded to nearest even), "
                           "ldmatrix.x4 + mma.m16n8k16 bf16, f32 accumulation; runs when n > %d\n", k->bk, k->min_n);
             break;
+        case SCHED_FLASH: {
+            const AttnDesc *d = k->attn;
+            str_printf(o, " tokens=%d warps=%d split=%d keys_per_tile=%d\n  block (bid/%d/%lld, bid/%d%%%lld, bid%%%d) -> "
+                          "(tokens [%s<", k->tq, k->block / 32, k->split_k, FLASH_BC, k->split_k, (long long)(d->heads / d->group),
+                       k->split_k, (long long)(d->heads / d->group), k->split_k, d->t->name);
+            expr_print(o, d->rows);
+            str_printf(o, "] by %d, kv head, key slice); warp -> a (token, head) row of the kv head's %lld heads\n"
+                          "  per %d keys [%s<", k->tq, (long long)d->group, FLASH_BC, d->j->name);
+            expr_print(o, d->len);
+            str_printf(o, "]: K/V tile to shared memory once for the block, lane -> one key's score (dot over %lld from shared memory), "
+                          "shfl_xor max tree, online softmax (running max, per-lane sums), lane -> d, d+32, .. of P.V (%lld)\n",
+                       (long long)d->hd, (long long)d->hv);
+            if (k->work) str_printf(o, "  slices write (o, max, sum) to %s\n", k->work->name);
+            break;
+        }
+        case SCHED_FLASH_COMBINE:
+            str_printf(o, "\n  thread (bid*%d + tid) -> (row, d); merges %d slices of %s: o / sum rescaled to the largest max\n",
+                       k->block, k->split_k, k->work->name);
+            break;
         case SCHED_SPLITK_SUM:
             str_printf(o, "\n  thread (bid*%d + tid) -> [", k->block);
             print_axes(o, k->par, k->npar);
@@ -315,7 +408,12 @@ const char *tile_verify(Arena *A, const TileProgram *tp) {
         const TileKernel *k = tp->k[i];
         const char *m = NULL;
         if (k->block < 1 || k->block > 1024) m = "block size is outside 1..1024";
-        else if (k->kind != SCHED_GEMV && (k->block & (k->block - 1))) m = "block size is not a power of two";
+        else if (k->kind != SCHED_GEMV && k->kind != SCHED_FLASH && (k->block & (k->block - 1))) m = "block size is not a power of two";
+        else if (k->kind == SCHED_FLASH && (k->block % 32 || !k->attn || k->block != 32 * k->tq * k->attn->group || k->split_k < 1 ||
+                                            (k->split_k > 1) != (k->work != NULL)))
+            m = "flash_attn parameters";
+        else if (k->kind == SCHED_FLASH_COMBINE && (!k->attn || !k->work || k->work->dims[1] != k->attn->hv + 2 || k->split_k < 2))
+            m = "flash_combine without its partials";
         else if ((k->kind == SCHED_BLOCK_REDUCE || k->kind == SCHED_GEMV) && k->block % 32) m = "warp schedule with a partial warp";
         else if (k->kind == SCHED_BLOCK_REDUCE && (k->smem_floats < (k->block > 32 ? k->block / 32 : 0) || k->nred < 1)) m = "reduction without shared scratch";
         else if (k->kind == SCHED_GEMV && (k->nred != 1 || k->vec < 1 || k->k_chunk % k->vec || k->split_k < 1)) m = "gemv parameters";

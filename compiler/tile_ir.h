@@ -18,6 +18,14 @@
  *                 staged to shared memory as bf16, ldmatrix + mma.sync
  *                 m16n8k16 with f32 accumulation; the launch plan runs it or
  *                 the gemv by n at run time
+ *   flash_attn    an attention fused by loop_flash: a block per (tokens, kv
+ *                 head, key slice), a warp per (token, head) row of the group
+ *                 (the group's heads share the staged K/V tiles: no copies for
+ *                 GQA); per tile of 32 keys a lane scores one key, a shuffle
+ *                 tree gives the row max, the online softmax rescales the
+ *                 running sum and the lanes' P.V accumulators (lane d, d+32..);
+ *                 split over the keys (flash decoding) for short calls, then
+ *   flash_combine a thread per output element merges the slices' (o, max, sum)
  * Parameters are chosen from the shapes; --knob NAME=VALUE pins them
  * (fuse=0 turns off loop IR fusion, which runs before scheduling). */
 #ifndef LLMCC_TILE_IR_H
@@ -25,7 +33,7 @@
 #include "loop_ir.h"
 
 #define SCHED_KINDS(X) X(SCHED_FLAT, "flat") X(SCHED_BLOCK_REDUCE, "block_reduce") X(SCHED_GEMV, "gemv") \
-    X(SCHED_SPLITK_SUM, "splitk_sum") X(SCHED_GEMM_TC, "gemm_tc")
+    X(SCHED_SPLITK_SUM, "splitk_sum") X(SCHED_GEMM_TC, "gemm_tc") X(SCHED_FLASH, "flash_attn") X(SCHED_FLASH_COMBINE, "flash_combine")
 typedef enum {
 #define X(e, s) e,
     SCHED_KINDS(X)
@@ -49,7 +57,12 @@ extern const char *const sched_names[];
     X("gemm_tc", gemm_tc, 1, 0, 1, false) \
     X("gemm_min_n", gemm_min_n, 16, 0, 1 << 20, false) \
     X("debug_mma_layout", debug_mma_layout, 0, 0, 1, false) \
-    X("fuse", fuse, 1, 0, 1, false)
+    X("fuse", fuse, 1, 0, 1, false) \
+    X("flash", flash, 1, 0, 1, false) \
+    X("flash_split", flash_split, 0, 0, 1024, false) \
+    X("flash_tokens", flash_tokens, 0, 0, 32, false) \
+    X("flash_min_n", flash_min_n, 16, 0, 1 << 20, false) \
+    X("debug_flash_mask", debug_flash_mask, 0, 0, 1, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;
     KNOBS(X)
@@ -84,6 +97,10 @@ typedef struct {
     /* gemm_tc: y[t, o] = sum_k xop(t, k) * wop(o, k); xop is staged as bf16 */
     int bm, bn, bk;            /* block tile: tokens, outputs, K step */
     Expr *xop, *wop;
+    /* flash_attn / flash_combine (split_k: key slices, work: their partials [rows*heads*split, hv + 2]) */
+    const AttnDesc *attn;
+    int tq;                    /* tokens per block; warps = tq * group */
+    Expr *nsplit;              /* key slices at run time: min(split_k, one per 32 keys), so none is empty but the last's end */
 } TileKernel;
 
 typedef struct {
@@ -92,6 +109,11 @@ typedef struct {
     TileKernel **k; int n;     /* in launch order (a split-K nest gives two) */
 } TileProgram;
 
+/* Whether flash_attn has a schedule for this attention (warps, registers,
+ * shared memory); loop_flash fuses only those. */
+bool flash_fits(const AttnDesc *d);
+/* Shared floats of a flash_attn block of w warps: Q rows, K and V tiles, P */
+int64_t flash_smem_floats(const AttnDesc *d, int w);
 void tile_schedule(Arena *A, const LProgram *lp, const Knobs *kn, TileProgram *tp);
 void tile_print(Str *o, const TileProgram *tp);
 const char *tile_verify(Arena *A, const TileProgram *tp);

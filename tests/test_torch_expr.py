@@ -251,7 +251,7 @@ def test_layer_every_level():
     assert "model.layers.0." not in g and "lm_head" not in g and "embed_tokens" not in g
     nodes = [l for l in g.splitlines() if l.startswith("%")]
     assert g.strip().endswith("return %%%d" % (len(nodes) - 1)) and "mlp_residual" in nodes[-1], "the output is not the layer's last op"
-    assert "k_self_attn_attention_scores" in outs["kernel"] and "k_mlp_down_proj" in outs["kernel"]
+    assert "k_self_attn_attention_flash" in outs["kernel"] and "k_mlp_down_proj" in outs["kernel"]
     src = os.path.join(tmpdir("torch_expr"), "layer.c")
     with open(src, "w") as f:
         f.write(outs["c"])
