@@ -50,7 +50,7 @@ static LoopNest *lower_op(Arena *A, const TOp *op) {
 
 void loop_lower(Arena *A, TProgram *tp, LProgram *lp) {
     lp->tp = tp;
-    lp->n_inlined = lp->n_side_stores = lp->n_flash = 0;
+    lp->n_inlined = lp->n_side_stores = lp->n_flash = lp->n_retargeted = 0;
     lp->n = tp->n;
     lp->nests = ARENA_ARRAY(A, LoopNest *, tp->n);
     for (int i = 0; i < tp->n; i++) lp->nests[i] = lower_op(A, tp->ops[i]);
@@ -223,6 +223,86 @@ static bool touches(const LoopNest *n, const Buffer *b) {
     return u.n || writes(n->root, b);
 }
 
+/* An index component as hi * E + lo over loop variables of sh, lo of
+ * constant extent E (lo NULL, E 1: the variable hi alone). */
+static Expr *ext_of(const Shape *sh, const Var *v) {
+    for (int d = 0; d < sh->npar; d++) if (sh->par[d]->v == v) return sh->par[d]->extent;
+    return NULL;
+}
+static bool lin_index(const Shape *sh, const Expr *e, const Var **hi, const Var **lo, int64_t *E) {
+    int64_t le;
+    if (e->k == EX_VAR && ext_of(sh, e->var)) { *hi = e->var; *lo = NULL; *E = 1; return true; }
+    if (e->k != EX_ADD || e->a[0]->k != EX_MUL || e->a[0]->a[0]->k != EX_VAR || e->a[1]->k != EX_VAR ||
+        !expr_is_const(e->a[0]->a[1], E))
+        return false;
+    *hi = e->a[0]->a[0]->var; *lo = e->a[1]->var;
+    Expr *x = ext_of(sh, *lo);
+    return ext_of(sh, *hi) && x && expr_is_const(x, &le) && le == *E;
+}
+/* Retarget: C copies an activation B that only P writes and only C reads
+ * into D (`D[f(v)] = B[g(v)]`: the KV-cache writes, of RoPE's k and of
+ * v_proj). P stores its value straight to D[f(g^-1(P's index))] and C goes:
+ * one launch, one store and one load of B saved, nothing recomputed. g must
+ * be a bijection whose inverse is read off the index forms (a variable, or
+ * hi * E + lo), and nothing between P and C may touch D. */
+static bool try_retarget(Arena *A, LProgram *lp, const bool *dead, int pi, int ci) {
+    Shape p, c;
+    if (!shape_of(lp->nests[pi], &p) || !shape_of(lp->nests[ci], &c) || c.red || c.store->value->k != EX_LOAD) return false;
+    const Expr *ld = c.store->value;
+    Buffer *b = ld->buf;
+    if (b->kind != BUF_ACT || p.store->buf != b || c.store->buf == b) return false;
+    /* as many elements: the constant extents' products equal, the others equal in order */
+    int64_t kp = 1, kc = 1, v;
+    const Expr *sp[MAX_AXES], *sc[MAX_AXES];
+    int nsp = 0, nsc = 0;
+    for (int d = 0; d < p.npar; d++) { if (expr_is_const(p.par[d]->extent, &v)) kp *= v; else sp[nsp++] = p.par[d]->extent; }
+    for (int d = 0; d < c.npar; d++) { if (expr_is_const(c.par[d]->extent, &v)) kc *= v; else sc[nsc++] = c.par[d]->extent; }
+    if (kp != kc || nsp != nsc) return false;
+    for (int d = 0; d < nsp; d++) if (!expr_equal(sp[d], sc[d])) return false;
+    for (int i = 0; i < lp->n; i++) {
+        if (dead[i] || i == pi || i == ci) continue;
+        if (touches(lp->nests[i], b) || (i > pi && i < ci && touches(lp->nests[i], c.store->buf))) return false;
+    }
+    if (writes(lp->nests[pi]->root, c.store->buf)) return false;
+    Buffer *in[16];
+    int nin = 0;
+    for (int k = 0; k < c.store->buf->ndim; k++) collect_inputs(c.store->idx[k], in, &nin);
+    if (nin) return false;   /* the target index reads nothing (P runs earlier than C did) */
+    /* C's variables as expressions of P's */
+    Var *cv[MAX_AXES];
+    Expr *to[MAX_AXES] = {0};
+    for (int d = 0; d < c.npar; d++) cv[d] = c.par[d]->v;
+    for (int d = 0; d < b->ndim; d++) {
+        const Var *ch, *cl, *ph, *pl;
+        int64_t cE, pE;
+        if (!lin_index(&c, ld->a[d], &ch, &cl, &cE) || !lin_index(&p, p.store->idx[d], &ph, &pl, &pE)) return false;
+        Expr *ce = ext_of(&c, ch), *pe = ext_of(&p, ph), *ph_e = e_var(A, (Var *)ph);
+        Expr *val[2] = {NULL, NULL};
+        if (!cl && !pl && expr_equal(ce, pe)) val[0] = ph_e;
+        else if (cl && !pl && expr_equal(E_MUL(A, ce, e_i(A, cE)), pe)) { val[0] = E_DIV(A, ph_e, e_i(A, cE)); val[1] = e_bin(A, EX_MOD, ph_e, e_i(A, cE)); }
+        else if (cl && pl && cE == pE && expr_equal(ce, pe)) { val[0] = ph_e; val[1] = e_var(A, (Var *)pl); }
+        else if (!cl && pl && expr_equal(ce, E_MUL(A, pe, e_i(A, pE)))) val[0] = E_ADD(A, E_MUL(A, ph_e, e_i(A, pE)), e_var(A, (Var *)pl));
+        else return false;
+        for (int q = 0; q < 2 && val[q]; q++) {
+            const Var *v = q ? cl : ch;
+            int at = -1;
+            for (int k = 0; k < c.npar; k++) if (cv[k] == v) at = k;
+            if (at < 0 || to[at]) return false;   /* each of C's variables exactly once */
+            to[at] = val[q];
+        }
+    }
+    for (int d = 0; d < c.npar; d++) if (!to[d]) return false;
+    Buffer *D = c.store->buf;
+    Expr **idx = ARENA_ARRAY(A, Expr *, D->ndim);
+    for (int k = 0; k < D->ndim; k++) {
+        idx[k] = c.store->idx[k];
+        for (int d = 0; d < c.npar; d++) idx[k] = expr_subst(A, idx[k], cv[d], to[d]);
+    }
+    p.store->buf = D;
+    p.store->idx = idx;
+    return true;
+}
+
 /* The activation arena over the nests (tensor_plan_memory's best fit, at
  * nest granularity): fusion moved first and last uses. */
 typedef struct { int *first, *last, i; } Life;
@@ -287,6 +367,12 @@ void loop_fuse(Arena *A, LProgram *lp, bool enable) {
         int pi = ci - 1;
         while (pi >= 0 && dead[pi]) pi--;
         if (pi >= 0 && try_side_store(A, lp, pi, ci)) { dead[pi] = true; lp->n_side_stores++; }
+        /* a copy of an activation: into the epilogue of its writer, wherever that is */
+        Shape c;
+        if (!dead[ci] && shape_of(lp->nests[ci], &c) && !c.red && c.store->value->k == EX_LOAD) {
+            for (pi = ci - 1; pi >= 0 && (dead[pi] || !writes(lp->nests[pi]->root, c.store->value->buf)); pi--) {}
+            if (pi >= 0 && try_retarget(A, lp, dead, pi, ci)) { dead[ci] = true; lp->n_retargeted++; }
+        }
     }
     int n = 0;
     for (int i = 0; i < lp->n; i++) if (!dead[i]) lp->nests[n++] = lp->nests[i];
@@ -400,8 +486,8 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
     }
 }
 void loop_print(Str *o, const LProgram *lp) {
-    str_printf(o, "# loop IR: %d loop nests (one per kernel); fused: %d inlined, %d side stores, %d online softmax\n", lp->n, lp->n_inlined,
-               lp->n_side_stores, lp->n_flash);
+    str_printf(o, "# loop IR: %d loop nests (one per kernel); fused: %d inlined, %d side stores, %d copies retargeted, %d online softmax\n", lp->n, lp->n_inlined,
+               lp->n_side_stores, lp->n_retargeted, lp->n_flash);
     for (int i = 0; i < lp->n; i++) {
         str_printf(o, "nest %s  # %s (%s)\n", lp->nests[i]->kname, lp->nests[i]->module, top_kind_names[lp->nests[i]->origin]);
         print_stmt(o, lp->nests[i]->root, 1);

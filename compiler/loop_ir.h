@@ -9,6 +9,8 @@
  *               reduction reads exactly once (the residual add before
  *               RMSNorm's sum of squares): the reduction computes it, stores
  *               it for later readers from inside its loop, and accumulates it
+ *   retarget    a copy of an activation into another buffer (the KV-cache
+ *               writes): the activation's writer stores to the copy's target
  * and plans the activation arena again over the nests that remain. Before
  * them, loop_flash replaces each attention's five nests (scores, max, sum of
  * exp, normalise, P.V) by one: an online softmax over the keys (a running
@@ -52,7 +54,7 @@ typedef struct {
 typedef struct {
     TProgram *tp;              /* loop_fuse re-plans its activation offsets */
     LoopNest **nests; int n;
-    int n_inlined, n_side_stores, n_flash;   /* what loop_fuse and loop_flash did */
+    int n_inlined, n_side_stores, n_retargeted, n_flash;   /* what loop_fuse and loop_flash did */
 } LProgram;
 
 void loop_lower(Arena *A, TProgram *tp, LProgram *lp);

@@ -415,3 +415,10 @@ def test_fusion_in_a_model_and_its_guards():
     assert "nest attn_residual " not in fused and fused.count("nest mlp_residual ") == 1
     assert fused.count("nest mlp_gate_mul_up ") == layers and fused.count("nest mlp_down_proj ") == layers
     assert fused.count("nest input_layernorm ") == layers  # the scale still reads the stored norm input
+    # retarget: the KV-cache copies go into RoPE's k (elementwise) and v_proj (a linear's epilogue), which
+    # store at the cache row pos + t; q's RoPE output is read by the attention, so it stays an activation
+    assert "%d copies retargeted" % (2 * layers) in head and "0 copies retargeted" in plain.splitlines()[0], head
+    assert "nest self_attn_k_cache " not in fused and "nest self_attn_v_cache " not in fused
+    assert "nest self_attn_k_cache " in plain and "nest self_attn_v_cache " in plain
+    assert "k_cache[0][(pos + t), h, e] = ((model.layers.0.self_attn.k_proj[t, ((h * 16) + e)] * cos(" in fused
+    assert "v_cache[1][(pos + t), (o / 16), (o % 16)] = acc" in fused
