@@ -513,7 +513,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     }
     str_printf(o, "    *out = m;\n    return NULL;\n}\n\n");
     /* model_forward: the launch plan */
-    str_printf(o, "void model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {\n");
+    str_printf(o, "int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {\n");
     if (cuda) str_printf(o, "    cudaMemcpy(m->ids, ids, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice);\n");
     else str_printf(o, "    memcpy(m->ids, ids, (size_t)n * sizeof(int32_t));\n");
     for (int i = 0; i < kp->nl; i++) {
@@ -527,10 +527,17 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
         for (int j = 0; j < l->k->nparams; j++) { str_printf(o, ", "); host_ptr(o, l->args[j], tp); }
         str_printf(o, ");\n    }\n");
     }
-    if (cuda) str_printf(o, "    cudaError_t e = cudaMemcpy(logits, m->logits, %lld * sizeof(float), cudaMemcpyDeviceToHost);\n"
-                            "    if (e != cudaSuccess) { fprintf(stderr, \"%s: CUDA error: %%s\\n\", cudaGetErrorString(e)); exit(1); }\n}\n\n",
-                         (long long)V, eo->name);
-    else str_printf(o, "    memcpy(logits, m->logits, %lld * sizeof(float));\n}\n\n", (long long)V);
+    /* the argmax kernel's result (an index held exactly in an f32) sits in the activation arena */
+    const Buffer *nt = tp->next_token;
+    CHECK(nt && nt->kind == BUF_ACT && nt->act_offset >= 0, "the model has no argmax of its logits");
+    str_printf(o, "    float next;\n");
+    if (cuda) str_printf(o, "    cudaError_t e = cudaMemcpy(&next, m->act + %lld, sizeof next, cudaMemcpyDeviceToHost);\n"
+                            "    if (e == cudaSuccess && logits) e = cudaMemcpy(logits, m->logits, %lld * sizeof(float), cudaMemcpyDeviceToHost);\n"
+                            "    if (e != cudaSuccess) { fprintf(stderr, \"%s: CUDA error: %%s\\n\", cudaGetErrorString(e)); exit(1); }\n",
+                         (long long)nt->act_offset, (long long)V, eo->name);
+    else str_printf(o, "    memcpy(&next, m->act + %lld, sizeof next);\n    if (logits) memcpy(logits, m->logits, %lld * sizeof(float));\n",
+                    (long long)nt->act_offset, (long long)V);
+    str_printf(o, "    return (int)next;\n}\n\n");
     str_printf(o, "size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {\n"
                   "    if (weights) *weights = m->wbytes;\n    if (kv) *kv = m->kvbytes;\n    if (act) *act = m->actbytes;\n"
                   "    return m->wbytes + m->kvbytes + m->actbytes;\n}\n\n");

@@ -6,7 +6,9 @@
  * The same nodes describe a single PyTorch expression (torch_expr.c, cfg
  * NULL): static shapes of up to MAX_DIMS dimensions with broadcasting,
  * input leaves (torch.randn, ...), scalar constants, and the ops sub, div,
- * softmax (last dim), matmul and scaled_dot_product_attention. */
+ * softmax (last dim), matmul, scaled_dot_product_attention and argmax (last
+ * dim: the index of the first maximum, NaN counted as -inf, as a float). A
+ * model's graph ends in argmax(logits), the greedy next token. */
 #ifndef LLMCC_GRAPH_H
 #define LLMCC_GRAPH_H
 #include "ir.h"
@@ -17,7 +19,7 @@
     X(G_LINEAR, "linear") X(G_ROPE, "rope") X(G_KV_WRITE, "kv_cache_write") X(G_ATTENTION, "attention") \
     X(G_SILU, "silu") X(G_MUL, "mul") X(G_ADD, "add") X(G_LAST_TOKEN, "last_token") \
     X(G_INPUT, "input") X(G_CONST, "const") X(G_SUB, "sub") X(G_DIV, "div") X(G_SOFTMAX, "softmax") \
-    X(G_MATMUL, "matmul") X(G_SDPA, "scaled_dot_product_attention")
+    X(G_MATMUL, "matmul") X(G_SDPA, "scaled_dot_product_attention") X(G_ARGMAX, "argmax")
 typedef enum {
 #define X(e, s) e,
     GRAPH_OPS(X)
@@ -67,6 +69,7 @@ typedef struct {
     GNode **nodes;
     int n, cap;
     GNode *logits;             /* the output */
+    GNode *next_token;         /* a model's argmax of the logits (NULL for expressions and one layer) */
     const ModelConfig *cfg;    /* NULL for an expression graph */
     const char *source;        /* an expression graph's text */
     bool one_layer;            /* only decoder layer `layer` of the model (graph_select_layer) */

@@ -154,6 +154,18 @@ double *interp_run(const Graph *g, double *const *leaves, bool bf16_linear_x) {
         case G_SILU:
             for (int64_t f = 0; f < N; f++) { double a = v[x->id][f]; o[f] = a / (1.0 + exp(-a)); }
             break;
+        case G_ARGMAX: {
+            /* the first maximum, NaN counted as -inf (the runtime's sampler's rule; numpy's argmax would pick a NaN) */
+            int64_t len = x->dims[x->ndim - 1];
+            for (int64_t r = 0; r < N; r++) {
+                const double *row = v[x->id] + r * len;
+                int64_t best = 0;
+                double bv = isnan(row[0]) ? -INFINITY : row[0];
+                for (int64_t j = 1; j < len; j++) if (row[j] > bv) { best = j; bv = row[j]; }
+                o[r] = (double)best;
+            }
+            break;
+        }
         case G_SOFTMAX:
             memcpy(o, v[x->id], sizeof(double) * (size_t)N);
             softmax_rows(o, N / last, last);

@@ -184,6 +184,67 @@ static void mat_block_reduce(KL *L, const TileKernel *t, KKernel *k, KList *body
     kl_phase1(A, body, last, false);
 }
 
+/* block_reduce for argmax: (value, index) pairs, r0/r2 the thread's, r1/r3 the partner's. A pair wins
+ * with a larger value, or an equal one and a smaller index; each thread scans its indices in
+ * increasing order and keeps the first strictly larger value, so the block finds the first maximum;
+ * NaN never compares larger, and (-inf, 0) starts every thread (a row of NaN / -inf gives 0). */
+static void argmax_step(KL *L, KList *l, int64_t d) {
+    Arena *A = L->A;
+    kl_add(A, l, shfl(L, SHFL_DOWN, 1, 0, d));
+    kl_add(A, l, shfl(L, SHFL_DOWN, 3, 2, d));
+    TStmt **b = tlist(A, 2);
+    b[0] = ts_assign(A, 2, e_select(A, lt(A, reg(A, 0), reg(A, 1)), reg(A, 3),
+                                    e_select(A, e_bin(A, EX_EQ, reg(A, 0), reg(A, 1)), e_bin(A, EX_MIN, reg(A, 2), reg(A, 3)), reg(A, 2))));
+    b[1] = ts_assign(A, 0, e_bin(A, EX_MAX, reg(A, 0), reg(A, 1)));
+    kl_add(A, l, phase(A, b, 2, false));
+}
+static void mat_block_argmax(KL *L, const TileKernel *t, KKernel *k, KList *body) {
+    Arena *A = L->A;
+    int nw = t->block / 32;
+    CHECK(t->nred == 1, "argmax over %d axes", t->nred);
+    k->nregs = 4;
+    for (int i = 0; i < 4; i++) k->regs[i].t = T_F32;
+    if (nw > 1) { k->nsmem = 1; k->smem[0].size = t->smem_floats; }
+    Var *r = new_var(A, L->nvars, "r");
+    TStmt **p0 = tlist(A, t->npar + 3);
+    int n0 = decompose(A, p0, t->par, t->npar, bid(A));
+    p0[n0++] = ts_assign(A, 0, e_f(A, -1.0 / 0.0));
+    p0[n0++] = ts_assign(A, 2, e_f(A, 0.0));
+    TStmt *f = ts(A, TS_FOR);
+    f->v = r; f->lo = tid(A); f->e = t->red[0].extent; f->step = e_i(A, t->block);
+    f->body = tlist(A, 3);
+    f->body[f->nbody++] = ts_let(A, t->red[0].v, e_var(A, r));
+    f->body[f->nbody++] = ts_assign(A, 1, t->acc_value);
+    TStmt *better = ts_if(A, lt(A, reg(A, 0), reg(A, 1)), 2);
+    better->body[better->nbody++] = ts_assign(A, 0, reg(A, 1));
+    better->body[better->nbody++] = ts_assign(A, 2, e_un(A, EX_TOF, e_var(A, r)));
+    f->body[f->nbody++] = better;
+    p0[n0++] = f;
+    kl_add(A, body, phase(A, p0, n0, false));
+    for (int d = 16; d >= 1; d /= 2) argmax_step(L, body, d);
+    if (nw > 1) {
+        /* lane 0 of warp w: smem0[w] = value, smem0[nw + w] = index; warp 0 reduces them */
+        TStmt *w0 = ts_if(A, e_bin(A, EX_EQ, e_bin(A, EX_MOD, tid(A), e_i(A, 32)), e_i(A, 0)), 2);
+        for (int q = 0; q < 2; q++) {
+            TStmt *ss = ts(A, TS_SSTORE); ss->smem = 0; ss->sidx = E_ADD(A, E_DIV(A, tid(A), e_i(A, 32)), e_i(A, q * nw)); ss->e = reg(A, 2 * q);
+            w0->body[w0->nbody++] = ss;
+        }
+        kl_phase1(A, body, w0, true);
+        TStmt **p1 = tlist(A, 3);
+        p1[0] = ts_assign(A, 0, e_f(A, -1.0 / 0.0));
+        p1[1] = ts_assign(A, 2, e_f(A, 0.0));
+        p1[2] = ts_if(A, lt(A, tid(A), e_i(A, nw)), 2);
+        p1[2]->body[p1[2]->nbody++] = ts_assign(A, 0, sload(A, 0, tid(A)));
+        p1[2]->body[p1[2]->nbody++] = ts_assign(A, 2, sload(A, 0, E_ADD(A, tid(A), e_i(A, nw))));
+        kl_add(A, body, phase(A, p1, 3, false));
+        for (int d = nw / 2; d >= 1; d /= 2) argmax_step(L, body, d);
+    }
+    TStmt *last = ts_if(A, e_bin(A, EX_EQ, tid(A), e_i(A, 0)), t->npar + 1);
+    last->nbody = decompose(A, last->body, t->par, t->npar, bid(A));
+    last->body[last->nbody++] = store(A, t, expr_subst_acc(A, t->store_value, reg(A, 2)));
+    kl_phase1(A, body, last, false);
+}
+
 /* The reduced term for elements c .. c+vec-1 of the K axis: every load whose
  * last index is the K variable reads element j of a vector loaded once. */
 typedef struct { Arena *A; Var *kv; int vec; TStmt **vl; int nvl; Expr **src; int *nvars; Expr *c; } Vec;
@@ -636,7 +697,7 @@ static KKernel *materialise(KL *L, const TileKernel *t) {
     KList body = {0};
     switch (t->kind) {
     case SCHED_FLAT: case SCHED_SPLITK_SUM: mat_flat(L, t, k, &body); break;
-    case SCHED_BLOCK_REDUCE: mat_block_reduce(L, t, k, &body); break;
+    case SCHED_BLOCK_REDUCE: (t->redop == RED_ARGMAX ? mat_block_argmax : mat_block_reduce)(L, t, k, &body); break;
     case SCHED_GEMV: mat_gemv(L, t, k, &body); break;
     case SCHED_GEMM_TC: mat_gemm_tc(L, t, k, &body); break;
     case SCHED_FLASH: mat_flash(L, t, k, &body); break;

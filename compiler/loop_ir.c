@@ -446,9 +446,9 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
         str_printf(o, " %s:\n", s->lk == LOOP_PARALLEL ? "parallel" : "reduce");
         for (int i = 0; i < s->nbody; i++) print_stmt(o, s->body[i], d + 1);
         return;
-    case LS_ACC_INIT: str_printf(o, "acc = %s\n", s->red == RED_SUM ? "0" : "-inf"); return;
+    case LS_ACC_INIT: str_printf(o, "acc = %s\n", s->red == RED_SUM ? "0" : s->red == RED_MAX ? "-inf" : "index 0 of -inf"); return;
     case LS_ACC:
-        str_printf(o, s->red == RED_SUM ? "acc += " : "acc = max(acc, ");
+        str_printf(o, s->red == RED_SUM ? "acc += " : s->red == RED_MAX ? "acc = max(acc, " : "acc = index of the first max(acc, ");
         expr_print(o, s->value);
         str_printf(o, s->red == RED_SUM ? "\n" : ")\n");
         return;

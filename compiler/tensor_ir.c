@@ -206,6 +206,19 @@ static void softmax_parts(TL *L, const GNode *n, Buffer *s, Buffer *out, const c
     nm->body = E_DIV(A, e_un(A, EX_EXP, E_SUB(A, e_load(A, s, nd, ax), lead_load(L, M, lead, ax))), lead_load(L, Z, lead, ax));
 }
 
+static void lower_argmax(TL *L, GNode *n) {
+    const GNode *x = n->in[0];
+    int lead = x->ndim - 1;
+    Expr *ax[MAX_DIMS], *idx[MAX_DIMS];
+    CHECK(x->dims[lead] <= (1 << 24), "argmax over %lld values: indices past 2^24 are not exact in f32", (long long)x->dims[lead]);
+    n->buf = lead_buf(L, n, NULL, lead, BUF_ACT, DT_F32);
+    TOp *op = over(L, TOP_REDUCE, n, n->buf, NULL, lead, ax);
+    memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
+    idx[lead] = raxis(L, op, "j", e_i(L->A, x->dims[lead]));
+    op->red = RED_ARGMAX;
+    op->body = e_load(L->A, x->buf, x->ndim, idx);
+}
+
 static void lower_softmax(TL *L, GNode *n) {
     n->buf = lead_buf(L, n, NULL, n->ndim, BUF_ACT, DT_F32);
     softmax_parts(L, n, n->in[0]->buf, n->buf, NULL);
@@ -417,6 +430,7 @@ static void lower_node(TL *L, GNode *n) {
     case G_SILU: lower_silu(L, n); return;
     case G_MUL: case G_ADD: case G_SUB: case G_DIV: lower_binary(L, n); return;
     case G_SOFTMAX: lower_softmax(L, n); return;
+    case G_ARGMAX: lower_argmax(L, n); return;
     case G_MATMUL: lower_matmul(L, n); return;
     case G_SDPA: lower_sdpa(L, n); return;
     case G_CONST: return;   /* folded into the loads of its users */
@@ -438,6 +452,7 @@ void tensor_lower(Arena *A, const Graph *g, TProgram *tp) {
     CHECK(g->logits->buf && g->logits->buf->kind != BUF_INPUT && g->logits->buf->kind != BUF_WEIGHT, "output is not computed");
     if (g->logits->buf->kind == BUF_ACT) g->logits->buf->kind = BUF_OUTPUT;
     tp->logits = g->logits->buf;
+    tp->next_token = g->next_token ? g->next_token->buf : NULL;
     tp->weights = ARENA_ARRAY(A, Buffer *, tp->n_weights);
     for (int i = 0; i < tp->nbufs; i++)
         if (tp->bufs[i]->kind == BUF_WEIGHT) tp->weights[tp->bufs[i]->weight_index] = tp->bufs[i];

@@ -17,7 +17,9 @@ typedef enum {
 } TOpKind;
 extern const char *const top_kind_names[];
 
-#define RED_OPS(X) X(RED_SUM, "sum") X(RED_MAX, "max")
+/* argmax: acc is the index (a float) of the first maximum over the one
+ * reduction axis; NaN never wins, so a row of NaN and -inf gives 0 */
+#define RED_OPS(X) X(RED_SUM, "sum") X(RED_MAX, "max") X(RED_ARGMAX, "argmax")
 typedef enum {
 #define X(e, s) e,
     RED_OPS(X)
@@ -72,6 +74,7 @@ typedef struct {
     Buffer **weights;
     int n_consts;
     Buffer *ids, *logits;
+    Buffer *next_token;        /* a model's argmax of the logits: [1] f32, in the activation arena */
     int64_t act_bytes;         /* size of the activation arena */
     int64_t kv_layer_elems;    /* per layer and position: kv_heads * head_dim */
 } TProgram;

@@ -311,7 +311,7 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
     }
     k->block = b;
     k->grid = total;
-    k->smem_floats = b > 32 ? b / 32 : 0;
+    k->smem_floats = b > 32 ? (k->redop == RED_ARGMAX ? 2 : 1) * (b / 32) : 0;   /* argmax: a value and an index per warp */
     out[0] = k;
     return 1;
 }

@@ -14,7 +14,8 @@
 const char torch_expr_supported[] =
     "torch.randn/zeros/ones(*size, dtype=torch.float32|bfloat16|float16), nn.Linear(in, out, bias=True), "
     "nn.RMSNorm(dim, eps=None), nn.Softmax(dim=-1), nn.SiLU(), F.silu, F.softmax(x, dim=-1), "
-    "F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=None), torch.matmul, and + - * / @ "
+    "F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=None), torch.matmul, "
+    "torch.argmax(x, dim=-1) (the index as a float), and + - * / @ "
     "with numbers and parentheses (torch.nn.functional. = F., torch.nn. = nn.)";
 
 typedef enum { TK_END, TK_NUM, TK_NAME, TK_STR, TK_PUNCT } TokKind;
@@ -393,6 +394,20 @@ static Value call(P *p, const Value *f, const Args *a) {
         return tensor(result_like(p, G_SOFTMAX, "softmax", x), v[0]->tdt, f->col);
     }
     if (!strcmp(nm, "F.scaled_dot_product_attention")) return sdpa(p, a, nm);
+    if (!strcmp(nm, "torch.argmax")) {
+        static const char *const pr[] = {"input", "dim", "keepdim"};
+        bind(p, a, nm, pr, 3, 2, v);
+        const GNode *x = need_tensor(p, v[0], nm);
+        if (is_none(v[1])) err(p, a->col, "torch.argmax needs dim=-1 (the index over the last dim; no flattening yet)");
+        int64_t dim = need_int(p, v[1], "dim", -x->ndim, x->ndim - 1);
+        if (dim != -1 && dim != x->ndim - 1)
+            err(p, v[1]->col, "argmax over dim %lld of a %d-D tensor is not supported yet (only the last dim, dim=-1)", (long long)dim, x->ndim);
+        if (v[2] && !is_none(v[2]) && (v[2]->k != V_BOOL || v[2]->b)) err(p, v[2]->col, "keepdim=True is not supported yet");
+        GNode *n = result_like(p, G_ARGMAX, "argmax", x);
+        n->ndim = x->ndim > 1 ? x->ndim - 1 : 1;
+        if (x->ndim == 1) n->dims[0] = 1;
+        return tensor(n, DT_F32, f->col);
+    }
     if (!strcmp(nm, "nn.Linear")) {
         static const char *const pr[] = {"in_features", "out_features", "bias", "device", "dtype"};
         bind(p, a, nm, pr, 5, 2, v);

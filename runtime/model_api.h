@@ -37,9 +37,11 @@ typedef struct Model Model;
  * one-line message (no GPU, out of memory, a tensor of the wrong shape). */
 const char *model_init(Model **out, const PayloadTensor *tensors, const uint8_t *data, int ctx);
 /* Runs n (1..max_batch) tokens at positions pos..pos+n-1 through the model,
- * appending their K/V to the cache, and writes the logits of the last token
- * (vocab_size floats) to logits. */
-void model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits);
+ * appending their K/V to the cache, writes the logits of the last token
+ * (vocab_size floats) to logits unless it is NULL, and returns their argmax
+ * (the first maximum, NaN counted as -inf), computed on the device: greedy
+ * decoding needs no logits from it. */
+int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits);
 /* Bytes of device (or host, for the CPU) memory taken: weights, KV cache, activations. */
 size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act);
 void model_free(Model *m);

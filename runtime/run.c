@@ -477,13 +477,19 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
         out_flush();
     }
 
+    /* Greedy decoding without a penalty takes the argmax the model computes on the device (the rule of
+     * sample()'s greedy branch); then no logits are copied back. */
+    bool dev_argmax = (o->temperature <= 0 || o->top_k == 1) && o->rep == 1.0f && !G.logits_f;
+    float *lg = dev_argmax ? NULL : G.logits;
+    int next = 0;
+
     /* prefill */
     double t0 = now_s();
     int mb = mi->max_batch > 0 ? mi->max_batch : 1;
     st->n_prompt += G.n_ids - G.n_fed;
     while (G.n_fed < G.n_ids) {
         int k = G.n_ids - G.n_fed < mb ? G.n_ids - G.n_fed : mb;
-        model_forward(G.model, G.ids + G.n_fed, k, G.n_fed, G.logits);
+        next = model_forward(G.model, G.ids + G.n_fed, k, G.n_fed, lg);
         G.n_fed += k;
     }
     st->t_prefill += now_s() - t0;
@@ -491,7 +497,7 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
     /* decode */
     long n_gen = 0;
     while (n_gen < max_new) {
-        int tok = sample(o, G.logits, V);
+        int tok = dev_argmax ? next : sample(o, G.logits, V);
         if (n_gen == 0 && st->turns == 0) st->t_first = now_s() - t0;
         if (!o->ignore_eos && is_eos(tok)) break;
         if (G.logits_f && fwrite(G.logits, sizeof(float), (size_t)V, G.logits_f) != (size_t)V)
@@ -507,7 +513,7 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
         out_flush();
         if (n_gen >= max_new) break;
         double t1 = now_s();
-        model_forward(G.model, G.ids + G.n_fed, 1, G.n_fed, G.logits);
+        next = model_forward(G.model, G.ids + G.n_fed, 1, G.n_fed, lg);
         G.n_fed++;
         st->t_decode += now_s() - t1;
         st->n_decode++;

@@ -37,7 +37,7 @@ const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data,
     return NULL;
 }
 
-void model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {
+int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {
     if (n < 1 || n > model_info.max_batch || pos != m->next_pos || pos + n > m->ctx) {
         fprintf(stderr, "mock_model: bad call n=%d pos=%d (expected pos %d, ctx %d)\n", n, pos, m->next_pos, m->ctx);
         abort();
@@ -48,8 +48,13 @@ void model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) 
     }
     m->next_pos = pos + n;
     const float *row = m->w + (size_t)ids[n - 1] * V;
-    #pragma omp parallel for   /* exercises the (static) OpenMP runtime like generated code does */
-    for (int j = 0; j < V; j++) logits[j] = row[j];
+    if (logits) {
+        #pragma omp parallel for   /* exercises the (static) OpenMP runtime like generated code does */
+        for (int j = 0; j < V; j++) logits[j] = row[j];
+    }
+    int best = 0;
+    for (int j = 1; j < V; j++) if (row[j] > row[best]) best = j;
+    return best;
 }
 
 size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {

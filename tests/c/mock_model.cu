@@ -49,14 +49,19 @@ extern "C" const char *model_init(Model **out, const PayloadTensor *t, const uin
     return NULL;
 }
 
-extern "C" void model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {
+extern "C" int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {
     if (n < 1 || n > model_info.max_batch || pos != m->next_pos || pos + n > m->ctx) {
         fprintf(stderr, "mock_model: bad call n=%d pos=%d\n", n, pos);
         abort();
     }
     m->next_pos = pos + n;
     copy_row<<<(V + 127) / 128, 128>>>(m->w, ids[n - 1], m->out);
-    cudaMemcpy(logits, m->out, V * 4, cudaMemcpyDeviceToHost);
+    static float row[V];
+    cudaMemcpy(row, m->out, V * 4, cudaMemcpyDeviceToHost);
+    if (logits) memcpy(logits, row, V * 4);
+    int best = 0;
+    for (int j = 1; j < V; j++) if (row[j] > row[best]) best = j;
+    return best;
 }
 
 extern "C" size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {
