@@ -125,6 +125,26 @@ static void emit_vload(Str *o, const KKernel *k, const TStmt *s, int d, Target t
     ind(o, d); str_printf(o, "}\n");
 }
 
+/* cp.async of s->vec bytes: CUDA issues cp.async.{ca,cg}.shared.global with src-size 0 when the predicate
+ * is false (the destination is zero-filled and the source, then the buffer's base, is not read); C queues
+ * the copy for the wait_group that completes it (cp_async_issue in the prelude). */
+static void emit_cp_async(Str *o, const KKernel *k, const TStmt *s, int d, Target t) {
+    int p = kernel_param_index(k, s->buf), esz = k->smem[s->smem].b16 ? 2 : 4;
+    str_printf(o, "{\n");
+    ind(o, d + 1); str_printf(o, "const int ok_ = "); if (s->e) emit_expr(o, k, s->e, t); else str_printf(o, "1"); str_printf(o, ";\n");
+    ind(o, d + 1); str_printf(o, "const int64_t so_ = "); emit_expr(o, k, s->sidx, t); str_printf(o, ";\n");
+    ind(o, d + 1); str_printf(o, "const void *src_ = ok_ ? (const void *)(p%d + ", p); lin_index(o, k, s->buf, s->idx, t);
+    str_printf(o, t == TARGET_CPU ? ") : NULL;\n" : ") : (const void *)p%d;\n", p);
+    ind(o, d + 1);
+    if (t == TARGET_CPU) {
+        str_printf(o, "cp_async_issue(&cpq_, \"%s\", smem%d, sizeof smem%d, so_ * %d, src_, %d);\n", k->name, s->smem, s->smem, esz, s->vec);
+    } else {
+        str_printf(o, "asm volatile(\"cp.async.%s.shared.global [%%0], [%%1], %d, %%2;\" :: \"r\"((unsigned)__cvta_generic_to_shared(smem%d + so_)), "
+                      "\"l\"(src_), \"r\"(ok_ ? %d : 0) : \"memory\");\n", s->vec == 16 ? "cg" : "ca", s->vec, s->smem, s->vec);
+    }
+    ind(o, d); str_printf(o, "}\n");
+}
+
 void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
     for (int i = 0; i < n; i++) {
         const TStmt *s = b[i];
@@ -162,6 +182,7 @@ void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
             ind(o, d); str_printf(o, "}\n");
             break;
         case TS_VLOAD: emit_vload(o, k, s, d, t); break;
+        case TS_CP_ASYNC: emit_cp_async(o, k, s, d, t); break;
         case TS_COUNT: UNREACHABLE();
         }
     }
@@ -208,6 +229,11 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
                 for (int j = 0; j < 4; j++) { if (j < s->nmat) str_printf(o, ", r%d", s->ldst[j]); else str_printf(o, ", NULL"); }
                 str_printf(o, ");\n");
             }
+        } else if (s->k == KS_CP_COMMIT) {
+            str_printf(o, t == TARGET_CUDA ? "asm volatile(\"cp.async.commit_group;\" ::: \"memory\");\n" : "cp_async_commit(&cpq_);\n");
+        } else if (s->k == KS_CP_WAIT) {
+            if (t == TARGET_CUDA) str_printf(o, "asm volatile(\"cp.async.wait_group %d;\" ::: \"memory\");\n", s->wait_n);
+            else str_printf(o, "cp_async_wait(&cpq_, %d);\n", s->wait_n);
         } else if (s->k == KS_SHFL) {
             static const char *const cuda_fn[] = {"__shfl_down_sync", "__shfl_up_sync", "__shfl_xor_sync", "__shfl_sync"};
             if (t == TARGET_CUDA) {
@@ -257,10 +283,12 @@ static const char VLOAD_FAULT[] =
     "/* the GPU's vector loads need aligned addresses: the CPU build checks them */\n"
     "static void vload_fault(const char *kernel, int64_t at) {\n"
     "    fprintf(stderr, \"llmcc: %s: misaligned vector load at element %lld\\n\", kernel, (long long)at);\n    abort();\n}\n";
+/* bf16 weights are widened to f32 at each load (ld_bf16) or vector load (bf16_to_f32); the prelude holds
+ * only the converters the kernels use, since nvcc warns about an unused static function */
 static const char CONVERT_BF16[] =
     "/* bf16 weights are widened to f32 at each load */\n"
-    "static DEVFN float bf16_to_f32(uint32_t h) { uint32_t u = h << 16; float f; memcpy(&f, &u, 4); return f; }\n"
-    "static DEVFN float ld_bf16(const uint16_t *p, int64_t i) { return bf16_to_f32(p[i]); }\n";
+    "static DEVFN float bf16_to_f32(uint32_t h) { uint32_t u = h << 16; float f; memcpy(&f, &u, 4); return f; }\n";
+static const char LD_BF16[] = "static DEVFN float ld_bf16(const uint16_t *p, int64_t i) { return bf16_to_f32(p[i]); }\n";
 static const char CONVERT_F16[] =
     "/* f16 weights are widened to f32 at each load */\n"
     "static DEVFN float f16_to_f32(uint32_t h) {\n"
@@ -269,8 +297,8 @@ static const char CONVERT_F16[] =
     "    else if (e) u = s | ((e + 112) << 23) | (m << 13);\n"
     "    else if (!m) u = s;\n"
     "    else { e = 113; while (!(m & 1024)) { m <<= 1; e--; } u = s | (e << 23) | ((m & 1023) << 13); }\n"
-    "    float f; memcpy(&f, &u, 4); return f;\n}\n"
-    "static DEVFN float ld_f16(const uint16_t *p, int64_t i) { return f16_to_f32(p[i]); }\n";
+    "    float f; memcpy(&f, &u, 4); return f;\n}\n";
+static const char LD_F16[] = "static DEVFN float ld_f16(const uint16_t *p, int64_t i) { return f16_to_f32(p[i]); }\n";
 
 static const char F32_TO_BF16[] =
     "/* activations staged as bf16: round to nearest even (NaN stays NaN) */\n"
@@ -330,6 +358,38 @@ static const char LDM_EMU[] =
     "        }\n"
     "}\n";
 
+/* cp.async on the CPU. A copy is queued when a thread issues it (after the alignment and bounds checks the
+ * GPU would fault on) and performed only by the wait_group that completes its group, oldest first; commit
+ * and wait are kernel-level statements, so the block's threads share one group count. A schedule that
+ * reads a stage before waiting for it reads what was there before (the C backend fills shared memory
+ * with NaN at block start), as it may on the GPU. */
+static const char CP_EMU[] =
+    "typedef struct { uint8_t *dst; const uint8_t *src; int bytes; int64_t group; } CpCopy;\n"
+    "typedef struct { CpCopy *q; int n, cap; int64_t groups; } CpQueue;\n"
+    "static void cp_async_issue(CpQueue *c, const char *kernel, void *smem, int64_t size, int64_t off, const void *src, int bytes) {\n"
+    "    if (off < 0 || off + bytes > size || (uintptr_t)((uint8_t *)smem + off) % bytes || (src && (uintptr_t)src % bytes)) {\n"
+    "        fprintf(stderr, \"llmcc: %s: %d-byte cp.async at shared byte %lld is outside shared memory or misaligned\\n\", kernel, bytes, (long long)off);\n"
+    "        abort();\n"
+    "    }\n"
+    "    if (c->n == c->cap) {\n"
+    "        c->cap = c->cap ? 2 * c->cap : 256;\n"
+    "        c->q = (CpCopy *)realloc(c->q, (size_t)c->cap * sizeof *c->q);\n"
+    "        if (!c->q) { fprintf(stderr, \"llmcc: %s: out of memory\\n\", kernel); abort(); }\n"
+    "    }\n"
+    "    c->q[c->n++] = (CpCopy){(uint8_t *)smem + off, (const uint8_t *)src, bytes, c->groups};\n"
+    "}\n"
+    "static void cp_async_commit(CpQueue *c) { c->groups++; }\n"
+    "static void cp_async_wait(CpQueue *c, int pending) {\n"
+    "    int keep = 0;\n"
+    "    for (int i = 0; i < c->n; i++) {\n"
+    "        const CpCopy *p = &c->q[i];\n"
+    "        if (p->group >= c->groups - pending) { c->q[keep++] = *p; continue; }\n"
+    "        if (p->src) memcpy(p->dst, p->src, (size_t)p->bytes);\n"
+    "        else memset(p->dst, 0, (size_t)p->bytes);\n"
+    "    }\n"
+    "    c->n = keep;\n"
+    "}\n";
+
 void emit_launch_guard(Str *o, const KLaunch *l) {
     if (l->run_if == 1) str_printf(o, "if ((int64_t)n > %dLL) ", l->min_n);
     else if (l->run_if == 2) str_printf(o, "if ((int64_t)n <= %dLL) ", l->min_n);
@@ -372,18 +432,32 @@ void emit_host_expr(Str *o, const Expr *e) {
     }
 }
 
-static bool ts_has_vload(TStmt **b, int n) {
-    for (int i = 0; i < n; i++) if (b[i]->k == TS_VLOAD || ts_has_vload(b[i]->body, b[i]->nbody)) return true;
-    return false;
+/* what the kernels' statements need from the prelude: loads and vector loads per dtype, shared stores
+ * that round to bf16 */
+typedef struct { bool load[DT_COUNT], vload[DT_COUNT], any_vload, to_bf16; } Needs;
+static void needs_expr(Needs *nd, const Expr *e) {
+    if (!e) return;
+    if (e->k == EX_LOAD) nd->load[e->buf->dtype] = true;
+    for (int i = 0; i < e->nargs; i++) needs_expr(nd, e->a[i]);
 }
-static bool ks_has_vload(KStmt **b, int n) {
-    for (int i = 0; i < n; i++)
-        if ((b[i]->k == KS_PHASE && ts_has_vload(b[i]->body, b[i]->nbody)) || (b[i]->k == KS_UFOR && ks_has_vload(b[i]->kbody, b[i]->nk))) return true;
-    return false;
+static void needs_ts(Needs *nd, const KKernel *k, TStmt **b, int n) {
+    for (int i = 0; i < n; i++) {
+        const TStmt *s = b[i];
+        needs_expr(nd, s->e); needs_expr(nd, s->lo); needs_expr(nd, s->step); needs_expr(nd, s->sidx);
+        if (s->k == TS_STORE || s->k == TS_VLOAD || s->k == TS_CP_ASYNC)
+            for (int d = 0; d < s->buf->ndim; d++) needs_expr(nd, s->idx[d]);
+        if (s->k == TS_VLOAD) nd->vload[s->buf->dtype] = nd->any_vload = true;
+        if (s->k == TS_SSTORE && k->smem[s->smem].b16) nd->to_bf16 = true;
+        needs_ts(nd, k, s->body, s->nbody);
+    }
 }
-static bool has_vload(const KProgram *kp) {
-    for (int i = 0; i < kp->nk; i++) if (ks_has_vload(kp->kernels[i]->body, kp->kernels[i]->nbody)) return true;
-    return false;
+static void needs_ks(Needs *nd, const KKernel *k, KStmt **b, int n) {
+    for (int i = 0; i < n; i++) {
+        const KStmt *s = b[i];
+        if (s->k == KS_PHASE) needs_ts(nd, k, s->body, s->nbody);
+        if (s->k == KS_LDMATRIX) needs_expr(nd, s->laddr);
+        if (s->k == KS_UFOR) { needs_expr(nd, s->init); needs_expr(nd, s->cond); needs_expr(nd, s->update); needs_ks(nd, k, s->kbody, s->nk); }
+    }
 }
 
 void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header) {
@@ -395,23 +469,25 @@ void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header) 
         if (cuda) str_printf(o, "extern \"C\" {\n#include \"%s\"\n}\n", api_header);
         else str_printf(o, "#include \"%s\"\n", api_header);
     }
-    if (!cuda && has_vload(kp)) str_printf(o, "%s", VLOAD_FAULT);
-    bool b16 = false, mma = false, ldm = false;
+    Needs nd = {0};
+    for (int i = 0; i < kp->nk; i++) needs_ks(&nd, kp->kernels[i], kp->kernels[i]->body, kp->kernels[i]->nbody);
+    if (!cuda && nd.any_vload) str_printf(o, "%s", VLOAD_FAULT);
+    bool mma = false, ldm = false, cp = false;
     for (int i = 0; i < kp->nk; i++) {
         const KKernel *k = kp->kernels[i];
-        for (int j = 0; j < k->nsmem; j++) b16 |= k->smem[j].b16;
         mma |= ks_has(k->body, k->nbody, KS_MMA);
         ldm |= ks_has(k->body, k->nbody, KS_LDMATRIX);
+        cp |= k->has_cp_async;
     }
-    if (b16) str_printf(o, "%s", F32_TO_BF16);
+    if (nd.to_bf16) str_printf(o, "%s", F32_TO_BF16);
     if (!cuda && mma) str_printf(o, "%s", MMA_EMU);
     if (!cuda && ldm) str_printf(o, "%s", LDM_EMU);
-    /* converters for the 16-bit dtypes the kernels read */
-    bool has[DT_COUNT] = {0};
-    for (int i = 0; i < kp->nk; i++)
-        for (int j = 0; j < kp->kernels[i]->nparams; j++) has[kp->kernels[i]->params[j]->dtype] = true;
-    if (has[DT_BF16]) str_printf(o, "%s", CONVERT_BF16);
-    if (has[DT_F16]) str_printf(o, "%s", CONVERT_F16);
+    if (!cuda && cp) str_printf(o, "%s", CP_EMU);
+    /* converters for the 16-bit dtypes the kernels read (cp.async copies bits: none) */
+    if (nd.load[DT_BF16] || nd.vload[DT_BF16]) str_printf(o, "%s", CONVERT_BF16);
+    if (nd.load[DT_BF16]) str_printf(o, "%s", LD_BF16);
+    if (nd.load[DT_F16] || nd.vload[DT_F16]) str_printf(o, "%s", CONVERT_F16);
+    if (nd.load[DT_F16]) str_printf(o, "%s", LD_F16);
 }
 
 void emit_kernels(Str *o, const KProgram *kp, Target t) {

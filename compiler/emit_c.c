@@ -5,7 +5,8 @@
  * array, a warp shuffle is a write of every lane's value to a per-block
  * lane buffer and a read of the source lane's (emit.c); mma and ldmatrix
  * gather a warp's fragments and compute per the PTX ISA's layouts
- * (mma_warp / ldmatrix_warp in the prelude). */
+ * (mma_warp / ldmatrix_warp in the prelude); cp.async copies are queued
+ * per block and performed by the wait_group that completes them. */
 #include "emit.h"
 
 void emit_kernel_c(Str *o, const KKernel *k) {
@@ -14,10 +15,17 @@ void emit_kernel_c(Str *o, const KKernel *k) {
     emit_params(o, k, TARGET_CPU);
     str_printf(o, ") {\n    (void)n; (void)pos;\n    #pragma omp parallel for schedule(static)\n    for (int64_t bid = 0; bid < grid; bid++) {\n");
     for (int i = 0; i < k->nsmem; i++)
-        str_printf(o, k->smem[i].b16 ? "        _Alignas(16) uint16_t smem%d[%d];\n" : "        float smem%d[%d];\n", i, k->smem[i].size);
+        str_printf(o, k->smem[i].b16 ? "        _Alignas(16) uint16_t smem%d[%d];\n" : k->has_cp_async ? "        _Alignas(16) float smem%d[%d];\n" : "        float smem%d[%d];\n",
+                   i, k->smem[i].size);
     for (int i = 0; i < k->nregs; i++) str_printf(o, "        %s r%d[%d];\n", k->regs[i].b32 ? "uint32_t" : "float", i, k->block);
     if (k->has_shfl) str_printf(o, "        float lanebuf[%d]; /* shuffles: the values the lanes publish */\n", k->block);
     if (k->has_ldm) str_printf(o, "        int64_t laneaddr[%d]; /* ldmatrix: the row offsets the lanes give */\n", k->block);
+    if (k->has_cp_async) {
+        /* copies not yet waited for must not be seen: shared memory starts as NaN, not as zeros that could pass */
+        str_printf(o, "        CpQueue cpq_ = {0}; /* cp.async: the block's pending copies */\n");
+        for (int i = 0; i < k->nsmem; i++) str_printf(o, "        memset(smem%d, 0xff, sizeof smem%d);\n", i, i);
+    }
     emit_kstmts(o, k, k->body, k->nbody, 2, TARGET_CPU);
+    if (k->has_cp_async) str_printf(o, "        free(cpq_.q);\n");
     str_printf(o, "    }\n}\n");
 }

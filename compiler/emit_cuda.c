@@ -1,7 +1,8 @@
 /* emit_cuda.c: kernel IR -> CUDA. Phases that end in a barrier are
  * followed by __syncthreads(); shuffles are __shfl_*_sync with the full
  * mask; registers are scalars; shared arrays are __shared__; vector loads
- * are uint4 loads; mma and ldmatrix are inline PTX (emit.c). */
+ * are uint4 loads; mma, ldmatrix and cp.async (commit_group, wait_group)
+ * are inline PTX (emit.c). */
 #include "emit.h"
 
 void emit_kernel_cuda(Str *o, const KKernel *k) {
@@ -10,7 +11,9 @@ void emit_kernel_cuda(Str *o, const KKernel *k) {
     emit_params(o, k, TARGET_CUDA);
     str_printf(o, ") {\n    const int64_t tid = threadIdx.x, bid = blockIdx.x;\n    (void)n; (void)pos; (void)bid;\n");
     for (int i = 0; i < k->nsmem; i++)
-        str_printf(o, k->smem[i].b16 ? "    __shared__ __align__(16) uint16_t smem%d[%d];\n" : "    __shared__ float smem%d[%d];\n", i, k->smem[i].size);
+        /* 16-byte aligned: ldmatrix rows and cp.async destinations */
+        str_printf(o, k->smem[i].b16 || k->has_cp_async ? "    __shared__ __align__(16) %s smem%d[%d];\n" : "    __shared__ %s smem%d[%d];\n",
+                   k->smem[i].b16 ? "uint16_t" : "float", i, k->smem[i].size);
     for (int i = 0; i < k->nregs; i++) str_printf(o, "    %s r%d;\n", k->regs[i].b32 ? "uint32_t" : "float", i);
     emit_kstmts(o, k, k->body, k->nbody, 1, TARGET_CUDA);
     str_printf(o, "}\n");

@@ -54,7 +54,7 @@ static void collect_params(KKernel *k, TStmt **b, int n) {
         TStmt *s = b[i];
         if (s->e) expr_visit_loads(s->e, param_cb, k);
         if (s->lo) expr_visit_loads(s->lo, param_cb, k);
-        if (s->k == TS_STORE || s->k == TS_VLOAD) {
+        if (s->k == TS_STORE || s->k == TS_VLOAD || s->k == TS_CP_ASYNC) {
             for (int d = 0; d < s->buf->ndim; d++) expr_visit_loads(s->idx[d], param_cb, k);
             add_param(k, s->buf, s->k == TS_STORE);
         }
@@ -364,93 +364,224 @@ static KStmt *kldm(Arena *A, int nmat, int dst0, int sm, Expr *addr) {
 static Expr *imod(Arena *A, Expr *x, int64_t m) { return e_bin(A, EX_MOD, x, e_i(A, m)); }
 static Expr *idiv(Arena *A, Expr *x, int64_t d) { return E_DIV(A, x, e_i(A, d)); }
 
-/* Block (bid / nbo, bid % nbo) computes tokens bm*64.. x outputs bo*64..; warp w the 32x32 quarter
- * (w/2, w%2): 2 x 4 mma tiles of 16x8, accumulators r0..r31 (f32), A fragments r32..r39, B r40..r47
- * (.b32). Per K step of bk: one barrier phase stages X (f32 -> bf16) and W into smem0 / smem1
- * ([64][bk + 8] uint16: rows 16-byte aligned for ldmatrix, the pad spreads the rows over banks),
- * zero outside n, M and K; then per 16 of K: ldmatrix.x4 of each A tile and of each pair of B tiles,
- * 8 mma; an empty barrier phase before the next step overwrites the tiles. */
-static void mat_gemm_tc(KL *L, const TileKernel *t, KKernel *k, KList *body) {
+/* Block (bid / nbo, bid % nbo) computes tokens bm*BM.. x outputs bo*BN..; warp w the 32x32 piece
+ * (w / (BN/32), w % (BN/32)): 2 x 4 mma tiles of 16x8, accumulators r0..r31 (f32), A fragments r32..r39,
+ * B r40..r47 (.b32). X and W tiles are [BM or BN][bk + 8] uint16 (rows 16-byte aligned for ldmatrix, the pad spreads the
+ * rows over banks), zero outside n, M and K; per 16 of K: ldmatrix.x4 of each A tile and of each pair of
+ * B tiles, 8 mma. One stage (smem0 X, smem1 W): per K step a barrier phase stages both, the mma, an
+ * empty barrier phase before the next step overwrites them. S > 1 stages (smem0..S-1 X, smem S..2S-1 W):
+ * see gemm_tc_pipeline. */
+typedef struct { Expr *t0, *o0, *lane, *wm, *wn, *rows; int64_t K, M; int BK, LD; } Gtc;
+
+/* the element of operand w (0: X, 1: W) at tile row r, K column kt + c, and whether it is inside */
+static Expr *gtc_value(Arena *A, const TileKernel *t, const Gtc *G, int w, Expr *r, Expr *kk) {
+    Expr *v = expr_subst(A, w ? t->wop : t->xop, t->par[w].v, E_ADD(A, w ? G->o0 : G->t0, r));
+    return expr_subst(A, v, t->red[0].v, kk);
+}
+static TStmt *gtc_guard(Arena *A, const Gtc *G, int w, Expr *r, Expr *kk, TStmt *then) {
+    TStmt *in1 = ts_if(A, lt(A, E_ADD(A, w ? G->o0 : G->t0, r), w ? e_i(A, G->M) : G->rows), 1), *in2 = ts_if(A, lt(A, kk, e_i(A, G->K)), 1);
+    in2->body[in2->nbody++] = then;
+    in1->body[in1->nbody++] = in2;
+    return in1;
+}
+static TStmt *gtc_sstore(Arena *A, int sm, Expr *idx, Expr *v) { TStmt *s = ts(A, TS_SSTORE); s->smem = sm; s->sidx = idx; s->e = v; return s; }
+
+/* thread tid stages elements tid, tid + 128, ... of operand w's 64 x BK tile at K offset kt into sm */
+static TStmt *gtc_stage(KL *L, const TileKernel *t, const Gtc *G, int w, int sm, Expr *kt) {
     Arena *A = L->A;
-    int64_t K, M;
-    CHECK(expr_is_const(t->red[0].extent, &K) && expr_is_const(t->par[1].extent, &M), "gemm_tc extents");
-    const int BM = t->bm, BN = t->bn, BK = t->bk, LD = BK + 8;
-    Expr *rows = t->par[0].extent;
-    int64_t nbo = (M + BN - 1) / BN;
-    k->nregs = 48;
-    for (int i = 0; i < 48; i++) { k->regs[i].t = T_F32; k->regs[i].b32 = i >= 32; }
-    k->nsmem = 2;
-    k->smem[0].size = BM * LD; k->smem[0].b16 = true;
-    k->smem[1].size = BN * LD; k->smem[1].b16 = true;
-    /* uniform: the block's tile origin */
-    Expr *t0 = E_MUL(A, idiv(A, bid(A), nbo), e_i(A, BM)), *o0 = E_MUL(A, imod(A, bid(A), nbo), e_i(A, BN));
-    Expr *lane = imod(A, tid(A), 32), *warp = idiv(A, tid(A), 32);
-    Expr *wm = idiv(A, warp, 2), *wn = imod(A, warp, 2);
-    TStmt **p0 = tlist(A, 32);
-    for (int i = 0; i < 32; i++) p0[i] = ts_assign(A, i, e_f(A, 0.0));
-    kl_add(A, body, phase(A, p0, 32, false));
-    /* ufor kt = 0; kt < K; kt += BK */
-    KStmt *uf = ARENA_NEW(A, KStmt);
-    Var *kt = new_var(A, L->nvars, "kt");
-    uf->k = KS_UFOR; uf->v = kt; uf->init = e_i(A, 0); uf->cond = lt(A, e_var(A, kt), e_i(A, K));
-    uf->update = E_ADD(A, e_var(A, kt), e_i(A, BK));
-    KList ub = {0};
-    /* staging: thread tid copies elements tid, tid + 128, ... of each 64 x BK tile */
-    TStmt **ps = tlist(A, 2);
-    for (int w = 0; w < 2; w++) {
-        Var *ev = new_var(A, L->nvars, w ? "eb" : "ea");
-        TStmt *f = ts(A, TS_FOR);
-        f->v = ev; f->lo = tid(A); f->e = e_i(A, (w ? BN : BM) * BK); f->step = e_i(A, t->block);
-        f->body = tlist(A, 2);
-        Expr *r = idiv(A, e_var(A, ev), BK), *c = imod(A, e_var(A, ev), BK);
-        Expr *sidx = E_ADD(A, E_MUL(A, r, e_i(A, LD)), c);
-        Expr *g = E_ADD(A, w ? o0 : t0, r), *kk = E_ADD(A, e_var(A, kt), c);
-        TStmt *z = ts(A, TS_SSTORE); z->smem = w; z->sidx = sidx; z->e = e_f(A, 0.0);
-        Expr *val = w ? t->wop : t->xop;
-        val = expr_subst(A, val, t->par[w].v, g);
-        val = expr_subst(A, val, t->red[0].v, kk);
-        TStmt *in1 = ts_if(A, lt(A, g, w ? e_i(A, M) : rows), 1), *in2 = ts_if(A, lt(A, kk, e_i(A, K)), 1);
-        TStmt *v = ts(A, TS_SSTORE); v->smem = w; v->sidx = sidx; v->e = val;
-        in2->body[in2->nbody++] = v;
-        in1->body[in1->nbody++] = in2;
-        f->body[f->nbody++] = z;
-        f->body[f->nbody++] = in1;
-        ps[w] = f;
+    Var *ev = new_var(A, L->nvars, w ? "eb" : "ea");
+    TStmt *f = ts(A, TS_FOR);
+    f->v = ev; f->lo = tid(A); f->e = e_i(A, (w ? t->bn : t->bm) * G->BK); f->step = e_i(A, t->block);
+    f->body = tlist(A, 2);
+    Expr *r = idiv(A, e_var(A, ev), G->BK), *c = imod(A, e_var(A, ev), G->BK);
+    Expr *sidx = E_ADD(A, E_MUL(A, r, e_i(A, G->LD)), c), *kk = E_ADD(A, kt, c);
+    f->body[f->nbody++] = gtc_sstore(A, sm, sidx, e_f(A, 0.0));
+    f->body[f->nbody++] = gtc_guard(A, G, w, r, kk, gtc_sstore(A, sm, sidx, gtc_value(A, t, G, w, r, kk)));
+    return f;
+}
+
+/* registers operand w's register prefetch takes per thread */
+static int gtc_nregs(const TileKernel *t, int w) { return (w ? t->bn : t->bm) * t->bk / t->block; }
+
+/* Register prefetch (store == false) of operand w's tile at kt into r0.., or the store of those registers
+ * into sm (rounding to bf16): thread tid holds rows tid/BK + j*(block/BK), column tid%BK, j < rows*BK/block. */
+static void gtc_regs(KL *L, const TileKernel *t, const Gtc *G, int w, int r0, Expr *kt, int sm, bool store, TStmt **out, int *n) {
+    Arena *A = L->A;
+    Var *rv = new_var(A, L->nvars, "pr"), *cv = new_var(A, L->nvars, "pc");
+    out[(*n)++] = ts_let(A, rv, idiv(A, tid(A), G->BK));
+    out[(*n)++] = ts_let(A, cv, imod(A, tid(A), G->BK));
+    for (int j = 0; j < gtc_nregs(t, w); j++) {
+        Expr *r = E_ADD(A, e_var(A, rv), e_i(A, j * (t->block / G->BK)));
+        if (store) { out[(*n)++] = gtc_sstore(A, sm, E_ADD(A, E_MUL(A, r, e_i(A, G->LD)), e_var(A, cv)), reg(A, r0 + j)); continue; }
+        Expr *kk = E_ADD(A, kt, e_var(A, cv));
+        out[(*n)++] = ts_assign(A, r0 + j, e_f(A, 0.0));
+        out[(*n)++] = gtc_guard(A, G, w, r, kk, ts_assign(A, r0 + j, gtc_value(A, t, G, w, r, kk)));
     }
-    kl_add(A, &ub, phase(A, ps, 2, true));
-    for (int ks = 0; ks < BK; ks += 16) {
+}
+
+/* W's 64 x BK tile at kt by 16-byte cp.async copies (8 bf16; K % 8 == 0, so a copy is all inside K or all
+ * outside): thread tid copies chunk rows tid/(BK/8) + j*(128/(BK/8)), column 8*(tid % (BK/8)); a copy
+ * outside M or K zero-fills its destination */
+static void gtc_cp_w(KL *L, const TileKernel *t, const Gtc *G, int sm, Expr *kt, TStmt **out, int *n) {
+    Arena *A = L->A;
+    int cpr = G->BK / 8, nch = t->bn * cpr / t->block;
+    Var *rv = new_var(A, L->nvars, "cr"), *cv = new_var(A, L->nvars, "cc");
+    out[(*n)++] = ts_let(A, rv, idiv(A, tid(A), cpr));
+    out[(*n)++] = ts_let(A, cv, E_MUL(A, imod(A, tid(A), cpr), e_i(A, 8)));
+    for (int j = 0; j < nch; j++) {
+        Expr *r = E_ADD(A, e_var(A, rv), e_i(A, j * (t->block / cpr))), *o = E_ADD(A, G->o0, r), *kk = E_ADD(A, kt, e_var(A, cv));
+        TStmt *s = ts(A, TS_CP_ASYNC);
+        s->vec = 16; s->smem = sm; s->sidx = E_ADD(A, E_MUL(A, r, e_i(A, G->LD)), e_var(A, cv));
+        s->buf = t->wop->buf; s->idx = ARENA_ARRAY(A, Expr *, 2); s->idx[0] = o; s->idx[1] = kk;
+        /* o < M and kk < K */
+        s->e = lt(A, e_bin(A, EX_MAX, E_SUB(A, o, e_i(A, G->M)), E_SUB(A, kk, e_i(A, G->K))), e_i(A, 0));
+        out[(*n)++] = s;
+    }
+}
+
+/* per 16 of K: A tiles from smem xs, B tiles from ws, 8 mma */
+static void gtc_mma(KL *L, const Gtc *G, KList *ub, int xs, int ws) {
+    Arena *A = L->A;
+    Expr *lane = G->lane, *wm = G->wm, *wn = G->wn;
+    for (int ks = 0; ks < G->BK; ks += 16) {
         for (int mt = 0; mt < 2; mt++) {
             /* lanes 0..15: rows 0..15 at k 0; lanes 16..31: rows 0..15 at k 8 */
             Expr *row = E_ADD(A, E_ADD(A, E_MUL(A, wm, e_i(A, 32)), e_i(A, mt * 16)), imod(A, lane, 16));
             Expr *col = E_ADD(A, e_i(A, ks), E_MUL(A, idiv(A, lane, 16), e_i(A, 8)));
-            kl_add(A, &ub, kldm(A, 4, 32 + mt * 4, 0, E_ADD(A, E_MUL(A, row, e_i(A, LD)), col)));
+            kl_add(A, ub, kldm(A, 4, 32 + mt * 4, xs, E_ADD(A, E_MUL(A, row, e_i(A, G->LD)), col)));
         }
         for (int np = 0; np < 2; np++) {
             /* matrix i = lane / 8: outputs +8*(i/2), k +8*(i%2): b[0], b[1] of n-tile 2np, then of 2np+1 */
             Expr *mi = idiv(A, lane, 8);
             Expr *row = E_ADD(A, E_ADD(A, E_ADD(A, E_MUL(A, wn, e_i(A, 32)), e_i(A, np * 16)), E_MUL(A, idiv(A, mi, 2), e_i(A, 8))), imod(A, lane, 8));
             Expr *col = E_ADD(A, e_i(A, ks), E_MUL(A, imod(A, mi, 2), e_i(A, 8)));
-            kl_add(A, &ub, kldm(A, 4, 40 + np * 4, 1, E_ADD(A, E_MUL(A, row, e_i(A, LD)), col)));
+            kl_add(A, ub, kldm(A, 4, 40 + np * 4, ws, E_ADD(A, E_MUL(A, row, e_i(A, G->LD)), col)));
         }
         for (int mt = 0; mt < 2; mt++)
             for (int nt = 0; nt < 4; nt++) {
                 int a[4] = {32 + mt * 4, 33 + mt * 4, 34 + mt * 4, 35 + mt * 4}, b[2] = {40 + nt * 2, 41 + nt * 2};
                 int c[4] = {(mt * 4 + nt) * 4, (mt * 4 + nt) * 4 + 1, (mt * 4 + nt) * 4 + 2, (mt * 4 + nt) * 4 + 3};
-                kl_add(A, &ub, kmma(L, a, b, c));
+                kl_add(A, ub, kmma(L, a, b, c));
             }
     }
-    kl_add(A, &ub, phase(A, tlist(A, 1), 0, true));
-    uf->kbody = ub.s; uf->nk = ub.n;
-    kl_add(A, body, uf);
+}
+
+static KStmt *kcp(Arena *A, KStmtKind kind, int n) { KStmt *s = ARENA_NEW(A, KStmt); s->k = kind; s->wait_n = n; return s; }
+/* the wait that leaves the newest S - 2 groups (steps i+2 .. i+S-1) in flight; debug_cp_async: one more */
+static KStmt *gtc_wait(KL *L, const TileKernel *t) { return kcp(L->A, KS_CP_WAIT, t->stages - 2 + L->kn->debug_cp_async); }
+
+/* One K step i of the pipeline at kt, reading stage b = i % S:
+ *   [cp.async W(i+S-1) -> stage (i-1) % S, read in step i-1 before its barrier; commit]
+ *   prefetch X(i+1) (and W(i+1) without cp.async) into registers   -- in flight during the mma
+ *   ldmatrix + mma from stage b
+ *   [wait_group S-2: W(i+1) has landed]
+ *   barrier phase: the registers -> stage (i+1) % S, last read in step i+1-S (before a barrier)
+ * Copies and loads past K (the last S-1 steps' look-ahead) are zero-filled and never read. */
+static void gtc_step(KL *L, const TileKernel *t, const Gtc *G, KList *ub, Expr *kt, int b) {
+    Arena *A = L->A;
+    int S = t->stages, nb = (b + 1) % S, wb = (b + S - 1) % S, nx = gtc_nregs(t, 0), nw = gtc_nregs(t, 1);
+    int cap = 8 + 2 * (nx + nw) + t->bn * G->BK / 8 / t->block;
+    TStmt **p = tlist(A, cap);
+    int n = 0;
+    if (t->w_cp_async) gtc_cp_w(L, t, G, S + wb, E_ADD(A, kt, e_i(A, (S - 1) * G->BK)), p, &n);
+    gtc_regs(L, t, G, 0, 48, E_ADD(A, kt, e_i(A, G->BK)), 0, false, p, &n);
+    if (!t->w_cp_async) gtc_regs(L, t, G, 1, 48 + nx, E_ADD(A, kt, e_i(A, G->BK)), 0, false, p, &n);
+    CHECK(n <= cap, "gemm_tc step");
+    kl_add(A, ub, phase(A, p, n, false));
+    if (t->w_cp_async) kl_add(A, ub, kcp(A, KS_CP_COMMIT, 0));
+    gtc_mma(L, G, ub, b, S + b);
+    if (t->w_cp_async) kl_add(A, ub, gtc_wait(L, t));
+    TStmt **q = tlist(A, 4 + nx + nw);
+    n = 0;
+    gtc_regs(L, t, G, 0, 48, NULL, nb, true, q, &n);
+    if (!t->w_cp_async) gtc_regs(L, t, G, 1, 48 + nx, NULL, S + nb, true, q, &n);
+    kl_add(A, ub, phase(A, q, n, true));
+}
+
+/* S > 1 stages: the prologue puts steps 0..S-2 of W in flight (cp.async, one group each) and stages X(0)
+ * (and W(0) without cp.async) directly; then ceil(K/BK) steps (gtc_step), unrolled by S so that every
+ * stage is its own shared array: a uniform loop over whole rounds of S steps, the last K % (S*BK) steps
+ * after it. */
+static void gemm_tc_pipeline(KL *L, const TileKernel *t, const Gtc *G, KList *body) {
+    Arena *A = L->A;
+    int S = t->stages;
+    int64_t T = (G->K + G->BK - 1) / G->BK, rounds = T / S;
+    if (t->w_cp_async)
+        for (int s = 0; s + 1 < S; s++) {
+            TStmt **p = tlist(A, 2 + t->bn * G->BK / 8 / t->block);
+            int n = 0;
+            gtc_cp_w(L, t, G, S + s, e_i(A, s * G->BK), p, &n);
+            kl_add(A, body, phase(A, p, n, false));
+            kl_add(A, body, kcp(A, KS_CP_COMMIT, 0));
+        }
+    TStmt **p = tlist(A, 2);
+    p[0] = gtc_stage(L, t, G, 0, 0, e_i(A, 0));
+    if (!t->w_cp_async) p[1] = gtc_stage(L, t, G, 1, S, e_i(A, 0));
+    kl_add(A, body, phase(A, p, t->w_cp_async ? 1 : 2, !t->w_cp_async));
+    if (t->w_cp_async) {
+        kl_add(A, body, gtc_wait(L, t));
+        kl_add(A, body, phase(A, tlist(A, 1), 0, true));
+    }
+    if (rounds) {
+        KStmt *uf = ARENA_NEW(A, KStmt);
+        Var *kt = new_var(A, L->nvars, "kt");
+        uf->k = KS_UFOR; uf->v = kt; uf->init = e_i(A, 0); uf->cond = lt(A, e_var(A, kt), e_i(A, rounds * S * G->BK));
+        uf->update = E_ADD(A, e_var(A, kt), e_i(A, S * G->BK));
+        KList ub = {0};
+        for (int s = 0; s < S; s++) gtc_step(L, t, G, &ub, E_ADD(A, e_var(A, kt), e_i(A, s * G->BK)), s);
+        uf->kbody = ub.s; uf->nk = ub.n;
+        kl_add(A, body, uf);
+    }
+    for (int s = 0; s < T % S; s++) gtc_step(L, t, G, body, e_i(A, (rounds * S + s) * G->BK), s);
+    /* the look-ahead copies past K: none left in flight when the block exits */
+    if (t->w_cp_async) kl_add(A, body, kcp(A, KS_CP_WAIT, 0));
+}
+
+static void mat_gemm_tc(KL *L, const TileKernel *t, KKernel *k, KList *body) {
+    Arena *A = L->A;
+    int64_t K, M;
+    CHECK(expr_is_const(t->red[0].extent, &K) && expr_is_const(t->par[1].extent, &M), "gemm_tc extents");
+    const int BM = t->bm, BN = t->bn, BK = t->bk, LD = BK + 8, S = t->stages;
+    int64_t nbo = (M + BN - 1) / BN;
+    bool tile_ok = !(BM & 31) && !(BN & 31) && t->block == BM * BN / 32 && !(t->block & (BK - 1)) && BK >= 16 && BK <= 64 && S >= 1 && S <= 4;
+    CHECK(tile_ok, "gemm_tc tile %dx%dx%d, %d stages", BM, BN, BK, S);
+    k->nregs = 48 + (S > 1 ? gtc_nregs(t, 0) + (t->w_cp_async ? 0 : gtc_nregs(t, 1)) : 0);
+    CHECK(k->nregs <= (int)(sizeof k->regs / sizeof k->regs[0]), "gemm_tc registers");
+    for (int i = 0; i < k->nregs; i++) { k->regs[i].t = T_F32; k->regs[i].b32 = i >= 32 && i < 48; }
+    k->nsmem = 2 * S;
+    for (int i = 0; i < 2 * S; i++) { k->smem[i].size = (i < S ? BM : BN) * LD; k->smem[i].b16 = true; }
+    /* uniform: the block's tile origin */
+    Expr *lane = imod(A, tid(A), 32), *warp = idiv(A, tid(A), 32);
+    Gtc G = {E_MUL(A, idiv(A, bid(A), nbo), e_i(A, BM)), E_MUL(A, imod(A, bid(A), nbo), e_i(A, BN)), lane,
+             idiv(A, warp, BN / 32), imod(A, warp, BN / 32), t->par[0].extent, K, M, BK, LD};
+    TStmt **p0 = tlist(A, 32);
+    for (int i = 0; i < 32; i++) p0[i] = ts_assign(A, i, e_f(A, 0.0));
+    kl_add(A, body, phase(A, p0, 32, false));
+    if (S > 1) gemm_tc_pipeline(L, t, &G, body);
+    else {
+        /* ufor kt = 0; kt < K; kt += BK { stage X, W; barrier; mma; barrier } */
+        KStmt *uf = ARENA_NEW(A, KStmt);
+        Var *kt = new_var(A, L->nvars, "kt");
+        uf->k = KS_UFOR; uf->v = kt; uf->init = e_i(A, 0); uf->cond = lt(A, e_var(A, kt), e_i(A, K));
+        uf->update = E_ADD(A, e_var(A, kt), e_i(A, BK));
+        KList ub = {0};
+        TStmt **ps = tlist(A, 2);
+        for (int w = 0; w < 2; w++) ps[w] = gtc_stage(L, t, &G, w, w, e_var(A, kt));
+        kl_add(A, &ub, phase(A, ps, 2, true));
+        gtc_mma(L, &G, &ub, 0, 1);
+        kl_add(A, &ub, phase(A, tlist(A, 1), 0, true));
+        uf->kbody = ub.s; uf->nk = ub.n;
+        kl_add(A, body, uf);
+    }
     /* epilogue: accumulator q of tile (mt, nt) is C[g + 8(q/2)][2t + q%2] */
     TStmt **pe = tlist(A, 32);
     Expr *gq = idiv(A, lane, 4), *tq = imod(A, lane, 4);
     for (int mt = 0; mt < 2; mt++)
         for (int nt = 0; nt < 4; nt++)
             for (int q = 0; q < 4; q++) {
-                Expr *row = E_ADD(A, E_ADD(A, t0, E_MUL(A, wm, e_i(A, 32))), E_ADD(A, e_i(A, mt * 16 + 8 * (q / 2)), gq));
-                Expr *col = E_ADD(A, E_ADD(A, o0, E_MUL(A, wn, e_i(A, 32))), E_ADD(A, e_i(A, nt * 8 + q % 2), E_MUL(A, tq, e_i(A, 2))));
-                TStmt *i1 = ts_if(A, lt(A, row, rows), 1), *i2 = ts_if(A, lt(A, col, e_i(A, M)), 3);
+                Expr *row = E_ADD(A, E_ADD(A, G.t0, E_MUL(A, G.wm, e_i(A, 32))), E_ADD(A, e_i(A, mt * 16 + 8 * (q / 2)), gq));
+                Expr *col = E_ADD(A, E_ADD(A, G.o0, E_MUL(A, G.wn, e_i(A, 32))), E_ADD(A, e_i(A, nt * 8 + q % 2), E_MUL(A, tq, e_i(A, 2))));
+                TStmt *i1 = ts_if(A, lt(A, row, G.rows), 1), *i2 = ts_if(A, lt(A, col, e_i(A, M)), 3);
                 i2->body[i2->nbody++] = ts_let(A, t->par[0].v, row);
                 i2->body[i2->nbody++] = ts_let(A, t->par[1].v, col);
                 i2->body[i2->nbody++] = store(A, t, expr_subst_acc(A, t->store_value, reg(A, (mt * 4 + nt) * 4 + q)));
@@ -691,6 +822,15 @@ bool ks_has(KStmt *const *b, int n, KStmtKind kind) {
     for (int i = 0; i < n; i++) if (b[i]->k == kind || (b[i]->k == KS_UFOR && ks_has(b[i]->kbody, b[i]->nk, kind))) return true;
     return false;
 }
+static bool ts_has(TStmt *const *b, int n, TStmtKind kind) {
+    for (int i = 0; i < n; i++) if (b[i]->k == kind || ts_has(b[i]->body, b[i]->nbody, kind)) return true;
+    return false;
+}
+bool ks_has_ts(KStmt *const *b, int n, TStmtKind kind) {
+    for (int i = 0; i < n; i++)
+        if ((b[i]->k == KS_PHASE && ts_has(b[i]->body, b[i]->nbody, kind)) || (b[i]->k == KS_UFOR && ks_has_ts(b[i]->kbody, b[i]->nk, kind))) return true;
+    return false;
+}
 
 static KKernel *materialise(KL *L, const TileKernel *t) {
     KKernel *k = new_kernel(L, t);
@@ -707,6 +847,7 @@ static KKernel *materialise(KL *L, const TileKernel *t) {
     k->body = body.s; k->nbody = body.n;
     k->has_shfl = ks_has(k->body, k->nbody, KS_SHFL);
     k->has_ldm = ks_has(k->body, k->nbody, KS_LDMATRIX);
+    k->has_cp_async = ks_has_ts(k->body, k->nbody, TS_CP_ASYNC);
     collect_kparams(k, k->body, k->nbody);
     return k;
 }
@@ -769,6 +910,14 @@ static void print_ts(KP *p, const TStmt *s, int d) {
         for (int i = 0; i < s->buf->ndim; i++) { if (i) str_printf(o, ", "); kexpr(p, s->idx[i]); }
         str_printf(o, " ..+%d]\n", s->vec);
         return;
+    case TS_CP_ASYNC:
+        str_printf(o, "cp_async%d smem%d[", s->vec, s->smem); kexpr(p, s->sidx);
+        str_printf(o, "] <- p%d[", kernel_param_index(p->k, s->buf));
+        for (int i = 0; i < s->buf->ndim; i++) { if (i) str_printf(o, ", "); kexpr(p, s->idx[i]); }
+        str_printf(o, " ..+%dB]", s->vec);
+        if (s->e) { str_printf(o, " if "); kexpr(p, s->e); str_printf(o, " else zero-fill"); }
+        str_printf(o, "\n");
+        return;
     case TS_COUNT: break;
     }
 }
@@ -788,6 +937,10 @@ static void print_ks(KP *p, KStmt **b, int n, int d) {
             str_printf(p->o, "} = smem%d[", s->lsmem);
             kexpr(p, s->laddr);
             str_printf(p->o, "]\n");
+        } else if (s->k == KS_CP_COMMIT) {
+            str_printf(p->o, "cp_async_commit_group\n");
+        } else if (s->k == KS_CP_WAIT) {
+            str_printf(p->o, "cp_async_wait_group %d\n", s->wait_n);
         } else if (s->k == KS_SHFL) {
             str_printf(p->o, "r%d = shfl_%s(r%d, ", s->dst, shfl_names[s->shfl], s->src);
             kexpr(p, s->arg);
@@ -885,21 +1038,27 @@ static const char *ver_refs(Arena *A, const KKernel *k, const Expr *e) {
     for (int i = 0; i < e->nargs; i++) { const char *m = ver_refs(A, k, e->a[i]); if (m) return m; }
     return expr_verify(A, e);
 }
-static bool uses_smem(const Expr *e) {
-    if (e->k == EX_SLOAD) return true;
-    for (int i = 0; i < e->nargs; i++) if (uses_smem(e->a[i])) return true;
-    return false;
+/* the shared arrays an expression reads (bit i: smem i) */
+static unsigned smem_reads(const Expr *e) {
+    unsigned m = e->k == EX_SLOAD && e->i >= 0 && e->i < 32 ? 1u << e->i : 0;
+    for (int i = 0; i < e->nargs; i++) m |= smem_reads(e->a[i]);
+    return m;
 }
-/* bit 1: reads shared memory, bit 2: writes it */
-static int ts_smem(TStmt **b, int n) {
-    int m = 0;
+/* The shared arrays per-thread code reads, writes (shared stores) and copies into (cp.async: written
+ * when a later wait_group completes the copy, not here). */
+typedef struct { unsigned rd, wr, cp; } SmemUse;
+static void ts_smem(TStmt **b, int n, SmemUse *u) {
     for (int i = 0; i < n; i++) {
         const TStmt *s = b[i];
-        if (s->k == TS_SSTORE) m |= 2;
-        if ((s->e && uses_smem(s->e)) || (s->lo && uses_smem(s->lo)) || (s->sidx && uses_smem(s->sidx))) m |= 1;
-        m |= ts_smem(s->body, s->nbody);
+        unsigned bit = s->smem >= 0 && s->smem < 32 ? 1u << s->smem : 0;
+        if (s->k == TS_SSTORE) u->wr |= bit;
+        if (s->k == TS_CP_ASYNC) u->cp |= bit;
+        if (s->e) u->rd |= smem_reads(s->e);
+        if (s->lo) u->rd |= smem_reads(s->lo);
+        if (s->sidx) u->rd |= smem_reads(s->sidx);
+        for (int d = 0; s->idx && d < s->buf->ndim; d++) u->rd |= smem_reads(s->idx[d]);
+        ts_smem(s->body, s->nbody, u);
     }
-    return m;
 }
 static bool reg_ok(const KKernel *k, int r, bool b32) { return r >= 0 && r < k->nregs && k->regs[r].b32 == b32; }
 static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
@@ -913,6 +1072,20 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
             else if (s->buf->dims[s->buf->ndim - 1] % s->vec) m = "vector rows are not aligned";
             for (int d = 0; !m && d < s->buf->ndim; d++) m = ver_refs(A, k, s->idx[d]);
         }
+        if (!m && s->k == TS_CP_ASYNC) {
+            /* PTX: cp-size 4, 8 or 16 bytes, source and destination aligned to it (rows of the source
+             * must be, so that any element index the schedule computes can be; the C backend checks the addresses) */
+            int esz = s->buf ? dtype_sizes[s->buf->dtype] : 0;
+            if (!s->buf || kernel_param_index(k, s->buf) < 0) m = "cp.async from a non-parameter";
+            else if (s->vec != 4 && s->vec != 8 && s->vec != 16) m = "cp.async of other than 4, 8 or 16 bytes";
+            else if (s->smem < 0 || s->smem >= k->nsmem) m = "cp.async into an undeclared shared array";
+            else if ((s->buf->dims[s->buf->ndim - 1] * esz) % s->vec || s->vec % esz || s->vec % (k->smem[s->smem].b16 ? 2 : 4))
+                m = "cp.async rows are not aligned to the copy size";
+            else if (s->sidx->t != T_I64) m = "cp.async shared index is not an integer";
+            else if (s->e && s->e->t != T_BOOL) m = "cp.async predicate is not boolean";
+            if (!m) m = ver_refs(A, k, s->sidx);
+            for (int d = 0; !m && d < s->buf->ndim; d++) m = ver_refs(A, k, s->idx[d]);
+        }
         if (!m && s->k == TS_ASSIGN && (s->reg < 0 || s->reg >= k->nregs)) m = "assign to undeclared register";
         if (!m && s->k == TS_SSTORE && (s->smem < 0 || s->smem >= k->nsmem)) m = "store to undeclared shared array";
         if (!m && s->k == TS_STORE && kernel_param_index(k, s->buf) < 0) m = "store to a non-parameter";
@@ -922,25 +1095,52 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
     }
     return NULL;
 }
-/* *region: how shared memory was used since the last block barrier (bit 1
- * read, bit 2 written). Without a barrier between them, a phase that writes
- * shared memory and any other statement that touches it could race on the
- * GPU even though the C backend (which runs phases one after the other)
- * would not show it: so between barriers a phase that writes shared memory
- * is the only statement touching it; reads (phases, ldmatrix) may share a
- * region. */
-static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uvars, int nu, int *region) {
+/* How shared memory stands between block barriers, per array (bit i: smem i). Without a barrier between
+ * them, a phase that writes an array and any other statement that touches it could race on the GPU even
+ * though the C backend (which runs phases one after the other) would not show it: so between barriers a
+ * phase that writes an array is the only statement touching it; reads (phases, ldmatrix) may share a
+ * region. cp.async copies land when a wait_group completes their group and are visible to other threads
+ * after the next barrier: an array is not read or written while a copy into it may be pending, nor copied
+ * into in a region that reads or writes it. */
+typedef struct {
+    unsigned rd, wr;           /* read / written since the last barrier */
+    unsigned open;             /* copied into since the last commit_group */
+    unsigned grp[8]; int ng;   /* committed groups that may be pending, oldest first */
+    unsigned waited;           /* completed since the last barrier: seen by the issuing thread only */
+} Region;
+static int lowest(unsigned m) { int i = 0; while (m && !(m & 1)) { m >>= 1; i++; } return i; }
+static unsigned pending(const Region *r) {
+    unsigned m = r->open | r->waited;
+    for (int i = 0; i < r->ng; i++) m |= r->grp[i];
+    return m;
+}
+static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uvars, int nu, Region *region) {
     for (int i = 0; i < n; i++) {
         const KStmt *s = b[i];
         const char *m = NULL;
         if (s->k == KS_PHASE) {
             m = ver_ts(A, k, s->body, s->nbody);
-            int use = ts_smem(s->body, s->nbody);
-            if (!m && use) {
-                if ((use & 2 && *region) || (*region & 2)) m = "two phases use shared memory with no barrier between them";
-                *region |= use;
-            }
-            if (s->barrier) *region = 0;
+            SmemUse u = {0, 0, 0};
+            ts_smem(s->body, s->nbody, &u);
+            unsigned busy = pending(region) | u.cp;
+            if (!m && ((u.wr & (region->rd | region->wr)) || (region->wr & (u.rd | u.wr))))
+                m = "two phases use shared memory with no barrier between them";
+            else if (!m && (u.rd | u.wr) & busy)
+                m = arena_printf(A, "smem%d is used while a cp.async into it may be pending (it needs wait_group, then a barrier)",
+                                 lowest((u.rd | u.wr) & busy));
+            else if (!m && u.cp & (region->rd | region->wr))
+                m = arena_printf(A, "cp.async into smem%d, which is used with no barrier between", lowest(u.cp & (region->rd | region->wr)));
+            region->rd |= u.rd; region->wr |= u.wr; region->open |= u.cp;
+            if (s->barrier) { region->rd = region->wr = region->waited = 0; }
+        } else if (s->k == KS_CP_COMMIT) {
+            if (region->ng == 8) { region->grp[1] |= region->grp[0]; memmove(region->grp, region->grp + 1, 7 * sizeof(unsigned)); region->ng--; }
+            region->grp[region->ng++] = region->open;
+            region->open = 0;
+        } else if (s->k == KS_CP_WAIT) {
+            if (s->wait_n < 0) m = "wait_group of a negative count";
+            int done = region->ng - s->wait_n;
+            for (int j = 0; !m && j < done; j++) region->waited |= region->grp[j];
+            if (!m && done > 0) { memmove(region->grp, region->grp + done, (size_t)(region->ng - done) * sizeof(unsigned)); region->ng -= done; }
         } else if (s->k == KS_MMA) {
             if (k->block % 32) m = "mma in a block that is not whole warps";
             for (int j = 0; !m && j < 4; j++)
@@ -952,8 +1152,11 @@ static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uv
             else if (s->laddr->t != T_I64) m = "ldmatrix address is not an integer";
             for (int j = 0; !m && j < s->nmat; j++) if (!reg_ok(k, s->ldst[j], true)) m = "ldmatrix into an undeclared or non-b32 register";
             if (!m) m = ver_refs(A, k, s->laddr);
-            if (!m && *region & 2) m = "ldmatrix reads shared memory written with no barrier between";
-            *region |= 1;
+            unsigned bit = !m ? 1u << s->lsmem : 0;
+            if (!m && region->wr & bit) m = "ldmatrix reads shared memory written with no barrier between";
+            else if (!m && pending(region) & bit)
+                m = arena_printf(A, "ldmatrix reads smem%d while a cp.async into it may be pending (it needs wait_group, then a barrier)", s->lsmem);
+            region->rd |= bit;
         } else if (s->k == KS_SHFL) {
             /* shuffles are kernel statements, so every lane of every warp runs them (full mask) */
             int64_t a;
@@ -981,7 +1184,7 @@ const char *kernel_verify(Arena *A, const KProgram *kp) {
     for (int i = 0; i < kp->nk; i++) {
         const KKernel *k = kp->kernels[i];
         Var *uvars[8];
-        int region = 0;
+        Region region = {0};
         const char *m = ver_ks(A, k, k->body, k->nbody, uvars, 0, &region);
         if (!m && k->grid->t != T_I64) m = "grid is not an integer";
         if (m) return arena_printf(A, "kernel %s: %s", k->name, m);

@@ -7,9 +7,11 @@
  *           | shfl_{down,up,xor,idx} rD <- rS, arg      -- warp shuffle
  *           | mma_m16n8k16_bf16 c[4] += a[4] * b[2]     -- tensor core, per warp
  *           | ldmatrix_xN d[N] <- smem[addr]             -- 8x8 b16 tiles, per warp
+ *           | cp.async.commit_group | cp.async.wait_group N -- every thread
  * Per-thread code: let (thread-local index), assign (register), store,
  * shared store, vload (a vector of consecutive elements into a thread-local
- * array), if, for (thread-local loop). Barriers and shuffles sit only
+ * array), cp_async (4, 8 or 16 bytes global -> shared, completed only by a
+ * later wait_group), if, for (thread-local loop). Barriers and shuffles sit only
  * between phases, so they are always in block-uniform control flow and
  * every warp is complete and converged (CUDA's full-mask requirement). The
  * C backend runs each phase as a loop over the block's threads and a
@@ -24,7 +26,7 @@
 #include "tile_ir.h"
 
 #define TSTMT_KINDS(X) X(TS_LET, "let") X(TS_ASSIGN, "assign") X(TS_STORE, "store") X(TS_SSTORE, "sstore") \
-    X(TS_IF, "if") X(TS_FOR, "for") X(TS_VLOAD, "vload")
+    X(TS_IF, "if") X(TS_FOR, "for") X(TS_VLOAD, "vload") X(TS_CP_ASYNC, "cp_async")
 typedef enum {
 #define X(e, s) e,
     TSTMT_KINDS(X)
@@ -35,16 +37,18 @@ typedef enum {
 typedef struct TStmt {
     TStmtKind k;
     Var *v;                    /* let, for; vload: the vector (read as EX_VELEM) */
-    int vec;                   /* vload: elements (consecutive in the last dimension, vector aligned) */
-    int reg, smem;             /* assign: register; sstore: shared array */
-    Expr *e;                   /* let/assign/store/sstore value; if condition; for upper bound */
+    int vec;                   /* vload: elements (consecutive in the last dimension, vector aligned); cp_async: bytes (4, 8, 16) */
+    int reg, smem;             /* assign: register; sstore, cp_async: shared array */
+    Expr *e;                   /* let/assign/store/sstore value; if condition; for upper bound; cp_async: predicate
+                                * (NULL: always; false: the destination is zero-filled and nothing is read) */
     Expr *lo, *step;           /* for */
-    Expr *sidx;                /* sstore index */
-    Buffer *buf; Expr **idx;   /* store; vload: the first element */
+    Expr *sidx;                /* sstore, cp_async: shared element index (cp_async: of the first element) */
+    Buffer *buf; Expr **idx;   /* store; vload, cp_async: the first element */
     struct TStmt **body; int nbody;
 } TStmt;
 
-#define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor") X(KS_SHFL, "shfl") X(KS_MMA, "mma") X(KS_LDMATRIX, "ldmatrix")
+#define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor") X(KS_SHFL, "shfl") X(KS_MMA, "mma") X(KS_LDMATRIX, "ldmatrix") \
+    X(KS_CP_COMMIT, "cp_async_commit_group") X(KS_CP_WAIT, "cp_async_wait_group")
 typedef enum {
 #define X(e, s) e,
     KSTMT_KINDS(X)
@@ -77,6 +81,10 @@ typedef struct KStmt {
      * aligned) of rows 0..7 of matrix i; d[i] of lane l = row l/4 of matrix i, elements 2(l%4), 2(l%4)+1. */
     int ma[4], mb[2], mc[4];
     int nmat, ldst[4], lsmem; Expr *laddr;
+    /* cp.async groups (PTX ISA, cp.async): commit_group closes the copies this thread issued since the last
+     * commit into a group; wait_group N returns once at most the newest N of its committed groups are still
+     * pending. Completed copies are visible to the issuing thread; other threads need a barrier after. */
+    int wait_n;                /* wait_group */
 } KStmt;
 
 typedef struct { int size; bool b16; } SmemDecl;   /* b16: uint16 elements (bf16 bits; f32 stores round to nearest even) */
@@ -92,10 +100,11 @@ typedef struct KKernel {
     Expr *grid;
     int nparams; Buffer *params[MAX_PARAMS];   /* the first instance's buffers */
     bool param_written[MAX_PARAMS];
-    int nsmem; SmemDecl smem[4];
-    int nregs; RegDecl regs[64];
+    int nsmem; SmemDecl smem[8];
+    int nregs; RegDecl regs[112];
     bool has_shfl;             /* the C backend keeps a lane buffer */
     bool has_ldm;              /* the C backend keeps a lane address buffer */
+    bool has_cp_async;         /* the C backend keeps the block's pending copies */
     KStmt **body; int nbody;
     int uses;                  /* launches */
 } KKernel;
@@ -124,4 +133,6 @@ const char *kernel_verify(Arena *A, const KProgram *kp);
 int kernel_param_index(const KKernel *k, const Buffer *b);
 /* Whether b (or a uniform loop in it) holds a statement of this kind. */
 bool ks_has(KStmt *const *b, int n, KStmtKind kind);
+/* Whether b (phases, uniform loops) holds a per-thread statement of this kind. */
+bool ks_has_ts(KStmt *const *b, int n, TStmtKind kind);
 #endif

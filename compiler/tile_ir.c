@@ -188,6 +188,34 @@ static bool gemm_tc_form(TileKernel *k) {
     return false;
 }
 
+/* Shared memory of a gemm_tc block: X and W tiles of [bm or bn][bk + 8] bf16, one per stage each. */
+static int64_t gemm_tc_smem(const TileKernel *g) { return (int64_t)g->stages * (g->bm + g->bn) * (g->bk + 8) * 2; }
+/* K step and pipeline depth: two stages (W by cp.async while the previous step computes) where W rows
+ * are 16-byte aligned (K % 8 == 0) and there is more than one K step, else the one-stage schedule. A K
+ * step of 64 halves the barriers but, pipelined, keeps 32 prefetched activations per thread in registers
+ * (ptxas: 255 registers at sm_90, against 150 with 32): so 64 only for one stage and K >= 512, where its
+ * padding does not matter. Pinned values are kept (stages up to the number of K steps). */
+static void gemm_tc_tiles(TileKernel *g, const Knobs *kn, int64_t K) {
+    if (kn->gemm_bk && kn->gemm_bk < 16) die_user(NULL, "--knob", "gemm_bk must be 16, 32 or 64 (an mma covers 16 of K)");
+    if ((kn->gemm_bm && kn->gemm_bm < 64) || (kn->gemm_bn && kn->gemm_bn < 64))
+        die_user(NULL, "--knob", "gemm_bm and gemm_bn must be 64 or 128 (a warp computes 32 x 32, a block at least 4 warps)");
+    /* a warp per 32 x 32 of the block tile */
+    g->bm = kn->gemm_bm ? kn->gemm_bm : 64;
+    g->bn = kn->gemm_bn ? kn->gemm_bn : 64;
+    g->block = g->bm / 32 * (g->bn / 32) * 32;
+    int step = kn->gemm_bk ? kn->gemm_bk : 32;
+    g->stages = kn->gemm_stages ? kn->gemm_stages : (K % 8 == 0 && K > step) ? 2 : 1;
+    g->bk = kn->gemm_bk ? kn->gemm_bk : g->stages == 1 && K >= 512 ? 64 : 32;
+    /* no more stages than K steps: the others would be buffers never read */
+    if (g->stages > (K + g->bk - 1) / g->bk) g->stages = (int)((K + g->bk - 1) / g->bk);
+    /* only pinned values can miss: the defaults fit */
+    if (gemm_tc_smem(g) > 48 * 1024)
+        die_user(NULL, "--knob", "gemm_bm=%d gemm_bn=%d gemm_bk=%d gemm_stages=%d needs %lld bytes of shared memory per block (49152 at most)",
+                 g->bm, g->bn, g->bk, g->stages, (long long)gemm_tc_smem(g));
+    /* cp.async: 16-byte W rows, and every thread copies whole 16-byte chunks (not so for bm 128 with bk 16) */
+    g->w_cp_async = g->stages > 1 && K % 8 == 0 && (int64_t)g->bn * g->bk / 8 % g->block == 0;
+}
+
 /* Schedules one nest; returns how many tile kernels it appended to out. */
 static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProgram *tp, TileKernel **out) {
     TileKernel *k = new_tk(A, nest);
@@ -244,8 +272,7 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
         *g = *k;
         g->name = arena_printf(A, "%s_tc", nest->kname);
         g->kind = SCHED_GEMM_TC;
-        g->bm = 64; g->bn = 64; g->bk = 32;
-        g->block = 128;
+        gemm_tc_tiles(g, kn, K);
         g->run_if = 1; g->min_n = kn->gemm_min_n;
         g->grid = E_MUL(A, ceil_div(A, k->par[0].extent, g->bm), ceil_div(A, k->par[1].extent, g->bn));
         g->smem_floats = 0;
@@ -367,13 +394,16 @@ void tile_print(Str *o, const TileProgram *tp) {
             str_printf(o, "\n");
             break;
         case SCHED_GEMM_TC:
-            str_printf(o, " bm=%d bn=%d bk=%d min_n=%d\n  block (bid/ceil(%s/%d), bid%%ceil(%s/%d)) -> [", k->bm, k->bn, k->bk, k->min_n,
-                       k->par[0].v->name, k->bm, k->par[1].v->name, k->bn);
+            str_printf(o, " bm=%d bn=%d bk=%d stages=%d min_n=%d\n  block (bid/ceil(%s/%d), bid%%ceil(%s/%d)) -> [", k->bm, k->bn, k->bk,
+                       k->stages, k->min_n, k->par[0].v->name, k->bm, k->par[1].v->name, k->bn);
             print_axes(o, k->par, k->npar);
-            str_printf(o, "] tile %dx%d, 4 warps of 32x32; K [", k->bm, k->bn);
+            str_printf(o, "] tile %dx%d, %d warps of 32x32; K [", k->bm, k->bn, k->block / 32);
             print_axes(o, k->red, k->nred);
-            str_printf(o, "] in steps of %d staged to shared memory as bf16 (activations rounded to nearest even), "
-                          "ldmatrix.x4 + mma.m16n8k16 bf16, f32 accumulation; runs when n > %d\n", k->bk, k->min_n);
+            str_printf(o, "] in steps of %d staged to shared memory as bf16 (activations rounded to nearest even)", k->bk);
+            if (k->stages > 1)
+                str_printf(o, ", a %d-stage pipeline (W by %s, X by register prefetch one step ahead)", k->stages,
+                           k->w_cp_async ? "16-byte cp.async copies" : "register prefetch");
+            str_printf(o, ", ldmatrix.x4 + mma.m16n8k16 bf16, f32 accumulation; runs when n > %d\n", k->min_n);
             break;
         case SCHED_FLASH: {
             const AttnDesc *d = k->attn;
@@ -419,8 +449,11 @@ const char *tile_verify(Arena *A, const TileProgram *tp) {
         else if (k->kind == SCHED_GEMV && (k->nred != 1 || k->vec < 1 || k->k_chunk % k->vec || k->split_k < 1)) m = "gemv parameters";
         else if ((k->kind == SCHED_SPLITK_SUM || (k->kind == SCHED_GEMV && k->split_k > 1)) && (!k->work || k->work->dims[1] != k->split_k))
             m = "split-K without its workspace";
-        else if (k->kind == SCHED_GEMM_TC && (k->block != 128 || k->bm != 64 || k->bn != 64 || k->bk % 16 || !k->xop || !k->wop))
+        else if (k->kind == SCHED_GEMM_TC && ((k->bm != 64 && k->bm != 128) || (k->bn != 64 && k->bn != 128) || k->block != k->bm * k->bn / 32 ||
+                                              (k->bk != 16 && k->bk != 32 && k->bk != 64) ||
+                                              k->stages < 1 || k->stages > 3 || (k->w_cp_async && k->stages < 2) || !k->xop || !k->wop))
             m = "gemm_tc parameters";
+        else if (k->kind == SCHED_GEMM_TC && gemm_tc_smem(k) > 48 * 1024) m = "gemm_tc shared memory over 48 KiB";
         else if (k->grid->t != T_I64) m = "grid is not an integer";
         else if (k->smem_floats * 4 > 48 * 1024) m = "shared memory over 48 KiB";
         if (m) return arena_printf(A, "tile %d (%s): %s", i, k->nest->module, m);

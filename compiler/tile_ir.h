@@ -13,9 +13,10 @@
  *   splitk_sum    the second pass: a thread per output element sums the
  *                 split_k partials in order (deterministic) and applies the
  *                 epilogue
- *   gemm_tc       bf16-weight linears when n > gemm_min_n: a block per 64x64
- *                 (tokens x outputs) tile, 4 warps of 32x32, K in steps of 32
- *                 staged to shared memory as bf16, ldmatrix + mma.sync
+ *   gemm_tc       bf16-weight linears when n > gemm_min_n: a block per bm x bn
+ *                 (tokens x outputs; 64 x 64) tile, warps of 32x32, K in steps of bk
+ *                 staged to shared memory as bf16 (stages > 1: a pipeline,
+ *                 W by cp.async, X by register prefetch), ldmatrix + mma.sync
  *                 m16n8k16 with f32 accumulation; the launch plan runs it or
  *                 the gemv by n at run time
  *   flash_attn    an attention fused by loop_flash: a block per (tokens, kv
@@ -45,7 +46,8 @@ extern const char *const sched_names[];
 /* Knobs: name, field, default, min, max, must be a power of two. 0 means
  * "chosen from the shapes" where the range allows it. debug_shfl_offset is
  * a deliberate fault (added to every shuffle delta) so tests can show that
- * a wrong lane is caught. */
+ * a wrong lane is caught; debug_cp_async=1 makes gemm_tc wait for one
+ * cp.async group fewer than it reads. */
 #define KNOBS(X) \
     X("flat_block", flat_block, 256, 32, 1024, true) \
     X("reduce_block_max", reduce_block_max, 256, 32, 1024, true) \
@@ -57,6 +59,11 @@ extern const char *const sched_names[];
     X("gemm_tc", gemm_tc, 1, 0, 1, false) \
     X("gemm_min_n", gemm_min_n, 16, 0, 1 << 20, false) \
     X("debug_mma_layout", debug_mma_layout, 0, 0, 1, false) \
+    X("gemm_stages", gemm_stages, 0, 0, 3, false) \
+    X("gemm_bk", gemm_bk, 0, 0, 64, true) \
+    X("gemm_bm", gemm_bm, 0, 0, 128, true) \
+    X("gemm_bn", gemm_bn, 0, 0, 128, true) \
+    X("debug_cp_async", debug_cp_async, 0, 0, 1, false) \
     X("fuse", fuse, 1, 0, 1, false) \
     X("flash", flash, 1, 0, 1, false) \
     X("flash_split", flash_split, 0, 0, 1024, false) \
@@ -96,6 +103,8 @@ typedef struct {
     int run_if, min_n;         /* 0: always; 1: when n > min_n (gemm_tc); 2: when n <= min_n (its gemv) */
     /* gemm_tc: y[t, o] = sum_k xop(t, k) * wop(o, k); xop is staged as bf16 */
     int bm, bn, bk;            /* block tile: tokens, outputs, K step */
+    int stages;                /* shared-memory buffers per operand: 1 stage then compute; > 1 a pipeline */
+    bool w_cp_async;           /* stages > 1: W tiles by cp.async (K % 8 == 0), else by register prefetch like X */
     Expr *xop, *wop;
     /* flash_attn / flash_combine (split_k: key slices, work: their partials [rows*heads*split, hv + 2]) */
     const AttnDesc *attn;

@@ -7,9 +7,13 @@ builds the 16x16 A, 16x8 B and 16x8 C matrices from the per-lane registers
 with the layout tables of the PTX ISA (section "Matrix Fragments for
 mma.m16n8k16 with floating point type") written out here independently;
 then the gemm_tc schedule over shapes (n, out, K not multiples of the
-64x64x32 tile) with guard regions, the run-time dispatch on n (gemv for
-n <= gemm_min_n), and a deliberately wrong fragment layout
-(--knob debug_mma_layout=1) that must fail.
+64x64x32 tile) with guard regions, for every pinned gemm_stages / gemm_bk /
+gemm_bm / gemm_bn, the run-time dispatch on n (gemv for n <= gemm_min_n), and a
+deliberately wrong fragment layout (--knob debug_mma_layout=1) that must fail.
+cp.async: the primitive alone (copy, zero-fill, alignment), the verifier's
+rules (tests/c/cp_async_verify_test.c), and a pipeline that waits for one
+group fewer (--knob debug_cp_async=1), which the verifier and, without it,
+the C emulation (copies land only at their wait_group) must both catch.
 
 Tolerances. gemm_tc stages the activations as bf16 (round to nearest even):
 the reference applies the same rounding to x (numpy, to_bf16 below), so what
@@ -97,6 +101,141 @@ def test_gemm_tc_off_and_f32_weights():
     for dt in ("f32", "f16"):
         t = compile_op(["linear", 32, 40, 64, dt, 0])[1]
         assert "schedule gemm_tc" not in t, t
+
+
+# n past the tile edge (17, 33), n = 64, n = 17 with M = 17; M 8 (< an n-tile), 17, 72, 130, 200; K 16 (< bk), 36 and 203
+# (K % 8 != 0: W by register prefetch), 48 and 200 (not multiples of 32 or 64), 256 (S = 3: two steps after the loop)
+PIPE_SHAPES = ((17, 8, 16, 17), (64, 72, 48, 64), (40, 200, 200, 33), (33, 72, 256, 33), (20, 17, 203, 17), (64, 130, 36, 64))
+PIPE_KNOBS = ((1, 32), (1, 64), (2, 16), (2, 32), (2, 64), (3, 16), (3, 32))
+
+
+def test_gemm_tc_stages_and_bk():
+    """every pinned (gemm_stages, gemm_bk) against numpy with the same bound: the pipeline changes when
+    tiles arrive, not the arithmetic (same mma order along K)"""
+    for stages, bk in PIPE_KNOBS:
+        for maxn, M, K, n in PIPE_SHAPES:
+            y, ref, tol, n, tile = gemm_case(maxn, M, K, n, knobs=("gemm_stages=%d" % stages, "gemm_bk=%d" % bk))
+            p = tile_params(tile, "proj_tc")
+            s = min(stages, -(-K // bk))   # no more stages than K steps
+            assert (p["stages"], p["bk"]) == (str(s), str(bk)), tile
+            what = "stages=%d bk=%d n=%d M=%d K=%d" % (s, bk, n, M, K)
+            assert ("cp.async" in tile) == (s > 1 and K % 8 == 0), what + "\n" + tile
+            check_rows(y, n, ref, tol, "gemm_tc " + what)
+
+
+def test_gemm_tc_block_tiles():
+    """gemm_bm / gemm_bn 128 (8 or 16 warps of 32 x 32): n and M past one and past two 128-tiles. bm 128 with
+    bk 16 leaves half a 16-byte W chunk per thread, so W goes by register prefetch there"""
+    shapes = ((17, 8, 16, 17), (40, 200, 200, 33), (150, 72, 256, 129), (130, 130, 203, 130))
+    for bm, bn, stages, bk, cp in ((128, 64, 2, 32, True), (64, 128, 3, 32, True), (128, 128, 2, 32, True), (128, 64, 2, 16, False),
+                                   (128, 128, 1, 64, False)):
+        kn = ("gemm_bm=%d" % bm, "gemm_bn=%d" % bn, "gemm_stages=%d" % stages, "gemm_bk=%d" % bk)
+        for maxn, M, K, n in shapes:
+            y, ref, tol, n, tile = gemm_case(maxn, M, K, n, knobs=kn)
+            p = tile_params(tile, "proj_tc")
+            s = min(stages, -(-K // bk))
+            assert (p["bm"], p["bn"], p["block"], p["stages"]) == (str(bm), str(bn), str(bm * bn // 32), str(s)), tile
+            assert ("cp.async" in tile) == (cp and s > 1 and K % 8 == 0), (kn, K, tile)
+            check_rows(y, n, ref, tol, "gemm_tc %s n=%d M=%d K=%d" % (" ".join(kn), n, M, K))
+
+
+def test_gemm_tc_default_tiles():
+    # K % 8 == 0 and more than one K step: 2 stages of 32 (W by cp.async); one step or K % 8 != 0: one stage, bk 64 from K = 512
+    for K, want in ((16, ("1", "32")), (48, ("2", "32")), (203, ("1", "32")), (4096, ("2", "32")), (4099, ("1", "64"))):
+        t = compile_op(["linear", 32, 40, K, "bf16", 0])[1]
+        p = tile_params(t, "proj_tc")
+        assert (p["stages"], p["bk"]) == want, (K, p)
+    t = compile_op(["linear", 32, 40, 4096, "bf16", 0], ("gemm_stages=3",))[1]
+    assert tile_params(t, "proj_tc")["bk"] == "32"
+    # bk 64 with 3 stages is 54 KiB of shared memory: a user error, not a broken kernel
+    p = run([harness(), "linear", "32", "40", "4096", "bf16", "0", "--knob", "gemm_stages=3", "--knob", "gemm_bk=64"], check=False)
+    assert p.returncode == 1 and "llmcc: --knob: gemm_bm=64 gemm_bn=64 gemm_bk=64 gemm_stages=3 needs 55296 bytes" in p.stderr, p.stderr
+    p = run([harness(), "linear", "32", "40", "64", "bf16", "0", "--knob", "gemm_bk=8"], check=False)
+    assert p.returncode == 1 and "gemm_bk must be 16, 32 or 64" in p.stderr, p.stderr
+
+
+def caught(bits, n, ref, tol):
+    """a wrong pipeline reads a stage before its copies land: NaN (the C backend's fill) or stale values"""
+    got = bits[:n].view(np.float32)
+    return not np.all(np.isfinite(got)) or wrong(bits, n, ref, tol)
+
+
+def test_wrong_cp_async_wait_is_caught():
+    """debug_cp_async=1 waits for one group fewer than the step reads. The kernel verifier rejects it; built
+    anyway (op_harness --no-kernel-verify), the C backend's cp.async emulation, which performs copies only at
+    the wait_group that completes them, must give wrong results, on one K step and on many"""
+    for stages in (2, 3):
+        kn = ("gemm_stages=%d" % stages, "debug_cp_async=1")
+        p = run([harness(), "linear", "40", "200", "200", "bf16", "1"] + sum((["--knob", k] for k in kn), []), check=False)
+        assert p.returncode != 0 and "while a cp.async into it may be pending" in p.stderr, (p.returncode, p.stderr)
+        for maxn, M, K, n in ((17, 8, 96, 17), (40, 200, 200, 33)):   # 3 K steps (one round of S) and 7
+            rng = np.random.default_rng(1)
+            exe, tile, d = compile_op(["linear", maxn, M, K, "bf16", 0, "--no-kernel-verify"], kn)
+            x = rng.standard_normal((maxn, K)).astype(np.float32)
+            wb, w = weight(rng.standard_normal((M, K)), "bf16")
+            (y,) = run_op(exe, d, [x.tobytes(), wb], n, [(maxn, M)])
+            xr = to_bf16(x[:n])[1].astype(np.float64)
+            tol = (-(-K // 16) + 2) * U * (np.abs(xr) @ np.abs(w).T) + 1e-30
+            check_rows(run_op(compile_op(["linear", maxn, M, K, "bf16", 0], kn[:1])[0], d, [x.tobytes(), wb], n, [(maxn, M)])[0],
+                       n, xr @ w.T, tol, "the same pipeline without the fault")
+            assert caught(y, n, xr @ w.T, tol), "gemm_tc waiting for one cp.async group fewer passed for %s" % ((stages, maxn, M, K, n),)
+
+
+def test_cp_async_primitive():
+    """cp_async_prim: lane l copies BYTES bytes from element 8l + off into smem[8l] (zero-fill for l % 3 == 0); the
+    elements past BYTES keep the C backend's NaN fill (0xffff); an offset that breaks the alignment aborts"""
+    rng = np.random.default_rng(8)
+    s = to_bf16(rng.standard_normal(288).astype(np.float32))[0]
+    for nbytes in (4, 8, 16):
+        d = tmpdir(os.path.join("ops", "cp_async_prim_%d" % nbytes))
+        exe, _, _ = compile_op(["cp_async_prim", nbytes])
+        for off in (0, 8, 16):
+            (out,) = run_op(exe, d, [s.tobytes(), np.array([off], np.int32).tobytes()], 32, [(32, 8)])
+            for lane in range(32):
+                m = nbytes // 2
+                want = [0] * m if lane % 3 == 0 else [int(v) for v in s[8 * lane + off: 8 * lane + off + m]]
+                want += [0xFFFF] * (8 - m)
+                assert [int(v) for v in out[lane]] == want, "cp.async %d bytes off %d lane %d: %s, want %s" % (
+                    nbytes, off, lane, [hex(int(v)) for v in out[lane]], [hex(v) for v in want])
+        inp = os.path.join(d, "in.bin")
+        with open(inp, "wb") as f:
+            f.write(s.tobytes() + np.array([1], np.int32).tobytes())
+        p = run([exe, inp, os.path.join(d, "out.bin"), "32", "0"], check=False)
+        assert p.returncode != 0 and "cp.async" in p.stderr and "misaligned" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_cp_async_verifier_rules():
+    from test_ops import HARNESS_SRCS
+    from testlib import build_c
+    exe = build_c("cp_async_verify_test", HARNESS_SRCS[:-1] + ["tests/c/cp_async_verify_test.c"])
+    p = run([exe], check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("ok  ") == 18, p.stdout
+
+
+def test_gemm_tc_pipelines_compile_sm90():
+    """every (stages, bk) gemm_tc and the cp.async primitive compile for sm_90 without warnings (ptxas counts printed)"""
+    import shutil
+    from test_ops import ptxas_report
+    from testlib import Skip
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    if not nvcc:
+        raise Skip("nvcc is not installed")
+    pr = ptxas_report()
+    rows = []
+    cases = [(["linear", 64, 200, K, "bf16", 1], ("gemm_stages=%d" % st, "gemm_bk=%d" % bk)) for st, bk in PIPE_KNOBS for K in (200, 203)]
+    cases += [(["linear", 150, 200, 256, "bf16", 0], ("gemm_bm=%d" % bm, "gemm_bn=%d" % bn, "gemm_stages=%d" % st, "gemm_bk=%d" % bk))
+              for bm, bn, st, bk in ((128, 64, 2, 32), (64, 128, 3, 32), (128, 128, 2, 32), (128, 64, 2, 16))]
+    cases += [(["cp_async_prim", b], ()) for b in (4, 8, 16)]
+    for args, kn in cases:
+        d = tmpdir(os.path.join("ops", "cuda_" + tag(args, kn)))
+        cu = os.path.join(d, "k.cu")
+        with open(cu, "w") as f:
+            f.write(run([harness()] + [str(a) for a in args] + sum((["--knob", k] for k in kn), []) + ["--target", "cuda"]).stdout)
+        res = pr.compile_report(nvcc, cu, "sm_90")
+        assert res["ok"], "nvcc failed or warned on %s %s:\n%s" % (args, kn, res["log"])
+        rows += [(" ".join(map(str, args + list(kn))),) + r for r in res["kernels"] if r[0].endswith("_tc") or "prim" in r[0]]
+    print(pr.format_table(rows, ("op", "kernel", "registers", "spill stores", "spill loads", "stack", "smem")))
 
 
 def test_wrong_mma_layout_is_caught():

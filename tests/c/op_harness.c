@@ -4,7 +4,8 @@
  * buffers and run_ops(), the launch plan; tests/c/op_main.c drives them with
  * guard regions around every buffer (tests/test_ops.py).
  *
- *   op_harness OP ARGS... [--knob NAME=VALUE]... [--target c|cuda] [--print tile|kernel]
+ *   op_harness OP ARGS... [--knob NAME=VALUE]... [--target c|cuda] [--print tile|kernel] [--no-kernel-verify]
+ *     (--no-kernel-verify: a deliberately wrong schedule the verifier rejects reaches the C backend)
  *     rmsnorm MAXN D WDT        inv_rms[t] = rsqrt(sum_d x[t,d]^2 / D + eps); y = x * inv_rms * w
  *     linear MAXN M K WDT BIAS  y[t,o] = sum_i x[t,i] w[o,i] (+ b[o] when BIAS is 1)
  *     softmax MAXN L            m = max_j x, z = sum_j exp(x - m), y = exp(x - m) / z
@@ -15,8 +16,10 @@
  *     mma_prim                  one warp: d = c + A*B by mma_m16n8k16_bf16 from per-lane fragments a[32,4], b[32,2]
  *                               (.b32 bits as i32), c[32,4] f32 -> d[32,4] f32
  *     ldmatrix_prim             one warp: smem = s (512 bf16), ldmatrix_x4 with row offsets addr[32] -> out[32,4] (.b32 bits)
+ *     cp_async_prim BYTES       one warp: lane l cp.asyncs BYTES bytes of s (288 bf16) from 8l + off[0] to smem[8l], zero-fill
+ *                               for l % 3 == 0; wait_group 0 -> out[32,8] (smem[8l..8l+7] bits)
  * Row extents are the runtime n (1..MAXN), as in a model; WDT is f32, bf16 or f16.
- * The two _prim ops are kernels built here by hand (no tensor op has their form).
+ * The _prim ops are kernels built here by hand (no tensor op has their form).
  * The ops are built as tensor_ir.c builds the model's, so the schedules see
  * the same shapes; the expected values come from numpy, not from here. */
 #include "emit.h"
@@ -174,6 +177,14 @@ static Expr *TID(void) { return e_leaf(&A, EX_TID, T_I64, 0); }
 static TStmt *st2(Buffer *b, Expr *i0, int64_t i1, Expr *v) {
     TStmt *s = tstmt(TS_STORE); s->buf = b; s->idx = ARENA_ARRAY(&A, Expr *, 2); s->idx[0] = i0; s->idx[1] = e_i(&A, i1); s->e = v; return s;
 }
+/* the program of one kernel launched once on its own parameters */
+static void one_launch(KProgram *kp, KKernel *k) {
+    kp->tp = &tp;
+    kp->kernels = ARENA_ARRAY(&A, KKernel *, 1); kp->kernels[0] = k; kp->nk = 1;
+    kp->launches = ARENA_ARRAY(&A, KLaunch, 1); kp->nl = 1;
+    kp->launches[0].k = k; kp->launches[0].module = k->module; kp->launches[0].grid = k->grid;
+    for (int i = 0; i < k->nparams; i++) kp->launches[0].args[i] = k->params[i];
+}
 static void prim_program(const char *which, KProgram *kp) {
     KKernel *k = ARENA_NEW(&A, KKernel);
     k->block = 32; k->grid = e_i(&A, 1); k->uses = 1;
@@ -228,11 +239,40 @@ static void prim_program(const char *which, KProgram *kp) {
         for (int i = 0; i < 3; i++) { k->params[i] = ps[i]; k->param_written[i] = i == 2; }
         k->nparams = 3;
     }
-    kp->tp = &tp;
-    kp->kernels = ARENA_ARRAY(&A, KKernel *, 1); kp->kernels[0] = k; kp->nk = 1;
-    kp->launches = ARENA_ARRAY(&A, KLaunch, 1); kp->nl = 1;
-    kp->launches[0].k = k; kp->launches[0].module = k->module; kp->launches[0].grid = k->grid;
-    for (int i = 0; i < k->nparams; i++) kp->launches[0].args[i] = k->params[i];
+    one_launch(kp, k);
+}
+
+/* one warp: thread l copies BYTES bytes of s from element 8l + off[0] into smem0[8l] by cp.async (l % 3 == 0:
+ * predicate false, zero-fill), commit, wait_group 0, barrier; out[l, j] = smem0[8l + j] (bits; j < 8, so the
+ * elements past BYTES show the C backend's NaN fill) */
+static void cp_async_program(int bytes, KProgram *kp) {
+    KKernel *k = ARENA_NEW(&A, KKernel);
+    k->block = 32; k->grid = e_i(&A, 1); k->uses = 1;
+    k->name = k->base = "k_cp_async_prim"; k->module = "cp_async_prim"; k->sched = SCHED_FLAT;
+    Buffer *sb = buf("s", BUF_INPUT, DT_BF16, 1, 288, 0), *off = buf("off", BUF_INPUT, DT_I32, 1, 1, 0);
+    Buffer *out = buf("out", BUF_OUTPUT, DT_I32, 2, 32, 8);
+    k->nsmem = 1; k->smem[0].size = 256; k->smem[0].b16 = true;
+    Expr *at = E_MUL(&A, TID(), e_i(&A, 8));
+    TStmt *c = tstmt(TS_CP_ASYNC);
+    c->vec = bytes; c->smem = 0; c->sidx = at; c->buf = sb;
+    c->idx = ARENA_ARRAY(&A, Expr *, 1); c->idx[0] = E_ADD(&A, at, e_load1(&A, off, e_i(&A, 0)));
+    c->e = e_bin(&A, EX_LT, e_i(&A, 0), e_bin(&A, EX_MOD, TID(), e_i(&A, 3)));
+    TStmt **p0 = ARENA_ARRAY(&A, TStmt *, 1); p0[0] = c;
+    TStmt **p2 = ARENA_ARRAY(&A, TStmt *, 8);
+    for (int j = 0; j < 8; j++) {
+        Expr *v = e_un(&A, EX_SLOAD, E_ADD(&A, at, e_i(&A, j))); v->i = 0; v->t = T_F32;
+        p2[j] = st2(out, TID(), j, v);
+    }
+    KStmt *cm = ARENA_NEW(&A, KStmt), *wt = ARENA_NEW(&A, KStmt);
+    cm->k = KS_CP_COMMIT; wt->k = KS_CP_WAIT; wt->wait_n = 0;
+    k->body = ARENA_ARRAY(&A, KStmt *, 5); k->nbody = 5;
+    k->body[0] = kphase(p0, 1, false); k->body[1] = cm; k->body[2] = wt;
+    k->body[3] = kphase(ARENA_ARRAY(&A, TStmt *, 1), 0, true); k->body[4] = kphase(p2, 8, false);
+    k->has_cp_async = true;
+    Buffer *ps[3] = {sb, off, out};
+    for (int i = 0; i < 3; i++) { k->params[i] = ps[i]; k->param_written[i] = i == 2; }
+    k->nparams = 3;
+    one_launch(kp, k);
 }
 
 int main(int argc, char **argv) {
@@ -240,21 +280,24 @@ int main(int argc, char **argv) {
     knobs_default(&kn);
     Target target = TARGET_CPU;
     const char *print = NULL;
+    bool kverify = true;       /* off: a deliberately wrong schedule reaches the C backend, which must catch it too */
     char *pos[16];
     int npos = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--knob") && i + 1 < argc) knobs_set(&kn, argv[++i]);
         else if (!strcmp(argv[i], "--target") && i + 1 < argc) { i++; target = !strcmp(argv[i], "cuda") ? TARGET_CUDA : TARGET_CPU; }
         else if (!strcmp(argv[i], "--print") && i + 1 < argc) print = argv[++i];
+        else if (!strcmp(argv[i], "--no-kernel-verify")) kverify = false;
         else if (npos < 16) pos[npos++] = argv[i];
     }
     if (!npos) die_user(NULL, NULL, "usage: op_harness OP ARGS... [--knob NAME=VALUE] [--target c|cuda] [--print tile|kernel]");
     LProgram lp; TileProgram tip; KProgram kp;
     Str o = {0};
     const char *m;
-    bool prim = !strcmp(pos[0], "mma_prim") || !strcmp(pos[0], "ldmatrix_prim");
+    bool prim = !strcmp(pos[0], "mma_prim") || !strcmp(pos[0], "ldmatrix_prim") || (!strcmp(pos[0], "cp_async_prim") && npos > 1);
     if (prim) {
-        prim_program(pos[0], &kp);
+        if (!strcmp(pos[0], "cp_async_prim")) cp_async_program((int)num(pos[1]), &kp);
+        else prim_program(pos[0], &kp);
         m = kernel_verify(&A, &kp);
         CHECK(!m, "%s", m);
         if (print) { kernel_print(&o, &kp); fputs(o.s, stdout); return 0; }
@@ -273,7 +316,7 @@ int main(int argc, char **argv) {
     m = tile_verify(&A, &tip);
     CHECK(!m, "%s", m);
     kernel_lower(&A, &tip, &kp);
-    m = kernel_verify(&A, &kp);
+    m = kverify ? kernel_verify(&A, &kp) : NULL;
     CHECK(!m, "%s", m);
     if (print) {
         if (!strcmp(print, "tile")) tile_print(&o, &tip);
