@@ -8,7 +8,9 @@
 
 const char *harness_leaf_file(Arena *A, const Buffer *b) { return arena_printf(A, "b%d.bin", b->id); }
 
-static bool is_leaf(const Buffer *b) { return b->kind == BUF_INPUT || b->kind == BUF_WEIGHT; }
+static bool is_leaf(const Buffer *b, const HarnessOptions *ho) {
+    return b->kind == BUF_INPUT || b->kind == BUF_WEIGHT || (ho->cache_files && (b->kind == BUF_KCACHE || b->kind == BUF_VCACHE));
+}
 
 static void ptr(Str *o, const Buffer *b) {
     switch (b->kind) {
@@ -114,7 +116,7 @@ void emit_harness(Str *o, const KProgram *kp, const HarnessOptions *ho) {
     for (int i = 0; i < tp->nbufs; i++) {
         const Buffer *b = tp->bufs[i];
         int64_t bytes = buffer_elems(b) * dtype_sizes[b->dtype];
-        if (is_leaf(b)) str_printf(o, "    buf%d = read_leaf(dir, \"%s\", %lld);\n", b->id, harness_leaf_file(&A, b), (long long)bytes);
+        if (is_leaf(b, ho)) str_printf(o, "    buf%d = read_leaf(dir, \"%s\", %lld);\n", b->id, harness_leaf_file(&A, b), (long long)bytes);
         else if (b->kind == BUF_CONST) str_printf(o, "    cbuf%d = dev_alloc(sizeof chost%d);\n    to_dev(cbuf%d, chost%d, sizeof chost%d);\n", b->id, b->id, b->id, b->id, b->id);
         else if (b->kind != BUF_ACT) str_printf(o, "    buf%d = dev_alloc(%lld);\n", b->id, (long long)bytes);
     }

@@ -2,9 +2,10 @@
  * expression, or one decoder layer) once or in a timing loop. Used by
  * `llmcc run` and printed by `llmcc compile -c EXPR --ir c|cuda`.
  *   ./harness DIR ITERS PROFILE [N POS]
- * reads every input and weight from DIR/<harness_leaf_file>, raw in the
- * buffer's dtype, writes the output (f32) to DIR/out.bin, and with ITERS > 0
- * (or -1: as many as fit in about half a second) prints
+ * reads every input and weight (and with cache_files the KV caches) from
+ * DIR/<harness_leaf_file>, raw in the buffer's dtype, writes the output
+ * (f32) to DIR/out.bin, and with ITERS > 0 (or -1: as many as fit in about
+ * half a second) prints
  *   time SECONDS_PER_ITER ITERS
  *   launch INDEX KERNEL SECONDS_PER_ITER        (PROFILE 1: one line per launch) */
 #ifndef LLMCC_EMIT_HARNESS_H
@@ -15,6 +16,7 @@ typedef struct {
     Target target;
     const char *title;         /* what it computes, for the header comment */
     int n, pos;                /* defaults for the runtime scalars (layer graphs) */
+    bool cache_files;          /* the KV caches start as files (rows before pos filled), not zeros */
 } HarnessOptions;
 
 void emit_harness(Str *o, const KProgram *kp, const HarnessOptions *ho);

@@ -110,32 +110,34 @@ static void rope(const GNode *n, const double *x, double *out, int64_t pos) {
             }
 }
 
-/* causal attention of this call's tokens over themselves (an empty cache
- * before them), query head h reading kv head h / (heads / kv_heads) */
-static void attention(const GNode *n, const double *q, const double *k, const double *v, double *out) {
+/* causal attention of this call's tokens at positions pos.. over the cache
+ * rows 0..pos+t (the pos rows before them, then their own), query head h
+ * reading kv head h / (heads / kv_heads) */
+static void attention(const GNode *n, const double *q, const double *k, const double *v, double *out, int64_t pos) {
     int64_t T = n->dims[0], H = n->heads, KV = n->kv_heads, hd = n->head_dim, G = H / KV;
-    double *p = malloc(sizeof(double) * (size_t)T);
+    double *p = malloc(sizeof(double) * (size_t)(pos + T));
     CHECK(p, "out of memory");
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < H; h++) {
             const double *qr = q + t * H * hd + h * hd;
-            int64_t kh = h / G;
-            for (int64_t j = 0; j <= t; j++) {
+            int64_t kh = h / G, len = pos + t + 1;
+            for (int64_t j = 0; j < len; j++) {
                 double s = 0;
                 for (int64_t e = 0; e < hd; e++) s += qr[e] * k[j * KV * hd + kh * hd + e];
                 p[j] = s / sqrt((double)hd);
             }
-            softmax_rows(p, 1, t + 1);
+            softmax_rows(p, 1, len);
             for (int64_t e = 0; e < hd; e++) {
                 double s = 0;
-                for (int64_t j = 0; j <= t; j++) s += p[j] * v[j * KV * hd + kh * hd + e];
+                for (int64_t j = 0; j < len; j++) s += p[j] * v[j * KV * hd + kh * hd + e];
                 out[t * H * hd + h * hd + e] = s;
             }
         }
     free(p);
 }
 
-double *interp_run(const Graph *g, double *const *leaves, bool bf16_linear_x) {
+double *interp_run(const Graph *g, double *const *leaves, const InterpOptions *io) {
+    int64_t pos = io->pos;
     double **v = calloc((size_t)g->n, sizeof(double *));
     CHECK(v, "out of memory");
     for (int i = 0; i < g->n; i++) {
@@ -144,7 +146,9 @@ double *interp_run(const Graph *g, double *const *leaves, bool bf16_linear_x) {
         if (n->op == G_CONST) continue;
         CHECK(!n->rows_n, "%s: the reference needs static shapes (n fixed)", n->name);
         int64_t N = gnode_elems(n);
-        double *o = calloc((size_t)N, sizeof(double));
+        /* a cache holds the rows before pos too */
+        int64_t alloc = n->op == G_KV_WRITE ? N + pos * n->dims[1] : N;
+        double *o = calloc((size_t)alloc, sizeof(double));
         CHECK(o, "out of memory (%lld values)", (long long)N);
         v[i] = o;
         const GNode *x = n->nin ? n->in[0] : NULL;
@@ -182,7 +186,7 @@ double *interp_run(const Graph *g, double *const *leaves, bool bf16_linear_x) {
         case G_LINEAR: {
             const double *w = v[n->in[1]->id], *b = n->nin > 2 ? v[n->in[2]->id] : NULL;
             int64_t in = n->in[1]->dims[1];
-            bool round_x = bf16_linear_x && n->in[1]->dtype == DT_BF16;
+            bool round_x = io->bf16_linear_x && n->in[1]->dtype == DT_BF16;
             for (int64_t r = 0; r < N / last; r++)
                 for (int64_t j = 0; j < last; j++) {
                     double s = b ? b[j] : 0;
@@ -197,9 +201,15 @@ double *interp_run(const Graph *g, double *const *leaves, bool bf16_linear_x) {
         }
         case G_MATMUL: matmul(n, v[x->id], v[n->in[1]->id], o); break;
         case G_SDPA: sdpa(n, v, o); break;
-        case G_ROPE: rope(n, v[x->id], o, 0); break;
-        case G_KV_WRITE: memcpy(o, v[x->id], sizeof(double) * (size_t)N); break;   /* the cache rows of this call */
-        case G_ATTENTION: attention(n, v[x->id], v[n->in[1]->id], v[n->in[2]->id], o); break;
+        case G_ROPE: rope(n, v[x->id], o, pos); break;
+        case G_KV_WRITE:   /* the cache rows before pos, then this call's */
+            if (pos) {
+                CHECK(io->cache && io->cache[i], "%s: no cache rows before position %lld", n->name, (long long)pos);
+                memcpy(o, io->cache[i], sizeof(double) * (size_t)(pos * n->dims[1]));
+            }
+            memcpy(o + pos * n->dims[1], v[x->id], sizeof(double) * (size_t)N);
+            break;
+        case G_ATTENTION: attention(n, v[x->id], v[n->in[1]->id], v[n->in[2]->id], o, pos); break;
         default: die_user(NULL, graph_op_names[n->op], "the reference does not evaluate this op yet");
         }
     }

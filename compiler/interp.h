@@ -6,15 +6,23 @@
 #define LLMCC_INTERP_H
 #include "graph.h"
 
+typedef struct {
+    /* round a linear's input to bf16 where its weight is bf16, as the
+     * tensor-core schedule (gemm_tc) stages it: that rounding is part of the
+     * schedule's numerical contract, so the reference models it rather than
+     * the check widening its tolerance for every op */
+    bool bf16_linear_x;
+    /* a decoder layer's first position: RoPE angles start there and
+     * attention also sees the pos cache rows before this call's tokens,
+     * cache[id] for kv_cache_write node id (pos x kv_heads*head_dim values) */
+    int64_t pos;
+    double *const *cache;
+} InterpOptions;
+
 /* leaves[id]: the values of input and weight node id (row-major, as many
  * as the node has elements), NULL elsewhere. Shapes must be static (a
- * model graph's n fixed into dims[0]); a decoder layer is evaluated at
- * position 0, over an empty KV cache. Returns the output's values (malloc'd,
+ * model graph's n fixed into dims[0]). Returns the output's values (malloc'd,
  * gnode_elems(g->logits) of them); dies with a user error naming the op
- * when the graph holds one the reference does not evaluate.
- * bf16_linear_x: round a linear's input to bf16 where its weight is bf16, as
- * the tensor-core schedule (gemm_tc) stages it: that rounding is part of the
- * schedule's numerical contract, so the reference models it rather than the
- * check widening its tolerance for every op. */
-double *interp_run(const Graph *g, double *const *leaves, bool bf16_linear_x);
+ * when the graph holds one the reference does not evaluate. */
+double *interp_run(const Graph *g, double *const *leaves, const InterpOptions *io);
 #endif

@@ -36,11 +36,15 @@ static const char USAGE[] =
     "  compile MODEL --layer N --ir LEVEL   decoder layer N alone (input: hidden states [n, hidden])\n"
     "  run -c EXPR [--bench] [--profile]    compile EXPR, run it on random inputs, check it against a\n"
     "                             plain double-precision reference; --bench: time, GB/s, FLOP/s;\n"
-    "                             --profile: time per kernel; --seed N, --iters N, --dump DIR (inputs,\n"
-    "                             weights and output as .npy), --target cpu|cuda (default: cuda when\n"
-    "                             nvidia-smi finds a GPU, else cpu), --knob NAME=VALUE\n"
-    "  run MODEL --layer N [--tokens N]   the same for decoder layer N over N tokens (default 5) at\n"
-    "                             position 0, with the checkpoint's weights (random without them)\n"
+    "                             --profile: time per kernel; both add `bench: name=... ms=...` lines;\n"
+    "                             --no-check: skip the reference (only checks the output is finite),\n"
+    "                             for shapes where it would take minutes; --seed N, --iters N, --dump DIR\n"
+    "                             (inputs, weights and output as .npy), --target cpu|cuda (default: cuda\n"
+    "                             when nvidia-smi finds a GPU, else cpu), --knob NAME=VALUE\n"
+    "  run MODEL --layer N [--tokens N] [--pos P]   the same for decoder layer N over N tokens\n"
+    "                             (default 5) at position P (default 0; the KV cache rows before P are\n"
+    "                             seeded random values, the reference reads the same), with the\n"
+    "                             checkpoint's weights (random without them)\n"
     "  build MODEL -o DIR         write a self-contained project to DIR; `make -C DIR` builds it\n"
     "  inspect MODEL              print the parsed config and the checkpoint's tensors\n"
     "  tokenize DIR [TEXT]        print the ids of TEXT (or of standard input)\n"
@@ -195,7 +199,7 @@ static int cmd_compile(int argc, char **argv) {
     pipeline_run(&c, level, &out);
     if (level >= IR_CUDA && (c.expr || c.one_layer)) {
         /* not a model: the program llmcc run would build around the kernels */
-        HarnessOptions ho = {o.target, c.expr ? c.expr : arena_printf(&c.A, "layer %d of %s", c.layer, c.cfg.dir), c.max_batch, 0};
+        HarnessOptions ho = {o.target, c.expr ? c.expr : arena_printf(&c.A, "layer %d of %s", c.layer, c.cfg.dir), c.max_batch, 0, false};
         emit_harness(&out, &c.kp, &ho);
     } else if (level >= IR_CUDA) {
         EmitOptions eo = {o.target, o.name ? o.name : c.cfg.family, &c.cfg, c.max_ctx, c.max_batch};

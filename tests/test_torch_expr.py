@@ -184,21 +184,27 @@ def fixture(kind="llama-gqa"):
     return d
 
 
-def layer_forward(model, li, x):
-    """One decoder layer at positions 0..n-1 with an empty cache: the body of
-    ref_forward.forward's loop (transformers' modeling code), with its helpers."""
+def layer_forward(model, li, x, pos=0, k_cache=None, v_cache=None):
+    """One decoder layer at positions pos..pos+n-1 over a cache holding pos rows
+    before them (k_cache, v_cache: [pos, kv_heads * head_dim], keys already
+    rotated, as a cache holds them): the body of ref_forward.forward's loop
+    (transformers' modeling code), with its helpers."""
     n = x.shape[0]
     nh, nkv, hd = model["nh"], model["nkv"], model["hd"]
     lay = model["layers"][li]
-    cos, sin = ref_forward.rope_cos_sin(model, np.arange(n))
+    cos, sin = ref_forward.rope_cos_sin(model, np.arange(pos, pos + n))
     h = ref_forward.rmsnorm(x, lay["input_layernorm.weight"], model["eps"])
     q = ref_forward.linear(h, lay["q_proj"], lay["q_proj.b"]).reshape(n, nh, hd).transpose(1, 0, 2)
     k = ref_forward.linear(h, lay["k_proj"], lay["k_proj.b"]).reshape(n, nkv, hd).transpose(1, 0, 2)
     v = ref_forward.linear(h, lay["v_proj"], lay["v_proj.b"]).reshape(n, nkv, hd).transpose(1, 0, 2)
     q, k = ref_forward.apply_rope(q, cos, sin), ref_forward.apply_rope(k, cos, sin)
+    if pos:
+        k = np.concatenate([k_cache.reshape(pos, nkv, hd).transpose(1, 0, 2), k], axis=1)
+        v = np.concatenate([v_cache.reshape(pos, nkv, hd).transpose(1, 0, 2), v], axis=1)
     kr, vr = np.repeat(k, nh // nkv, axis=0), np.repeat(v, nh // nkv, axis=0)
     s = q @ kr.transpose(0, 2, 1) * hd ** -0.5
-    s = np.where(np.tril(np.ones((n, n), dtype=bool))[None], s, -np.inf)
+    # query t (position pos + t) sees keys 0..pos+t
+    s = np.where(np.tril(np.ones((n, pos + n), dtype=bool), k=pos)[None], s, -np.inf)
     o = (softmax(s) @ vr).transpose(1, 0, 2).reshape(n, nh * hd)
     x = x + ref_forward.linear(o, lay["o_proj"], lay["o_proj.b"])
     h = ref_forward.rmsnorm(x, lay["post_attention_layernorm.weight"], model["eps"])

@@ -1,0 +1,136 @@
+"""What scripts/bench_ops.sh needs from `llmcc run`, and the script itself.
+
+--pos P: a decoder layer at positions P.. over a KV cache whose P rows before
+the call are seeded random values. `llmcc run` checks it against its own
+reference (compiler/interp.c); independently, the test recomputes the layer
+with numpy (test_torch_expr.layer_forward, transformers' formulas) from the
+weights, input and cache rows that --dump writes, and makes sure those cache
+rows matter (the result without them is far off). The `bench:` lines must
+hold figures that agree with each other and with the prose; --no-check must
+say it skipped the reference and still fail on non-finite output. The
+script's CPU dry run (BENCH_OPS_CPU=1) must run every row."""
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+
+import ref_forward
+from test_torch_expr import check_error, fixture, layer_forward
+from testlib import LLMCC, ROOT, run, tmpdir
+
+
+def bench_lines(out):
+    res = {}
+    for l in out.splitlines():
+        if l.startswith("bench: "):
+            kv = dict(f.split("=", 1) for f in l.split()[1:])
+            res[kv["name"]] = kv
+    return res
+
+
+def test_pos_against_numpy():
+    d = fixture("llama-gqa")
+    model = ref_forward.load(d)
+    for layer, tokens, pos in ((1, 3, 7), (0, 1, 40)):
+        out = os.path.join(tmpdir("bench_ops"), "pos-%d-%d" % (tokens, pos))
+        shutil.rmtree(out, ignore_errors=True)
+        p = run([LLMCC, "run", d, "--layer", str(layer), "--tokens", str(tokens), "--pos", str(pos), "--dump", out])
+        assert "matches the reference" in p.stdout and "at position %d" % pos in p.stdout, p.stdout
+        pre = "model.layers.%d.self_attn." % layer
+        kc, vc = np.load(os.path.join(out, pre + "k_cache.npy")), np.load(os.path.join(out, pre + "v_cache.npy"))
+        assert kc.shape == vc.shape == (pos, model["nkv"] * model["hd"]), kc.shape
+        assert 0.5 < kc.std() < 2 and not np.array_equal(kc, vc), "the cache rows do not look like independent randn"
+        x = np.load(os.path.join(out, "hidden_states.npy")).astype(np.float64)
+        got = np.load(os.path.join(out, "output.npy"))
+        want = layer_forward(model, layer, x, pos, kc.astype(np.float64), vc.astype(np.float64))
+        # f32 kernels against float64 numpy: the bound the e2e tests use
+        tol = 1e-4 * float(np.abs(want).max())
+        diff = float(np.abs(got - want).max())
+        assert diff <= tol, "layer %d at pos %d: max |diff| %.3g > %.3g" % (layer, pos, diff, tol)
+        # the cache rows are read: the same tokens at the same positions over a zero cache differ
+        blind = layer_forward(model, layer, x, pos, 0 * kc.astype(np.float64), 0 * vc.astype(np.float64))
+        assert float(np.abs(got - blind).max()) > 100 * tol, "the output does not depend on the cache rows before --pos"
+
+
+def test_pos_on_tensor_cores_and_mismatch():
+    d = os.path.join(tmpdir("bench_ops"), "llama-gqa-bf16")
+    if not os.path.exists(os.path.join(d, "config.json")):
+        run(["python3", os.path.join(ROOT, "scripts", "make_fixture.py"), "llama-gqa", d, "--dtype", "bf16"])
+    p = run([LLMCC, "run", d, "--layer", "0", "--tokens", "20", "--pos", "9"])
+    assert "matches the reference" in p.stdout, p.stdout
+    p = subprocess.run([LLMCC, "run", d, "--layer", "0", "--tokens", "2", "--pos", "9", "--perturb", "5"], capture_output=True, text=True)
+    assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, (p.returncode, p.stdout)
+
+
+def test_pos_errors():
+    d = fixture("llama-gqa")
+    check_error(["run", "-c", "F.silu(torch.randn(3))", "--pos", "2"], "--pos: ", ["needs MODEL --layer N"])
+    check_error(["run", d, "--layer", "0", "--pos", "-1"], "--pos: ", ["0..131072", "'-1'"])
+    check_error(["run", d, "--layer", "0", "--pos", "131073"], "--pos: ", ["0..131072"])
+
+
+def test_bench_lines():
+    p = run([LLMCC, "run", fixture("llama-gqa"), "--layer", "0", "--tokens", "2", "--pos", "5", "--bench", "--profile", "--iters", "2"])
+    b = bench_lines(p.stdout)
+    t = b["total"]
+    for k in ("ms", "iters", "bytes", "gbs", "flops", "tflops", "target", "peak_gbs", "peak_bf16_tflops", "check", "nonfinite", "kernels", "launches"):
+        assert k in t, "bench: total lacks %s: %s" % (k, t)
+    assert t["check"] == "match" and t["nonfinite"] == "0" and t["iters"] == "2" and t["target"] in ("cpu", "cuda"), t
+    ms, byt, fl = float(t["ms"]), float(t["bytes"]), float(t["flops"])
+    assert ms > 0 and abs(float(t["gbs"]) - byt / ms * 1e-6) <= 1e-4 * float(t["gbs"]), t
+    assert abs(float(t["tflops"]) - fl / ms * 1e-9) <= 1e-4 * float(t["tflops"]), t
+    m = re.search(r"time: ([\d.e+-]+) ms per call", p.stdout)
+    assert m and abs(float(m.group(1)) - ms) <= 1e-3 * ms, p.stdout
+    # llama-gqa: hidden 64, 4 heads / 2 KV heads of 16; the 5 cache rows before pos are read (K and V, f32)
+    cfg = ref_forward.load(fixture("llama-gqa"))
+    kvw = cfg["nkv"] * cfg["hd"]
+    attn_flops = 4.0 * 2 * (5 + 2) * cfg["nh"] * cfg["hd"]
+    assert fl > attn_flops and "the cache rows before --pos" in p.stdout
+    mods = {k[len("module:"):]: v for k, v in b.items() if k.startswith("module:")}
+    assert "model.layers.0.self_attn.attention" in mods and "model.layers.0.mlp.down_proj" in mods, mods.keys()
+    assert sum(int(v["launches"]) for v in mods.values()) == int(t["launches"]), (mods, t)
+    s = re.search(r"their sum is ([\d.e+-]+) ms", p.stdout)
+    assert abs(sum(float(v["ms"]) for v in mods.values()) - float(s.group(1))) <= 1e-3 * float(s.group(1)) + 1e-6
+    assert kvw * 5 * 4 * 2 < byt
+
+
+def test_no_check():
+    p = run([LLMCC, "run", "-c", "nn.Linear(64, 32)(torch.randn(4, 64))", "--no-check", "--bench", "--iters", "1"])
+    assert "reference: none (--no-check)" in p.stdout and "0 of 128 values are not finite" in p.stdout, p.stdout
+    assert "matches the reference" not in p.stdout and bench_lines(p.stdout)["total"]["check"] == "skipped", p.stdout
+    # 0 / 0: not finite, which --no-check still catches
+    check_error(["run", "-c", "torch.zeros(3) / torch.zeros(3)", "--no-check"], "--no-check: ", ["3 of 3 output values are not finite"])
+
+
+def test_bench_ops_dry_run():
+    """The CPU dry run: every row gets figures (flash rows: n/a while llmcc has no flash knob)."""
+    d = tmpdir("bench_ops_dry")
+    env = dict(os.environ, BENCH_OPS_CPU="1", BENCH_OPS_DIR=d, LLMCC_BIN=LLMCC)
+    p = subprocess.run([os.path.join(ROOT, "scripts", "bench_ops.sh")], capture_output=True, text=True, env=env, timeout=300)
+    out = p.stdout
+    assert p.returncode == 0 and "bench_ops: every step ran" in out, "rc %d\n%s%s" % (p.returncode, out, p.stderr)
+    rows = [l for l in out.splitlines() if l.startswith("  ") and re.search(r"(PASS|FAIL|n/a)$", l.rstrip())]
+    gemv = [l for l in rows if "->" in l and " n=" not in l]
+    gemm = [l for l in rows if " n=" in l]
+    attn = [l for l in rows if ("prefill" in l or "decode" in l) and "launches" not in l]
+    fused = [l for l in rows if re.search(r", \d+/\d+ launches", l)]
+    assert len(gemv) == 6 and len(gemm) == 14 and len(attn) == 4 and len(fused) == 2, out
+    for l in gemv + gemm + fused:   # every figure present, a verdict against its target
+        assert "n/a" not in l and (l.endswith("PASS") or l.endswith("FAIL")), l
+    flash = "unknown knob 'flash'" not in open(os.path.join(d, "flash_probe.log")).read()
+    for l in attn:
+        assert ("n/a (no flash knob)" in l) != flash, l
+    assert re.search(r"steps: \d+ run, 0 failed", out) and "total wall time" in out, out
+
+
+def test_bench_ops_budget():
+    """The budget holds: steps that do not fit are not started, reported, and make the exit status 1."""
+    d = tmpdir("bench_ops_budget")
+    env = dict(os.environ, BENCH_OPS_CPU="1", BENCH_OPS_DIR=d, LLMCC_BIN=LLMCC, BENCH_OPS_BUDGET="15")
+    p = subprocess.run([os.path.join(ROOT, "scripts", "bench_ops.sh")], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 1 and "SOME STEPS FAILED" in p.stdout, "rc %d\n%s%s" % (p.returncode, p.stdout, p.stderr)
+    assert "skipped: the 15 s budget is spent" in p.stdout, p.stdout
+    wall = int(re.search(r"total wall time (\d+) s", p.stdout).group(1))
+    assert wall <= 15 + 5, p.stdout   # timeout -k 5 stops a step that outlives the budget
