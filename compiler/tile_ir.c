@@ -122,8 +122,14 @@ static int schedule_flash(Arena *A, const LoopNest *nest, const AttnDesc *d, con
     int nk = 0;
     bool prefill = rmax > kn->flash_min_n, decode = !rows_const || !prefill;
     if (prefill) {
-        int tq = kn->flash_tokens ? kn->flash_tokens : (int)max_i(1, 8 / G);
-        while (tq > 1 && (tq * G > 32 || flash_smem_floats(d, (int)(tq * G)) * 4 > 48 * 1024)) tq--;
+        /* as many tokens as fit 16 warps (and 48 KiB): each staged K/V tile then serves up to 16 rows */
+        int tq = kn->flash_tokens ? kn->flash_tokens : (int)max_i(1, 16 / G);
+        while (tq > 1 && (tq * G > 32 || flash_smem_floats(d, (int)(tq * G)) * 4 > 48 * 1024)) {
+            if (kn->flash_tokens)
+                die_user(NULL, "--knob", "flash_tokens=%d does not fit %s: %lld warps (at most 32) and %lld bytes of shared memory (at most 49152)",
+                         tq, nest->module, (long long)(tq * G), (long long)flash_smem_floats(d, (int)(tq * G)) * 4);
+            tq--;
+        }
         TileKernel *k = flash_kernel(A, nest, d, tq, 1, "flash");
         if (decode) { k->run_if = 1; k->min_n = kn->flash_min_n; }
         out[nk++] = k;

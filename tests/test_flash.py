@@ -115,3 +115,12 @@ def test_model_prefill_and_decode_against_reference():
             diff = float(np.max(np.abs(got[step] - ref[step])))
             tol = 1e-4 * float(np.max(np.abs(ref[step])))
             assert diff <= tol, "%s step %d: max |diff| %.3g > %.3g" % (knobs, step, diff, tol)
+
+
+def test_pinned_tokens_that_do_not_fit_are_refused():
+    # 32 tokens of one head at head_dim 128: 32 warps fit, their q rows, K/V tiles and P do not fit 48 KiB
+    expr = SDPA % ("1, 64, 128", "1, 64, 128", "1, 64, 128", ", is_causal=True")
+    p = run([LLMCC, "compile", "-c", expr, "--ir", "tile", "--knob", "flash_tokens=32"], check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith("llmcc: --knob: flash_tokens=32 does not fit"), p.stderr
+    assert "shared memory" in lines[0]
