@@ -475,6 +475,12 @@ int cmd_run(int argc, char **argv) {
         format_index(at, sizeof at, on, first);
         printf("  DOES NOT MATCH the reference: %lld of %lld values differ; first at %s: got %.9g, expected %.9g\n", (long long)bad,
                (long long)N, at, (double)got[first], ref[first]);
+        /* the reference rounds its own (double) linear inputs to bf16: a value next to a rounding boundary
+         * can round the other way than the kernels' f32 one, one bf16 ulp (2^-8) apart, far past RTOL */
+        if (tc)
+            printf("  note: this layer's bf16 linears ran on the tensor cores, which round their inputs to bf16; near a rounding\n"
+                   "  boundary the double reference can round the other way (one bf16 ulp). --knob gemm_tc=0 checks the same\n"
+                   "  layer on gemv, whose f32 inputs the bound covers\n");
         fflush(stdout);
         fprintf(stderr, "llmcc: -c: the result does not match the reference (%lld of %lld values differ, first at %s)\n", (long long)bad, (long long)N, at);
         rc = 1;

@@ -154,7 +154,7 @@ void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
         case TS_ASSIGN: str_printf(o, t == TARGET_CPU ? "r%d[tid] = " : "r%d = ", s->reg); emit_expr(o, k, s->e, t); str_printf(o, ";\n"); break;
         case TS_SSTORE:
             str_printf(o, "smem%d[", s->smem); emit_expr(o, k, s->sidx, t);
-            str_printf(o, k->smem[s->smem].b16 ? "] = f32_to_bf16(" : "] = ");
+            str_printf(o, k->smem[s->smem].f16 ? "] = f32_to_f16(" : k->smem[s->smem].b16 ? "] = f32_to_bf16(" : "] = ");
             emit_expr(o, k, s->e, t);
             str_printf(o, k->smem[s->smem].b16 ? ");\n" : ";\n");
             break;
@@ -200,13 +200,14 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
             if (t == TARGET_CUDA && k->nsmem && s->barrier) { ind(o, d); str_printf(o, "__syncthreads();\n"); }
         } else if (s->k == KS_MMA) {
             if (t == TARGET_CUDA) {
-                str_printf(o, "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, {%%0, %%1, %%2, %%3};\"\n");
+                str_printf(o, "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 {%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, {%%0, %%1, %%2, %%3};\"\n",
+                           s->mf16 ? "f16" : "bf16", s->mf16 ? "f16" : "bf16");
                 ind(o, d + 1);
                 str_printf(o, ": \"+f\"(r%d), \"+f\"(r%d), \"+f\"(r%d), \"+f\"(r%d) : \"r\"(r%d), \"r\"(r%d), \"r\"(r%d), \"r\"(r%d), \"r\"(r%d), \"r\"(r%d));\n",
                            s->mc[0], s->mc[1], s->mc[2], s->mc[3], s->ma[0], s->ma[1], s->ma[2], s->ma[3], s->mb[0], s->mb[1]);
             } else {
-                str_printf(o, "for (int64_t w_ = 0; w_ < %d; w_ += 32) mma_warp(w_, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d);\n", k->block,
-                           s->ma[0], s->ma[1], s->ma[2], s->ma[3], s->mb[0], s->mb[1], s->mc[0], s->mc[1], s->mc[2], s->mc[3]);
+                str_printf(o, "for (int64_t w_ = 0; w_ < %d; w_ += 32) mma_warp(w_, %d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d);\n", k->block,
+                           s->mf16, s->ma[0], s->ma[1], s->ma[2], s->ma[3], s->mb[0], s->mb[1], s->mc[0], s->mc[1], s->mc[2], s->mc[3]);
             }
         } else if (s->k == KS_LDMATRIX) {
             if (t == TARGET_CUDA) {
@@ -300,6 +301,22 @@ static const char CONVERT_F16[] =
     "    float f; memcpy(&f, &u, 4); return f;\n}\n";
 static const char LD_F16[] = "static DEVFN float ld_f16(const uint16_t *p, int64_t i) { return f16_to_f32(p[i]); }\n";
 
+static const char F32_TO_F16[] =
+    "/* activations staged as f16 (for f16 weights): round to nearest even; past 65504 -> inf, below 2^-14 subnormal */\n"
+    "static DEVFN uint16_t f32_to_f16(float f) {\n"
+    "    uint32_t u; memcpy(&u, &f, 4);\n"
+    "    uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;\n"
+    "    if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00u);\n"
+    "    if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00u);   /* rounds past 65504 */\n"
+    "    if (a < 0x38800000u) {   /* below 2^-14: a subnormal half, m * 2^-24 */\n"
+    "        if (a < 0x33000000u) return (uint16_t)s;   /* below 2^-25: rounds to 0 */\n"
+    "        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, sh = 126 - e;   /* value = m * 2^(e - 150) */\n"
+    "        uint32_t q = m >> sh, r = m & ((1u << sh) - 1), half = 1u << (sh - 1);\n"
+    "        q += r > half || (r == half && (q & 1));\n"
+    "        return (uint16_t)(s | q);\n"
+    "    }\n"
+    "    uint32_t r = a + 0xfffu + ((a >> 13) & 1);   /* round the 13 dropped bits to nearest even */\n"
+    "    return (uint16_t)(s | ((r - 0x38000000u) >> 13));\n}\n";
 static const char F32_TO_BF16[] =
     "/* activations staged as bf16: round to nearest even (NaN stays NaN) */\n"
     "static DEVFN uint16_t f32_to_bf16(float f) {\n"
@@ -313,19 +330,20 @@ static const char F32_TO_BF16[] =
  * f32 wide but unspecified in order and rounding: results can differ in the last bits). */
 static const char MMA_EMU[] =
     "static float mma_bf16(uint32_t h) { uint32_t u = (h & 0xffffu) << 16; float f; memcpy(&f, &u, 4); return f; }\n"
-    "static void mma_warp(int64_t w, const uint32_t *a0, const uint32_t *a1, const uint32_t *a2, const uint32_t *a3,\n"
+    "static float mma_elem(int f16, uint32_t h) { return f16 ? f16_to_f32(h & 0xffffu) : mma_bf16(h); }\n"
+    "static void mma_warp(int64_t w, int f16, const uint32_t *a0, const uint32_t *a1, const uint32_t *a2, const uint32_t *a3,\n"
     "                     const uint32_t *b0, const uint32_t *b1, float *c0, float *c1, float *c2, float *c3) {\n"
     "    float A[16][16], B[16][8];\n"
     "    for (int l = 0; l < 32; l++) {\n"
     "        const int g = l >> 2, t = l & 3;\n"
     "        const int64_t i = w + l;\n"
     "        for (int h = 0; h < 2; h++) {\n"
-    "            A[g][2 * t + h] = mma_bf16(a0[i] >> (16 * h));\n"
-    "            A[g + 8][2 * t + h] = mma_bf16(a1[i] >> (16 * h));\n"
-    "            A[g][2 * t + 8 + h] = mma_bf16(a2[i] >> (16 * h));\n"
-    "            A[g + 8][2 * t + 8 + h] = mma_bf16(a3[i] >> (16 * h));\n"
-    "            B[2 * t + h][g] = mma_bf16(b0[i] >> (16 * h));\n"
-    "            B[2 * t + 8 + h][g] = mma_bf16(b1[i] >> (16 * h));\n"
+    "            A[g][2 * t + h] = mma_elem(f16, a0[i] >> (16 * h));\n"
+    "            A[g + 8][2 * t + h] = mma_elem(f16, a1[i] >> (16 * h));\n"
+    "            A[g][2 * t + 8 + h] = mma_elem(f16, a2[i] >> (16 * h));\n"
+    "            A[g + 8][2 * t + 8 + h] = mma_elem(f16, a3[i] >> (16 * h));\n"
+    "            B[2 * t + h][g] = mma_elem(f16, b0[i] >> (16 * h));\n"
+    "            B[2 * t + 8 + h][g] = mma_elem(f16, b1[i] >> (16 * h));\n"
     "        }\n"
     "    }\n"
     "    for (int l = 0; l < 32; l++) {\n"
@@ -434,7 +452,7 @@ void emit_host_expr(Str *o, const Expr *e) {
 
 /* what the kernels' statements need from the prelude: loads and vector loads per dtype, shared stores
  * that round to bf16 */
-typedef struct { bool load[DT_COUNT], vload[DT_COUNT], any_vload, to_bf16; } Needs;
+typedef struct { bool load[DT_COUNT], vload[DT_COUNT], any_vload, to_bf16, to_f16; } Needs;
 static void needs_expr(Needs *nd, const Expr *e) {
     if (!e) return;
     if (e->k == EX_LOAD) nd->load[e->buf->dtype] = true;
@@ -447,7 +465,7 @@ static void needs_ts(Needs *nd, const KKernel *k, TStmt **b, int n) {
         if (s->k == TS_STORE || s->k == TS_VLOAD || s->k == TS_CP_ASYNC)
             for (int d = 0; d < s->buf->ndim; d++) needs_expr(nd, s->idx[d]);
         if (s->k == TS_VLOAD) nd->vload[s->buf->dtype] = nd->any_vload = true;
-        if (s->k == TS_SSTORE && k->smem[s->smem].b16) nd->to_bf16 = true;
+        if (s->k == TS_SSTORE && k->smem[s->smem].b16) *(k->smem[s->smem].f16 ? &nd->to_f16 : &nd->to_bf16) = true;
         needs_ts(nd, k, s->body, s->nbody);
     }
 }
@@ -480,14 +498,16 @@ void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header) 
         cp |= k->has_cp_async;
     }
     if (nd.to_bf16) str_printf(o, "%s", F32_TO_BF16);
+    if (nd.to_f16) str_printf(o, "%s", F32_TO_F16);
+    /* converters for the 16-bit dtypes the kernels read (cp.async copies bits: none); the mma emulation
+     * decodes halves too */
+    if (nd.load[DT_BF16] || nd.vload[DT_BF16]) str_printf(o, "%s", CONVERT_BF16);
+    if (nd.load[DT_BF16]) str_printf(o, "%s", LD_BF16);
+    if (nd.load[DT_F16] || nd.vload[DT_F16] || (!cuda && mma)) str_printf(o, "%s", CONVERT_F16);
+    if (nd.load[DT_F16]) str_printf(o, "%s", LD_F16);
     if (!cuda && mma) str_printf(o, "%s", MMA_EMU);
     if (!cuda && ldm) str_printf(o, "%s", LDM_EMU);
     if (!cuda && cp) str_printf(o, "%s", CP_EMU);
-    /* converters for the 16-bit dtypes the kernels read (cp.async copies bits: none) */
-    if (nd.load[DT_BF16] || nd.vload[DT_BF16]) str_printf(o, "%s", CONVERT_BF16);
-    if (nd.load[DT_BF16]) str_printf(o, "%s", LD_BF16);
-    if (nd.load[DT_F16] || nd.vload[DT_F16]) str_printf(o, "%s", CONVERT_F16);
-    if (nd.load[DT_F16]) str_printf(o, "%s", LD_F16);
 }
 
 void emit_kernels(Str *o, const KProgram *kp, Target t) {

@@ -10,7 +10,7 @@ const char *const shfl_names[] = {
 #undef X
 };
 
-typedef struct { Arena *A; int *nvars; const Knobs *kn; } KL;
+typedef struct { Arena *A; int *nvars; const Knobs *kn; bool mma_f16; } KL;
 
 static TStmt *ts(Arena *A, TStmtKind k) { TStmt *s = ARENA_NEW(A, TStmt); s->k = k; return s; }
 static TStmt *ts_let(Arena *A, Var *v, Expr *e) { TStmt *s = ts(A, TS_LET); s->v = v; s->e = e; return s; }
@@ -201,7 +201,7 @@ static void argmax_step(KL *L, KList *l, int64_t d) {
 static void mat_block_argmax(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = L->A;
     int nw = t->block / 32;
-    CHECK(t->nred == 1, "argmax over %d axes", t->nred);
+    CHECK(t->nred == 1 && !t->side, "argmax over %d axes or with a side store", t->nred);
     k->nregs = 4;
     for (int i = 0; i < 4; i++) k->regs[i].t = T_F32;
     if (nw > 1) { k->nsmem = 1; k->smem[0].size = t->smem_floats; }
@@ -351,6 +351,7 @@ static KStmt *kmma(KL *L, const int *a, const int *b, const int *c) {
     KStmt *s = ARENA_NEW(L->A, KStmt);
     s->k = KS_MMA;
     memcpy(s->ma, a, sizeof s->ma); memcpy(s->mb, b, sizeof s->mb); memcpy(s->mc, c, sizeof s->mc);
+    s->mf16 = L->mma_f16;
     /* the deliberate fault: two A fragment registers trade places, so rows g and g+8 of k 0..7 / 8..15 mix */
     if (L->kn->debug_mma_layout) { s->ma[1] = a[2]; s->ma[2] = a[1]; }
     return s;
@@ -549,7 +550,10 @@ static void mat_gemm_tc(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     CHECK(k->nregs <= (int)(sizeof k->regs / sizeof k->regs[0]), "gemm_tc registers");
     for (int i = 0; i < k->nregs; i++) { k->regs[i].t = T_F32; k->regs[i].b32 = i >= 32 && i < 48; }
     k->nsmem = 2 * S;
-    for (int i = 0; i < 2 * S; i++) { k->smem[i].size = (i < S ? BM : BN) * LD; k->smem[i].b16 = true; }
+    /* f16 weights: the tiles hold halves (X rounded to f16) and the mma multiplies f16 */
+    bool f16 = t->wop->buf->dtype == DT_F16;
+    L->mma_f16 = f16;
+    for (int i = 0; i < 2 * S; i++) { k->smem[i].size = (i < S ? BM : BN) * LD; k->smem[i].b16 = true; k->smem[i].f16 = f16; }
     /* uniform: the block's tile origin */
     Expr *lane = imod(A, tid(A), 32), *warp = idiv(A, tid(A), 32);
     Gtc G = {E_MUL(A, idiv(A, bid(A), nbo), e_i(A, BM)), E_MUL(A, imod(A, bid(A), nbo), e_i(A, BN)), lane,
@@ -929,7 +933,7 @@ static void print_ks(KP *p, KStmt **b, int n, int d) {
             str_printf(p->o, "phase%s:\n", s->barrier ? "" : " (warp-level: no barrier)");
             for (int j = 0; j < s->nbody; j++) print_ts(p, s->body[j], d + 1);
         } else if (s->k == KS_MMA) {
-            str_printf(p->o, "mma_m16n8k16_bf16 {r%d, r%d, r%d, r%d} += {r%d, r%d, r%d, r%d} * {r%d, r%d}\n", s->mc[0], s->mc[1], s->mc[2], s->mc[3],
+            str_printf(p->o, "mma_m16n8k16_%s {r%d, r%d, r%d, r%d} += {r%d, r%d, r%d, r%d} * {r%d, r%d}\n", s->mf16 ? "f16" : "bf16", s->mc[0], s->mc[1], s->mc[2], s->mc[3],
                        s->ma[0], s->ma[1], s->ma[2], s->ma[3], s->mb[0], s->mb[1]);
         } else if (s->k == KS_LDMATRIX) {
             str_printf(p->o, "ldmatrix_x%d {", s->nmat);
@@ -964,7 +968,8 @@ void kernel_print_one(Str *o, const KKernel *k, bool header) {
         for (int d = 0; d < b->ndim; d++) str_printf(o, "%s%lld", d ? ", " : "", (long long)b->dims[d]);
         str_printf(o, "]%s%s\n", header ? "  = " : "", header ? b->name : "");
     }
-    for (int i = 0; i < k->nsmem; i++) str_printf(o, "  shared smem%d: %s[%d]\n", i, k->smem[i].b16 ? "b16" : "f32", k->smem[i].size);
+    for (int i = 0; i < k->nsmem; i++)
+        str_printf(o, "  shared smem%d: %s[%d]\n", i, k->smem[i].f16 ? "b16 (f16)" : k->smem[i].b16 ? "b16" : "f32", k->smem[i].size);
     for (int i = 0; i < k->nregs; i++) str_printf(o, "  register r%d: %s per thread\n", i, k->regs[i].b32 ? "b32" : "f32");
     print_ks(&p, k->body, k->nbody, 1);
 }
@@ -987,7 +992,7 @@ int kernel_param_index(const KKernel *k, const Buffer *b) {
 
 void kernel_lower(Arena *A, const TileProgram *tp, KProgram *kp) {
     int nvars = tp->lp->tp->nvars;
-    KL L = {A, &nvars, &tp->knobs};
+    KL L = {A, &nvars, &tp->knobs, false};
     kp->tp = tp->lp->tp;
     kp->kernels = ARENA_ARRAY(A, KKernel *, tp->n);
     kp->launches = ARENA_ARRAY(A, KLaunch, tp->n);

@@ -80,6 +80,7 @@ typedef struct KStmt {
      * ldmatrix_xN (N = 1, 2, 4; m8n8, b16): lanes 8i..8i+7 give the shared element offsets (addr, 16-byte
      * aligned) of rows 0..7 of matrix i; d[i] of lane l = row l/4 of matrix i, elements 2(l%4), 2(l%4)+1. */
     int ma[4], mb[2], mc[4];
+    bool mf16;                 /* mma: f16 operands (mma...f32.f16.f16.f32), else bf16 */
     int nmat, ldst[4], lsmem; Expr *laddr;
     /* cp.async groups (PTX ISA, cp.async): commit_group closes the copies this thread issued since the last
      * commit into a group; wait_group N returns once at most the newest N of its committed groups are still
@@ -87,7 +88,7 @@ typedef struct KStmt {
     int wait_n;                /* wait_group */
 } KStmt;
 
-typedef struct { int size; bool b16; } SmemDecl;   /* b16: uint16 elements (bf16 bits; f32 stores round to nearest even) */
+typedef struct { int size; bool b16, f16; } SmemDecl;   /* f16: the b16 elements are IEEE halves (f32 stores round to f16), else bf16 */   /* b16: uint16 elements (bf16 bits; f32 stores round to nearest even) */
 typedef struct { EType t; bool b32; } RegDecl;     /* b32: a .b32 fragment register (two bf16) */
 
 #define MAX_PARAMS 16

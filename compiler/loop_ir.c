@@ -189,7 +189,8 @@ static bool try_side_store(Arena *A, LProgram *lp, int pi, int ri) {
     Shape p, r;
     if (!shape_of(lp->nests[pi], &p) || !identity_store(&p) || !shape_of(lp->nests[ri], &r) || !r.red) return false;
     const Buffer *b = p.store->buf;
-    if (b->kind != BUF_ACT || p.npar != r.npar + 1 || writes(lp->nests[ri]->root, b)) return false;
+    /* argmax's schedule keeps (value, index) pairs and has no side store */
+    if (b->kind != BUF_ACT || p.npar != r.npar + 1 || r.red->body[0]->red == RED_ARGMAX || writes(lp->nests[ri]->root, b)) return false;
     for (int d = 0; d < r.npar; d++) if (!expr_equal(p.par[d]->extent, r.par[d]->extent)) return false;
     if (!expr_equal(p.par[p.npar - 1]->extent, r.red->extent)) return false;
     LStmt *acc = r.red->body[0];

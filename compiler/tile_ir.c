@@ -185,7 +185,7 @@ static bool gemm_tc_form(TileKernel *k) {
     const Var *t = k->par[0].v, *o = k->par[1].v, *kv = k->red[0].v;
     for (int w = 0; w < 2; w++) {
         Expr *W = k->acc_value->a[w], *X = k->acc_value->a[1 - w];
-        if (W->k != EX_LOAD || W->buf->kind != BUF_WEIGHT || W->buf->dtype != DT_BF16 || W->nargs != 2) continue;
+        if (W->k != EX_LOAD || W->buf->kind != BUF_WEIGHT || (W->buf->dtype != DT_BF16 && W->buf->dtype != DT_F16) || W->nargs != 2) continue;
         if (W->a[0]->k != EX_VAR || W->a[0]->var != o || W->a[1]->k != EX_VAR || W->a[1]->var != kv) continue;
         if (expr_uses_var(X, o) || !expr_uses_var(X, t)) continue;
         k->xop = X; k->wop = W;

@@ -13,7 +13,7 @@
  *   splitk_sum    the second pass: a thread per output element sums the
  *                 split_k partials in order (deterministic) and applies the
  *                 epilogue
- *   gemm_tc       bf16-weight linears when n > gemm_min_n: a block per bm x bn
+ *   gemm_tc       bf16- or f16-weight linears when n > gemm_min_n: a block per bm x bn
  *                 (tokens x outputs; 64 x 64) tile, warps of 32x32, K in steps of bk
  *                 staged to shared memory as bf16 (stages > 1: a pipeline,
  *                 W by cp.async, X by register prefetch), ldmatrix + mma.sync

@@ -10,8 +10,8 @@
 #                         the only place cuBLAS is linked); target >= 80% of cuBLAS
 #   attention             the layer's attention kernels, prefill (512, 2048 tokens)
 #                         and decode at contexts 1024 / 4096 (--pos), --knob flash=1
-#                         against flash=0 (plain scores / softmax / P.V); "n/a" while
-#                         llmcc has no flash knob; target: flash not slower
+#                         against flash=0 (plain scores / softmax / P.V); "n/a" if
+#                         this llmcc has no flash knob; target: flash not slower
 #   fused vs unfused      one decoder layer, decode and a 512-token prefill, --knob
 #                         fuse=1 against fuse=0; target ratio <= 1.0
 # Every step runs under `timeout` inside one budget (BENCH_OPS_BUDGET, 450 s),

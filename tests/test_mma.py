@@ -32,18 +32,23 @@ from test_ops import U, check_rows, compile_op, run_op, tile_params, to_bf16, we
 from testlib import LLMCC, run, tmpdir
 
 
-def gemm_case(maxn, M, K, n, bias=True, knobs=(), seed=3, xround=True):
+def round_x(x, dt):
+    """the activations as gemm_tc stages them: rounded to the weights' 16-bit type (nearest even)"""
+    return to_bf16(x)[1] if dt == "bf16" else x.astype(np.float16).astype(np.float32)
+
+
+def gemm_case(maxn, M, K, n, bias=True, knobs=(), seed=3, xround=True, dt="bf16"):
     rng = np.random.default_rng(seed + 7 * M + K)
-    exe, tile, d = compile_op(["linear", maxn, M, K, "bf16", 1 if bias else 0], knobs)
+    exe, tile, d = compile_op(["linear", maxn, M, K, dt, 1 if bias else 0], knobs)
     x = rng.standard_normal((maxn, K)).astype(np.float32)
-    wb, w = weight(rng.standard_normal((M, K)), "bf16")
+    wb, w = weight(rng.standard_normal((M, K)), dt)
     ins = [x.tobytes(), wb]
     b = 0
     if bias:
-        bb, b = weight(rng.standard_normal(M), "bf16")
+        bb, b = weight(rng.standard_normal(M), dt)
         ins.append(bb)
     (y,) = run_op(exe, d, ins, n, [(maxn, M)])
-    xs = to_bf16(x[:n])[1].astype(np.float64) if xround else x[:n].astype(np.float64)
+    xs = round_x(x[:n], dt).astype(np.float64) if xround else x[:n].astype(np.float64)
     ref = xs @ w.T + b
     mag = np.abs(x[:n].astype(np.float64)) @ np.abs(w).T + np.abs(b)
     tol = (-(-K // 16) + 2) * U * mag + 1e-30
@@ -98,9 +103,21 @@ def test_gemm_tc_off_and_f32_weights():
     # max_batch 16: no call can exceed gemm_min_n, so no gemm_tc kernel is compiled
     t = compile_op(["linear", 16, 40, 64, "bf16", 0])[1]
     assert "schedule gemm_tc" not in t, t
-    for dt in ("f32", "f16"):
-        t = compile_op(["linear", 32, 40, 64, dt, 0])[1]
-        assert "schedule gemm_tc" not in t, t
+    t = compile_op(["linear", 32, 40, 64, "f32", 0])[1]
+    assert "schedule gemm_tc" not in t, t
+
+
+def test_gemm_tc_f16_weights():
+    """f16 weights: X rounded to f16 when staged, mma.m16n8k16 f16 (products of halves are exact in f32, so
+    the bf16 bound holds on the f16-rounded x) over the edge shapes, 1 to 3 stages."""
+    for (maxn, M, K, n), kn in zip(PIPE_SHAPES, ((), ("gemm_stages=1",), ("gemm_stages=3", "gemm_bk=16"), (), ("gemm_bk=64",), ())):
+        y, ref, tol, n, tile = gemm_case(maxn, M, K, n, knobs=kn, dt="f16")
+        assert tile_params(tile, "proj_tc")["schedule"] == "gemm_tc", tile
+        check_rows(y, n, ref, tol, "gemm_tc f16 n=%d M=%d K=%d %s" % (n, M, K, kn))
+    c = run([harness(), "linear", "32", "40", "64", "f16", "0"]).stdout
+    assert "mma_warp(w_, 1, " in c and "f32_to_f16(" in c and "mma_warp(w_, 0, " not in c and "f32_to_bf16(" not in c
+    cu = run([harness(), "linear", "32", "40", "64", "f16", "0", "--target", "cuda"]).stdout
+    assert "m16n8k16.row.col.f32.f16.f16.f32" in cu and ".bf16.bf16" not in cu
 
 
 # n past the tile edge (17, 33), n = 64, n = 17 with M = 17; M 8 (< an n-tile), 17, 72, 130, 200; K 16 (< bk), 36 and 203
@@ -227,6 +244,7 @@ def test_gemm_tc_pipelines_compile_sm90():
     cases += [(["linear", 150, 200, 256, "bf16", 0], ("gemm_bm=%d" % bm, "gemm_bn=%d" % bn, "gemm_stages=%d" % st, "gemm_bk=%d" % bk))
               for bm, bn, st, bk in ((128, 64, 2, 32), (64, 128, 3, 32), (128, 128, 2, 32), (128, 64, 2, 16))]
     cases += [(["cp_async_prim", b], ()) for b in (4, 8, 16)]
+    cases += [(["linear", 64, 200, 200, "f16", 1], ("gemm_stages=%d" % st,)) for st in (1, 2)]
     for args, kn in cases:
         d = tmpdir(os.path.join("ops", "cuda_" + tag(args, kn)))
         cu = os.path.join(d, "k.cu")
