@@ -258,6 +258,8 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
             }
             ind(o, d + 1); str_printf(o, "r%d[tid] = lanebuf[tid - lane_ + src_];\n", s->dst);
             ind(o, d); str_printf(o, "}\n");
+        } else if (s->k == KS_ULET) {
+            str_printf(o, "const int64_t "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->init, t); str_printf(o, "; /* uniform */\n");
         } else {
             str_printf(o, "for (int64_t "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->init, t);
             str_printf(o, "; "); emit_expr(o, k, s->cond, t);
@@ -474,6 +476,7 @@ static void needs_ks(Needs *nd, const KKernel *k, KStmt **b, int n) {
         const KStmt *s = b[i];
         if (s->k == KS_PHASE) needs_ts(nd, k, s->body, s->nbody);
         if (s->k == KS_LDMATRIX) needs_expr(nd, s->laddr);
+        if (s->k == KS_ULET) needs_expr(nd, s->init);
         if (s->k == KS_UFOR) { needs_expr(nd, s->init); needs_expr(nd, s->cond); needs_expr(nd, s->update); needs_ks(nd, k, s->kbody, s->nk); }
     }
 }

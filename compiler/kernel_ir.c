@@ -625,6 +625,14 @@ static KStmt *phase_pruned(Arena *A, TStmt **b, int n, bool barrier) {
     return phase(A, b, m, barrier);
 }
 
+/* ulet NAME = e at the kernel's top level: the value as a uniform variable */
+static Expr *ulet(KL *L, KList *body, const char *name, Expr *e) {
+    KStmt *s = ARENA_NEW(L->A, KStmt);
+    s->k = KS_ULET; s->v = new_var(L->A, L->nvars, name); s->init = e;
+    kl_add(L->A, body, s);
+    return e_var(L->A, s->v);
+}
+
 /* The block's place (uniform): key slice, kv head, first token; and a
  * thread's: lane, its row's token t and head h (the attention's own
  * variables, so q, k, v and jmax read them as they are). */
@@ -649,8 +657,10 @@ static void mat_flash(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     for (int i = 0; i < k->nregs; i++) k->regs[i].t = T_F32;
     k->nsmem = 4;
     k->smem[0].size = (int)(W * HD); k->smem[1].size = (int)(BC * (HD + 1)); k->smem[2].size = (int)(BC * HV); k->smem[3].size = (int)(W * BC);
-    Expr *SE = t->nsplit, *rest = E_DIV(A, bid(A), SE);
-    FlashBlock fb = {e_bin(A, EX_MOD, bid(A), SE), imod(A, rest, KVH), E_MUL(A, idiv(A, rest, KVH), e_i(A, t->tq)), new_var(A, L->nvars, "lane")};
+    /* the block's coordinates and key range, computed once (uniform) */
+    Expr *SE = S > 1 ? ulet(L, body, "nsplit", t->nsplit) : e_i(A, 1), *rest = ulet(L, body, "rest", E_DIV(A, bid(A), SE));
+    FlashBlock fb = {S > 1 ? ulet(L, body, "slice", e_bin(A, EX_MOD, bid(A), SE)) : e_i(A, 0), ulet(L, body, "kvh", imod(A, rest, KVH)),
+                     ulet(L, body, "t0", E_MUL(A, idiv(A, rest, KVH), e_i(A, t->tq))), new_var(A, L->nvars, "lane")};
     Expr *lane = e_var(A, fb.lane), *w = idiv(A, tid(A), 32), *tv = e_var(A, d->t);
     Expr *ninf = e_f(A, -1.0 / 0.0);
     /* debug_flash_mask: the deliberate fault, an off-by-one causal mask (a row sees one key too many) */
@@ -659,10 +669,11 @@ static void mat_flash(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     Expr *tlast = E_SUB(A, emin(A, d->rows, E_ADD(A, fb.t0, e_i(A, t->tq))), e_i(A, 1));
     Expr *jlo = e_i(A, 0), *jhi = emin(A, d->len, expr_subst(A, jmax, d->t, tlast));
     if (S > 1) {
-        Expr *chunk = E_MUL(A, idiv(A, E_ADD(A, E_DIV(A, E_ADD(A, d->len, E_SUB(A, SE, e_i(A, 1))), SE), e_i(A, BC - 1)), BC), e_i(A, BC));
-        jlo = E_MUL(A, fb.slice, chunk);
+        Expr *chunk = ulet(L, body, "chunk", E_MUL(A, idiv(A, E_ADD(A, E_DIV(A, E_ADD(A, d->len, E_SUB(A, SE, e_i(A, 1))), SE), e_i(A, BC - 1)), BC), e_i(A, BC)));
+        jlo = ulet(L, body, "jlo", E_MUL(A, fb.slice, chunk));
         jhi = emin(A, jhi, E_ADD(A, jlo, chunk));
     }
+    jhi = ulet(L, body, "jhi", jhi);
     /* phase 0: the row's q into smem0 (zero for rows past the end), m = -inf, l = 0, o = 0 */
     TStmt **p0 = tlist(A, 8 + no);
     int n0 = flash_lets(A, t, &fb, p0);
@@ -949,6 +960,8 @@ static void print_ks(KP *p, KStmt **b, int n, int d) {
             str_printf(p->o, "r%d = shfl_%s(r%d, ", s->dst, shfl_names[s->shfl], s->src);
             kexpr(p, s->arg);
             str_printf(p->o, ")\n");
+        } else if (s->k == KS_ULET) {
+            str_printf(p->o, "ulet %s = ", s->v->name); kexpr(p, s->init); str_printf(p->o, "\n");
         } else {
             str_printf(p->o, "ufor %s = ", s->v->name); kexpr(p, s->init); str_printf(p->o, "; "); kexpr(p, s->cond);
             str_printf(p->o, "; %s = ", s->v->name); kexpr(p, s->update); str_printf(p->o, ":\n");
@@ -1171,8 +1184,14 @@ static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uv
             else if (s->arg->t != T_I64) m = "shuffle argument is not an integer";
             else if (!(m = ver_uniform(A, s->arg, uvars, nu)) && expr_is_const(s->arg, &a) && (a < 0 || a > 31))
                 m = arena_printf(A, "shuffle %s argument %lld is outside 0..31", shfl_names[s->shfl], (long long)a);
+        } else if (s->k == KS_ULET) {
+            /* a value of bid, n, pos and earlier uniform values: every thread agrees on it */
+            if (nu >= 16) return "too many uniform values";
+            m = ver_uniform(A, s->init, uvars, nu);
+            if (!m && s->init->t != T_I64) m = "uniform value is not an integer";
+            uvars[nu++] = s->v;
         } else {
-            if (nu >= 8) return "uniform loops nested too deep";
+            if (nu >= 16) return "uniform loops nested too deep";
             uvars[nu] = s->v;
             m = ver_uniform(A, s->init, uvars, nu);
             if (!m) m = ver_uniform(A, s->cond, uvars, nu + 1);
@@ -1188,7 +1207,7 @@ static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uv
 const char *kernel_verify(Arena *A, const KProgram *kp) {
     for (int i = 0; i < kp->nk; i++) {
         const KKernel *k = kp->kernels[i];
-        Var *uvars[8];
+        Var *uvars[16];
         Region region = {0};
         const char *m = ver_ks(A, k, k->body, k->nbody, uvars, 0, &region);
         if (!m && k->grid->t != T_I64) m = "grid is not an integer";

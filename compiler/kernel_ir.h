@@ -4,6 +4,7 @@
  *   body   := phase { per-thread code }   -- a block barrier follows unless
  *                                           the phase is marked warp-level
  *           | ufor v = init; cond; v = update { body }   -- uniform bounds
+ *           | ulet v = init                              -- a uniform value, computed once
  *           | shfl_{down,up,xor,idx} rD <- rS, arg      -- warp shuffle
  *           | mma_m16n8k16_bf16 c[4] += a[4] * b[2]     -- tensor core, per warp
  *           | ldmatrix_xN d[N] <- smem[addr]             -- 8x8 b16 tiles, per warp
@@ -48,7 +49,7 @@ typedef struct TStmt {
 } TStmt;
 
 #define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor") X(KS_SHFL, "shfl") X(KS_MMA, "mma") X(KS_LDMATRIX, "ldmatrix") \
-    X(KS_CP_COMMIT, "cp_async_commit_group") X(KS_CP_WAIT, "cp_async_wait_group")
+    X(KS_CP_COMMIT, "cp_async_commit_group") X(KS_CP_WAIT, "cp_async_wait_group") X(KS_ULET, "ulet")
 typedef enum {
 #define X(e, s) e,
     KSTMT_KINDS(X)

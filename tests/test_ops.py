@@ -294,7 +294,7 @@ def test_kernel_verifier_rules():
     exe = build_c("kernel_verify_test", HARNESS_SRCS[:-1] + ["tests/c/kernel_verify_test.c"])
     p = run([exe], check=False)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.count("ok  ") == 15, p.stdout
+    assert p.stdout.count("ok  ") == 18, p.stdout
 
 
 # ---- the guards themselves ----

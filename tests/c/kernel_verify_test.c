@@ -118,5 +118,20 @@ int main(void) {
     expect("mma after ldmatrix", kp, NULL);
     mm->mc[3] = 5;
     expect("mma accumulating into a .b32 register", kp, "wrong type");
+    /* ulet: a uniform value (of bid) bounds a uniform loop; one of tid may not */
+    KStmt *ul = ARENA_NEW(&A, KStmt);
+    ul->k = KS_ULET; ul->v = new_var(&A, &nvars, "u"); ul->init = E_MUL(&A, e_leaf(&A, EX_BID, T_I64, 0), e_i(&A, 2));
+    KStmt *uf2 = ARENA_NEW(&A, KStmt);
+    Var *v2 = new_var(&A, &nvars, "s2");
+    uf2->k = KS_UFOR; uf2->v = v2; uf2->init = e_i(&A, 0); uf2->cond = e_bin(&A, EX_LT, e_var(&A, v2), e_var(&A, ul->v));
+    uf2->update = E_ADD(&A, e_var(&A, v2), e_i(&A, 1));
+    uf2->kbody = ARENA_ARRAY(&A, KStmt *, 1); uf2->nk = 1;
+    uf2->kbody[0] = phase(sread(), true);
+    b[0] = ul; b[1] = uf2;
+    expect("uniform value bounding a uniform loop", prog(64, b, 2), NULL);
+    ul->init = e_leaf(&A, EX_TID, T_I64, 0);
+    expect("uniform value of a thread", prog(64, b, 2), "depends on a thread");
+    b[0] = uf2;
+    expect("uniform loop before its bound's ulet", prog(64, b, 1), "non-uniform u");
     return failures ? 1 : 0;
 }
