@@ -177,11 +177,37 @@ static void mat_block_reduce(KL *L, const TileKernel *t, KKernel *k, KList *body
         kl_add(A, body, phase(A, p1, 2, false));
         warp_tree(L, body, t->redop, nw);
     }
-    /* thread 0 applies the epilogue and stores */
-    TStmt *last = ts_if(A, e_bin(A, EX_EQ, tid(A), e_i(A, 0)), t->npar + 1);
+    /* thread 0 applies the epilogue and stores (and, for a tail, leaves the result in shared memory) */
+    TStmt *last = ts_if(A, e_bin(A, EX_EQ, tid(A), e_i(A, 0)), t->npar + 3);
     last->nbody = decompose(A, last->body, t->par, t->npar, bid(A));
-    last->body[last->nbody++] = store(A, t, expr_subst_acc(A, t->store_value, reg(A, 0)));
-    kl_phase1(A, body, last, false);
+    Expr *res = expr_subst_acc(A, t->store_value, reg(A, 0));
+    int ts_ = -1;
+    if (t->tail_out) {
+        ts_ = k->nsmem++;
+        k->smem[ts_].size = 1;
+        last->body[last->nbody++] = ts_assign(A, 1, res);
+        res = reg(A, 1);
+        TStmt *ss = ts(A, TS_SSTORE); ss->smem = ts_; ss->sidx = e_i(A, 0); ss->e = reg(A, 1);
+        last->body[last->nbody++] = ss;
+    }
+    last->body[last->nbody++] = store(A, t, res);
+    kl_phase1(A, body, last, t->tail_out != NULL);
+    if (t->tail_out) {
+        /* the row op over its last axis, every thread a strided part, the row's result read from shared memory */
+        TStmt **pt = tlist(A, t->npar + 1);
+        int nt = decompose(A, pt, t->par, t->npar, bid(A));
+        Var *cv = new_var(A, L->nvars, "c");
+        TStmt *f2 = ts(A, TS_FOR);
+        f2->v = cv; f2->lo = tid(A); f2->e = t->tail.extent; f2->step = e_i(A, t->block);
+        f2->body = tlist(A, 2);
+        f2->body[f2->nbody++] = ts_let(A, t->tail.v, e_var(A, cv));
+        TStmt *st = ts(A, TS_STORE);
+        st->buf = t->tail_out; st->idx = t->tail_idx;
+        st->e = replace_expr(A, t->tail_value, e_load(A, t->out, t->out->ndim, t->idx), sload(A, ts_, e_i(A, 0)));
+        f2->body[f2->nbody++] = st;
+        pt[nt++] = f2;
+        kl_add(A, body, phase(A, pt, nt, false));
+    }
 }
 
 /* block_reduce for argmax: (value, index) pairs, r0/r2 the thread's, r1/r3 the partner's. A pair wins

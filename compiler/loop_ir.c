@@ -50,7 +50,7 @@ static LoopNest *lower_op(Arena *A, const TOp *op) {
 
 void loop_lower(Arena *A, TProgram *tp, LProgram *lp) {
     lp->tp = tp;
-    lp->n_inlined = lp->n_side_stores = lp->n_flash = lp->n_retargeted = 0;
+    lp->n_inlined = lp->n_side_stores = lp->n_flash = lp->n_retargeted = lp->n_tails = 0;
     lp->n = tp->n;
     lp->nests = ARENA_ARRAY(A, LoopNest *, tp->n);
     for (int i = 0; i < tp->n; i++) lp->nests[i] = lower_op(A, tp->ops[i]);
@@ -61,7 +61,7 @@ void loop_lower(Arena *A, TProgram *tp, LProgram *lp) {
 /* The shapes fusion works on: a flat nest (parallel loops around one store)
  * and a single-reduction nest (parallel loops around acc_init, one reduce
  * loop, store). */
-typedef struct { int npar; const LStmt *par[MAX_AXES]; const LStmt *leaf; LStmt *red; LStmt *store; } Shape;
+typedef struct { int npar; const LStmt *par[MAX_AXES]; const LStmt *leaf; LStmt *red; LStmt *store; bool side; } Shape;
 static bool shape_of(const LoopNest *n, Shape *sh) {
     memset(sh, 0, sizeof *sh);
     const LStmt *s = n->root;
@@ -73,9 +73,11 @@ static bool shape_of(const LoopNest *n, Shape *sh) {
     }
     sh->leaf = s;
     if (s->nbody == 1 && s->body[0]->k == LS_STORE) { sh->store = s->body[0]; return true; }
+    /* a reduction (its loop's body the update, or a side store and the update) */
     if (s->nbody == 3 && s->body[0]->k == LS_ACC_INIT && s->body[1]->k == LS_FOR && s->body[1]->lk == LOOP_REDUCE &&
-        s->body[1]->nbody == 1 && s->body[1]->body[0]->k == LS_ACC && s->body[2]->k == LS_STORE) {
-        sh->red = s->body[1]; sh->store = s->body[2];
+        (s->body[1]->nbody == 1 || (s->body[1]->nbody == 2 && s->body[1]->body[0]->k == LS_STORE)) &&
+        s->body[1]->body[s->body[1]->nbody - 1]->k == LS_ACC && s->body[2]->k == LS_STORE) {
+        sh->red = s->body[1]; sh->store = s->body[2]; sh->side = s->body[1]->nbody == 2;
         return true;
     }
     return false;
@@ -187,10 +189,10 @@ static bool try_inline(Arena *A, LProgram *lp, bool *dead, int pi, int ci) {
  * element is computed once; one launch and one read of B are saved. */
 static bool try_side_store(Arena *A, LProgram *lp, int pi, int ri) {
     Shape p, r;
-    if (!shape_of(lp->nests[pi], &p) || !identity_store(&p) || !shape_of(lp->nests[ri], &r) || !r.red) return false;
+    if (!shape_of(lp->nests[pi], &p) || !identity_store(&p) || !shape_of(lp->nests[ri], &r) || !r.red || r.side) return false;
     const Buffer *b = p.store->buf;
     /* argmax's schedule keeps (value, index) pairs and has no side store */
-    if (b->kind != BUF_ACT || p.npar != r.npar + 1 || r.red->body[0]->red == RED_ARGMAX || writes(lp->nests[ri]->root, b)) return false;
+    if (b->kind != BUF_ACT || p.npar != r.npar + 1 || r.red->body[r.red->nbody - 1]->red == RED_ARGMAX || writes(lp->nests[ri]->root, b)) return false;
     for (int d = 0; d < r.npar; d++) if (!expr_equal(p.par[d]->extent, r.par[d]->extent)) return false;
     if (!expr_equal(p.par[p.npar - 1]->extent, r.red->extent)) return false;
     LStmt *acc = r.red->body[0];
@@ -224,6 +226,56 @@ static bool touches(const LoopNest *n, const Buffer *b) {
     return u.n || writes(n->root, b);
 }
 
+/* Tail: C, a flat nest over [t.., c] right after the reduction R over [t..] whose result B[t..] it
+ * reads (RMSNorm's scale after its sum of squares, softmax's normalise after its sum), goes into R as
+ * a loop after R's store: `for c: C's store`, its loads of B[t..] now of the value R just stored.
+ * One block then does the whole row (one launch instead of two, B read back from shared memory);
+ * every element is still computed once. R must not be a linear (gemv / gemm_tc have no tail: a
+ * reduction reading a weight is one unless it has a side store), and nothing may run between them. */
+static bool try_tail(Arena *A, LProgram *lp, int ri, int ci) {
+    Shape r, c;
+    if (!shape_of(lp->nests[ri], &r) || !r.red || !shape_of(lp->nests[ci], &c) || c.red || c.npar != r.npar + 1) return false;
+    if (r.red->body[r.red->nbody - 1]->red == RED_ARGMAX || r.leaf->nbody != 3) return false;
+    Buffer *in[16];
+    int nin = 0;
+    collect_inputs(r.red->body[r.red->nbody - 1]->value, in, &nin);
+    for (int i = 0; i < nin && !r.side; i++) if (in[i]->kind == BUF_WEIGHT) return false;   /* (tile_ir.c never makes a gemv of a side store) */
+    if (nin < 0) return false;
+    const Buffer *b = r.store->buf;
+    if (b->kind != BUF_ACT || b->ndim != r.npar || c.store->buf == b) return false;
+    for (int d = 0; d < r.npar; d++) {
+        if (r.store->idx[d]->k != EX_VAR || r.store->idx[d]->var != r.par[d]->v) return false;
+        if (!expr_equal(r.par[d]->extent, c.par[d]->extent)) return false;
+    }
+    /* C reads B only at its own leading variables */
+    Uses u = {b, 0, NULL, false};
+    count_loads(&u, c.store->value);
+    for (int k = 0; k < c.store->buf->ndim; k++) count_loads(&u, c.store->idx[k]);
+    if (!u.n || u.other) return false;
+    for (int d = 0; d < r.npar; d++) if (u.first->a[d]->k != EX_VAR || u.first->a[d]->var != c.par[d]->v) return false;
+    /* R's variables for C's leading ones; C's last loop becomes R's tail */
+    Expr *val = c.store->value;
+    Expr **idx = ARENA_ARRAY(A, Expr *, c.store->buf->ndim);
+    for (int k = 0; k < c.store->buf->ndim; k++) idx[k] = c.store->idx[k];
+    for (int d = 0; d < r.npar; d++) {
+        Expr *rv = e_var(A, r.par[d]->v);
+        val = expr_subst(A, val, c.par[d]->v, rv);
+        for (int k = 0; k < c.store->buf->ndim; k++) idx[k] = expr_subst(A, idx[k], c.par[d]->v, rv);
+    }
+    LStmt *st = ARENA_NEW(A, LStmt);
+    *st = *c.store;
+    st->value = val; st->idx = idx;
+    Axis ax = {c.par[c.npar - 1]->v, c.par[c.npar - 1]->extent};
+    LStmt *tail = loop(A, &ax, LOOP_PARALLEL, 1);
+    tail->body[0] = st;
+    LStmt *leaf = (LStmt *)r.leaf;
+    LStmt **nb = ARENA_ARRAY(A, LStmt *, 4);
+    memcpy(nb, leaf->body, sizeof(LStmt *) * 3);
+    nb[3] = tail;
+    leaf->body = nb; leaf->nbody = 4;
+    return true;
+}
+
 /* An index component as hi * E + lo over loop variables of sh, lo of
  * constant extent E (lo NULL, E 1: the variable hi alone). */
 static Expr *ext_of(const Shape *sh, const Var *v) {
@@ -248,7 +300,7 @@ static bool lin_index(const Shape *sh, const Expr *e, const Var **hi, const Var 
  * hi * E + lo), and nothing between P and C may touch D. */
 static bool try_retarget(Arena *A, LProgram *lp, const bool *dead, int pi, int ci) {
     Shape p, c;
-    if (!shape_of(lp->nests[pi], &p) || !shape_of(lp->nests[ci], &c) || c.red || c.store->value->k != EX_LOAD) return false;
+    if (!shape_of(lp->nests[pi], &p) || p.side || !shape_of(lp->nests[ci], &c) || c.red || c.store->value->k != EX_LOAD) return false;
     const Expr *ld = c.store->value;
     Buffer *b = ld->buf;
     if (b->kind != BUF_ACT || p.store->buf != b || c.store->buf == b) return false;
@@ -368,6 +420,9 @@ void loop_fuse(Arena *A, LProgram *lp, bool enable) {
         int pi = ci - 1;
         while (pi >= 0 && dead[pi]) pi--;
         if (pi >= 0 && try_side_store(A, lp, pi, ci)) { dead[pi] = true; lp->n_side_stores++; }
+        /* an elementwise row op right after the reduction it reads: into that nest, as its tail */
+        for (pi = ci - 1; pi >= 0 && dead[pi]; pi--) {}
+        if (pi >= 0 && !dead[ci] && try_tail(A, lp, pi, ci)) { dead[ci] = true; lp->n_tails++; continue; }
         /* a copy of an activation: into the epilogue of its writer, wherever that is */
         Shape c;
         if (!dead[ci] && shape_of(lp->nests[ci], &c) && !c.red && c.store->value->k == EX_LOAD) {
@@ -487,8 +542,8 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
     }
 }
 void loop_print(Str *o, const LProgram *lp) {
-    str_printf(o, "# loop IR: %d loop nests (one per kernel); fused: %d inlined, %d side stores, %d copies retargeted, %d online softmax\n", lp->n, lp->n_inlined,
-               lp->n_side_stores, lp->n_retargeted, lp->n_flash);
+    str_printf(o, "# loop IR: %d loop nests (one per kernel); fused: %d inlined, %d side stores, %d tails, %d copies retargeted, %d online softmax\n", lp->n,
+               lp->n_inlined, lp->n_side_stores, lp->n_tails, lp->n_retargeted, lp->n_flash);
     for (int i = 0; i < lp->n; i++) {
         str_printf(o, "nest %s  # %s (%s)\n", lp->nests[i]->kname, lp->nests[i]->module, top_kind_names[lp->nests[i]->origin]);
         print_stmt(o, lp->nests[i]->root, 1);

@@ -9,6 +9,9 @@
  *               reduction reads exactly once (the residual add before
  *               RMSNorm's sum of squares): the reduction computes it, stores
  *               it for later readers from inside its loop, and accumulates it
+ *   tail        an elementwise row op right after the reduction it reads (the
+ *               scale of RMSNorm, softmax's normalise) becomes a loop after
+ *               that nest's store: one kernel per row op
  *   retarget    a copy of an activation into another buffer (the KV-cache
  *               writes): the activation's writer stores to the copy's target
  * and plans the activation arena again over the nests that remain. Before
@@ -54,7 +57,7 @@ typedef struct {
 typedef struct {
     TProgram *tp;              /* loop_fuse re-plans its activation offsets */
     LoopNest **nests; int n;
-    int n_inlined, n_side_stores, n_retargeted, n_flash;   /* what loop_fuse and loop_flash did */
+    int n_inlined, n_side_stores, n_tails, n_retargeted, n_flash;   /* what loop_fuse and loop_flash did */
 } LProgram;
 
 void loop_lower(Arena *A, TProgram *tp, LProgram *lp);

@@ -245,7 +245,13 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
         out[0] = k;
         return 1;
     }
-    CHECK(s->nbody == 3 && s->body[0]->k == LS_ACC_INIT && s->body[2]->k == LS_STORE, "nest %s: unsupported shape", nest->module);
+    CHECK((s->nbody == 3 || s->nbody == 4) && s->body[0]->k == LS_ACC_INIT && s->body[2]->k == LS_STORE, "nest %s: unsupported shape", nest->module);
+    if (s->nbody == 4) {
+        const LStmt *tl = s->body[3];
+        CHECK(tl->k == LS_FOR && tl->lk == LOOP_PARALLEL && tl->nbody == 1 && tl->body[0]->k == LS_STORE, "nest %s: tail", nest->module);
+        k->tail.v = tl->v; k->tail.extent = tl->extent;
+        k->tail_out = tl->body[0]->buf; k->tail_idx = tl->body[0]->idx; k->tail_value = tl->body[0]->value;
+    }
     k->redop = s->body[0]->red;
     const LStmt *r = s->body[1];
     while (r->k == LS_FOR) {
@@ -264,7 +270,7 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
 
     int64_t K = 0;
     GemvScan gs = {0};
-    if (!k->side && k->nred == 1 && k->redop == RED_SUM && expr_is_const(k->red[0].extent, &K)) {
+    if (!k->side && !k->tail_out && k->nred == 1 && k->redop == RED_SUM && expr_is_const(k->red[0].extent, &K)) {
         gs.v = k->red[0].v; gs.ok = true; gs.vec = 8;
         gemv_scan(&gs, k->acc_value);
     }
@@ -382,6 +388,8 @@ void tile_print(Str *o, const TileProgram *tp) {
             print_axes(o, k->red, k->nred);
             str_printf(o, "] by %d", k->block);
             if (k->side) str_printf(o, " (storing the fused %s on the way)", k->side->name);
+            if (k->tail_out) str_printf(o, "; then the block writes %s over %s<", k->tail_out->name, k->tail.v->name);
+            if (k->tail_out) { expr_print(o, k->tail.extent); str_printf(o, "> by %d (the row's result from shared memory)", k->block); }
             str_printf(o, ", a warp-shuffle tree per warp");
             if (k->block > 32) str_printf(o, ", %d warp values in shared memory, a final warp reduce", k->block / 32);
             str_printf(o, " (%s)\n", red_op_names[k->redop]);

@@ -93,6 +93,7 @@ typedef struct {
     Expr *store_value;         /* may read acc */
     Buffer *out; Expr **idx;
     Buffer *side; Expr **side_idx; Expr *side_value;   /* block_reduce: a fused producer stored from the loop (loop_fuse) */
+    Axis tail; Buffer *tail_out; Expr **tail_idx; Expr *tail_value;   /* block_reduce: a fused row op over tail after the store (loop_fuse) */
     int smem_floats;
     /* gemv */
     int rows;                  /* warps (output elements) per block */

@@ -414,7 +414,10 @@ def test_fusion_in_a_model_and_its_guards():
     # one row of it: not the next reduction's shape), and last_token into the final norm
     assert "nest attn_residual " not in fused and fused.count("nest mlp_residual ") == 1
     assert fused.count("nest mlp_gate_mul_up ") == layers and fused.count("nest mlp_down_proj ") == layers
-    assert fused.count("nest input_layernorm ") == layers  # the scale still reads the stored norm input
+    # tails: every RMSNorm's scale into its sum-of-squares nest (one kernel per norm)
+    assert "%d tails" % (2 * layers + 1) in head and "0 tails" in plain.splitlines()[0], head
+    assert "nest input_layernorm " not in fused and "nest post_attention_layernorm " not in fused and "nest norm " not in fused
+    assert fused.count("nest input_layernorm_inv_rms ") == layers and "nest input_layernorm " in plain
     # retarget: the KV-cache copies go into RoPE's k (elementwise) and v_proj (a linear's epilogue), which
     # store at the cache row pos + t; q's RoPE output is read by the attention, so it stays an activation
     assert "%d copies retargeted" % (2 * layers) in head and "0 copies retargeted" in plain.splitlines()[0], head
