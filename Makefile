@@ -81,8 +81,6 @@ endif
 # corpus entries go to build/fuzz/corpus/T, crashes to build/fuzz/crashes/;
 # keep a crash as tests/fuzz/regressions/T/NAME so that `make test` replays it.
 # One process, one core (libFuzzer's -jobs/-workers would fork and log to fuzz-N.log in the cwd).
-# tokenizer_json runs without leak detection: tokenizer_pack.c's malloc'd temporaries are
-# not freed when a user error unwinds (the command exits there), which the harness's longjmp shows as leaks.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= safetensors config tokenizer_json encoder tokblob
@@ -107,9 +105,8 @@ fuzz: check-deps $(FUZZ_BINS) $(if $(filter encoder,$(FUZZ_TARGETS)),$(BUILD)/fu
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p $(BUILD)/fuzz/corpus/$$t; \
 	    echo "== fuzz_$$t: $(FUZZ_SECONDS) s"; \
-	    case $$t in tokenizer_json) leaks=0;; *) leaks=1;; esac; \
-	    ASAN_OPTIONS=detect_leaks=$$leaks LLMCC_FUZZ_TOKDIRS=$(FUZZ_TOKDIRS) $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) \
-	        -print_final_stats=1 -max_len=65536 -timeout=20 -rss_limit_mb=4096 -detect_leaks=$$leaks \
+	    ASAN_OPTIONS=detect_leaks=1 LLMCC_FUZZ_TOKDIRS=$(FUZZ_TOKDIRS) $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) \
+	        -print_final_stats=1 -max_len=65536 -timeout=20 -rss_limit_mb=4096 -detect_leaks=1 \
 	        -artifact_prefix=$(BUILD)/fuzz/crashes/$$t- $(FUZZ_FLAGS) \
 	        $(BUILD)/fuzz/corpus/$$t tests/fuzz/corpus/$$t > $(BUILD)/fuzz/$$t.log 2>&1; rc=$$?; \
 	    grep -E "^(#[0-9]+[[:space:]]+DONE|Done |stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY|Test unit written|FUZZ CHECK)" $(BUILD)/fuzz/$$t.log; \

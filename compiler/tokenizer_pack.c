@@ -649,7 +649,9 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
     if (json_type(j, merges) != JSON_ARRAY) die_user(p->path, "model.merges", "missing or not an array");
     int nm = json_size(j, merges);
     uint32_t *mg = ARENA_ARRAY(a, uint32_t, 3 * (size_t)(nm > 0 ? nm : 1));
-    Str cat = {0};
+    /* the merged token's text: an arena buffer (a user error below unwinds without freeing) */
+    size_t catcap = 256;
+    char *cat = arena_alloc(a, catcap);
     for (int i = 0, k = merges + 1; i < nm; i++, k = json_next(j, k)) {
         const char *ms, *as, *bs; size_t an, bn, mn;
         if (json_type(j, k) == JSON_STRING) {
@@ -663,15 +665,14 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
             if (!as || !bs) die_user(p->path, arena_printf(a, "model.merges[%d]", i), "expected two strings");
         } else die_user(p->path, arena_printf(a, "model.merges[%d]", i), "expected \"left right\" or [left, right]");
         int32_t ia = hash_get(&p->vocab, as, an), ib = hash_get(&p->vocab, bs, bn);
-        cat.len = 0;
-        str_append(&cat, as, an); str_append(&cat, bs, bn);
-        int32_t ic = hash_get(&p->vocab, cat.s, cat.len);
+        if (an + bn > catcap) { catcap = 2 * (an + bn); cat = arena_alloc(a, catcap); }
+        memcpy(cat, as, an); memcpy(cat + an, bs, bn);
+        int32_t ic = hash_get(&p->vocab, cat, an + bn);
         if (ia < 0 || ib < 0 || ic < 0)
             die_user(p->path, arena_printf(a, "model.merges[%d]", i), "\"%.*s\" + \"%.*s\": %s is not in model.vocab",
                      (int)an, as, (int)bn, bs, ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token");
         mg[3 * i] = (uint32_t)ia; mg[3 * i + 1] = (uint32_t)ib; mg[3 * i + 2] = (uint32_t)ic;
     }
-    str_free(&cat);
 
     /* ---- write ---- */
     uint64_t pool = 0;
