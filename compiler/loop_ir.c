@@ -387,27 +387,7 @@ static void replan(Arena *A, LProgram *lp) {
     Life l = {ARENA_ARRAY(A, int, tp->nbufs), ARENA_ARRAY(A, int, tp->nbufs), 0};
     for (int i = 0; i < tp->nbufs; i++) l.first[i] = l.last[i] = -1;
     for (l.i = 0; l.i < lp->n; l.i++) life_stmt(&l, lp->nests[l.i]->root);
-    typedef struct { int64_t off, size; int owner; } Slot;
-    Slot *slots = ARENA_ARRAY(A, Slot, tp->nbufs + 1);
-    int nslots = 0;
-    int64_t top = 0;
-    for (int i = 0; i < lp->n; i++) {
-        for (int s = 0; s < nslots; s++)
-            if (slots[s].owner >= 0 && l.last[slots[s].owner] < i) slots[s].owner = -1;
-        for (int bi = 0; bi < tp->nbufs; bi++) {
-            Buffer *b = tp->bufs[bi];
-            if (b->kind != BUF_ACT || l.first[bi] != i) continue;
-            int64_t need = (buffer_elems(b) * dtype_sizes[b->dtype] + 255) & ~(int64_t)255;
-            int best = -1;
-            for (int s = 0; s < nslots; s++)
-                if (slots[s].owner < 0 && slots[s].size >= need && (best < 0 || slots[s].size < slots[best].size)) best = s;
-            if (best < 0) { best = nslots++; slots[best].off = top; slots[best].size = need; top += need; }
-            slots[best].owner = bi;
-            b->act_offset = slots[best].off;
-        }
-    }
-    for (int bi = 0; bi < tp->nbufs; bi++) if (tp->bufs[bi]->kind == BUF_ACT && l.first[bi] < 0) tp->bufs[bi]->act_offset = -1;
-    tp->act_bytes = top;
+    tensor_place_buffers(A, tp, l.first, l.last, lp->n);
 }
 
 void loop_fuse(Arena *A, LProgram *lp, bool enable) {

@@ -458,9 +458,34 @@ void tensor_lower(Arena *A, const Graph *g, TProgram *tp) {
         if (tp->bufs[i]->kind == BUF_WEIGHT) tp->weights[tp->bufs[i]->weight_index] = tp->bufs[i];
 }
 
+/* Best fit over freed slots, step by step: a buffer takes the smallest free
+ * slot that holds it at its first step, and frees it after its last. */
+void tensor_place_buffers(Arena *A, TProgram *tp, const int *first, const int *last, int nsteps) {
+    typedef struct { int64_t off, size; int owner; } Slot;
+    Slot *slots = ARENA_ARRAY(A, Slot, tp->nbufs + 1);
+    int nslots = 0;
+    int64_t top = 0;
+    for (int i = 0; i < nsteps; i++) {
+        for (int s = 0; s < nslots; s++)
+            if (slots[s].owner >= 0 && last[slots[s].owner] < i) slots[s].owner = -1;
+        for (int bi = 0; bi < tp->nbufs; bi++) {
+            Buffer *b = tp->bufs[bi];
+            if (b->kind != BUF_ACT || first[bi] != i) continue;
+            int64_t need = (buffer_elems(b) * dtype_sizes[b->dtype] + 255) & ~(int64_t)255;
+            int best = -1;
+            for (int s = 0; s < nslots; s++)
+                if (slots[s].owner < 0 && slots[s].size >= need && (best < 0 || slots[s].size < slots[best].size)) best = s;
+            if (best < 0) { best = nslots++; slots[best].off = top; slots[best].size = need; top += need; }
+            slots[best].owner = bi;
+            b->act_offset = slots[best].off;
+        }
+    }
+    for (int bi = 0; bi < tp->nbufs; bi++) if (tp->bufs[bi]->kind == BUF_ACT && first[bi] < 0) tp->bufs[bi]->act_offset = -1;
+    tp->act_bytes = top;
+}
+
 /* Static memory plan: activation buffers whose lifetimes do not overlap
- * share memory (best fit over freed slots). A buffer lives from the first
- * op that touches it to the last. */
+ * share memory. A buffer lives from the first op that touches it to the last. */
 static void note_use(void *ctx, Buffer *b) { int *last = ((int **)ctx)[0]; int i = *((int **)ctx)[1]; last[b->id] = i; }
 void tensor_plan_memory(Arena *A, TProgram *tp) {
     int *first = ARENA_ARRAY(A, int, tp->nbufs), *last = ARENA_ARRAY(A, int, tp->nbufs);
@@ -473,24 +498,7 @@ void tensor_plan_memory(Arena *A, TProgram *tp) {
         last[op->out->id] = i;
         if (first[op->out->id] < 0) first[op->out->id] = i;
     }
-    typedef struct { int64_t off, size; int owner; } Slot;
-    Slot *slots = ARENA_ARRAY(A, Slot, tp->nbufs + 1);
-    int nslots = 0;
-    int64_t top = 0;
-    for (int i = 0; i < tp->n; i++) {
-        for (int s = 0; s < nslots; s++)
-            if (slots[s].owner >= 0 && last[slots[s].owner] < i) slots[s].owner = -1;
-        Buffer *b = tp->ops[i]->out;
-        if (b->kind != BUF_ACT || first[b->id] != i) continue;
-        int64_t need = (buffer_elems(b) * dtype_sizes[b->dtype] + 255) & ~(int64_t)255;
-        int best = -1;
-        for (int s = 0; s < nslots; s++)
-            if (slots[s].owner < 0 && slots[s].size >= need && (best < 0 || slots[s].size < slots[best].size)) best = s;
-        if (best < 0) { best = nslots++; slots[best].off = top; slots[best].size = need; top += need; }
-        slots[best].owner = b->id;
-        b->act_offset = slots[best].off;
-    }
-    tp->act_bytes = top;
+    tensor_place_buffers(A, tp, first, last, tp->n);
 }
 
 static void print_buf(Str *o, const Buffer *b) {

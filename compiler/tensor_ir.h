@@ -81,6 +81,8 @@ typedef struct {
 
 void tensor_lower(Arena *A, const Graph *g, TProgram *tp);
 void tensor_plan_memory(Arena *A, TProgram *tp);
+/* The arena's offsets from each buffer's first and last step (-1: unused), best fit; also act_bytes. */
+void tensor_place_buffers(Arena *A, TProgram *tp, const int *first, const int *last, int nsteps);
 void tensor_print(Str *o, const TProgram *tp);
 const char *tensor_verify(Arena *A, const TProgram *tp);
 Var *new_var(Arena *A, int *counter, const char *name);
