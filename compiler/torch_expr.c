@@ -35,6 +35,8 @@ typedef struct Value {
     const char *name;                 /* function (canonical), module (for messages), string */
     ModKind mod;                      /* module and its constructor arguments */
     int64_t in, out; bool bias, affine, has_eps; double eps; int dim; DType wdt;
+    GNode **params;                   /* a module bound to a variable: its weight and bias, made at the first call and
+                                       * shared by every later one (PyTorch's module owns its parameters) */
 } Value;
 
 typedef struct {
@@ -45,6 +47,9 @@ typedef struct {
     Graph *g;
     int count[G_COUNT];               /* per op: names linear0, linear1, ... */
     int depth;                        /* of nested expressions: the parser recurses */
+    int nvars;                        /* NAME = expr; bindings, in order */
+    const char *var_name[16];
+    Value var_val[16];
 } P;
 
 _Noreturn static void err(P *p, int col, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -89,7 +94,7 @@ static void next(P *p) {
         p->pos += i + 1;
         p->tok = t;
         return;
-    } else if (strchr("+-*/@(),=.[]", c)) {
+    } else if (strchr("+-*/@(),=.[];", c)) {
         t.k = TK_PUNCT; t.len = 1;
         if (c == '*' && s[p->pos + 1] == '*') err(p, t.col, "'**' is not supported (supported: %s)", torch_expr_supported);
     } else {
@@ -256,8 +261,12 @@ static Value apply_module(P *p, const Value *m, const Args *a) {
             err(p, arg[0]->col, "%s expects the last dimension to be %lld, the input has shape %s", m->name, (long long)m->in, shape_str(p, x));
         const char *base = arena_printf(p->A, "linear%d", p->count[G_LINEAR]);
         double bound = 1.0 / sqrt((double)m->in);   /* PyTorch's default init bounds */
-        GNode *w = weight(p, col, arena_printf(p->A, "%s.weight", base), m->out, m->in, m->wdt, FILL_UNIFORM, -bound, bound);
-        GNode *b = m->bias ? weight(p, col, arena_printf(p->A, "%s.bias", base), m->out, 0, m->wdt, FILL_UNIFORM, -bound, bound) : NULL;
+        GNode *w = m->params ? m->params[0] : NULL, *b = m->params ? m->params[1] : NULL;
+        if (!w) {
+            w = weight(p, col, arena_printf(p->A, "%s.weight", base), m->out, m->in, m->wdt, FILL_UNIFORM, -bound, bound);
+            b = m->bias ? weight(p, col, arena_printf(p->A, "%s.bias", base), m->out, 0, m->wdt, FILL_UNIFORM, -bound, bound) : NULL;
+            if (m->params) { m->params[0] = w; m->params[1] = b; }
+        }
         GNode *n = result_like(p, G_LINEAR, "linear", x);
         n->dims[n->ndim - 1] = m->out;
         check_elems(p, col, "the result", n->ndim, n->dims);
@@ -270,7 +279,11 @@ static Value apply_module(P *p, const Value *m, const Args *a) {
             err(p, arg[0]->col, "%s expects the last dimension to be %lld, the input has shape %s", m->name, (long long)m->in, shape_str(p, x));
         const char *base = arena_printf(p->A, "rmsnorm%d", p->count[G_RMSNORM]);
         /* PyTorch initialises the weight to ones; random values around 1 test the multiply */
-        GNode *w = m->affine ? weight(p, col, arena_printf(p->A, "%s.weight", base), m->in, 0, m->wdt, FILL_UNIFORM, 0.5, 1.5) : NULL;
+        GNode *w = m->params ? m->params[0] : NULL;
+        if (!w && m->affine) {
+            w = weight(p, col, arena_printf(p->A, "%s.weight", base), m->in, 0, m->wdt, FILL_UNIFORM, 0.5, 1.5);
+            if (m->params) m->params[0] = w;
+        }
         GNode *n = result_like(p, G_RMSNORM, "rmsnorm", x);
         if (w) n->in[n->nin++] = w;
         /* torch: eps=None means torch.finfo(input.dtype).eps */
@@ -476,7 +489,12 @@ static Value name_value(P *p, const char *s, int col) {
     for (size_t i = 0; i < sizeof other_dtypes / sizeof other_dtypes[0]; i++)
         if (!strncmp(s, "torch.", 6) && !strcmp(s + 6, other_dtypes[i]))
             err(p, col, "dtype %s is not supported (torch.float32, torch.bfloat16, torch.float16)", s);
-    if (!strchr(s, '.')) err(p, col, "unknown name '%s' (variables are not supported; write each tensor as torch.randn(...) etc.)", s);
+    if (!strchr(s, '.')) {
+        /* a variable: the same value (one graph node for every use: x read by two linears is one input) */
+        for (int i = p->nvars - 1; i >= 0; i--)
+            if (!strcmp(p->var_name[i], s)) { Value b = p->var_val[i]; b.col = col; return b; }
+        err(p, col, "unknown name '%s' (assign it first: %s = torch.randn(...); ...)", s, s);
+    }
     v.k = V_FUNC;
     v.name = canonical(p, s);
     return v;
@@ -668,9 +686,26 @@ void torch_expr_graph(Arena *A, const char *src, Graph *g) {
     memset(g, 0, sizeof *g);
     g->source = src;
     g->max_batch = 1;
-    P p = {A, src, 0, {0}, g, {0}, 0};
+    P p = {A, src, 0, {0}, g, {0}, 0, 0, {0}, {{0}}};
     next(&p);
     if (p.tok.k == TK_END) die_user("-c", NULL, "the expression is empty (supported: %s)", torch_expr_supported);
+    /* NAME = expr; ... then the expression */
+    for (;;) {
+        int save = p.pos;
+        Tok t = p.tok;
+        if (t.k != TK_NAME) break;
+        next(&p);
+        if (!is_punct(&p, '=')) { p.pos = save; p.tok = t; break; }
+        if (p.nvars == 16) err(&p, t.col, "more than 16 variables");
+        next(&p);
+        Value v = expr(&p);
+        if (!is_punct(&p, ';')) err(&p, p.tok.col, "expected ';' after the assignment to %.*s", t.len, t.s);
+        next(&p);
+        if (v.k == V_MODULE && !v.params) v.params = ARENA_ARRAY(A, GNode *, 2);
+        p.var_name[p.nvars] = arena_strndup(A, t.s, (size_t)t.len);
+        p.var_val[p.nvars++] = v;
+    }
+    if (p.tok.k == TK_END) err(&p, p.tok.col, "the assignments are not followed by an expression to compute");
     Value v = expr(&p);
     if (p.tok.k != TK_END) err(&p, p.tok.col, "unexpected '%.*s' after the expression", p.tok.len ? p.tok.len : 1, p.tok.s);
     if (v.k == V_MODULE) err(&p, v.col, "the expression is the module %s, not a tensor: call it on one, e.g. %s(torch.randn(...))", v.name, v.name);

@@ -66,6 +66,11 @@ CASES = [
      lambda t: rmsnorm(t["input0"], t["rmsnorm0.weight"], BF16_EPS) - linear(-t["input1"], t["linear0.weight"]) / t["input2"]),
     ("nn.RMSNorm(24, eps=1e-5, elementwise_affine=False)(torch.randn(3, 24, dtype=torch.float16))",
      lambda t: rmsnorm(t["input0"], None, 1e-5)),
+    # variables: one input read by two linears (loop_fuse_epilogues makes them a pair), a module bound once and called twice
+    ("x = torch.randn(3, 40); up = nn.Linear(40, 24, bias=False); F.silu(nn.Linear(40, 24)(x)) * up(x) + up(x)",
+     lambda t: silu(linear(t["input0"], t["linear0.weight"], t["linear0.bias"])) * linear(t["input0"], t["linear1.weight"])
+     + linear(t["input0"], t["linear1.weight"])),
+    ("n = nn.RMSNorm(8); n(n(torch.randn(2, 8)) * 3)", lambda t: rmsnorm(rmsnorm(t["input0"], t["rmsnorm0.weight"], F32_EPS) * 3, t["rmsnorm0.weight"], F32_EPS)),
 ]
 
 
@@ -170,7 +175,11 @@ def test_errors():
     check_error(c("torch.randn(2, 3"), "-c: COL 17: ", ["expected ')'"])
     check_error(c("torch.randn(1, 2, 3, 4, 5)"), "-c: COL 25: ", ["at most 4 dimensions"])
     check_error(c("nn.Linear(4, 8)"), "-c: COL 1: ", ["not a tensor"])
-    check_error(c("F.silu(x)"), "-c: COL 8: ", ["unknown name 'x'"])
+    check_error(c("F.silu(x)"), "-c: COL 8: ", ["unknown name 'x'", "assign it first"])
+    check_error(c("x = torch.randn(2); y"), "-c: COL 21: ", ["unknown name 'y'"])
+    check_error(c("x = torch.randn(2) F.silu(x)"), "-c: COL 20: ", ["expected ';' after the assignment to x"])
+    check_error(c("x = torch.randn(2);"), "-c: COL 20: ", ["not followed by an expression"])
+    check_error(c("F.x = torch.randn(2); F.x"), "-c: COL 5: ", ["unexpected '='"])
     check_error(["run", "-c", "torch.randn(2) $ 1"], "-c: COL 16: ", ["unexpected character"])
     check_error(c("torch.randn(65536, 1) * torch.randn(1, 262144)"), "-c: COL 23: ", ["1.718e+10 elements", "2^33"])
     check_error(c("(" * 300 + "torch.randn(3)" + ")" * 300), "-c: COL 201: ", ["nested too deeply"])
