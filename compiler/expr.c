@@ -47,6 +47,7 @@ Expr *e_i(Arena *A, int64_t v) { Expr *e = mk(A, EX_ICONST, T_I64, 0); e->i = v;
 Expr *e_var(Arena *A, Var *v) { Expr *e = mk(A, EX_VAR, T_I64, 0); e->var = v; return e; }
 Expr *e_param(Arena *A, ParamId p) { Expr *e = mk(A, EX_PARAM, T_I64, 0); e->i = p; return e; }
 Expr *e_acc(Arena *A) { return mk(A, EX_ACC, T_F32, 0); }
+Expr *e_acc_slot(Arena *A, int slot) { Expr *e = mk(A, EX_ACC, T_F32, 0); e->i = slot; return e; }
 Expr *e_leaf(Arena *A, ExprKind k, EType t, int64_t i) { Expr *e = mk(A, k, t, 0); e->i = i; return e; }
 Expr *e_velem(Arena *A, Var *vec, int64_t j) { Expr *e = mk(A, EX_VELEM, T_F32, 0); e->var = vec; e->i = j; return e; }
 
@@ -116,18 +117,88 @@ static Expr *rebuild(Arena *A, const Expr *e, Expr **args) {
         UNREACHABLE();
     }
 }
-static Expr *subst(Arena *A, Expr *e, Var *v, Expr *r, Expr *acc) {
+static Expr *subst(Arena *A, Expr *e, Var *v, Expr *r, Expr *const *acc, int nacc) {
     if (e->k == EX_VAR && v && e->var == v) return r;
-    if (e->k == EX_ACC && acc) return acc;
+    if (e->k == EX_ACC && e->i < nacc && acc[e->i]) return acc[e->i];
     if (!e->nargs) return e;
     Expr *args[MAX_DIMS + 4];
     CHECK(e->nargs <= MAX_DIMS + 4, "too many args");
     bool changed = false;
-    for (int i = 0; i < e->nargs; i++) { args[i] = subst(A, e->a[i], v, r, acc); changed |= args[i] != e->a[i]; }
+    for (int i = 0; i < e->nargs; i++) { args[i] = subst(A, e->a[i], v, r, acc, nacc); changed |= args[i] != e->a[i]; }
     return changed ? rebuild(A, e, args) : e;
 }
-Expr *expr_subst(Arena *A, Expr *e, Var *v, Expr *r) { return subst(A, e, v, r, NULL); }
-Expr *expr_subst_acc(Arena *A, Expr *e, Expr *acc) { return subst(A, e, NULL, NULL, acc); }
+Expr *expr_subst(Arena *A, Expr *e, Var *v, Expr *r) { return subst(A, e, v, r, NULL, 0); }
+Expr *expr_subst_acc(Arena *A, Expr *e, Expr *acc) { return subst(A, e, NULL, NULL, &acc, 1); }
+Expr *expr_subst_accs(Arena *A, Expr *e, Expr *const *acc, int n) { return subst(A, e, NULL, NULL, acc, n); }
+
+/* ---- simplification over known variable ranges ---- */
+/* [*lo, *hi] (inclusive) bounds e's value where the ranges tell */
+static bool range_of(const Expr *e, const VarRange *r, int nr, int64_t *lo, int64_t *hi) {
+    int64_t a0, a1, b0, b1;
+    switch (e->k) {
+    case EX_ICONST: *lo = *hi = e->i; return true;
+    case EX_VAR:
+        for (int i = 0; i < nr; i++) if (r[i].v == e->var) { *lo = r[i].lo; *hi = r[i].hi - 1; return r[i].hi > r[i].lo; }
+        return false;
+    case EX_ADD: case EX_SUB: case EX_MUL: case EX_DIV: case EX_MOD:
+        if (e->t != T_I64 || !range_of(e->a[0], r, nr, &a0, &a1) || !range_of(e->a[1], r, nr, &b0, &b1)) return false;
+        switch (e->k) {
+        case EX_ADD: *lo = a0 + b0; *hi = a1 + b1; return true;
+        case EX_SUB: *lo = a0 - b1; *hi = a1 - b0; return true;
+        case EX_MUL: {
+            int64_t p[4] = {a0 * b0, a0 * b1, a1 * b0, a1 * b1};
+            *lo = *hi = p[0];
+            for (int i = 1; i < 4; i++) { if (p[i] < *lo) *lo = p[i]; if (p[i] > *hi) *hi = p[i]; }
+            return true;
+        }
+        case EX_DIV: if (b0 != b1 || b0 <= 0 || a0 < 0) return false; *lo = a0 / b0; *hi = a1 / b0; return true;
+        default:
+            if (b0 != b1 || b0 <= 0 || a0 < 0) return false;
+            if (a0 / b0 == a1 / b0) { *lo = a0 % b0; *hi = a1 % b0; } else { *lo = 0; *hi = b0 - 1; }
+            return true;
+        }
+    default: return false;
+    }
+}
+/* e as base + c (base NULL: the constant c alone) */
+static void split_const(Expr *e, Expr **base, int64_t *c) {
+    int64_t k;
+    if (expr_is_const(e, &k)) { *base = NULL; *c = k; return; }
+    if ((e->k == EX_ADD || e->k == EX_SUB) && expr_is_const(e->a[1], &k)) { *base = e->a[0]; *c = e->k == EX_ADD ? k : -k; return; }
+    *base = e; *c = 0;
+}
+static Expr *plus_const(Arena *A, Expr *base, int64_t c) {
+    if (!base) return e_i(A, c);
+    return c >= 0 ? e_bin(A, EX_ADD, base, e_i(A, c)) : e_bin(A, EX_SUB, base, e_i(A, -c));
+}
+Expr *expr_simplify(Arena *A, Expr *e, const VarRange *r, int nr) {
+    if (!e->nargs) return e;
+    Expr *args[MAX_DIMS + 4];
+    CHECK(e->nargs <= MAX_DIMS + 4, "too many args");
+    for (int i = 0; i < e->nargs; i++) args[i] = expr_simplify(A, e->a[i], r, nr);
+    int64_t lo, hi, blo, bhi;
+    if (e->k == EX_SELECT && args[0]->k == EX_LT && range_of(args[0]->a[0], r, nr, &lo, &hi) && range_of(args[0]->a[1], r, nr, &blo, &bhi)) {
+        if (hi < blo) return args[1];
+        if (lo >= bhi) return args[2];
+    }
+    Expr *n = rebuild(A, e, args);
+    if (n->t != T_I64) return n;
+    if (range_of(n, r, nr, &lo, &hi) && lo == hi) return e_i(A, lo);
+    if (n->k == EX_ADD || n->k == EX_SUB) {
+        /* constants gathered to the right: (x + 16) + 16 and x + 32 compare equal */
+        Expr *ba, *bb;
+        int64_t ca, cb;
+        split_const(n->a[0], &ba, &ca);
+        split_const(n->a[1], &bb, &cb);
+        if (n->k == EX_ADD) return plus_const(A, !bb ? ba : !ba ? bb : e_bin(A, EX_ADD, ba, bb), ca + cb);
+        if (!bb) return plus_const(A, ba, ca - cb);
+        return plus_const(A, e_bin(A, EX_SUB, ba ? ba : e_i(A, 0), bb), ca - cb);
+    }
+    int64_t m;
+    if (n->k == EX_MOD && expr_is_const(n->a[1], &m) && m > 0 && range_of(n->a[0], r, nr, &lo, &hi) && lo >= 0 && lo / m == hi / m)
+        return expr_simplify(A, plus_const(A, n->a[0], -(lo / m) * m), r, nr);
+    return n;
+}
 
 bool expr_equal(const Expr *x, const Expr *y) {
     if (x->k != y->k || x->t != y->t || x->nargs != y->nargs) return false;
@@ -163,7 +234,7 @@ void expr_print(Str *o, const Expr *e) {
     case EX_ICONST: str_printf(o, "%lld", (long long)e->i); return;
     case EX_VAR: str_printf(o, "%s", e->var->name); return;
     case EX_PARAM: str_printf(o, "%s", param_names[e->i]); return;
-    case EX_ACC: str_printf(o, "acc"); return;
+    case EX_ACC: str_printf(o, e->i ? "acc%lld" : "acc", (long long)e->i); return;
     case EX_TID: str_printf(o, "tid"); return;
     case EX_BID: str_printf(o, "bid"); return;
     case EX_REG: str_printf(o, "r%lld", (long long)e->i); return;

@@ -99,6 +99,7 @@ Expr *e_load1(Arena *A, Buffer *b, Expr *i0);
 Expr *e_load2(Arena *A, Buffer *b, Expr *i0, Expr *i1);
 Expr *e_load3(Arena *A, Buffer *b, Expr *i0, Expr *i1, Expr *i2);
 Expr *e_acc(Arena *A);
+Expr *e_acc_slot(Arena *A, int slot);                      /* accumulator slot of a nest with several (loop IR pairs) */
 Expr *e_bin(Arena *A, ExprKind k, Expr *x, Expr *y);
 Expr *e_un(Arena *A, ExprKind k, Expr *x);
 Expr *e_select(Arena *A, Expr *c, Expr *x, Expr *y);
@@ -111,7 +112,14 @@ Expr *e_velem(Arena *A, Var *vec, int64_t j);              /* element j of a vec
 
 /* Replaces every EX_VAR v by r (and EX_ACC by acc when acc != NULL). */
 Expr *expr_subst(Arena *A, Expr *e, Var *v, Expr *r);
-Expr *expr_subst_acc(Arena *A, Expr *e, Expr *acc);
+Expr *expr_subst_acc(Arena *A, Expr *e, Expr *acc);        /* slot 0 */
+Expr *expr_subst_accs(Arena *A, Expr *e, Expr *const *acc, int n);   /* slot j by acc[j] */
+/* Integer index arithmetic simplified with what the ranges (lo <= v < hi) tell:
+ * constants gathered (x + 16 + 16 is x + 32), x % m dropped or shifted and
+ * comparisons in a select decided where x's range allows. Loop IR splits
+ * loops with it (rotary's halves). */
+typedef struct { const Var *v; int64_t lo, hi; } VarRange;
+Expr *expr_simplify(Arena *A, Expr *e, const VarRange *r, int nr);
 /* Pure structural equality. */
 bool expr_equal(const Expr *x, const Expr *y);
 bool expr_uses_var(const Expr *e, const Var *v);

@@ -38,6 +38,15 @@ static Expr *sload(Arena *A, int s, Expr *i) { Expr *e = e_un(A, EX_SLOAD, i); e
 static TStmt *store(Arena *A, const TileKernel *t, Expr *value) {
     TStmt *s = ts(A, TS_STORE); s->buf = t->out; s->idx = t->idx; s->e = value; return s;
 }
+/* the nest's stores (two for a halves pair) with the accumulators' values a0 and, for a pair, a1 */
+static int epi_stores(Arena *A, const TileKernel *t, Expr *a0, Expr *a1, TStmt **out) {
+    Expr *acc[2] = {a0, a1};
+    out[0] = store(A, t, expr_subst_accs(A, t->store_value, acc, t->nacc));
+    if (t->nstore == 1) return 1;
+    TStmt *s = ts(A, TS_STORE); s->buf = t->out1; s->idx = t->idx1; s->e = expr_subst_accs(A, t->store_value1, acc, t->nacc);
+    out[1] = s;
+    return 2;
+}
 static Expr *tid(Arena *A) { return e_leaf(A, EX_TID, T_I64, 0); }
 static Expr *bid(Arena *A) { return e_leaf(A, EX_BID, T_I64, 0); }
 static Expr *lt(Arena *A, Expr *a, Expr *b) { return e_bin(A, EX_LT, a, b); }
@@ -79,14 +88,20 @@ static KStmt *shfl(KL *L, ShflKind kind, int dst, int src, int64_t arg) {
     s->arg = e_i(L->A, arg + L->kn->debug_shfl_offset);
     return s;
 }
-/* r0 = r0 op (r0 of lane + d), d = width/2 .. 1: lane 0 ends with the whole warp's value */
-static void warp_tree(KL *L, KList *l, RedOp op, int width) {
+/* r0 = r0 op (r0 of lane + d), d = width/2 .. 1: lane 0 ends with the whole warp's value; with two
+ * accumulators r2 likewise (through r3), both in each step's phase */
+static void warp_trees(KL *L, KList *l, RedOp op, int width, int nacc) {
     Arena *A = L->A;
     for (int d = width / 2; d >= 1; d /= 2) {
-        kl_add(A, l, shfl(L, SHFL_DOWN, 1, 0, d));
-        kl_phase1(A, l, ts_assign(A, 0, combine(A, op, reg(A, 0), reg(A, 1))), false);
+        TStmt **p = tlist(A, 2);
+        for (int j = 0; j < nacc; j++) {
+            kl_add(A, l, shfl(L, SHFL_DOWN, 2 * j + 1, 2 * j, d));
+            p[j] = ts_assign(A, 2 * j, combine(A, op, reg(A, 2 * j), reg(A, 2 * j + 1)));
+        }
+        kl_add(A, l, phase(A, p, nacc, false));
     }
 }
+static void warp_tree(KL *L, KList *l, RedOp op, int width) { warp_trees(L, l, op, width, 1); }
 
 static Expr *replace_expr(Arena *A, Expr *e, const Expr *what, Expr *with) {
     if (expr_equal(e, what)) return with;
@@ -116,21 +131,24 @@ static void mat_flat(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     pb[0] = ts_let(A, g, E_ADD(A, E_MUL(A, bid(A), e_i(A, t->block)), tid(A)));
     Expr *total = e_i(A, 1);
     for (int i = 0; i < t->npar; i++) total = E_MUL(A, total, t->par[i].extent);
-    TStmt *iff = ts_if(A, lt(A, e_var(A, g), total), t->npar + 4);
+    TStmt *iff = ts_if(A, lt(A, e_var(A, g), total), t->npar + 6);
     iff->nbody = decompose(A, iff->body, t->par, t->npar, e_var(A, g));
-    Expr *value = t->store_value;
     if (t->kind == SCHED_SPLITK_SUM) {
-        k->nregs = 1; k->regs[0].t = T_F32;
+        /* accumulator j's partials are columns j*split_k .. of the workspace */
+        k->nregs = t->nacc; k->regs[0].t = k->regs[1].t = T_F32;
         Var *s = new_var(A, L->nvars, "s");
-        iff->body[iff->nbody++] = ts_assign(A, 0, e_f(A, 0.0));
         TStmt *f = ts(A, TS_FOR);
         f->v = s; f->lo = e_i(A, 0); f->e = e_i(A, t->split_k); f->step = e_i(A, 1);
-        f->body = tlist(A, 1); f->nbody = 1;
-        f->body[0] = ts_assign(A, 0, E_ADD(A, reg(A, 0), e_load2(A, t->work, e_var(A, g), e_var(A, s))));
+        f->body = tlist(A, 2);
+        for (int j = 0; j < t->nacc; j++) {
+            iff->body[iff->nbody++] = ts_assign(A, j, e_f(A, 0.0));
+            f->body[f->nbody++] = ts_assign(A, j, E_ADD(A, reg(A, j), e_load2(A, t->work, e_var(A, g), E_ADD(A, e_var(A, s), e_i(A, j * t->split_k)))));
+        }
         iff->body[iff->nbody++] = f;
-        value = expr_subst_acc(A, t->store_value, reg(A, 0));
+        iff->nbody += epi_stores(A, t, reg(A, 0), reg(A, 1), iff->body + iff->nbody);
+    } else {
+        iff->body[iff->nbody++] = store(A, t, t->store_value);
     }
-    iff->body[iff->nbody++] = store(A, t, value);
     pb[1] = iff;
     kl_add(A, body, phase(A, pb, 2, false));
 }
@@ -308,9 +326,12 @@ static int gemv_head(Arena *A, const TileKernel *t, TStmt **list, Var *const *v)
     return n;
 }
 
+/* Pairs: a second accumulator in r2 (shuffled through r3) sums the second term over the same c; the
+ * vector loads of an operand both terms read (the activation) are shared. */
 static void mat_gemv(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = L->A;
-    k->nregs = 2; k->regs[0].t = k->regs[1].t = T_F32;
+    k->nregs = 2 * t->nacc;
+    for (int i = 0; i < k->nregs; i++) k->regs[i].t = T_F32;
     Expr *total = e_i(A, 1);
     for (int i = 0; i < t->npar; i++) total = E_MUL(A, total, t->par[i].extent);
     int64_t K;
@@ -318,9 +339,9 @@ static void mat_gemv(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     Var *wv = new_var(A, L->nvars, "warp"), *lv = new_var(A, L->nvars, "lane"), *gv = new_var(A, L->nvars, "g");
     Var *kv = new_var(A, L->nvars, "ks");
     Var *hv[4] = {wv, lv, kv, gv};
-    TStmt **p0 = tlist(A, 6);
+    TStmt **p0 = tlist(A, 7);
     int n0 = gemv_head(A, t, p0, hv);
-    p0[n0++] = ts_assign(A, 0, e_f(A, 0.0));
+    for (int j = 0; j < t->nacc; j++) p0[n0++] = ts_assign(A, 2 * j, e_f(A, 0.0));
     TStmt *in = ts_if(A, lt(A, e_var(A, gv), total), t->npar + 1);
     in->nbody = decompose(A, in->body, t->par, t->npar, e_var(A, gv));
     /* for c = ks*chunk + lane*vec; c < min(ks*chunk + chunk, K); c += 32*vec */
@@ -332,40 +353,44 @@ static void mat_gemv(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     f->e = t->split_k == 1 ? e_i(A, K) : e_bin(A, EX_MIN, E_ADD(A, k0, e_i(A, t->k_chunk)), e_i(A, K));
     f->step = e_i(A, 32 * t->vec);
     Var *iv = t->red[0].v;
+    Expr *terms[2] = {t->acc_value, t->acc_value1};
     if (t->vec == 1) {
-        f->body = tlist(A, 1); f->nbody = 1;
-        f->body[0] = ts_assign(A, 0, E_ADD(A, reg(A, 0), expr_subst(A, t->acc_value, iv, e_var(A, cv))));
+        f->body = tlist(A, 2);
+        for (int a = 0; a < t->nacc; a++) f->body[f->nbody++] = ts_assign(A, 2 * a, E_ADD(A, reg(A, 2 * a), expr_subst(A, terms[a], iv, e_var(A, cv))));
     } else {
         TStmt *vl[8]; Expr *src[8];
         Vec V = {A, iv, t->vec, vl, 0, src, L->nvars, e_var(A, cv)};
-        Expr *sum = reg(A, 0);
-        for (int j = 0; j < t->vec; j++) {
-            Expr *term = vec_rewrite(&V, t->acc_value, j);
-            /* the K variable outside the vectorised loads: element j is c + j */
-            term = expr_subst(A, term, iv, E_ADD(A, e_var(A, cv), e_i(A, j)));
-            sum = E_ADD(A, sum, term);
-        }
-        f->body = tlist(A, V.nvl + 1);
+        Expr *sum[2] = {reg(A, 0), reg(A, 2)};
+        for (int a = 0; a < t->nacc; a++)
+            for (int j = 0; j < t->vec; j++) {
+                Expr *term = vec_rewrite(&V, terms[a], j);
+                /* the K variable outside the vectorised loads: element j is c + j */
+                term = expr_subst(A, term, iv, E_ADD(A, e_var(A, cv), e_i(A, j)));
+                sum[a] = E_ADD(A, sum[a], term);
+            }
+        f->body = tlist(A, V.nvl + 2);
         for (int i = 0; i < V.nvl; i++) f->body[f->nbody++] = vl[i];
-        f->body[f->nbody++] = ts_assign(A, 0, sum);
+        for (int a = 0; a < t->nacc; a++) f->body[f->nbody++] = ts_assign(A, 2 * a, sum[a]);
     }
     in->body[in->nbody++] = f;
     p0[n0++] = in;
     kl_add(A, body, phase(A, p0, n0, false));
-    warp_tree(L, body, RED_SUM, 32);
+    warp_trees(L, body, RED_SUM, 32, t->nacc);
     /* lane 0 stores the output (or its slice's partial) */
     TStmt **pl = tlist(A, 5);
     int nl = gemv_head(A, t, pl, hv);
     TStmt *l0 = ts_if(A, e_bin(A, EX_EQ, e_var(A, lv), e_i(A, 0)), 1);
-    TStmt *g0 = ts_if(A, lt(A, e_var(A, gv), total), t->npar + 1);
+    TStmt *g0 = ts_if(A, lt(A, e_var(A, gv), total), t->npar + 2);
     if (t->split_k > 1) {
-        TStmt *s = ts(A, TS_STORE);
-        s->buf = t->work; s->idx = ARENA_ARRAY(A, Expr *, 2);
-        s->idx[0] = e_var(A, gv); s->idx[1] = e_var(A, kv); s->e = reg(A, 0);
-        g0->body[g0->nbody++] = s;
+        for (int a = 0; a < t->nacc; a++) {
+            TStmt *s = ts(A, TS_STORE);
+            s->buf = t->work; s->idx = ARENA_ARRAY(A, Expr *, 2);
+            s->idx[0] = e_var(A, gv); s->idx[1] = E_ADD(A, e_var(A, kv), e_i(A, a * t->split_k)); s->e = reg(A, 2 * a);
+            g0->body[g0->nbody++] = s;
+        }
     } else {
         g0->nbody = decompose(A, g0->body, t->par, t->npar, e_var(A, gv));
-        g0->body[g0->nbody++] = store(A, t, expr_subst_acc(A, t->store_value, reg(A, 0)));
+        g0->nbody += epi_stores(A, t, reg(A, 0), reg(A, 2), g0->body + g0->nbody);
     }
     l0->body[l0->nbody++] = g0;
     pl[nl++] = l0;
@@ -398,15 +423,30 @@ static Expr *idiv(Arena *A, Expr *x, int64_t d) { return E_DIV(A, x, e_i(A, d));
  * B tiles, 8 mma. One stage (smem0 X, smem1 W): per K step a barrier phase stages both, the mma, an
  * empty barrier phase before the next step overwrites them. S > 1 stages (smem0..S-1 X, smem S..2S-1 W):
  * see gemm_tc_pipeline. */
-typedef struct { Expr *t0, *o0, *lane, *wm, *wn, *rows; int64_t K, M; int BK, LD; } Gtc;
+typedef struct { Expr *t0, *o0, *lane, *wm, *wn, *rows; int64_t K, M; int BK, LD; bool pair, swap; } Gtc;
 
+/* The output a W tile row r holds: o0 + r; for a pair, rows 32i..32i+15 are outputs 16i.. of the first
+ * weight and rows 32i+16..32i+31 the same outputs of the second (slot (r / 16) % 2). */
+static Expr *gtc_wrow(Arena *A, const Gtc *G, Expr *r) {
+    if (!G->pair) return E_ADD(A, G->o0, r);
+    return E_ADD(A, G->o0, E_ADD(A, E_MUL(A, idiv(A, r, 32), e_i(A, 16)), imod(A, r, 16)));
+}
+static Expr *gtc_slot1(Arena *A, Expr *r) { return lt(A, e_i(A, 15), imod(A, r, 32)); }
+static Expr *gtc_w_at(Arena *A, const TileKernel *t, Expr *wop, Expr *o, Expr *kk) {
+    return expr_subst(A, expr_subst(A, wop, t->par[1].v, o), t->red[0].v, kk);
+}
 /* the element of operand w (0: X, 1: W) at tile row r, K column kt + c, and whether it is inside */
 static Expr *gtc_value(Arena *A, const TileKernel *t, const Gtc *G, int w, Expr *r, Expr *kk) {
-    Expr *v = expr_subst(A, w ? t->wop : t->xop, t->par[w].v, E_ADD(A, w ? G->o0 : G->t0, r));
-    return expr_subst(A, v, t->red[0].v, kk);
+    if (w) {
+        Expr *o = gtc_wrow(A, G, r), *w0 = gtc_w_at(A, t, t->wop, o, kk);
+        if (!G->pair) return w0;
+        Expr *w1 = gtc_w_at(A, t, t->wop1, o, kk);
+        return G->swap ? e_select(A, gtc_slot1(A, r), w0, w1) : e_select(A, gtc_slot1(A, r), w1, w0);
+    }
+    return expr_subst(A, expr_subst(A, t->xop, t->par[0].v, E_ADD(A, G->t0, r)), t->red[0].v, kk);
 }
 static TStmt *gtc_guard(Arena *A, const Gtc *G, int w, Expr *r, Expr *kk, TStmt *then) {
-    TStmt *in1 = ts_if(A, lt(A, E_ADD(A, w ? G->o0 : G->t0, r), w ? e_i(A, G->M) : G->rows), 1), *in2 = ts_if(A, lt(A, kk, e_i(A, G->K)), 1);
+    TStmt *in1 = ts_if(A, lt(A, w ? gtc_wrow(A, G, r) : E_ADD(A, G->t0, r), w ? e_i(A, G->M) : G->rows), 1), *in2 = ts_if(A, lt(A, kk, e_i(A, G->K)), 1);
     in2->body[in2->nbody++] = then;
     in1->body[in1->nbody++] = in2;
     return in1;
@@ -449,6 +489,7 @@ static void gtc_regs(KL *L, const TileKernel *t, const Gtc *G, int w, int r0, Ex
 /* W's 64 x BK tile at kt by 16-byte cp.async copies (8 bf16; K % 8 == 0, so a copy is all inside K or all
  * outside): thread tid copies chunk rows tid/(BK/8) + j*(128/(BK/8)), column 8*(tid % (BK/8)); a copy
  * outside M or K zero-fills its destination */
+/* (a pair: each chunk's row is one weight's; the copy from the other is skipped, two statements per chunk) */
 static void gtc_cp_w(KL *L, const TileKernel *t, const Gtc *G, int sm, Expr *kt, TStmt **out, int *n) {
     Arena *A = L->A;
     int cpr = G->BK / 8, nch = t->bn * cpr / t->block;
@@ -456,13 +497,20 @@ static void gtc_cp_w(KL *L, const TileKernel *t, const Gtc *G, int sm, Expr *kt,
     out[(*n)++] = ts_let(A, rv, idiv(A, tid(A), cpr));
     out[(*n)++] = ts_let(A, cv, E_MUL(A, imod(A, tid(A), cpr), e_i(A, 8)));
     for (int j = 0; j < nch; j++) {
-        Expr *r = E_ADD(A, e_var(A, rv), e_i(A, j * (t->block / cpr))), *o = E_ADD(A, G->o0, r), *kk = E_ADD(A, kt, e_var(A, cv));
-        TStmt *s = ts(A, TS_CP_ASYNC);
-        s->vec = 16; s->smem = sm; s->sidx = E_ADD(A, E_MUL(A, r, e_i(A, G->LD)), e_var(A, cv));
-        s->buf = t->wop->buf; s->idx = ARENA_ARRAY(A, Expr *, 2); s->idx[0] = o; s->idx[1] = kk;
-        /* o < M and kk < K */
-        s->e = lt(A, e_bin(A, EX_MAX, E_SUB(A, o, e_i(A, G->M)), E_SUB(A, kk, e_i(A, G->K))), e_i(A, 0));
-        out[(*n)++] = s;
+        Expr *r = E_ADD(A, e_var(A, rv), e_i(A, j * (t->block / cpr))), *o = gtc_wrow(A, G, r), *kk = E_ADD(A, kt, e_var(A, cv));
+        for (int w = 0; w < (G->pair ? 2 : 1); w++) {
+            Expr *W = (w != G->swap) ? t->wop1 : t->wop;
+            TStmt *s = ts(A, TS_CP_ASYNC);
+            s->vec = 16; s->smem = sm; s->sidx = E_ADD(A, E_MUL(A, r, e_i(A, G->LD)), e_var(A, cv));
+            s->buf = W->buf; s->idx = ARENA_ARRAY(A, Expr *, 2); s->idx[0] = expr_subst(A, W->a[0], t->par[1].v, o); s->idx[1] = kk;
+            /* o < M and kk < K */
+            s->e = lt(A, e_bin(A, EX_MAX, E_SUB(A, o, e_i(A, G->M)), E_SUB(A, kk, e_i(A, G->K))), e_i(A, 0));
+            if (!G->pair) { out[(*n)++] = s; continue; }
+            Expr *slot = gtc_slot1(A, r);
+            TStmt *in = ts_if(A, w ? slot : lt(A, imod(A, r, 32), e_i(A, 16)), 1);
+            in->body[in->nbody++] = s;
+            out[(*n)++] = in;
+        }
     }
 }
 
@@ -507,7 +555,7 @@ static KStmt *gtc_wait(KL *L, const TileKernel *t) { return kcp(L->A, KS_CP_WAIT
 static void gtc_step(KL *L, const TileKernel *t, const Gtc *G, KList *ub, Expr *kt, int b) {
     Arena *A = L->A;
     int S = t->stages, nb = (b + 1) % S, wb = (b + S - 1) % S, nx = gtc_nregs(t, 0), nw = gtc_nregs(t, 1);
-    int cap = 8 + 2 * (nx + nw) + t->bn * G->BK / 8 / t->block;
+    int cap = 8 + 2 * (nx + nw) + 2 * t->bn * G->BK / 8 / t->block;
     TStmt **p = tlist(A, cap);
     int n = 0;
     if (t->w_cp_async) gtc_cp_w(L, t, G, S + wb, E_ADD(A, kt, e_i(A, (S - 1) * G->BK)), p, &n);
@@ -535,7 +583,7 @@ static void gemm_tc_pipeline(KL *L, const TileKernel *t, const Gtc *G, KList *bo
     int64_t T = (G->K + G->BK - 1) / G->BK, rounds = T / S;
     if (t->w_cp_async)
         for (int s = 0; s + 1 < S; s++) {
-            TStmt **p = tlist(A, 2 + t->bn * G->BK / 8 / t->block);
+            TStmt **p = tlist(A, 2 + 2 * t->bn * G->BK / 8 / t->block);
             int n = 0;
             gtc_cp_w(L, t, G, S + s, e_i(A, s * G->BK), p, &n);
             kl_add(A, body, phase(A, p, n, false));
@@ -569,7 +617,9 @@ static void mat_gemm_tc(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     int64_t K, M;
     CHECK(expr_is_const(t->red[0].extent, &K) && expr_is_const(t->par[1].extent, &M), "gemm_tc extents");
     const int BM = t->bm, BN = t->bn, BK = t->bk, LD = BK + 8, S = t->stages;
-    int64_t nbo = (M + BN - 1) / BN;
+    /* a pair's block computes BN / 2 outputs of both weights */
+    const int BO = t->nacc == 2 ? BN / 2 : BN;
+    int64_t nbo = (M + BO - 1) / BO;
     bool tile_ok = !(BM & 31) && !(BN & 31) && t->block == BM * BN / 32 && !(t->block & (BK - 1)) && BK >= 16 && BK <= 64 && S >= 1 && S <= 4;
     CHECK(tile_ok, "gemm_tc tile %dx%dx%d, %d stages", BM, BN, BK, S);
     k->nregs = 48 + (S > 1 ? gtc_nregs(t, 0) + (t->w_cp_async ? 0 : gtc_nregs(t, 1)) : 0);
@@ -582,8 +632,8 @@ static void mat_gemm_tc(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     for (int i = 0; i < 2 * S; i++) { k->smem[i].size = (i < S ? BM : BN) * LD; k->smem[i].b16 = true; k->smem[i].f16 = f16; }
     /* uniform: the block's tile origin */
     Expr *lane = imod(A, tid(A), 32), *warp = idiv(A, tid(A), 32);
-    Gtc G = {E_MUL(A, idiv(A, bid(A), nbo), e_i(A, BM)), E_MUL(A, imod(A, bid(A), nbo), e_i(A, BN)), lane,
-             idiv(A, warp, BN / 32), imod(A, warp, BN / 32), t->par[0].extent, K, M, BK, LD};
+    Gtc G = {E_MUL(A, idiv(A, bid(A), nbo), e_i(A, BM)), E_MUL(A, imod(A, bid(A), nbo), e_i(A, BO)), lane,
+             idiv(A, warp, BN / 32), imod(A, warp, BN / 32), t->par[0].extent, K, M, BK, LD, t->nacc == 2, L->kn->debug_pair_swap != 0};
     TStmt **p0 = tlist(A, 32);
     for (int i = 0; i < 32; i++) p0[i] = ts_assign(A, i, e_f(A, 0.0));
     kl_add(A, body, phase(A, p0, 32, false));
@@ -603,22 +653,24 @@ static void mat_gemm_tc(KL *L, const TileKernel *t, KKernel *k, KList *body) {
         uf->kbody = ub.s; uf->nk = ub.n;
         kl_add(A, body, uf);
     }
-    /* epilogue: accumulator q of tile (mt, nt) is C[g + 8(q/2)][2t + q%2] */
+    /* epilogue: accumulator q of tile (mt, nt) is C[g + 8(q/2)][2t + q%2]; a pair's n-tiles nt and nt + 2
+     * (nt < 2) hold the two weights' values of the same outputs, 16 per warp */
     TStmt **pe = tlist(A, 32);
+    int npe = 0, NT = G.pair ? 2 : 4, WO = G.pair ? 16 : 32;
     Expr *gq = idiv(A, lane, 4), *tq = imod(A, lane, 4);
     for (int mt = 0; mt < 2; mt++)
-        for (int nt = 0; nt < 4; nt++)
+        for (int nt = 0; nt < NT; nt++)
             for (int q = 0; q < 4; q++) {
                 Expr *row = E_ADD(A, E_ADD(A, G.t0, E_MUL(A, G.wm, e_i(A, 32))), E_ADD(A, e_i(A, mt * 16 + 8 * (q / 2)), gq));
-                Expr *col = E_ADD(A, E_ADD(A, G.o0, E_MUL(A, G.wn, e_i(A, 32))), E_ADD(A, e_i(A, nt * 8 + q % 2), E_MUL(A, tq, e_i(A, 2))));
-                TStmt *i1 = ts_if(A, lt(A, row, G.rows), 1), *i2 = ts_if(A, lt(A, col, e_i(A, M)), 3);
+                Expr *col = E_ADD(A, E_ADD(A, G.o0, E_MUL(A, G.wn, e_i(A, WO))), E_ADD(A, e_i(A, nt * 8 + q % 2), E_MUL(A, tq, e_i(A, 2))));
+                TStmt *i1 = ts_if(A, lt(A, row, G.rows), 1), *i2 = ts_if(A, lt(A, col, e_i(A, M)), 4);
                 i2->body[i2->nbody++] = ts_let(A, t->par[0].v, row);
                 i2->body[i2->nbody++] = ts_let(A, t->par[1].v, col);
-                i2->body[i2->nbody++] = store(A, t, expr_subst_acc(A, t->store_value, reg(A, (mt * 4 + nt) * 4 + q)));
+                i2->nbody += epi_stores(A, t, reg(A, (mt * 4 + nt) * 4 + q), reg(A, (mt * 4 + nt + 2) * 4 + q), i2->body + i2->nbody);
                 i1->body[i1->nbody++] = i2;
-                pe[mt * 16 + nt * 4 + q] = i1;
+                pe[npe++] = i1;
             }
-    kl_add(A, body, phase(A, pe, 32, false));
+    kl_add(A, body, phase(A, pe, npe, false));
 }
 
 /* ---- flash attention ---- */

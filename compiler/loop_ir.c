@@ -276,6 +276,19 @@ static bool try_tail(Arena *A, LProgram *lp, int ri, int ci) {
     return true;
 }
 
+/* As many iterations of a's parallel loops as of b's: the constant extents' products equal, the
+ * others equal in order. */
+static bool same_count(const Shape *a, const Shape *b) {
+    int64_t ka = 1, kb = 1, v;
+    const Expr *sa[MAX_AXES], *sb[MAX_AXES];
+    int na = 0, nb = 0;
+    for (int d = 0; d < a->npar; d++) { if (expr_is_const(a->par[d]->extent, &v)) ka *= v; else sa[na++] = a->par[d]->extent; }
+    for (int d = 0; d < b->npar; d++) { if (expr_is_const(b->par[d]->extent, &v)) kb *= v; else sb[nb++] = b->par[d]->extent; }
+    if (ka != kb || na != nb) return false;
+    for (int d = 0; d < na; d++) if (!expr_equal(sa[d], sb[d])) return false;
+    return true;
+}
+
 /* An index component as hi * E + lo over loop variables of sh, lo of
  * constant extent E (lo NULL, E 1: the variable hi alone). */
 static Expr *ext_of(const Shape *sh, const Var *v) {
@@ -304,14 +317,7 @@ static bool try_retarget(Arena *A, LProgram *lp, const bool *dead, int pi, int c
     const Expr *ld = c.store->value;
     Buffer *b = ld->buf;
     if (b->kind != BUF_ACT || p.store->buf != b || c.store->buf == b) return false;
-    /* as many elements: the constant extents' products equal, the others equal in order */
-    int64_t kp = 1, kc = 1, v;
-    const Expr *sp[MAX_AXES], *sc[MAX_AXES];
-    int nsp = 0, nsc = 0;
-    for (int d = 0; d < p.npar; d++) { if (expr_is_const(p.par[d]->extent, &v)) kp *= v; else sp[nsp++] = p.par[d]->extent; }
-    for (int d = 0; d < c.npar; d++) { if (expr_is_const(c.par[d]->extent, &v)) kc *= v; else sc[nsc++] = c.par[d]->extent; }
-    if (kp != kc || nsp != nsc) return false;
-    for (int d = 0; d < nsp; d++) if (!expr_equal(sp[d], sc[d])) return false;
+    if (!same_count(&p, &c)) return false;
     for (int i = 0; i < lp->n; i++) {
         if (dead[i] || i == pi || i == ci) continue;
         if (touches(lp->nests[i], b) || (i > pi && i < ci && touches(lp->nests[i], c.store->buf))) return false;
@@ -416,6 +422,295 @@ void loop_fuse(Arena *A, LProgram *lp, bool enable) {
     replan(A, lp);
 }
 
+/* ---- epilogues: elementwise consumers into the linears they read ---- */
+
+/* a linear's nest: parallel loops, one sum over K (constant) of a term that reads a weight, the
+ * store of B[its loop variables] (no side store, no tail) */
+static bool linear_shape(const LoopNest *n, Shape *sh) {
+    int64_t K;
+    if (!shape_of(n, sh) || !sh->red || sh->side || sh->leaf->nbody != 3 || sh->red->body[0]->red != RED_SUM ||
+        !expr_is_const(sh->red->extent, &K) || sh->store->buf->kind != BUF_ACT || sh->store->buf->ndim != sh->npar)
+        return false;
+    for (int d = 0; d < sh->npar; d++)
+        if (sh->store->idx[d]->k != EX_VAR || sh->store->idx[d]->var != sh->par[d]->v) return false;
+    Buffer *in[16];
+    int nin = 0;
+    collect_inputs(sh->red->body[0]->value, in, &nin);
+    for (int i = 0; i < nin; i++) if (in[i]->kind == BUF_WEIGHT) return true;
+    return false;
+}
+static bool expr_uses_buf(const Expr *e, const Buffer *b) {
+    if (e->k == EX_LOAD && e->buf == b) return true;
+    for (int i = 0; i < e->nargs; i++) if (expr_uses_buf(e->a[i], b)) return true;
+    return false;
+}
+/* the loads of b in e, one per distinct point (at most 4; *n = -1 past that) */
+static void points_of(const Expr *e, const Buffer *b, const Expr **pt, int *n) {
+    if (*n < 0) return;
+    if (e->k == EX_LOAD && e->buf == b) {
+        for (int i = 0; i < *n; i++) if (expr_equal(pt[i], e)) return;
+        if (*n == 4) { *n = -1; return; }
+        pt[(*n)++] = e;
+        return;
+    }
+    for (int i = 0; i < e->nargs; i++) points_of(e->a[i], b, pt, n);
+}
+/* the load reads B at C's own loop variables, in order, over extents equal to R's */
+static bool at_own_point(const Shape *c, const Shape *r, const Expr *ld) {
+    if (c->npar != r->npar || ld->nargs != c->npar) return false;
+    for (int d = 0; d < c->npar; d++)
+        if (ld->a[d]->k != EX_VAR || ld->a[d]->var != c->par[d]->v || !expr_equal(c->par[d]->extent, r->par[d]->extent)) return false;
+    return true;
+}
+/* R's store value at the point ld (R's loop variables replaced by ld's indices), its acc as slot */
+static Expr *linear_at(Arena *A, const Shape *r, const Expr *ld, int slot) {
+    Expr *acc = e_acc_slot(A, slot);
+    Expr *v = expr_subst_acc(A, r->store->value, acc);
+    for (int d = 0; d < r->npar; d++) v = expr_subst(A, v, r->par[d]->v, ld->a[d]);
+    return v;
+}
+static Expr *acc_term_at(Arena *A, const Shape *r, const Expr *ld, Var *kv) {
+    Expr *v = expr_subst(A, r->red->body[0]->value, r->red->v, e_var(A, kv));
+    for (int d = 0; d < r->npar; d++) v = expr_subst(A, v, r->par[d]->v, ld->a[d]);
+    return v;
+}
+static Expr *subst_vars(Arena *A, Expr *e, Var *const *from, Expr *const *to, int n) {
+    for (int i = 0; i < n; i++) e = expr_subst(A, e, from[i], to[i]);
+    return e;
+}
+/* a's kernel name joined with b's past their common prefix: mlp_gate_proj + mlp_up_proj -> mlp_gate_proj_up_proj */
+static const char *joined_name(Arena *A, const char *a, const char *b) {
+    size_t p = 0, i = 0;
+    while (a[i] && a[i] == b[i]) { if (a[i] == '_') p = i + 1; i++; }
+    return arena_printf(A, "%s_%s", a, b + p);
+}
+/* the nests strictly between lo and hi write none of C's inputs (but skip) and do not touch out */
+static bool quiet_between(const LProgram *lp, const bool *dead, int lo, int hi, const Expr *const *vals, int nv, const Buffer *skip0,
+                          const Buffer *skip1, const Buffer *out) {
+    Buffer *in[16];
+    int nin = 0;
+    for (int v = 0; v < nv; v++) collect_inputs(vals[v], in, &nin);
+    if (nin < 0) return false;
+    for (int i = lo + 1; i < hi; i++) {
+        if (dead[i]) continue;
+        if (touches(lp->nests[i], out)) return false;
+        for (int j = 0; j < nin; j++) if (in[j] != skip0 && in[j] != skip1 && writes(lp->nests[i]->root, in[j])) return false;
+    }
+    return true;
+}
+static LStmt *store_stmt(Arena *A, Buffer *b, Expr **idx, Expr *value) {
+    LStmt *s = stmt(A, LS_STORE);
+    s->buf = b; s->idx = idx; s->value = value;
+    return s;
+}
+/* parallel loops (v[i] < ext[i]) around acc_init x2, for kv < K { slot 0 += t0; slot 1 += t1 }, the stores */
+static LStmt *pair_root(Arena *A, Var *const *v, Expr *const *ext, int npar, Var *kv, Expr *K, Expr *t0, Expr *t1, LStmt **st, int nst) {
+    LStmt *leaf = stmt(A, LS_FOR);
+    leaf->nbody = 3 + nst; leaf->body = ARENA_ARRAY(A, LStmt *, 3 + nst);
+    Axis ka = {kv, K};
+    LStmt *red = loop(A, &ka, LOOP_REDUCE, 2);
+    for (int j = 0; j < 2; j++) {
+        LStmt *init = stmt(A, LS_ACC_INIT);
+        init->red = RED_SUM; init->slot = j;
+        leaf->body[j] = init;
+        LStmt *u = stmt(A, LS_ACC);
+        u->red = RED_SUM; u->slot = j; u->value = j ? t1 : t0;
+        red->body[j] = u;
+    }
+    leaf->body[2] = red;
+    for (int i = 0; i < nst; i++) leaf->body[3 + i] = st[i];
+    LStmt *cur = NULL;
+    for (int d = npar - 1; d >= 0; d--) {
+        Axis ax = {v[d], ext[d]};
+        LStmt *l = loop(A, &ax, LOOP_PARALLEL, 1);
+        if (!cur) { l->body = leaf->body; l->nbody = leaf->nbody; } else l->body[0] = cur;
+        cur = l;
+    }
+    return cur;
+}
+
+/* C (flat) into the one linear R it reads, at C's own point: R stores C's value to C's output */
+static bool try_epilogue(Arena *A, LProgram *lp, const bool *dead, int ri, int ci, const Expr *ld) {
+    Shape r, c;
+    if (!linear_shape(lp->nests[ri], &r) || !shape_of(lp->nests[ci], &c) || !at_own_point(&c, &r, ld)) return false;
+    Buffer *out = c.store->buf;
+    const Expr *vals[1 + MAX_DIMS] = {c.store->value};
+    for (int d = 0; d < out->ndim; d++) vals[1 + d] = c.store->idx[d];
+    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, vals, 1 + out->ndim, r.store->buf, NULL, out)) return false;
+    Var *cv[MAX_AXES];
+    Expr *rv[MAX_AXES];
+    for (int d = 0; d < c.npar; d++) { cv[d] = c.par[d]->v; rv[d] = e_var(A, r.par[d]->v); }
+    Expr *v = replace_load(A, c.store->value, ld, r.store->value);
+    Expr **idx = ARENA_ARRAY(A, Expr *, out->ndim);
+    for (int d = 0; d < out->ndim; d++) idx[d] = subst_vars(A, c.store->idx[d], cv, rv, c.npar);
+    r.store->buf = out; r.store->idx = idx; r.store->value = subst_vars(A, v, cv, rv, c.npar);
+    lp->nests[ri]->kname = joined_name(A, lp->nests[ri]->kname, lp->nests[ci]->kname);
+    return true;
+}
+
+/* C reads linears R1 < R2 (same parallel extents and K) each at its own point: one nest at R2's place */
+static bool try_pair(Arena *A, LProgram *lp, const bool *dead, int r1i, int r2i, int ci, const Expr *ld1, const Expr *ld2) {
+    Shape r1, r2, c;
+    if (!linear_shape(lp->nests[r1i], &r1) || !linear_shape(lp->nests[r2i], &r2) || !shape_of(lp->nests[ci], &c) ||
+        !at_own_point(&c, &r1, ld1) || !at_own_point(&c, &r2, ld2) || !expr_equal(r1.red->extent, r2.red->extent))
+        return false;
+    Buffer *out = c.store->buf;
+    const Expr *vals[1 + MAX_DIMS] = {c.store->value};
+    for (int d = 0; d < out->ndim; d++) vals[1 + d] = c.store->idx[d];
+    /* R1 runs at R2's place: what it reads must not change in between */
+    const Expr *t1[2] = {r1.red->body[0]->value, r1.store->value};
+    if (touches(lp->nests[r1i], out) || touches(lp->nests[r2i], out) || !quiet_between(lp, dead, r1i, r2i, t1, 2, NULL, NULL, r1.store->buf) ||
+        !quiet_between(lp, dead, r2i, ci, vals, 1 + out->ndim, r1.store->buf, r2.store->buf, out))
+        return false;
+    Var *v[MAX_AXES], *kv = r1.red->v;
+    Expr *ext[MAX_AXES];
+    for (int d = 0; d < r1.npar; d++) { v[d] = r1.par[d]->v; ext[d] = r1.par[d]->extent; }
+    /* C's value with both loads replaced, at R1's variables */
+    Var *cv[MAX_AXES];
+    Expr *rv[MAX_AXES];
+    for (int d = 0; d < c.npar; d++) { cv[d] = c.par[d]->v; rv[d] = e_var(A, v[d]); }
+    Expr *val = replace_load(A, c.store->value, ld1, linear_at(A, &r1, ld1, 0));
+    val = replace_load(A, val, ld2, linear_at(A, &r2, ld2, 1));
+    Expr **idx = ARENA_ARRAY(A, Expr *, out->ndim);
+    for (int d = 0; d < out->ndim; d++) idx[d] = subst_vars(A, c.store->idx[d], cv, rv, c.npar);
+    LStmt *st = store_stmt(A, out, idx, subst_vars(A, val, cv, rv, c.npar));
+    Expr *p1 = e_load(A, r1.store->buf, r1.npar, rv), *p2 = e_load(A, r2.store->buf, r2.npar, rv);
+    LoopNest *n = ARENA_NEW(A, LoopNest);
+    *n = *lp->nests[r1i];
+    n->kname = joined_name(A, lp->nests[r1i]->kname, lp->nests[r2i]->kname);
+    n->root = pair_root(A, v, ext, r1.npar, kv, r1.red->extent, acc_term_at(A, &r1, p1, kv), acc_term_at(A, &r2, p2, kv), &st, 1);
+    lp->nests[r2i] = n;
+    return true;
+}
+
+/* C reads linear R at two points: its last loop (extent E, even) in halves e = e' and e = e' + E/2, each half
+ * simplified over e' < E/2; when both read R at the same two points P0, P1, one iteration computes R at both
+ * (two accumulators) and stores both halves. C's loops after the first are flattened into one (the
+ * schedules see [t, p] like a linear's [t, o]). R computes every element once: 2 * |C| / 2 = |C| = |R|. */
+static bool try_halves(Arena *A, LProgram *lp, const bool *dead, int ri, int ci) {
+    Shape r, c;
+    int64_t E;
+    if (!linear_shape(lp->nests[ri], &r) || !shape_of(lp->nests[ci], &c) || c.npar < 2 || c.npar + 1 > MAX_AXES) return false;
+    if (!expr_is_const(c.par[c.npar - 1]->extent, &E) || E < 2 || E % 2) return false;
+    for (int d = 1; d < c.npar; d++) if (!expr_is_const(c.par[d]->extent, NULL)) return false;
+    if (!same_count(&c, &r)) return false;
+    int64_t x;
+    Buffer *b = r.store->buf, *out = c.store->buf;
+    const Expr *vals[1 + MAX_DIMS] = {c.store->value};
+    for (int d = 0; d < out->ndim; d++) vals[1 + d] = c.store->idx[d];
+    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, vals, 1 + out->ndim, b, NULL, out)) return false;
+    /* the halves, over ranges: C's constant loops and e' < E/2 */
+    Var *eh = new_var(A, &lp->tp->nvars, c.par[c.npar - 1]->v->name);
+    VarRange rg[MAX_AXES];
+    int nr = 0;
+    for (int d = 1; d + 1 < c.npar; d++) { expr_is_const(c.par[d]->extent, &x); rg[nr++] = (VarRange){c.par[d]->v, 0, x}; }
+    rg[nr++] = (VarRange){eh, 0, E / 2};
+    Expr *hval[2], **hidx[2];
+    const Expr *pt[2][4];
+    int np[2];
+    for (int h = 0; h < 2; h++) {
+        Expr *e = E_ADD(A, e_var(A, eh), e_i(A, h * E / 2));
+        Var *last = c.par[c.npar - 1]->v;
+        hval[h] = expr_simplify(A, expr_subst(A, c.store->value, last, e), rg, nr);
+        hidx[h] = ARENA_ARRAY(A, Expr *, out->ndim);
+        for (int d = 0; d < out->ndim; d++) {
+            hidx[h][d] = expr_simplify(A, expr_subst(A, c.store->idx[d], last, e), rg, nr);
+            if (expr_uses_buf(hidx[h][d], b)) return false;
+        }
+        np[h] = 0;
+        points_of(hval[h], b, pt[h], &np[h]);
+        if (np[h] != 2) return false;
+    }
+    bool same = (expr_equal(pt[0][0], pt[1][0]) && expr_equal(pt[0][1], pt[1][1])) || (expr_equal(pt[0][0], pt[1][1]) && expr_equal(pt[0][1], pt[1][0]));
+    if (!same) return false;
+    /* flatten C's loops after the first into p: e' = p % (E/2), then the others outward */
+    Var *pv = new_var(A, &lp->tp->nvars, "p");
+    Var *from[MAX_AXES];
+    Expr *to[MAX_AXES];
+    int nf = 0;
+    int64_t stride = E / 2, total = E / 2;
+    from[nf] = eh; to[nf++] = e_bin(A, EX_MOD, e_var(A, pv), e_i(A, E / 2));
+    for (int d = c.npar - 2; d >= 1; d--) {
+        expr_is_const(c.par[d]->extent, &x);
+        Expr *q = E_DIV(A, e_var(A, pv), e_i(A, stride));
+        from[nf] = c.par[d]->v; to[nf++] = d == 1 ? q : e_bin(A, EX_MOD, q, e_i(A, x));
+        stride *= x; total *= x;
+    }
+    LStmt *st[2];
+    const Expr *P[2] = {pt[0][0], pt[0][1]};
+    Expr *P2[2];
+    for (int j = 0; j < 2; j++) P2[j] = subst_vars(A, (Expr *)P[j], from, to, nf);
+    for (int h = 0; h < 2; h++) {
+        Expr *v = hval[h];
+        for (int j = 0; j < 2; j++) v = replace_load(A, v, P[j], linear_at(A, &r, P[j], j));
+        Expr **idx = ARENA_ARRAY(A, Expr *, out->ndim);
+        for (int d = 0; d < out->ndim; d++) idx[d] = subst_vars(A, hidx[h][d], from, to, nf);
+        st[h] = store_stmt(A, out, idx, subst_vars(A, v, from, to, nf));
+    }
+    Var *v[2] = {c.par[0]->v, pv};
+    Expr *ext[2] = {c.par[0]->extent, e_i(A, total)};
+    Var *kv = r.red->v;
+    LoopNest *n = ARENA_NEW(A, LoopNest);
+    *n = *lp->nests[ri];
+    n->kname = joined_name(A, lp->nests[ri]->kname, lp->nests[ci]->kname);
+    n->root = pair_root(A, v, ext, 2, kv, r.red->extent, acc_term_at(A, &r, P2[0], kv), acc_term_at(A, &r, P2[1], kv), st, 2);
+    lp->nests[ri] = n;
+    return true;
+}
+
+/* the live nest that writes b (-1: none or several) and whether only `reader` reads it */
+static int sole_writer(const LProgram *lp, const bool *dead, const Buffer *b, int reader) {
+    int w = -1;
+    for (int i = 0; i < lp->n; i++) {
+        if (dead[i]) continue;
+        if (writes(lp->nests[i]->root, b)) { if (w >= 0) return -1; w = i; }
+        else if (i != reader && touches(lp->nests[i], b)) return -1;
+    }
+    return w;
+}
+
+void loop_fuse_epilogues(Arena *A, LProgram *lp, bool enable) {
+    if (!enable) return;
+    bool *dead = ARENA_ARRAY(A, bool, lp->n);
+    for (int ci = 0; ci < lp->n; ci++) {
+        Shape c, r;
+        if (!shape_of(lp->nests[ci], &c) || c.red) continue;
+        /* the linears C reads (each written by one earlier nest and read by C alone) and their points */
+        Buffer *in[16];
+        int nin = 0;
+        collect_inputs(c.store->value, in, &nin);
+        if (nin < 0) continue;
+        int ri[2], nl = 0, np[2] = {0, 0};
+        const Expr *pt[2][4];
+        bool ok = true;
+        for (int i = 0; i < nin && ok; i++) {
+            if (in[i]->kind != BUF_ACT) continue;
+            int w = sole_writer(lp, dead, in[i], ci);
+            if (w < 0 || w > ci || w == ci || !linear_shape(lp->nests[w], &r) || r.store->buf != in[i]) continue;
+            for (int d = 0; d < c.store->buf->ndim; d++) if (expr_uses_buf(c.store->idx[d], in[i])) ok = false;
+            if (nl == 2) { ok = false; break; }
+            ri[nl] = w;
+            points_of(c.store->value, in[i], pt[nl], &np[nl]);
+            nl++;
+        }
+        if (!ok || !nl) continue;
+        if (nl == 1 && np[0] == 1 && try_epilogue(A, lp, dead, ri[0], ci, pt[0][0])) { dead[ci] = true; lp->n_epilogues++; continue; }
+        if (nl == 2 && np[0] == 1 && np[1] == 1) {
+            int a = ri[0] < ri[1] ? 0 : 1;
+            if (try_pair(A, lp, dead, ri[a], ri[1 - a], ci, pt[a][0], pt[1 - a][0])) {
+                dead[ri[a]] = dead[ci] = true;
+                lp->n_pairs++;
+                continue;
+            }
+        }
+        if (nl == 1 && np[0] == 2 && try_halves(A, lp, dead, ri[0], ci)) { dead[ci] = true; lp->n_halves++; }
+    }
+    int n = 0;
+    for (int i = 0; i < lp->n; i++) if (!dead[i]) lp->nests[n++] = lp->nests[i];
+    lp->n = n;
+    replan(A, lp);
+}
+
 /* ---- online softmax (flash attention) ---- */
 
 /* for t, h: the attention's row */
@@ -482,12 +777,17 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
         str_printf(o, " %s:\n", s->lk == LOOP_PARALLEL ? "parallel" : "reduce");
         for (int i = 0; i < s->nbody; i++) print_stmt(o, s->body[i], d + 1);
         return;
-    case LS_ACC_INIT: str_printf(o, "acc = %s\n", s->red == RED_SUM ? "0" : s->red == RED_MAX ? "-inf" : "index 0 of -inf"); return;
-    case LS_ACC:
-        str_printf(o, s->red == RED_SUM ? "acc += " : s->red == RED_MAX ? "acc = max(acc, " : "acc = index of the first max(acc, ");
+    case LS_ACC_INIT:
+        str_printf(o, "%s = %s\n", s->slot ? "acc1" : "acc", s->red == RED_SUM ? "0" : s->red == RED_MAX ? "-inf" : "index 0 of -inf");
+        return;
+    case LS_ACC: {
+        const char *a = s->slot ? "acc1" : "acc";
+        if (s->red == RED_SUM) str_printf(o, "%s += ", a);
+        else str_printf(o, s->red == RED_MAX ? "%s = max(%s, " : "%s = index of the first max(%s, ", a, a);
         expr_print(o, s->value);
         str_printf(o, s->red == RED_SUM ? "\n" : ")\n");
         return;
+    }
     case LS_STORE:
         str_printf(o, "%s[", s->buf->name);
         for (int i = 0; i < s->buf->ndim; i++) { if (i) str_printf(o, ", "); expr_print(o, s->idx[i]); }
@@ -522,8 +822,9 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
     }
 }
 void loop_print(Str *o, const LProgram *lp) {
-    str_printf(o, "# loop IR: %d loop nests (one per kernel); fused: %d inlined, %d side stores, %d tails, %d copies retargeted, %d online softmax\n", lp->n,
-               lp->n_inlined, lp->n_side_stores, lp->n_tails, lp->n_retargeted, lp->n_flash);
+    str_printf(o, "# loop IR: %d loop nests (one per kernel); fused: %d inlined, %d side stores, %d tails, %d copies retargeted, %d online softmax, "
+                  "%d epilogues, %d pairs, %d halves\n", lp->n, lp->n_inlined, lp->n_side_stores, lp->n_tails, lp->n_retargeted, lp->n_flash,
+               lp->n_epilogues, lp->n_pairs, lp->n_halves);
     for (int i = 0; i < lp->n; i++) {
         str_printf(o, "nest %s  # %s (%s)\n", lp->nests[i]->kname, lp->nests[i]->module, top_kind_names[lp->nests[i]->origin]);
         print_stmt(o, lp->nests[i]->root, 1);
@@ -532,16 +833,16 @@ void loop_print(Str *o, const LProgram *lp) {
 
 /* Scoping: every variable used is bound by an enclosing loop; acc is used
  * only after acc_init in the same body. */
-static const char *verify_expr_scope(Arena *A, const Expr *e, Var **bound, int nb, bool acc_ok) {
+static const char *verify_expr_scope(Arena *A, const Expr *e, Var **bound, int nb, unsigned acc_ok) {
     if (e->k == EX_VAR) {
         for (int i = 0; i < nb; i++) if (bound[i] == e->var) return NULL;
         return arena_printf(A, "variable %s used outside its loop", e->var->name);
     }
-    if (e->k == EX_ACC && !acc_ok) return "acc used before acc_init";
+    if (e->k == EX_ACC && (e->i < 0 || e->i > 1 || !(acc_ok >> e->i & 1))) return "acc used before acc_init";
     for (int i = 0; i < e->nargs; i++) { const char *m = verify_expr_scope(A, e->a[i], bound, nb, acc_ok); if (m) return m; }
     return NULL;
 }
-static const char *verify_stmt(Arena *A, const LStmt *s, Var **bound, int nb, bool *acc) {
+static const char *verify_stmt(Arena *A, const LStmt *s, Var **bound, int nb, unsigned *acc) {
     switch (s->k) {
     case LS_FOR: {
         if (nb >= 16) return "loop nest too deep";
@@ -551,10 +852,13 @@ static const char *verify_stmt(Arena *A, const LStmt *s, Var **bound, int nb, bo
         for (int i = 0; i < s->nbody; i++) { m = verify_stmt(A, s->body[i], bound, nb + 1, acc); if (m) return m; }
         return NULL;
     }
-    case LS_ACC_INIT: *acc = true; return NULL;
+    case LS_ACC_INIT:
+        if (s->slot < 0 || s->slot > 1) return "accumulator slot outside 0..1";
+        *acc |= 1u << s->slot;
+        return NULL;
     case LS_ACC:
-        if (!*acc) return "acc_update before acc_init";
-        return verify_expr_scope(A, s->value, bound, nb, false) ? verify_expr_scope(A, s->value, bound, nb, false) : expr_verify(A, s->value);
+        if (s->slot < 0 || s->slot > 1 || !(*acc >> s->slot & 1)) return "acc_update before acc_init";
+        return verify_expr_scope(A, s->value, bound, nb, 0) ? verify_expr_scope(A, s->value, bound, nb, 0) : expr_verify(A, s->value);
     case LS_STORE:
         for (int i = 0; i < s->buf->ndim; i++) { const char *m = verify_expr_scope(A, s->idx[i], bound, nb, false); if (m) return m; }
         { const char *m = verify_expr_scope(A, s->value, bound, nb, *acc); return m ? m : expr_verify(A, s->value); }
@@ -581,7 +885,7 @@ static const char *verify_stmt(Arena *A, const LStmt *s, Var **bound, int nb, bo
 const char *loop_verify(Arena *A, const LProgram *lp) {
     for (int i = 0; i < lp->n; i++) {
         Var *bound[16];
-        bool acc = false;
+        unsigned acc = 0;
         const char *m = verify_stmt(A, lp->nests[i]->root, bound, 0, &acc);
         if (m) return arena_printf(A, "nest %d (%s): %s", i, lp->nests[i]->module, m);
     }

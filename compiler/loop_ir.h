@@ -14,7 +14,20 @@
  *               that nest's store: one kernel per row op
  *   retarget    a copy of an activation into another buffer (the KV-cache
  *               writes): the activation's writer stores to the copy's target
- * and plans the activation arena again over the nests that remain. Before
+ * and plans the activation arena again over the nests that remain. Then
+ * loop_fuse_epilogues puts elementwise consumers of linears into the
+ * linears' stores:
+ *   epilogue    a consumer reading one linear's output at its own point (the
+ *               MLP's residual add after down_proj): the linear stores the
+ *               consumer's value
+ *   pair        a consumer of two linears over the same input and K, each read
+ *               at its own point (SiLU(gate) * up): one nest, two accumulators
+ *               over one reduction loop
+ *   halves      a consumer reading one linear at two points (rotary: x[e] with
+ *               x[e +- half]): its last loop is split in halves, simplified over
+ *               their ranges, and each (e, e + half) pair of outputs is one
+ *               iteration with two accumulators and two stores
+ * Every output element of the linears is still computed once. Before
  * them, loop_flash replaces each attention's five nests (scores, max, sum of
  * exp, normalise, P.V) by one: an online softmax over the keys (a running
  * max and sum per row, each score computed once and never stored). */
@@ -41,6 +54,7 @@ typedef struct LStmt {
     struct LStmt **body; int nbody;
     /* LS_ACC_INIT / LS_ACC */
     RedOp red;
+    int slot;                  /* which accumulator (EX_ACC's i): a pair nest has two, 0 and 1 */
     /* LS_ACC value, LS_STORE value (may read acc) */
     Expr *value;
     Buffer *buf; Expr **idx;   /* LS_STORE */
@@ -58,12 +72,17 @@ typedef struct {
     TProgram *tp;              /* loop_fuse re-plans its activation offsets */
     LoopNest **nests; int n;
     int n_inlined, n_side_stores, n_tails, n_retargeted, n_flash;   /* what loop_fuse and loop_flash did */
+    int n_epilogues, n_pairs, n_halves;                              /* loop_fuse_epilogues */
 } LProgram;
 
 void loop_lower(Arena *A, TProgram *tp, LProgram *lp);
 /* The fusions above where their guards allow (enable false: none), then
  * the memory plan over the remaining nests. */
 void loop_fuse(Arena *A, LProgram *lp, bool enable);
+/* Epilogues, pairs and halves (above) where their guards allow, then the
+ * memory plan again. A pair nest's leaf is acc_init x2, the reduction loop
+ * (acc_update slot 0, slot 1), one or two stores. */
+void loop_fuse_epilogues(Arena *A, LProgram *lp, bool enable);
 /* The online-softmax rewrite where fits(attn) (the tile level has a
  * schedule for it) and nothing else reads the scores, max and sum. */
 void loop_flash(Arena *A, LProgram *lp, bool enable, bool (*fits)(const AttnDesc *));

@@ -33,6 +33,7 @@ static void st_plan_memory(Compilation *c) { tensor_plan_memory(&c->A, &c->tp); 
 static void st_loops(Compilation *c) { loop_lower(&c->A, &c->tp, &c->lp); }
 static void st_flash(Compilation *c) { loop_flash(&c->A, &c->lp, c->knobs.fuse && c->knobs.flash, flash_fits); }
 static void st_fuse(Compilation *c) { loop_fuse(&c->A, &c->lp, c->knobs.fuse); }
+static void st_epilogues(Compilation *c) { loop_fuse_epilogues(&c->A, &c->lp, c->knobs.fuse); }
 static void st_schedule(Compilation *c) { tile_schedule(&c->A, &c->lp, &c->knobs, &c->tip); }
 static void st_materialise(Compilation *c) { kernel_lower(&c->A, &c->tip, &c->kp); }
 
@@ -64,6 +65,7 @@ static const Stage STAGES[] = {
     {"lift_loops", IR_LOOP, st_loops, v_loop, p_loop},
     {"flash_attention", IR_LOOP, st_flash, v_loop, p_loop},
     {"fuse", IR_LOOP, st_fuse, v_loop, p_loop},
+    {"fuse_epilogues", IR_LOOP, st_epilogues, v_loop, p_loop},
     {"schedule", IR_TILE, st_schedule, v_tile, p_tile},
     {"materialise", IR_KERNEL, st_materialise, v_kernel, p_kernel},
 };

@@ -92,6 +92,7 @@ static int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 static TileKernel *new_tk(Arena *A, const LoopNest *nest) {
     TileKernel *k = ARENA_NEW(A, TileKernel);
     k->nest = nest; k->name = nest->kname;
+    k->nacc = k->nstore = 1;
     return k;
 }
 
@@ -178,20 +179,29 @@ static void gemv_scan(GemvScan *s, const Expr *e) {
 /* gemm_tc applies to y[t, o] = sum_k X(t, k) * W[o, k] (+ epilogue) with W a
  * bf16 weight, t the runtime token axis and o the weight's row: the form
  * tensor_ir.c gives every linear. */
-static bool gemm_tc_form(TileKernel *k) {
-    if (k->npar != 2 || k->nred != 1 || k->side || k->redop != RED_SUM || k->acc_value->k != EX_MUL) return false;
-    int64_t rows;
-    if (expr_is_const(k->par[0].extent, &rows) || !expr_is_const(k->par[1].extent, &rows)) return false;
+static bool gemm_tc_term(const TileKernel *k, Expr *term, Expr **xop, Expr **wop) {
+    if (term->k != EX_MUL) return false;
     const Var *t = k->par[0].v, *o = k->par[1].v, *kv = k->red[0].v;
     for (int w = 0; w < 2; w++) {
-        Expr *W = k->acc_value->a[w], *X = k->acc_value->a[1 - w];
+        Expr *W = term->a[w], *X = term->a[1 - w];
         if (W->k != EX_LOAD || W->buf->kind != BUF_WEIGHT || (W->buf->dtype != DT_BF16 && W->buf->dtype != DT_F16) || W->nargs != 2) continue;
-        if (W->a[0]->k != EX_VAR || W->a[0]->var != o || W->a[1]->k != EX_VAR || W->a[1]->var != kv) continue;
+        /* the weight's row a function of o alone (a pair's halves: of the flattened head and element) */
+        if (!expr_uses_var(W->a[0], o) || expr_uses_var(W->a[0], t) || expr_uses_var(W->a[0], kv) || W->a[1]->k != EX_VAR || W->a[1]->var != kv) continue;
         if (expr_uses_var(X, o) || !expr_uses_var(X, t)) continue;
-        k->xop = X; k->wop = W;
+        *xop = X; *wop = W;
         return true;
     }
     return false;
+}
+static bool gemm_tc_form(TileKernel *k) {
+    if (k->npar != 2 || k->nred != 1 || k->side || k->redop != RED_SUM) return false;
+    int64_t rows;
+    if (expr_is_const(k->par[0].extent, &rows) || !expr_is_const(k->par[1].extent, &rows)) return false;
+    if (!gemm_tc_term(k, k->acc_value, &k->xop, &k->wop)) return false;
+    if (k->nacc == 1) return true;
+    /* a pair: one activation operand for both, weights of one dtype */
+    Expr *x1;
+    return gemm_tc_term(k, k->acc_value1, &x1, &k->wop1) && expr_equal(x1, k->xop) && k->wop1->buf->dtype == k->wop->buf->dtype;
 }
 
 /* Shared memory of a gemm_tc block: X and W tiles of [bm or bn][bk + 8] bf16, one per stage each. */
@@ -222,6 +232,7 @@ static void gemm_tc_tiles(TileKernel *g, const Knobs *kn, int64_t K) {
     g->w_cp_async = g->stages > 1 && K % 8 == 0 && (int64_t)g->bn * g->bk / 8 % g->block == 0;
 }
 
+static int schedule_linear(Arena *A, const LoopNest *nest, const Knobs *kn, const TProgram *tp, TileKernel *k, Expr *total, TileKernel **out);
 /* Schedules one nest; returns how many tile kernels it appended to out. */
 static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProgram *tp, TileKernel **out) {
     TileKernel *k = new_tk(A, nest);
@@ -245,6 +256,19 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
         out[0] = k;
         return 1;
     }
+    if (s->nbody >= 4 && s->body[1]->k == LS_ACC_INIT) {
+        /* a pair: acc_init x2, the reduction with both updates, one or two stores */
+        const LStmt *r = s->body[2];
+        CHECK(s->nbody <= 5 && s->body[0]->k == LS_ACC_INIT && r->k == LS_FOR && r->lk == LOOP_REDUCE && r->nbody == 2 &&
+              r->body[0]->k == LS_ACC && r->body[0]->slot == 0 && r->body[1]->k == LS_ACC && r->body[1]->slot == 1 && s->body[3]->k == LS_STORE &&
+              (s->nbody == 4 || s->body[4]->k == LS_STORE), "nest %s: pair shape", nest->module);
+        k->nacc = 2; k->redop = RED_SUM;
+        k->red[0].v = r->v; k->red[0].extent = r->extent; k->nred = 1;
+        k->acc_value = r->body[0]->value; k->acc_value1 = r->body[1]->value;
+        k->store_value = s->body[3]->value; k->out = s->body[3]->buf; k->idx = s->body[3]->idx;
+        if (s->nbody == 5) { k->nstore = 2; k->store_value1 = s->body[4]->value; k->out1 = s->body[4]->buf; k->idx1 = s->body[4]->idx; }
+        return schedule_linear(A, nest, kn, tp, k, total, out);
+    }
     CHECK((s->nbody == 3 || s->nbody == 4) && s->body[0]->k == LS_ACC_INIT && s->body[2]->k == LS_STORE, "nest %s: unsupported shape", nest->module);
     if (s->nbody == 4) {
         const LStmt *tl = s->body[3];
@@ -267,13 +291,20 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
     k->acc_value = r->value;
     store = s->body[2];
     k->store_value = store->value; k->out = store->buf; k->idx = store->idx;
+    return schedule_linear(A, nest, kn, tp, k, total, out);
+}
 
+/* A reduction nest: gemm_tc (+ its gemv) or gemv (+ splitk_sum) where it reads a weight, else block_reduce. */
+static int schedule_linear(Arena *A, const LoopNest *nest, const Knobs *kn, const TProgram *tp, TileKernel *k, Expr *total, TileKernel **out) {
     int64_t K = 0;
     GemvScan gs = {0};
     if (!k->side && !k->tail_out && k->nred == 1 && k->redop == RED_SUM && expr_is_const(k->red[0].extent, &K)) {
         gs.v = k->red[0].v; gs.ok = true; gs.vec = 8;
         gemv_scan(&gs, k->acc_value);
+        bool w0 = gs.weight;
+        if (k->nacc == 2) { gs.weight = false; gemv_scan(&gs, k->acc_value1); gs.weight &= w0; }
     }
+    CHECK(k->nacc == 1 || gs.weight, "nest %s: a pair that is not two linears", nest->module);
     int ntc = 0;
     int64_t maxrows = 0;
     /* only where a call can have more than gemm_min_n tokens (max_batch bounds n) */
@@ -286,7 +317,7 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
         g->kind = SCHED_GEMM_TC;
         gemm_tc_tiles(g, kn, K);
         g->run_if = 1; g->min_n = kn->gemm_min_n;
-        g->grid = E_MUL(A, ceil_div(A, k->par[0].extent, g->bm), ceil_div(A, k->par[1].extent, g->bn));
+        g->grid = E_MUL(A, ceil_div(A, k->par[0].extent, g->bm), ceil_div(A, k->par[1].extent, g->bn / k->nacc));
         g->smem_floats = 0;
         out[ntc++] = g;
         k->run_if = 2; k->min_n = kn->gemm_min_n;
@@ -325,7 +356,7 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
         if (k->split_k == 1) { out[0] = k; return ntc + 1; }
         Buffer *w = ARENA_NEW(A, Buffer);
         w->id = -1; w->name = arena_printf(A, "%s.partials", nest->kname); w->kind = BUF_WORK; w->dtype = DT_F32;
-        w->ndim = 2; w->dims[0] = tmax; w->dims[1] = k->split_k; w->layer = -1; w->weight_index = -1; w->act_offset = 0;
+        w->ndim = 2; w->dims[0] = tmax; w->dims[1] = (int64_t)k->split_k * k->nacc; w->layer = -1; w->weight_index = -1; w->act_offset = 0;
         k->work = w;
         TileKernel *c = new_tk(A, nest);
         c->kind = SCHED_SPLITK_SUM;
@@ -334,6 +365,7 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
         c->redop = RED_SUM;
         c->split_k = k->split_k; c->work = w;
         c->store_value = k->store_value; c->out = k->out; c->idx = k->idx;
+        c->nacc = k->nacc; c->nstore = k->nstore; c->store_value1 = k->store_value1; c->out1 = k->out1; c->idx1 = k->idx1;
         c->block = kn->flat_block;
         c->grid = ceil_div(A, total, c->block);
         c->run_if = k->run_if; c->min_n = k->min_n;
@@ -404,12 +436,13 @@ void tile_print(Str *o, const TileProgram *tp) {
             if (k->split_k > 1) str_printf(o, "] slice bid%%%d", k->split_k);
             else str_printf(o, "]");
             str_printf(o, " by 32x%d (%s), f32 accumulation, a warp-shuffle tree (sum)", k->vec, k->vec > 1 ? "vector loads" : "scalar loads");
+            if (k->nacc == 2) str_printf(o, "; two accumulators (a pair), each lane's activation loads serve both, %d store%s", k->nstore, k->nstore > 1 ? "s" : "");
             if (k->work) str_printf(o, " -> %s", k->work->name);
             str_printf(o, "\n");
             break;
         case SCHED_GEMM_TC:
             str_printf(o, " bm=%d bn=%d bk=%d stages=%d min_n=%d\n  block (bid/ceil(%s/%d), bid%%ceil(%s/%d)) -> [", k->bm, k->bn, k->bk,
-                       k->stages, k->min_n, k->par[0].v->name, k->bm, k->par[1].v->name, k->bn);
+                       k->stages, k->min_n, k->par[0].v->name, k->bm, k->par[1].v->name, k->bn / k->nacc);
             print_axes(o, k->par, k->npar);
             str_printf(o, "] tile %dx%d, %d warps of 32x32; K [", k->bm, k->bn, k->block / 32);
             print_axes(o, k->red, k->nred);
@@ -418,6 +451,9 @@ void tile_print(Str *o, const TileProgram *tp) {
                 str_printf(o, ", a %d-stage pipeline (W by %s, X by register prefetch one step ahead)", k->stages,
                            k->w_cp_async ? "16-byte cp.async copies" : "register prefetch");
             str_printf(o, ", ldmatrix.x4 + mma.m16n8k16 bf16, f32 accumulation; runs when n > %d\n", k->min_n);
+            if (k->nacc == 2)
+                str_printf(o, "  a pair: the W tile is %d outputs of %s and of %s in alternating groups of 16 rows (a warp's n-tiles 0,1 and 2,3 are "
+                              "the same outputs), %d store%s per output\n", k->bn / 2, k->wop->buf->name, k->wop1->buf->name, k->nstore, k->nstore > 1 ? "s" : "");
             break;
         case SCHED_FLASH: {
             const AttnDesc *d = k->attn;
@@ -461,7 +497,9 @@ const char *tile_verify(Arena *A, const TileProgram *tp) {
         else if ((k->kind == SCHED_BLOCK_REDUCE || k->kind == SCHED_GEMV) && k->block % 32) m = "warp schedule with a partial warp";
         else if (k->kind == SCHED_BLOCK_REDUCE && (k->smem_floats < (k->block > 32 ? k->block / 32 : 0) || k->nred < 1)) m = "reduction without shared scratch";
         else if (k->kind == SCHED_GEMV && (k->nred != 1 || k->vec < 1 || k->k_chunk % k->vec || k->split_k < 1)) m = "gemv parameters";
-        else if ((k->kind == SCHED_SPLITK_SUM || (k->kind == SCHED_GEMV && k->split_k > 1)) && (!k->work || k->work->dims[1] != k->split_k))
+        else if (k->nacc == 2 && k->kind != SCHED_GEMV && k->kind != SCHED_GEMM_TC && k->kind != SCHED_SPLITK_SUM) m = "two accumulators in a schedule without them";
+        else if (k->kind == SCHED_GEMM_TC && k->nacc == 2 && !k->wop1) m = "gemm_tc pair without its second weight";
+        else if ((k->kind == SCHED_SPLITK_SUM || (k->kind == SCHED_GEMV && k->split_k > 1)) && (!k->work || k->work->dims[1] != (int64_t)k->split_k * k->nacc))
             m = "split-K without its workspace";
         else if (k->kind == SCHED_GEMM_TC && ((k->bm != 64 && k->bm != 128) || (k->bn != 64 && k->bn != 128) || k->block != k->bm * k->bn / 32 ||
                                               (k->bk != 16 && k->bk != 32 && k->bk != 64) ||

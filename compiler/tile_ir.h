@@ -18,7 +18,10 @@
  *                 staged to shared memory as bf16 (stages > 1: a pipeline,
  *                 W by cp.async, X by register prefetch), ldmatrix + mma.sync
  *                 m16n8k16 with f32 accumulation; the launch plan runs it or
- *                 the gemv by n at run time
+ *                 the gemv by n at run time. A pair nest (two accumulators):
+ *                 the gemv's lanes sum both terms (the activation loaded once),
+ *                 gemm_tc's W tile holds 16 rows of one weight then 16 of the
+ *                 other, so a warp's n-tiles 0,1 and 2,3 are the same outputs
  *   flash_attn    an attention fused by loop_flash: a block per (tokens, kv
  *                 head, key slice), a warp per (token, head) row of the group
  *                 (the group's heads share the staged K/V tiles: no copies for
@@ -47,7 +50,8 @@ extern const char *const sched_names[];
  * "chosen from the shapes" where the range allows it. debug_shfl_offset is
  * a deliberate fault (added to every shuffle delta) so tests can show that
  * a wrong lane is caught; debug_cp_async=1 makes gemm_tc wait for one
- * cp.async group fewer than it reads. */
+ * cp.async group fewer than it reads; debug_pair_swap=1 stages a gemm_tc
+ * pair's two weights in each other's rows of the W tile. */
 #define KNOBS(X) \
     X("flat_block", flat_block, 256, 32, 1024, true) \
     X("reduce_block_max", reduce_block_max, 256, 32, 1024, true) \
@@ -69,7 +73,8 @@ extern const char *const sched_names[];
     X("flash_split", flash_split, 0, 0, 1024, false) \
     X("flash_tokens", flash_tokens, 0, 0, 32, false) \
     X("flash_min_n", flash_min_n, 16, 0, 1 << 20, false) \
-    X("debug_flash_mask", debug_flash_mask, 0, 0, 1, false)
+    X("debug_flash_mask", debug_flash_mask, 0, 0, 1, false) \
+    X("debug_pair_swap", debug_pair_swap, 0, 0, 1, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;
     KNOBS(X)
@@ -92,6 +97,11 @@ typedef struct {
     Expr *acc_value;           /* the reduced term */
     Expr *store_value;         /* may read acc */
     Buffer *out; Expr **idx;
+    /* a pair nest (loop_fuse_epilogues; gemv and gemm_tc only): a second accumulator summing acc_value1
+     * over the same K, and with nstore 2 a second store; both store values may read acc and acc1 */
+    int nacc, nstore;
+    Expr *acc_value1, *store_value1;
+    Buffer *out1; Expr **idx1;
     Buffer *side; Expr **side_idx; Expr *side_value;   /* block_reduce: a fused producer stored from the loop (loop_fuse) */
     Axis tail; Buffer *tail_out; Expr **tail_idx; Expr *tail_value;   /* block_reduce: a fused row op over tail after the store (loop_fuse) */
     int smem_floats;
@@ -107,6 +117,7 @@ typedef struct {
     int stages;                /* shared-memory buffers per operand: 1 stage then compute; > 1 a pipeline */
     bool w_cp_async;           /* stages > 1: W tiles by cp.async (K % 8 == 0), else by register prefetch like X */
     Expr *xop, *wop;
+    Expr *wop1;                /* a pair's slot-1 weight operand: the block's W tile interleaves the two in groups of 16 rows */
     /* flash_attn / flash_combine (split_k: key slices, work: their partials [rows*heads*split, hv + 2]) */
     const AttnDesc *attn;
     int tq;                    /* tokens per block; warps = tq * group */

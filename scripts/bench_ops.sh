@@ -208,12 +208,15 @@ cub = lines("cublas")
 print("%-34s %10s %10s %10s %8s %8s %6s" % ("prefill GEMM (gemm_tc)", "ms", "TFLOP/s", "cuBLAS", "ratio", "target", "result"))
 for n in (N1, N2):
     log = lines("prefill_t%d_plain" % n)
-    for name, K, M in (("q_proj", H, NH * HD), ("k_proj", H, NKV * HD), ("v_proj", H, NKV * HD), ("o_proj", NH * HD, H), ("gate_proj", H, I), ("up_proj", H, I), ("down_proj", I, H)):
-        suffix = (".mlp." if name in ("gate_proj", "up_proj", "down_proj") else ".self_attn.") + name
+    # gate_proj and up_proj are one kernel (a pair: both weights' outputs, SiLU(gate) * up in its epilogue), timed under
+    # gate_proj's module, against cuBLAS's two GEMMs; q/k_proj include RoPE and down_proj the residual add (epilogues cuBLAS lacks)
+    for name, K, M in (("q_proj", H, NH * HD), ("k_proj", H, NKV * HD), ("v_proj", H, NKV * HD), ("o_proj", NH * HD, H), ("gate_up_proj", H, 2 * I), ("down_proj", I, H)):
+        suffix = (".mlp." if name in ("gate_up_proj", "down_proj") else ".self_attn.") + (name if name != "gate_up_proj" else "gate_proj")
         ms = module_ms(log, suffix)
         tf = 2.0 * n * M * K / (ms * 1e-3) * 1e-12 if ms else None
-        c = cub.get("cublas:%s_%d" % (name, n))
-        ctf = float(c["tflops"]) if c and c.get("check") == "ok" else None
+        parts = [cub.get("cublas:%s_%d" % (p, n)) for p in (("gate_proj", "up_proj") if name == "gate_up_proj" else (name,))]
+        ok = all(c and c.get("check") == "ok" for c in parts)
+        ctf = 2.0 * n * M * K / (sum(float(c["ms"]) for c in parts) * 1e-3) * 1e-12 if ok else None
         r = tf / ctf if tf and ctf else None
         print("  %-32s %10s %10s %10s %8s %8s %6s" % ("%s n=%d %d->%d" % (name, n, K, M), f(ms, "%.4g"), f(tf, "%.4g"), f(ctf, "%.4g"), f(r, "%.2f"), ">=0.80", verdict(r >= 0.8 if r else None)))
 print()

@@ -334,7 +334,8 @@ def ptxas_report():
 
 CUDA_OPS = [["linear", 4, 37, 200, "bf16", 1], ["linear", 64, 200, 200, "bf16", 1], ["mma_prim"], ["ldmatrix_prim"], ["linear", 2, 7, 18944, "bf16", 1], ["linear", 3, 64, 257, "f32", 0],
             ["linear", 2, 29, 300, "f16", 1], ["rmsnorm", 2, 18944, "bf16"], ["rmsnorm", 2, 64, "f32"],
-            ["softmax", 2, 3], ["silu_mul", 2, 300]]
+            ["softmax", 2, 3], ["silu_mul", 2, 300], ["mlp", 64, 200, 256, "bf16"], ["mlp", 2, 96, 1000, "f16"], ["rope_proj", 64, 4, 128, 256, "bf16"],
+            ["linear_residual", 64, 100, 96, "bf16"]]
 
 
 def test_cuda_kernels_compile_sm90():
@@ -412,8 +413,10 @@ def test_fusion_in_a_model_and_its_guards():
     assert "nest mlp_act_fn " not in fused and "nest mlp_act_fn " in plain
     # side stores: the embedding, every attn_residual, every mlp_residual but the last (last_token reads
     # one row of it: not the next reduction's shape), and last_token into the final norm
-    assert "nest attn_residual " not in fused and fused.count("nest mlp_residual ") == 1
-    assert fused.count("nest mlp_gate_mul_up ") == layers and fused.count("nest mlp_down_proj ") == layers
+    # (the last layer's mlp_residual goes into down_proj's store: an epilogue, test_epilogues.py; gate_mul_up with
+    # gate_proj and up_proj into one pair nest)
+    assert "nest attn_residual " not in fused and "nest mlp_residual " not in fused and fused.count("nest mlp_down_proj_residual ") == 1
+    assert fused.count("nest mlp_gate_proj_up_proj ") == layers and fused.count("nest mlp_down_proj ") == layers - 1
     # tails: every RMSNorm's scale into its sum-of-squares nest (one kernel per norm)
     assert "%d tails" % (2 * layers + 1) in head and "0 tails" in plain.splitlines()[0], head
     assert "nest input_layernorm " not in fused and "nest post_attention_layernorm " not in fused and "nest norm " not in fused
@@ -423,5 +426,6 @@ def test_fusion_in_a_model_and_its_guards():
     assert "%d copies retargeted" % (2 * layers) in head and "0 copies retargeted" in plain.splitlines()[0], head
     assert "nest self_attn_k_cache " not in fused and "nest self_attn_v_cache " not in fused
     assert "nest self_attn_k_cache " in plain and "nest self_attn_v_cache " in plain
-    assert "k_cache[0][(pos + t), h, e] = ((model.layers.0.self_attn.k_proj[t, ((h * 16) + e)] * cos(" in fused
+    # (RoPE itself then goes into k_proj: the halves, test_epilogues.py)
+    assert "k_cache[0][(pos + t), (p / 8), (p % 8)] = ((acc * cos(" in fused
     assert "v_cache[1][(pos + t), (o / 16), (o % 16)] = acc" in fused

@@ -73,6 +73,15 @@ static int role_of(const Buffer *b) {
     return b->kind == BUF_WEIGHT || b->kind == BUF_INPUT ? 0 : b->kind == BUF_OUTPUT || b == observed ? 1 : 2;
 }
 
+/* y[t, o] = sum_i x[t, i] * w[o, i]: a linear as tensor_ir.c lowers it */
+static TOp *linear_op(const char *kname, Buffer *x, Buffer *w, Buffer *y) {
+    TOp *o = op(TOP_REDUCE, kname, y);
+    Expr *t = axis(o, "t", N()), *oo = axis(o, "o", e_i(&A, w->dims[0])), *i = raxis(o, "i", e_i(&A, w->dims[1]));
+    o->out_idx[0] = t; o->out_idx[1] = oo; o->red = RED_SUM;
+    o->body = E_MUL(&A, e_load2(&A, x, t, i), e_load2(&A, w, oo, i));
+    return o;
+}
+
 static void build(int argc, char **argv) {
     const char *k = argv[0];
     if (!strcmp(k, "rmsnorm") && argc >= 4) {
@@ -158,6 +167,45 @@ static void build(int argc, char **argv) {
         t = axis(s, "t", N()); c = axis(s, "c", e_i(&A, D));
         s->out_idx[0] = t; s->out_idx[1] = c;
         s->body = E_MUL(&A, E_MUL(&A, e_load2(&A, h, t, c), e_load1(&A, inv, t)), e_load1(&A, w, c));
+    } else if (!strcmp(k, "mlp") && argc >= 5) {
+        /* silu(x @ wg^T) * (x @ wu^T): loop_fuse_epilogues makes it one pair nest */
+        int64_t R = num(argv[1]), M = num(argv[2]), K = num(argv[3]);
+        DType wd = dtype_arg(argv[4]);
+        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, K), *wg = buf("wg", BUF_WEIGHT, wd, 2, M, K), *wu = buf("wu", BUF_WEIGHT, wd, 2, M, K);
+        Buffer *gt = buf("gate", BUF_ACT, DT_F32, 2, R, M), *up = buf("up", BUF_ACT, DT_F32, 2, R, M), *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, M);
+        linear_op("gate_proj", x, wg, gt);
+        linear_op("up_proj", x, wu, up);
+        TOp *m = op(TOP_ELEMWISE, "gate_mul_up", y);
+        Expr *t = axis(m, "t", N()), *c = axis(m, "c", e_i(&A, M));
+        m->out_idx[0] = t; m->out_idx[1] = c;
+        Expr *gv = e_load2(&A, gt, t, c);
+        m->body = E_MUL(&A, E_DIV(&A, gv, E_ADD(&A, e_f(&A, 1.0), e_un(&A, EX_EXP, e_un(&A, EX_NEG, gv)))), e_load2(&A, up, t, c));
+    } else if (!strcmp(k, "rope_proj") && argc >= 6) {
+        /* rotary (rotate_half, tensor_ir.c's G_ROPE) of x @ w^T over H heads of D: the halves fusion */
+        int64_t R = num(argv[1]), H = num(argv[2]), D = num(argv[3]), K = num(argv[4]), half = D / 2;
+        DType wd = dtype_arg(argv[5]);
+        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, K), *w = buf("w", BUF_WEIGHT, wd, 2, H * D, K), *f = buf("inv_freq", BUF_INPUT, DT_F32, 1, half, 0);
+        Buffer *q = buf("q", BUF_ACT, DT_F32, 2, R, H * D), *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, H * D);
+        linear_op("q_proj", x, w, q);
+        TOp *o = op(TOP_ELEMWISE, "rotary_q", y);
+        Expr *t = axis(o, "t", N()), *h = axis(o, "h", e_i(&A, H)), *e = axis(o, "e", e_i(&A, D));
+        Expr *base = E_MUL(&A, h, e_i(&A, D));
+        o->out_idx[0] = t; o->out_idx[1] = E_ADD(&A, base, e);
+        Expr *ang = E_MUL(&A, e_un(&A, EX_TOF, E_ADD(&A, e_param(&A, P_POS), t)), e_load1(&A, f, e_bin(&A, EX_MOD, e, e_i(&A, half))));
+        Expr *xv = e_load2(&A, q, t, E_ADD(&A, base, e));
+        Expr *partner = e_load2(&A, q, t, E_ADD(&A, base, e_bin(&A, EX_MOD, E_ADD(&A, e, e_i(&A, half)), e_i(&A, D))));
+        Expr *rot = e_select(&A, e_bin(&A, EX_LT, e, e_i(&A, half)), e_un(&A, EX_NEG, partner), partner);
+        o->body = E_ADD(&A, E_MUL(&A, xv, e_un(&A, EX_COS, ang)), E_MUL(&A, rot, e_un(&A, EX_SIN, ang)));
+    } else if (!strcmp(k, "linear_residual") && argc >= 5) {
+        /* r + x @ w^T: the add goes into the linear's store (an epilogue) */
+        int64_t R = num(argv[1]), M = num(argv[2]), K = num(argv[3]);
+        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, K), *w = buf("w", BUF_WEIGHT, dtype_arg(argv[4]), 2, M, K);
+        Buffer *rr = buf("r", BUF_INPUT, DT_F32, 2, R, M), *p = buf("p", BUF_ACT, DT_F32, 2, R, M), *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, M);
+        linear_op("down_proj", x, w, p);
+        TOp *a = op(TOP_ELEMWISE, "residual", y);
+        Expr *t = axis(a, "t", N()), *c = axis(a, "c", e_i(&A, M));
+        a->out_idx[0] = t; a->out_idx[1] = c;
+        a->body = E_ADD(&A, e_load2(&A, rr, t, c), e_load2(&A, p, t, c));
     } else {
         die_user(NULL, k, "unknown op or missing arguments (see tests/c/op_harness.c)");
     }
@@ -310,6 +358,9 @@ int main(int argc, char **argv) {
     m = loop_verify(&A, &lp);
     CHECK(!m, "%s", m);
     loop_fuse(&A, &lp, kn.fuse);
+    m = loop_verify(&A, &lp);
+    CHECK(!m, "%s", m);
+    loop_fuse_epilogues(&A, &lp, kn.fuse);
     m = loop_verify(&A, &lp);
     CHECK(!m, "%s", m);
     tile_schedule(&A, &lp, &kn, &tip);
