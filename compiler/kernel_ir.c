@@ -423,7 +423,7 @@ static Expr *idiv(Arena *A, Expr *x, int64_t d) { return E_DIV(A, x, e_i(A, d));
  * B tiles, 8 mma. One stage (smem0 X, smem1 W): per K step a barrier phase stages both, the mma, an
  * empty barrier phase before the next step overwrites them. S > 1 stages (smem0..S-1 X, smem S..2S-1 W):
  * see gemm_tc_pipeline. */
-typedef struct { Expr *t0, *o0, *lane, *wm, *wn, *rows; int64_t K, M; int BK, LD; bool pair, swap; } Gtc;
+typedef struct { Expr *t0, *o0, *lane, *wm, *wn, *rows; int64_t K, M; int BK, LD; bool pair, swap, xvec; } Gtc;
 
 /* The output a W tile row r holds: o0 + r; for a pair, rows 32i..32i+15 are outputs 16i.. of the first
  * weight and rows 32i+16..32i+31 the same outputs of the second (slot (r / 16) % 2). */
@@ -472,8 +472,39 @@ static int gtc_nregs(const TileKernel *t, int w) { return (w ? t->bn : t->bm) * 
 
 /* Register prefetch (store == false) of operand w's tile at kt into r0.., or the store of those registers
  * into sm (rounding to bf16): thread tid holds rows tid/BK + j*(block/BK), column tid%BK, j < rows*BK/block. */
+/* X with G->xvec: 4 consecutive columns per thread by one vector load (rows tid/(BK/4) + j*(block/(BK/4)),
+ * columns 4*(tid % (BK/4)) ..+3; K % 4 == 0, so a vector is all inside K or all outside). */
+static void gtc_xregs_vec(KL *L, const TileKernel *t, const Gtc *G, int r0, Expr *kt, int sm, bool store, TStmt **out, int *n) {
+    Arena *A = L->A;
+    int vpr = G->BK / 4;
+    Var *rv = new_var(A, L->nvars, "pr"), *cv = new_var(A, L->nvars, "pc");
+    out[(*n)++] = ts_let(A, rv, idiv(A, tid(A), vpr));
+    out[(*n)++] = ts_let(A, cv, E_MUL(A, imod(A, tid(A), vpr), e_i(A, 4)));
+    for (int j = 0; j < gtc_nregs(t, 0) / 4; j++) {
+        Expr *r = E_ADD(A, e_var(A, rv), e_i(A, j * (t->block / vpr)));
+        if (store) {
+            for (int i = 0; i < 4; i++)
+                out[(*n)++] = gtc_sstore(A, sm, E_ADD(A, E_MUL(A, r, e_i(A, G->LD)), E_ADD(A, e_var(A, cv), e_i(A, i))), reg(A, r0 + 4 * j + i));
+            continue;
+        }
+        Expr *kk = E_ADD(A, kt, e_var(A, cv));
+        for (int i = 0; i < 4; i++) out[(*n)++] = ts_assign(A, r0 + 4 * j + i, e_f(A, 0.0));
+        TStmt *vl = ts(A, TS_VLOAD);
+        vl->v = new_var(A, L->nvars, "xv"); vl->vec = 4; vl->buf = t->xop->buf;
+        vl->idx = ARENA_ARRAY(A, Expr *, t->xop->nargs);
+        for (int d = 0; d < t->xop->nargs; d++)
+            vl->idx[d] = expr_subst(A, expr_subst(A, t->xop->a[d], t->par[0].v, E_ADD(A, G->t0, r)), t->red[0].v, kk);
+        TStmt *in2 = ts_if(A, lt(A, kk, e_i(A, G->K)), 5);
+        in2->body[in2->nbody++] = vl;
+        for (int i = 0; i < 4; i++) in2->body[in2->nbody++] = ts_assign(A, r0 + 4 * j + i, e_velem(A, vl->v, i));
+        TStmt *in1 = ts_if(A, lt(A, E_ADD(A, G->t0, r), G->rows), 1);
+        in1->body[in1->nbody++] = in2;
+        out[(*n)++] = in1;
+    }
+}
 static void gtc_regs(KL *L, const TileKernel *t, const Gtc *G, int w, int r0, Expr *kt, int sm, bool store, TStmt **out, int *n) {
     Arena *A = L->A;
+    if (!w && G->xvec) { gtc_xregs_vec(L, t, G, r0, kt, sm, store, out, n); return; }
     Var *rv = new_var(A, L->nvars, "pr"), *cv = new_var(A, L->nvars, "pc");
     out[(*n)++] = ts_let(A, rv, idiv(A, tid(A), G->BK));
     out[(*n)++] = ts_let(A, cv, imod(A, tid(A), G->BK));
@@ -633,7 +664,9 @@ static void mat_gemm_tc(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     /* uniform: the block's tile origin */
     Expr *lane = imod(A, tid(A), 32), *warp = idiv(A, tid(A), 32);
     Gtc G = {E_MUL(A, idiv(A, bid(A), nbo), e_i(A, BM)), E_MUL(A, imod(A, bid(A), nbo), e_i(A, BO)), lane,
-             idiv(A, warp, BN / 32), imod(A, warp, BN / 32), t->par[0].extent, K, M, BK, LD, t->nacc == 2, L->kn->debug_pair_swap != 0};
+             idiv(A, warp, BN / 32), imod(A, warp, BN / 32), t->par[0].extent, K, M, BK, LD, t->nacc == 2, L->kn->debug_pair_swap != 0, t->x_vec};
+    bool xvec_ok = !t->x_vec || (S > 1 && K % 4 == 0 && gtc_nregs(t, 0) % 4 == 0 && t->block % (BK / 4) == 0);
+    CHECK(xvec_ok, "gemm_tc X vectors");
     TStmt **p0 = tlist(A, 32);
     for (int i = 0; i < 32; i++) p0[i] = ts_assign(A, i, e_f(A, 0.0));
     kl_add(A, body, phase(A, p0, 32, false));

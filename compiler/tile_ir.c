@@ -230,6 +230,11 @@ static void gemm_tc_tiles(TileKernel *g, const Knobs *kn, int64_t K) {
                  g->bm, g->bn, g->bk, g->stages, (long long)gemm_tc_smem(g));
     /* cp.async: 16-byte W rows, and every thread copies whole 16-byte chunks (not so for bm 128 with bk 16) */
     g->w_cp_async = g->stages > 1 && K % 8 == 0 && (int64_t)g->bn * g->bk / 8 % g->block == 0;
+    /* X by 4-wide vector loads: a plain row load X[.., t, k] (its rows a multiple of 4 long, so aligned), whole vectors per thread */
+    const Expr *X = g->xop;
+    g->x_vec = g->stages > 1 && K % 4 == 0 && X->k == EX_LOAD && X->a[X->nargs - 1]->k == EX_VAR && X->a[X->nargs - 1]->var == g->red[0].v &&
+               X->buf->dims[X->buf->ndim - 1] % 4 == 0 && (int64_t)g->bm * g->bk / g->block % 4 == 0 && g->block % (g->bk / 4) == 0;
+    for (int d = 0; g->x_vec && d + 1 < X->nargs; d++) g->x_vec = !expr_uses_var(X->a[d], g->red[0].v);
 }
 
 static int schedule_linear(Arena *A, const LoopNest *nest, const Knobs *kn, const TProgram *tp, TileKernel *k, Expr *total, TileKernel **out);
@@ -448,8 +453,8 @@ void tile_print(Str *o, const TileProgram *tp) {
             print_axes(o, k->red, k->nred);
             str_printf(o, "] in steps of %d staged to shared memory as bf16 (activations rounded to nearest even)", k->bk);
             if (k->stages > 1)
-                str_printf(o, ", a %d-stage pipeline (W by %s, X by register prefetch one step ahead)", k->stages,
-                           k->w_cp_async ? "16-byte cp.async copies" : "register prefetch");
+                str_printf(o, ", a %d-stage pipeline (W by %s, X by register prefetch one step ahead%s)", k->stages,
+                           k->w_cp_async ? "16-byte cp.async copies" : "register prefetch", k->x_vec ? ", 4-wide vector loads" : "");
             str_printf(o, ", ldmatrix.x4 + mma.m16n8k16 bf16, f32 accumulation; runs when n > %d\n", k->min_n);
             if (k->nacc == 2)
                 str_printf(o, "  a pair: the W tile is %d outputs of %s and of %s in alternating groups of 16 rows (a warp's n-tiles 0,1 and 2,3 are "

@@ -116,6 +116,7 @@ typedef struct {
     int bm, bn, bk;            /* block tile: tokens, outputs, K step */
     int stages;                /* shared-memory buffers per operand: 1 stage then compute; > 1 a pipeline */
     bool w_cp_async;           /* stages > 1: W tiles by cp.async (K % 8 == 0), else by register prefetch like X */
+    bool x_vec;                /* stages > 1: X prefetched by 4-wide vector loads (a plain row load, K % 4 == 0) */
     Expr *xop, *wop;
     Expr *wop1;                /* a pair's slot-1 weight operand: the block's W tile interleaves the two in groups of 16 rows */
     /* flash_attn / flash_combine (split_k: key slices, work: their partials [rows*heads*split, hv + 2]) */

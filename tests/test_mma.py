@@ -137,6 +137,8 @@ def test_gemm_tc_stages_and_bk():
             assert (p["stages"], p["bk"]) == (str(s), str(bk)), tile
             what = "stages=%d bk=%d n=%d M=%d K=%d" % (s, bk, n, M, K)
             assert ("cp.async" in tile) == (s > 1 and K % 8 == 0), what + "\n" + tile
+            # X by 4-wide vector loads in the pipelines where K % 4 == 0 (rows 16-byte aligned), else scalar
+            assert ("4-wide vector loads" in tile) == (s > 1 and K % 4 == 0), what + "\n" + tile
             check_rows(y, n, ref, tol, "gemm_tc " + what)
 
 
