@@ -67,7 +67,8 @@ void emit_harness(Str *o, const KProgram *kp, const HarnessOptions *ho) {
     emit_kernels(o, kp, ho->target);
     str_printf(o, "\n/* ---- host ---- */\n%s%s", cuda ? HOST_CUDA : HOST_C, HOST_COMMON);
     /* every buffer a launch names */
-    str_printf(o, "static uint8_t *act;\nstatic float *work;\n");
+    /* unused where no launch names an activation or the workspace (nvcc warns on a set, unread static) */
+    str_printf(o, "static uint8_t *act __attribute__((unused));\nstatic float *work __attribute__((unused));\n");
     for (int i = 0; i < tp->nbufs; i++) {
         const Buffer *b = tp->bufs[i];
         if (b->kind == BUF_ACT || b->kind == BUF_WORK) continue;

@@ -2,6 +2,7 @@
  * the families differ only in what the config says (biases, tied
  * embeddings, rope scaling, head_dim), never in copied code. */
 #include "graph.h"
+#include "model_api.h"
 #include "safetensors.h"
 #include <math.h>
 #include <stdio.h>
@@ -175,4 +176,9 @@ void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource 
     GNode *am = act(&b, G_ARGMAX, "model.next_token", 1, g->logits, NULL, NULL);
     am->rows_n = false; am->ndim = 1; am->dims[0] = 1;
     g->next_token = am;
+    /* the sampler's candidates: --top-k up to 127 samples from these (the 128th tells a tie at the k-th apart) */
+    GNode *tk = act(&b, G_TOPK, "model.top_k", 1, g->logits, NULL, NULL);
+    tk->topk = V < MODEL_TOPK_CAP ? (int)V : MODEL_TOPK_CAP;
+    tk->rows_n = false; tk->ndim = 3; tk->dims[0] = 1; tk->dims[1] = 2; tk->dims[2] = tk->topk;
+    g->top_k = tk;
 }

@@ -101,6 +101,7 @@ void graph_print(Str *o, const Graph *g) {
         case G_ATTENTION: str_printf(o, ", layer=%d, heads=%d, kv_heads=%d, head_dim=%d, causal", n->layer, n->heads, n->kv_heads, n->head_dim); break;
         case G_CONST: str_printf(o, "%.9g", n->value); break;
         case G_SOFTMAX: case G_ARGMAX: str_printf(o, ", dim=-1"); break;
+        case G_TOPK: str_printf(o, ", k=%d, dim=-1", n->topk); break;
         case G_SDPA: str_printf(o, ", scale=%.9g%s", n->scale, n->causal ? ", causal" : ""); break;
         case G_INPUT: case G_WEIGHT:
             if (n->fill == FILL_UNIFORM) str_printf(o, "%suniform(%g, %g)", sep, n->fill_lo, n->fill_hi);
@@ -114,7 +115,8 @@ void graph_print(Str *o, const Graph *g) {
         if (n->op != G_WEIGHT) str_printf(o, "  # %s", n->name);
         str_printf(o, "\n");
     }
-    if (g->next_token) str_printf(o, "return %%%d, %%%d\n", g->logits->id, g->next_token->id);
+    if (g->next_token && g->top_k) str_printf(o, "return %%%d, %%%d, %%%d\n", g->logits->id, g->next_token->id, g->top_k->id);
+    else if (g->next_token) str_printf(o, "return %%%d, %%%d\n", g->logits->id, g->next_token->id);
     else str_printf(o, "return %%%d\n", g->logits->id);
 }
 
@@ -151,6 +153,11 @@ const char *graph_verify(Arena *A, const Graph *g) {
         case G_ARGMAX:
             if (n->ndim != (a->ndim > 1 ? a->ndim - 1 : 1) || memcmp(n->dims, a->dims, sizeof(int64_t) * (size_t)(a->ndim - 1)))
                 return arena_printf(A, "%%%d: argmax result shape", i);
+            break;
+        case G_TOPK:
+            if (n->ndim != a->ndim + 1 || memcmp(n->dims, a->dims, sizeof(int64_t) * (size_t)(a->ndim - 1)) || n->dims[a->ndim - 1] != 2 ||
+                n->dims[a->ndim] != n->topk || n->topk < 1 || n->topk > a->dims[a->ndim - 1])
+                return arena_printf(A, "%%%d: topk result shape", i);
             break;
         case G_SILU: case G_SOFTMAX:
             if (!same_shape(n, a->ndim, a->dims)) return arena_printf(A, "%%%d: result shape differs from the operand's", i);
@@ -214,6 +221,6 @@ void graph_select_layer(Arena *A, Graph *g, int layer) {
     for (int i = 0; i < nk; i++) keep[i]->id = i;
     g->nodes = keep; g->n = nk; g->cap = nk + 1;
     g->logits = keep[nk - 1];
-    g->next_token = NULL;
+    g->next_token = g->top_k = NULL;
     g->one_layer = true; g->layer = layer;
 }

@@ -6,9 +6,12 @@
  * The same nodes describe a single PyTorch expression (torch_expr.c, cfg
  * NULL): static shapes of up to MAX_DIMS dimensions with broadcasting,
  * input leaves (torch.randn, ...), scalar constants, and the ops sub, div,
- * softmax (last dim), matmul, scaled_dot_product_attention and argmax (last
- * dim: the index of the first maximum, NaN counted as -inf, as a float). A
- * model's graph ends in argmax(logits), the greedy next token. */
+ * softmax (last dim), matmul, scaled_dot_product_attention, argmax (last
+ * dim: the index of the first maximum, NaN counted as -inf, as a float) and
+ * topk (last dim: [..., 2, k], the k largest values in order and then their
+ * indices as floats; ties go to the smaller index, NaN counts as -inf). A
+ * model's graph ends in argmax(logits), the greedy next token, and
+ * topk(logits) for the sampler (run from model_topk, not model_forward). */
 #ifndef LLMCC_GRAPH_H
 #define LLMCC_GRAPH_H
 #include "ir.h"
@@ -19,7 +22,7 @@
     X(G_LINEAR, "linear") X(G_ROPE, "rope") X(G_KV_WRITE, "kv_cache_write") X(G_ATTENTION, "attention") \
     X(G_SILU, "silu") X(G_MUL, "mul") X(G_ADD, "add") X(G_LAST_TOKEN, "last_token") \
     X(G_INPUT, "input") X(G_CONST, "const") X(G_SUB, "sub") X(G_DIV, "div") X(G_SOFTMAX, "softmax") \
-    X(G_MATMUL, "matmul") X(G_SDPA, "scaled_dot_product_attention") X(G_ARGMAX, "argmax")
+    X(G_MATMUL, "matmul") X(G_SDPA, "scaled_dot_product_attention") X(G_ARGMAX, "argmax") X(G_TOPK, "topk")
 typedef enum {
 #define X(e, s) e,
     GRAPH_OPS(X)
@@ -60,6 +63,7 @@ typedef struct GNode {
     double value;              /* const: the scalar */
     bool causal;               /* scaled_dot_product_attention: is_causal (query i sees keys j <= i) */
     double scale;              /* scaled_dot_product_attention: the score scale */
+    int topk;                  /* topk: k (a model's: the most model_topk may ask for) */
     FillKind fill;             /* input / weight leaves of an expression */
     double fill_lo, fill_hi;
     Buffer *buf;               /* set by lowering: where the value lives */
@@ -70,6 +74,7 @@ typedef struct {
     int n, cap;
     GNode *logits;             /* the output */
     GNode *next_token;         /* a model's argmax of the logits (NULL for expressions and one layer) */
+    GNode *top_k;              /* a model's topk of the logits, for the sampler (likewise) */
     const ModelConfig *cfg;    /* NULL for an expression graph */
     const char *source;        /* an expression graph's text */
     bool one_layer;            /* only decoder layer `layer` of the model (graph_select_layer) */

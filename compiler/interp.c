@@ -136,6 +136,25 @@ static void attention(const GNode *n, const double *q, const double *k, const do
     free(p);
 }
 
+/* topk's order: larger value first, then the smaller index; NaN counts as -inf */
+typedef struct { double v; int64_t j; } Ranked;
+static int ranked_cmp(const void *pa, const void *pb) {
+    const Ranked *a = pa, *b = pb;
+    if (a->v != b->v) return a->v > b->v ? -1 : 1;
+    return a->j < b->j ? -1 : a->j > b->j;
+}
+static void topk_rows(const GNode *n, const double *x, double *o) {
+    int64_t len = n->in[0]->dims[n->in[0]->ndim - 1], k = n->topk, rows = gnode_elems(n->in[0]) / len;
+    Ranked *r = malloc(sizeof(Ranked) * (size_t)len);
+    CHECK(r, "out of memory");
+    for (int64_t t = 0; t < rows; t++) {
+        for (int64_t j = 0; j < len; j++) r[j] = (Ranked){isnan(x[t * len + j]) ? -INFINITY : x[t * len + j], j};
+        qsort(r, (size_t)len, sizeof *r, ranked_cmp);
+        for (int64_t i = 0; i < k; i++) { o[t * 2 * k + i] = r[i].v; o[t * 2 * k + k + i] = (double)r[i].j; }
+    }
+    free(r);
+}
+
 double *interp_run(const Graph *g, double *const *leaves, const InterpOptions *io) {
     int64_t pos = io->pos;
     double **v = calloc((size_t)g->n, sizeof(double *));
@@ -170,6 +189,7 @@ double *interp_run(const Graph *g, double *const *leaves, const InterpOptions *i
             }
             break;
         }
+        case G_TOPK: topk_rows(n, v[x->id], o); break;
         case G_SOFTMAX:
             memcpy(o, v[x->id], sizeof(double) * (size_t)N);
             softmax_rows(o, N / last, last);

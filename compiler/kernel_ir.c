@@ -232,16 +232,17 @@ static void mat_block_reduce(KL *L, const TileKernel *t, KKernel *k, KList *body
  * with a larger value, or an equal one and a smaller index; each thread scans its indices in
  * increasing order and keeps the first strictly larger value, so the block finds the first maximum;
  * NaN never compares larger, and (-inf, 0) starts every thread (a row of NaN / -inf gives 0). */
-static void argmax_step(KL *L, KList *l, int64_t d) {
+static void argmax_step_tie(KL *L, KList *l, int64_t d, ExprKind tie) {
     Arena *A = L->A;
     kl_add(A, l, shfl(L, SHFL_DOWN, 1, 0, d));
     kl_add(A, l, shfl(L, SHFL_DOWN, 3, 2, d));
     TStmt **b = tlist(A, 2);
     b[0] = ts_assign(A, 2, e_select(A, lt(A, reg(A, 0), reg(A, 1)), reg(A, 3),
-                                    e_select(A, e_bin(A, EX_EQ, reg(A, 0), reg(A, 1)), e_bin(A, EX_MIN, reg(A, 2), reg(A, 3)), reg(A, 2))));
+                                    e_select(A, e_bin(A, EX_EQ, reg(A, 0), reg(A, 1)), e_bin(A, tie, reg(A, 2), reg(A, 3)), reg(A, 2))));
     b[1] = ts_assign(A, 0, e_bin(A, EX_MAX, reg(A, 0), reg(A, 1)));
     kl_add(A, l, phase(A, b, 2, false));
 }
+static void argmax_step(KL *L, KList *l, int64_t d) { argmax_step_tie(L, l, d, EX_MIN); }
 static void mat_block_argmax(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = L->A;
     int nw = t->block / 32;
@@ -944,6 +945,162 @@ static void mat_flash_combine(KL *L, const TileKernel *t, KKernel *k, KList *bod
     kl_add(A, body, phase(A, pb, 2, false));
 }
 
+/* top_k (tile_ir.h): (value, index) pairs in a total order, larger value first, then the smaller index
+ * (debug_topk_order: the larger). Registers: r0-r3 the block argmax's (value, index, partner's), r4/r5
+ * the thread's candidate, r6/r7 the last pair it gave, r8/r9 the element in hand. A thread's candidate
+ * is its best element after (r6, r7); (-inf, TOPK_NONE) when it has none, which every real element
+ * beats. Each round: the block argmax of the candidates, broadcast from lane 0; thread 0 stores it;
+ * the thread whose candidate it was scans its elements again. Two barriers per round: after the
+ * warp values' shared stores, and before the next round's. */
+#define TOPK_NONE 1073741824.0   /* 2^30: past every index (at most 2^24) */
+static Expr *e_or(Arena *A, Expr *x, Expr *y) { return e_select(A, x, x, y); }
+static Expr *e_and(Arena *A, Expr *x, Expr *y) { return e_select(A, x, y, x); }
+/* (v, i) comes before (w, j) */
+static Expr *topk_before(KL *L, Expr *v, Expr *i, Expr *w, Expr *j) {
+    Arena *A = L->A;
+    Expr *tie = L->kn->debug_topk_order ? lt(A, j, i) : lt(A, i, j);
+    return e_or(A, lt(A, w, v), e_and(A, e_bin(A, EX_EQ, v, w), tie));
+}
+/* r4, r5 = the best of the elements after (r6, r7): for e = lo; e < hi; e += step, value(e), index(e) */
+static void topk_scan(KL *L, TStmt *into, Var *ev, Expr *lo, Expr *hi, Expr *step, Expr *value, Expr *index, TStmt **pre, int npre) {
+    Arena *A = L->A;
+    add(into, ts_assign(A, 4, e_f(A, -1.0 / 0.0)));
+    add(into, ts_assign(A, 5, e_f(A, TOPK_NONE)));
+    TStmt *f = ts_for(A, ev, lo, hi, step, npre + 3);
+    for (int i = 0; i < npre; i++) add(f, pre[i]);
+    add(f, ts_assign(A, 8, value));
+    add(f, ts_assign(A, 9, index));
+    TStmt *in = ts_if(A, e_and(A, topk_before(L, reg(A, 6), reg(A, 7), reg(A, 8), reg(A, 9)), topk_before(L, reg(A, 8), reg(A, 9), reg(A, 4), reg(A, 5))), 2);
+    add(in, ts_assign(A, 4, reg(A, 8)));
+    add(in, ts_assign(A, 5, reg(A, 9)));
+    add(f, in);
+    add(into, f);
+}
+static void mat_topk(KL *L, const TileKernel *t, KKernel *k, KList *body) {
+    Arena *A = L->A;
+    const TOp *op = t->topk;
+    const bool merge = t->kind == SCHED_TOPK_MERGE, chunked = t->split_k > 1;
+    const int64_t C = t->split_k, CH = t->k_chunk, len = op->raxes[0].extent->i, KM = op->topk_max;
+    const int nw = t->block / 32;
+    k->nregs = 10;
+    for (int i = 0; i < k->nregs; i++) k->regs[i].t = T_F32;
+    if (nw > 1) { k->nsmem = 1; k->smem[0].size = 2 * nw; }
+    Expr *row = chunked && !merge ? ulet(L, body, "row", idiv(A, bid(A), C)) : bid(A);
+    Expr *count = op->topk_count;
+    /* the thread's elements */
+    Var *ev = new_var(A, L->nvars, "e");
+    Expr *lo, *hi, *step, *value, *index;
+    TStmt *pre[MAX_AXES + 1];
+    int npre = 0;
+    if (!merge) {
+        Expr *c0 = chunked ? ulet(L, body, "lo", E_MUL(A, imod(A, bid(A), C), e_i(A, CH))) : e_i(A, 0);
+        lo = E_ADD(A, c0, tid(A));
+        hi = chunked ? ulet(L, body, "hi", emin(A, E_ADD(A, c0, e_i(A, CH)), e_i(A, len))) : e_i(A, len);
+        step = e_i(A, t->block);
+        npre = decompose(A, pre, t->par, t->npar, row);
+        pre[npre++] = ts_let(A, op->raxes[0].v, e_var(A, ev));
+        /* NaN counts as -inf */
+        value = e_select(A, e_bin(A, EX_EQ, op->body, op->body), op->body, e_f(A, -1.0 / 0.0));
+        index = e_un(A, EX_TOF, e_var(A, ev));
+    } else {
+        /* thread c < C: chunk c's list, in order */
+        Expr *list = E_ADD(A, E_MUL(A, row, e_i(A, C)), tid(A));
+        lo = e_i(A, 0);
+        hi = e_select(A, lt(A, tid(A), e_i(A, C)), count, e_i(A, 0));
+        step = e_i(A, 1);
+        value = e_load2(A, t->work, list, e_var(A, ev));
+        index = e_load2(A, t->work, list, E_ADD(A, e_var(A, ev), e_i(A, KM)));
+    }
+    /* phase 0: nothing given yet (+inf, -1), the first candidate */
+    TStmt p0 = {.body = tlist(A, 5)};
+    add(&p0, ts_assign(A, 6, e_f(A, 1.0 / 0.0)));
+    add(&p0, ts_assign(A, 7, e_f(A, -1.0)));
+    topk_scan(L, &p0, ev, lo, hi, step, value, index, pre, npre);
+    kl_add(A, body, phase(A, p0.body, p0.nbody, false));
+
+    KStmt *uf = ARENA_NEW(A, KStmt);
+    Var *q = new_var(A, L->nvars, "q");
+    uf->k = KS_UFOR; uf->v = q; uf->init = e_i(A, 0); uf->cond = lt(A, e_var(A, q), count);
+    uf->update = E_ADD(A, e_var(A, q), e_i(A, 1));
+    KList ub = {0};
+    TStmt **pa = tlist(A, 2);
+    pa[0] = ts_assign(A, 0, reg(A, 4));
+    pa[1] = ts_assign(A, 2, reg(A, 5));
+    kl_add(A, &ub, phase(A, pa, 2, false));
+    for (int d = 16; d >= 1; d /= 2) argmax_step_tie(L, &ub, d, L->kn->debug_topk_order ? EX_MAX : EX_MIN);
+    if (nw > 1) {
+        /* lane 0 of warp w: smem0[w] = value, smem0[nw + w] = index */
+        Expr *half = e_i(A, 0);
+        TStmt *w0 = ts_if(A, e_bin(A, EX_EQ, imod(A, tid(A), 32), e_i(A, 0)), 2);
+        for (int h = 0; h < 2; h++)
+            add(w0, ts_sstore(A, 0, E_ADD(A, half, E_ADD(A, idiv(A, tid(A), 32), e_i(A, h * nw))), reg(A, 2 * h)));
+        kl_phase1(A, &ub, w0, true);
+        TStmt **p1 = tlist(A, 3);
+        p1[0] = ts_assign(A, 0, e_f(A, -1.0 / 0.0));
+        p1[1] = ts_assign(A, 2, e_f(A, TOPK_NONE));
+        p1[2] = ts_if(A, lt(A, imod(A, tid(A), 32), e_i(A, nw)), 2);
+        add(p1[2], ts_assign(A, 0, sload(A, 0, E_ADD(A, half, imod(A, tid(A), 32)))));
+        add(p1[2], ts_assign(A, 2, sload(A, 0, E_ADD(A, half, E_ADD(A, imod(A, tid(A), 32), e_i(A, nw))))));
+        kl_add(A, &ub, phase(A, p1, 3, false));
+        for (int d = nw / 2; d >= 1; d /= 2) argmax_step_tie(L, &ub, d, L->kn->debug_topk_order ? EX_MAX : EX_MIN);
+    }
+    /* every lane: the round's pair in r1, r3 */
+    kl_add(A, &ub, shfl(L, SHFL_IDX, 1, 0, 0));
+    kl_add(A, &ub, shfl(L, SHFL_IDX, 3, 2, 0));
+    TStmt **pb = tlist(A, 2);
+    TStmt *st = ts_if(A, e_bin(A, EX_EQ, tid(A), e_i(A, 0)), MAX_AXES + 3);
+    if (!merge && !chunked) {
+        /* the op's own store, its selector and rank bound */
+        st->nbody = decompose(A, st->body, t->par, t->npar, row);
+        for (int h = 0; h < 2; h++) {
+            TStmt *s = ts(A, TS_STORE);
+            s->buf = op->out;
+            s->idx = ARENA_ARRAY(A, Expr *, op->out->ndim);
+            for (int d = 0; d < op->out->ndim; d++)
+                s->idx[d] = expr_subst(A, expr_subst(A, op->out_idx[d], op->topk_sel, e_i(A, h)), op->topk_rank, e_var(A, q));
+            s->e = reg(A, 1 + 2 * h);
+            add(st, s);
+        }
+    } else {
+        Buffer *dst = merge ? op->out : t->work;
+        if (merge) st->nbody = decompose(A, st->body, t->par, t->npar, row);
+        for (int h = 0; h < 2; h++) {
+            TStmt *s = ts(A, TS_STORE);
+            s->buf = dst;
+            s->idx = ARENA_ARRAY(A, Expr *, dst->ndim);
+            if (merge) {
+                for (int d = 0; d < dst->ndim; d++)
+                    s->idx[d] = expr_subst(A, expr_subst(A, op->out_idx[d], op->topk_sel, e_i(A, h)), op->topk_rank, e_var(A, q));
+            } else {
+                s->idx[0] = bid(A);
+                s->idx[1] = E_ADD(A, e_var(A, q), e_i(A, h * KM));
+            }
+            s->e = reg(A, 1 + 2 * h);
+            add(st, s);
+        }
+    }
+    pb[0] = st;
+    /* the winner gives its candidate and takes the next */
+    TStmt *win = ts_if(A, e_bin(A, EX_EQ, reg(A, 5), reg(A, 3)), 5);
+    add(win, ts_assign(A, 6, reg(A, 4)));
+    add(win, ts_assign(A, 7, reg(A, 5)));
+    topk_scan(L, win, ev, lo, hi, step, value, index, pre, npre);
+    pb[1] = win;
+    /* a barrier before the next round's shared stores (with one warp, none is needed) */
+    kl_add(A, &ub, phase(A, pb, 2, nw > 1));
+    uf->kbody = ub.s; uf->nk = ub.n;
+    kl_add(A, body, uf);
+}
+
+bool kernel_is_sampling(const KLaunch *l) {
+    return l->k->sched == SCHED_TOPK || l->k->sched == SCHED_TOPK_MERGE;
+}
+int kernel_sampling_launches(const KProgram *kp) {
+    int n = 0;
+    for (int i = 0; i < kp->nl; i++) n += kernel_is_sampling(&kp->launches[i]);
+    return n;
+}
+
 bool ks_has(KStmt *const *b, int n, KStmtKind kind) {
     for (int i = 0; i < n; i++) if (b[i]->k == kind || (b[i]->k == KS_UFOR && ks_has(b[i]->kbody, b[i]->nk, kind))) return true;
     return false;
@@ -968,6 +1125,7 @@ static KKernel *materialise(KL *L, const TileKernel *t) {
     case SCHED_GEMM_TC: mat_gemm_tc(L, t, k, &body); break;
     case SCHED_FLASH: mat_flash(L, t, k, &body); break;
     case SCHED_FLASH_COMBINE: mat_flash_combine(L, t, k, &body); break;
+    case SCHED_TOPK: case SCHED_TOPK_MERGE: mat_topk(L, t, k, &body); break;
     case SCHED_COUNT: UNREACHABLE();
     }
     k->body = body.s; k->nbody = body.n;
@@ -1098,7 +1256,9 @@ void kernel_print_one(Str *o, const KKernel *k, bool header) {
     print_ks(&p, k->body, k->nbody, 1);
 }
 void kernel_print(Str *o, const KProgram *kp) {
-    str_printf(o, "# kernel IR: %d distinct kernels, %d launches per forward\n", kp->nk, kp->nl);
+    int ns = kp->tp && kp->tp->g && kp->tp->g->cfg ? kernel_sampling_launches(kp) : 0;
+    str_printf(o, "# kernel IR: %d distinct kernels, %d launches per forward", kp->nk, kp->nl - ns);
+    str_printf(o, ns ? " (+ %d of the sampler's top-k, run by model_topk)\n" : "\n", ns);
     for (int i = 0; i < kp->nk; i++) kernel_print_one(o, kp->kernels[i], true);
     str_printf(o, "launches:\n");
     for (int i = 0; i < kp->nl; i++) {

@@ -126,6 +126,9 @@ typedef struct {
 } KProgram;
 
 void kernel_lower(Arena *A, const TileProgram *tp, KProgram *kp);
+/* Launches of the sampler's top-k (a model's model_topk runs them, model_forward the others). */
+bool kernel_is_sampling(const KLaunch *l);
+int kernel_sampling_launches(const KProgram *kp);
 /* Bytes of the split-K workspace the launches need (0: none). */
 int64_t kernel_work_bytes(const KProgram *kp);
 void kernel_print(Str *o, const KProgram *kp);

@@ -19,7 +19,10 @@ static LoopNest *lower_op(Arena *A, const TOp *op) {
     store->idx = ARENA_ARRAY(A, Expr *, op->out->ndim);
     memcpy(store->idx, op->out_idx, sizeof(Expr *) * (size_t)op->out->ndim);
     LStmt *inner;
-    if (op->kind == TOP_REDUCE) {
+    if (op->red == RED_TOPK) {
+        inner = stmt(A, LS_TOPK);
+        inner->topk = op;
+    } else if (op->kind == TOP_REDUCE) {
         LStmt *init = stmt(A, LS_ACC_INIT); init->red = op->red;
         LStmt *upd = stmt(A, LS_ACC); upd->red = op->red; upd->value = op->body;
         LStmt *r = upd;
@@ -106,13 +109,17 @@ static void count_stmt(Uses *u, const LStmt *s) {
         for (int i = 0; i < d->out->ndim; i++) count_loads(u, d->out_idx[i]);
         return;
     }
+    if (s->k == LS_TOPK) {
+        count_loads(u, s->topk->body);
+        return;
+    }
     if (s->extent) count_loads(u, s->extent);
     if (s->value) count_loads(u, s->value);
     if (s->k == LS_STORE) for (int d = 0; d < s->buf->ndim; d++) count_loads(u, s->idx[d]);
     for (int i = 0; i < s->nbody; i++) count_stmt(u, s->body[i]);
 }
 static bool writes(const LStmt *s, const Buffer *b) {
-    if ((s->k == LS_STORE && s->buf == b) || (s->k == LS_ATTN && s->attn->out == b)) return true;
+    if ((s->k == LS_STORE && s->buf == b) || (s->k == LS_ATTN && s->attn->out == b) || (s->k == LS_TOPK && s->topk->out == b)) return true;
     for (int i = 0; i < s->nbody; i++) if (writes(s->body[i], b)) return true;
     return false;
 }
@@ -378,6 +385,11 @@ static void life_stmt(Life *l, const LStmt *s) {
         for (int i = 0; i < 4; i++) expr_visit_loads(e[i], life_load, l);
         for (int i = 0; i < d->out->ndim; i++) expr_visit_loads(d->out_idx[i], life_load, l);
         life_load(l, d->out);
+        return;
+    }
+    if (s->k == LS_TOPK) {
+        expr_visit_loads(s->topk->body, life_load, l);
+        life_load(l, s->topk->out);
         return;
     }
     if (s->extent) expr_visit_loads(s->extent, life_load, l);
@@ -818,6 +830,22 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
         str_printf(o, "] = o[d] / l for d in 0..%lld\n", (long long)a->hv);
         return;
     }
+    case LS_TOPK: {
+        const TOp *t = s->topk;
+        const char *j = t->raxes[0].v->name;
+        str_printf(o, "top_k over %s in 0..", j);
+        expr_print(o, t->raxes[0].extent);
+        str_printf(o, " of ");
+        expr_print(o, t->body);
+        str_printf(o, ", k = ");
+        expr_print(o, t->topk_count);
+        str_printf(o, " (at most %lld; value descending, then %s ascending, NaN as -inf):\n", (long long)t->topk_max, j);
+        indent(o, d + 1);
+        str_printf(o, "%s[", t->out->name);
+        for (int i = 0; i < t->out->ndim; i++) { if (i) str_printf(o, ", "); expr_print(o, t->out_idx[i]); }
+        str_printf(o, "] = (%s == 0 ? value : %s) of rank %s, for %s < k\n", t->topk_sel->name, j, t->topk_rank->name, t->topk_rank->name);
+        return;
+    }
     case LS_COUNT: break;
     }
 }
@@ -877,6 +905,18 @@ static const char *verify_stmt(Arena *A, const LStmt *s, Var **bound, int nb, un
         for (int i = 0; i < a->out->ndim; i++) { const char *m = verify_expr_scope(A, a->out_idx[i], bound, nb + 1, false); if (m) return m; }
         if (a->heads % a->group || a->hd < 1 || a->hv < 1) return "attention shape";
         return NULL;
+    }
+    case LS_TOPK: {
+        /* the value sees j besides the loops; the store sees the rank and the selector */
+        const TOp *t = s->topk;
+        if (nb > 13) return "loop nest too deep";
+        bound[nb] = t->raxes[0].v;
+        const char *m = verify_expr_scope(A, t->body, bound, nb + 1, false);
+        if (!m) m = expr_verify(A, t->body);
+        if (!m) m = verify_expr_scope(A, t->topk_count, bound, nb, false);
+        bound[nb] = t->topk_sel; bound[nb + 1] = t->topk_rank;
+        for (int i = 0; !m && i < t->out->ndim; i++) m = verify_expr_scope(A, t->out_idx[i], bound, nb + 2, false);
+        return m;
     }
     case LS_COUNT: break;
     }

@@ -30,13 +30,14 @@
  * Every output element of the linears is still computed once. Before
  * them, loop_flash replaces each attention's five nests (scores, max, sum of
  * exp, normalise, P.V) by one: an online softmax over the keys (a running
- * max and sum per row, each score computed once and never stored). */
+ * max and sum per row, each score computed once and never stored).
+ * A top_k is one statement inside its parallel loops (no fusion takes it). */
 #ifndef LLMCC_LOOP_IR_H
 #define LLMCC_LOOP_IR_H
 #include "tensor_ir.h"
 
 #define LSTMT_KINDS(X) X(LS_FOR, "for") X(LS_ACC_INIT, "acc_init") X(LS_ACC, "acc_update") X(LS_STORE, "store") \
-    X(LS_ATTN, "online_softmax")
+    X(LS_ATTN, "online_softmax") X(LS_TOPK, "top_k")
 typedef enum {
 #define X(e, s) e,
     LSTMT_KINDS(X)
@@ -59,6 +60,7 @@ typedef struct LStmt {
     Expr *value;
     Buffer *buf; Expr **idx;   /* LS_STORE */
     const AttnDesc *attn;      /* LS_ATTN: the row (t, h) of an attention, inside the loops over t and h */
+    const TOp *topk;           /* LS_TOPK: the row's top_k (the op's fields), inside the loops over its axes */
 } LStmt;
 
 typedef struct {

@@ -367,7 +367,7 @@ static int cmd_build(int argc, char **argv) {
         fprintf(stderr, "llmcc: timings: ir %.3f s, codegen %.3f s, packing %.3f s (%.1f MiB of weights, %.0f MiB/s)\n",
                 t_ir, t_codegen, t_pack, pack_bytes / 1048576.0, t_pack > 0 ? pack_bytes / 1048576.0 / t_pack : 0.0);
     fprintf(stderr, "llmcc: wrote %s (%s, %d kernels, %d launches per step, %d tensors); build it with: make -C %s\n", out,
-            o.target == TARGET_CUDA ? "cuda" : "cpu", c.kp.nk, c.kp.nl, c.tp.n_weights, out);
+            o.target == TARGET_CUDA ? "cuda" : "cpu", c.kp.nk, c.kp.nl - kernel_sampling_launches(&c.kp), c.tp.n_weights, out);
     st_close(&c.st);
     arena_free(A);
     return 0;

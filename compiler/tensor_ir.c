@@ -219,6 +219,26 @@ static void lower_argmax(TL *L, GNode *n) {
     op->body = e_load(L->A, x->buf, x->ndim, idx);
 }
 
+static void lower_topk(TL *L, GNode *n) {
+    Arena *A = L->A;
+    const GNode *x = n->in[0];
+    int lead = x->ndim - 1;
+    Expr *ax[MAX_DIMS], *idx[MAX_DIMS];
+    CHECK(x->dims[lead] <= (1 << 24), "topk over %lld values: indices past 2^24 are not exact in f32", (long long)x->dims[lead]);
+    n->buf = lead_buf(L, n, NULL, n->ndim, BUF_ACT, DT_F32);
+    TOp *op = over(L, TOP_REDUCE, n, n->buf, NULL, lead, ax);
+    memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
+    idx[lead] = raxis(L, op, "j", e_i(A, x->dims[lead]));
+    op->red = RED_TOPK;
+    op->body = e_load(A, x->buf, x->ndim, idx);
+    op->topk_max = n->topk;
+    op->topk_count = L->tp->g->cfg ? e_param(A, P_N) : e_i(A, n->topk);
+    op->topk_sel = new_var(A, &L->tp->nvars, "s");
+    op->topk_rank = new_var(A, &L->tp->nvars, "r");
+    op->out_idx[lead] = e_var(A, op->topk_sel);
+    op->out_idx[lead + 1] = e_var(A, op->topk_rank);
+}
+
 static void lower_softmax(TL *L, GNode *n) {
     n->buf = lead_buf(L, n, NULL, n->ndim, BUF_ACT, DT_F32);
     softmax_parts(L, n, n->in[0]->buf, n->buf, NULL);
@@ -431,6 +451,7 @@ static void lower_node(TL *L, GNode *n) {
     case G_MUL: case G_ADD: case G_SUB: case G_DIV: lower_binary(L, n); return;
     case G_SOFTMAX: lower_softmax(L, n); return;
     case G_ARGMAX: lower_argmax(L, n); return;
+    case G_TOPK: lower_topk(L, n); return;
     case G_MATMUL: lower_matmul(L, n); return;
     case G_SDPA: lower_sdpa(L, n); return;
     case G_CONST: return;   /* folded into the loads of its users */
@@ -453,6 +474,7 @@ void tensor_lower(Arena *A, const Graph *g, TProgram *tp) {
     if (g->logits->buf->kind == BUF_ACT) g->logits->buf->kind = BUF_OUTPUT;
     tp->logits = g->logits->buf;
     tp->next_token = g->next_token ? g->next_token->buf : NULL;
+    tp->top_k = g->top_k ? g->top_k->buf : NULL;
     tp->weights = ARENA_ARRAY(A, Buffer *, tp->n_weights);
     for (int i = 0; i < tp->nbufs; i++)
         if (tp->bufs[i]->kind == BUF_WEIGHT) tp->weights[tp->bufs[i]->weight_index] = tp->bufs[i];
@@ -529,7 +551,13 @@ void tensor_print(Str *o, const TProgram *tp) {
         str_printf(o, "  # %s\n    %s[", op->module, op->out->name);
         for (int d = 0; d < op->out->ndim; d++) { if (d) str_printf(o, ", "); expr_print(o, op->out_idx[d]); }
         str_printf(o, "] = ");
-        if (op->kind == TOP_REDUCE) {
+        if (op->red == RED_TOPK && op->kind == TOP_REDUCE) {
+            str_printf(o, "(%s == 0 ? the value : the %s) of the %s-th largest of ", op->topk_sel->name, op->raxes[0].v->name, op->topk_rank->name);
+            expr_print(o, op->body);
+            str_printf(o, " for %s < ", op->topk_rank->name);
+            expr_print(o, op->topk_count);
+            str_printf(o, " (at most %lld; ties to the smaller %s, NaN as -inf)\n", (long long)op->topk_max, op->raxes[0].v->name);
+        } else if (op->kind == TOP_REDUCE) {
             if (op->epilogue) { expr_print(o, op->epilogue); str_printf(o, "  where acc = %s(", red_op_names[op->red]); }
             else str_printf(o, "%s(", red_op_names[op->red]);
             expr_print(o, op->body);
@@ -545,6 +573,7 @@ static const char *check_bound(Arena *A, const Expr *e, const TOp *op) {
     if (e->k == EX_VAR) {
         for (int i = 0; i < op->naxes; i++) if (op->axes[i].v == e->var) return NULL;
         for (int i = 0; i < op->nraxes; i++) if (op->raxes[i].v == e->var) return NULL;
+        if (op->red == RED_TOPK && (e->var == op->topk_sel || e->var == op->topk_rank)) return NULL;
         return arena_printf(A, "variable %s is not an axis of the op", e->var->name);
     }
     if (e->k == EX_ACC) return "acc outside a reduction epilogue";
@@ -565,6 +594,11 @@ const char *tensor_verify(Arena *A, const TProgram *tp) {
         if (!m && op->kind == TOP_REDUCE && op->nraxes == 0) m = "reduction without reduction axes";
         if (!m && op->kind != TOP_REDUCE && (op->nraxes || op->epilogue)) m = "non-reduction with reduction axes";
         if (!m && op->out->kind == BUF_WEIGHT) m = "writes a weight";
+        if (!m && op->red == RED_TOPK &&
+            (op->kind != TOP_REDUCE || op->nraxes != 1 || op->epilogue || !op->topk_count || op->topk_max < 1 ||
+             op->topk_max > op->raxes[0].extent->i || op->out->ndim < 2 || op->out->dims[op->out->ndim - 2] != 2 ||
+             op->out->dims[op->out->ndim - 1] != op->topk_max || (op->topk_count->k == EX_ICONST && op->topk_count->i > op->topk_max)))
+            m = "top_k shape";
         for (int d = 0; !m && d < op->out->ndim; d++) {
             if (!op->out_idx[d]) { m = "missing store index"; break; }
             m = expr_verify(A, op->out_idx[d]);

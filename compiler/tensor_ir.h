@@ -18,8 +18,9 @@ typedef enum {
 extern const char *const top_kind_names[];
 
 /* argmax: acc is the index (a float) of the first maximum over the one
- * reduction axis; NaN never wins, so a row of NaN and -inf gives 0 */
-#define RED_OPS(X) X(RED_SUM, "sum") X(RED_MAX, "max") X(RED_ARGMAX, "argmax")
+ * reduction axis; NaN never wins, so a row of NaN and -inf gives 0.
+ * top_k: the op's result is a list, not an acc: see TOp's topk fields. */
+#define RED_OPS(X) X(RED_SUM, "sum") X(RED_MAX, "max") X(RED_ARGMAX, "argmax") X(RED_TOPK, "top_k")
 typedef enum {
 #define X(e, s) e,
     RED_OPS(X)
@@ -63,6 +64,13 @@ typedef struct TOp {
     Expr *body;                /* the value (elementwise), or the reduced term */
     Expr *epilogue;            /* reduction: f(acc); NULL means acc */
     AttnDesc *attn;            /* the pv op of an attention: the whole attention */
+    /* top_k over the one reduction axis j: out[axes, 0, r] is the r-th largest body (r < count; the order
+     * is value descending, then j ascending, NaN counted as -inf) and out[axes, 1, r] its j as a float;
+     * out_idx's last two are topk_sel (0 or 1) and topk_rank. count is a constant, or for a model's
+     * sampler n: model_topk launches these kernels with n = the k it asks for (at most topk_max). */
+    Expr *topk_count;
+    int64_t topk_max;
+    Var *topk_sel, *topk_rank;
 } TOp;
 
 typedef struct {
@@ -75,6 +83,7 @@ typedef struct {
     int n_consts;
     Buffer *ids, *logits;
     Buffer *next_token;        /* a model's argmax of the logits: [1] f32, in the activation arena */
+    Buffer *top_k;             /* a model's topk of the logits: [1, 2, topk_max] f32, likewise */
     int64_t act_bytes;         /* size of the activation arena */
     int64_t kv_layer_elems;    /* per layer and position: kv_heads * head_dim */
 } TProgram;

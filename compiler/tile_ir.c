@@ -237,6 +237,42 @@ static void gemm_tc_tiles(TileKernel *g, const Knobs *kn, int64_t K) {
     for (int d = 0; g->x_vec && d + 1 < X->nargs; d++) g->x_vec = !expr_uses_var(X->a[d], g->red[0].v);
 }
 
+/* ---- top_k ---- */
+static int pow2_block(int64_t threads) {
+    int b = 32;
+    while (b < threads && b < 1024) b *= 2;
+    return b;
+}
+/* Chunks: one per 1024 elements of the row, at most 128 (about a block per SM, each thread a few
+ * elements); rows of 4096 or fewer in one. */
+static int schedule_topk(Arena *A, const LoopNest *nest, const TOp *op, const Knobs *kn, TileKernel *k, Expr *rows, TileKernel **out) {
+    int64_t len = op->raxes[0].extent->i;
+    int64_t C = kn->topk_chunks ? kn->topk_chunks : len <= 4096 ? 1 : min_i(128, (len + 1023) / 1024);
+    C = min_i(C, len);
+    k->kind = SCHED_TOPK; k->topk = op;
+    k->k_chunk = (len + C - 1) / C;
+    k->split_k = (int)((len + k->k_chunk - 1) / k->k_chunk);   /* none empty */
+    k->block = pow2_block(min_i(k->k_chunk, kn->reduce_block_max));
+    k->grid = E_MUL(A, rows, e_i(A, k->split_k));
+    out[0] = k;
+    if (k->split_k == 1) return 1;
+    k->name = arena_printf(A, "%s_chunks", nest->kname);
+    Buffer *w = ARENA_NEW(A, Buffer);
+    int64_t r;
+    CHECK(expr_is_const(rows, &r), "top_k %s: rows are not static", nest->module);
+    w->id = -1; w->name = arena_printf(A, "%s.chunks", nest->kname); w->kind = BUF_WORK; w->dtype = DT_F32;
+    w->ndim = 2; w->dims[0] = r * k->split_k; w->dims[1] = 2 * op->topk_max; w->layer = -1; w->weight_index = -1; w->act_offset = 0;
+    k->work = w;
+    TileKernel *m = new_tk(A, nest);
+    *m = *k;
+    m->kind = SCHED_TOPK_MERGE;
+    m->name = nest->kname;
+    m->block = pow2_block(k->split_k);
+    m->grid = rows;
+    out[1] = m;
+    return 2;
+}
+
 static int schedule_linear(Arena *A, const LoopNest *nest, const Knobs *kn, const TProgram *tp, TileKernel *k, Expr *total, TileKernel **out);
 /* Schedules one nest; returns how many tile kernels it appended to out. */
 static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProgram *tp, TileKernel **out) {
@@ -251,6 +287,7 @@ static int schedule(Arena *A, const LoopNest *nest, const Knobs *kn, const TProg
     const LStmt *store;
     Expr *total = product(A, k->par, k->npar);
     if (s->nbody == 1 && s->body[0]->k == LS_ATTN) return schedule_flash(A, nest, s->body[0]->attn, kn, tp, out);
+    if (s->nbody == 1 && s->body[0]->k == LS_TOPK) return schedule_topk(A, nest, s->body[0]->topk, kn, k, total, out);
     if (s->nbody == 1) {
         store = s->body[0];
         CHECK(store->k == LS_STORE, "nest %s: leaf is not a store", nest->module);
@@ -484,6 +521,28 @@ void tile_print(Str *o, const TileProgram *tp) {
             print_axes(o, k->par, k->npar);
             str_printf(o, "]\n  sums %d partials of %s in order, then the epilogue\n", k->split_k, k->work->name);
             break;
+        case SCHED_TOPK: case SCHED_TOPK_MERGE: {
+            const TOp *t = k->topk;
+            str_printf(o, " chunks=%d chunk=%lld\n", k->split_k, (long long)k->k_chunk);
+            if (k->kind == SCHED_TOPK)
+                str_printf(o, "  block bid -> (row [bid/%d of ", k->split_k);
+            else
+                str_printf(o, "  block bid -> (row [bid of ");
+            print_axes(o, k->par, k->npar);
+            if (k->kind == SCHED_TOPK)
+                str_printf(o, "], chunk bid%%%d of %lld of [%s<%lld>]); thread -> the chunk's elements tid, tid+%d, ..: its best below the last it gave\n",
+                           k->split_k, (long long)k->k_chunk, t->raxes[0].v->name, (long long)t->raxes[0].extent->i, k->block);
+            else
+                str_printf(o, "]); thread c < %d -> the head of chunk c's list in %s\n", k->split_k, k->work->name);
+            str_printf(o, "  k = ");
+            expr_print(o, t->topk_count);
+            if (t->topk_count->k == EX_PARAM) str_printf(o, " (model_topk runs these kernels with n = its k)");
+            str_printf(o, " rounds (at most %lld) of a block argmax (shfl_down trees%s, shfl_idx from lane 0); "
+                          "thread 0 stores the round's (value, index) to %s; the winner %s\n",
+                       (long long)t->topk_max, k->block > 32 ? ", a (value, index) per warp in shared memory" : "", k->kind == SCHED_TOPK && k->work ? k->work->name : t->out->name,
+                       k->kind == SCHED_TOPK ? "rescans its elements" : "moves to its next");
+            break;
+        }
         case SCHED_COUNT: UNREACHABLE();
         }
     }
@@ -511,6 +570,11 @@ const char *tile_verify(Arena *A, const TileProgram *tp) {
                                               k->stages < 1 || k->stages > 3 || (k->w_cp_async && k->stages < 2) || !k->xop || !k->wop))
             m = "gemm_tc parameters";
         else if (k->kind == SCHED_GEMM_TC && gemm_tc_smem(k) > 48 * 1024) m = "gemm_tc shared memory over 48 KiB";
+        else if ((k->kind == SCHED_TOPK || k->kind == SCHED_TOPK_MERGE) &&
+                 (!k->topk || k->block % 32 || k->split_k < 1 || (int64_t)k->split_k * k->k_chunk < k->topk->raxes[0].extent->i ||
+                  (k->split_k > 1) != (k->work != NULL) || (k->kind == SCHED_TOPK_MERGE && (k->split_k > k->block || !k->work)) ||
+                  (k->work && k->work->dims[1] != 2 * k->topk->topk_max)))
+            m = "top_k parameters";
         else if (k->grid->t != T_I64) m = "grid is not an integer";
         else if (k->smem_floats * 4 > 48 * 1024) m = "shared memory over 48 KiB";
         if (m) return arena_printf(A, "tile %d (%s): %s", i, k->nest->module, m);

@@ -30,6 +30,14 @@
  *                 running sum and the lanes' P.V accumulators (lane d, d+32..);
  *                 split over the keys (flash decoding) for short calls, then
  *   flash_combine a thread per output element merges the slices' (o, max, sum)
+ *   top_k         a block per (row, chunk of the row): each thread keeps the
+ *                 best element of its strided part that is below the last one
+ *                 it gave; k rounds of a block argmax (warp shuffles, one
+ *                 (value, index) per warp in shared memory) each emit the
+ *                 block's next element, the winning thread rescans its part.
+ *                 With several chunks each writes its k to a workspace and
+ *   top_k_merge   a block per row: thread c holds chunk c's sorted list and
+ *                 offers its head; k rounds of the same block argmax
  * Parameters are chosen from the shapes; --knob NAME=VALUE pins them
  * (fuse=0 turns off loop IR fusion, which runs before scheduling). */
 #ifndef LLMCC_TILE_IR_H
@@ -37,7 +45,8 @@
 #include "loop_ir.h"
 
 #define SCHED_KINDS(X) X(SCHED_FLAT, "flat") X(SCHED_BLOCK_REDUCE, "block_reduce") X(SCHED_GEMV, "gemv") \
-    X(SCHED_SPLITK_SUM, "splitk_sum") X(SCHED_GEMM_TC, "gemm_tc") X(SCHED_FLASH, "flash_attn") X(SCHED_FLASH_COMBINE, "flash_combine")
+    X(SCHED_SPLITK_SUM, "splitk_sum") X(SCHED_GEMM_TC, "gemm_tc") X(SCHED_FLASH, "flash_attn") X(SCHED_FLASH_COMBINE, "flash_combine") \
+    X(SCHED_TOPK, "top_k") X(SCHED_TOPK_MERGE, "top_k_merge")
 typedef enum {
 #define X(e, s) e,
     SCHED_KINDS(X)
@@ -51,7 +60,8 @@ extern const char *const sched_names[];
  * a deliberate fault (added to every shuffle delta) so tests can show that
  * a wrong lane is caught; debug_cp_async=1 makes gemm_tc wait for one
  * cp.async group fewer than it reads; debug_pair_swap=1 stages a gemm_tc
- * pair's two weights in each other's rows of the W tile. */
+ * pair's two weights in each other's rows of the W tile; debug_topk_order=1
+ * breaks top_k's ties towards the larger index. */
 #define KNOBS(X) \
     X("flat_block", flat_block, 256, 32, 1024, true) \
     X("reduce_block_max", reduce_block_max, 256, 32, 1024, true) \
@@ -74,7 +84,9 @@ extern const char *const sched_names[];
     X("flash_tokens", flash_tokens, 0, 0, 32, false) \
     X("flash_min_n", flash_min_n, 16, 0, 1 << 20, false) \
     X("debug_flash_mask", debug_flash_mask, 0, 0, 1, false) \
-    X("debug_pair_swap", debug_pair_swap, 0, 0, 1, false)
+    X("debug_pair_swap", debug_pair_swap, 0, 0, 1, false) \
+    X("topk_chunks", topk_chunks, 0, 0, 256, false) \
+    X("debug_topk_order", debug_topk_order, 0, 0, 1, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;
     KNOBS(X)
@@ -123,6 +135,9 @@ typedef struct {
     const AttnDesc *attn;
     int tq;                    /* tokens per block; warps = tq * group */
     Expr *nsplit;              /* key slices at run time: min(split_k, one per 32 keys), so none is empty but the last's end */
+    /* top_k / top_k_merge: split_k chunks of k_chunk elements per row (work: [rows * chunks, 2 * topk_max],
+     * each chunk's values then indices, when split_k > 1) */
+    const TOp *topk;
 } TileKernel;
 
 typedef struct {

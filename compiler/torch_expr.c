@@ -15,7 +15,8 @@ const char torch_expr_supported[] =
     "torch.randn/zeros/ones(*size, dtype=torch.float32|bfloat16|float16), nn.Linear(in, out, bias=True), "
     "nn.RMSNorm(dim, eps=None), nn.Softmax(dim=-1), nn.SiLU(), F.silu, F.softmax(x, dim=-1), "
     "F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=None), torch.matmul, "
-    "torch.argmax(x, dim=-1) (the index as a float), and + - * / @ "
+    "torch.argmax(x, dim=-1) (the index as a float), torch.topk(x, k, dim=-1) (k <= 128; one tensor [..., 2, k]: "
+    "the values, then their indices as floats), and + - * / @ "
     "with numbers and parentheses (torch.nn.functional. = F., torch.nn. = nn.)";
 
 typedef enum { TK_END, TK_NUM, TK_NAME, TK_STR, TK_PUNCT } TokKind;
@@ -421,6 +422,28 @@ static Value call(P *p, const Value *f, const Args *a) {
         if (x->ndim == 1) n->dims[0] = 1;
         return tensor(n, DT_F32, f->col);
     }
+    if (!strcmp(nm, "torch.topk")) {
+        static const char *const pr[] = {"input", "k", "dim", "largest", "sorted"};
+        bind(p, a, nm, pr, 5, 2, v);
+        const GNode *x = need_tensor(p, v[0], nm);
+        int64_t len = x->dims[x->ndim - 1];
+        if (x->ndim >= MAX_DIMS) err(p, v[0]->col, "torch.topk of a %d-D tensor is not supported (its result has a dimension more, at most %d)", x->ndim, MAX_DIMS);
+        int64_t kk = need_int(p, v[1], "k", 1, (int64_t)1 << 31);
+        if (kk > len) err(p, v[1]->col, "k=%lld is more than the %lld values of the last dim", (long long)kk, (long long)len);
+        if (kk > 128) err(p, v[1]->col, "k=%lld: topk supports k up to 128", (long long)kk);
+        if (v[2] && !is_none(v[2])) {
+            int64_t dim = need_int(p, v[2], "dim", -x->ndim, x->ndim - 1);
+            if (dim != -1 && dim != x->ndim - 1)
+                err(p, v[2]->col, "topk over dim %lld of a %d-D tensor is not supported yet (only the last dim, dim=-1)", (long long)dim, x->ndim);
+        }
+        if (v[3] && (v[3]->k != V_BOOL || !v[3]->b)) err(p, v[3]->col, "largest=False is not supported yet");
+        if (v[4] && (v[4]->k != V_BOOL || !v[4]->b)) err(p, v[4]->col, "sorted=False is not supported (the result is always sorted)");
+        GNode *n = result_like(p, G_TOPK, "topk", x);
+        n->topk = (int)kk;
+        n->ndim = x->ndim + 1;
+        n->dims[x->ndim - 1] = 2; n->dims[x->ndim] = kk;
+        return tensor(n, DT_F32, f->col);
+    }
     if (!strcmp(nm, "nn.Linear")) {
         static const char *const pr[] = {"in_features", "out_features", "bias", "device", "dtype"};
         bind(p, a, nm, pr, 5, 2, v);
@@ -603,6 +626,9 @@ static Value postfix(P *p) {
         parse_args(p, a);
         v = call(p, &v, a);
     }
+    if (is_punct(p, '.') && v.k == V_TENSOR && v.t->op == G_TOPK)
+        err(p, p->tok.col, "torch.topk's result here is one tensor [..., 2, k]: the values at [..., 0, :], then their indices "
+                           "(as floats) at [..., 1, :]; .values and .indices are not supported yet");
     if (is_punct(p, '.')) err(p, p->tok.col, "methods and attributes of values are not supported (use the torch./F. function)");
     return v;
 }

@@ -9,6 +9,7 @@
 #include "payload.h"
 
 #define MODEL_MAX_EOS 8
+#define MODEL_TOPK_CAP 128       /* max_top_k is at most this */
 
 typedef struct {
     const char *name;            /* executable name, e.g. "qwen" */
@@ -25,6 +26,7 @@ typedef struct {
     int top_k;
     int n_tensors;               /* weights expected in the payload, in order */
     const char *const *tensor_names;
+    int max_top_k;               /* the most model_topk gives (0: none; the sampler reads the logits) */
 } ModelInfo;
 
 extern const ModelInfo model_info;
@@ -42,6 +44,12 @@ const char *model_init(Model **out, const PayloadTensor *tensors, const uint8_t 
  * (the first maximum, NaN counted as -inf), computed on the device: greedy
  * decoding needs no logits from it. */
 int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits);
+/* The k (1..max_top_k) largest logits of the last model_forward call and their ids, computed on the
+ * device: largest first, equal values by the smaller id first, NaN counted as -inf. Returns 0, or -1
+ * when k is out of range. Sampling with top-k then copies 2k numbers, not the logits. */
+int model_topk(Model *m, int k, float *vals, int32_t *ids);
+/* Copies the last model_forward call's logits (vocab_size floats), as if it had been given logits. */
+void model_logits(Model *m, float *logits);
 /* Bytes of device (or host, for the CPU) memory taken: weights, KV cache, activations. */
 size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act);
 void model_free(Model *m);

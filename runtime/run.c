@@ -25,6 +25,7 @@
 /* Everything lives in one global so an error exit leaves nothing unreachable. */
 static struct {
     const char *name;
+    long topk_ties;                /* device top-k draws that fell back to the logits */
     Payload pl;
     Model *model;
     Tokenizer *tok;
@@ -93,6 +94,10 @@ typedef struct {
 
 static void usage(void) {
     const ModelInfo *mi = &model_info;
+    int kmax = (mi->max_top_k < MODEL_TOPK_CAP ? mi->max_top_k : MODEL_TOPK_CAP) - 1;
+    char dev_topk[160] = "";
+    if (kmax > 1)
+        snprintf(dev_topk, sizeof dev_topk, "\n                          (2..%d with --repeat-penalty 1: drawn from the device's top-k)", kmax);
     printf("usage: %s [options]\n"
            "Runs %s (%s, %s), weights and tokenizer built in.\n\n"
            "  --prompt TEXT, -p TEXT  text to continue (BOS added as the tokenizer says), or with a\n"
@@ -107,14 +112,14 @@ static void usage(void) {
            "  -n, --max-tokens N      new tokens at most (default: until EOS or the context end,\n"
            "                          at most %d; -1: no cap; more than fits: up to the context end)\n"
            "  --temperature F         >= 0; 0: greedy (default %g)\n"
-           "  --top-k N               >= 0; 0: off (default %d)\n"
+           "  --top-k N               >= 0; 0: off (default %d)%s\n"
            "  --top-p F               in (0, 1]; 1: off (default %g)\n"
            "  --min-p F               in [0, 1]; 0: off (default %g)\n"
            "  --repeat-penalty F      > 0; 1: off (default %g)\n"
            "  --seed N                sampling seed (default: from the clock)\n"
            "  --ids                   print the generated ids, not text\n"
            "  --logits PATH           write the logits of each generated token (f32, %d per token)\n"
-           "  --stats                 timings on stderr\n"
+           "  --stats                 timings and which path sampled, on stderr\n"
            "  --ignore-eos            keep generating past end-of-sequence tokens\n"
            "  --tokenize              print the prompt's ids (after the chat template) and exit\n"
            "  --ctx N                 KV-cache length (default and most: %d)\n"
@@ -122,7 +127,7 @@ static void usage(void) {
            "  --verify                check the built-in payload's checksum and exit\n"
            "  -h, --help              this text\n",
            mi->name, mi->name, mi->architecture, mi->target, DEFAULT_MAX_NEW,
-           mi->temperature, mi->top_k, mi->top_p, mi->min_p, mi->repetition_penalty,
+           mi->temperature, mi->top_k, dev_topk, mi->top_p, mi->min_p, mi->repetition_penalty,
            mi->vocab_size, mi->max_ctx);
 }
 
@@ -255,6 +260,7 @@ static void history_add(int32_t id, int vocab) {
 }
 
 /* Hugging Face order: repetition penalty, temperature, top-k, top-p, min-p. */
+static int sample_from(const Opts *o, Cand *c, int n, float mx);
 static int sample(const Opts *o, const float *logits, int V) {
     float *w = G.work;
     for (int i = 0; i < V; i++) w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
@@ -292,6 +298,11 @@ static int sample(const Opts *o, const float *logits, int V) {
         for (int i = 0; i < n; i++) if (c[i].v >= kth) c[m++] = c[i];
         n = m;
     }
+    return sample_from(o, c, n, mx);
+}
+
+/* Top-p, min-p and the draw over the candidates c[0..n) (ascending ids), mx their largest value. */
+static int sample_from(const Opts *o, Cand *c, int n, float mx) {
     double sum = 0;
     for (int i = 0; i < n; i++) sum += exp((double)c[i].v - mx);
     if (o->top_p < 1.0f) {
@@ -322,6 +333,29 @@ static int sample(const Opts *o, const float *logits, int V) {
         if (r < acc) return c[i].id;
     }
     return c[n - 1].id;
+}
+
+static int cand_id(const void *a, const void *b) { return ((const Cand *)a)->id - ((const Cand *)b)->id; }
+/* sample() for top-k without a penalty, from the model's device top-k: the same candidates in the same
+ * order (ascending ids), so the same token for the same random number. The k+1-th value tells whether
+ * the k-th ties with a token outside (after the temperature's rounding): then sample() keeps the ties
+ * and needs every logit. */
+static int sample_topk(const Opts *o) {
+    float v[MODEL_TOPK_CAP];
+    int32_t id[MODEL_TOPK_CAP];
+    int k = o->top_k;
+    if (model_topk(G.model, k + 1, v, id) != 0) die("internal error: model_topk(%d) failed", k + 1);
+    if (v[k - 1] / o->temperature == v[k] / o->temperature) {
+        G.topk_ties++;
+        model_logits(G.model, G.logits);
+        return sample(o, G.logits, model_info.vocab_size);
+    }
+    Cand *c = G.cand;
+    for (int i = 0; i < k; i++) { c[i].id = id[i]; c[i].v = v[i] / o->temperature; }
+    float mx = c[0].v;
+    if (mx == -INFINITY) return 0;
+    qsort(c, (size_t)k, sizeof *c, cand_id);
+    return sample_from(o, c, k, mx);
 }
 
 /* ---------------------------------------------------------------- pieces */
@@ -445,7 +479,7 @@ static void cleanup(void) {
 }
 
 /* ---------------------------------------------------------------- generation */
-typedef struct { double t_prefill, t_first, t_decode; long n_prompt, n_gen, n_decode; int turns; } Stats;
+typedef struct { double t_prefill, t_first, t_decode; long n_prompt, n_gen, n_decode, n_argmax, n_topk; int turns; } Stats;
 
 /* Appends ids (one turn's prompt) to the conversation, feeds what the KV
  * cache lacks, then samples until a stop id or max_new tokens, streaming
@@ -480,7 +514,10 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
     /* Greedy decoding without a penalty takes the argmax the model computes on the device (the rule of
      * sample()'s greedy branch); then no logits are copied back. */
     bool dev_argmax = (o->temperature <= 0 || o->top_k == 1) && o->rep == 1.0f && !G.logits_f;
-    float *lg = dev_argmax ? NULL : G.logits;
+    /* Top-k sampling without a penalty takes its candidates from the device's top-k likewise */
+    bool dev_topk = !dev_argmax && o->top_k > 1 && o->top_k < mi->max_top_k && o->top_k < MODEL_TOPK_CAP &&
+                    o->rep == 1.0f && !G.logits_f;
+    float *lg = dev_argmax || dev_topk ? NULL : G.logits;
     int next = 0;
 
     /* prefill */
@@ -497,13 +534,14 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
     /* decode */
     long n_gen = 0;
     while (n_gen < max_new) {
-        int tok = dev_argmax ? next : sample(o, G.logits, V);
+        int tok = dev_argmax ? next : dev_topk ? sample_topk(o) : sample(o, G.logits, V);
         if (n_gen == 0 && st->turns == 0) st->t_first = now_s() - t0;
         if (!o->ignore_eos && is_eos(tok)) break;
         if (G.logits_f && fwrite(G.logits, sizeof(float), (size_t)V, G.logits_f) != (size_t)V)
             die("--logits %s: %s", o->logits_path, strerror(errno));
         history_add(tok, V);
         n_gen++;
+        st->n_argmax += dev_argmax; st->n_topk += dev_topk;
         if (o->ids) {
             int l = snprintf(buf, cap, n_gen > 1 ? " %d" : "%d", tok);
             out_write(buf, (size_t)l);
@@ -702,6 +740,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "prompt: %.2f tok/s (%.1f ms)\n", tp > 0 ? st.n_prompt / tp : 0.0, tp * 1e3);
         fprintf(stderr, "generated tokens: %ld\n", st.n_gen);
         fprintf(stderr, "decode: %.2f tok/s (%ld steps, %.1f ms)\n", td > 0 ? st.n_decode / td : 0.0, st.n_decode, td * 1e3);
+        fprintf(stderr, "sampled: %ld by the device's argmax, %ld from its top-k (%ld of them from the logits: a tie at the k-th), %ld from the logits\n",
+                st.n_argmax, st.n_topk, G.topk_ties, st.n_gen - st.n_argmax - st.n_topk);
         if (st.turns > 1) fprintf(stderr, "turns: %d\n", st.turns);
         if (st.turns > 0) fprintf(stderr, "time to first token: %.1f ms\n", st.t_first * 1e3);
     }

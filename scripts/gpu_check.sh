@@ -4,7 +4,8 @@
 # the --logits of every step, for a 7-token prompt (decode schedules: gemv,
 # split-KV flash decoding) and a 40-token one (prefill: flash_attn blocks of
 # several tokens, gemm_tc for bf16); and the CUDA ids without --logits (the
-# argmax taken on the GPU) against those with. One table row per fixture and
+# argmax taken on the GPU) against those with, and --top-k sampling from the
+# GPU's top-k against the host sampler's draw. One table row per fixture and
 # prompt; exits 1 if any row fails. Needs: nvcc, python3 + numpy, the repo
 # (run from anywhere). Takes well under 5 minutes.
 set -uo pipefail
@@ -34,6 +35,10 @@ for kind in llama-gqa qwen2-tied llama-linear; do
     # without --logits the runtime takes the GPU's argmax (model.next_token)
     "$d-cuda/m" --prompt-ids $SHORT -n $N --temperature 0 --repeat-penalty 1 --ignore-eos --ids > "$d-cuda-argmax.ids" 2>"$d-cuda.err" \
       || { echo "gpu_check: $kind-$dtype cuda run failed: $(head -1 "$d-cuda.err")"; fail=1; continue; }
+    # --top-k sampling from the GPU's top-k (model_topk) against the host sampler over the logits, same seed
+    topk=(--prompt-ids $SHORT -n $N --temperature 0.8 --top-k 20 --top-p 0.9 --seed 3 --repeat-penalty 1 --ignore-eos --ids)
+    { "$d-cuda/m" "${topk[@]}" > "$d-cuda-topk.ids" && "$d-cuda/m" "${topk[@]}" --logits "$d-cuda-topk.logits" > "$d-cuda-topk-host.ids"; } 2>"$d-cuda.err" \
+      || { echo "gpu_check: $kind-$dtype cuda top-k run failed: $(head -1 "$d-cuda.err")"; fail=1; continue; }
     python3 - "$d" "$kind" "$dtype" <<'PY' || fail=1
 import sys, numpy as np
 d, kind, dtype = sys.argv[1:]
@@ -55,6 +60,9 @@ for p in ("short", "long"):
 g = open(d + "-cuda-argmax.ids").read().split() == open(d + "-cuda-short.ids").read().split()
 bad += not g
 print("%-20s %-6s %-6s %-10s %-12s %-12s %s" % (kind, dtype, "argmax", "same" if g else "DIFFER", "-", "-", "ok" if g else "FAIL"))
+k = open(d + "-cuda-topk.ids").read().split() == open(d + "-cuda-topk-host.ids").read().split()
+bad += not k
+print("%-20s %-6s %-6s %-10s %-12s %-12s %s" % (kind, dtype, "top-k", "same" if k else "DIFFER", "-", "-", "ok" if k else "FAIL"))
 sys.exit(1 if bad else 0)
 PY
   done

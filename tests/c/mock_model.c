@@ -17,10 +17,10 @@ const ModelInfo model_info = {
     .max_ctx = 64, .max_batch = 4,
     .bos_id = 1, .n_eos = 2, .eos_ids = { 2, 3 },
     .temperature = 0.0f, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .top_k = 0,
-    .n_tensors = 1, .tensor_names = names,
+    .n_tensors = 1, .tensor_names = names, .max_top_k = 0,
 };
 
-struct Model { const float *w; int ctx, next_pos; int32_t *kv; };
+struct Model { const float *w; int ctx, next_pos; int32_t *kv; const float *last; };
 
 const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {
     *out = NULL;
@@ -48,6 +48,7 @@ int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {
     }
     m->next_pos = pos + n;
     const float *row = m->w + (size_t)ids[n - 1] * V;
+    m->last = row;
     if (logits) {
         #pragma omp parallel for   /* exercises the (static) OpenMP runtime like generated code does */
         for (int j = 0; j < V; j++) logits[j] = row[j];
@@ -56,6 +57,10 @@ int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {
     for (int j = 1; j < V; j++) if (row[j] > row[best]) best = j;
     return best;
 }
+
+/* no device top-k (max_top_k 0): the sampler reads the logits */
+int model_topk(Model *m, int k, float *vals, int32_t *ids) { (void)m; (void)k; (void)vals; (void)ids; return -1; }
+void model_logits(Model *m, float *logits) { memcpy(logits, m->last, V * sizeof(float)); }
 
 size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {
     *weights = (size_t)V * V * sizeof(float);

@@ -22,6 +22,7 @@ extern "C" const ModelInfo model_info = {
     0.0f, 1.0f, 0.0f, 1.0f,
     0,
     1, names,
+    0,
 };
 
 struct Model { float *w, *out; int ctx, next_pos; };
@@ -63,6 +64,10 @@ extern "C" int model_forward(Model *m, const int32_t *ids, int n, int pos, float
     for (int j = 1; j < V; j++) if (row[j] > row[best]) best = j;
     return best;
 }
+
+/* no device top-k (max_top_k 0): the sampler reads the logits */
+extern "C" int model_topk(Model *m, int k, float *vals, int32_t *ids) { (void)m; (void)k; (void)vals; (void)ids; return -1; }
+extern "C" void model_logits(Model *m, float *logits) { cudaMemcpy(logits, m->out, V * 4, cudaMemcpyDeviceToHost); }
 
 extern "C" size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {
     (void)m;
