@@ -343,37 +343,58 @@ static void mat_gemv(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     TStmt **p0 = tlist(A, 7);
     int n0 = gemv_head(A, t, p0, hv);
     for (int j = 0; j < t->nacc; j++) p0[n0++] = ts_assign(A, 2 * j, e_f(A, 0.0));
-    TStmt *in = ts_if(A, lt(A, e_var(A, gv), total), t->npar + 1);
+    TStmt *in = ts_if(A, lt(A, e_var(A, gv), total), t->npar + 2);
     in->nbody = decompose(A, in->body, t->par, t->npar, e_var(A, gv));
-    /* for c = ks*chunk + lane*vec; c < min(ks*chunk + chunk, K); c += 32*vec */
-    Var *cv = new_var(A, L->nvars, "c");
+    /* for c = ks*chunk + lane*vec; c < min(ks*chunk + chunk, K); c += 32*vec, in two loops: while U
+     * rounds remain, their loads all first, then their terms in order (the same sums as one round at a
+     * time); then the rounds left one by one */
+    const int64_t S = 32 * (int64_t)t->vec, U = t->unroll;
     Expr *k0 = t->split_k > 1 ? E_MUL(A, e_var(A, kv), e_i(A, t->k_chunk)) : e_i(A, 0);
-    TStmt *f = ts(A, TS_FOR);
-    f->v = cv;
-    f->lo = E_ADD(A, k0, E_MUL(A, e_var(A, lv), e_i(A, t->vec)));
-    f->e = t->split_k == 1 ? e_i(A, K) : e_bin(A, EX_MIN, E_ADD(A, k0, e_i(A, t->k_chunk)), e_i(A, K));
-    f->step = e_i(A, 32 * t->vec);
-    Var *iv = t->red[0].v;
-    Expr *terms[2] = {t->acc_value, t->acc_value1};
-    if (t->vec == 1) {
-        f->body = tlist(A, 2);
-        for (int a = 0; a < t->nacc; a++) f->body[f->nbody++] = ts_assign(A, 2 * a, E_ADD(A, reg(A, 2 * a), expr_subst(A, terms[a], iv, e_var(A, cv))));
-    } else {
-        TStmt *vl[8]; Expr *src[8];
-        Vec V = {A, iv, t->vec, vl, 0, src, L->nvars, e_var(A, cv)};
+    Expr *lo = E_ADD(A, k0, E_MUL(A, e_var(A, lv), e_i(A, t->vec)));
+    Expr *hi = t->split_k == 1 ? e_i(A, K) : e_bin(A, EX_MIN, E_ADD(A, k0, e_i(A, t->k_chunk)), e_i(A, K));
+    for (int pass = U > 1 ? 0 : 1; pass < 2; pass++) {
+        int64_t rounds = pass ? 1 : U;
+        Var *cv = new_var(A, L->nvars, pass ? "c" : "cu");
+        TStmt *f = ts(A, TS_FOR);
+        f->v = cv; f->step = e_i(A, S * rounds);
+        if (!pass) {
+            /* the unrolled loop runs while its last round starts inside the slice */
+            f->lo = lo;
+            f->e = E_SUB(A, hi, e_i(A, (U - 1) * S));
+        } else if (U > 1) {
+            /* where it stopped: lo + (lane's rounds / U) * U * S, the lane's rounds max(0, ceil((hi - lo) / S)) */
+            Expr *lr = E_DIV(A, E_ADD(A, e_bin(A, EX_MAX, E_SUB(A, hi, lo), e_i(A, 0)), e_i(A, S - 1)), e_i(A, S));
+            f->lo = E_ADD(A, lo, E_MUL(A, E_DIV(A, lr, e_i(A, U)), e_i(A, U * S)));
+            f->e = hi;
+        } else {
+            f->lo = lo; f->e = hi;
+        }
+        Var *iv = t->red[0].v;
+        Expr *terms[2] = {t->acc_value, t->acc_value1};
         Expr *sum[2] = {reg(A, 0), reg(A, 2)};
-        for (int a = 0; a < t->nacc; a++)
-            for (int j = 0; j < t->vec; j++) {
-                Expr *term = vec_rewrite(&V, terms[a], j);
-                /* the K variable outside the vectorised loads: element j is c + j */
-                term = expr_subst(A, term, iv, E_ADD(A, e_var(A, cv), e_i(A, j)));
-                sum[a] = E_ADD(A, sum[a], term);
+        TStmt *vl[64]; Expr *src[8];
+        int nvl = 0;
+        for (int64_t u = 0; u < rounds; u++) {
+            Expr *c = E_ADD(A, e_var(A, cv), e_i(A, u * S));
+            if (t->vec == 1) {
+                for (int a = 0; a < t->nacc; a++) sum[a] = E_ADD(A, sum[a], expr_subst(A, terms[a], iv, c));
+                continue;
             }
-        f->body = tlist(A, V.nvl + 2);
-        for (int i = 0; i < V.nvl; i++) f->body[f->nbody++] = vl[i];
+            Vec V = {A, iv, t->vec, vl + nvl, 0, src, L->nvars, c};
+            for (int a = 0; a < t->nacc; a++)
+                for (int j = 0; j < t->vec; j++) {
+                    Expr *term = vec_rewrite(&V, terms[a], j);
+                    /* the K variable outside the vectorised loads: element j is c + j */
+                    term = expr_subst(A, term, iv, E_ADD(A, c, e_i(A, j)));
+                    sum[a] = E_ADD(A, sum[a], term);
+                }
+            nvl += V.nvl;
+        }
+        f->body = tlist(A, nvl + 2);
+        for (int i = 0; i < nvl; i++) f->body[f->nbody++] = vl[i];
         for (int a = 0; a < t->nacc; a++) f->body[f->nbody++] = ts_assign(A, 2 * a, sum[a]);
+        in->body[in->nbody++] = f;
     }
-    in->body[in->nbody++] = f;
     p0[n0++] = in;
     kl_add(A, body, phase(A, p0, n0, false));
     warp_trees(L, body, RED_SUM, 32, t->nacc);

@@ -394,6 +394,10 @@ static int schedule_linear(Arena *A, const LoopNest *nest, const Knobs *kn, cons
         k->k_chunk = (K + S - 1) / S;
         k->k_chunk = (k->k_chunk + vec - 1) / vec * vec;
         k->split_k = (int)((K + k->k_chunk - 1) / k->k_chunk);
+        /* unroll: a lane's vector loads of U rounds issued together, so U loads per lane are in flight
+         * (one alone leaves a decode GEMV well short of the memory's latency-bandwidth product) */
+        int64_t lane_rounds = (k->k_chunk + step - 1) / step;
+        k->unroll = kn->gemv_unroll ? kn->gemv_unroll : lane_rounds >= 4 ? 4 : lane_rounds >= 2 ? 2 : 1;
         k->grid = E_MUL(A, ceil_div(A, total, k->rows), e_i(A, k->split_k));
         if (k->split_k == 1) { out[0] = k; return ntc + 1; }
         Buffer *w = ARENA_NEW(A, Buffer);
@@ -469,7 +473,7 @@ void tile_print(Str *o, const TileProgram *tp) {
             str_printf(o, " (%s)\n", red_op_names[k->redop]);
             break;
         case SCHED_GEMV:
-            str_printf(o, " rows_per_block=%d split_k=%d k_chunk=%lld vec=%d\n  warp (", k->rows, k->split_k, (long long)k->k_chunk, k->vec);
+            str_printf(o, " rows_per_block=%d split_k=%d k_chunk=%lld vec=%d unroll=%d\n  warp (", k->rows, k->split_k, (long long)k->k_chunk, k->vec, k->unroll);
             if (k->split_k > 1) str_printf(o, "bid/%d*%d + tid/32) -> [", k->split_k, k->rows);
             else str_printf(o, "bid*%d + tid/32) -> [", k->rows);
             print_axes(o, k->par, k->npar);
@@ -477,7 +481,9 @@ void tile_print(Str *o, const TileProgram *tp) {
             print_axes(o, k->red, k->nred);
             if (k->split_k > 1) str_printf(o, "] slice bid%%%d", k->split_k);
             else str_printf(o, "]");
-            str_printf(o, " by 32x%d (%s), f32 accumulation, a warp-shuffle tree (sum)", k->vec, k->vec > 1 ? "vector loads" : "scalar loads");
+            str_printf(o, " by 32x%d (%s", k->vec, k->vec > 1 ? "vector loads" : "scalar loads");
+            if (k->unroll > 1) str_printf(o, ", %d rounds' loads issued together, then the rest one by one", k->unroll);
+            str_printf(o, "), f32 accumulation in order, a warp-shuffle tree (sum)");
             if (k->nacc == 2) str_printf(o, "; two accumulators (a pair), each lane's activation loads serve both, %d store%s", k->nstore, k->nstore > 1 ? "s" : "");
             if (k->work) str_printf(o, " -> %s", k->work->name);
             str_printf(o, "\n");
@@ -560,7 +566,8 @@ const char *tile_verify(Arena *A, const TileProgram *tp) {
             m = "flash_combine without its partials";
         else if ((k->kind == SCHED_BLOCK_REDUCE || k->kind == SCHED_GEMV) && k->block % 32) m = "warp schedule with a partial warp";
         else if (k->kind == SCHED_BLOCK_REDUCE && (k->smem_floats < (k->block > 32 ? k->block / 32 : 0) || k->nred < 1)) m = "reduction without shared scratch";
-        else if (k->kind == SCHED_GEMV && (k->nred != 1 || k->vec < 1 || k->k_chunk % k->vec || k->split_k < 1)) m = "gemv parameters";
+        else if (k->kind == SCHED_GEMV && (k->nred != 1 || k->vec < 1 || k->k_chunk % k->vec || k->split_k < 1 || k->unroll < 1 || k->unroll > 8))
+            m = "gemv parameters";
         else if (k->nacc == 2 && k->kind != SCHED_GEMV && k->kind != SCHED_GEMM_TC && k->kind != SCHED_SPLITK_SUM) m = "two accumulators in a schedule without them";
         else if (k->kind == SCHED_GEMM_TC && k->nacc == 2 && !k->wop1) m = "gemm_tc pair without its second weight";
         else if ((k->kind == SCHED_SPLITK_SUM || (k->kind == SCHED_GEMV && k->split_k > 1)) && (!k->work || k->work->dims[1] != (int64_t)k->split_k * k->nacc))

@@ -69,6 +69,7 @@ extern const char *const sched_names[];
     X("gemv_split_k", gemv_split_k, 0, 0, 64, false) \
     X("gemv_vec", gemv_vec, 0, 0, 8, true) \
     X("gemv_target_blocks", gemv_target_blocks, 264, 1, 1 << 20, false) \
+    X("gemv_unroll", gemv_unroll, 0, 0, 8, false) \
     X("debug_shfl_offset", debug_shfl_offset, 0, 0, 31, false) \
     X("gemm_tc", gemm_tc, 1, 0, 1, false) \
     X("gemm_min_n", gemm_min_n, 16, 0, 1 << 20, false) \
@@ -122,6 +123,7 @@ typedef struct {
     int split_k;               /* K slices; > 1: partials go to work, a splitk_sum kernel follows */
     int64_t k_chunk;           /* K elements per slice (a multiple of vec) */
     int vec;                   /* elements per lane per vector load; 1: scalar loads */
+    int unroll;                /* rounds of a lane's loads issued before their sums (gemv) */
     Buffer *work;              /* gemv with split_k > 1, splitk_sum: [outputs, split_k] f32 partials */
     int run_if, min_n;         /* 0: always; 1: when n > min_n (gemm_tc); 2: when n <= min_n (its gemv) */
     /* gemm_tc: y[t, o] = sum_k xop(t, k) * wop(o, k); xop is staged as bf16 */

@@ -208,6 +208,22 @@ def test_gemv_knobs():
             assert p["vec"] == k.split("=")[1], t
 
 
+def test_gemv_unroll():
+    """gemv_unroll issues U rounds of loads before their terms and adds them in round order: every U
+    gives the same bits as U=1 (K = 18944 on split-K slices, 264 and 1000 leave remainders of 1..3
+    rounds, 37 fewer rounds than U), and each result is within the linear's bound."""
+    for maxn, M, K, dt, n in ((3, 37, 264, "bf16", 2), (2, 7, 18944, "bf16", 1), (2, 50, 1000, "f32", 2), (1, 5, 37, "f32", 1), (2, 9, 1000, "f16", 2)):
+        base = None
+        for u in ("1", "2", "3", "4", "8", "0"):
+            y, ref, tol, n_, tile = linear_case(maxn, M, K, dt, True, n, knobs=("gemv_unroll=" + u,))
+            check_rows(y, n, ref, tol, "linear %s unroll %s" % ((maxn, M, K, dt), u))
+            p = tile_params(tile, "proj")
+            if u != "0":
+                assert p["unroll"] == u, tile
+            base = y[:n] if base is None else base
+            assert np.array_equal(y[:n], base), "unroll %s changed the sums of linear %s" % (u, (maxn, M, K, dt))
+
+
 def test_gemv_wrong_shuffle_is_caught():
     # the same comparison must fail when every shuffle reads one lane too far
     for args in ((4, 37, 200, "bf16", True, 3), (1, 1, 3, "f32", False, 1), (2, 7, 18944, "bf16", True, 2)):
