@@ -88,6 +88,7 @@ typedef struct {
     int top_k;
     unsigned long long seed; bool has_seed;
     bool ids, stats, info, verify, ignore_eos, tokenize;
+    bool device_topk;              /* --top-k from model_topk (default on the GPU; on the CPU the logits are at hand) */
     bool chat_on, chat_off, interactive;
     int ctx;
 } Opts;
@@ -97,7 +98,9 @@ static void usage(void) {
     int kmax = (mi->max_top_k < MODEL_TOPK_CAP ? mi->max_top_k : MODEL_TOPK_CAP) - 1;
     char dev_topk[160] = "";
     if (kmax > 1)
-        snprintf(dev_topk, sizeof dev_topk, "\n                          (2..%d with --repeat-penalty 1: drawn from the device's top-k)", kmax);
+        snprintf(dev_topk, sizeof dev_topk, "\n                          (2..%d with --repeat-penalty 1: drawn from the device's top-k,\n"
+                 "                          %s; --device-topk / --no-device-topk)", kmax,
+                 mi->target && !strcmp(mi->target, "cuda") ? "by default" : "with --device-topk (the CPU has the logits at hand)");
     printf("usage: %s [options]\n"
            "Runs %s (%s, %s), weights and tokenizer built in.\n\n"
            "  --prompt TEXT, -p TEXT  text to continue (BOS added as the tokenizer says), or with a\n"
@@ -158,6 +161,7 @@ static void parse_args(int argc, char **argv, Opts *o) {
     o->rep = mi->repetition_penalty;
     o->top_k = mi->top_k;
     o->ctx = mi->max_ctx;
+    o->device_topk = mi->target && !strcmp(mi->target, "cuda");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         char flag[64];
@@ -203,6 +207,8 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--logits")) o->logits_path = VAL();
         else if (IS("--stats")) { NOVAL(); o->stats = true; }
         else if (IS("--ignore-eos")) { NOVAL(); o->ignore_eos = true; }
+        else if (IS("--device-topk")) { NOVAL(); o->device_topk = true; }
+        else if (IS("--no-device-topk")) { NOVAL(); o->device_topk = false; }
         else if (IS("--tokenize")) { NOVAL(); o->tokenize = true; }
         else if (IS("--info")) { NOVAL(); o->info = true; }
         else if (IS("--ctx")) o->ctx = (int)parse_int(flag, VAL(), 1, mi->max_ctx);
@@ -515,7 +521,7 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
      * sample()'s greedy branch); then no logits are copied back. */
     bool dev_argmax = (o->temperature <= 0 || o->top_k == 1) && o->rep == 1.0f && !G.logits_f;
     /* Top-k sampling without a penalty takes its candidates from the device's top-k likewise */
-    bool dev_topk = !dev_argmax && o->top_k > 1 && o->top_k < mi->max_top_k && o->top_k < MODEL_TOPK_CAP &&
+    bool dev_topk = o->device_topk && !dev_argmax && o->top_k > 1 && o->top_k < mi->max_top_k && o->top_k < MODEL_TOPK_CAP &&
                     o->rep == 1.0f && !G.logits_f;
     float *lg = dev_argmax || dev_topk ? NULL : G.logits;
     int next = 0;

@@ -127,7 +127,7 @@ def sampled(p):
 def sample_both(exe, top_k, seed, n=40, extra=()):
     base = [exe, "--prompt-ids", "1,4,7,10,13", "-n", str(n), "--temperature", "0.9", "--top-k", str(top_k), "--seed", str(seed),
             "--ids", "--ignore-eos", "--repeat-penalty", "1", "--stats"] + list(extra)
-    dev = run(base)
+    dev = run(base + ["--device-topk"])
     host = run(base + ["--logits", exe + ".logits"])
     return dev, host
 
@@ -150,6 +150,10 @@ def test_model_topk_sampling_matches_host():
     # past the device's 128 candidates (the 128th tells a tie apart): the logits
     dev, host = sample_both(exe, 128, 1)
     assert dev.stdout == host.stdout and sampled(dev)["logits"] == 40, dev.stderr
+    # a CPU build samples from its logits unless asked
+    p = run([exe, "--prompt-ids", "1,4", "-n", "5", "--temperature", "0.9", "--top-k", "5", "--repeat-penalty", "1", "--ids", "--stats", "--ignore-eos"])
+    assert sampled(p)["logits"] == 5, p.stderr
+    assert "--device-topk" in run([exe, "--help"]).stdout
 
 
 def tied_fixture():
