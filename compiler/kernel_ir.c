@@ -686,7 +686,9 @@ static void mat_gemm_tc(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     /* uniform: the block's tile origin */
     Expr *lane = imod(A, tid(A), 32), *warp = idiv(A, tid(A), 32);
     Gtc G = {E_MUL(A, idiv(A, bid(A), nbo), e_i(A, BM)), E_MUL(A, imod(A, bid(A), nbo), e_i(A, BO)), lane,
-             idiv(A, warp, BN / 32), imod(A, warp, BN / 32), t->par[0].extent, K, M, BK, LD, t->nacc == 2, L->kn->debug_pair_swap != 0, t->x_vec};
+             idiv(A, warp, BN / 32), imod(A, warp, BN / 32), t->par[0].extent, K, M, BK, LD, t->nacc == 2,
+             /* a pair's fault only: a single linear has no second weight to swap in */
+             t->nacc == 2 && L->kn->debug_pair_swap != 0, t->x_vec};
     bool xvec_ok = !t->x_vec || (S > 1 && K % 4 == 0 && gtc_nregs(t, 0) % 4 == 0 && t->block % (BK / 4) == 0);
     CHECK(xvec_ok, "gemm_tc X vectors");
     TStmt **p0 = tlist(A, 32);

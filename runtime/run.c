@@ -96,7 +96,7 @@ typedef struct {
 static void usage(void) {
     const ModelInfo *mi = &model_info;
     int kmax = (mi->max_top_k < MODEL_TOPK_CAP ? mi->max_top_k : MODEL_TOPK_CAP) - 1;
-    char dev_topk[160] = "";
+    char dev_topk[256] = "";
     if (kmax > 1)
         snprintf(dev_topk, sizeof dev_topk, "\n                          (2..%d with --repeat-penalty 1: drawn from the device's top-k,\n"
                  "                          %s; --device-topk / --no-device-topk)", kmax,

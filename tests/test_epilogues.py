@@ -100,6 +100,17 @@ def test_pair_with_swapped_weights_is_caught():
         assert wrong(y, 30, ref, tol), "a rotary W tile with the halves swapped passed %s" % (kn,)
 
 
+def test_pair_swap_knob_leaves_single_linears_alone():
+    """debug_pair_swap is a pair's fault: a layer that also has single gemm_tc linears (q/k/v/o) compiles
+    (it crashed: a single linear has no second weight), and its run fails the check through the MLP pair."""
+    from test_e2e import fixture
+    d = fixture("llama-gqa", "bf16")
+    p = run([LLMCC, "compile", d, "--layer", "0", "--ir", "kernel", "--knob", "debug_pair_swap=1"], check=False)
+    assert p.returncode == 0 and "k_self_attn_o_proj_tc" in p.stdout and "k_mlp_gate_proj_up_proj_tc" in p.stdout, p.stderr[-500:]
+    p = run([LLMCC, "run", d, "--layer", "0", "--tokens", "32", "--knob", "debug_pair_swap=1"], check=False)
+    assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, p.stdout + p.stderr
+
+
 def rope_ref(q, pos, inv_freq, H, D):
     """rotate_half RoPE of q [n, H*D] at positions pos.. (the angle rounded to f32 as the kernel computes it)"""
     n, half = q.shape[0], D // 2
