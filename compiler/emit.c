@@ -68,6 +68,7 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t) {
     case EX_SIN: str_printf(o, "sinf("); emit_expr(o, k, a[0], t); str_printf(o, ")"); return;
     case EX_RSQRT: str_printf(o, "(1.0f / sqrtf("); emit_expr(o, k, a[0], t); str_printf(o, "))"); return;
     case EX_TOF: str_printf(o, "((float)"); emit_expr(o, k, a[0], t); str_printf(o, ")"); return;
+    case EX_TOI: str_printf(o, "((int64_t)"); emit_expr(o, k, a[0], t); str_printf(o, ")"); return;
     case EX_SELECT:
         str_printf(o, "("); emit_expr(o, k, a[0], t); str_printf(o, " ? "); emit_expr(o, k, a[1], t);
         str_printf(o, " : "); emit_expr(o, k, a[2], t); str_printf(o, ")");

@@ -96,7 +96,7 @@ Expr *e_bin(Arena *A, ExprKind k, Expr *x, Expr *y) {
     return e;
 }
 Expr *e_un(Arena *A, ExprKind k, Expr *x) {
-    Expr *e = mk(A, k, k == EX_TOF ? T_F32 : x->t, 1);
+    Expr *e = mk(A, k, k == EX_TOF ? T_F32 : k == EX_TOI ? T_I64 : x->t, 1);
     e->a[0] = x;
     return e;
 }
@@ -280,6 +280,7 @@ const char *expr_verify(Arena *A, const Expr *e) {
     case EX_MOD: if (e->a[0]->t != T_I64 || e->a[1]->t != T_I64) return "% needs integers"; break;
     case EX_EXP: case EX_RSQRT: case EX_COS: case EX_SIN: if (e->a[0]->t != T_F32) return arena_printf(A, "%s needs f32", expr_names[e->k]); break;
     case EX_TOF: if (e->a[0]->t != T_I64) return "f32() converts an integer"; break;
+    case EX_TOI: if (e->a[0]->t != T_F32) return "i64() converts an f32"; break;   /* truncating; kernels convert exact small integers */
     case EX_SELECT:
         if (e->a[0]->t != T_BOOL) return "select condition is not boolean";
         if (e->a[1]->t != e->a[2]->t) return "select arms differ in type";

@@ -63,7 +63,7 @@ typedef struct Var { int id; const char *name; } Var;
     X(EX_ADD, "+", 2) X(EX_SUB, "-", 2) X(EX_MUL, "*", 2) X(EX_DIV, "/", 2) X(EX_MOD, "%", 2) \
     X(EX_MIN, "min", 2) X(EX_MAX, "max", 2) X(EX_LT, "<", 2) X(EX_LE, "<=", 2) X(EX_EQ, "==", 2) \
     X(EX_NEG, "neg", 1) X(EX_EXP, "exp", 1) X(EX_RSQRT, "rsqrt", 1) X(EX_COS, "cos", 1) X(EX_SIN, "sin", 1) \
-    X(EX_TOF, "f32", 1) X(EX_SELECT, "select", 3) \
+    X(EX_TOF, "f32", 1) X(EX_TOI, "i64", 1) X(EX_SELECT, "select", 3) \
     X(EX_TID, "tid", 0) X(EX_BID, "bid", 0) X(EX_REG, "reg", 0) X(EX_SLOAD, "sload", 1) \
     X(EX_VELEM, "velem", 0)
 typedef enum {

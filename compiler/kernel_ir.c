@@ -970,7 +970,8 @@ static void mat_flash_combine(KL *L, const TileKernel *t, KKernel *k, KList *bod
 
 /* top_k (tile_ir.h): (value, index) pairs in a total order, larger value first, then the smaller index
  * (debug_topk_order: the larger). Registers: r0-r3 the block argmax's (value, index, partner's), r4/r5
- * the thread's candidate, r6/r7 the last pair it gave, r8/r9 the element in hand. A thread's candidate
+ * the thread's candidate, r6/r7 the last pair it gave, r8/r9 the element in hand (top_k_merge: r6 the
+ * position in the thread's sorted list, whose head is its candidate). A thread's candidate
  * is its best element after (r6, r7); (-inf, TOPK_NONE) when it has none, which every real element
  * beats. Each round: the block argmax of the candidates, broadcast from lane 0; thread 0 stores it;
  * the thread whose candidate it was scans its elements again. Two barriers per round: after the
@@ -999,13 +1000,25 @@ static void topk_scan(KL *L, TStmt *into, Var *ev, Expr *lo, Expr *hi, Expr *ste
     add(f, in);
     add(into, f);
 }
+/* top_k_merge: r4, r5 = the head of thread tid's list at r[posr], or (-inf, TOPK_NONE) past its end or for a
+ * thread with no list (tid >= C) */
+static void topk_head(KL *L, TStmt *into, int64_t C, Expr *count, Expr *value, Expr *index, int posr) {
+    Arena *A = L->A;
+    add(into, ts_assign(A, 4, e_f(A, -1.0 / 0.0)));
+    add(into, ts_assign(A, 5, e_f(A, TOPK_NONE)));
+    TStmt *in = ts_if(A, e_and(A, lt(A, tid(A), e_i(A, C)), lt(A, e_un(A, EX_TOI, reg(A, posr)), count)), 2);
+    add(in, ts_assign(A, 4, value));
+    add(in, ts_assign(A, 5, index));
+    add(into, in);
+}
 static void mat_topk(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = L->A;
     const TOp *op = t->topk;
     const bool merge = t->kind == SCHED_TOPK_MERGE, chunked = t->split_k > 1;
     const int64_t C = t->split_k, CH = t->k_chunk, len = op->raxes[0].extent->i, KM = op->topk_max;
     const int nw = t->block / 32;
-    k->nregs = 10;
+    const int POS = 6;         /* top_k_merge: the list position, in place of r6.. */
+    k->nregs = merge ? POS + 1 : 10;
     for (int i = 0; i < k->nregs; i++) k->regs[i].t = T_F32;
     if (nw > 1) { k->nsmem = 1; k->smem[0].size = 2 * nw; }
     Expr *row = chunked && !merge ? ulet(L, body, "row", idiv(A, bid(A), C)) : bid(A);
@@ -1026,19 +1039,22 @@ static void mat_topk(KL *L, const TileKernel *t, KKernel *k, KList *body) {
         value = e_select(A, e_bin(A, EX_EQ, op->body, op->body), op->body, e_f(A, -1.0 / 0.0));
         index = e_un(A, EX_TOF, e_var(A, ev));
     } else {
-        /* thread c < C: chunk c's list, in order */
-        Expr *list = E_ADD(A, E_MUL(A, row, e_i(A, C)), tid(A));
-        lo = e_i(A, 0);
-        hi = e_select(A, lt(A, tid(A), e_i(A, C)), count, e_i(A, 0));
-        step = e_i(A, 1);
-        value = e_load2(A, t->work, list, e_var(A, ev));
-        index = e_load2(A, t->work, list, E_ADD(A, e_var(A, ev), e_i(A, KM)));
+        /* thread c < C: chunk c's list, sorted; r8 the position of its head (a small integer in an f32) */
+        Expr *list = E_ADD(A, E_MUL(A, row, e_i(A, C)), tid(A)), *at = e_un(A, EX_TOI, reg(A, POS));
+        lo = hi = step = NULL;
+        value = e_load2(A, t->work, list, at);
+        index = e_load2(A, t->work, list, E_ADD(A, at, e_i(A, KM)));
     }
     /* phase 0: nothing given yet (+inf, -1), the first candidate */
     TStmt p0 = {.body = tlist(A, 5)};
-    add(&p0, ts_assign(A, 6, e_f(A, 1.0 / 0.0)));
-    add(&p0, ts_assign(A, 7, e_f(A, -1.0)));
-    topk_scan(L, &p0, ev, lo, hi, step, value, index, pre, npre);
+    if (!merge) {
+        add(&p0, ts_assign(A, 6, e_f(A, 1.0 / 0.0)));
+        add(&p0, ts_assign(A, 7, e_f(A, -1.0)));
+        topk_scan(L, &p0, ev, lo, hi, step, value, index, pre, npre);
+    } else {
+        add(&p0, ts_assign(A, POS, e_f(A, 0.0)));
+        topk_head(L, &p0, t->split_k, count, value, index, POS);
+    }
     kl_add(A, body, phase(A, p0.body, p0.nbody, false));
 
     KStmt *uf = ARENA_NEW(A, KStmt);
@@ -1105,9 +1121,14 @@ static void mat_topk(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     pb[0] = st;
     /* the winner gives its candidate and takes the next */
     TStmt *win = ts_if(A, e_bin(A, EX_EQ, reg(A, 5), reg(A, 3)), 5);
-    add(win, ts_assign(A, 6, reg(A, 4)));
-    add(win, ts_assign(A, 7, reg(A, 5)));
-    topk_scan(L, win, ev, lo, hi, step, value, index, pre, npre);
+    if (!merge) {
+        add(win, ts_assign(A, 6, reg(A, 4)));
+        add(win, ts_assign(A, 7, reg(A, 5)));
+        topk_scan(L, win, ev, lo, hi, step, value, index, pre, npre);
+    } else {
+        add(win, ts_assign(A, POS, E_ADD(A, reg(A, POS), e_f(A, 1.0))));
+        topk_head(L, win, t->split_k, count, value, index, POS);
+    }
     pb[1] = win;
     /* a barrier before the next round's shared stores (with one warp, none is needed) */
     kl_add(A, &ub, phase(A, pb, 2, nw > 1));
