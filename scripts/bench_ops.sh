@@ -14,6 +14,8 @@
 #                         this llmcc has no flash knob; target: flash not slower
 #   fused vs unfused      one decoder layer, decode and a 512-token prefill, --knob
 #                         fuse=1 against fuse=0; target ratio <= 1.0
+#   sampling              the device top-k of the logits that --top-k 20 uses (k = 21);
+#                         time only, no target
 # Every step runs under `timeout` inside one budget (BENCH_OPS_BUDGET, 450 s),
 # so the whole script stays under 8 minutes. Exit status 1 if a step failed to
 # run (build, run, a reference check, the budget); missed targets only print FAIL.
@@ -140,6 +142,9 @@ while read -r name K M bias; do
   step "gemv_$name" 90 $LLMCC run -c "nn.Linear($K, $M, bias=$bias, dtype=torch.bfloat16)(torch.randn(1, $K))" --bench "${ITERS[@]}" "${TARGET[@]}"
 done <<< "$GEMVS"
 
+# the sampler's top-k over the logits (model_topk: what --top-k 20 asks for, k + 1 = 21)
+step topk 60 $LLMCC run -c "torch.topk(torch.randn(1, $V), 21)" --bench "${ITERS[@]}" "${TARGET[@]}"
+
 # one decoder layer; NAME ARGS...
 layer() {
   local name=$1
@@ -236,6 +241,11 @@ for label, name in (("decode, context %d" % C1, "decode_c%d" % C1), ("prefill %d
     if a and b:
         label += ", %s/%s launches" % (a["launches"], b["launches"])
     print("  %-32s %10s %10s %8s %8s %6s" % (label, f(fa, "%.4g"), f(fb, "%.4g"), f(r, "%.3f"), "<=1.0", verdict(r <= 1.0 if r else None)))
+print()
+print("%-34s %10s %10s %8s %8s %6s" % ("sampling (no target)", "ms", "", "", "", ""))
+t = lines("topk").get("total")
+print("  %-32s %10s %10s %8s %8s %6s" % ("top-k 21 of %d logits" % V, f(float(t["ms"]) if t else None, "%.4g"), "", "", "-",
+      "info" if t and t.get("check") == "match" else "FAIL"))
 print()
 bad = []
 for l in open(os.path.join(d, "steps.tsv")):

@@ -117,6 +117,7 @@ def test_bench_ops_dry_run():
     attn = [l for l in rows if ("prefill" in l or "decode" in l) and "launches" not in l]
     fused = [l for l in rows if re.search(r", \d+/\d+ launches", l)]
     assert len(gemv) == 6 and len(gemm) == 12 and len(attn) == 4 and len(fused) == 2, out   # gate_up_proj: one row per n
+    assert re.search(r"top-k 21 of 4096 logits +[0-9.e+-]+ .* info$", out, re.M), out   # the device top-k ran and matched
     for l in gemv + gemm + fused:   # every figure present, a verdict against its target
         assert "n/a" not in l and (l.endswith("PASS") or l.endswith("FAIL")), l
     flash = "unknown knob 'flash'" not in open(os.path.join(d, "flash_probe.log")).read()
