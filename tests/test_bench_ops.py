@@ -135,3 +135,14 @@ def test_bench_ops_budget():
     assert "skipped: the 15 s budget is spent" in p.stdout, p.stdout
     wall = int(re.search(r"total wall time (\d+) s", p.stdout).group(1))
     assert wall <= 15 + 5, p.stdout   # timeout -k 5 stops a step that outlives the budget
+
+
+def test_gemm_sweep_dry_run():
+    """scripts/bench_gemm_sweep on the CPU: the configurations named run and every linear gets a figure"""
+    d = tmpdir("bench_sweep_dry")
+    env = dict(os.environ, BENCH_SWEEP_CPU="1", BENCH_SWEEP_DIR=d, LLMCC_BIN=LLMCC, BENCH_SWEEP_ONLY="default 128x128_s2")
+    p = subprocess.run([os.path.join(ROOT, "scripts", "bench_gemm_sweep"), "24"], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0 and "every configuration ran" in p.stdout, "rc %d\n%s%s" % (p.returncode, p.stdout, p.stderr)
+    rows = [l for l in p.stdout.splitlines() if re.match(r"\w+ \d+->\d+ ", l)]
+    assert len(rows) == 6 and all(len(l.split()) == 4 and "n/a" not in l for l in rows), p.stdout
+    assert "128x128_s2" in p.stdout and "64x128_s2" not in p.stdout, p.stdout
