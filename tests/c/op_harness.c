@@ -13,6 +13,7 @@
  *     silu_then_mul MAXN C      a = x / (1 + exp(-x)); y = a * g (two ops: loop_fuse inlines a)
  *     residual_norm MAXN D WDT  h = x + r; rmsnorm of h, as a decoder layer's residual add and the
  *                               next norm (loop_fuse stores h from the sum of squares); h and y are outputs
+ *     topk ROWS L K             y[t, 0, r] = the r-th largest x[t, j] (ties to the smaller j), y[t, 1, r] = that j
  *     mma_prim                  one warp: d = c + A*B by mma_m16n8k16_bf16 from per-lane fragments a[32,4], b[32,2]
  *                               (.b32 bits as i32), c[32,4] f32 -> d[32,4] f32
  *     ldmatrix_prim             one warp: smem = s (512 bf16), ldmatrix_x4 with row offsets addr[32] -> out[32,4] (.b32 bits)
@@ -206,6 +207,17 @@ static void build(int argc, char **argv) {
         Expr *t = axis(a, "t", N()), *c = axis(a, "c", e_i(&A, M));
         a->out_idx[0] = t; a->out_idx[1] = c;
         a->body = E_ADD(&A, e_load2(&A, rr, t, c), e_load2(&A, p, t, c));
+    } else if (!strcmp(k, "topk") && argc >= 4) {
+        /* y[t, 0, r] / y[t, 1, r]: the r-th largest x[t, j] and its j, as tensor_ir.c lowers torch.topk */
+        int64_t R = num(argv[1]), L = num(argv[2]), K = num(argv[3]);
+        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, L), *y = buf("y", BUF_OUTPUT, DT_F32, 3, R, 2);
+        y->dims[2] = K;
+        TOp *o = op(TOP_REDUCE, "topk", y);
+        Expr *t = axis(o, "t", e_i(&A, R)), *j = raxis(o, "j", e_i(&A, L));
+        o->red = RED_TOPK; o->body = e_load2(&A, x, t, j);
+        o->topk_max = K; o->topk_count = e_i(&A, K);
+        o->topk_sel = new_var(&A, &tp.nvars, "s"); o->topk_rank = new_var(&A, &tp.nvars, "r");
+        o->out_idx[0] = t; o->out_idx[1] = e_var(&A, o->topk_sel); o->out_idx[2] = e_var(&A, o->topk_rank);
     } else {
         die_user(NULL, k, "unknown op or missing arguments (see tests/c/op_harness.c)");
     }
