@@ -1088,35 +1088,23 @@ static void mat_topk(KL *L, const TileKernel *t, KKernel *k, KList *body) {
     kl_add(A, &ub, shfl(L, SHFL_IDX, 3, 2, 0));
     TStmt **pb = tlist(A, 2);
     TStmt *st = ts_if(A, e_bin(A, EX_EQ, tid(A), e_i(A, 0)), MAX_AXES + 3);
-    if (!merge && !chunked) {
-        /* the op's own store, its selector and rank bound */
-        st->nbody = decompose(A, st->body, t->par, t->npar, row);
-        for (int h = 0; h < 2; h++) {
-            TStmt *s = ts(A, TS_STORE);
-            s->buf = op->out;
-            s->idx = ARENA_ARRAY(A, Expr *, op->out->ndim);
-            for (int d = 0; d < op->out->ndim; d++)
+    /* the op's own store (its selector and rank bound), or a chunk's row of the workspace */
+    bool own = merge || !chunked;
+    if (own) st->nbody = decompose(A, st->body, t->par, t->npar, row);
+    for (int h = 0; h < 2; h++) {
+        Buffer *dst = own ? op->out : t->work;
+        TStmt *s = ts(A, TS_STORE);
+        s->buf = dst;
+        s->idx = ARENA_ARRAY(A, Expr *, dst->ndim);
+        if (own) {
+            for (int d = 0; d < dst->ndim; d++)
                 s->idx[d] = expr_subst(A, expr_subst(A, op->out_idx[d], op->topk_sel, e_i(A, h)), op->topk_rank, e_var(A, q));
-            s->e = reg(A, 1 + 2 * h);
-            add(st, s);
+        } else {
+            s->idx[0] = bid(A);
+            s->idx[1] = E_ADD(A, e_var(A, q), e_i(A, h * KM));
         }
-    } else {
-        Buffer *dst = merge ? op->out : t->work;
-        if (merge) st->nbody = decompose(A, st->body, t->par, t->npar, row);
-        for (int h = 0; h < 2; h++) {
-            TStmt *s = ts(A, TS_STORE);
-            s->buf = dst;
-            s->idx = ARENA_ARRAY(A, Expr *, dst->ndim);
-            if (merge) {
-                for (int d = 0; d < dst->ndim; d++)
-                    s->idx[d] = expr_subst(A, expr_subst(A, op->out_idx[d], op->topk_sel, e_i(A, h)), op->topk_rank, e_var(A, q));
-            } else {
-                s->idx[0] = bid(A);
-                s->idx[1] = E_ADD(A, e_var(A, q), e_i(A, h * KM));
-            }
-            s->e = reg(A, 1 + 2 * h);
-            add(st, s);
-        }
+        s->e = reg(A, 1 + 2 * h);
+        add(st, s);
     }
     pb[0] = st;
     /* the winner gives its candidate and takes the next */
