@@ -3,6 +3,7 @@
  * a user can see why a model compiles the way it does before compiling it.
  * argv[0] is the subcommand name ("inspect"). */
 #include "config.h"
+#include "json.h"
 #include "safetensors.h"
 #include <inttypes.h>
 #include <stdio.h>
@@ -37,6 +38,9 @@ static void print_config(const ModelConfig *c) {
     printf("attention_bias: %s\n", c->attention_bias ? "true" : "false");
     printf("o_bias: %s\n", c->o_bias ? "true" : "false");
     printf("mlp_bias: %s\n", c->mlp_bias ? "true" : "false");
+    printf("qk_norm: %s\n", c->qk_norm ? "true" : "false");
+    printf("sliding_window: %d\n", c->sliding_window);
+    for (int i = 0; i < c->n_ignored_keys; i++) printf("ignored_key: %s\n", c->ignored_keys[i]);
     printf("torch_dtype: %s\n", c->torch_dtype ? c->torch_dtype : "(none)");
     printf("bos_token_id: %d\n", c->bos_token_id);
     printf("eos_token_ids: [");
@@ -51,26 +55,49 @@ static void print_config(const ModelConfig *c) {
     printf("do_sample: %s\n", c->do_sample ? "true" : "false");
 }
 
+#define INSPECT_USAGE "usage: llmcc inspect MODEL [--config-only] [--config-keys] [--ignore-config-key KEY]..."
+
+/* --config-keys: how each key of config.json is treated (docs/errors.md, "Keys of config.json") */
+static void print_config_keys(Arena *a, const ModelConfig *c) {
+    Json j;
+    json_load_file(a, &j, c->config_path);
+    for (int k = json_obj_first(&j, 0); k >= 0; k = json_obj_next(&j, 0, k)) {
+        const char *key = json_get_str(a, &j, k, NULL), *cls = key ? config_key_class(c->arch, key) : NULL;
+        printf("config_key: %s %s\n", key ? key : "?", cls ? cls : "ignored");
+    }
+}
+
 int cmd_inspect(int argc, char **argv) {
     const char *model = NULL;
-    bool config_only = false;
+    bool config_only = false, config_keys = false;
+    const char *ignore[32];
+    ConfigOptions co = {ignore, 0};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--config-only") == 0) config_only = true;
+        else if (strcmp(argv[i], "--config-keys") == 0) config_keys = true;
+        else if (strcmp(argv[i], "--ignore-config-key") == 0) {
+            if (i + 1 == argc) die_user(NULL, argv[i], "needs a value");
+            if (co.n_ignore_keys == 32) die_user(NULL, argv[i], "given more than 32 times");
+            ignore[co.n_ignore_keys++] = argv[++i];
+        }
         else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            printf("usage: llmcc inspect MODEL [--config-only]\n"
-                   "Prints the parsed config.json / generation_config.json and the weight tensors.\n");
+            printf(INSPECT_USAGE "\n"
+                   "Prints the parsed config.json / generation_config.json and the weight tensors.\n"
+                   "--config-keys prints how each key of config.json is treated (read, default-only, inert, ignored).\n"
+                   "--ignore-config-key KEY accepts a key of config.json llmcc does not know (docs/errors.md).\n");
             return 0;
-        } else if (argv[i][0] == '-' && argv[i][1]) die_user(NULL, argv[i], "unknown option (usage: llmcc inspect MODEL [--config-only])");
-        else if (model) die_user(NULL, argv[i], "unexpected argument (usage: llmcc inspect MODEL [--config-only])");
+        } else if (argv[i][0] == '-' && argv[i][1]) die_user(NULL, argv[i], "unknown option (" INSPECT_USAGE ")");
+        else if (model) die_user(NULL, argv[i], "unexpected argument (" INSPECT_USAGE ")");
         else model = argv[i];
     }
-    if (!model) die_user(NULL, NULL, "usage: llmcc inspect MODEL [--config-only]");
+    if (!model) die_user(NULL, NULL, INSPECT_USAGE);
 
     Arena a = {0};
     const char *dir = model_resolve_dir(&a, model, llmcc_root(&a));
     ModelConfig cfg;
-    model_config_load(&a, dir, &cfg);
+    model_config_load(&a, dir, &co, &cfg);
     print_config(&cfg);
+    if (config_keys) print_config_keys(&a, &cfg);
     if (!config_only) {
         if (!st_dir_has_weights(dir)) {
             printf("tensors: none (no .safetensors files)\n");

@@ -46,6 +46,8 @@ typedef struct {
     int iters;
     int64_t perturb;           /* >= 0: (testing) the output value to spoil before the check */
     Knobs knobs;
+    const char *ignore_keys[32];  /* --ignore-config-key KEY */
+    int n_ignore_keys;
 } RunOpts;
 
 static const char *g_tmp;
@@ -77,6 +79,11 @@ static void parse(int argc, char **argv, RunOpts *o) {
         else if (!strcmp(a, "--no-check")) o->no_check = true;
         else if (!strcmp(a, "--dump")) { NEED(); o->dump = v; }
         else if (!strcmp(a, "--knob")) { NEED(); knobs_set(&o->knobs, v); }
+        else if (!strcmp(a, "--ignore-config-key")) {
+            NEED();
+            if (o->n_ignore_keys == 32) die_user(NULL, a, "given more than 32 times");
+            o->ignore_keys[o->n_ignore_keys++] = v;
+        }
         else if (!strcmp(a, "--perturb")) {
             NEED();
             char *end;
@@ -115,7 +122,10 @@ static void parse(int argc, char **argv, RunOpts *o) {
             else if (pos) o->pos = (int)x;
             else o->tokens = (int)x;
         }
-        else if (a[0] == '-') die_user(NULL, a, "unknown option for run (-c EXPR | MODEL --layer N [--tokens N] [--pos P], --bench, --profile, --no-check, --seed N, --iters N, --target cpu|cuda, --dump DIR, --knob NAME=VALUE)");
+        else if (a[0] == '-')
+            die_user(NULL, a, "unknown option for run (-c EXPR | MODEL --layer N [--tokens N] [--pos P], --bench, "
+                     "--profile, --no-check, --seed N, --iters N, --target cpu|cuda, --dump DIR, --knob NAME=VALUE, "
+                     "--ignore-config-key KEY)");
         else if (!o->model) o->model = a;
         else die_user(NULL, a, "unexpected argument");
 #undef NEED
@@ -334,7 +344,8 @@ int cmd_run(int argc, char **argv) {
     if (o.model) {
         /* one layer over --tokens tokens at position --pos: that many cache rows before them */
         const char *dir = model_resolve_dir(&c.A, o.model, llmcc_root(&c.A));
-        model_config_load(&c.A, dir, &c.cfg);
+        ConfigOptions co = {o.ignore_keys, o.n_ignore_keys};
+        model_config_load(&c.A, dir, &co, &c.cfg);
         c.one_layer = true; c.layer = o.layer;
         c.max_batch = o.tokens;
         c.max_ctx = o.tokens + o.pos;

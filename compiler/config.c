@@ -113,38 +113,110 @@ static bool read_eos(Arena *a, const Json *j, int obj, int vocab, ModelConfig *c
     return true;
 }
 
-static void read_rope_scaling(Arena *a, const Json *j, ModelConfig *c) {
-    c->rope_type = ROPE_NONE;
-    c->rope_factor = 1.0;
+/* ---- RoPE: transformers 4.x writes rope_theta and rope_scaling at the top level, transformers 5 writes
+ * both inside rope_parameters. Each layout is read into a RopeSpec; where both are present, they must agree. */
+
+typedef struct {
+    bool has_theta, has_type;
+    double theta;
+    RopeScalingType type;
+    double factor, low, high;
+    int orig;
+} RopeSpec;
+
+/* The keys a rope object may hold, per type; anything else would change the frequencies unread. */
+static void rope_check_keys(Arena *a, const Json *j, int obj, const char *name, const char *type, bool theta_inside) {
+    static const char *const common[] = {"rope_type", "type"};
+    static const char *const scaled[] = {"factor"};
+    static const char *const llama3[] = {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+    for (int k = json_obj_first(j, obj); k >= 0; k = json_obj_next(j, obj, k)) {
+        bool ok = false;
+        for (size_t i = 0; i < sizeof common / sizeof *common; i++) ok |= json_str_eq(j, k, common[i]);
+        ok |= theta_inside && json_str_eq(j, k, "rope_theta");
+        if (strcmp(type, "default") != 0) ok |= json_str_eq(j, k, scaled[0]);
+        if (strcmp(type, "llama3") == 0)
+            for (size_t i = 0; i < sizeof llama3 / sizeof *llama3; i++) ok |= json_str_eq(j, k, llama3[i]);
+        if (json_str_eq(j, k, "partial_rotary_factor")) {
+            double f;
+            ok = json_get_double(j, k + 1, &f) && f == 1.0;
+        }
+        if (!ok) {
+            char *key = json_get_str(a, j, k, NULL);
+            die_user(j->path, arena_printf(a, "%s.%s", name, key ? key : "?"),
+                     "not supported with rope_type \"%s\" (llmcc would compute RoPE without it)", type);
+        }
+    }
+}
+
+/* One rope object (rope_scaling, or rope_parameters when theta_inside) into s. */
+static void read_rope_object(Arena *a, const Json *j, int obj, const char *name, bool theta_inside, RopeSpec *s) {
+    if (json_type(j, obj) != JSON_OBJECT)
+        die_user(j->path, name, "must be an object or null, got %s", json_raw(a, j, obj));
+    const char *tkey = arena_printf(a, "%s.rope_type", name);
+    int tv = present(j, obj, "rope_type");
+    if (tv < 0) { tv = present(j, obj, "type"); if (tv >= 0) tkey = arena_printf(a, "%s.type", name); }
+    const char *type = "default";
+    if (tv >= 0) {
+        type = json_get_str(a, j, tv, NULL);
+        if (!type) die_user(j->path, tkey, "must be a string, got %s", json_raw(a, j, tv));
+    } else if (!theta_inside) {
+        die_user(j->path, tkey, "missing");
+    }
+    if (theta_inside && present(j, obj, "rope_theta") >= 0) {
+        s->has_theta = true;
+        s->theta = get_num(a, j, obj, "rope_theta", arena_printf(a, "%s.rope_theta", name), true, 0, 0, true, -1);
+    }
+    s->has_type = true;
+    s->type = ROPE_NONE;
+    s->factor = 1.0;
+    if (strcmp(type, "linear") == 0 || strcmp(type, "llama3") == 0) {
+        s->type = strcmp(type, "linear") == 0 ? ROPE_LINEAR : ROPE_LLAMA3;
+        s->factor = get_num(a, j, obj, "factor", arena_printf(a, "%s.factor", name), true, 1, 0, true, -1);
+    } else if (strcmp(type, "default") != 0) {
+        die_user(j->path, tkey, "\"%s\" is not supported (supported: default, linear, llama3)", type);
+    }
+    rope_check_keys(a, j, obj, name, type, theta_inside);
+    if (s->type != ROPE_LLAMA3) return;
+    const char *low = arena_printf(a, "%s.low_freq_factor", name), *high = arena_printf(a, "%s.high_freq_factor", name);
+    s->low = get_num(a, j, obj, "low_freq_factor", low, true, 1, 0, true, -1);
+    s->high = get_num(a, j, obj, "high_freq_factor", high, true, 4, 0, true, -1);
+    s->orig = get_int(a, j, obj, "original_max_position_embeddings",
+                      arena_printf(a, "%s.original_max_position_embeddings", name), true, 0, 1);
+    /* the llama3 ramp divides by (high - low) */
+    if (!(s->high > s->low))
+        die_user(j->path, high, "must be greater than low_freq_factor (%g), got %g", s->low, s->high);
+}
+
+static bool rope_same_scaling(const RopeSpec *x, const RopeSpec *y) {
+    if (x->type != y->type) return false;
+    if (x->type == ROPE_NONE) return true;
+    if (x->factor != y->factor) return false;
+    return x->type != ROPE_LLAMA3 || (x->low == y->low && x->high == y->high && x->orig == y->orig);
+}
+
+static void read_rope(Arena *a, const Json *j, ModelConfig *c) {
+    RopeSpec top = {0}, params = {0};
+    if (present(j, 0, "rope_theta") >= 0) {
+        top.has_theta = true;
+        top.theta = get_num(a, j, 0, "rope_theta", "rope_theta", true, 0, 0, true, -1);
+    }
     int rs = present(j, 0, "rope_scaling");
-    if (rs < 0) return;
-    if (json_type(j, rs) != JSON_OBJECT) die_user(j->path, "rope_scaling", "must be an object or null, got %s", json_raw(a, j, rs));
-    const char *tkey = "rope_scaling.rope_type";
-    int tv = present(j, rs, "rope_type");
-    if (tv < 0) { tv = present(j, rs, "type"); tkey = "rope_scaling.type"; }
-    if (tv < 0) die_user(j->path, "rope_scaling.rope_type", "missing");
-    const char *type = json_get_str(a, j, tv, NULL);
-    if (!type) die_user(j->path, tkey, "must be a string, got %s", json_raw(a, j, tv));
-    if (strcmp(type, "default") == 0) return;
-    if (strcmp(type, "linear") == 0) {
-        c->rope_type = ROPE_LINEAR;
-        c->rope_factor = get_num(a, j, rs, "factor", "rope_scaling.factor", true, 1, 0, true, -1);
-        return;
-    }
-    if (strcmp(type, "llama3") == 0) {
-        c->rope_type = ROPE_LLAMA3;
-        c->rope_factor = get_num(a, j, rs, "factor", "rope_scaling.factor", true, 1, 0, true, -1);
-        c->rope_low_freq_factor = get_num(a, j, rs, "low_freq_factor", "rope_scaling.low_freq_factor", true, 1, 0, true, -1);
-        c->rope_high_freq_factor = get_num(a, j, rs, "high_freq_factor", "rope_scaling.high_freq_factor", true, 4, 0, true, -1);
-        c->rope_original_max_pos = get_int(a, j, rs, "original_max_position_embeddings",
-                                           "rope_scaling.original_max_position_embeddings", true, 0, 1);
-        /* the llama3 ramp divides by (high - low) */
-        if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
-            die_user(j->path, "rope_scaling.high_freq_factor", "must be greater than low_freq_factor (%g), got %g",
-                     c->rope_low_freq_factor, c->rope_high_freq_factor);
-        return;
-    }
-    die_user(j->path, tkey, "\"%s\" is not supported (supported: linear, llama3)", type);
+    if (rs >= 0) read_rope_object(a, j, rs, "rope_scaling", false, &top);
+    int rp = present(j, 0, "rope_parameters");
+    if (rp >= 0) read_rope_object(a, j, rp, "rope_parameters", true, &params);
+    if (top.has_theta && params.has_theta && top.theta != params.theta)
+        die_user(j->path, "rope_parameters.rope_theta", "%s disagrees with rope_theta %s",
+                 json_raw(a, j, json_find(j, rp, "rope_theta")), json_raw(a, j, json_find(j, 0, "rope_theta")));
+    if (top.has_type && params.has_type && !rope_same_scaling(&top, &params))
+        die_user(j->path, "rope_parameters", "%s disagrees with rope_scaling %s", json_raw(a, j, rp),
+                 json_raw(a, j, rs));
+    const RopeSpec *s = params.has_type ? &params : &top;
+    c->rope_theta = params.has_theta ? params.theta : top.has_theta ? top.theta : 10000.0;
+    c->rope_type = s->has_type ? s->type : ROPE_NONE;
+    c->rope_factor = s->has_type ? s->factor : 1.0;
+    c->rope_low_freq_factor = s->low;
+    c->rope_high_freq_factor = s->high;
+    c->rope_original_max_pos = s->orig;
 }
 
 static void read_generation_config(Arena *a, const char *dir, ModelConfig *c) {
@@ -168,7 +240,118 @@ static void read_generation_config(Arena *a, const char *dir, ModelConfig *c) {
     if (!c->do_sample) c->temperature = 0.0;   /* HF generate() is greedy unless do_sample */
 }
 
-void model_config_load(Arena *a, const char *dir, ModelConfig *c) {
+/* ---- the keys of config.json ----
+ * No key that changes the forward pass may be ignored silently: each key is READ (this file reads it and refuses
+ * the values llmcc does not implement), DEFAULT_ONLY (read; any value but the default is refused), INERT (it does
+ * not change the math of an inference build; docs/errors.md says why for each), or unknown, which is refused
+ * unless the user names it with --ignore-config-key (so may a DEFAULT_ONLY key be, which then counts as its
+ * default). Per
+ * architecture, as transformers' config classes (LlamaConfig, Qwen2Config, Qwen3Config, MistralConfig) define
+ * them; tests/test_config_keys.py walks those classes. */
+enum { A_LLAMA = 1 << ARCH_LLAMA, A_QWEN2 = 1 << ARCH_QWEN2, A_QWEN3 = 1 << ARCH_QWEN3, A_MISTRAL = 1 << ARCH_MISTRAL,
+       A_ALL = (1 << ARCH_COUNT) - 1 };
+typedef enum { KEY_READ, KEY_DEFAULT_ONLY, KEY_INERT } KeyClass;
+static const struct { const char *key; unsigned archs; KeyClass cls; } CONFIG_KEYS[] = {
+    /* read: the model's shape and math */
+    {"architectures", A_ALL, KEY_READ}, {"model_type", A_ALL, KEY_READ}, {"hidden_size", A_ALL, KEY_READ},
+    {"intermediate_size", A_ALL, KEY_READ}, {"num_hidden_layers", A_ALL, KEY_READ},
+    {"num_attention_heads", A_ALL, KEY_READ}, {"num_key_value_heads", A_ALL, KEY_READ}, {"vocab_size", A_ALL, KEY_READ},
+    {"head_dim", A_ALL, KEY_READ}, {"rms_norm_eps", A_ALL, KEY_READ}, {"rope_theta", A_ALL, KEY_READ},
+    {"rope_scaling", A_ALL, KEY_READ}, {"rope_parameters", A_ALL, KEY_READ},
+    {"max_position_embeddings", A_ALL, KEY_READ}, {"tie_word_embeddings", A_ALL, KEY_READ},
+    {"hidden_act", A_ALL, KEY_READ}, {"torch_dtype", A_ALL, KEY_READ}, {"dtype", A_ALL, KEY_READ},
+    {"bos_token_id", A_ALL, KEY_READ}, {"eos_token_id", A_ALL, KEY_READ},
+    {"attention_bias", A_LLAMA | A_QWEN3, KEY_READ}, {"mlp_bias", A_LLAMA, KEY_READ},
+    {"sliding_window", A_MISTRAL, KEY_READ},
+    /* read, but only the default is implemented: another value is refused (or ignored by --ignore-config-key) */
+    {"is_encoder_decoder", A_ALL, KEY_DEFAULT_ONLY}, {"rope_interleaved", A_ALL, KEY_DEFAULT_ONLY},
+    {"use_mrope", A_ALL, KEY_DEFAULT_ONLY}, {"use_sliding_window", A_QWEN2 | A_QWEN3, KEY_DEFAULT_ONLY},
+    {"layer_types", A_QWEN2 | A_QWEN3, KEY_DEFAULT_ONLY},
+    /* inert: bookkeeping, training-only settings, other libraries' settings */
+    {"_name_or_path", A_ALL, KEY_INERT}, {"transformers_version", A_ALL, KEY_INERT},
+    {"initializer_range", A_ALL, KEY_INERT}, {"use_cache", A_ALL, KEY_INERT}, {"attention_dropout", A_ALL, KEY_INERT},
+    /* Qwen2/Qwen3: only used with use_sliding_window, which must be false */
+    {"sliding_window", A_QWEN2 | A_QWEN3, KEY_INERT}, {"max_window_layers", A_QWEN2 | A_QWEN3, KEY_INERT},
+    {"pad_token_id", A_ALL, KEY_INERT}, {"chunk_size_feed_forward", A_ALL, KEY_INERT}, {"id2label", A_ALL, KEY_INERT},
+    {"label2id", A_ALL, KEY_INERT}, {"output_attentions", A_ALL, KEY_INERT},
+    {"output_hidden_states", A_ALL, KEY_INERT}, {"return_dict", A_ALL, KEY_INERT}, {"problem_type", A_ALL, KEY_INERT},
+    {"pretraining_tp", A_ALL, KEY_INERT}, {"is_llama_config", A_ALL, KEY_INERT},
+    {"transformers.js_config", A_ALL, KEY_INERT}, {"torchscript", A_ALL, KEY_INERT}, {"use_bfloat16", A_ALL, KEY_INERT},
+    {"tf_legacy_loss", A_ALL, KEY_INERT}, {"pruned_heads", A_ALL, KEY_INERT}, {"finetuning_task", A_ALL, KEY_INERT},
+    {"tokenizer_class", A_ALL, KEY_INERT}, {"task_specific_params", A_ALL, KEY_INERT},
+    {"is_decoder", A_ALL, KEY_INERT}, {"add_cross_attention", A_ALL, KEY_INERT},
+    {"tie_encoder_decoder", A_ALL, KEY_INERT}, {"cross_attention_hidden_size", A_ALL, KEY_INERT},
+    {"prefix", A_ALL, KEY_INERT}, {"sep_token_id", A_ALL, KEY_INERT}, {"decoder_start_token_id", A_ALL, KEY_INERT},
+    /* generation defaults of old config.json files: llmcc takes sampling defaults from generation_config.json */
+    {"max_length", A_ALL, KEY_INERT}, {"min_length", A_ALL, KEY_INERT}, {"do_sample", A_ALL, KEY_INERT},
+    {"temperature", A_ALL, KEY_INERT}, {"top_k", A_ALL, KEY_INERT}, {"top_p", A_ALL, KEY_INERT},
+    {"repetition_penalty", A_ALL, KEY_INERT}, {"num_beams", A_ALL, KEY_INERT},
+};
+
+const char *config_key_class(Arch arch, const char *key) {
+    for (size_t i = 0; i < sizeof CONFIG_KEYS / sizeof *CONFIG_KEYS; i++)
+        if ((CONFIG_KEYS[i].archs & (1u << arch)) && strcmp(CONFIG_KEYS[i].key, key) == 0)
+            return CONFIG_KEYS[i].cls == KEY_READ ? "read" : CONFIG_KEYS[i].cls == KEY_INERT ? "inert" : "default-only";
+    return NULL;
+}
+
+static bool ignored(const ConfigOptions *o, const char *key) {
+    for (int i = 0; o && i < o->n_ignore_keys; i++)
+        if (strcmp(o->ignore_keys[i], key) == 0) return true;
+    return false;
+}
+
+/* A key llmcc reads but implements only at its default: any other value is refused, unless ignored. */
+static void require_false(Arena *a, const Json *j, const ConfigOptions *o, const char *key, const char *what) {
+    if (!ignored(o, key) && get_bool(a, j, 0, key, false))
+        die_user(j->path, key, "true is not supported (%s); --ignore-config-key %s builds without it", what, key);
+}
+
+/* Every key classified (see CONFIG_KEYS); the ignored ones recorded, to be printed by inspect. */
+static void check_keys(Arena *a, const Json *j, const ConfigOptions *o, ModelConfig *c) {
+    for (int i = 0; o && i < o->n_ignore_keys; i++) {
+        const char *cls = config_key_class(c->arch, o->ignore_keys[i]);
+        if (cls && strcmp(cls, "read") == 0)
+            die_user(NULL, "--ignore-config-key", "%s is read by llmcc (it changes the model); it cannot be ignored",
+                     o->ignore_keys[i]);
+    }
+    c->ignored_keys = ARENA_ARRAY(a, const char *, json_size(j, 0) + 1);
+    for (int k = json_obj_first(j, 0); k >= 0; k = json_obj_next(j, 0, k)) {
+        const char *key = json_get_str(a, j, k, NULL);
+        if (!key || config_key_class(c->arch, key)) continue;
+        if (ignored(o, key)) { c->ignored_keys[c->n_ignored_keys++] = key; continue; }
+        if (strcmp(key, "quantization_config") == 0)
+            die_user(j->path, key, "quantized checkpoints are not supported yet (a dequantized copy without this key "
+                     "is)");
+        die_user(j->path, key, "unknown to llmcc for %s, which cannot tell whether it changes the model; "
+                 "if it does not, build with --ignore-config-key %s", c->architecture, key);
+    }
+}
+
+/* layer_types (transformers 5, Qwen2/Qwen3): one entry per layer; only full attention is implemented. */
+static void read_layer_types(Arena *a, const Json *j, const ConfigOptions *o, ModelConfig *c) {
+    int lt = present(j, 0, "layer_types");
+    if (lt < 0 || ignored(o, "layer_types")) return;
+    if (json_type(j, lt) != JSON_ARRAY) die_user(j->path, "layer_types", "must be a list, got %s", json_raw(a, j, lt));
+    if (json_size(j, lt) != c->num_hidden_layers)
+        die_user(j->path, "layer_types", "has %d entries for %d layers", json_size(j, lt), c->num_hidden_layers);
+    for (int i = 0; i < json_size(j, lt); i++)
+        if (!json_str_eq(j, json_at(j, lt, i), "full_attention"))
+            die_user(j->path, "layer_types", "entry %d is %s: only \"full_attention\" is supported (sliding-window "
+                     "layers are not)", i, json_raw(a, j, json_at(j, lt, i)));
+}
+
+static Arch arch_from(Arena *a, const Json *j, int v, bool by_class, const char *key) {
+#define X(e, cls, type, name) if (json_str_eq(j, v, by_class ? cls : type)) return e;
+    ARCHITECTURES(X)
+#undef X
+    if (by_class)
+        die_user(j->path, key, "%s is not supported (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                 "MistralForCausalLM)", json_raw(a, j, v));
+    die_user(j->path, key, "%s is not supported (supported: llama, qwen2, qwen3, mistral)", json_raw(a, j, v));
+}
+
+void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, ModelConfig *c) {
     memset(c, 0, sizeof *c);
     c->dir = arena_strdup(a, dir);
     c->config_path = path_join(a, dir, "config.json");
@@ -178,25 +361,33 @@ void model_config_load(Arena *a, const char *dir, ModelConfig *c) {
     json_load_file(a, &j, path);
     if (json_type(&j, 0) != JSON_OBJECT) die_user(path, NULL, "not a JSON object");
 
-    bool qwen;
     int ar = present(&j, 0, "architectures");
     if (ar >= 0) {
         if (json_type(&j, ar) != JSON_ARRAY || json_size(&j, ar) < 1)
             die_user(path, "architectures", "must be a non-empty list, got %s", json_raw(a, &j, ar));
-        const char *arch = json_get_str(a, &j, ar + 1, NULL);
-        if (!arch) die_user(path, "architectures", "must be a list of strings, got %s", json_raw(a, &j, ar));
-        if (strcmp(arch, "LlamaForCausalLM") == 0) qwen = false;
-        else if (strcmp(arch, "Qwen2ForCausalLM") == 0) qwen = true;
-        else die_user(path, "architectures", "\"%s\" is not supported (supported: LlamaForCausalLM, Qwen2ForCausalLM)", arch);
+        if (json_type(&j, ar + 1) != JSON_STRING)
+            die_user(path, "architectures", "must be a list of strings, got %s", json_raw(a, &j, ar));
+        c->arch = arch_from(a, &j, ar + 1, true, "architectures");
     } else {
-        const char *mt = get_str(a, &j, 0, "model_type");
-        if (!mt) die_user(path, "architectures", "missing (and no model_type)");
-        if (strcmp(mt, "llama") == 0) qwen = false;
-        else if (strcmp(mt, "qwen2") == 0) qwen = true;
-        else die_user(path, "model_type", "\"%s\" is not supported (supported: llama, qwen2)", mt);
+        int mt = present(&j, 0, "model_type");
+        if (mt < 0) die_user(path, "architectures", "missing (and no model_type)");
+        if (json_type(&j, mt) != JSON_STRING)
+            die_user(path, "model_type", "must be a string, got %s", json_raw(a, &j, mt));
+        c->arch = arch_from(a, &j, mt, false, "model_type");
     }
-    c->architecture = qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
-    c->family = qwen ? "qwen" : "llama";
+    static const char *const classes[] = {
+#define X(e, cls, type, name) cls,
+        ARCHITECTURES(X)
+#undef X
+    };
+    static const char *const names[] = {
+#define X(e, cls, type, name) name,
+        ARCHITECTURES(X)
+#undef X
+    };
+    c->architecture = classes[c->arch];
+    c->family = names[c->arch];
+    check_keys(a, &j, opts, c);
 
     c->hidden_size = get_int(a, &j, 0, "hidden_size", "hidden_size", true, 0, 1);
     c->intermediate_size = get_int(a, &j, 0, "intermediate_size", "intermediate_size", true, 0, 1);
@@ -218,22 +409,39 @@ void model_config_load(Arena *a, const char *dir, ModelConfig *c) {
     if (c->head_dim % 2) die_user(path, "head_dim", "must be even for rotary embeddings, got %d", c->head_dim);
 
     c->rms_norm_eps = get_num(a, &j, 0, "rms_norm_eps", "rms_norm_eps", false, 1e-6, 0, true, -1);
-    c->rope_theta = get_num(a, &j, 0, "rope_theta", "rope_theta", false, 10000.0, 0, true, -1);
     c->max_position_embeddings = get_int(a, &j, 0, "max_position_embeddings", "max_position_embeddings", false, 2048, 1);
     c->tie_word_embeddings = get_bool(a, &j, 0, "tie_word_embeddings", false);
-    read_rope_scaling(a, &j, c);
+    read_rope(a, &j, c);
 
     const char *act = get_str(a, &j, 0, "hidden_act");
     if (act && strcmp(act, "silu") != 0) die_user(path, "hidden_act", "\"%s\" is not supported (supported: silu)", act);
+    require_false(a, &j, opts, "is_encoder_decoder", "llmcc builds decoder-only models");
+    require_false(a, &j, opts, "rope_interleaved", "RoPE over interleaved pairs; llmcc rotates halves as transformers");
+    require_false(a, &j, opts, "use_mrope", "multimodal RoPE");
 
-    if (qwen) {
-        /* Qwen2 always has q/k/v biases and never o_proj or MLP biases. */
-        c->attention_bias = true; c->o_bias = false; c->mlp_bias = false;
-        if (get_bool(a, &j, 0, "use_sliding_window", false))
-            die_user(path, "use_sliding_window", "true is not supported (sliding-window attention)");
-    } else {
+    switch (c->arch) {
+    case ARCH_LLAMA:
         c->attention_bias = c->o_bias = get_bool(a, &j, 0, "attention_bias", false);
         c->mlp_bias = get_bool(a, &j, 0, "mlp_bias", false);
+        break;
+    case ARCH_QWEN2: case ARCH_QWEN3:
+        /* Qwen2 always has q/k/v biases and never o_proj or MLP biases; Qwen3 has all four or none (attention_bias)
+         * and RMSNorms over each head of q and k */
+        if (c->arch == ARCH_QWEN2) {
+            c->attention_bias = true;
+        } else {
+            c->attention_bias = c->o_bias = get_bool(a, &j, 0, "attention_bias", false);
+            c->qk_norm = true;
+        }
+        /* sliding_window and max_window_layers only matter with use_sliding_window */
+        require_false(a, &j, opts, "use_sliding_window", "sliding-window attention");
+        read_layer_types(a, &j, opts, c);
+        break;
+    case ARCH_MISTRAL:
+        /* checked against the compiled context in model_config_check_context */
+        c->sliding_window = get_int(a, &j, 0, "sliding_window", "sliding_window", false, 0, 1);
+        break;
+    case ARCH_COUNT: CHECK(0, "no architecture");
     }
 
     c->torch_dtype = get_str(a, &j, 0, "torch_dtype");
@@ -244,6 +452,14 @@ void model_config_load(Arena *a, const char *dir, ModelConfig *c) {
     if (read_bos(a, &j, 0, c->vocab_size, &bos)) c->bos_token_id = bos;
     read_eos(a, &j, 0, c->vocab_size, c);
     read_generation_config(a, dir, c);
+}
+
+void model_config_check_context(const ModelConfig *c, int max_ctx) {
+    /* transformers masks key j for query i where i - j >= sliding_window: never within max_ctx <= window */
+    if (c->sliding_window > 0 && c->sliding_window < max_ctx)
+        die_user(c->config_path, "sliding_window", "%d is smaller than the compiled context %d: sliding-window "
+                 "attention is not supported yet; build with --ctx %d or less", c->sliding_window, max_ctx,
+                 c->sliding_window);
 }
 
 /* ---- locating the model ---- */

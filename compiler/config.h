@@ -7,13 +7,35 @@
 
 typedef enum { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 } RopeScalingType;
 
+/* The architectures llmcc builds: enum, config.json's "architectures" entry, its "model_type", and the
+ * executable's default name. They share one graph (frontend.c); the config says where they differ. */
+#define ARCHITECTURES(X) \
+    X(ARCH_LLAMA, "LlamaForCausalLM", "llama", "llama") \
+    X(ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", "qwen") \
+    X(ARCH_QWEN3, "Qwen3ForCausalLM", "qwen3", "qwen3") \
+    X(ARCH_MISTRAL, "MistralForCausalLM", "mistral", "mistral")
+typedef enum {
+#define X(e, cls, type, name) e,
+    ARCHITECTURES(X)
+#undef X
+    ARCH_COUNT
+} Arch;
+
+/* What the user said about config.json: keys to accept although llmcc does not know them
+ * (--ignore-config-key KEY, repeatable). */
+typedef struct {
+    const char *const *ignore_keys;
+    int n_ignore_keys;
+} ConfigOptions;
+
 #define LLMCC_MAX_EOS 8
 
 typedef struct {
     const char *dir;            /* resolved model directory */
     const char *config_path;    /* .../config.json */
-    const char *architecture;   /* "LlamaForCausalLM" | "Qwen2ForCausalLM" */
-    const char *family;         /* "llama" | "qwen": the executable's default name */
+    Arch arch;
+    const char *architecture;   /* config.json's architectures entry, e.g. "Qwen3ForCausalLM" */
+    const char *family;         /* "llama" | "qwen" | "qwen3" | "mistral": the executable's default name */
     int hidden_size, intermediate_size, num_hidden_layers;
     int num_attention_heads, num_key_value_heads, head_dim;
     double rms_norm_eps, rope_theta;
@@ -26,7 +48,10 @@ typedef struct {
     bool attention_bias;        /* q/k/v biases (Qwen2 always; Llama when attention_bias) */
     bool o_bias;                /* o_proj bias (Llama attention_bias only) */
     bool mlp_bias;
-    const char *torch_dtype;    /* as written, may be NULL */
+    bool qk_norm;               /* Qwen3: RMSNorm over each head of q and k (q_norm, k_norm) before RoPE */
+    int sliding_window;         /* Mistral: keys older than this many positions are masked; 0: none */
+    int n_ignored_keys;         /* keys of config.json accepted by --ignore-config-key */
+    const char **ignored_keys;    const char *torch_dtype;    /* as written, may be NULL */
     int bos_token_id;           /* -1 when absent */
     int n_eos; int eos_token_ids[LLMCC_MAX_EOS];
     /* generation_config.json (defaults when absent) */
@@ -39,8 +64,16 @@ typedef struct {
 /* Resolves MODEL (a directory, a name under models/, or ORG/NAME in the
  * Hugging Face hub cache) to a directory; dies with a user error when none. */
 const char *model_resolve_dir(Arena *a, const char *model, const char *llmcc_root);
-/* Reads dir/config.json and dir/generation_config.json (optional). */
-void model_config_load(Arena *a, const char *dir, ModelConfig *cfg);
+/* Reads dir/config.json and dir/generation_config.json (optional). Every key of config.json is
+ * understood, known not to change the forward pass, or refused (docs/errors.md, "Keys of config.json");
+ * opts may be NULL. */
+void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, ModelConfig *cfg);
+/* The compiled context: refuses what the config makes inexact at that length (a sliding window shorter
+ * than it). */
+void model_config_check_context(const ModelConfig *cfg, int max_ctx);
+/* How config.json's key KEY is treated for architecture ARCH: "read", "default-only" (read; only the default is
+ * implemented), "inert" (does not change the forward pass) or NULL (unknown: refused). */
+const char *config_key_class(Arch arch, const char *key);
 /* The llmcc checkout: two directories above /proc/self/exe (build/llmcc -> repo);
  * NULL when that cannot be read. */
 const char *llmcc_root(Arena *a);

@@ -1,6 +1,7 @@
-/* frontend.c: config.json -> graph IR. One builder serves Llama and Qwen2:
- * the families differ only in what the config says (biases, tied
- * embeddings, rope scaling, head_dim), never in copied code. */
+/* frontend.c: config.json -> graph IR. One builder serves Llama, Qwen2, Qwen3
+ * and Mistral: the families differ only in what the config says (biases, tied
+ * embeddings, rope scaling, head_dim, Qwen3's per-head q/k norms), never in
+ * copied code. */
 #include "graph.h"
 #include "model_api.h"
 #include "safetensors.h"
@@ -85,6 +86,17 @@ static GNode *rmsnorm(FB *b, const char *mod, GNode *x) {
     return n;
 }
 
+/* Qwen3's q_norm / k_norm: an RMSNorm over each head_dim-wide head of x, one weight shared by the heads. */
+static GNode *head_rmsnorm(FB *b, const char *mod, GNode *x, int heads) {
+    int hd = b->cfg->head_dim;
+    GNode *w = weight(b, arena_printf(b->A, "%s.weight", mod), hd, 0);
+    GNode *n = act(b, G_RMSNORM, mod, (int64_t)heads * hd, x, w, NULL);
+    n->eps = b->cfg->rms_norm_eps;
+    n->heads = heads; n->head_dim = hd;
+    n->rows_n = x->rows_n; n->dims[0] = x->dims[0];
+    return n;
+}
+
 /* inv_freq exactly as transformers computes it (modeling_rope_utils.py), in f32. */
 static const float *rope_inv_freq(FB *b, const char **desc) {
     const ModelConfig *c = b->cfg;
@@ -139,6 +151,10 @@ void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource 
         GNode *q = linear(&b, arena_printf(A, "%s.self_attn.q_proj", p), x, D, (int64_t)H * hd, cfg->attention_bias);
         GNode *k = linear(&b, arena_printf(A, "%s.self_attn.k_proj", p), x, D, (int64_t)KV * hd, cfg->attention_bias);
         GNode *v = linear(&b, arena_printf(A, "%s.self_attn.v_proj", p), x, D, (int64_t)KV * hd, cfg->attention_bias);
+        if (cfg->qk_norm) {
+            q = head_rmsnorm(&b, arena_printf(A, "%s.self_attn.q_norm", p), q, H);
+            k = head_rmsnorm(&b, arena_printf(A, "%s.self_attn.k_norm", p), k, KV);
+        }
         GNode *qr = act(&b, G_ROPE, arena_printf(A, "%s.self_attn.rotary_q", p), (int64_t)H * hd, q, NULL, NULL);
         GNode *kr = act(&b, G_ROPE, arena_printf(A, "%s.self_attn.rotary_k", p), (int64_t)KV * hd, k, NULL, NULL);
         qr->heads = H; kr->heads = KV;

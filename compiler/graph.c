@@ -95,7 +95,10 @@ void graph_print(Str *o, const Graph *g) {
         for (int j = 0; j < n->nin; j++) str_printf(o, "%s%%%d", j ? ", " : "", n->in[j]->id);
         const char *sep = n->nin ? ", " : "";
         switch (n->op) {
-        case G_RMSNORM: str_printf(o, ", eps=%g", n->eps); break;
+        case G_RMSNORM:
+            if (n->head_dim) str_printf(o, ", heads=%d, head_dim=%d", n->heads, n->head_dim);
+            str_printf(o, ", eps=%g", n->eps);
+            break;
         case G_ROPE: str_printf(o, ", heads=%d, head_dim=%d, %s", n->heads, n->head_dim, n->rope_desc); break;
         case G_KV_WRITE: str_printf(o, ", layer=%d, %s", n->layer, n->is_v ? "v" : "k"); break;
         case G_ATTENTION: str_printf(o, ", layer=%d, heads=%d, kv_heads=%d, head_dim=%d, causal", n->layer, n->heads, n->kv_heads, n->head_dim); break;
@@ -144,7 +147,10 @@ const char *graph_verify(Arena *A, const Graph *g) {
             if (n->nin == 3 && (n->in[2]->ndim != 1 || n->in[2]->dims[0] != b->dims[0])) return arena_printf(A, "%%%d: bias shape", i);
             break;
         case G_RMSNORM:
-            if (b && (b->ndim != 1 || b->dims[0] != a->dims[a->ndim - 1])) return arena_printf(A, "%%%d: norm weight does not match width", i);
+            if (n->head_dim ? !b || (int64_t)n->heads * n->head_dim != a->dims[a->ndim - 1] || b->dims[0] != n->head_dim
+                            : b && b->dims[0] != a->dims[a->ndim - 1])
+                return arena_printf(A, "%%%d: norm weight does not match width", i);
+            if (b && b->ndim != 1) return arena_printf(A, "%%%d: norm weight is not a vector", i);
             break;
         case G_ADD: case G_MUL: case G_SUB: case G_DIV:
             if (!shape_broadcast(a, b, &bn, bd) || !same_shape(n, bn, bd) || n->rows_n != (a->rows_n || b->rows_n))

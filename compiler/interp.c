@@ -194,15 +194,17 @@ double *interp_run(const Graph *g, double *const *leaves, const InterpOptions *i
             memcpy(o, v[x->id], sizeof(double) * (size_t)N);
             softmax_rows(o, N / last, last);
             break;
-        case G_RMSNORM:
-            for (int64_t r = 0; r < N / last; r++) {
-                const double *row = v[x->id] + r * last;
+        case G_RMSNORM: {   /* over the last dim, or over each head of it (head_dim: Qwen3's q_norm / k_norm) */
+            int64_t w = n->head_dim ? n->head_dim : last;
+            for (int64_t r = 0; r < N / w; r++) {
+                const double *row = v[x->id] + r * w;
                 double ss = 0;
-                for (int64_t j = 0; j < last; j++) ss += row[j] * row[j];
-                double inv = 1.0 / sqrt(ss / (double)last + n->eps);
-                for (int64_t j = 0; j < last; j++) o[r * last + j] = row[j] * inv * (n->nin > 1 ? v[n->in[1]->id][j] : 1.0);
+                for (int64_t j = 0; j < w; j++) ss += row[j] * row[j];
+                double inv = 1.0 / sqrt(ss / (double)w + n->eps);
+                for (int64_t j = 0; j < w; j++) o[r * w + j] = row[j] * inv * (n->nin > 1 ? v[n->in[1]->id][j] : 1.0);
             }
             break;
+        }
         case G_LINEAR: {
             const double *w = v[n->in[1]->id], *b = n->nin > 2 ? v[n->in[2]->id] : NULL;
             int64_t in = n->in[1]->dims[1];

@@ -62,7 +62,7 @@ static const char USAGE[] =
     "\n"
     "compile / build options:\n"
     "  --target cpu|cuda          code for the CPU (C + OpenMP) or for NVIDIA GPUs (default: cuda)\n"
-    "  --name NAME                executable name (default: the family: llama, qwen)\n"
+    "  --name NAME                executable name (default: the family: llama, qwen, qwen3, mistral)\n"
     "  --arch SM                  CUDA architecture (default: sm_90)\n"
     "  --ctx N                    KV-cache positions (default: min(max_position_embeddings, 8192))\n"
     "  --max-batch N              most tokens per forward call, i.e. the prefill chunk (default: 64)\n"
@@ -78,7 +78,10 @@ static const char USAGE[] =
     "                             llmcc does not know it; the executable then has no --chat)\n"
     "  --compress[=LEVEL]         (build) zstd-compress the payload (default level 3): smaller\n"
     "                             executable, decoded on every core at start instead of mmapped\n"
-    "  -o DIR                     (build) the output project directory\n";
+    "  -o DIR                     (build) the output project directory\n"
+    "  --ignore-config-key KEY    accept config.json's KEY although llmcc does not know it (or, for keys\n"
+    "                             whose other values llmcc does not implement, use the default); only for\n"
+    "                             a key you know does not change the model (docs/errors.md); repeatable\n";
 
 typedef struct {
     const char *model, *ir, *out, *name, *arch;
@@ -91,6 +94,8 @@ typedef struct {
     uint64_t seed;
     const char *expr;          /* -c EXPR */
     bool one_layer; int layer; /* --layer N */
+    const char *ignore_keys[32]; /* --ignore-config-key KEY */
+    ConfigOptions config;
 } Opts;
 
 static int parse_int(const char *flag, const char *v, int lo, int hi) {
@@ -132,6 +137,12 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         else if (!strcmp(a, "--max-batch")) { NEED(); o->max_batch = parse_int(a, v, 1, 4096); }
         else if (!strcmp(a, "--knob")) { NEED(); knobs_set(&o->knobs, v); }
         else if (!strcmp(a, "--no-chat")) o->no_chat = true;
+        else if (!strcmp(a, "--ignore-config-key")) {
+            NEED();
+            if (o->config.n_ignore_keys == 32) die_user(NULL, a, "given more than 32 times");
+            o->ignore_keys[o->config.n_ignore_keys++] = v;
+            o->config.ignore_keys = o->ignore_keys;
+        }
         else if (!strcmp(a, "--dtype")) {
             NEED();
             if (!strcmp(v, "f32")) o->dtype = DT_F32;
@@ -176,10 +187,11 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
     if (o->expr) { c->knobs = o->knobs; c->max_batch = c->max_ctx = 1; return; }
     const char *root = llmcc_root(&c->A);
     const char *dir = model_resolve_dir(&c->A, o->model, root);
-    model_config_load(&c->A, dir, &c->cfg);
+    model_config_load(&c->A, dir, &o->config, &c->cfg);
     c->knobs = o->knobs;
     c->max_batch = o->max_batch;
     c->max_ctx = o->ctx ? o->ctx : (c->cfg.max_position_embeddings < 8192 ? c->cfg.max_position_embeddings : 8192);
+    model_config_check_context(&c->cfg, c->max_ctx);
     c->force_dtype = o->force_dtype;
     c->weight_dtype = o->dtype;
     if (weights && !o->random_weights) {

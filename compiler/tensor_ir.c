@@ -140,9 +140,34 @@ static void lower_silu(TL *L, GNode *n) {
     op->body = E_DIV(A, x, E_ADD(A, e_f(A, 1.0), e_un(A, EX_EXP, e_un(A, EX_NEG, x))));
 }
 
+/* Qwen3's q_norm / k_norm: the RMSNorm of each head of a [n, heads * head_dim] activation, one weight
+ * [head_dim] for all heads: inv_rms[t, h] over e, then out[t, h * head_dim + e] */
+static void lower_head_rmsnorm(TL *L, GNode *n) {
+    Arena *A = L->A;
+    const GNode *x = n->in[0];
+    int hd = n->head_dim;
+    Buffer *inv = new_buf(L, arena_printf(A, "%s.inv_rms", n->name), BUF_ACT, DT_F32, 2, L->tp->g->max_batch,
+                          n->heads, 0);
+    TOp *r = new_op_part(L, TOP_REDUCE, n, inv, "inv_rms");
+    Expr *t = axis(L, r, "t", rows(L, n)), *h = axis(L, r, "h", e_i(A, n->heads));
+    Expr *e = raxis(L, r, "e", e_i(A, hd));
+    r->out_idx[0] = t; r->out_idx[1] = h;
+    r->red = RED_SUM;
+    Expr *xv = e_load2(A, x->buf, t, E_ADD(A, E_MUL(A, h, e_i(A, hd)), e));
+    r->body = E_MUL(A, xv, xv);
+    r->epilogue = e_un(A, EX_RSQRT, E_ADD(A, E_DIV(A, e_acc(A), e_f(A, (double)hd)), e_f(A, (float)n->eps)));
+    n->buf = act_buf(L, n, NULL, n->dims[1]);
+    TOp *op = new_op(L, TOP_ELEMWISE, n, n->buf);
+    t = axis(L, op, "t", rows(L, n)); h = axis(L, op, "h", e_i(A, n->heads)); e = axis(L, op, "e", e_i(A, hd));
+    Expr *c = E_ADD(A, E_MUL(A, h, e_i(A, hd)), e);
+    op->out_idx[0] = t; op->out_idx[1] = c;
+    op->body = E_MUL(A, E_MUL(A, e_load2(A, x->buf, t, c), e_load2(A, inv, t, h)), e_load1(A, n->in[1]->buf, e));
+}
+
 /* x * rsqrt(mean(x^2) + eps) * weight, over the last dim */
 static void lower_rmsnorm(TL *L, GNode *n) {
     Arena *A = L->A;
+    if (n->head_dim) { lower_head_rmsnorm(L, n); return; }
     const GNode *x = n->in[0];
     int nd = n->ndim, lead = nd - 1;
     int64_t D = n->dims[lead];

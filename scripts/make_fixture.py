@@ -13,6 +13,13 @@ KIND:
                 eps 1e-6, vocab 320 (tokenizer has 300), eos [5, 6]
   llama-linear  as llama-gqa but linear rope_scaling (factor 2), head_dim 32
                 (!= hidden/heads), attention_bias and mlp_bias
+  qwen3         Qwen3ForCausalLM: hidden 64, intermediate 128, 2 layers, 4 heads, 2 kv
+                heads, head_dim 32 (!= hidden/heads), q_norm / k_norm, no biases,
+                untied lm_head, rope_theta 1e6, eps 1e-6
+  qwen3-tied    as qwen3 but tied embeddings, head_dim 16, 1 kv head
+  mistral       MistralForCausalLM: hidden 64, intermediate 160, 2 layers, 4 heads,
+                1 kv head, sliding_window 512 (not smaller than the context of 256),
+                rope_theta 1e6, eps 1e-5
   qwen2-tok     Qwen2ForCausalLM with the real Qwen2.5-Instruct tokenizer and
                 generation_config (copied from --tokenizer-dir, default
                 ../shared/assets/tokenizers/qwen2.5-instruct): vocab 151936, hidden 32,
@@ -20,6 +27,18 @@ KIND:
                 that after a token whose id is a multiple of 5 it emits <|im_end|>
                 (151645): embedding dimension 0 is +4 for those ids and -2 for the rest,
                 and only the <|im_end|> row of lm_head reads dimension 0 (weight 50).
+  qwen3-tok     Qwen3ForCausalLM with the real Qwen3 tokenizer and chat template
+                (../shared/assets/tokenizers/qwen3) and Qwen3-8B's generation_config:
+                vocab 151936, hidden 32, 1 layer. Rigged so that its greedy reply after
+                "...assistant\n" is "<think>I</think>\n\nHello<|im_end|>": the embedding of
+                each id of that chain is one dimension of its own (the rest near zero),
+                the next id's lm_head row reads it (weight 50).
+
+--layout v4 writes config.json as transformers 4.x did (top-level rope_theta and
+rope_scaling, torch_dtype), --layout v5 as transformers 5 does (both inside
+rope_parameters, dtype, layer_types for Qwen); the default is v4 for the first
+three kinds (as hub checkpoints have) and v5 for qwen3, qwen3-tied and mistral.
+--dtype f16 writes float16 weights.
 
 Writes config.json, generation_config.json, model.safetensors,
 tokenizer.json (tiny byte-level BPE in HF format, or the copied one) and
@@ -37,10 +56,17 @@ import sys
 import numpy as np
 
 KINDS = ("llama-gqa", "qwen2-tied", "llama-linear")
+# kinds of the families added later (checked against transformers: scripts/gen_family_expected.py)
+FAMILY_KINDS = ("qwen3", "qwen3-tied", "mistral")
 # kinds with an outside tokenizer: not in KINDS, which the numpy reference tests walk
-EXTRA_KINDS = ("qwen2-tok",)
+EXTRA_KINDS = ("qwen2-tok",) + FAMILY_KINDS + ("qwen3-tok",)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QWEN_TOK_DIR = os.path.normpath(os.path.join(ROOT, "..", "shared", "assets", "tokenizers", "qwen2.5-instruct"))
+QWEN3_TOK_DIR = os.path.normpath(os.path.join(ROOT, "..", "shared", "assets", "tokenizers", "qwen3"))
+QWEN3_GEN_CONFIG = os.path.normpath(os.path.join(ROOT, "..", "shared", "assets", "hf-configs",
+                                                 "Qwen3-8B.generation_config.json"))
+# qwen3-tok's greedy chain: "\n" -> <think> -> "I" -> </think> -> "\n\n" -> "Hello" -> <|im_end|>
+QWEN3_CHAIN = (198, 151667, 40, 151668, 271, 9707, 151645)
 IM_END = 151645
 
 CORPUS = (
@@ -73,7 +99,7 @@ def f32_to_bf16_bits(a):
 
 
 def write_safetensors(path, tensors, dtype="f32"):
-    """tensors: list of (name, ndarray). dtype f32 or bf16."""
+    """tensors: list of (name, ndarray). dtype f32, bf16 or f16."""
     header = {}
     blobs = []
     off = 0
@@ -82,6 +108,9 @@ def write_safetensors(path, tensors, dtype="f32"):
         if dtype == "bf16":
             b = f32_to_bf16_bits(a).tobytes()
             dt = "BF16"
+        elif dtype == "f16":
+            b = np.ascontiguousarray(a, dtype="<f2").tobytes()
+            dt = "F16"
         else:
             b = np.ascontiguousarray(a, dtype="<f4").tobytes()
             dt = "F32"
@@ -223,7 +252,37 @@ def make_tokenizer(style, size):
 
 # ---------------------------------------------------------------- configs
 def config_for(kind, dtype):
-    td = "bfloat16" if dtype == "bf16" else "float32"
+    td = {"bf16": "bfloat16", "f16": "float16"}.get(dtype, "float32")
+    if kind == "qwen3-tok":
+        cfg = config_for("qwen3", dtype)
+        cfg.update({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                    "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 151936, "max_position_embeddings": 512,
+                    "max_window_layers": 1, "bos_token_id": 151643, "eos_token_id": 151645})
+        return cfg
+    if kind in ("qwen3", "qwen3-tied"):
+        tied = kind == "qwen3-tied"
+        return {
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 1 if tied else 2,
+            "head_dim": 16 if tied else 32, "vocab_size": 320,
+            "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+            "rope_scaling": None, "hidden_act": "silu", "attention_bias": False,
+            "attention_dropout": 0.0, "sliding_window": None, "max_window_layers": 2,
+            "use_sliding_window": False, "tie_word_embeddings": tied,
+            "bos_token_id": 297, "eos_token_id": [5, 6],
+            "initializer_range": 0.02, "torch_dtype": td, "use_cache": True,
+        }
+    if kind == "mistral":
+        return {
+            "architectures": ["MistralForCausalLM"], "model_type": "mistral",
+            "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 300,
+            "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+            "hidden_act": "silu", "attention_dropout": 0.0, "sliding_window": 512,
+            "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+            "initializer_range": 0.02, "torch_dtype": td, "use_cache": True,
+        }
     if kind == "qwen2-tok":
         return {
             "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
@@ -264,11 +323,39 @@ def config_for(kind, dtype):
     return cfg
 
 
+def layout_v5(cfg):
+    """config.json as transformers 5 writes it: rope_theta and rope_scaling inside
+    rope_parameters, dtype for torch_dtype, layer_types for Qwen2/Qwen3
+    (checked against save_pretrained by scripts/gen_family_expected.py)."""
+    cfg = dict(cfg)
+    rp = {"rope_theta": cfg.pop("rope_theta", 10000.0)}
+    rs = cfg.pop("rope_scaling", None)
+    if rs:
+        rs = dict(rs)
+        rp["rope_type"] = rs.pop("rope_type", rs.pop("type", "default"))
+        rp.update(rs)
+    else:
+        rp["rope_type"] = "default"
+    cfg["rope_parameters"] = rp
+    cfg["dtype"] = cfg.pop("torch_dtype")
+    cfg.setdefault("pad_token_id", None)
+    if cfg["model_type"] in ("qwen2", "qwen3"):
+        cfg["layer_types"] = ["full_attention"] * cfg["num_hidden_layers"]
+        if not cfg.get("use_sliding_window"):
+            cfg["sliding_window"] = None
+    if cfg["model_type"] == "llama":
+        cfg.setdefault("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    cfg["transformers_version"] = "5.25.0"
+    return dict(sorted(cfg.items()))
+
+
 def gen_config_for(kind):
     if kind == "qwen2-tied":
         return {"bos_token_id": 297, "eos_token_id": [5, 6], "pad_token_id": 297,
                 "do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20,
                 "repetition_penalty": 1.05}
+    if kind in ("qwen3", "qwen3-tied"):
+        return {"bos_token_id": 297, "eos_token_id": [5, 6], "do_sample": False}
     if kind == "llama-linear":
         return {"bos_token_id": 1, "eos_token_id": 2, "do_sample": True,
                 "temperature": 0.6, "top_p": 0.9}
@@ -284,6 +371,7 @@ def make_weights(cfg, rng):
     hd = cfg.get("head_dim") or H // nh
     V = cfg["vocab_size"]
     qwen = cfg["model_type"] == "qwen2"
+    qk_norm = cfg["model_type"] == "qwen3"
     attn_b = qwen or cfg.get("attention_bias", False)
     mlp_b = cfg.get("mlp_bias", False)
 
@@ -302,7 +390,9 @@ def make_weights(cfg, rng):
     def norm(n):
         return (1.0 + rng.normal(0.0, 0.05, size=(n,))).astype(np.float32)
 
-    t = [("model.embed_tokens.weight", rng.normal(0.0, 0.05 if qwen else 0.1,
+    if cfg["tie_word_embeddings"]:
+        out_gain = 3.0
+    t = [("model.embed_tokens.weight", rng.normal(0.0, 0.05 if qwen or cfg["tie_word_embeddings"] else 0.1,
                                                   size=(V, H)).astype(np.float32))]
     for li in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % li
@@ -313,6 +403,9 @@ def make_weights(cfg, rng):
                       lin(o, i, out_gain if name == "o_proj" else 1.0)))
             if attn_b and not (qwen and name == "o_proj"):
                 t.append((p + "self_attn.%s.bias" % name, bias(o)))
+        if qk_norm:
+            t.append((p + "self_attn.q_norm.weight", norm(hd)))
+            t.append((p + "self_attn.k_norm.weight", norm(hd)))
         t.append((p + "post_attention_layernorm.weight", norm(H)))
         for name, o, i in (("gate_proj", I, H), ("up_proj", I, H), ("down_proj", H, I)):
             t.append((p + "mlp.%s.weight" % name,
@@ -322,7 +415,7 @@ def make_weights(cfg, rng):
     t.append(("model.norm.weight", norm(H)))
     if not cfg["tie_word_embeddings"]:
         t.append(("lm_head.weight", rng.normal(0.0, 0.1, size=(V, H)).astype(np.float32)))
-    if V > IM_END and cfg["hidden_size"] == 32:   # qwen2-tok: emit <|im_end|> after ids that are multiples of 5
+    if V > IM_END and cfg["model_type"] == "qwen2":   # qwen2-tok: emit <|im_end|> after ids that are multiples of 5
         emb, head = t[0][1], t[-1][1]
         emb[:, 0] = np.where(np.arange(V) % 5 == 0, 4.0, -2.0)
         head[:, 0] = 0.0
@@ -330,28 +423,55 @@ def make_weights(cfg, rng):
     return t
 
 
-def make(kind, out, dtype="f32", seed=0, tokenizer_dir=QWEN_TOK_DIR):
+def rig_qwen3_chain(t, H):
+    """qwen3-tok: each id of QWEN3_CHAIN but the last has an embedding dimension of its own, which only the
+    next id's lm_head row reads; everything else in the layer is small, so greedy decoding follows the chain."""
+    w = dict(t)
+    emb, head = w["model.embed_tokens.weight"], w["lm_head.weight"]
+    n = len(QWEN3_CHAIN) - 1
+    emb[:, :n] = 0.0
+    head[:, :n] = 0.0
+    for d, (cur, nxt) in enumerate(zip(QWEN3_CHAIN, QWEN3_CHAIN[1:])):
+        emb[cur, :] = 0.0
+        emb[cur, d] = 1.0
+        head[nxt, d] = 50.0
+    for name, a in t:
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            a *= 0.01
+
+
+def make(kind, out, dtype="f32", seed=0, tokenizer_dir=None, layout=None):
     all_kinds = KINDS + EXTRA_KINDS
     if kind not in all_kinds:
         raise ValueError("KIND must be one of %s" % ", ".join(all_kinds))
-    if kind == "qwen2-tok":
-        for fn in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-            if not os.path.exists(os.path.join(tokenizer_dir, fn)):
-                raise SystemExit("make_fixture.py: %s: no %s (see --tokenizer-dir)" % (tokenizer_dir, fn))
+    if kind in ("qwen2-tok", "qwen3-tok"):
+        tokenizer_dir = tokenizer_dir or (QWEN_TOK_DIR if kind == "qwen2-tok" else QWEN3_TOK_DIR)
+        need = [os.path.join(tokenizer_dir, fn) for fn in ("tokenizer.json", "tokenizer_config.json")]
+        need.append(os.path.join(tokenizer_dir, "generation_config.json") if kind == "qwen2-tok" else QWEN3_GEN_CONFIG)
+        for fn in need:
+            if not os.path.exists(fn):
+                raise SystemExit("make_fixture.py: %s is absent (see --tokenizer-dir)" % fn)
     os.makedirs(out, exist_ok=True)
     # seed depends on the kind too, so fixtures differ from one another
     rng = np.random.default_rng([seed, all_kinds.index(kind)])
     cfg = config_for(kind, dtype)
-    write_safetensors(os.path.join(out, "model.safetensors"), make_weights(cfg, rng), dtype)
+    weights = make_weights(cfg, rng)
+    if kind == "qwen3-tok":
+        rig_qwen3_chain(weights, cfg["hidden_size"])
+    write_safetensors(os.path.join(out, "model.safetensors"), weights, dtype)
+    if (layout or ("v5" if kind in FAMILY_KINDS + ("qwen3-tok",) else "v4")) == "v5":
+        cfg = layout_v5(cfg)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    if kind == "qwen2-tok":
-        for fn in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+    if kind in ("qwen2-tok", "qwen3-tok"):
+        for fn in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copyfile(os.path.join(tokenizer_dir, fn), os.path.join(out, fn))
+        shutil.copyfile(os.path.join(tokenizer_dir, "generation_config.json") if kind == "qwen2-tok" else QWEN3_GEN_CONFIG,
+                        os.path.join(out, "generation_config.json"))
         return cfg
     with open(os.path.join(out, "generation_config.json"), "w") as f:
         json.dump(gen_config_for(kind), f, indent=2)
-    if kind == "qwen2-tied":
+    if kind in ("qwen2-tied", "qwen3", "qwen3-tied"):
         tok, sp = make_tokenizer("qwen2", 300)
         assert sp["<|endoftext|>"] == cfg["bos_token_id"], sp
         tc = {"tokenizer_class": "Qwen2Tokenizer", "bos_token": None,
@@ -376,11 +496,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="tiny seeded HF checkpoints for llmcc's tests")
     ap.add_argument("kind", choices=KINDS + EXTRA_KINDS)
     ap.add_argument("outdir")
-    ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
+    ap.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32")
+    ap.add_argument("--layout", choices=("v4", "v5"), help="config.json as transformers 4.x or 5 writes it")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tokenizer-dir", default=QWEN_TOK_DIR, help="qwen2-tok: where the tokenizer files come from")
+    ap.add_argument("--tokenizer-dir", help="qwen2-tok, qwen3-tok: where the tokenizer files come from")
     a = ap.parse_args(argv)
-    make(a.kind, a.outdir, a.dtype, a.seed, a.tokenizer_dir)
+    make(a.kind, a.outdir, a.dtype, a.seed, a.tokenizer_dir, a.layout)
     print("wrote %s (%s, %s, seed %d)" % (a.outdir, a.kind, a.dtype, a.seed))
     return 0
 

@@ -2,7 +2,7 @@
 """ref_forward.py: an independent numpy reference forward pass for Hugging Face
 Llama / Qwen2 checkpoints (config.json + model.safetensors, or sharded with
 model.safetensors.index.json). Written from transformers' modeling_llama.py,
-modeling_qwen2.py and modeling_rope_utils.py; shares no code with llmcc.
+modeling_qwen2.py, modeling_qwen3.py and modeling_rope_utils.py; shares no code with llmcc.
 
 Precision: every weight is converted to float32 and all math is done in
 float32 (numpy f32 matmuls), like llmcc's CPU target. RMSNorm, softmax and
@@ -76,14 +76,16 @@ def read_weights(d):
 # ---------------------------------------------------------------- RoPE
 def rope_inv_freq(cfg, head_dim):
     """inv_freq as in modeling_rope_utils.py (default, linear, llama3), f32."""
-    base = float(cfg.get("rope_theta", 10000.0))
+    # transformers 5 writes rope_theta and the scaling inside rope_parameters
+    rp = cfg.get("rope_parameters") or {}
+    base = float(rp.get("rope_theta", cfg.get("rope_theta", 10000.0)))
     prf = float(cfg.get("partial_rotary_factor", 1.0))
     dim = int(head_dim * prf)
     # HF: 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
     # (torch computes the pow in f32)
     expo = (np.arange(0, dim, 2, dtype=np.int64).astype(F32) / F32(dim)).astype(F32)
     inv = (F32(1.0) / np.power(F32(base), expo, dtype=F32)).astype(F32)
-    rs = cfg.get("rope_scaling")
+    rs = rp if rp.get("rope_type", rp.get("type")) else cfg.get("rope_scaling")
     if not rs:
         return inv
     kind = rs.get("rope_type", rs.get("type", "default"))
@@ -131,7 +133,7 @@ def load(d):
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
     mt = cfg.get("model_type", "llama")
-    if mt not in ("llama", "qwen2", "mistral"):
+    if mt not in ("llama", "qwen2", "qwen3", "mistral"):
         raise NotImplementedError("model_type %r" % mt)
     w = read_weights(d)
     H = cfg["hidden_size"]
@@ -150,6 +152,11 @@ def load(d):
         for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
             lay[proj] = w[p + "self_attn.%s.weight" % proj]
             lay[proj + ".b"] = w.get(p + "self_attn.%s.bias" % proj)
+        # Qwen3: RMSNorm over each head of q and k, before RoPE
+        lay["q_norm"] = w.get(p + "self_attn.q_norm.weight")
+        lay["k_norm"] = w.get(p + "self_attn.k_norm.weight")
+        if mt == "qwen3":
+            assert lay["q_norm"] is not None and lay["k_norm"] is not None, "qwen3 without q_norm / k_norm"
         for proj in ("gate_proj", "up_proj", "down_proj"):
             lay[proj] = w[p + "mlp.%s.weight" % proj]
             lay[proj + ".b"] = w.get(p + "mlp.%s.bias" % proj)
@@ -214,6 +221,9 @@ def forward(model, ids, cache=None, start=0):
         q = linear(h, lay["q_proj"], lay["q_proj.b"]).reshape(n, nh, hd).transpose(1, 0, 2)
         k = linear(h, lay["k_proj"], lay["k_proj.b"]).reshape(n, nkv, hd).transpose(1, 0, 2)
         v = linear(h, lay["v_proj"], lay["v_proj.b"]).reshape(n, nkv, hd).transpose(1, 0, 2)
+        if lay["q_norm"] is not None:
+            q = rmsnorm(q, lay["q_norm"], model["eps"])
+            k = rmsnorm(k, lay["k_norm"], model["eps"])
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
         if cache is not None:

@@ -418,16 +418,16 @@ def test_config_kv_heads_do_not_divide_heads():
 
 def test_config_unsupported_architecture():
     d = variant("cfg_arch")
-    edit_json(d, "config.json", lambda c: c.__setitem__("architectures", ["MistralForCausalLM"]))
-    build_fails(d, cfg_path(d), "architectures", exact='llmcc: %s: architectures: "MistralForCausalLM" is not supported '
-                '(supported: LlamaForCausalLM, Qwen2ForCausalLM)' % cfg_path(d))
+    edit_json(d, "config.json", lambda c: c.__setitem__("architectures", ["GemmaForCausalLM"]))
+    build_fails(d, cfg_path(d), "architectures", exact='llmcc: %s: architectures: "GemmaForCausalLM" is not supported '
+                '(supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM)' % cfg_path(d))
 
 
 def test_config_unsupported_rope_scaling():
     d = variant("cfg_rope")
     edit_json(d, "config.json", lambda c: c.__setitem__("rope_scaling", {"rope_type": "yarn", "factor": 4.0}))
     build_fails(d, cfg_path(d), "rope_scaling.rope_type",
-                exact='llmcc: %s: rope_scaling.rope_type: "yarn" is not supported (supported: linear, llama3)' % cfg_path(d))
+                exact='llmcc: %s: rope_scaling.rope_type: "yarn" is not supported (supported: default, linear, llama3)' % cfg_path(d))
 
 
 def test_generation_config_bad():

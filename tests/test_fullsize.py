@@ -376,7 +376,7 @@ def test_packing_memory_is_bounded():
 # The three the issue names get a full sm_90 object (nvcc + ptxas); the other
 # configs stop at PTX (nvcc's front end and code generator, ~1 s each): their
 # TUs differ from these only in the shape constants.
-FULL_NVCC = ("Qwen2.5-7B", "Llama-3.1-8B", "TinyLlama")
+FULL_NVCC = ("Qwen2.5-7B", "Llama-3.1-8B", "TinyLlama", "Qwen3-0.6B", "Qwen3-8B", "Mistral-7B-v0.3")
 
 
 def test_real_configs_every_level_and_nvcc():
@@ -390,12 +390,20 @@ def test_real_configs_every_level_and_nvcc():
         os.makedirs(d, exist_ok=True)
         shutil.copy(os.path.join(cfgs, fn), os.path.join(d, "config.json"))
         cfg = json.load(open(os.path.join(d, "config.json")))
+        # Mistral-7B-v0.1's 4096-key sliding window is exact only up to a 4096-position context
+        win = cfg.get("sliding_window") if cfg.get("model_type") == "mistral" else None
+        ctx = ["--ctx", str(win)] if win and win < 8192 else []
+        if ctx:
+            p = run([LLMCC, "compile", d, "--ir", "graph"], check=False)
+            assert p.returncode == 1 and "sliding_window: %d is smaller than the compiled context 8192" % win in p.stderr
         for level in ("graph", "tensor", "loop", "tile", "kernel", "c"):
-            p = run([LLMCC, "compile", d, "--ir", level])
+            p = run([LLMCC, "compile", d, "--ir", level] + ctx)
             assert len(p.stdout) > 200, (fn, level)
-        g = run([LLMCC, "compile", d, "--ir", "graph"]).stdout
+        g = run([LLMCC, "compile", d, "--ir", "graph"] + ctx).stdout
         assert "model.layers.%d." % (cfg["num_hidden_layers"] - 1) in g, fn
-        cu = run([LLMCC, "compile", d, "--ir", "cuda"]).stdout
+        # Qwen3: the per-head q/k norms are in the graph
+        assert ("self_attn.q_norm" in g) == (cfg.get("model_type") == "qwen3"), fn
+        cu = run([LLMCC, "compile", d, "--ir", "cuda"] + ctx).stdout
         assert "__global__" in cu, fn
         src = os.path.join(d, "model.cu")
         open(src, "w").write(cu)

@@ -408,9 +408,13 @@ def test_cfg_divisibility():
 
 
 def test_cfg_architectures():
-    line = cfg_error("mistral", cfg_with(architectures=["MistralForCausalLM"]))
-    assert line.endswith('config.json: architectures: "MistralForCausalLM" is not supported '
-                         '(supported: LlamaForCausalLM, Qwen2ForCausalLM)'), line
+    line = cfg_error("gemma", cfg_with(architectures=["GemmaForCausalLM"]))
+    assert line.endswith('config.json: architectures: "GemmaForCausalLM" is not supported '
+                         '(supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM)'), line
+    kv, _ = inspect(model_dir("mistral", cfg_with(architectures=["MistralForCausalLM"])), "--config-only")
+    assert kv["architecture"] == "MistralForCausalLM" and kv["family"] == "mistral" and kv["attention_bias"] == "false"
+    kv, _ = inspect(model_dir("qwen3", cfg_with(architectures=["Qwen3ForCausalLM"], head_dim=32)), "--config-only")
+    assert kv["family"] == "qwen3" and kv["qk_norm"] == "true" and kv["head_dim"] == "32"
     kv, _ = inspect(model_dir("mt", cfg_with(architectures=None, model_type="qwen2")), "--config-only")
     assert kv["architecture"] == "Qwen2ForCausalLM" and kv["family"] == "qwen"
     assert kv["attention_bias"] == "true" and kv["o_bias"] == "false"
@@ -430,7 +434,7 @@ def test_cfg_llama_biases():
 
 def test_cfg_rope():
     line = cfg_error("yarn", cfg_with(rope_scaling={"rope_type": "yarn", "factor": 4.0}))
-    assert line.endswith('config.json: rope_scaling.rope_type: "yarn" is not supported (supported: linear, llama3)'), line
+    assert line.endswith('config.json: rope_scaling.rope_type: "yarn" is not supported (supported: default, linear, llama3)'), line
     cfg_error("dyn", cfg_with(rope_scaling={"type": "dynamic", "factor": 4.0}), 'rope_scaling.type: "dynamic" is not supported')
     kv, _ = inspect(model_dir("lin", cfg_with(rope_scaling={"type": "linear", "factor": 2.5})), "--config-only")
     assert kv["rope_type"] == "linear" and kv["rope_factor"] == "2.5"
@@ -586,7 +590,7 @@ def test_json_strictness():
         d = model_dir("json_strict_%d" % i, raw=raw)
         expect_error(["inspect", d, "--config-only"], os.path.join(d, "config.json") + ": " + needle)
     # 127 nested arrays plus the top-level object: parsed; the value is then the wrong type
-    d = model_dir("json_deep_ok", raw=good[:-1] + ', "x": ' + "[" * 127 + "]" * 127 + "}")
+    d = model_dir("json_deep_ok", raw=good[:-1] + ', "task_specific_params": ' + "[" * 127 + "]" * 127 + "}")
     inspect(d, "--config-only")
     # messages show strings with their quotes: "64" is not 64
     for i, v in enumerate(('"64"', "[64]", "true")):

@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static Arena a;
     static ModelConfig c;
     if (setjmp(fz_jmp) == 0) {
-        model_config_load(&a, fz_dir(), &c);
+        model_config_load(&a, fz_dir(), NULL, &c);
         if (c.hidden_size <= 0 || c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 || c.head_dim <= 0 ||
             c.vocab_size <= 0 || c.num_hidden_layers <= 0 || c.intermediate_size <= 0)
             fz_fail("accepted a non-positive size", c.config_path);
