@@ -24,7 +24,8 @@ static Tokenizer *load_dir(Arena *a, const char *dir, bool chat) {
     return t;
 }
 
-#define TOKENIZE_USAGE "usage: llmcc tokenize DIR [--no-special] [--chat [--system TEXT] | --chat-messages FILE.json] [--text] [TEXT]"
+#define TOKENIZE_USAGE "usage: llmcc tokenize DIR [--no-special] [--chat [--system TEXT] | " \
+                       "--chat-messages FILE.json] [--think | --no-think] [--text] [TEXT]"
 
 /* One conversation at token t of j: [{"role": "system"|"user"|"assistant", "content": "..."}, ...],
  * as transformers takes them. */
@@ -62,10 +63,11 @@ static void print_ids(const Tokenizer *t, const char *s, size_t n, bool special)
     free(ids);
 }
 
-/* Renders one conversation and prints its ids (or, text: the rendered text). */
-static void print_chat(const Tokenizer *t, const ChatMsg *m, int n, bool text) {
+/* Renders one conversation and prints its ids (or, text: the rendered text). think: enable_thinking (0, 1),
+ * or TOK_THINK_DEFAULT. */
+static void print_chat(const Tokenizer *t, const ChatMsg *m, int n, bool text, int think) {
     size_t len;
-    char *r = tokenizer_chat_render(t, m, n, true, false, &len);
+    char *r = tokenizer_chat_render_think(t, m, n, true, false, think, &len);
     if (!r) die_user(NULL, NULL, "out of memory while applying the chat template");
     /* transformers encodes the rendered text with add_special_tokens=False */
     if (text) fwrite(r, 1, len, stdout);
@@ -76,11 +78,17 @@ static void print_chat(const Tokenizer *t, const ChatMsg *m, int n, bool text) {
 int cmd_tokenize(int argc, char **argv) {
     const char *dir = NULL, *text = NULL, *system = NULL, *msgs_path = NULL;
     bool special = true, chat = false, print_text = false;
+    int think = TOK_THINK_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--no-special") == 0) special = false;
         else if (strcmp(a, "--chat") == 0) chat = true;
         else if (strcmp(a, "--text") == 0) print_text = true;
+        else if (strcmp(a, "--think") == 0 || strcmp(a, "--no-think") == 0) {
+            if (think != TOK_THINK_DEFAULT) die_user(NULL, a, "give --think or --no-think once");
+            think = a[2] == 't';
+            chat = true;
+        }
         else if (strcmp(a, "--system") == 0 || strcmp(a, "--chat-messages") == 0) {
             if (i + 1 >= argc) die_user(NULL, a, "needs a value");
             if (a[2] == 's') system = argv[++i]; else msgs_path = argv[++i];
@@ -99,6 +107,9 @@ int cmd_tokenize(int argc, char **argv) {
     Tokenizer *t = load_dir(&a, dir, chat);
     if (chat && tokenizer_chat_family(t) == TOK_CHAT_NONE)
         die_user(path_join(&a, dir, "tokenizer_config.json"), "chat_template", "none: this tokenizer has no chat template");
+    if (think != TOK_THINK_DEFAULT && !tokenizer_chat_has_thinking(t))
+        die_user(NULL, think ? "--think" : "--no-think", "this chat template (%s) has no thinking switch",
+                 tokenizer_chat_family_name(tokenizer_chat_family(t)));
     Str in = {0};
     if (text) str_append(&in, text, strlen(text));
     else if (!msgs_path) {
@@ -118,14 +129,14 @@ int cmd_tokenize(int argc, char **argv) {
         for (int c = 0; c < (many ? json_size(&j, 0) : 1); c++, k = json_next(&j, k)) {
             int nm;
             ChatMsg *m = read_messages(&a, &j, k, msgs_path, many ? arena_printf(&a, "[%d]", c) : NULL, &nm);
-            print_chat(t, m, nm, print_text);
+            print_chat(t, m, nm, print_text, think);
         }
     } else if (chat) {
         ChatMsg m[2];
         int nm = 0;
         if (system) m[nm++] = (ChatMsg){ "system", system, strlen(system) };
         m[nm++] = (ChatMsg){ "user", src, in.len };
-        print_chat(t, m, nm, print_text);
+        print_chat(t, m, nm, print_text, think);
     } else {
         print_ids(t, src, in.len, special);
     }

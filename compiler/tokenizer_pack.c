@@ -297,6 +297,8 @@ static char *jinja_unescape(Arena *a, const char *s, size_t n, size_t *len) {
  * provenance in scripts/gen_chat_expected.py; tests/test_chat.py renders both). */
 #define LLAMA31_TEMPLATE_HASH 0x7b797b91a4266647ull
 #define LLAMA32_TEMPLATE_HASH 0x08b625b68c2b1d8aull
+/* Qwen3's (the hybrid-thinking release of April 2025: ../shared/assets/tokenizers/qwen3, tests/test_chat.py) */
+#define QWEN3_TEMPLATE_HASH 0x49e04c9ae4138444ull
 static uint64_t fnv1a(const char *s) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
@@ -315,9 +317,20 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
     const char *N = chat_normalise(a, tpl, n, &text);
     memset(ci, 0, sizeof *ci);
     ci->eot = ci->bos = ci->eos = -1;
-    const char *hint = "(known: Qwen2/Qwen2.5 ChatML, Llama 3 / 3.1 / 3.2 Instruct, Zephyr/TinyLlama); build with --no-chat to leave chat out";
+    const char *hint = "(known: Qwen2/Qwen2.5 ChatML, Qwen3, Llama 3 / 3.1 / 3.2 Instruct, Zephyr/TinyLlama); "
+                       "build with --no-chat to leave chat out";
 #define HAS(x) (strstr(N, x) != NULL)
-    if (HAS("<|im_start|>") && HAS("<|im_end|>")) {
+    if (HAS("<|im_start|>") && HAS("<|im_end|>") && (HAS("enable_thinking") || HAS("<think>"))) {
+        /* Qwen3's template, whole: its tools branches are not rendered, and its reasoning rules are */
+        if (fnv1a(N) != QWEN3_TEMPLATE_HASH)
+            die_user(cpath, "chat_template", "a ChatML template with thinking that differs from Qwen3's is not "
+                     "supported yet %s", hint);
+        ci->family = TOK_CHAT_QWEN3;
+        chat_token(p, cpath, "Qwen3", "<|im_start|>");
+        chat_token(p, cpath, "Qwen3", "<think>");
+        chat_token(p, cpath, "Qwen3", "</think>");
+        ci->eot = chat_token(p, cpath, "Qwen3", "<|im_end|>");
+    } else if (HAS("<|im_start|>") && HAS("<|im_end|>")) {
         static const char *const bad[] = { "<think>", "enable_thinking", "reasoning_content", "bos_token", "|trim", ".strip(" };
         for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
             if (HAS(bad[k])) die_user(cpath, "chat_template", "a ChatML template that uses %s is not supported yet %s", bad[k], hint);

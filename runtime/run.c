@@ -3,7 +3,9 @@
  * (model_api.h), encodes the prompt (through the chat template when the
  * tokenizer has one), runs prefill in chunks of max_batch, then samples one
  * token at a time and streams the text. -i chats turn by turn, keeping the
- * KV cache: each turn feeds only its new tokens.
+ * KV cache: each turn feeds only its new tokens (or, where the template
+ * rewrites earlier turns as Qwen3's drops their reasoning, the conversation
+ * is rendered again and the cache kept up to where it still agrees).
  * Errors: one line "NAME: what is wrong" on stderr, exit status 1. */
 #include "model_api.h"
 #include "payload_rt.h"
@@ -42,6 +44,10 @@ static struct {
     int32_t *pending;      /* the ids of the turn being run (freed by cleanup on an error exit) */
     char **line;           /* -i's line buffer */
     uint64_t rng;
+    ChatMsg *msgs;         /* -i with a template that rewrites history: the conversation so far (owned texts) */
+    int n_msgs;
+    int think_open, think_close;   /* <think> / </think> ids, -1 when the tokenizer has none */
+    int reply_start;       /* ids[reply_start..n_ids): the last turn's reply */
 } G;
 
 static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -90,6 +96,8 @@ typedef struct {
     bool ids, stats, info, verify, ignore_eos, tokenize;
     bool device_topk;              /* --top-k from model_topk (default on the GPU; on the CPU the logits are at hand) */
     bool chat_on, chat_off, interactive;
+    int think;                     /* enable_thinking: 0, 1, or TOK_THINK_DEFAULT (the template's) */
+    bool hide_thinking;
     int ctx;
 } Opts;
 
@@ -112,6 +120,9 @@ static void usage(void) {
            "                          (Llama 3.2's template dates the system turn with today's date;\n"
            "                          the environment's " TOK_CHAT_DATE_ENV "=\"26 Jul 2024\" sets it)\n"
            "  -i, --interactive       chat: one user turn per line of stdin, until its end\n"
+           "  --think, --no-think     the template's thinking switch (enable_thinking; Qwen3: on by default)\n"
+           "  --hide-thinking         leave the reasoning (<think>...</think>) out of the printed reply\n"
+           "                          (on a terminal it is printed dim)\n"
            "  -n, --max-tokens N      new tokens at most (default: until EOS or the context end,\n"
            "                          at most %d; -1: no cap; more than fits: up to the context end)\n"
            "  --temperature F         >= 0; 0: greedy (default %g)\n"
@@ -162,6 +173,7 @@ static void parse_args(int argc, char **argv, Opts *o) {
     o->top_k = mi->top_k;
     o->ctx = mi->max_ctx;
     o->device_topk = mi->target && !strcmp(mi->target, "cuda");
+    o->think = TOK_THINK_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         char flag[64];
@@ -195,6 +207,12 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--no-chat")) { NOVAL(); o->chat_off = true; }
         else if (IS("--system")) o->system = VAL();
         else if (IS("-i") || IS("--interactive")) { NOVAL(); o->interactive = true; }
+        else if (IS("--think") || IS("--no-think")) {
+            NOVAL();
+            if (o->think != TOK_THINK_DEFAULT) die("give --think or --no-think once");
+            o->think = IS("--think");
+        }
+        else if (IS("--hide-thinking")) { NOVAL(); o->hide_thinking = true; }
         else if (IS("--seed")) {
             const char *s = VAL();
             char *end;
@@ -223,6 +241,8 @@ static void parse_args(int argc, char **argv, Opts *o) {
     if (o->interactive && o->prompt_ids) die("-i reads the user's turns from stdin: give no --prompt-ids");
     if (o->interactive && o->tokenize) die("--tokenize prints one prompt's ids: it does not go with -i");
     if (o->chat_on && o->prompt_ids) die("--prompt-ids are used as given: --chat does not apply to them");
+    if (o->think != TOK_THINK_DEFAULT && o->prompt_ids)
+        die("--prompt-ids are used as given: --%s does not apply to them", o->think ? "think" : "no-think");
 }
 
 /* ---------------------------------------------------------------- sampling */
@@ -413,6 +433,7 @@ static void print_info(int ctx) {
         for (int i = 0; i < mi->n_eos; i++) dup |= mi->eos_ids[i] == tokenizer_chat_eot(G.tok);
         if (!dup && tokenizer_chat_eot(G.tok) >= 0) printf(" %d", tokenizer_chat_eot(G.tok));
         printf("\n");
+        if (tokenizer_chat_has_thinking(G.tok)) printf("thinking: on by default (--no-think turns it off)\n");
     } else printf("chat template: none\n");
     printf("payload: %llu bytes (%.1f MiB)%s\n", (unsigned long long)G.pl.size, mib(G.pl.size),
            G.pl.has_footer ? "" : ", from LLMCC_PAYLOAD");
@@ -478,6 +499,8 @@ static void cleanup(void) {
     G.logits_f = NULL;
     free(G.ids); free(G.logits); free(G.work); free(G.cand); free(G.seen); free(G.uniq); free(G.outbuf);
     free(G.pending); G.pending = NULL;
+    for (int i = 0; i < G.n_msgs; i++) free((char *)G.msgs[i].content);
+    free(G.msgs); G.msgs = NULL; G.n_msgs = 0;
     if (G.line) { free(*G.line); *G.line = NULL; G.line = NULL; }
     G.outbuf = NULL;
     G.ids = NULL; G.logits = G.work = NULL; G.cand = NULL; G.seen = NULL; G.uniq = NULL;
@@ -485,7 +508,15 @@ static void cleanup(void) {
 }
 
 /* ---------------------------------------------------------------- generation */
-typedef struct { double t_prefill, t_first, t_decode; long n_prompt, n_gen, n_decode, n_argmax, n_topk; int turns; } Stats;
+typedef struct {
+    double t_prefill, t_first, t_decode;
+    long n_prompt, n_gen, n_decode, n_argmax, n_topk;
+    long n_think;          /* generated tokens of reasoning, <think> and </think> included */
+    int turns;
+} Stats;
+
+#define DIM "\033[2m"
+#define UNDIM "\033[0m"
 
 /* Appends ids (one turn's prompt) to the conversation, feeds what the KV
  * cache lacks, then samples until a stop id or max_new tokens, streaming
@@ -508,6 +539,8 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
 
     /* echo the prompt through the same streaming decoder as the continuation */
     TokDecoder dec;
+    /* reasoning (<think> ... </think>): dim on a terminal, left out with --hide-thinking */
+    bool tty = !o->ids && isatty(1), in_think = false, skip_nl = false;
     char *buf = G.outbuf;
     size_t cap = G.outcap;
     if (!o->ids) {
@@ -539,6 +572,7 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
 
     /* decode */
     long n_gen = 0;
+    G.reply_start = G.n_ids;
     while (n_gen < max_new) {
         int tok = dev_argmax ? next : dev_topk ? sample_topk(o) : sample(o, G.logits, V);
         if (n_gen == 0 && st->turns == 0) st->t_first = now_s() - t0;
@@ -548,12 +582,23 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
         history_add(tok, V);
         n_gen++;
         st->n_argmax += dev_argmax; st->n_topk += dev_topk;
+        bool opens = tok == G.think_open && tok >= 0, closes = tok == G.think_close && tok >= 0;
+        in_think |= opens;
+        st->n_think += in_think;
         if (o->ids) {
             int l = snprintf(buf, cap, n_gen > 1 ? " %d" : "%d", tok);
             out_write(buf, (size_t)l);
+        } else if (in_think && o->hide_thinking) {
+            skip_nl = closes;      /* the answer's leading newlines belong to the reasoning's end */
         } else {
-            out_write(buf, tokdec_push(&dec, tok, buf, cap));
+            if (opens && tty) out_write(DIM, strlen(DIM));
+            size_t k = tokdec_push(&dec, tok, buf, cap), at = 0;
+            while (skip_nl && at < k && buf[at] == '\n') at++;
+            skip_nl &= at == k;
+            out_write(buf + at, k - at);
+            if (closes && tty) out_write(UNDIM, strlen(UNDIM));
         }
+        in_think &= !closes;
         out_flush();
         if (n_gen >= max_new) break;
         double t1 = now_s();
@@ -565,24 +610,71 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
     st->n_gen += n_gen;
     st->turns++;
     if (!o->ids) out_write(buf, tokdec_flush(&dec, buf, cap));
+    if (in_think && tty && !o->hide_thinking) out_write(UNDIM, strlen(UNDIM));
     out_write("\n", 1);
     out_flush();
 }
 
-/* One user turn through the chat template: ids to feed (malloc'd), their count. */
-static int chat_ids(const Opts *o, const char *user, size_t len, bool first, int32_t **ids) {
-    ChatMsg m[2];
-    int n = 0;
-    if (first && o->system) m[n++] = (ChatMsg){ "system", o->system, strlen(o->system) };
-    m[n++] = (ChatMsg){ "user", user, len };
+/* Cuts the history back to its first n ids (n <= n_fed): the cache rows past n are overwritten by what is fed
+ * next, and the repetition penalty's set of seen ids is rebuilt from what is left. */
+static void history_truncate(int n) {
+    for (int j = 0; j < G.n_uniq; j++) G.seen[G.uniq[j]] = 0;
+    G.n_uniq = 0;
+    G.n_ids = G.n_fed = 0;
+    for (int i = 0; i < n; i++) history_add(G.ids[i], model_info.vocab_size);
+    G.n_fed = n;
+}
+
+static void msgs_add(const char *role, char *text, size_t len) {
+    ChatMsg *m = realloc(G.msgs, (size_t)(G.n_msgs + 1) * sizeof *m);
+    if (!m) { free(text); die("out of memory"); }
+    G.msgs = m;
+    G.msgs[G.n_msgs++] = (ChatMsg){ role, text, len };
+}
+static char *dup_text(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (!d) die("out of memory");
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+/* The template's text of messages m[0..n), encoded as transformers does (add_special_tokens=False: the text
+ * holds its special tokens). */
+static int render_ids(const Opts *o, const ChatMsg *m, int n, bool cont, int32_t **ids) {
     size_t tl;
-    char *text = tokenizer_chat_render(G.tok, m, n, true, !first, &tl);
+    char *text = tokenizer_chat_render_think(G.tok, m, n, true, cont, o->think, &tl);
     if (!text) die("out of memory");
-    /* the template's text holds its special tokens: encoded as transformers does, add_special_tokens=False */
     int k = tokenizer_encode(G.tok, text, tl, false, ids);
     free(text);
     if (k < 0) die("out of memory");
     return k;
+}
+
+/* One user turn through the chat template: ids to feed (malloc'd), their count. A template that rewrites
+ * earlier turns (Qwen3 drops the reasoning of answered turns) renders the whole conversation again; the history
+ * is cut back to where it agrees with the new text, and only the rest is fed. */
+static int chat_ids(const Opts *o, const char *user, size_t len, bool first, int32_t **ids) {
+    if (!tokenizer_chat_rewrites_history(G.tok)) {
+        ChatMsg m[2];
+        int n = 0;
+        if (first && o->system) m[n++] = (ChatMsg){ "system", o->system, strlen(o->system) };
+        m[n++] = (ChatMsg){ "user", user, len };
+        return render_ids(o, m, n, !first, ids);
+    }
+    if (first && o->system) msgs_add("system", dup_text(o->system, strlen(o->system)), strlen(o->system));
+    if (!first) {
+        char *reply = tokenizer_decode(G.tok, G.ids + G.reply_start, G.n_ids - G.reply_start, false);
+        if (!reply) die("out of memory");
+        msgs_add("assistant", reply, strlen(reply));
+    }
+    msgs_add("user", dup_text(user, len), len);
+    int k = render_ids(o, G.msgs, G.n_msgs, false, ids);
+    int keep = 0;
+    while (keep < k && keep < G.n_fed && G.ids[keep] == (*ids)[keep]) keep++;
+    history_truncate(keep);
+    memmove(*ids, *ids + keep, (size_t)(k - keep) * sizeof **ids);
+    return k - keep;
 }
 
 static void check_ids(int32_t *ids, int n) {
@@ -636,6 +728,14 @@ int main(int argc, char **argv) {
     if (o.chat_off && (o.system || o.interactive)) die("%s needs the chat template: drop --no-chat", o.interactive ? "-i" : "--system");
     if (o.system && !o.prompt && !o.interactive) die("--system goes with the user's message: give --prompt TEXT or -i");
     const bool chat = has_tpl && !o.chat_off && (o.prompt || o.interactive);
+    G.think_open = G.tok ? tokenizer_token_id(G.tok, "<think>") : -1;
+    G.think_close = G.tok ? tokenizer_token_id(G.tok, "</think>") : -1;
+    if (o.think != TOK_THINK_DEFAULT && !(chat && tokenizer_chat_has_thinking(G.tok)))
+        die("--%s: %s", o.think ? "think" : "no-think",
+            !chat ? "the thinking switch is part of the chat template (no --no-chat)"
+                  : "this model's chat template has no thinking switch");
+    if (o.hide_thinking && (G.think_open < 0 || G.think_close < 0))
+        die("--hide-thinking: this model's tokenizer has no <think> and </think> tokens");
 
     /* the prompt */
     int32_t *pids = NULL;
@@ -748,6 +848,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "decode: %.2f tok/s (%ld steps, %.1f ms)\n", td > 0 ? st.n_decode / td : 0.0, st.n_decode, td * 1e3);
         fprintf(stderr, "sampled: %ld by the device's argmax, %ld from its top-k (%ld of them from the logits: a tie at the k-th), %ld from the logits\n",
                 st.n_argmax, st.n_topk, G.topk_ties, st.n_gen - st.n_argmax - st.n_topk);
+        if (G.think_open >= 0) fprintf(stderr, "reasoning tokens: %ld of the generated\n", st.n_think);
         if (st.turns > 1) fprintf(stderr, "turns: %d\n", st.turns);
         if (st.turns > 0) fprintf(stderr, "time to first token: %.1f ms\n", st.t_first * 1e3);
     }

@@ -767,7 +767,85 @@ static void chat_date(const Tokenizer *t, Buf *b) {
     buf_str(b, s);
 }
 
+bool tokenizer_chat_has_thinking(const Tokenizer *t) { return t->chat == TOK_CHAT_QWEN3; }
+bool tokenizer_chat_rewrites_history(const Tokenizer *t) { return t->chat == TOK_CHAT_QWEN3; }
+
+/* Python's s.find(needle) from the left (last: rfind), or -1. */
+static long find_str(const char *s, size_t n, const char *needle, bool last) {
+    size_t k = strlen(needle);
+    long at = -1;
+    for (size_t i = 0; i + k <= n; i++)
+        if (memcmp(s + i, needle, k) == 0) { at = (long)i; if (!last) break; }
+    return at;
+}
+
+/* Qwen3's assistant turn: the reasoning and the answer of content, as its template splits them:
+ * reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n'),
+ * answer = content.split('</think>')[-1].lstrip('\n'); no '</think>': no reasoning, the whole content. */
+static void qwen3_split(const ChatMsg *m, const char **rs, size_t *rn, const char **as, size_t *an) {
+    const char *c = m->content;
+    size_t n = m->len;
+    *rs = c; *rn = 0; *as = c; *an = n;
+    long close = find_str(c, n, "</think>", false);
+    if (close < 0) return;
+    size_t e = (size_t)close;
+    while (e > 0 && c[e - 1] == '\n') e--;
+    long open = find_str(c, e, "<think>", true);
+    size_t b = open < 0 ? 0 : (size_t)open + 7;
+    while (b < e && c[b] == '\n') b++;
+    *rs = c + b; *rn = e > b ? e - b : 0;
+    size_t a = (size_t)find_str(c, n, "</think>", true) + 8;
+    while (a < n && c[a] == '\n') a++;
+    *as = c + a; *an = n - a;
+}
+
+static void render_qwen3(Buf *b, const ChatMsg *m, int n, bool add_gen, int think) {
+    int i = 0;
+    if (n > 0 && strcmp(m[0].role, "system") == 0) {
+        buf_str(b, "<|im_start|>system\n");
+        buf_put(b, m[0].content, m[0].len);
+        buf_str(b, "<|im_end|>\n");
+        i = 1;
+    }
+    /* the last user message that is not a tool response: reasoning is kept only after it */
+    int last_query = n - 1;
+    for (int k = n - 1; k >= 0; k--) {
+        bool tool_resp = m[k].len >= 31 && memcmp(m[k].content, "<tool_response>", 15) == 0 &&
+                         memcmp(m[k].content + m[k].len - 16, "</tool_response>", 16) == 0;
+        if (strcmp(m[k].role, "user") == 0 && !tool_resp) { last_query = k; break; }
+    }
+    for (; i < n; i++) {
+        if (strcmp(m[i].role, "assistant") != 0) {
+            buf_str(b, "<|im_start|>"); buf_str(b, m[i].role); buf_str(b, "\n");
+            buf_put(b, m[i].content, m[i].len);
+            buf_str(b, "<|im_end|>\n");
+            continue;
+        }
+        const char *rs, *as;
+        size_t rn, an;
+        qwen3_split(&m[i], &rs, &rn, &as, &an);
+        buf_str(b, "<|im_start|>assistant\n");
+        if (i > last_query && (i == n - 1 || rn > 0)) {
+            /* reasoning.strip('\n') is the reasoning itself: the split stripped its newlines */
+            buf_str(b, "<think>\n");
+            buf_put(b, rs, rn);
+            buf_str(b, "\n</think>\n\n");
+        }
+        buf_put(b, as, an);
+        buf_str(b, "<|im_end|>\n");
+    }
+    if (add_gen) {
+        buf_str(b, "<|im_start|>assistant\n");
+        if (think == 0) buf_str(b, "<think>\n\n</think>\n\n");
+    }
+}
+
 char *tokenizer_chat_render(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, size_t *len) {
+    return tokenizer_chat_render_think(t, m, n, add_gen, cont, TOK_THINK_DEFAULT, len);
+}
+
+char *tokenizer_chat_render_think(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, int think,
+                                  size_t *len) {
     Buf b = {0};
     buf_put(&b, "", 0);
     int i = 0;
@@ -835,6 +913,10 @@ char *tokenizer_chat_render(const Tokenizer *t, const ChatMsg *m, int n, bool ad
             }
             if (i == n - 1 && add_gen) buf_str(&b, "<|assistant|>\n");
         }
+        break;
+    case TOK_CHAT_QWEN3:
+        if (cont) { free(b.s); return NULL; }
+        render_qwen3(&b, m, n, add_gen, think);
         break;
     default:
         free(b.s);

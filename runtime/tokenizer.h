@@ -60,7 +60,10 @@ char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, bool show_
     X(LLAMA3, "llama3")      /* Llama 3 Instruct: <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */ \
     X(LLAMA31, "llama3.1")   /* Llama 3.1 / 3.2 Instruct: Llama 3 turns after a system turn that always */ \
                              /* opens "Cutting Knowledge Date: December 2023\nToday Date: DATE\n\n" */ \
-    X(ZEPHYR, "zephyr")      /* TinyLlama / Zephyr: <|role|>\n...</s>\n */
+    X(ZEPHYR, "zephyr")      /* TinyLlama / Zephyr: <|role|>\n...</s>\n */ \
+    X(QWEN3, "qwen3")        /* Qwen3: ChatML without a default system prompt; an assistant turn's */ \
+                             /* <think>reasoning</think> is dropped once a user speaks after it; */ \
+                             /* enable_thinking=false opens the reply with an empty <think></think> */
 #define X(e, s) TOK_CHAT_##e,
 enum { TOK_CHAT_FAMILIES(X) TOK_CHAT_COUNT };
 #undef X
@@ -89,6 +92,14 @@ const char *tokenizer_chat_default_system(const Tokenizer *t, size_t *len);
  * the template puts after an assistant's content and leaves out what comes
  * only once (BOS, the default system prompt). */
 char *tokenizer_chat_render(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, size_t *len);
+/* The same with the template's thinking switch (enable_thinking): think 0 off, 1 on, -1 the template's
+ * default (on); only QWEN3 has one. cont is not supported for QWEN3, whose template rewrites earlier turns:
+ * render the whole conversation instead (tokenizer_chat_rewrites_history). */
+#define TOK_THINK_DEFAULT (-1)
+char *tokenizer_chat_render_think(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, int think,
+                                  size_t *len);
+bool tokenizer_chat_has_thinking(const Tokenizer *t);       /* the template has enable_thinking */
+bool tokenizer_chat_rewrites_history(const Tokenizer *t);   /* earlier turns render differently later */
 
 /* ---- packed blob format (v2), shared with compiler/tokenizer_pack.c ----
  * All integers little-endian, nothing aligned:

@@ -6,7 +6,9 @@ conversations of tests/test_chat.py (CASES), with the tokenizers in
 tokenizer with TinyLlama's Zephyr template (tests/test_chat.py tinyllama_dir), and the
 Llama 3 Instruct tokenizer with Meta's Llama 3.1 and 3.2 Instruct templates
 (tests/test_chat.py llama31_dir; 3.2's with date_string=test_chat.CHAT_DATE, since its
-template otherwise writes today's date).
+template otherwise writes today's date), and Qwen3's tokenizer and template
+(../shared/assets/tokenizers/qwen3) with enable_thinking left out, true and false over
+test_chat.QWEN3_CASES.
 
 The two templates in tests/data are verbatim copies of tokenizer_config.json's
 chat_template of meta-llama/Llama-3.1-8B-Instruct and meta-llama/Llama-3.2-3B-Instruct
@@ -61,12 +63,16 @@ def main():
                 d = test_chat.llama31_dir(name, os.path.join(tmp, name))
                 if name == "llama3.2-instruct":
                     kw["date_string"] = test_chat.CHAT_DATE
+            elif name in test_chat.QWEN3_MODES:
+                d = os.path.join(SHARED, "tokenizers", "qwen3")
+                if test_chat.QWEN3_MODES[name] is not None:
+                    kw["enable_thinking"] = test_chat.QWEN3_MODES[name]
             else:
                 d = os.path.join(SHARED, "tokenizers", name)
             tok = AutoTokenizer.from_pretrained(d)
             raw = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
             res = {}
-            for title, msgs in test_chat.CASES:
+            for title, msgs in test_chat.cases_of(name):
                 m = [{"role": r, "content": c} for r, c in msgs]
                 text = tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False, **kw)
                 ids = ids_of(tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, **kw))

@@ -8,6 +8,7 @@ Zephyr template on the Llama 2 tokenizer. The expected ids and text come from sc
 import datetime
 import json
 import os
+import subprocess
 import shutil
 import sys
 
@@ -38,7 +39,21 @@ CASES = [
     ("assistant last", [(U, "Continue"), (A, "Sure")]),
 ]
 
-TOKENIZERS = ("qwen2.5-instruct", "llama3-instruct", "llama3.1-instruct", "llama3.2-instruct", "tinyllama")
+# Qwen3's template also rewrites assistant turns that hold reasoning (<think>...</think>): kept after the last
+# user message, dropped before it
+QWEN3_CASES = CASES + [
+    ("reasoning in an earlier turn", [(U, "What is 2+2?"), (A, "<think>\nAdd them.\n</think>\n\n4"), (U, "And 3+3?")]),
+    ("reasoning in the last turn", [(U, "Hi"), (A, "<think>\nGreet back.\n</think>\n\nHello!")]),
+    ("two replies after the last query", [(U, "Q"), (A, "<think>\nfirst\n</think>\n\nA1"), (A, "plain A2")]),
+    ("empty think block", [(S, "sys"), (U, "x"), (A, "<think>\n\n</think>\n\nshort"), (U, "y")]),
+    ("several think tags", [(U, "x"), (A, "a<think>one</think>b<think>\n\ntwo\n</think>\n\n\nc")]),
+    ("user text like a tool response", [(U, "real question"), (A, "<think>t</think>ans"),
+                                        (U, "<tool_response>data</tool_response>")]),
+    ("think tag without a close", [(U, "x"), (A, "<think>unfinished"), (U, "y")]),
+]
+# chat_expected.json keys for Qwen3: the template's default (thinking on), and enable_thinking given
+QWEN3_MODES = {"qwen3": None, "qwen3 enable_thinking=true": True, "qwen3 enable_thinking=false": False}
+TOKENIZERS = ("qwen2.5-instruct", "llama3-instruct", "llama3.1-instruct", "llama3.2-instruct", "tinyllama") + tuple(QWEN3_MODES)
 # Meta's Llama 3.1 / 3.2 Instruct chat templates, verbatim (provenance: scripts/gen_chat_expected.py)
 LLAMA31_TEMPLATES = {"llama3.1-instruct": "llama3.1-instruct.chat_template.jinja",
                      "llama3.2-instruct": "llama3.2-instruct.chat_template.jinja"}
@@ -84,7 +99,18 @@ def llama31_dir(name, out):
     return out
 
 
+def cases_of(name):
+    return QWEN3_CASES if name in QWEN3_MODES else CASES
+
+
+def think_args(name):
+    t = QWEN3_MODES.get(name)
+    return [] if t is None else ["--think" if t else "--no-think"]
+
+
 def tok_dir(name):
+    if name in QWEN3_MODES:
+        return shared("tokenizers", "qwen3")
     if name == "tinyllama":
         return tinyllama_dir(tmpdir("chat_tinyllama"))
     if name in LLAMA31_TEMPLATES:
@@ -121,14 +147,15 @@ def expected():
 def check_family(name):
     exp = expected()[name]
     d = tok_dir(name)
+    cases, think = cases_of(name), think_args(name)
     # every conversation in one call: a list of them gives one line of ids each
-    mf = os.path.join(tmpdir("chat"), name + "_all.json")
+    mf = os.path.join(tmpdir("chat"), name.replace(" ", "_") + "_all.json")
     with open(mf, "w") as f:
-        json.dump([[{"role": r, "content": c} for r, c in msgs] for _, msgs in CASES], f, ensure_ascii=False)
+        json.dump([[{"role": r, "content": c} for r, c in msgs] for _, msgs in cases], f, ensure_ascii=False)
     env = chat_env(name)
-    lines = run([LLMCC, "tokenize", d, "--chat-messages", mf], env=env).stdout.split("\n")
-    assert len(lines) == len(CASES) + 1 and lines[-1] == "", lines
-    for i, (title, msgs) in enumerate(CASES):
+    lines = run([LLMCC, "tokenize", d, "--chat-messages", mf] + think, env=env).stdout.split("\n")
+    assert len(lines) == len(cases) + 1 and lines[-1] == "", lines
+    for i, (title, msgs) in enumerate(cases):
         e = exp[title]
         want = e["ids"]
         if "ids_tokenizers" in e:
@@ -136,18 +163,26 @@ def check_family(name):
             want = e["ids_tokenizers"]
         ids = [int(x) for x in lines[i].split()]
         if ids != want:   # the rendered text tells a template fault from a tokenizer one
-            text = run([LLMCC, "tokenize", d, "--chat-messages", messages_file(msgs, "%s_%d" % (name, i)), "--text"], env=env).stdout
+            text = run([LLMCC, "tokenize", d, "--chat-messages", messages_file(msgs, "%s_%d" % (name.replace(" ", "_"), i)),
+                        "--text"] + think, env=env).stdout
             assert text == e["text"], (name, title, text, e["text"])
         assert ids == want, (name, title, ids, want)
         # single turn through --system / TEXT, as the executable takes it
         if title in ("user only", "system + user"):
-            args = ["--system", msgs[0][1]] if msgs[0][0] == S else ["--chat"]
+            args = (["--system", msgs[0][1]] if msgs[0][0] == S else ["--chat"]) + think
             ids = [int(x) for x in run([LLMCC, "tokenize", d] + args + [msgs[-1][1]], env=env).stdout.split()]
             assert ids == want, (name, title, "--system", ids)
 
 
 def test_qwen25_chat_ids():
     check_family("qwen2.5-instruct")
+
+
+def test_qwen3_chat_ids():
+    # thinking by the template's default, on and off; reasoning in assistant turns kept or dropped as Qwen3's
+    # template does
+    for name in QWEN3_MODES:
+        check_family(name)
 
 
 def test_llama3_chat_ids():
@@ -196,8 +231,8 @@ def test_rendered_text():
     exp = expected()
     for name in TOKENIZERS:
         title, msgs = CASES[5]
-        text = run([LLMCC, "tokenize", tok_dir(name), "--chat-messages", messages_file(msgs, name + "_text"), "--text"],
-                   env=chat_env(name)).stdout
+        text = run([LLMCC, "tokenize", tok_dir(name), "--chat-messages", messages_file(msgs, name.replace(" ", "_") + "_text"),
+                    "--text"] + think_args(name), env=chat_env(name)).stdout
         assert text == exp[name][title]["text"], (name, text)
 
 
@@ -205,7 +240,14 @@ def test_expected_file_is_complete():
     exp = expected()
     assert sorted(exp) == sorted(TOKENIZERS)
     for name in TOKENIZERS:
-        assert sorted(exp[name]) == sorted(t for t, _ in CASES), name
+        assert sorted(exp[name]) == sorted(t for t, _ in cases_of(name)), name
+    # Qwen3: no default system prompt; enable_thinking=false opens the reply with an empty think block;
+    # reasoning before the last user message is dropped
+    assert exp["qwen3"]["user only"]["text"] == "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"
+    assert exp["qwen3 enable_thinking=false"]["user only"]["text"].endswith(
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert "Add them" not in exp["qwen3"]["reasoning in an earlier turn"]["text"]
+    assert "<think>\nGreet back.\n</think>\n\nHello!" in exp["qwen3"]["reasoning in the last turn"]["text"]
     # the Qwen2.5 default system prompt is in the prompt when none is given
     assert exp["qwen2.5-instruct"]["user only"]["text"].startswith(
         "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n")
@@ -222,21 +264,26 @@ def test_expected_file_is_complete():
 # scripts/make_fixture.py qwen2-tok: random weights, the real Qwen2.5 tokenizer and
 # generation_config; after an id that is a multiple of 5 it emits <|im_end|> (151645).
 IM_END = 151645
-_qwen = None
+
+
+_exes = {}
+
+
+def fixture_exe(kind, name, *assets):
+    """Builds a make_fixture.py KIND fixture's CPU executable once per run; returns (exe, fixture dir)."""
+    if kind not in _exes:
+        for a in assets:
+            shared(*a)
+        fx, out = tmpdir("chat_" + kind), os.path.join(tmpdir("chat_%s_build" % kind), "proj")
+        run([sys.executable, os.path.join(ROOT, "scripts", "make_fixture.py"), kind, fx, "--dtype", "bf16"])
+        run([LLMCC, "build", fx, "-o", out, "--target", "cpu", "--ctx", "256"])
+        run(["make", "-C", out, "-s", "-j2"])
+        _exes[kind] = (os.path.join(out, name), fx)
+    return _exes[kind]
 
 
 def qwen_exe():
-    """Builds the qwen2-tok fixture's CPU executable once per run; returns (exe, fixture dir)."""
-    global _qwen
-    if _qwen:
-        return _qwen
-    shared("tokenizers", "qwen2.5-instruct", "tokenizer.json")
-    fx, out = tmpdir("chat_qwen2tok"), os.path.join(tmpdir("chat_qwen2tok_build"), "proj")
-    run([sys.executable, os.path.join(ROOT, "scripts", "make_fixture.py"), "qwen2-tok", fx, "--dtype", "bf16"])
-    run([LLMCC, "build", fx, "-o", out, "--target", "cpu", "--ctx", "256"])
-    run(["make", "-C", out, "-s", "-j2"])
-    _qwen = (os.path.join(out, "qwen"), fx)
-    return _qwen
+    return fixture_exe("qwen2-tok", "qwen", ("tokenizers", "qwen2.5-instruct", "tokenizer.json"))
 
 
 def q(*args, input=None):
@@ -332,6 +379,106 @@ def expected_chat_ids(msgs):
     return [int(x) for x in run([LLMCC, "tokenize", qwen_exe()[1], "--chat-messages", mf]).stdout.split()]
 
 
+# scripts/make_fixture.py qwen3-tok: random weights, the real Qwen3 tokenizer and template, Qwen3-8B's
+# generation_config; rigged so that greedy decoding after "...assistant\n" replies "<think>I</think>\n\nHello".
+def qwen3_exe():
+    return fixture_exe("qwen3-tok", "qwen3", ("tokenizers", "qwen3", "tokenizer.json"),
+                       ("hf-configs", "Qwen3-8B.generation_config.json"))
+
+
+def q3(*args, input=None):
+    return run([qwen3_exe()[0]] + [str(a) for a in args], check=False, input=input, env={"OMP_NUM_THREADS": "1"})
+
+
+def on_a_terminal(args):
+    """Runs the Qwen3 executable with its stdout on a pseudo-terminal; returns what it wrote there."""
+    import pty
+    master, slave = pty.openpty()
+    p = subprocess.Popen([qwen3_exe()[0]] + [str(a) for a in args], stdout=slave, stderr=subprocess.PIPE,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:   # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.wait(timeout=120) == 0, p.stderr.read()
+    return out.decode().replace("\r\n", "\n")
+
+
+def test_qwen3_exe_think_switch_prompts():
+    # the prompt's ids equal transformers' apply_chat_template(enable_thinking=...) (tests/data/chat_expected.json)
+    exp = expected()
+    for name, args in (("qwen3", []), ("qwen3 enable_thinking=true", ["--think"]),
+                       ("qwen3 enable_thinking=false", ["--no-think"])):
+        assert ids_out(q3("--prompt", "Hello", "--tokenize", *args)) == [exp[name]["user only"]["ids"]], name
+        sys_ids = ids_out(q3("--system", CASES[1][1][0][1], "--prompt", CASES[1][1][1][1], "--tokenize", *args))
+        assert sys_ids == [exp[name]["system + user"]["ids"]], name
+    p = q3("--info")
+    assert p.returncode == 0 and "stop ids: 151645 151643" in p.stdout, p.stdout
+    assert "chat template: qwen3, end of turn 151645, default system prompt: none" in p.stdout
+    assert "thinking: on by default" in p.stdout
+
+
+def test_qwen3_exe_reasoning_shown_apart():
+    greedy = ["--prompt", "Hi", "--temperature", 0, "-n", 20]
+    p = q3(*greedy)
+    assert p.returncode == 0 and p.stdout == "<think>I</think>\n\nHello\n", repr(p.stdout)   # not a terminal: as is
+    assert ids_out(q3(*greedy, "--ids")) == [[151667, 40, 151668, 271, 9707]]
+    p = q3(*greedy, "--hide-thinking", "--stats")
+    assert p.returncode == 0 and p.stdout == "Hello\n", repr(p.stdout)
+    assert "reasoning tokens: 3 of the generated" in p.stderr and "generated tokens: 5" in p.stderr, p.stderr
+    p = q3(*greedy, "--no-think", "--stats")
+    assert p.returncode == 0 and p.stdout == "Hello\n" and "reasoning tokens: 0 of" in p.stderr, (p.stdout, p.stderr)
+    # on a terminal the reasoning is dim (SGR 2 ... SGR 0); --hide-thinking leaves it out
+    assert on_a_terminal(greedy) == "\033[2m<think>I</think>\033[0m\n\nHello\n"
+    assert on_a_terminal(greedy + ["--hide-thinking"]) == "Hello\n"
+
+
+def test_qwen3_exe_interactive_drops_old_reasoning():
+    """-i: Qwen3's template drops an answered turn's reasoning, so turn 2 is the whole conversation rendered
+    again; the cache is kept up to where it agrees (turn 1's prompt) and the rest is fed: the prompt tokens fed
+    in all are turn 1's prompt plus the new rendering past that prefix."""
+    exe, fx = qwen3_exe()
+    for think, reply in (([], "<think>I</think>\n\nHello"), (["--no-think"], "Hello")):
+        p = q3("-i", "--temperature", 0, "-n", 20, "--stats", *think, input="Hi\nagain\n")
+        assert p.returncode == 0 and p.stdout == reply + "\n" + reply + "\n", repr(p.stdout)
+        first = ids_out(q3("--prompt", "Hi", "--tokenize", *think))[0]
+        conv = [(U, "Hi"), (A, reply), (U, "again")]
+        mf = messages_file(conv, "qwen3_i" + "".join(think))
+        whole = [int(x) for x in run([LLMCC, "tokenize", fx, "--chat-messages", mf] + think).stdout.split()]
+        text = run([LLMCC, "tokenize", fx, "--chat-messages", mf, "--text"] + think).stdout
+        assert "<think>" not in text.split("again")[0], text   # the answered turn's reasoning is gone
+        cached = first + ids_out(q3("--prompt", "Hi", "--temperature", 0, "-n", 20, "--ids", *think))[0]
+        keep = 0
+        while keep < min(len(cached), len(whole)) and cached[keep] == whole[keep]:
+            keep += 1
+        assert keep <= len(first), (keep, first, whole)   # the cache is cut back to (or into) turn 1's prompt
+        assert "prompt tokens: %d\n" % (len(first) + len(whole) - keep) in p.stderr, (p.stderr, len(first), len(whole), keep)
+        assert "turns: 2" in p.stderr
+
+
+def test_qwen3_exe_think_errors():
+    p = q3("--prompt-ids", "1,2", "--think")
+    assert p.returncode == 1 and "--prompt-ids are used as given: --think does not apply to them" in p.stderr, p.stderr
+    p = q3("--no-chat", "--prompt", "x", "--no-think")
+    assert p.returncode == 1 and "the thinking switch is part of the chat template" in p.stderr, p.stderr
+    p = q3("--think", "--no-think", "--prompt", "x")
+    assert p.returncode == 1 and "give --think or --no-think once" in p.stderr, p.stderr
+    # Qwen2.5's template has no thinking switch, its tokenizer no <think>
+    p = q("--prompt", "x", "--think")
+    assert p.returncode == 1 and "--think: this model's chat template has no thinking switch" in p.stderr, p.stderr
+    p = q("--prompt", "x", "--hide-thinking")
+    assert p.returncode == 1 and "--hide-thinking: this model's tokenizer has no <think> and </think> tokens" in p.stderr
+    p = run([LLMCC, "tokenize", qwen_exe()[1], "--chat", "--think", "x"], check=False)
+    assert p.returncode == 1 and "--think: this chat template (chatml) has no thinking switch" in p.stderr, p.stderr
+
+
 def test_exe_chat_errors():
     for args, word in ((["--no-chat", "--system", "x", "--prompt", "hi"], "--no-chat"),
                        (["--no-chat", "-i"], "--no-chat"),
@@ -401,7 +548,8 @@ def test_template_recognition():
     d = template_dir("jinja", CHATML, jinja_file=True)
     assert run([LLMCC, "tokenize", d, "--chat", "--text", "hi"]).stdout.startswith("<|im_start|>user\nhi")
     bad = {"unknown": ("{% for m in messages %}{{ m['content'] }}{% endfor %}", "not one llmcc knows"),
-           "thinking": (CHATML.replace("'<|im_start|>assistant\\n'", "'<|im_start|>assistant\\n<think>\\n'"), "<think>"),
+           "thinking": (CHATML.replace("'<|im_start|>assistant\\n'", "'<|im_start|>assistant\\n<think>\\n'"),
+                        "with thinking that differs from Qwen3's"),
            "text outside tags": ("X" + CHATML, "differs from Qwen's"),
            "Llama 3.1": ("{{ bos_token }}{{ 'Cutting Knowledge Date: December 2023' }}<|start_header_id|><|end_header_id|><|eot_id|>",
                          "Llama 3.1"),
