@@ -477,38 +477,60 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         } else die_user(p->path, "normalizer.type", "\"%s\" is not supported yet", nt);
     }
 
-    /* ---- pre-tokenizer ---- */
-    bool byte_level = false;
+    /* ---- pre-tokenizer ----
+     * Accepted: ByteLevel; [ByteLevel]; [Split(Qwen2 / Llama 3 regex), ByteLevel(use_regex false)];
+     * [Digits, ByteLevel]. ByteLevel's use_regex is GPT-2's regex (TOK_PRE_GPT2). */
+    bool byte_level = false, digits = false, digit_runs = false, prefix_space = false;
     uint32_t pre = TOK_PRE_NONE;
     int pt = json_find(j, 0, "pre_tokenizer");
     if (pt >= 0 && !json_is_null(j, pt)) {
         const char *ptt = type_of(p, pt, "pre_tokenizer.type");
-        int bl = -1;
+        int bl = pt, first = -1;
+        const char *blkey = "pre_tokenizer";
         if (strcmp(ptt, "Sequence") == 0) {
             int ps = json_find(j, pt, "pretokenizers");
-            int p0 = json_at(j, ps, 0), p1 = json_at(j, ps, 1);
-            if (json_size(j, ps) != 2 || strcmp(type_of(p, p0, "pre_tokenizer.pretokenizers[0].type"), "Split") != 0 ||
-                strcmp(type_of(p, p1, "pre_tokenizer.pretokenizers[1].type"), "ByteLevel") != 0)
-                die_user(p->path, "pre_tokenizer.pretokenizers", "only [Split(regex), ByteLevel] is supported yet");
+            int np = json_type(j, ps) == JSON_ARRAY ? json_size(j, ps) : 0;
+            const char *hint = "only [Split(regex), ByteLevel], [Digits, ByteLevel] or [ByteLevel] is supported yet";
+            if (np < 1 || np > 2) die_user(p->path, "pre_tokenizer.pretokenizers", "%s", hint);
+            bl = json_at(j, ps, np - 1);
+            blkey = np == 2 ? "pre_tokenizer.pretokenizers[1]" : "pre_tokenizer.pretokenizers[0]";
+            if (strcmp(type_of(p, bl, arena_printf(a, "%s.type", blkey)), "ByteLevel") != 0)
+                die_user(p->path, "pre_tokenizer.pretokenizers", "%s", hint);
+            if (np == 2) {
+                first = json_at(j, ps, 0);
+                const char *ft = type_of(p, first, "pre_tokenizer.pretokenizers[0].type");
+                if (strcmp(ft, "Split") != 0 && strcmp(ft, "Digits") != 0)
+                    die_user(p->path, "pre_tokenizer.pretokenizers[0].type", "\"%s\" is not supported yet; %s",
+                             ft, hint);
+                digits = strcmp(ft, "Digits") == 0;
+            }
+        } else if (strcmp(ptt, "ByteLevel") != 0) {
+            die_user(p->path, "pre_tokenizer.type", "\"%s\" is not supported yet", ptt);
+        }
+        bool use_regex = get_bool(p, bl, "use_regex", true, blkey);
+        prefix_space = get_bool(p, bl, "add_prefix_space", false, blkey);
+        if (first >= 0 && !digits) {
             const char *rk = "pre_tokenizer.pretokenizers[0].pattern.Regex";
-            int rx = json_find(j, json_find(j, p0, "pattern"), "Regex");
+            int rx = json_find(j, json_find(j, first, "pattern"), "Regex");
             const char *re = str_or_die(p, rx, rk, NULL);
             if (strcmp(re, QWEN2_RE) == 0) pre = TOK_PRE_QWEN2;
             else if (strcmp(re, LLAMA3_RE) == 0) pre = TOK_PRE_LLAMA3;
             else die_user(p->path, rk, "this pre-tokenizer regex is not supported yet (known: the Qwen2 and Llama 3 patterns)");
-            int beh = json_find(j, p0, "behavior");
+            int beh = json_find(j, first, "behavior");
             if (beh >= 0 && !json_str_eq(j, beh, "Isolated"))
                 die_user(p->path, "pre_tokenizer.pretokenizers[0].behavior", "only \"Isolated\" is supported yet");
-            if (get_bool(p, p0, "invert", false, "pre_tokenizer.pretokenizers[0]"))
+            if (get_bool(p, first, "invert", false, "pre_tokenizer.pretokenizers[0]"))
                 die_user(p->path, "pre_tokenizer.pretokenizers[0].invert", "true is not supported");
-            bl = p1;
-        } else if (strcmp(ptt, "ByteLevel") == 0) {
-            bl = pt;
-        } else die_user(p->path, "pre_tokenizer.type", "\"%s\" is not supported yet", ptt);
-        if (get_bool(p, bl, "add_prefix_space", false, "pre_tokenizer"))
-            die_user(p->path, "pre_tokenizer.add_prefix_space", "ByteLevel with add_prefix_space is not supported yet");
-        if (get_bool(p, bl, "use_regex", true, "pre_tokenizer"))
-            die_user(p->path, "pre_tokenizer.use_regex", "ByteLevel's built-in GPT-2 regex is not supported yet");
+            /* ByteLevel would prepend its space to every piece of the Split, and split them again */
+            if (prefix_space)
+                die_user(p->path, arena_printf(a, "%s.add_prefix_space", blkey),
+                         "true after a Split is not supported yet");
+            if (use_regex)
+                die_user(p->path, arena_printf(a, "%s.use_regex", blkey), "true after a Split is not supported yet");
+        } else {
+            pre = use_regex ? TOK_PRE_GPT2 : TOK_PRE_NONE;
+            if (digits) digit_runs = !get_bool(p, first, "individual_digits", false, "pre_tokenizer.pretokenizers[0]");
+        }
         byte_level = true;
     }
     if (byte_level && spm_norm) die_user(p->path, "normalizer", "SentencePiece normalizer with a ByteLevel pre-tokenizer is not supported");
@@ -685,7 +707,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
 #define PUT24(v) do { uint32_t _v = (uint32_t)(v); w[0] = (uint8_t)_v; w[1] = (uint8_t)(_v >> 8); w[2] = (uint8_t)(_v >> 16); w += 3; } while (0)
     uint32_t flags = (nfc ? TOKF_NFC : 0) | (ignore_merges ? TOKF_IGNORE_MERGES : 0) | (add_bos ? TOKF_ADD_BOS : 0) |
                      (add_eos ? TOKF_ADD_EOS : 0) | (byte_fallback ? TOKF_BYTE_FALLBACK : 0) | (spm_norm ? TOKF_SPM_NORM : 0) |
-                     (fuse_unk ? TOKF_FUSE_UNK : 0) | (strip_lead ? TOKF_STRIP_LEAD : 0);
+                     (fuse_unk ? TOKF_FUSE_UNK : 0) | (strip_lead ? TOKF_STRIP_LEAD : 0) | (digits ? TOKF_DIGITS : 0) |
+                     (digit_runs ? TOKF_DIGIT_RUNS : 0) | (prefix_space ? TOKF_PREFIX_SPACE : 0);
     PUT32(TOK_MAGIC); PUT32(TOK_VERSION); PUT32(byte_level ? TOK_MODEL_BYTELEVEL : TOK_MODEL_SPM); PUT32(flags);
     PUT32(pre); PUT32(bos); PUT32(eos); PUT32(unk);
     PUT32(ntok); PUT32(nm); PUT32(pool); PUT32(nchat);
