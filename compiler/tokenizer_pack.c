@@ -464,6 +464,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         if (strcmp(nt, "NFC") == 0) nfc = true;
         else if (strcmp(nt, "Sequence") == 0) {
             int ns = json_find(j, norm, "normalizers");
+            /* an empty Sequence changes nothing (transformers' GGUF converter writes one for byte-level BPE) */
+            bool empty = json_type(j, ns) == JSON_ARRAY && json_size(j, ns) == 0;
             int n0 = json_at(j, ns, 0), n1 = json_at(j, ns, 1);
             bool ok = json_size(j, ns) == 2 && n0 >= 0 && n1 >= 0;
             if (ok) {
@@ -472,8 +474,10 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
                      strcmp(type_of(p, n1, "normalizer.normalizers[1]"), "Replace") == 0 && json_str_eq(j, pat, " ") &&
                      json_str_eq(j, json_find(j, n1, "content"), SPM_SPACE);
             }
-            if (!ok) die_user(p->path, "normalizer.normalizers", "only [Prepend(\"\u2581\"), Replace(\" \" -> \"\u2581\")] is supported yet");
-            spm_norm = true;
+            if (!ok && !empty)
+                die_user(p->path, "normalizer.normalizers",
+                         "only [Prepend(\"\u2581\"), Replace(\" \" -> \"\u2581\")] is supported yet");
+            spm_norm = !empty;
         } else die_user(p->path, "normalizer.type", "\"%s\" is not supported yet", nt);
     }
 
@@ -659,12 +663,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         if (tf[id] & TOKT_ADDED) die_user(p->path, "added_tokens", "id %d is used twice", id);
         ts[id] = p->add_s[i]; tn[id] = (uint32_t)p->add_n[i]; tf[id] = f;
     }
-    if (byte_level) {
-        bool have[256] = {0};
-        for (uint32_t i = 0; i < ntok; i++) if (tn[i] == 1 && (tf[i] & TOKT_VOCAB)) have[(uint8_t)ts[i][0]] = true;
-        for (int b = 0; b < 256; b++)
-            if (!have[b]) die_user(p->path, "model.vocab", "byte-level vocabulary lacks the token for byte 0x%02X", b);
-    }
+    /* A byte-level vocabulary may lack some bytes' tokens (SmolLM2's has no 0x04, 0xC0, 0xF5..0xFF):
+     * such a byte becomes unk, or is dropped without one, in the runtime as in HF's BPE. */
 
     /* ---- merges ---- */
     int merges = json_find(j, model, "merges");

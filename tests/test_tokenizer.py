@@ -269,6 +269,45 @@ def test_gpt2_plain_hf_corpus():
     check_corpus("gpt2_plain", write_gpt2_fixture("gpt2_plain"))
 
 
+def test_gpt2_empty_normalizer_sequence():
+    """An empty normalizer Sequence (transformers' GGUF converter writes one) is no
+    normalizer: the ids are those `tokenizers` gave without one."""
+    exp = load_expected()
+    d = tmpdir("tok_gpt2_empty_norm")
+    t = gpt2_fixture_json("gpt2_digits")
+    t["normalizer"] = {"type": "Sequence", "normalizers": []}
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(t, f, ensure_ascii=False)
+    got = encode_all(d, exp["texts"])
+    want = exp["tokenizers"]["gpt2_digits"]["ids"]
+    bad = [t for t, g, w in zip(exp["texts"], got, want) if g[0] != w]
+    assert not bad, "%d texts differ, first %r" % (len(bad), bad[0])
+
+
+def test_gpt2_missing_byte_tokens():
+    """A byte-level vocabulary without some bytes' tokens (SmolLM2's lacks 21, 0x04 and
+    0xF5..0xFF among them) is accepted; with no unk token such a byte is dropped. Expected
+    ids from `tokenizers` (skips without it)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise Skip("tokenizers (PyPI) is not installed")
+    t = gpt2_fixture_json("gpt2_digits")
+    gone = {"\u0104", "\u011d", "\u00c0", "\u00ff"}   # bytes 0x04, 0x1D, 0xC0, 0xFF in GPT-2's byte map
+    assert not any(a in gone or b in gone for a, b in (m.split(" ") if isinstance(m, str) else m
+                                                       for m in t["model"]["merges"]))
+    t["model"]["vocab"] = {k: v for k, v in t["model"]["vocab"].items() if k not in gone}
+    d = tmpdir("tok_gpt2_missing_bytes")
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(t, f, ensure_ascii=False)
+    hf = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    texts = ["a\x04b", "\x04", "x \x1d\x1d y\x04", "caf\u00c0 \u00ff \x04\x041\x042", "plain text", "\x1d 12 \x04 "]
+    got = encode_all(d, texts)
+    for text, (ids, _) in zip(texts, got):
+        want = hf.encode(text, add_special_tokens=False).ids
+        assert ids == want, (text, ids, want)
+
+
 def test_roundtrip():
     """decode(encode(x)) == x (special tokens shown) wherever NFC leaves x alone."""
     import unicodedata
