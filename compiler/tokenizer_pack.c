@@ -315,7 +315,8 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
     const char *N = chat_normalise(a, tpl, n, &text);
     memset(ci, 0, sizeof *ci);
     ci->eot = ci->bos = ci->eos = -1;
-    const char *hint = "(known: Qwen2/Qwen2.5 ChatML, Llama 3 / 3.1 / 3.2 Instruct, Zephyr/TinyLlama); build with --no-chat to leave chat out";
+    const char *hint = "(known: Qwen2/Qwen2.5/SmolLM2 ChatML, Llama 3 / 3.1 / 3.2 Instruct, Zephyr/TinyLlama); "
+                       "build with --no-chat to leave chat out";
 #define HAS(x) (strstr(N, x) != NULL)
     if (HAS("<|im_start|>") && HAS("<|im_end|>")) {
         static const char *const bad[] = { "<think>", "enable_thinking", "reasoning_content", "bos_token", "|trim", ".strip(" };
@@ -327,13 +328,29 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
         ci->family = TOK_CHAT_CHATML;
         chat_token(p, cpath, "ChatML", "<|im_start|>");
         ci->eot = chat_token(p, cpath, "ChatML", "<|im_end|>");
-        /* the default system prompt: '<|im_start|>system\nTEXT<|im_end|>\n' in one literal */
+        /* the default system prompt: '<|im_start|>system\nTEXT<|im_end|>\n' in one literal, given
+         * where the messages bring none, as Qwen2.5 writes it (an else branch before the loop) or
+         * Qwen2 and SmolLM2 do (at the loop's first message). The two render alike: the renderer
+         * is never given an empty conversation, where they differ. */
         static const char open[] = "'<|im_start|>system\\n", close[] = "<|im_end|>\\n'";
+        static const char *const ctx[] = {
+            "{%ifmessages[0]['role']=='system'%}{{'<|im_start|>system\\n'+messages[0]['content']+'<|im_end|>\\n'}}"
+            "{%else%}{{",
+            "{%formessageinmessages%}{%ifloop.firstandmessages[0]['role']!='system'%}{{",
+        };
         for (const char *q = strstr(N, open); q; q = strstr(q + 1, open)) {
             const char *b = q + strlen(open), *e = b;
             while (*e && *e != '\'') e += e[0] == '\\' && e[1] ? 2 : 1;
             size_t cl = strlen(close) - 1;   /* without the closing quote */
             if (*e != '\'' || (size_t)(e - b) < cl || memcmp(e - cl, close, cl) != 0 || e - cl == b) continue;
+            bool known = strncmp(e + 1, "}}{%endif%}", 11) == 0, in_ctx = false;
+            for (size_t k = 0; k < sizeof ctx / sizeof ctx[0]; k++) {
+                size_t l = strlen(ctx[k]);
+                if ((size_t)(q - N) >= l && memcmp(q - l, ctx[k], l) == 0) in_ctx = true;
+            }
+            if (!known || !in_ctx)
+                die_user(cpath, "chat_template", "a ChatML template that gives its default system prompt under "
+                         "another condition than Qwen2's, Qwen2.5's or SmolLM2's is not supported yet %s", hint);
             ci->sys = jinja_unescape(a, b, (size_t)(e - cl - b), &ci->sys_len);
             if (!ci->sys) die_user(cpath, "chat_template", "the default system prompt has an escape that is not supported");
             if (memchr(ci->sys, '\'', ci->sys_len) || strstr(ci->sys, "<|im_start|>"))
