@@ -365,6 +365,9 @@ def _valid(b):
 def test_corrupt_blobs_do_not_crash():
     p = run([driver(), write_spm_fixture(), "fuzz", "3000"])
     assert "fuzz 3000" in p.stdout
+    # the GPT-2-style blob: Digits and add_prefix_space flags in the header
+    p = run([driver(), write_gpt2_fixture("gpt2_prefix_space"), "fuzz", "1000"])
+    assert "fuzz 1000" in p.stdout
     try:
         q = shared("tokenizers", "qwen2.5-instruct")
     except Skip:
