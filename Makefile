@@ -85,7 +85,8 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= safetensors config tokenizer_json encoder tokblob
 FUZZ_FLAGS   ?=
-FUZZ_TOKDIRS ?= $(abspath ../shared/assets/tokenizers/qwen2.5-instruct):$(abspath ../shared/assets/tokenizers/llama3-instruct):$(abspath $(BUILD))/fuzz/spm
+FUZZ_GPT2     = $(BUILD)/fuzz/gpt2_digits $(BUILD)/fuzz/gpt2_prefix_space
+FUZZ_TOKDIRS ?= $(abspath ../shared/assets/tokenizers/qwen2.5-instruct):$(abspath ../shared/assets/tokenizers/llama3-instruct):$(abspath $(BUILD))/fuzz/spm:$(abspath $(BUILD))/fuzz/gpt2_digits:$(abspath $(BUILD))/fuzz/gpt2_prefix_space
 FUZZ_SRCS := compiler/util.c compiler/json.c compiler/safetensors.c compiler/config.c compiler/tokenizer_pack.c runtime/tokenizer.c
 FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 .PHONY: fuzz fuzz-build
@@ -98,9 +99,14 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h tests/fuzz/fu
 $(BUILD)/fuzz/spm/tokenizer.json:
 	$(PYTHON) scripts/convert_llama2c.py --tokenizer-only ../shared/assets/aidreams260K/tok512.bin $(BUILD)/fuzz/spm
 
+# the GPT-2-style fixture (tests/data/gpt2_tokenizer.json) with Digits, and with add_prefix_space too
+$(BUILD)/fuzz/gpt2_%/tokenizer.json: tests/data/gpt2_tokenizer.json tests/test_tokenizer.py
+	$(PYTHON) -c "import sys; sys.path.insert(0, 'tests'); import test_tokenizer as t; t.write_gpt2_fixture('gpt2_$*', '$(dir $@)')"
+
 fuzz-build: $(FUZZ_BINS)
 
-fuzz: check-deps $(FUZZ_BINS) $(if $(filter encoder,$(FUZZ_TARGETS)),$(BUILD)/fuzz/spm/tokenizer.json)
+fuzz: check-deps $(FUZZ_BINS) $(if $(filter encoder,$(FUZZ_TARGETS)),$(BUILD)/fuzz/spm/tokenizer.json \
+                                    $(patsubst %,%/tokenizer.json,$(FUZZ_GPT2)))
 	@mkdir -p $(BUILD)/fuzz/crashes
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p $(BUILD)/fuzz/corpus/$$t; \

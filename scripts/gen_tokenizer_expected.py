@@ -4,9 +4,19 @@ ids that Hugging Face `tokenizers` (pip install tokenizers) gives for a
 corpus, so tests/test_tokenizer.py can check llmcc's tokenizer without the
 network or the package. Tokenizers: Qwen2.5 and Llama 3 from
 ../shared/assets/tokenizers, Llama 2 as converted by scripts/convert_llama2c.py
-(when present), and the SentencePiece-style fixture of test_tokenizer.py.
+(when present), the SentencePiece-style fixture of test_tokenizer.py, and the
+GPT-2-style fixture tests/data/gpt2_tokenizer.json in each pre-tokenizer of
+test_tokenizer.GPT2_VARIANTS.
 
-    python3 scripts/gen_tokenizer_expected.py
+The GPT-2-style fixture is a byte-level BPE (1024 tokens, all 256 bytes, three
+special tokens as SmolLM's) trained here by `tokenizers` on the corpus below and
+README.md and docs/*.md, with GPT-2's pre-tokenizer (ByteLevel with use_regex)
+so that its merges join digits (" 1", "12"): a Digits split (SmolLM's
+[Digits(individual_digits), ByteLevel], the file's pre_tokenizer) then changes
+the ids. It is trained only where the file is absent or with --retrain, so the
+ids of the other tokenizers can be made again without changing it.
+
+    python3 scripts/gen_tokenizer_expected.py [--retrain]
 """
 import hashlib
 import json
@@ -21,7 +31,7 @@ from tokenizers import Tokenizer
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared", "assets"))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from test_tokenizer import spm_fixture_json  # noqa: E402
+from test_tokenizer import GPT2_FIXTURE, GPT2_VARIANTS, spm_fixture_json, write_gpt2_fixture  # noqa: E402
 
 CORPUS = [
     "Hello world", " Hello world", "Hello World!", "hello, world! How are you today?",
@@ -69,6 +79,25 @@ CORPUS = [
     "Supercalifragilisticexpialidocious antidisestablishmentarianism pneumonoultramicroscopicsilicovolcanoconiosis",
     "The year 1999 had 365 days; 2000 had 366. Call 555-0123 now!",
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine.",
+    # GPT-2's regex: case-sensitive contractions, whole numbers, " ?" before letters / numbers / other
+    "I'M YOU'RE WE'VE THEY'LL HE'D IT'S 'S 'T 'RE 'VE 'M 'LL 'D 'Re 'rE 'lL 'Ve",
+    "'The 'Set 'Many 'Dog 'LLama 'Very 'Real 'REad 'the 'set 'many 'dog 'llama 'very 'real 'read",
+    "can't won't shan't y'all'd've 's's's x's 1's ''s ' s 'ss 'tt 'mm 'dd 'rer 'vev 'lll",
+    "don\u2019t it\u2019s \u2018quoted\u2019 \"double\" `tick`",
+    "1 12 123 1234 12345 123456 a1b22c333 v1.2.3-rc4 3.14e-10 1,000,000 -7 +8 #9 $10 50% 2^10",
+    " 42 ", "42\n43", "\t7", " 7 ", "  7", "7  ", "x2 x 2 x  2", "abc123def 4ever 2day",
+    "\u0663\u0664\u0665 \u06f1\u06f2\u06f3 \u0967\u0968\u0969 \u2460\u2461\u2462 "
+    "\u00bc\u00bd\u00be \u2160\u2161\u2162 x\u00b2+y\u00b2",
+    "a \t b", "a\t\tb", "x   \n   y", "  \n\n  \t  ", " a", "  a", "   a", "a ", "a  ", "a \n", "end.   ",
+    "hello \t", "hello\n   ", "\r\n\r\n", "\u3000\u3000x", "\u00a0 x", " \u00a0x", "x \u3000 y",
+    "line1\nline2\n\nline3\n\n\n", "\n\n\nx", "x\n \ny", " \n x", "a\n\n b", "!!\n\n??  ",
+    "\u00dcn\u00efc\u00f6d\u00e9 \u00f1and\u00fa \u0395\u03bb\u03bb\u03b7\u03bd\u03b9\u03ba\u03ac "
+    "\u041a\u0438\u0440\u0438\u043b\u043b\u0438\u0446\u0430 \u01c5ungla \u01c8 \u01cb \u02b0\u02b2",
+    "\U0001d518\U0001d52b\U0001d526\U0001d520\U0001d52c\U0001d521\U0001d522 "
+    "\u6f22\u5b57\u304b\u306a\u30ab\u30ca e\u0301 e \u0301 \u0301e",
+    "\U0001f44d\U0001f3fd\U0001f468\u200d\U0001f469\u200d\U0001f467\U0001f1fa\U0001f1f8\u2764\ufe0f",
+    "hi\U0001f44bthere \U0001f600 \U0001f600  \U0001f600\U0001f600 \U0001f600x x\U0001f600 1\U0001f6002",
+    "<|im_start|>user\nWhat's 2+2?<|im_end|>\n<|im_start|>assistant\n", "x<|endoftext|> 12<|im_end|>34",
 ]
 
 
@@ -93,6 +122,27 @@ def encode(tok, texts):
             "decoded": [d if d != t else None for d, t in zip(dec, texts)]}
 
 
+def train_gpt2_fixture(texts):
+    """Trains the GPT-2-style fixture (see the module docstring) into GPT2_FIXTURE."""
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+    train = list(texts)
+    for p in ["README.md"] + sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs"))):
+        with open(os.path.join(ROOT, p), encoding="utf-8") as f:
+            train += f.read().split("\n\n")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=1024, min_frequency=2, show_progress=False,
+                                  special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(train, trainer=trainer)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tok.save(GPT2_FIXTURE)
+    print("trained %s (%d tokens)" % (GPT2_FIXTURE, tok.get_vocab_size()))
+
+
 def sha(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -105,6 +155,8 @@ def main():
     out = {"generator": "scripts/gen_tokenizer_expected.py", "texts": texts, "tokenizers": {}}
     import tokenizers
     out["tokenizers_version"] = tokenizers.__version__
+    if "--retrain" in sys.argv[1:] or not os.path.exists(GPT2_FIXTURE):
+        train_gpt2_fixture(texts)
     for key, d in (("qwen2.5", "qwen2.5-instruct"), ("llama3", "llama3-instruct")):
         path = os.path.join(SHARED, "tokenizers", d, "tokenizer.json")
         e = encode(Tokenizer.from_file(path), texts)
@@ -117,6 +169,11 @@ def main():
         e = encode(Tokenizer.from_file(fx), texts)
         e["sha256"] = sha(fx)
         out["tokenizers"]["spm_fixture"] = e
+        for v in GPT2_VARIANTS:
+            p = os.path.join(write_gpt2_fixture(v, os.path.join(tmp, v)), "tokenizer.json")
+            e = encode(Tokenizer.from_file(p), texts)
+            e["sha256"] = sha(p)
+            out["tokenizers"][v] = e
         conv = os.path.join(ROOT, "scripts", "convert_llama2c.py")
         if os.path.exists(conv):
             l2 = os.path.join(tmp, "llama2")

@@ -497,6 +497,11 @@ def test_tokenizer_malformed():
     d = variant("tok_vocab")
     edit_json(d, "tokenizer.json", lambda t: t["model"].__setitem__("vocab", [1, 2]))
     build_fails(d, tok_path(d), "model.vocab", exact="llmcc: %s: model.vocab: missing or not an object" % tok_path(d))
+    d = variant("tok_pre")
+    edit_json(d, "tokenizer.json", lambda t: t["pre_tokenizer"]["pretokenizers"][0].update(type="Metaspace"))
+    build_fails(d, tok_path(d), "pre_tokenizer.pretokenizers[0].type", exact=(
+        'llmcc: %s: pre_tokenizer.pretokenizers[0].type: "Metaspace" is not supported yet; only [Split(regex), '
+        'ByteLevel], [Digits, ByteLevel] or [ByteLevel] is supported yet' % tok_path(d)))
     d = variant("tok_cfg")
     p = write_raw(d, "tokenizer_config.json", '{"bos_token": "<nope>"}')
     build_fails(d, p, "bos_token", exact='llmcc: %s: bos_token: token "<nope>" is not in tokenizer.json' % p)

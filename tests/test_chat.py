@@ -2,8 +2,9 @@
 compiler/tokenizer_pack.c) against transformers' apply_chat_template(messages,
 add_generation_prompt=True, tokenize=True), id for id, for the real Qwen2.5 and Llama 3
 Instruct tokenizers in ../shared/assets/tokenizers, for Meta's Llama 3.1 / 3.2 Instruct
-templates (tests/data/*.chat_template.jinja) on the Llama 3 tokenizer and for TinyLlama's
-Zephyr template on the Llama 2 tokenizer. The expected ids and text come from scripts/gen_chat_expected.py
+templates (tests/data/*.chat_template.jinja) on the Llama 3 tokenizer, for TinyLlama's
+Zephyr template on the Llama 2 tokenizer and for SmolLM2-Instruct's ChatML template (its
+own default system message) on the GPT-2-style fixture of tests/test_tokenizer.py. The expected ids and text come from scripts/gen_chat_expected.py
 (tests/data/chat_expected.json), so this needs no transformers."""
 import datetime
 import json
@@ -53,7 +54,10 @@ QWEN3_CASES = CASES + [
 ]
 # chat_expected.json keys for Qwen3: the template's default (thinking on), and enable_thinking given
 QWEN3_MODES = {"qwen3": None, "qwen3 enable_thinking=true": True, "qwen3 enable_thinking=false": False}
-TOKENIZERS = ("qwen2.5-instruct", "llama3-instruct", "llama3.1-instruct", "llama3.2-instruct", "tinyllama") + tuple(QWEN3_MODES)
+TOKENIZERS = ("qwen2.5-instruct", "llama3-instruct", "llama3.1-instruct", "llama3.2-instruct", "tinyllama",
+              "smollm2-instruct") + tuple(QWEN3_MODES)
+# SmolLM2-135M-Instruct's chat_template, verbatim (provenance: scripts/gen_chat_expected.py)
+SMOLLM2_TEMPLATE = "smollm2-instruct.chat_template.jinja"
 # Meta's Llama 3.1 / 3.2 Instruct chat templates, verbatim (provenance: scripts/gen_chat_expected.py)
 LLAMA31_TEMPLATES = {"llama3.1-instruct": "llama3.1-instruct.chat_template.jinja",
                      "llama3.2-instruct": "llama3.2-instruct.chat_template.jinja"}
@@ -99,6 +103,25 @@ def llama31_dir(name, out):
     return out
 
 
+def smollm2_dir(out):
+    """The GPT-2-style fixture tokenizer (tests/data/gpt2_tokenizer.json: Digits, then
+    ByteLevel with GPT-2's regex, <|im_start|> / <|im_end|> as SmolLM2's) with SmolLM2's
+    chat template in chat_template.jinja and tokenizer_config.json as transformers 5 saves
+    them. tokenizer_class TokenizersBackend: transformers 5's GPT2Tokenizer, SmolLM2's class
+    on the Hub, rebuilds the pre-tokenizer as ByteLevel alone (no Digits), where llmcc
+    follows tokenizer.json."""
+    import test_tokenizer
+    test_tokenizer.write_gpt2_fixture("gpt2_digits", out)
+    with open(os.path.join(ROOT, "tests", "data", SMOLLM2_TEMPLATE)) as f:
+        tpl = f.read()
+    with open(os.path.join(out, "chat_template.jinja"), "w") as f:
+        f.write(tpl)
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "TokenizersBackend", "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
+                   "unk_token": "<|endoftext|>", "pad_token": "<|im_end|>"}, f, indent=2)
+    return out
+
+
 def cases_of(name):
     return QWEN3_CASES if name in QWEN3_MODES else CASES
 
@@ -111,6 +134,8 @@ def think_args(name):
 def tok_dir(name):
     if name in QWEN3_MODES:
         return shared("tokenizers", "qwen3")
+    if name == "smollm2-instruct":
+        return smollm2_dir(tmpdir("chat_smollm2"))
     if name == "tinyllama":
         return tinyllama_dir(tmpdir("chat_tinyllama"))
     if name in LLAMA31_TEMPLATES:
@@ -201,6 +226,10 @@ def test_tinyllama_zephyr_chat_ids():
     check_family("tinyllama")
 
 
+def test_smollm2_chat_ids():
+    check_family("smollm2-instruct")
+
+
 def test_llama31_dates():
     """Without LLMCC_CHAT_DATE, 3.2's system turn carries today's date as transformers'
     strftime_now("%d %b %Y") writes it (Python's datetime.now().strftime, C locale);
@@ -252,6 +281,11 @@ def test_expected_file_is_complete():
     assert exp["qwen2.5-instruct"]["user only"]["text"].startswith(
         "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n")
     assert exp["llama3-instruct"]["user only"]["ids"][0] == 128000
+    # SmolLM2's default system message, and none where the conversation brings its own
+    assert exp["smollm2-instruct"]["user only"]["text"] == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n")
+    assert exp["smollm2-instruct"]["empty system"]["text"].startswith("<|im_start|>system\n<|im_end|>\n<|im_start|>user")
     # Llama 3.1 / 3.2: the system turn and its dates, with and without a system message
     assert exp["llama3.1-instruct"]["user only"]["text"] == (
         PREAMBLE + "26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
@@ -551,6 +585,13 @@ def test_template_recognition():
            "thinking": (CHATML.replace("'<|im_start|>assistant\\n'", "'<|im_start|>assistant\\n<think>\\n'"),
                         "with thinking that differs from Qwen3's"),
            "text outside tags": ("X" + CHATML, "differs from Qwen's"),
+           "default system after the loop": (CHATML + "{% if messages[0]['role'] != 'system' %}"
+                                             "{{ '<|im_start|>system\\nLate.<|im_end|>\\n' }}{% endif %}",
+                                             "default system prompt under another condition"),
+           "default system at the last message": (CHATML.replace("{% for message in messages %}",
+                                                  "{% for message in messages %}{% if loop.last %}"
+                                                  "{{ '<|im_start|>system\\nLast.<|im_end|>\\n' }}{% endif %}"),
+                                                  "default system prompt under another condition"),
            "Llama 3.1": ("{{ bos_token }}{{ 'Cutting Knowledge Date: December 2023' }}<|start_header_id|><|end_header_id|><|eot_id|>",
                          "Llama 3.1"),
            "Zephyr variant": (ZEPHYR.replace("\n", ""), "differs from TinyLlama's"),

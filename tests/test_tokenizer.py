@@ -3,8 +3,10 @@ with Hugging Face `tokenizers`.
 
 Expected ids come from the real `tokenizers` package, never from our code:
 scripts/gen_tokenizer_expected.py writes tests/data/tokenizer_expected.json
-(a corpus encoded by Qwen2.5, Llama 3, a converted Llama 2 and the small
-SentencePiece-style fixture below); llama.cpp's vectors in
+(a corpus encoded by Qwen2.5, Llama 3, a converted Llama 2, the small
+SentencePiece-style fixture below and the GPT-2-style fixture
+tests/data/gpt2_tokenizer.json, trained by that script with `tokenizers`, in the
+pre-tokenizer variants of GPT2_VARIANTS); llama.cpp's vectors in
 ../shared/assets/llamacpp-vocab-tests were made by HF AutoTokenizer too.
 The C side runs through tests/c/tokenizer_driver.c."""
 import hashlib
@@ -20,6 +22,8 @@ SOURCES = ["tests/c/tokenizer_driver.c", "runtime/tokenizer.c", "compiler/tokeni
 EXPECTED = os.path.join(ROOT, "tests", "data", "tokenizer_expected.json")
 VOCAB_TESTS = ("llamacpp-vocab-tests",)
 SPM = "\u2581"
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def driver():
@@ -87,6 +91,39 @@ def spm_fixture_json():
                   "vocab": {t: i for i, t in enumerate(vocab)},
                   "merges": ["%s %s" % m for m in merges]},
     }
+
+
+GPT2_FIXTURE = os.path.join(ROOT, "tests", "data", "gpt2_tokenizer.json")
+# Pre-tokenizers put on the trained GPT-2-style fixture (vocab and merges unchanged):
+# SmolLM's [Digits(individual_digits), ByteLevel(use_regex)] as trained, digit runs,
+# ByteLevel's add_prefix_space (after Digits: every piece gets its space), ByteLevel alone.
+_BL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+GPT2_VARIANTS = {
+    "gpt2_digits": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, _BL]},
+    "gpt2_digit_runs": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": False}, _BL]},
+    "gpt2_prefix_space": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
+                                                                dict(_BL, add_prefix_space=True)]},
+    "gpt2_plain": _BL,
+}
+
+
+def gpt2_fixture_json(variant):
+    with open(GPT2_FIXTURE, encoding="utf-8") as f:
+        t = json.load(f)
+    t["pre_tokenizer"] = GPT2_VARIANTS[variant]
+    return t
+
+
+def write_gpt2_fixture(variant, d=None):
+    """The fixture with VARIANT's pre-tokenizer as DIR/tokenizer.json (the bytes the
+    expected ids' sha256 was taken of); skips where the fixture is absent."""
+    if not os.path.exists(GPT2_FIXTURE):
+        raise Skip("tests/data/gpt2_tokenizer.json is absent (python3 scripts/gen_tokenizer_expected.py --retrain)")
+    d = d or tmpdir("tok_" + variant)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(gpt2_fixture_json(variant), f, ensure_ascii=False)
+    return d
 
 
 def write_spm_fixture():
@@ -216,6 +253,61 @@ def test_spm_fixture_hf_corpus():
     check_corpus("spm_fixture", write_spm_fixture())
 
 
+def test_gpt2_digits_hf_corpus():
+    check_corpus("gpt2_digits", write_gpt2_fixture("gpt2_digits"))
+
+
+def test_gpt2_digit_runs_hf_corpus():
+    check_corpus("gpt2_digit_runs", write_gpt2_fixture("gpt2_digit_runs"))
+
+
+def test_gpt2_prefix_space_hf_corpus():
+    check_corpus("gpt2_prefix_space", write_gpt2_fixture("gpt2_prefix_space"))
+
+
+def test_gpt2_plain_hf_corpus():
+    check_corpus("gpt2_plain", write_gpt2_fixture("gpt2_plain"))
+
+
+def test_gpt2_empty_normalizer_sequence():
+    """An empty normalizer Sequence (transformers' GGUF converter writes one) is no
+    normalizer: the ids are those `tokenizers` gave without one."""
+    exp = load_expected()
+    d = tmpdir("tok_gpt2_empty_norm")
+    t = gpt2_fixture_json("gpt2_digits")
+    t["normalizer"] = {"type": "Sequence", "normalizers": []}
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(t, f, ensure_ascii=False)
+    got = encode_all(d, exp["texts"])
+    want = exp["tokenizers"]["gpt2_digits"]["ids"]
+    bad = [t for t, g, w in zip(exp["texts"], got, want) if g[0] != w]
+    assert not bad, "%d texts differ, first %r" % (len(bad), bad[0])
+
+
+def test_gpt2_missing_byte_tokens():
+    """A byte-level vocabulary without some bytes' tokens (SmolLM2's lacks 21, 0x04 and
+    0xF5..0xFF among them) is accepted; with no unk token such a byte is dropped. Expected
+    ids from `tokenizers` (skips without it)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise Skip("tokenizers (PyPI) is not installed")
+    t = gpt2_fixture_json("gpt2_digits")
+    gone = {"\u0104", "\u011d", "\u00c0", "\u00ff"}   # bytes 0x04, 0x1D, 0xC0, 0xFF in GPT-2's byte map
+    assert not any(a in gone or b in gone for a, b in (m.split(" ") if isinstance(m, str) else m
+                                                       for m in t["model"]["merges"]))
+    t["model"]["vocab"] = {k: v for k, v in t["model"]["vocab"].items() if k not in gone}
+    d = tmpdir("tok_gpt2_missing_bytes")
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(t, f, ensure_ascii=False)
+    hf = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    texts = ["a\x04b", "\x04", "x \x1d\x1d y\x04", "caf\u00c0 \u00ff \x04\x041\x042", "plain text", "\x1d 12 \x04 "]
+    got = encode_all(d, texts)
+    for text, (ids, _) in zip(texts, got):
+        want = hf.encode(text, add_special_tokens=False).ids
+        assert ids == want, (text, ids, want)
+
+
 def test_roundtrip():
     """decode(encode(x)) == x (special tokens shown) wherever NFC leaves x alone."""
     import unicodedata
@@ -227,8 +319,8 @@ def test_roundtrip():
             dirs.append(shared("tokenizers", d))
         except Skip:
             pass
-    if not dirs:
-        raise Skip("../shared/assets/tokenizers is absent")
+    # the GPT-2-style fixture without add_prefix_space (whose space decodes back)
+    dirs += [write_gpt2_fixture(v) for v in ("gpt2_digits", "gpt2_digit_runs", "gpt2_plain")]
     for d in dirs:
         res = encode_all(d, texts)
         bad = [t for t, (_, ok) in zip(texts, res) if not ok]
@@ -247,7 +339,7 @@ def test_invalid_utf8_and_odd_input():
     texts = [b"\xff", b"\xc3", b"a\xc3", b"\xe4\xbd", b"\x80\x80abc", b"\x00\x00 x\x00", b"\xed\xa0\x80",
              b"<|im_start|\xff>", b"'\xff", b" \xff\n\xfe"]
     texts += [bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 80))) for _ in range(200)]
-    dirs = [write_spm_fixture()]
+    dirs = [write_spm_fixture()] + [write_gpt2_fixture(v) for v in GPT2_VARIANTS]
     for d in ("qwen2.5-instruct", "llama3-instruct"):
         try:
             dirs.append(shared("tokenizers", d))
@@ -257,10 +349,9 @@ def test_invalid_utf8_and_odd_input():
         for ids, _ in encode_all(d, texts, special=True):
             assert all(i >= 0 for i in ids)
     # byte-level: raw bytes that happen to be valid UTF-8 round trip exactly
-    if len(dirs) > 1:
-        ok = [t for t in texts if _valid(t)]
-        for ids_rt in encode_all(dirs[1], ok):
-            assert ids_rt[1]
+    ok = [t for t in texts if _valid(t)]
+    for ids_rt in encode_all(dirs[1], ok):
+        assert ids_rt[1]
 
 
 def _valid(b):
@@ -274,6 +365,9 @@ def _valid(b):
 def test_corrupt_blobs_do_not_crash():
     p = run([driver(), write_spm_fixture(), "fuzz", "3000"])
     assert "fuzz 3000" in p.stdout
+    # the GPT-2-style blob: Digits and add_prefix_space flags in the header
+    p = run([driver(), write_gpt2_fixture("gpt2_prefix_space"), "fuzz", "1000"])
+    assert "fuzz 1000" in p.stdout
     try:
         q = shared("tokenizers", "qwen2.5-instruct")
     except Skip:
@@ -321,6 +415,14 @@ def test_user_errors():
         {"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated", "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
         normalizer=None)
+    gpt2 = gpt2_fixture_json("gpt2_digits") if os.path.exists(GPT2_FIXTURE) else None
+
+    def pre(*items):
+        t = json.loads(json.dumps(gpt2))
+        t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": list(items)}
+        return t
+    qwen_split = {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated", "invert": False}
+    bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
     cases = [
         ("json", "{ not json", None),
         ("unigram", variant(model__type="Unigram"), "model.type"),
@@ -330,6 +432,18 @@ def test_user_errors():
         ("norm", variant(normalizer={"type": "NFKC"}), "normalizer.type"),
         ("cfg", base, "tokenizer_config.json: eos_token"),
     ]
+    if gpt2:   # the pre-tokenizers around GPT-2's that are still refused
+        cases += [
+            ("pre3", pre({"type": "Digits"}, qwen_split, bl), "pre_tokenizer.pretokenizers: only"),
+            ("pre_ws", pre({"type": "Digits"}, {"type": "Whitespace"}), "pre_tokenizer.pretokenizers: only"),
+            ("pre_meta", pre({"type": "Metaspace"}, bl), "pre_tokenizer.pretokenizers[0].type: \"Metaspace\""),
+            ("split_regex", pre(qwen_split, dict(bl, use_regex=True)), "pre_tokenizer.pretokenizers[1].use_regex: "),
+            ("split_prefix", pre(qwen_split, dict(bl, add_prefix_space=True)),
+             "pre_tokenizer.pretokenizers[1].add_prefix_space: "),
+            ("digits_bool", pre({"type": "Digits", "individual_digits": "yes"}, bl),
+             "pre_tokenizer.pretokenizers[0].individual_digits: "),
+            ("whitespace", dict(gpt2, pre_tokenizer={"type": "WhitespaceSplit"}), "pre_tokenizer.type: "),
+        ]
     for name, tok, key in cases:
         files = {"tokenizer_config.json": '{"eos_token": "<nope>"}'} if name == "cfg" else None
         d = _bad_dir(name, tok, files)

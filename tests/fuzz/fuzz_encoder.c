@@ -1,7 +1,8 @@
 /* fuzz_encoder.c: libFuzzer harness for the encoder and decoder
  * (runtime/tokenizer.c). At start it packs the real tokenizers named by
  * $LLMCC_FUZZ_TOKDIRS (directories with tokenizer.json, ':'-separated;
- * `make fuzz` passes Qwen2.5, Llama 3 and a SentencePiece one). Input byte 0
+ * `make fuzz` passes Qwen2.5, Llama 3, a SentencePiece one and the GPT-2-style
+ * fixture with Digits, without and with add_prefix_space). Input byte 0
  * picks the tokenizer and add_special; the rest is the text (any bytes).
  * Checks: ids inside the vocabulary; streaming decode equals whole decode. */
 #include "fuzz_common.h"

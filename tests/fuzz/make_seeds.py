@@ -6,7 +6,8 @@ tests/fuzz/corpus/TARGET/ (committed; rerun only to change them).
 
 Seeds are small valid inputs (a fuzzer mutates from them): safetensors files
 built with struct, the fixture configs and tokenizers of
-scripts/make_fixture.py, a hand-written SentencePiece-style tokenizer, texts
+scripts/make_fixture.py, a hand-written SentencePiece-style tokenizer, the
+GPT-2-style fixture of tests/test_tokenizer.py with SmolLM2's chat template, texts
 for the encoder, and packed blobs for the blob parser (packed by a throwaway
 C program linked with compiler/tokenizer_pack.c)."""
 import json
@@ -120,6 +121,16 @@ def seeds_tokenizers(tmp):
     with open(os.path.join(d, "tokenizer.json"), "w") as f:
         json.dump(spm, f, ensure_ascii=False)
     dirs.append(d)
+    # GPT-2-style (Digits + ByteLevel's regex), SmolLM2's chat template
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import test_chat
+    d = test_chat.smollm2_dir(os.path.join(tmp, "gpt2"))
+    with open(os.path.join(d, "tokenizer.json"), encoding="utf-8") as f:
+        tok = f.read()
+    with open(os.path.join(d, "chat_template.jinja")) as f:
+        cfg = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "chat_template": f.read()}
+    put("tokenizer_json", "gpt2", tok + "\0" + json.dumps(cfg))
+    dirs.append(d)
     return dirs
 
 
@@ -127,11 +138,12 @@ def seeds_encoder():
     texts = ["Hello, world!", "  leading spaces and\ttabs\n\nnew lines\r\n", "123456789 0.5 3,14",
              "caf\u00e9 na\u00efve \u00c5ngstr\u00f6m e\u0301", "\u4f60\u597d\uff0c\u4e16\u754c", "\U0001F600\U0001F680 emoji",
              "<|im_start|>user\nhi<|im_end|>", "<s>hello</s> <unk>", "it's they're I'll we'd",
-             "\xff\xfe invalid utf8 \xc3", "    \n   x"]
+             "\xff\xfe invalid utf8 \xc3", "    \n   x", "I'M 'Re x's 1 22 333 \u0663\u00bd  \n 7 "]
     for i, t in enumerate(texts):
         for sel in range(2):
             data = t.encode("utf-8", "surrogateescape") if isinstance(t, str) else t
-            put("encoder", "text%02d_%d" % (i, sel), bytes([sel * 5 + i % 3]) + data)
+            # byte 0 picks the tokenizer (mod make fuzz's 5); the last text goes to the GPT-2-style ones
+            put("encoder", "text%02d_%d" % (i, sel), bytes([sel * 5 + i % 3 if i < 11 else 3 + sel]) + data)
 
 
 PACKER = r'''
