@@ -269,6 +269,7 @@ static const struct { const char *key; unsigned archs; KeyClass cls; } CONFIG_KE
     {"layer_types", A_QWEN2 | A_QWEN3, KEY_DEFAULT_ONLY},
     /* inert: bookkeeping, training-only settings, other libraries' settings */
     {"_name_or_path", A_ALL, KEY_INERT}, {"transformers_version", A_ALL, KEY_INERT},
+    {"_model_name_or_path", A_ALL, KEY_INERT}, {"unk_token_id", A_ALL, KEY_INERT},   /* transformers' GGUF loader */
     {"initializer_range", A_ALL, KEY_INERT}, {"use_cache", A_ALL, KEY_INERT}, {"attention_dropout", A_ALL, KEY_INERT},
     /* Qwen2/Qwen3: only used with use_sliding_window, which must be false */
     {"sliding_window", A_QWEN2 | A_QWEN3, KEY_INERT}, {"max_window_layers", A_QWEN2 | A_QWEN3, KEY_INERT},

@@ -10,11 +10,8 @@ is not in the repository, so neither are its outputs):
     1e-4 x max |logit|;
   - the chat reply to that question as the executable prints it, against transformers'.
 Skips with one line where the directory (LLMCC_SMOLLM2, else scripts/fetch_smollm2's
-default) or transformers is absent.
-
-While llmcc does not read transformers 5's rope_parameters (rope_theta 1e5 here), the
-checks run on a view of the directory in the 4.x layout (top-level rope_theta, the other
-files linked) and the test then skips, saying so."""
+default) or transformers is absent. The directory is in transformers 5's layout: llmcc must
+read its rope_parameters (rope_theta 1e5, not the 1e4 default)."""
 import json
 import os
 import shutil
@@ -57,25 +54,6 @@ def llmcc_rope_theta(d):
         if ln.startswith("rope_theta:"):
             return float(ln.split()[1])
     raise AssertionError("llmcc inspect printed no rope_theta")
-
-
-def layout_4x(d):
-    """d's files linked into a new directory whose config.json has rope_parameters'
-    rope_theta at the top level, as transformers 4 wrote it."""
-    v = tmpdir("smollm2_4x")
-    for fn in os.listdir(v):
-        os.remove(os.path.join(v, fn))
-    for fn in os.listdir(d):
-        if fn != "config.json" and not fn.startswith("."):
-            os.symlink(os.path.join(d, fn), os.path.join(v, fn))
-    with open(os.path.join(d, "config.json")) as f:
-        c = json.load(f)
-    rp = c.pop("rope_parameters")
-    assert rp.get("rope_type", "default") == "default", rp
-    c["rope_theta"] = rp["rope_theta"]
-    with open(os.path.join(v, "config.json"), "w") as f:
-        json.dump(c, f, indent=2)
-    return v
 
 
 class Reference:
@@ -154,13 +132,9 @@ def check_tokenizer(d, ref):
 def test_smollm2_135m_instruct_matches_transformers():
     d = model_dir()
     transformers_or_skip()
-    want_theta, got_theta = config_rope_theta(d), llmcc_rope_theta(d)
-    note = None
-    if got_theta != want_theta:
-        note = ("llmcc reads rope_theta %g from %s/config.json, whose rope_parameters say %g (transformers 5's "
-                "layout is not read yet); the checks passed on the 4.x layout" % (got_theta, d, want_theta))
-        d = layout_4x(d)
-        assert llmcc_rope_theta(d) == want_theta
+    with open(os.path.join(d, "config.json")) as f:
+        assert "rope_theta" not in json.load(f), "expected transformers 5's layout (rope_parameters only)"
+    assert llmcc_rope_theta(d) == config_rope_theta(d) == 1e5
     ref = Reference(d)
     check_tokenizer(d, ref)
     exe = build(d)
@@ -185,5 +159,3 @@ def test_smollm2_135m_instruct_matches_transformers():
     assert p.stdout.rstrip("\n") == answer, (p.stdout, answer)
     assert "Paris" in answer, answer
     shutil.rmtree(os.path.dirname(exe), ignore_errors=True)   # 1 GB: the payload and the executable
-    if note:
-        raise Skip(note)
