@@ -33,9 +33,12 @@ import make_fixture  # noqa: E402
 OUT = os.path.join(ROOT, "tests", "data", "family_expected.json")
 PROMPT = [1, 4, 7, 10, 13, 40, 77]
 N_IDS, N_LOGITS, SEED = 24, 8, 7
+# kinds with a real tokenizer and chat template: the chat prompt's ids from transformers' apply_chat_template,
+# and greedy ids after it
+CHAT_KINDS = {"smollm": "What is 2+2? Answer in 10 words."}
 # (kind, dtype, layout): the new families in transformers 5's layout, the older Llama
 # kinds (llama3 and linear RoPE scaling) in it too, and f16 checkpoints
-CASES = [("qwen3", "f32", "v5"), ("qwen3-tied", "f32", "v5"), ("mistral", "f32", "v5"),
+CASES = [("qwen3", "f32", "v5"), ("qwen3-tied", "f32", "v5"), ("mistral", "f32", "v5"), ("smollm", "f32", "v5"),
          ("llama-gqa", "f32", "v5"), ("llama-linear", "f32", "v5"), ("qwen2-tied", "f32", "v5"),
          ("qwen3", "f16", "v5"), ("llama-gqa", "f16", "v4")]
 
@@ -49,8 +52,8 @@ def sha256(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def greedy_and_logits(model, torch):
-    ids = list(PROMPT)
+def greedy_and_logits(model, torch, prompt=PROMPT):
+    ids = list(prompt)
     out, logits = [], []
     with torch.no_grad():
         for step in range(N_IDS):
@@ -113,12 +116,21 @@ def main():
         ids2, logits2 = greedy_and_logits(m2.eval(), torch)
         assert ids2 == ids and np.array_equal(logits2, logits), "%s: transformers reads the two layouts differently" % name
         assert len(set(ids)) > 1, "%s: degenerate fixture %s" % (name, ids)
+        chat = {}
+        if kind in CHAT_KINDS:
+            tok = transformers.AutoTokenizer.from_pretrained(d)
+            r = tok.apply_chat_template([{"role": "user", "content": CHAT_KINDS[kind]}], add_generation_prompt=True,
+                                        tokenize=True)
+            prompt = [int(x) for x in (r["input_ids"] if hasattr(r, "keys") else r)]
+            chat = {"chat_question": CHAT_KINDS[kind], "chat_prompt_ids": prompt,
+                    "chat_ids": greedy_and_logits(model, torch, prompt)[0]}
         cases[name] = {
             "kind": kind, "dtype": dtype, "layout": layout, "seed": SEED, "prompt": PROMPT,
             "model_sha256": sha256(os.path.join(d, "model.safetensors")),
             "ids": ids,
             "logits_f32_base64": base64.b64encode(logits.tobytes()).decode("ascii"),
             "logits_shape": list(logits.shape),
+            **chat,
         }
         print("%-24s ids %s" % (name, ids))
     doc = {"generator": "scripts/gen_family_expected.py",

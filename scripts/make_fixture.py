@@ -20,6 +20,11 @@ KIND:
   mistral       MistralForCausalLM: hidden 64, intermediate 160, 2 layers, 4 heads,
                 1 kv head, sliding_window 512 (not smaller than the context of 256),
                 rope_theta 1e6, eps 1e-5
+  smollm        LlamaForCausalLM shaped as SmolLM2 (9 heads, 3 kv heads, head_dim 8,
+                hidden 72, tied embeddings, rope_theta 1e5, SmolLM2's config keys
+                is_llama_config and rope_interleaved) with the GPT-2-style tokenizer of
+                tests/data/gpt2_tokenizer.json (Digits, ByteLevel with GPT-2's regex;
+                <|im_start|> / <|im_end|> as SmolLM2's) and SmolLM2-Instruct's chat template
   qwen2-tok     Qwen2ForCausalLM with the real Qwen2.5-Instruct tokenizer and
                 generation_config (copied from --tokenizer-dir, default
                 ../shared/assets/tokenizers/qwen2.5-instruct): vocab 151936, hidden 32,
@@ -57,7 +62,7 @@ import numpy as np
 
 KINDS = ("llama-gqa", "qwen2-tied", "llama-linear")
 # kinds of the families added later (checked against transformers: scripts/gen_family_expected.py)
-FAMILY_KINDS = ("qwen3", "qwen3-tied", "mistral")
+FAMILY_KINDS = ("qwen3", "qwen3-tied", "mistral", "smollm")
 # kinds with an outside tokenizer: not in KINDS, which the numpy reference tests walk
 EXTRA_KINDS = ("qwen2-tok",) + FAMILY_KINDS + ("qwen3-tok",)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -273,6 +278,17 @@ def config_for(kind, dtype):
             "bos_token_id": 297, "eos_token_id": [5, 6],
             "initializer_range": 0.02, "torch_dtype": td, "use_cache": True,
         }
+    if kind == "smollm":
+        return {
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "hidden_size": 72, "intermediate_size": 192, "num_hidden_layers": 2,
+            "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 8, "vocab_size": 1024,
+            "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "rope_scaling": None,
+            "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False,
+            "pretraining_tp": 1, "is_llama_config": True, "rope_interleaved": False, "tie_word_embeddings": True,
+            "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "initializer_range": 0.02,
+            "torch_dtype": td, "use_cache": True,
+        }
     if kind == "mistral":
         return {
             "architectures": ["MistralForCausalLM"], "model_type": "mistral",
@@ -356,6 +372,8 @@ def gen_config_for(kind):
                 "repetition_penalty": 1.05}
     if kind in ("qwen3", "qwen3-tied"):
         return {"bos_token_id": 297, "eos_token_id": [5, 6], "do_sample": False}
+    if kind == "smollm":
+        return {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "do_sample": False}
     if kind == "llama-linear":
         return {"bos_token_id": 1, "eos_token_id": 2, "do_sample": True,
                 "temperature": 0.6, "top_p": 0.9}
@@ -471,6 +489,15 @@ def make(kind, out, dtype="f32", seed=0, tokenizer_dir=None, layout=None):
         return cfg
     with open(os.path.join(out, "generation_config.json"), "w") as f:
         json.dump(gen_config_for(kind), f, indent=2)
+    if kind == "smollm":
+        data = os.path.join(ROOT, "tests", "data")
+        shutil.copyfile(os.path.join(data, "gpt2_tokenizer.json"), os.path.join(out, "tokenizer.json"))
+        shutil.copyfile(os.path.join(data, "smollm2-instruct.chat_template.jinja"), os.path.join(out, "chat_template.jinja"))
+        with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+            json.dump({"tokenizer_class": "TokenizersBackend", "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
+                       "unk_token": "<|endoftext|>", "pad_token": "<|im_end|>",
+                       "model_max_length": cfg["max_position_embeddings"]}, f, indent=2)
+        return cfg
     if kind in ("qwen2-tied", "qwen3", "qwen3-tied"):
         tok, sp = make_tokenizer("qwen2", 300)
         assert sp["<|endoftext|>"] == cfg["bos_token_id"], sp

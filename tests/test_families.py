@@ -1,4 +1,4 @@
-"""test_families: Qwen3, Mistral, transformers 5 configs and f16 checkpoints,
+"""test_families: Qwen3, Mistral, SmolLM-style Llama, transformers 5 configs and f16 checkpoints,
 end to end against transformers itself.
 
 The fixtures are written by scripts/make_fixture.py (numpy, seeded); their
@@ -74,6 +74,19 @@ def test_qwen3_tied():
 
 def test_mistral():
     check_case("mistral-f32-v5", 1e-4)
+
+
+def test_smollm_style():
+    # SmolLM2's shapes and config keys with a GPT-2-style tokenizer (Digits, GPT-2's regex) and SmolLM2's ChatML:
+    # the chat prompt as transformers' apply_chat_template gives it, and greedy decoding after it
+    check_case("smollm-f32-v5", 1e-4)
+    c = EXPECTED["smollm-f32-v5"]
+    out = fixture(c["kind"], c["dtype"], c["layout"], c["seed"]) + "-cpu"
+    p = run([os.path.join(out, "m"), "--prompt", c["chat_question"], "--tokenize"])
+    assert [int(x) for x in p.stdout.split()] == c["chat_prompt_ids"], (p.stdout, c["chat_prompt_ids"])
+    p = run([os.path.join(out, "m"), "--prompt", c["chat_question"], "-n", str(len(c["chat_ids"])), "--temperature",
+             "0", "--repeat-penalty", "1", "--ids", "--ignore-eos"])
+    assert [int(x) for x in p.stdout.split()] == c["chat_ids"], (p.stdout, c["chat_ids"])
 
 
 def test_transformers5_layouts_of_older_kinds():
