@@ -730,10 +730,13 @@ int main(int argc, char **argv) {
     const bool chat = has_tpl && !o.chat_off && (o.prompt || o.interactive);
     G.think_open = G.tok ? tokenizer_token_id(G.tok, "<think>") : -1;
     G.think_close = G.tok ? tokenizer_token_id(G.tok, "</think>") : -1;
-    if (o.think != TOK_THINK_DEFAULT && !(chat && tokenizer_chat_has_thinking(G.tok)))
-        die("--%s: %s", o.think ? "think" : "no-think",
-            !chat ? "the thinking switch is part of the chat template (no --no-chat)"
-                  : "this model's chat template has no thinking switch");
+    if (o.think != TOK_THINK_DEFAULT) {
+        const char *flag = o.think ? "--think" : "--no-think";
+        if (!has_tpl || !tokenizer_chat_has_thinking(G.tok))
+            die("%s: this model's chat template has no thinking switch", flag);
+        if (o.chat_off) die("%s: the thinking switch is part of the chat template: drop --no-chat", flag);
+        if (!chat) die("%s goes with the user's message: give --prompt TEXT or -i", flag);
+    }
     if (o.hide_thinking && (G.think_open < 0 || G.think_close < 0))
         die("--hide-thinking: this model's tokenizer has no <think> and </think> tokens");
 

@@ -501,7 +501,9 @@ def test_qwen3_exe_think_errors():
     p = q3("--prompt-ids", "1,2", "--think")
     assert p.returncode == 1 and "--prompt-ids are used as given: --think does not apply to them" in p.stderr, p.stderr
     p = q3("--no-chat", "--prompt", "x", "--no-think")
-    assert p.returncode == 1 and "the thinking switch is part of the chat template" in p.stderr, p.stderr
+    assert p.returncode == 1 and "--no-think: the thinking switch is part of the chat template: drop --no-chat" in p.stderr
+    p = q3("--think")
+    assert p.returncode == 1 and "--think goes with the user's message: give --prompt TEXT or -i" in p.stderr, p.stderr
     p = q3("--think", "--no-think", "--prompt", "x")
     assert p.returncode == 1 and "give --think or --no-think once" in p.stderr, p.stderr
     # Qwen2.5's template has no thinking switch, its tokenizer no <think>
