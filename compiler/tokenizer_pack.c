@@ -547,7 +547,6 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         if (spm_norm)
             die_user(p->path, "normalizer", "the SentencePiece normalizer (Prepend, Replace) before a Metaspace "
                      "pre-tokenizer is not supported");
-        if (nfc) die_user(p->path, "normalizer.type", "\"NFC\" before a Metaspace pre-tokenizer is not supported yet");
     } else if (pt >= 0 && !json_is_null(j, pt)) {
         const char *ptt = type_of(p, pt, "pre_tokenizer.type");
         int bl = pt, first = -1;
@@ -599,6 +598,9 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         byte_level = true;
     }
     if (byte_level && spm_norm) die_user(p->path, "normalizer", "SentencePiece normalizer with a ByteLevel pre-tokenizer is not supported");
+    /* the SentencePiece-style encoder has no NFC step: it would encode decomposed text differently */
+    if (!byte_level && nfc)
+        die_user(p->path, "normalizer.type", "\"NFC\" without a ByteLevel pre-tokenizer is not supported yet");
 
     /* ---- decoder (SentencePiece-style): the Strip of [Replace, ByteFallback, Fuse, Strip], or Metaspace ---- */
     bool strip_lead = false, dec_no_bytes = false, dec_meta_first = false;

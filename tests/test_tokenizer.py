@@ -553,6 +553,7 @@ def test_user_errors():
          "pre_tokenizer.add_prefix_space: "),
         ("meta_norm", variant(pre_tokenizer=meta), "normalizer: "),
         ("meta_nfc", variant(normalizer={"type": "NFC"}, pre_tokenizer=meta), "normalizer.type: "),
+        ("spm_nfc", variant(normalizer={"type": "NFC"}), "normalizer.type: \"NFC\" without a ByteLevel"),
         ("meta_split_type", variant(normalizer=None, pre_tokenizer=dict(meta, split="yes")), "pre_tokenizer.split: "),
         ("meta_dec_seq", variant(normalizer=None, pre_tokenizer=meta, decoder={"type": "Sequence", "decoders": [
             {"type": "ByteFallback"}, meta]}), "decoder.decoders[1]: "),
