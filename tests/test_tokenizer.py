@@ -223,20 +223,38 @@ def load_expected():
         return json.load(f)
 
 
-def check_corpus(key, tokdir):
+def expected_of(key):
+    """The expected entry of KEY with its null ids / ids_special filled in."""
     exp = load_expected()
-    texts = exp["texts"]
     e = exp["tokenizers"][key]
     if "ids_base" in e:   # null ids: those of the base tokenizer; null ids_special: special_prefix + ids
         base = exp["tokenizers"][e["ids_base"]]["ids"]
         ids = [b if a is None else a for a, b in zip(e["ids"], base)]
         e = dict(e, ids=ids, ids_special=[e["special_prefix"] + i if s is None else s
                                           for s, i in zip(e["ids_special"], ids)])
+    return e
+
+
+def expected_ids(key, texts, special=False):
+    """`tokenizers`' ids of TEXTS (corpus texts) for KEY."""
+    exp, e = load_expected(), expected_of(key)
+    f = "ids_special" if special else "ids"
+    return [e[f][i] if e[f][i] is not None else e["ids"][i] for i in map(exp["texts"].index, texts)]
+
+
+def check_sha(key, tokdir):
+    """Skips where TOKDIR/tokenizer.json is not the file KEY's expected ids were made with."""
     with open(os.path.join(tokdir, "tokenizer.json"), "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
-    if sha != e["sha256"]:
+    if sha != load_expected()["tokenizers"][key]["sha256"]:
         raise Skip("%s/tokenizer.json differs from the one the expected ids were made with; "
                    "rerun scripts/gen_tokenizer_expected.py" % tokdir)
+
+
+def check_corpus(key, tokdir):
+    texts = load_expected()["texts"]
+    e = expected_of(key)
+    check_sha(key, tokdir)
     bad = []
     # null entries in ids_special / decoded mean "same as ids" / "same as the text"
     for special, field in ((False, "ids"), (True, "ids_special")):
