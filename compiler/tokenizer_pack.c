@@ -413,6 +413,31 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
 #undef HAS
 }
 
+/* A Metaspace pre-tokenizer or decoder at obj (key: its JSON path): TOK_PRE_META_*, and *split.
+ * Read as `tokenizers` reads it: prepend_scheme defaults to "always" and split to true; the older
+ * add_prefix_space false must come with prepend_scheme "never". */
+static uint32_t metaspace(Pk *p, int obj, const char *key, bool *split) {
+    Json *j = &p->j;
+    const char *rk = arena_printf(p->a, "%s.replacement", key);
+    const char *rep = str_or_die(p, json_find(j, obj, "replacement"), rk, NULL);
+    if (strcmp(rep, SPM_SPACE) != 0) die_user(p->path, rk, "\"%s\" is not supported (only \"\u2581\")", rep);
+    uint32_t pre = TOK_PRE_META_ALWAYS;
+    int ps = json_find(j, obj, "prepend_scheme");
+    const char *sk = arena_printf(p->a, "%s.prepend_scheme", key);
+    if (ps >= 0 && !json_is_null(j, ps)) {
+        const char *sc = str_or_die(p, ps, sk, NULL);
+        if (strcmp(sc, "always") == 0) pre = TOK_PRE_META_ALWAYS;
+        else if (strcmp(sc, "first") == 0) pre = TOK_PRE_META_FIRST;
+        else if (strcmp(sc, "never") == 0) pre = TOK_PRE_META_NEVER;
+        else die_user(p->path, sk, "\"%s\" is not one of \"always\", \"first\", \"never\"", sc);
+    }
+    if (!get_bool(p, obj, "add_prefix_space", true, key) && pre != TOK_PRE_META_NEVER)
+        die_user(p->path, arena_printf(p->a, "%s.add_prefix_space", key),
+                 "false does not match prepend_scheme \"%s\"", pre == TOK_PRE_META_FIRST ? "first" : "always");
+    *split = get_bool(p, obj, "split", true, key);
+    return pre;
+}
+
 uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts, size_t *size) {
     Pk pk = { .a = a }, *p = &pk;
     p->path = path_join(a, dir, "tokenizer.json");
@@ -512,11 +537,17 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
 
     /* ---- pre-tokenizer ----
      * Accepted: ByteLevel; [ByteLevel]; [Split(Qwen2 / Llama 3 regex), ByteLevel(use_regex false)];
-     * [Digits, ByteLevel]. ByteLevel's use_regex is GPT-2's regex (TOK_PRE_GPT2). */
-    bool byte_level = false, digits = false, digit_runs = false, prefix_space = false;
+     * [Digits, ByteLevel]. ByteLevel's use_regex is GPT-2's regex (TOK_PRE_GPT2).
+     * Metaspace (SentencePiece-style BPE, as transformers 5 and legacy=False conversions write it). */
+    bool byte_level = false, digits = false, digit_runs = false, prefix_space = false, meta_split = false;
     uint32_t pre = TOK_PRE_NONE;
     int pt = json_find(j, 0, "pre_tokenizer");
-    if (pt >= 0 && !json_is_null(j, pt)) {
+    if (pt >= 0 && !json_is_null(j, pt) && strcmp(type_of(p, pt, "pre_tokenizer.type"), "Metaspace") == 0) {
+        pre = metaspace(p, pt, "pre_tokenizer", &meta_split);
+        if (spm_norm)
+            die_user(p->path, "normalizer", "the SentencePiece normalizer (Prepend, Replace) before a Metaspace "
+                     "pre-tokenizer is not supported");
+    } else if (pt >= 0 && !json_is_null(j, pt)) {
         const char *ptt = type_of(p, pt, "pre_tokenizer.type");
         int bl = pt, first = -1;
         const char *blkey = "pre_tokenizer";
@@ -567,11 +598,19 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         byte_level = true;
     }
     if (byte_level && spm_norm) die_user(p->path, "normalizer", "SentencePiece normalizer with a ByteLevel pre-tokenizer is not supported");
+    /* the SentencePiece-style encoder has no NFC step: it would encode decomposed text differently */
+    if (!byte_level && nfc)
+        die_user(p->path, "normalizer.type", "\"NFC\" without a ByteLevel pre-tokenizer is not supported yet");
 
-    /* ---- decoder: only the Strip of SentencePiece matters ---- */
-    bool strip_lead = false;
+    /* ---- decoder (SentencePiece-style): the Strip of [Replace, ByteFallback, Fuse, Strip], or Metaspace ---- */
+    bool strip_lead = false, dec_no_bytes = false, dec_meta_first = false;
     int dec = json_find(j, 0, "decoder");
-    if (!byte_level && dec >= 0 && !json_is_null(j, dec)) {
+    if (!byte_level && dec >= 0 && !json_is_null(j, dec) && json_str_eq(j, json_find(j, dec, "type"), "Metaspace")) {
+        bool split;
+        /* its prepend_scheme and split matter only where they differ from never / the pre-tokenizer's */
+        dec_meta_first = metaspace(p, dec, "decoder", &split) != TOK_PRE_META_NEVER;
+        dec_no_bytes = true;
+    } else if (!byte_level && dec >= 0 && !json_is_null(j, dec)) {
         int ds = json_find(j, dec, "decoders");
         int k = ds + 1;
         int nd = json_type(j, ds) == JSON_ARRAY ? json_size(j, ds) : 0;
@@ -584,6 +623,10 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
             }
             if (json_str_eq(j, json_find(j, k, "type"), "ByteLevel"))
                 die_user(p->path, "decoder", "ByteLevel decoder without a ByteLevel pre-tokenizer is not supported");
+            /* the Metaspace decoder counts tokens: after ByteFallback and Fuse they are not the model's */
+            if (json_str_eq(j, json_find(j, k, "type"), "Metaspace"))
+                die_user(p->path, arena_printf(a, "decoder.decoders[%d]", i),
+                         "Metaspace inside a Sequence is not supported yet (only alone)");
         }
     }
 
@@ -737,7 +780,9 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
     uint32_t flags = (nfc ? TOKF_NFC : 0) | (ignore_merges ? TOKF_IGNORE_MERGES : 0) | (add_bos ? TOKF_ADD_BOS : 0) |
                      (add_eos ? TOKF_ADD_EOS : 0) | (byte_fallback ? TOKF_BYTE_FALLBACK : 0) | (spm_norm ? TOKF_SPM_NORM : 0) |
                      (fuse_unk ? TOKF_FUSE_UNK : 0) | (strip_lead ? TOKF_STRIP_LEAD : 0) | (digits ? TOKF_DIGITS : 0) |
-                     (digit_runs ? TOKF_DIGIT_RUNS : 0) | (prefix_space ? TOKF_PREFIX_SPACE : 0);
+                     (digit_runs ? TOKF_DIGIT_RUNS : 0) | (prefix_space ? TOKF_PREFIX_SPACE : 0) |
+                     (meta_split ? TOKF_META_SPLIT : 0) | (dec_no_bytes ? TOKF_DEC_NO_BYTES : 0) |
+                     (dec_meta_first ? TOKF_DEC_META_FIRST : 0);
     PUT32(TOK_MAGIC); PUT32(TOK_VERSION); PUT32(byte_level ? TOK_MODEL_BYTELEVEL : TOK_MODEL_SPM); PUT32(flags);
     PUT32(pre); PUT32(bos); PUT32(eos); PUT32(unk);
     PUT32(ntok); PUT32(nm); PUT32(pool); PUT32(nchat);

@@ -7,7 +7,7 @@
  *    regexes have one lookahead, \s+(?!\S); a scanner over Unicode categories is
  *    exact and far faster than a regex engine), then BPE over raw bytes (the
  *    GPT-2 byte map is undone at pack time);
- *  - SentencePiece-style: Prepend/Replace normalizer, BPE over characters,
+ *  - SentencePiece-style: Prepend/Replace normalizer or the Metaspace pre-tokenizer, BPE over characters,
  *    byte fallback to <0xNN>, unk.
  * The blob is validated once at load; afterwards ids and offsets are trusted. */
 #include "tokenizer.h"
@@ -94,8 +94,16 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
     uint32_t n = rd32(blob + 32), nmerge = rd32(blob + 36), npool = rd32(blob + 40), nchat = rd32(blob + 44);
     if (version == 1 && nchat) return "tokenizer blob: v1 with a chat section";
     if (model > TOK_MODEL_SPM) return "tokenizer blob: unknown model kind";
-    if (pre > TOK_PRE_GPT2) return "tokenizer blob: unknown pre-tokenizer";
+    if (pre > TOK_PRE_META_NEVER) return "tokenizer blob: unknown pre-tokenizer";
     if (flags & ~TOKF_ALL) return "tokenizer blob: unknown flags";
+    /* Metaspace and its decoder belong to SentencePiece-style BPE, and replace the legacy normalizer */
+    bool meta = pre >= TOK_PRE_META_ALWAYS;
+    if (meta && (model != TOK_MODEL_SPM || (flags & TOKF_SPM_NORM)))
+        return "tokenizer blob: Metaspace with a byte-level model or the SentencePiece normalizer";
+    if ((flags & TOKF_META_SPLIT) && !meta) return "tokenizer blob: Metaspace split without Metaspace";
+    if ((flags & (TOKF_DEC_NO_BYTES | TOKF_DEC_META_FIRST)) && model != TOK_MODEL_SPM)
+        return "tokenizer blob: Metaspace decoder with a byte-level model";
+    if ((flags & TOKF_DEC_META_FIRST) && (flags & TOKF_STRIP_LEAD)) return "tokenizer blob: two decoders";
     /* Digits and add_prefix_space come before a whole-piece or GPT-2 split only (what the packer accepts) */
     if ((flags & (TOKF_DIGITS | TOKF_PREFIX_SPACE)) &&
         (model != TOK_MODEL_BYTELEVEL || (pre != TOK_PRE_NONE && pre != TOK_PRE_GPT2)))
@@ -612,23 +620,44 @@ static void encode_segment_bytes(const Tokenizer *t, Enc *e, const uint8_t *s, s
     pre_tokenize(t, e, e->norm, len);
 }
 
-/* SentencePiece-style: Prepend("▁") + Replace(" " -> "▁") where configured,
- * then BPE over characters with byte fallback / unk. */
-static void encode_segment_spm(const Tokenizer *t, Enc *e, const uint8_t *s, size_t n) {
+static bool is_meta(const uint8_t *s, size_t n) { return n >= 3 && s[0] == 0xE2 && s[1] == 0x96 && s[2] == 0x81; }
+
+static void encode_word_spm(const Tokenizer *t, Enc *e, const uint8_t *w, size_t wn);
+
+/* SentencePiece-style, one segment (the text between added tokens; at_start: it begins
+ * the input): the legacy normalizer Prepend("▁") + Replace(" " -> "▁"), or the Metaspace
+ * pre-tokenizer (see TOK_PRE_META_*: unlike Prepend, it adds no "▁" in front of one that
+ * is there, so " x" is "▁x", not "▁▁x"), then BPE over characters with byte fallback / unk. */
+static void encode_segment_spm(const Tokenizer *t, Enc *e, const uint8_t *s, size_t n, bool at_start) {
     if (n == 0) return;
     const uint8_t *w = s; size_t wn = n;
-    if (t->flags & TOKF_SPM_NORM) {
+    bool meta = t->pre >= TOK_PRE_META_ALWAYS;
+    if ((t->flags & TOKF_SPM_NORM) || meta) {
+        bool prepend = !meta;
+        if (meta && (t->pre == TOK_PRE_META_ALWAYS || (t->pre == TOK_PRE_META_FIRST && at_start)))
+            prepend = s[0] != ' ' && !is_meta(s, n);
         uint8_t *nb = grow(e->norm, &e->norm_cap, 3 * n + 3, 1, &e->oom);
         if (!nb) return;
         e->norm = nb;
         size_t k = 0;
-        nb[k++] = 0xE2; nb[k++] = 0x96; nb[k++] = 0x81;
+        if (prepend) { nb[k++] = 0xE2; nb[k++] = 0x96; nb[k++] = 0x81; }
         for (size_t i = 0; i < n; i++) {
             if (s[i] == ' ') { nb[k++] = 0xE2; nb[k++] = 0x96; nb[k++] = 0x81; }
             else nb[k++] = s[i];
         }
         w = nb; wn = k;
     }
+    if (!(t->flags & TOKF_META_SPLIT)) { encode_word_spm(t, e, w, wn); return; }
+    /* split: each "▁" begins a pre-token (tokenizers' MergedWithNext) */
+    size_t start = 0;
+    for (size_t i = 1; i < wn && !e->oom; i++)
+        if (is_meta(w + i, wn - i)) { encode_word_spm(t, e, w + start, i - start); start = i; }
+    if (!e->oom) encode_word_spm(t, e, w + start, wn - start);
+}
+
+/* One SentencePiece-style pre-token: characters to ids (byte fallback / unk), then BPE. */
+static void encode_word_spm(const Tokenizer *t, Enc *e, const uint8_t *w, size_t wn) {
+    if (wn == 0) return;
     if (!ensure_sym(e, wn)) return;
     size_t k = 0;
     bool prev_unk = false;
@@ -668,14 +697,14 @@ int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, bool add_
         }
         if (hit == NONE) { i++; continue; }
         if (t->model == TOK_MODEL_BYTELEVEL) encode_segment_bytes(t, &e, s + seg, i - seg);
-        else encode_segment_spm(t, &e, s + seg, i - seg);
+        else encode_segment_spm(t, &e, s + seg, i - seg, seg == 0);
         emit(&e, (int32_t)hit);
         i += t->off[hit + 1] - t->off[hit];
         seg = i;
     }
     if (!e.oom) {
         if (t->model == TOK_MODEL_BYTELEVEL) encode_segment_bytes(t, &e, s + seg, len - seg);
-        else encode_segment_spm(t, &e, s + seg, len - seg);
+        else encode_segment_spm(t, &e, s + seg, len - seg, seg == 0);
     }
     if (add_special && (t->flags & TOKF_ADD_EOS) && t->eos >= 0) emit(&e, t->eos);
     free(e.norm); free(e.pfx); free(e.cp); free(e.cls); free(e.coff); free(e.sym); free(e.rank);
@@ -740,6 +769,7 @@ void tokdec_init(TokDecoder *d, const Tokenizer *t, bool show_special) {
     memset(d, 0, sizeof *d);
     d->t = t; d->show_special = show_special;
     d->first = (t->flags & TOKF_STRIP_LEAD) != 0;
+    d->first_tok = true;
 }
 
 size_t tokdec_push(TokDecoder *d, int32_t id, char *out, size_t cap) {
@@ -748,19 +778,27 @@ size_t tokdec_push(TokDecoder *d, int32_t id, char *out, size_t cap) {
     if (id < 0 || (uint32_t)id >= t->n) return 0;
     uint8_t fl = t->tflag[id];
     if ((fl & TOKT_SPECIAL) && !d->show_special) return 0;
+    /* the Metaspace decoder's token 0 is the first token it is given: skipped special tokens are not */
+    bool tok0 = d->first_tok;
+    d->first_tok = false;
     const uint8_t *s = t->pool + t->off[id];
     size_t n = t->off[id + 1] - t->off[id];
     if (t->model == TOK_MODEL_SPM && !(fl & TOKT_ADDED)) {
         int h1, h2;
-        if ((t->flags & TOKF_BYTE_FALLBACK) && n == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>' &&
-            (h1 = hexval(s[3])) >= 0 && (h2 = hexval(s[4])) >= 0) {     /* ByteFallback */
-            uint8_t b = (uint8_t)(h1 << 4 | h2);
+        if ((t->flags & TOKF_BYTE_FALLBACK) && !(t->flags & TOKF_DEC_NO_BYTES) && n == 6 && s[0] == '<' &&
+            s[1] == '0' && s[2] == 'x' && s[5] == '>' && (h1 = hexval(s[3])) >= 0 && (h2 = hexval(s[4])) >= 0) {
+            uint8_t b = (uint8_t)(h1 << 4 | h2);     /* ByteFallback */
             out_bytes(&o, &b, 1);
             return o.len;
         }
-        for (size_t i = 0; i < n;) {      /* Replace("▁" -> " ") */
-            if (i + 3 <= n && s[i] == 0xE2 && s[i + 1] == 0x96 && s[i + 2] == 0x81) { uint8_t sp = ' '; out_bytes(&o, &sp, 1); i += 3; }
-            else { out_bytes(&o, s + i, 1); i++; }
+        /* Replace("▁" -> " "); the Metaspace decoder (prepend_scheme first / always) drops token 0's */
+        bool drop = tok0 && (t->flags & TOKF_DEC_META_FIRST);
+        for (size_t i = 0; i < n;) {
+            if (is_meta(s + i, n - i)) {
+                uint8_t sp = ' ';
+                if (!drop) out_bytes(&o, &sp, 1);
+                i += 3;
+            } else { out_bytes(&o, s + i, 1); i++; }
         }
         return o.len;
     }

@@ -3,7 +3,8 @@
  * compact packed blob (built by compiler/tokenizer_pack.c from tokenizer.json
  * and tokenizer_config.json) and needs no file at run time.
  * Models: byte-level BPE (Qwen2, Llama 3, GPT-2-style as SmolLM's) and
- * SentencePiece-style BPE with byte fallback (Llama 2, TinyLlama, llama2.c models). */
+ * SentencePiece-style BPE with byte fallback (Llama 2, TinyLlama, llama2.c models;
+ * the legacy Prepend/Replace normalizer or the Metaspace pre-tokenizer). */
 #ifndef LLMCC_TOKENIZER_H
 #define LLMCC_TOKENIZER_H
 #include <stdbool.h>
@@ -37,6 +38,7 @@ typedef struct {
     const Tokenizer *t;
     bool show_special;
     bool first;                 /* SentencePiece: strip the leading space of the first piece */
+    bool first_tok;             /* no token decoded yet (skipped ones aside): the Metaspace decoder's token 0 */
     unsigned char pend[8]; int npend;
 } TokDecoder;
 void tokdec_init(TokDecoder *d, const Tokenizer *t, bool show_special);
@@ -121,8 +123,13 @@ bool tokenizer_chat_rewrites_history(const Tokenizer *t);   /* earlier turns ren
 #define TOK_HEADER_SIZE 48u
 enum { TOK_MODEL_BYTELEVEL = 0, TOK_MODEL_SPM = 1 };
 /* NONE: a segment is one pre-token; QWEN2 / LLAMA3: their Split regex; GPT2: ByteLevel's own
- * (use_regex) GPT-2 regex. TOKF_DIGITS and TOKF_PREFIX_SPACE go with NONE and GPT2 only. */
-enum { TOK_PRE_NONE = 0, TOK_PRE_QWEN2 = 1, TOK_PRE_LLAMA3 = 2, TOK_PRE_GPT2 = 3 };
+ * (use_regex) GPT-2 regex. TOKF_DIGITS and TOKF_PREFIX_SPACE go with NONE and GPT2 only.
+ * META_*: SentencePiece-style only, without TOKF_SPM_NORM: Metaspace(replacement U+2581,
+ * prepend_scheme always / first / never): spaces become U+2581, then a segment (text between
+ * added tokens) not starting with U+2581 gets one prepended: always every segment, first only
+ * the segment at the start of the input, never none. TOKF_META_SPLIT: split true. */
+enum { TOK_PRE_NONE = 0, TOK_PRE_QWEN2 = 1, TOK_PRE_LLAMA3 = 2, TOK_PRE_GPT2 = 3,
+       TOK_PRE_META_ALWAYS = 4, TOK_PRE_META_FIRST = 5, TOK_PRE_META_NEVER = 6 };
 enum {
     TOKF_NFC = 1,             /* normalizer NFC */
     TOKF_IGNORE_MERGES = 2,   /* a pre-token found in the vocab is emitted whole */
@@ -134,8 +141,12 @@ enum {
     TOKF_DIGITS = 256,        /* a Digits pre-tokenizer first: each numeric character its own piece */
     TOKF_DIGIT_RUNS = 512,    /* with TOKF_DIGITS: runs of numeric characters instead (individual_digits false) */
     TOKF_PREFIX_SPACE = 1024, /* ByteLevel's add_prefix_space: a piece not starting with ' ' gets one */
+    TOKF_META_SPLIT = 2048,   /* Metaspace split: each U+2581 starts a new pre-token (it stays in front) */
+    /* decoder (SentencePiece-style): Metaspace instead of [Replace, ByteFallback, Fuse, Strip] */
+    TOKF_DEC_NO_BYTES = 4096, /* no ByteFallback: a <0xNN> token decodes as its own text */
+    TOKF_DEC_META_FIRST = 8192, /* the first token's U+2581 are dropped, not turned into spaces */
 };
-#define TOKF_ALL 2047u
+#define TOKF_ALL 16383u
 enum { TOKT_SPECIAL = 1, TOKT_ADDED = 2, TOKT_VOCAB = 4 };
 /* Worst-case bytes one tokdec_push can produce for this tokenizer. */
 size_t tokenizer_max_piece_bytes(const Tokenizer *t);

@@ -4,9 +4,12 @@ ids that Hugging Face `tokenizers` (pip install tokenizers) gives for a
 corpus, so tests/test_tokenizer.py can check llmcc's tokenizer without the
 network or the package. Tokenizers: Qwen2.5 and Llama 3 from
 ../shared/assets/tokenizers, Llama 2 as converted by scripts/convert_llama2c.py
-(when present), the SentencePiece-style fixture of test_tokenizer.py, and the
-GPT-2-style fixture tests/data/gpt2_tokenizer.json in each pre-tokenizer of
-test_tokenizer.GPT2_VARIANTS.
+(when present) and as transformers 5 writes it again with a Metaspace pre-tokenizer
+(scripts/llama2_metaspace.py, each of test_tokenizer.META_VARIANTS; their ids are stored
+as null where equal to the legacy file's, "ids_base", and their ids_special as null where
+they are "special_prefix" + ids), the SentencePiece-style fixture of
+test_tokenizer.py, and the GPT-2-style fixture tests/data/gpt2_tokenizer.json in each
+pre-tokenizer of test_tokenizer.GPT2_VARIANTS.
 
 The GPT-2-style fixture is a byte-level BPE (1024 tokens, all 256 bytes, three
 special tokens as SmolLM's) trained here by `tokenizers` on the corpus below and
@@ -31,7 +34,10 @@ from tokenizers import Tokenizer
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared", "assets"))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from test_tokenizer import GPT2_FIXTURE, GPT2_VARIANTS, spm_fixture_json, write_gpt2_fixture  # noqa: E402
+from test_tokenizer import (GPT2_FIXTURE, GPT2_VARIANTS, META_VARIANTS, spm_fixture_json,  # noqa: E402
+                            write_gpt2_fixture)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import llama2_metaspace  # noqa: E402
 
 CORPUS = [
     "Hello world", " Hello world", "Hello World!", "hello, world! How are you today?",
@@ -183,6 +189,17 @@ def main():
             e = encode(Tokenizer.from_file(p), texts)
             e["sha256"] = sha(p)
             out["tokenizers"]["llama2"] = e
+            for v in META_VARIANTS:
+                p = os.path.join(llama2_metaspace.make(v, os.path.join(tmp, "llama2_meta_" + v)), "tokenizer.json")
+                m = encode(Tokenizer.from_file(p), texts)
+                # ids_special: BOS in front (the post-processor is the legacy file's); null below
+                ids_sp = [m["ids"][i] if x is None else x for i, x in enumerate(m["ids_special"])]
+                m["special_prefix"] = [ids_sp[0][0]]
+                m["ids_special"] = [None if sp == m["special_prefix"] + i else sp for sp, i in zip(ids_sp, m["ids"])]
+                m["ids"] = [None if a == b else a for a, b in zip(m["ids"], e["ids"])]
+                m["ids_base"] = "llama2"
+                m["sha256"] = sha(p)
+                out["tokenizers"]["llama2_meta_" + v] = m
     dst = os.path.join(ROOT, "tests", "data", "tokenizer_expected.json")
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     with open(dst, "w", encoding="utf-8") as f:

@@ -38,6 +38,9 @@ KIND:
                 "...assistant\n" is "<think>I</think>\n\nHello<|im_end|>": the embedding of
                 each id of that chain is one dimension of its own (the rest near zero),
                 the next id's lm_head row reads it (weight 50).
+  mistral-spm   mistral with vocab 32000 and the SentencePiece-style tokenizer files of
+                --tokenizer-dir (required; Llama 2's with a Metaspace pre-tokenizer, as
+                Mistral's are: scripts/llama2_metaspace.py first DIR); layout v5.
 
 --layout v4 writes config.json as transformers 4.x did (top-level rope_theta and
 rope_scaling, torch_dtype), --layout v5 as transformers 5 does (both inside
@@ -64,7 +67,8 @@ KINDS = ("llama-gqa", "qwen2-tied", "llama-linear")
 # kinds of the families added later (checked against transformers: scripts/gen_family_expected.py)
 FAMILY_KINDS = ("qwen3", "qwen3-tied", "mistral", "smollm")
 # kinds with an outside tokenizer: not in KINDS, which the numpy reference tests walk
-EXTRA_KINDS = ("qwen2-tok",) + FAMILY_KINDS + ("qwen3-tok",)
+# (mistral-spm last: a kind's place seeds its weights)
+EXTRA_KINDS = ("qwen2-tok",) + FAMILY_KINDS + ("qwen3-tok", "mistral-spm")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QWEN_TOK_DIR = os.path.normpath(os.path.join(ROOT, "..", "shared", "assets", "tokenizers", "qwen2.5-instruct"))
 QWEN3_TOK_DIR = os.path.normpath(os.path.join(ROOT, "..", "shared", "assets", "tokenizers", "qwen3"))
@@ -278,6 +282,8 @@ def config_for(kind, dtype):
             "bos_token_id": 297, "eos_token_id": [5, 6],
             "initializer_range": 0.02, "torch_dtype": td, "use_cache": True,
         }
+    if kind == "mistral-spm":   # Mistral with a SentencePiece-style tokenizer of 32000 ids (Llama 2's)
+        return dict(config_for("mistral", dtype), vocab_size=32000)
     if kind == "smollm":
         return {
             "architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -462,6 +468,9 @@ def make(kind, out, dtype="f32", seed=0, tokenizer_dir=None, layout=None):
     all_kinds = KINDS + EXTRA_KINDS
     if kind not in all_kinds:
         raise ValueError("KIND must be one of %s" % ", ".join(all_kinds))
+    if kind == "mistral-spm" and not tokenizer_dir:
+        raise SystemExit("make_fixture.py: mistral-spm takes its tokenizer from --tokenizer-dir "
+                         "(e.g. scripts/llama2_metaspace.py first DIR)")
     if kind in ("qwen2-tok", "qwen3-tok"):
         tokenizer_dir = tokenizer_dir or (QWEN_TOK_DIR if kind == "qwen2-tok" else QWEN3_TOK_DIR)
         need = [os.path.join(tokenizer_dir, fn) for fn in ("tokenizer.json", "tokenizer_config.json")]
@@ -477,7 +486,7 @@ def make(kind, out, dtype="f32", seed=0, tokenizer_dir=None, layout=None):
     if kind == "qwen3-tok":
         rig_qwen3_chain(weights, cfg["hidden_size"])
     write_safetensors(os.path.join(out, "model.safetensors"), weights, dtype)
-    if (layout or ("v5" if kind in FAMILY_KINDS + ("qwen3-tok",) else "v4")) == "v5":
+    if (layout or ("v5" if kind in FAMILY_KINDS + ("qwen3-tok", "mistral-spm") else "v4")) == "v5":
         cfg = layout_v5(cfg)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
@@ -497,6 +506,11 @@ def make(kind, out, dtype="f32", seed=0, tokenizer_dir=None, layout=None):
             json.dump({"tokenizer_class": "TokenizersBackend", "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
                        "unk_token": "<|endoftext|>", "pad_token": "<|im_end|>",
                        "model_max_length": cfg["max_position_embeddings"]}, f, indent=2)
+        return cfg
+    if kind == "mistral-spm":
+        for fn in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            if os.path.exists(os.path.join(tokenizer_dir, fn)):
+                shutil.copyfile(os.path.join(tokenizer_dir, fn), os.path.join(out, fn))
         return cfg
     if kind in ("qwen2-tied", "qwen3", "qwen3-tied"):
         tok, sp = make_tokenizer("qwen2", 300)
@@ -526,7 +540,7 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32")
     ap.add_argument("--layout", choices=("v4", "v5"), help="config.json as transformers 4.x or 5 writes it")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tokenizer-dir", help="qwen2-tok, qwen3-tok: where the tokenizer files come from")
+    ap.add_argument("--tokenizer-dir", help="qwen2-tok, qwen3-tok, mistral-spm: where the tokenizer files come from")
     a = ap.parse_args(argv)
     make(a.kind, a.outdir, a.dtype, a.seed, a.tokenizer_dir, a.layout)
     print("wrote %s (%s, %s, seed %d)" % (a.outdir, a.kind, a.dtype, a.seed))

@@ -69,7 +69,8 @@ PREAMBLE = "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutti
 # Where transformers 5 and `tokenizers` (straight from tokenizer.json) encode the same
 # rendered text differently, llmcc follows tokenizer.json: transformers 5 rebuilds Llama
 # tokenizers with Metaspace(prepend_scheme="always") instead of the file's legacy
-# Prepend("▁") normalizer, so " mean" right after "</s>" loses one "▁".
+# Prepend("▁") normalizer, so " mean" right after "</s>" loses one "▁". (Saved by transformers 5,
+# tokenizer.json has that Metaspace too, and llmcc gives transformers' ids: test_tinyllama_metaspace_chat_ids.)
 TOKENIZERS_DIFFER = {("tinyllama", "special-token text in content")}
 
 
@@ -169,9 +170,11 @@ def expected():
         return json.load(f)
 
 
-def check_family(name):
+def check_family(name, d=None, transformers_ids=False):
+    """transformers_ids: D's tokenizer.json is what transformers encoded with, so its ids are
+    expected even where the original tokenizer.json encodes differently (TOKENIZERS_DIFFER)."""
     exp = expected()[name]
-    d = tok_dir(name)
+    d = d or tok_dir(name)
     cases, think = cases_of(name), think_args(name)
     # every conversation in one call: a list of them gives one line of ids each
     mf = os.path.join(tmpdir("chat"), name.replace(" ", "_") + "_all.json")
@@ -185,7 +188,8 @@ def check_family(name):
         want = e["ids"]
         if "ids_tokenizers" in e:
             assert (name, title) in TOKENIZERS_DIFFER, (name, title, "transformers and tokenizers differ")
-            want = e["ids_tokenizers"]
+            if not transformers_ids:
+                want = e["ids_tokenizers"]
         ids = [int(x) for x in lines[i].split()]
         if ids != want:   # the rendered text tells a template fault from a tokenizer one
             text = run([LLMCC, "tokenize", d, "--chat-messages", messages_file(msgs, "%s_%d" % (name.replace(" ", "_"), i)),
@@ -224,6 +228,18 @@ def test_llama32_chat_ids():
 
 def test_tinyllama_zephyr_chat_ids():
     check_family("tinyllama")
+
+
+def test_tinyllama_metaspace_chat_ids():
+    """TinyLlama's tokenizer as transformers 5 saves it (scripts/llama2_metaspace.py: Metaspace with
+    prepend_scheme always instead of the legacy normalizer, the template in chat_template.jinja):
+    llmcc now encodes as transformers did, " mean" after "</s>" included (TOKENIZERS_DIFFER)."""
+    from test_tokenizer import write_llama2_metaspace
+    tpl = os.path.join(tmpdir("chat"), "zephyr.jinja")
+    with open(tpl, "w") as f:
+        f.write(ZEPHYR)
+    d = write_llama2_metaspace("always", tmpdir("chat_tinyllama_metaspace"), chat_template=tpl)
+    check_family("tinyllama", d, transformers_ids=True)
 
 
 def test_smollm2_chat_ids():

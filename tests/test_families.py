@@ -151,3 +151,27 @@ def test_mistral_sliding_window_against_the_context():
         "attention is not supported yet; build with --ctx 512 or less" % d
     assert p.returncode == 1 and p.stderr.strip() == want, p.stderr
     assert not os.path.exists(os.path.join(tmpdir("families"), "mistral-ctx"))
+
+
+def test_mistral_spm_tokenizer():
+    """Mistral with a SentencePiece-style tokenizer in the form Mistral's tokenizer.json has (Llama 2's as
+    transformers writes it with legacy=False: Metaspace, prepend_scheme first; scripts/llama2_metaspace.py):
+    built, it runs, and its --tokenize ids are `tokenizers`' (tests/data/tokenizer_expected.json,
+    llama2_meta_first) for texts with special tokens, runs of spaces, newlines and byte fallback."""
+    from test_tokenizer import check_sha, expected_ids, write_llama2_metaspace
+    tok = write_llama2_metaspace("first")
+    key = "llama2_meta_first"
+    check_sha(key, tok)
+    d = os.path.join(tmpdir("families"), "mistral-spm")
+    run([sys.executable, os.path.join(ROOT, "scripts", "make_fixture.py"), "mistral-spm", d, "--tokenizer-dir", tok])
+    out = build(d)
+    p = run([os.path.join(out, "m"), "--prompt", "Hello", "-n", "5", "--temperature", "0", "--ids", "--ignore-eos"])
+    ids = [int(x) for x in p.stdout.split()]
+    assert len(ids) == 5 and all(0 <= i < 32000 for i in ids), p.stdout
+    texts = ["Hello world", " Hello world", "<s>hello</s> <s> x", "a  b   c    d", "   leading spaces",
+             "line\r\nbreaks\r\n\r\n", "emoji\U0001f600in\U0001f600words", "x<|endoftext|> 12<|im_end|>34",
+             "\u4f60\u597d\uff0c\u4e16\u754c\uff01\u4eca\u5929\u5929\u6c14\u5f88\u597d\u3002\u6211\u4eec\u53bb\u516c\u56ed\u5427\u3002"]
+    want = expected_ids(key, texts, special=True)
+    for t, w in zip(texts, want):
+        got = [int(x) for x in run([os.path.join(out, "m"), "--prompt", t, "--tokenize"]).stdout.split()]
+        assert got == w, (t, got, w)

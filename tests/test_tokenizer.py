@@ -133,6 +133,15 @@ def write_spm_fixture():
     return d
 
 
+def write_spm_metaspace():
+    """The fixture with Metaspace(first, split) and the Metaspace decoder (always_split's form: every flag)."""
+    d = tmpdir("tok_spm_metaspace")
+    pre, dec = SPM_METASPACE_FORMS["first_split_default"][0], _meta(prepend_scheme="always", split=True)
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(spm_metaspace_json(pre, dec), f, ensure_ascii=False)
+    return d
+
+
 def convert_llama2(out):
     """The Llama 2 tokenizer.json made by scripts/convert_llama2c.py (another
     module's converter); skips where it or the asset is absent."""
@@ -141,6 +150,24 @@ def convert_llama2(out):
         raise Skip("scripts/convert_llama2c.py is absent")
     tb = shared("tokenizers", "llama2", "tokenizer.bin")
     run([sys.executable, conv, "--tokenizer-only", tb, out])
+    return out
+
+
+# The Llama 2 tokenizer with a Metaspace pre-tokenizer, as scripts/llama2_metaspace.py has
+# transformers write it: prepend_scheme always (any Llama-2-style tokenizer saved by transformers 5),
+# first (legacy=False), never (add_prefix_space=False), and first with split and the Metaspace decoder.
+META_VARIANTS = ("always", "first", "never", "split")
+
+
+def write_llama2_metaspace(variant, out=None, chat_template=None):
+    """DIR with that tokenizer (and CHAT_TEMPLATE, a file); skips without transformers or the asset."""
+    import importlib.util
+    shared("tokenizers", "llama2", "tokenizer.bin")
+    if importlib.util.find_spec("transformers") is None:
+        raise Skip("transformers (PyPI) is not installed")
+    out = out or tmpdir("tok_llama2_meta_" + variant)
+    run([sys.executable, os.path.join(ROOT, "scripts", "llama2_metaspace.py"), variant, out] +
+        (["--chat-template", chat_template] if chat_template else []))
     return out
 
 
@@ -196,15 +223,38 @@ def load_expected():
         return json.load(f)
 
 
-def check_corpus(key, tokdir):
+def expected_of(key):
+    """The expected entry of KEY with its null ids / ids_special filled in."""
     exp = load_expected()
-    texts = exp["texts"]
     e = exp["tokenizers"][key]
+    if "ids_base" in e:   # null ids: those of the base tokenizer; null ids_special: special_prefix + ids
+        base = exp["tokenizers"][e["ids_base"]]["ids"]
+        ids = [b if a is None else a for a, b in zip(e["ids"], base)]
+        e = dict(e, ids=ids, ids_special=[e["special_prefix"] + i if s is None else s
+                                          for s, i in zip(e["ids_special"], ids)])
+    return e
+
+
+def expected_ids(key, texts, special=False):
+    """`tokenizers`' ids of TEXTS (corpus texts) for KEY."""
+    exp, e = load_expected(), expected_of(key)
+    f = "ids_special" if special else "ids"
+    return [e[f][i] if e[f][i] is not None else e["ids"][i] for i in map(exp["texts"].index, texts)]
+
+
+def check_sha(key, tokdir):
+    """Skips where TOKDIR/tokenizer.json is not the file KEY's expected ids were made with."""
     with open(os.path.join(tokdir, "tokenizer.json"), "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
-    if sha != e["sha256"]:
+    if sha != load_expected()["tokenizers"][key]["sha256"]:
         raise Skip("%s/tokenizer.json differs from the one the expected ids were made with; "
                    "rerun scripts/gen_tokenizer_expected.py" % tokdir)
+
+
+def check_corpus(key, tokdir):
+    texts = load_expected()["texts"]
+    e = expected_of(key)
+    check_sha(key, tokdir)
     bad = []
     # null entries in ids_special / decoded mean "same as ids" / "same as the text"
     for special, field in ((False, "ids"), (True, "ids_special")):
@@ -247,6 +297,22 @@ def test_llama3_hf_corpus():
 
 def test_llama2_hf_corpus():
     check_corpus("llama2", convert_llama2(tmpdir("tok_llama2")))
+
+
+def test_llama2_metaspace_always_hf_corpus():
+    check_corpus("llama2_meta_always", write_llama2_metaspace("always"))
+
+
+def test_llama2_metaspace_first_hf_corpus():
+    check_corpus("llama2_meta_first", write_llama2_metaspace("first"))
+
+
+def test_llama2_metaspace_never_hf_corpus():
+    check_corpus("llama2_meta_never", write_llama2_metaspace("never"))
+
+
+def test_llama2_metaspace_split_hf_corpus():
+    check_corpus("llama2_meta_split", write_llama2_metaspace("split"))
 
 
 def test_spm_fixture_hf_corpus():
@@ -308,6 +374,64 @@ def test_gpt2_missing_byte_tokens():
         assert ids == want, (text, ids, want)
 
 
+def spm_metaspace_json(pre, decoder=None):
+    """The SentencePiece-style fixture with the Metaspace pre-tokenizer PRE (no normalizer) and DECODER
+    (default: the fixture's [Replace, ByteFallback, Fuse, Strip]), and two merges across a "▁"
+    ("▁▁" as Llama 2 has, "e▁") so that Metaspace's split changes ids."""
+    t = spm_fixture_json()
+    t["normalizer"] = None
+    v = t["model"]["vocab"]
+    for a, b in ((SPM, SPM), ("e", SPM)):
+        v[a + b] = len(v)
+        t["model"]["merges"].append("%s %s" % (a, b))
+    t["pre_tokenizer"] = pre
+    if decoder is not None:
+        t["decoder"] = decoder
+    return t
+
+
+def _meta(**kw):
+    return dict({"type": "Metaspace", "replacement": SPM}, **kw)
+
+
+# Metaspace as other writers spell it: tokenizers < 0.19 (add_prefix_space, no prepend_scheme, no split:
+# split then defaults to true), both keys, the Metaspace decoder in each scheme, a decoder without Strip
+SPM_METASPACE_FORMS = {
+    "old_add_prefix_space": (_meta(add_prefix_space=True), _meta(add_prefix_space=True)),
+    "never_both_keys": (_meta(add_prefix_space=False, prepend_scheme="never", split=False),
+                        _meta(add_prefix_space=False, prepend_scheme="never")),
+    "first_split_default": (_meta(prepend_scheme="first"), _meta(prepend_scheme="first", split=False)),
+    "always_split": (_meta(prepend_scheme="always", split=True), _meta(prepend_scheme="always", split=True)),
+    "first_no_strip": (_meta(prepend_scheme="first", split=False),
+                       {"type": "Sequence", "decoders": [
+                           {"type": "Replace", "pattern": {"String": SPM}, "content": " "},
+                           {"type": "ByteFallback"}, {"type": "Fuse"}]}),
+}
+
+
+def test_spm_metaspace_forms():
+    """The Metaspace pre-tokenizer and decoder in the spellings of SPM_METASPACE_FORMS on the
+    SentencePiece-style fixture: ids and decoded text as `tokenizers` gives them (skips without it)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise Skip("tokenizers (PyPI) is not installed")
+    texts = ["Hello world", " the  rain\n", "  x ", "</s> then<s>there", "<s> the", "caf\u00e9 \u65e5\u672c \U0001f600",
+             "\u2581the \u2581\u2581x", "a</s>  b", "", " ", "\n\nthe", "zz\tq"]
+    for name, (pre, dec) in SPM_METASPACE_FORMS.items():
+        d = tmpdir("tok_spm_meta_" + name)
+        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(spm_metaspace_json(pre, dec), f, ensure_ascii=False)
+        hf = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        got = encode_all(d, texts)
+        want = [hf.encode(t, add_special_tokens=False).ids for t in texts]
+        assert [g[0] for g in got] == want, (name, [(t, g[0], w) for t, g, w in zip(texts, got, want) if g[0] != w])
+        for show in (False, True):
+            dec_got = decode_all(d, want, show_special=show)
+            dec_want = [hf.decode(i, skip_special_tokens=not show) for i in want]
+            assert dec_got == dec_want, (name, show, [(a, b) for a, b in zip(dec_got, dec_want) if a != b])
+
+
 def test_roundtrip():
     """decode(encode(x)) == x (special tokens shown) wherever NFC leaves x alone."""
     import unicodedata
@@ -330,6 +454,17 @@ def test_roundtrip():
     res = encode_all(write_spm_fixture(), spm_texts)
     bad = [t for t, (_, ok) in zip(spm_texts, res) if not ok]
     assert not bad, "spm fixture: round trip fails for %r" % bad[:5]
+    # Metaspace: with prepend_scheme first / always, a leading space is lost as in `tokenizers`
+    # (" x" and "x" are both "▁x"); with never, nothing is
+    for v in ("always", "first", "never"):
+        try:
+            d = write_llama2_metaspace(v)
+        except Skip:
+            continue
+        mt = [t for t in spm_texts if v == "never" or not t.startswith((" ", SPM))]
+        res = encode_all(d, mt)
+        bad = [t for t, (_, ok) in zip(mt, res) if not ok]
+        assert not bad, "llama2 Metaspace %s: round trip fails for %r" % (v, bad[:5])
 
 
 def test_invalid_utf8_and_odd_input():
@@ -339,7 +474,7 @@ def test_invalid_utf8_and_odd_input():
     texts = [b"\xff", b"\xc3", b"a\xc3", b"\xe4\xbd", b"\x80\x80abc", b"\x00\x00 x\x00", b"\xed\xa0\x80",
              b"<|im_start|\xff>", b"'\xff", b" \xff\n\xfe"]
     texts += [bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 80))) for _ in range(200)]
-    dirs = [write_spm_fixture()] + [write_gpt2_fixture(v) for v in GPT2_VARIANTS]
+    dirs = [write_spm_fixture()] + [write_gpt2_fixture(v) for v in GPT2_VARIANTS] + [write_spm_metaspace()]
     for d in ("qwen2.5-instruct", "llama3-instruct"):
         try:
             dirs.append(shared("tokenizers", d))
@@ -367,6 +502,9 @@ def test_corrupt_blobs_do_not_crash():
     assert "fuzz 3000" in p.stdout
     # the GPT-2-style blob: Digits and add_prefix_space flags in the header
     p = run([driver(), write_gpt2_fixture("gpt2_prefix_space"), "fuzz", "1000"])
+    assert "fuzz 1000" in p.stdout
+    # Metaspace (first, split) and its decoder: pre-tokenizer values and flags of their own
+    p = run([driver(), write_spm_metaspace(), "fuzz", "1000"])
     assert "fuzz 1000" in p.stdout
     try:
         q = shared("tokenizers", "qwen2.5-instruct")
@@ -423,7 +561,22 @@ def test_user_errors():
         return t
     qwen_split = {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated", "invert": False}
     bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    meta = _meta(prepend_scheme="first", split=False)
     cases = [
+        ("meta_rep", variant(normalizer=None, pre_tokenizer=dict(meta, replacement="_")),
+         "pre_tokenizer.replacement: "),
+        ("meta_scheme", variant(normalizer=None, pre_tokenizer=dict(meta, prepend_scheme="sometimes")),
+         "pre_tokenizer.prepend_scheme: "),
+        ("meta_aps", variant(normalizer=None, pre_tokenizer=dict(meta, add_prefix_space=False)),
+         "pre_tokenizer.add_prefix_space: "),
+        ("meta_norm", variant(pre_tokenizer=meta), "normalizer: "),
+        ("meta_nfc", variant(normalizer={"type": "NFC"}, pre_tokenizer=meta), "normalizer.type: "),
+        ("spm_nfc", variant(normalizer={"type": "NFC"}), "normalizer.type: \"NFC\" without a ByteLevel"),
+        ("meta_split_type", variant(normalizer=None, pre_tokenizer=dict(meta, split="yes")), "pre_tokenizer.split: "),
+        ("meta_dec_seq", variant(normalizer=None, pre_tokenizer=meta, decoder={"type": "Sequence", "decoders": [
+            {"type": "ByteFallback"}, meta]}), "decoder.decoders[1]: "),
+        ("meta_dec_rep", variant(normalizer=None, pre_tokenizer=meta, decoder=dict(meta, replacement=" ")),
+         "decoder.replacement: "),
         ("json", "{ not json", None),
         ("unigram", variant(model__type="Unigram"), "model.type"),
         ("regex", regex_tok, "pre_tokenizer.pretokenizers[0].pattern.Regex: "),
