@@ -2,7 +2,7 @@
 """gen_tokenizer_expected.py: writes tests/data/tokenizer_expected.json, the
 ids that Hugging Face `tokenizers` (pip install tokenizers) gives for a
 corpus, so tests/test_tokenizer.py can check llmcc's tokenizer without the
-network or the package. Tokenizers: Qwen2.5 and Llama 3 from
+network or the package. Tokenizers: Qwen2.5, Qwen3 and Llama 3 from
 ../shared/assets/tokenizers, Llama 2 as converted by scripts/convert_llama2c.py
 (when present) and as transformers 5 writes it again with a Metaspace pre-tokenizer
 (scripts/llama2_metaspace.py, each of test_tokenizer.META_VARIANTS; their ids are stored
@@ -104,6 +104,9 @@ CORPUS = [
     "\U0001f44d\U0001f3fd\U0001f468\u200d\U0001f469\u200d\U0001f467\U0001f1fa\U0001f1f8\u2764\ufe0f",
     "hi\U0001f44bthere \U0001f600 \U0001f600  \U0001f600\U0001f600 \U0001f600x x\U0001f600 1\U0001f6002",
     "<|im_start|>user\nWhat's 2+2?<|im_end|>\n<|im_start|>assistant\n", "x<|endoftext|> 12<|im_end|>34",
+    # Qwen3's added tokens (<think>, </think>, <tool_response>, ...): plain text to the others
+    "<think>\nI should add them.\n</think>\n\n4", "a<think>b</think>c", "<think></think>", " <think> \n</think>x",
+    "<tool_response>\n42\n</tool_response>", "<think\n>", "</think >",
 ]
 
 
@@ -163,7 +166,7 @@ def main():
     out["tokenizers_version"] = tokenizers.__version__
     if "--retrain" in sys.argv[1:] or not os.path.exists(GPT2_FIXTURE):
         train_gpt2_fixture(texts)
-    for key, d in (("qwen2.5", "qwen2.5-instruct"), ("llama3", "llama3-instruct")):
+    for key, d in (("qwen2.5", "qwen2.5-instruct"), ("llama3", "llama3-instruct"), ("qwen3", "qwen3")):
         path = os.path.join(SHARED, "tokenizers", d, "tokenizer.json")
         e = encode(Tokenizer.from_file(path), texts)
         e["sha256"] = sha(path)

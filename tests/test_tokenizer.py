@@ -291,6 +291,11 @@ def test_qwen2_hf_corpus():
     check_corpus("qwen2.5", shared("tokenizers", "qwen2.5-instruct"))
 
 
+def test_qwen3_hf_corpus():
+    # Qwen2's byte-level BPE with Qwen3's added tokens (<think>, </think>, <tool_response>, ...)
+    check_corpus("qwen3", shared("tokenizers", "qwen3"))
+
+
 def test_llama3_hf_corpus():
     check_corpus("llama3", shared("tokenizers", "llama3-instruct"))
 
