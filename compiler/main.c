@@ -73,7 +73,7 @@ static const char USAGE[] =
     "                             weights, torch_dtype)\n"
     "  --random-weights SEED      (build) ignore any weights: pack deterministic random ones (MODEL\n"
     "                             needs only config.json; for benchmarks and shape tests)\n"
-    "  --timings                  (build) print the time of each phase on stderr\n"
+    "  --timings                  (build) print the time of each phase and the peak memory on stderr\n"
     "  --no-chat                  (build) leave tokenizer_config's chat template out (needed when\n"
     "                             llmcc does not know it; the executable then has no --chat)\n"
     "  --compress[=LEVEL]         (build) zstd-compress the payload (default level 3): smaller\n"
@@ -261,6 +261,21 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* This process's peak resident memory in MiB (Linux's VmHWM), or -1 where it
+ * cannot be read. Not getrusage: its ru_maxrss also counts the pages of the
+ * process that exec'd us (a test runner's Python), VmHWM belongs to our own
+ * address space only. */
+static double peak_memory_mib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+    fclose(f);
+    return kib < 0 ? -1 : kib / 1024.0;
+}
+
 static uint32_t pdt_of(DType d) {
     switch (d) { case DT_F32: return PDT_F32; case DT_F16: return PDT_F16; case DT_BF16: return PDT_BF16; default: return PDT_I32; }
 }
@@ -375,9 +390,13 @@ static int cmd_build(int argc, char **argv) {
         die_user(out, NULL, "cannot rename into place: %s", strerror(errno));
     }
     g_tmpdir = NULL;
-    if (o.timings)
-        fprintf(stderr, "llmcc: timings: ir %.3f s, codegen %.3f s, packing %.3f s (%.1f MiB of weights, %.0f MiB/s)\n",
+    if (o.timings) {
+        fprintf(stderr, "llmcc: timings: ir %.3f s, codegen %.3f s, packing %.3f s (%.1f MiB of weights, %.0f MiB/s)",
                 t_ir, t_codegen, t_pack, pack_bytes / 1048576.0, t_pack > 0 ? pack_bytes / 1048576.0 / t_pack : 0.0);
+        double peak = peak_memory_mib();
+        if (peak >= 0) fprintf(stderr, ", peak memory %.0f MiB", peak);
+        fputc('\n', stderr);
+    }
     fprintf(stderr, "llmcc: wrote %s (%s, %d kernels, %d launches per step, %d tensors); build it with: make -C %s\n", out,
             o.target == TARGET_CUDA ? "cuda" : "cpu", c.kp.nk, c.kp.nl - kernel_sampling_launches(&c.kp), c.tp.n_weights, out);
     st_close(&c.st);
