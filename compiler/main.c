@@ -66,6 +66,11 @@ static const char USAGE[] =
     "  --arch SM                  CUDA architecture (default: sm_90)\n"
     "  --ctx N                    KV-cache positions (default: min(max_position_embeddings, 8192))\n"
     "  --max-batch N              most tokens per forward call, i.e. the prefill chunk (default: 64)\n"
+    "  --print-after STAGE        print the IR right after pipeline stage STAGE ran and was verified, on\n"
+    "                             stdout (with its level's printer): frontend, select_layer, decompose,\n"
+    "                             plan_memory, lift_loops, flash_attention, fuse, fuse_epilogues, schedule,\n"
+    "                             materialise; `all`: after every stage, each under a line naming it\n"
+    "                             (compile: then --ir is optional; build: the project is written as usual)\n"
     "  --knob NAME=VALUE          pin a schedule parameter (flat_block, reduce_block_max, gemv_*, gemm_*,\n"
     "                             flash (0: plain attention), flash_split, flash_tokens, flash_min_n, fuse\n"
     "                             (0: no fusion at all), debug_*; --ir tile prints them all)\n"
@@ -85,6 +90,7 @@ static const char USAGE[] =
 
 typedef struct {
     const char *model, *ir, *out, *name, *arch;
+    int print_after;           /* --print-after STAGE (pipeline.h) */
     Target target;
     int ctx, max_batch;
     Knobs knobs;
@@ -102,7 +108,8 @@ static int parse_int(const char *flag, const char *v, int lo, int hi) {
     char *end;
     errno = 0;
     long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || errno || x < lo || x > hi) die_user(NULL, flag, "expects an integer in %d..%d, got '%s'", lo, hi, v ? v : "");
+    if (!v || *end || errno || x < lo || x > hi)
+        die_user(NULL, flag, "expects an integer in %d..%d, got '%s'", lo, hi, v ? v : "");
     return (int)x;
 }
 
@@ -117,6 +124,7 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED() do { if (!v) die_user(NULL, a, "needs a value"); i++; } while (0)
         if (!strcmp(a, "--ir")) { NEED(); o->ir = v; }
+        else if (!strcmp(a, "--print-after")) { NEED(); o->print_after = pipeline_print_after_parse(v); }
         else if (!strcmp(a, "--target")) {
             NEED();
             if (!strcmp(v, "cpu")) o->target = TARGET_CPU;
@@ -127,12 +135,17 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         else if (!strcmp(a, "--name")) {
             NEED();
             for (const char *p = v; *p; p++)
-                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-' || *p == '.'))
+                if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                      *p == '_' || *p == '-' || *p == '.'))
                     die_user(NULL, "--name", "'%s': use letters, digits, '_', '-', '.'", v);
             if (!*v) die_user(NULL, "--name", "is empty");
             o->name = v;
         }
-        else if (!strcmp(a, "--arch")) { NEED(); if (strncmp(v, "sm_", 3)) die_user(NULL, "--arch", "'%s' is not sm_NN", v); o->arch = v; }
+        else if (!strcmp(a, "--arch")) {
+            NEED();
+            if (strncmp(v, "sm_", 3)) die_user(NULL, "--arch", "'%s' is not sm_NN", v);
+            o->arch = v;
+        }
         else if (!strcmp(a, "--ctx")) { NEED(); o->ctx = parse_int(a, v, 1, 1 << 20); }
         else if (!strcmp(a, "--max-batch")) { NEED(); o->max_batch = parse_int(a, v, 1, 4096); }
         else if (!strcmp(a, "--knob")) { NEED(); knobs_set(&o->knobs, v); }
@@ -156,17 +169,24 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
             char *end;
             errno = 0;
             unsigned long long x = strtoull(v, &end, 10);
-            if (!*v || *end || errno || v[0] == '-') die_user(NULL, "--random-weights", "expects a seed (a whole number >= 0), got '%s'", v);
+            if (!*v || *end || errno || v[0] == '-')
+                die_user(NULL, "--random-weights", "expects a seed (a whole number >= 0), got '%s'", v);
             o->random_weights = true;
             o->seed = x;
         }
         else if (!strcmp(a, "--timings")) o->timings = true;
         else if (!strcmp(a, "--compress")) o->compress = 3;
         else if (!strncmp(a, "--compress=", 11)) o->compress = parse_int("--compress", a + 11, 1, 19);
-        else if (!strcmp(a, "-c")) { NEED(); if (build) die_user(NULL, "-c", "build takes a MODEL; an expression runs with llmcc run -c EXPR"); o->expr = v; }
+        else if (!strcmp(a, "-c")) {
+            NEED();
+            if (build) die_user(NULL, "-c", "build takes a MODEL; an expression runs with llmcc run -c EXPR");
+            o->expr = v;
+        }
         else if (!strcmp(a, "--layer")) {
             NEED();
-            if (build) die_user(NULL, "--layer", "one decoder layer is not an executable: use llmcc compile MODEL --layer N --ir LEVEL");
+            if (build)
+                die_user(NULL, "--layer",
+                         "one decoder layer is not an executable: use llmcc compile MODEL --layer N --ir LEVEL");
             o->one_layer = true; o->layer = parse_int(a, v, 0, 1 << 20);
         }
         else if (a[0] == '-') die_user(NULL, a, "unknown option (see llmcc --help)");
@@ -178,12 +198,15 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
     if (o->expr && o->one_layer) die_user(NULL, "--layer", "needs a MODEL, not -c EXPR");
     if (!o->model && !o->expr) die_user(NULL, NULL, "no MODEL given (see llmcc --help)");
     if (build && !o->out) die_user(NULL, "-o", "build needs an output directory: -o DIR");
-    if (!build && !o->ir) die_user(NULL, "--ir", "compile needs a level: --ir graph|tensor|loop|tile|kernel|cuda|c");
+    if (!build && !o->ir && !o->print_after)
+        die_user(NULL, "--ir", "compile needs a level: --ir graph|tensor|loop|tile|kernel|cuda|c "
+                 "(or --print-after STAGE)");
 }
 
 static void setup(Compilation *c, const Opts *o, bool weights) {
     memset(c, 0, sizeof *c);
     c->expr = o->expr; c->one_layer = o->one_layer; c->layer = o->layer;
+    c->print_after = o->print_after;
     if (o->expr) { c->knobs = o->knobs; c->max_batch = c->max_ctx = 1; return; }
     const char *root = llmcc_root(&c->A);
     const char *dir = model_resolve_dir(&c->A, o->model, root);
@@ -203,22 +226,30 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
 static int cmd_compile(int argc, char **argv) {
     Opts o;
     parse_opts(argc, argv, &o, false);
-    IrLevel level = ir_level_parse(o.ir);
+    /* --print-after alone: the stages up to that one (all of them for `all`), no --ir printout */
+    IrLevel level = o.ir ? ir_level_parse(o.ir) : pipeline_print_after_level(o.print_after);
     Compilation c;
     setup(&c, &o, false);
     if (level == IR_C) o.target = TARGET_CPU;
     if (level == IR_CUDA) o.target = TARGET_CUDA;
-    Str out = {0};
-    pipeline_run(&c, level, &out);
-    if (level >= IR_CUDA && (c.expr || c.one_layer)) {
+    Str out = {0}, after = {0};
+    c.print_out = &after;
+    pipeline_run(&c, level, o.ir ? &out : NULL);
+    if (!o.ir) {
+        /* nothing else to print */
+    } else if (level >= IR_CUDA && (c.expr || c.one_layer)) {
         /* not a model: the program llmcc run would build around the kernels */
-        HarnessOptions ho = {o.target, c.expr ? c.expr : arena_printf(&c.A, "layer %d of %s", c.layer, c.cfg.dir), c.max_batch, 0, false};
+        const char *title = c.expr ? c.expr : arena_printf(&c.A, "layer %d of %s", c.layer, c.cfg.dir);
+        HarnessOptions ho = {o.target, title, c.max_batch, 0, false};
         emit_harness(&out, &c.kp, &ho);
     } else if (level >= IR_CUDA) {
         EmitOptions eo = {o.target, o.name ? o.name : c.cfg.family, &c.cfg, c.max_ctx, c.max_batch};
         emit_program(&out, &c.kp, &eo);
     }
-    fwrite(out.s, 1, out.len, stdout);
+    /* --print-after's stages come first: they ran before --ir's level was printed, or were the last ones run */
+    if (after.len) fwrite(after.s, 1, after.len, stdout);
+    if (out.len) fwrite(out.s, 1, out.len, stdout);
+    str_free(&after);
     str_free(&out);
     arena_free(&c.A);
     return 0;
@@ -277,7 +308,12 @@ static double peak_memory_mib(void) {
 }
 
 static uint32_t pdt_of(DType d) {
-    switch (d) { case DT_F32: return PDT_F32; case DT_F16: return PDT_F16; case DT_BF16: return PDT_BF16; default: return PDT_I32; }
+    switch (d) {
+    case DT_F32: return PDT_F32;
+    case DT_F16: return PDT_F16;
+    case DT_BF16: return PDT_BF16;
+    default: return PDT_I32;
+    }
 }
 
 static int cmd_build(int argc, char **argv) {
@@ -300,7 +336,13 @@ static int cmd_build(int argc, char **argv) {
     if (!dir_exists(out) && file_exists(out)) die_user(out, NULL, "exists and is not a directory");
 
     double t_start = now_s();
+    Str after = {0};
+    c.print_out = &after;
     pipeline_run(&c, IR_KERNEL, NULL);
+    /* --print-after: the stage's IR on stdout (the build's own messages go to stderr) */
+    if (after.len) fwrite(after.s, 1, after.len, stdout);
+    fflush(stdout);
+    str_free(&after);
     double t_ir = now_s() - t_start, t_cg0 = now_s();
 
     const char *tmp = arena_printf(A, "%s.tmp-%d", out, (int)getpid());
@@ -329,7 +371,8 @@ static int cmd_build(int argc, char **argv) {
     closedir(d);
 
     /* the Makefile */
-    const char *tpl_path = path_join(A, root, o.target == TARGET_CUDA ? "templates/Makefile.cuda" : "templates/Makefile.cpu");
+    const char *tpl_path =
+        path_join(A, root, o.target == TARGET_CUDA ? "templates/Makefile.cuda" : "templates/Makefile.cpu");
     char *tpl = read_file(tpl_path, NULL);
     if (!tpl) die_user(tpl_path, NULL, "cannot read: %s", strerror(errno));
     char *m1 = replace_all(tpl, "@NAME@", name), *m2 = replace_all(m1, "@ARCH@", o.arch);
@@ -354,7 +397,8 @@ static int cmd_build(int argc, char **argv) {
         uint64_t count = 1;
         for (int k = 0; k < b->ndim; k++) { pt[i].shape[k] = b->dims[k]; count *= (uint64_t)b->dims[k]; }
         pack_bytes += count * (b->dtype == DT_F32 ? 4 : 2);
-        if (strlen(b->name) >= sizeof(((PayloadTensor *)0)->name)) die_user(c.cfg.dir, b->name, "tensor name too long for the payload");
+        if (strlen(b->name) >= sizeof(((PayloadTensor *)0)->name))
+            die_user(c.cfg.dir, b->name, "tensor name too long for the payload");
         if (o.random_weights) {
             size_t nl = strlen(b->name);
             bool norm = b->ndim == 1 && nl > 11 && !strcmp(b->name + nl - 11, "norm.weight");
@@ -384,7 +428,10 @@ static int cmd_build(int argc, char **argv) {
     if (dir_exists(out)) {
         const char *old = arena_printf(A, "%s.old-%d", out, (int)getpid());
         if (rename(out, old) != 0) die_user(out, NULL, "cannot move the old project aside: %s", strerror(errno));
-        if (rename(tmp, out) != 0) { rename(old, out); die_user(out, NULL, "cannot rename into place: %s", strerror(errno)); }
+        if (rename(tmp, out) != 0) {
+            rename(old, out);
+            die_user(out, NULL, "cannot rename into place: %s", strerror(errno));
+        }
         rm_rf(old);
     } else if (rename(tmp, out) != 0) {
         die_user(out, NULL, "cannot rename into place: %s", strerror(errno));
@@ -397,8 +444,9 @@ static int cmd_build(int argc, char **argv) {
         if (peak >= 0) fprintf(stderr, ", peak memory %.0f MiB", peak);
         fputc('\n', stderr);
     }
-    fprintf(stderr, "llmcc: wrote %s (%s, %d kernels, %d launches per step, %d tensors); build it with: make -C %s\n", out,
-            o.target == TARGET_CUDA ? "cuda" : "cpu", c.kp.nk, c.kp.nl - kernel_sampling_launches(&c.kp), c.tp.n_weights, out);
+    fprintf(stderr, "llmcc: wrote %s (%s, %d kernels, %d launches per step, %d tensors); build it with: make -C %s\n",
+            out, o.target == TARGET_CUDA ? "cuda" : "cpu", c.kp.nk, c.kp.nl - kernel_sampling_launches(&c.kp),
+            c.tp.n_weights, out);
     st_close(&c.st);
     arena_free(A);
     return 0;

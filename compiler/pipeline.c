@@ -2,6 +2,7 @@
  * adding a line to STAGES. */
 #include "pipeline.h"
 #include "torch_expr.h"
+#include <stdio.h>
 #include <string.h>
 
 const char *const ir_level_names[] = {
@@ -70,15 +71,43 @@ static const Stage STAGES[] = {
     {"materialise", IR_KERNEL, st_materialise, v_kernel, p_kernel},
 };
 
+/* a stage without its own printer prints with its level's */
+static void (*const LEVEL_PRINT[])(Compilation *, Str *) = {p_graph, p_tensor, p_loop, p_tile, p_kernel};
+#define NSTAGES (int)(sizeof STAGES / sizeof STAGES[0])
+
+int pipeline_print_after_parse(const char *name) {
+    if (!strcmp(name, "all")) return PRINT_AFTER_ALL;
+    for (int i = 0; i < NSTAGES; i++) if (!strcmp(name, STAGES[i].name)) return i + 1;
+    char list[512];
+    size_t k = 0;
+    for (int i = 0; i < NSTAGES; i++) k += (size_t)snprintf(list + k, sizeof list - k, "%s, ", STAGES[i].name);
+    die_user(NULL, "--print-after", "unknown stage '%s' (%sall)", name, list);
+}
+
+IrLevel pipeline_print_after_level(int print_after) {
+    return print_after > 0 ? STAGES[print_after - 1].produces : IR_KERNEL;
+}
+
 void pipeline_run(Compilation *c, IrLevel level, Str *dump) {
     IrLevel last = level > IR_KERNEL ? IR_KERNEL : level;
-    for (size_t i = 0; i < sizeof STAGES / sizeof STAGES[0]; i++) {
+    if (c->print_after && pipeline_print_after_level(c->print_after) > last)
+        last = pipeline_print_after_level(c->print_after);
+    CHECK(!c->print_after || c->print_out, "--print-after without an output");
+    for (int i = 0; i < NSTAGES; i++) {
         const Stage *s = &STAGES[i];
         if (s->produces > last) break;
         s->run(c);
         const char *err = s->verify(c);
         if (err) die_internal(__FILE__, __LINE__, "IR verifier after stage %s: %s", s->name, err);
-        bool final = i + 1 == sizeof STAGES / sizeof STAGES[0] || STAGES[i + 1].produces > s->produces;
-        if (dump && s->produces == level && final && s->print) s->print(c, dump);
+        void (*print)(Compilation *, Str *) = s->print ? s->print : LEVEL_PRINT[s->produces];
+        if (c->print_after == PRINT_AFTER_ALL) {
+            str_printf(c->print_out, "=== after stage %d/%d %s (%s IR) ===\n", i + 1, NSTAGES, s->name,
+                       ir_level_names[s->produces]);
+            print(c, c->print_out);
+        } else if (c->print_after == i + 1) {
+            print(c, c->print_out);
+        }
+        bool final = i + 1 == NSTAGES || STAGES[i + 1].produces > s->produces;
+        if (dump && s->produces == level && final) print(c, dump);
     }
 }

@@ -1,6 +1,7 @@
 /* pipeline.h: one compilation, from config.json to kernel IR, as a flat
- * list of named stages (pipeline.c). Each stage's IR can be printed
- * (--ir LEVEL) and is verified after the stage runs. */
+ * list of named stages (pipeline.c). Each stage's IR is verified after
+ * the stage runs and can be printed: a level's last stage by --ir LEVEL,
+ * any stage by --print-after STAGE. */
 #ifndef LLMCC_PIPELINE_H
 #define LLMCC_PIPELINE_H
 #include "emit.h"
@@ -33,11 +34,19 @@ typedef struct {
     LProgram lp;
     TileProgram tip;
     KProgram kp;
+    int print_after;           /* --print-after: 1 + the stage's index, PRINT_AFTER_ALL, or 0 (none) */
+    Str *print_out;            /* where --print-after prints (required when print_after is set) */
 } Compilation;
+#define PRINT_AFTER_ALL (-1)
 
 /* Runs the stages up to and including the one that produces `level`
  * (IR_CUDA / IR_C run everything). When dump is non-NULL, the IR of
  * `level` is printed into it. */
 void pipeline_run(Compilation *c, IrLevel level, Str *dump);
 IrLevel ir_level_parse(const char *s);
+/* --print-after NAME: a value for Compilation.print_after; dies naming the
+ * valid stages when NAME is neither a stage nor "all" */
+int pipeline_print_after_parse(const char *name);
+/* the level whose IR stage print_after produces (IR_KERNEL for all) */
+IrLevel pipeline_print_after_level(int print_after);
 #endif
