@@ -8,6 +8,8 @@
 #   make test-asan            the same with AddressSanitizer + UndefinedBehaviorSanitizer
 #   make deps                 install the build dependencies (Debian/Ubuntu, as root)
 #   make fuzz                 run the libFuzzer harnesses (FUZZ_SECONDS=N each)
+#   make lint                 style of compiler/ and runtime/ (scripts/lint.py): lines of at most
+#                             120 columns, no tabs, no trailing whitespace; lists FILE:LINE
 CC       ?= cc
 OPT      ?= -O2
 SAN      ?=
@@ -23,7 +25,7 @@ LLMCC := $(BUILD)/llmcc$(if $(SAN),-san)
 
 DEB_PKGS := gcc make libjsmn-dev libzstd-dev libutf8proc-dev python3 python3-numpy
 
-.PHONY: all llmcc test test-asan deps clean check-deps
+.PHONY: all llmcc test test-asan deps clean check-deps lint
 .DEFAULT_GOAL := all
 
 # One line naming the Debian package when a dependency is missing.
@@ -48,6 +50,9 @@ deps:
 
 test: llmcc
 	$(PYTHON) tests/run.py
+
+lint:
+	$(PYTHON) scripts/lint.py
 
 test-asan:
 	$(MAKE) llmcc SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" OPT=-O1
