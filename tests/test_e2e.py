@@ -42,10 +42,14 @@ def read_logits(path, vocab):
 
 def check_fixture(kind, dtype, n_ids, check_logits, extra=()):
     d = fixture(kind, dtype)
-    exe = os.path.join(build(d, "cpu", extra), "m")
+    check_exe(os.path.join(build(d, "cpu", extra), "m"), d, kind, dtype, n_ids, check_logits)
+
+
+def check_exe(exe, d, kind, dtype, n_ids, check_logits):
+    """exe's greedy ids (the first n_ids) and, with check_logits, every step's logits against ref_forward's"""
     model = ref_forward.load(d)
     ref_ids, ref_logits = ref_forward.greedy(model, PROMPT, 32)
-    lp = os.path.join(tmpdir("e2e"), "%s-%s.logits" % (kind, dtype))
+    lp = os.path.join(tmpdir("e2e"), "%s-%s-%s.logits" % (kind, dtype, os.path.basename(os.path.dirname(exe))))
     p = run([exe, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "32", "--temperature", "0", "--repeat-penalty", "1", "--ids",
              "--ignore-eos", "--logits", lp])
     ours = [int(x) for x in p.stdout.split()]
@@ -106,9 +110,17 @@ def test_aidreams_matches_llama2c():
     assert p.stdout.split() == ref_np, (p.stdout, ref_np)
 
 
+def gpu_present():
+    return bool(shutil.which("nvidia-smi")) and run(["nvidia-smi", "-L"], check=False).returncode == 0
+
+
 def test_cuda_builds_every_fixture():
+    """Every fixture builds for CUDA without warnings and without a libcudart dependency; on a GPU the
+    executable's greedy ids (and f32 logits) match the numpy reference as the CPU build's do, without one it
+    says so in one line and exits non-zero."""
     if not shutil.which("nvcc"):
         raise Skip("nvcc is not installed")
+    gpu = gpu_present()
     for kind in KINDS:
         for dtype in ("f32", "bf16"):
             out = fixture(kind, dtype) + "-cuda"
@@ -117,11 +129,14 @@ def test_cuda_builds_every_fixture():
             assert "warning" not in (p.stdout + p.stderr).lower(), "nvcc warnings:\n" + p.stdout + p.stderr
             ldd = run(["ldd", os.path.join(out, "m")], check=False).stdout
             assert "libcudart" not in ldd, ldd
+            if gpu:
+                # the same checks as the CPU build's (test_llama_gqa_f32 ..., test_bf16_fixtures_greedy)
+                check_exe(os.path.join(out, "m"), fixture(kind, dtype), kind, dtype, 32 if dtype == "f32" else 16, dtype == "f32")
+                continue
             # without a GPU the executable must say so in one line and exit non-zero
             r = run([os.path.join(out, "m"), "--prompt-ids", "1,2", "-n", "2"], check=False)
-            if r.returncode != 0:
-                lines = [l for l in r.stderr.splitlines() if l.strip()]
-                assert len(lines) == 1 and "GPU" in lines[0], r.stderr
+            lines = [l for l in r.stderr.splitlines() if l.strip()]
+            assert r.returncode != 0 and len(lines) == 1 and "GPU" in lines[0], (r.returncode, r.stderr)
 
 
 def test_compile_every_ir_level():
