@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from test_ops import U, check_rows, compile_op, run_op, weight, wrong
+from oplib import U, check_rows, compile_op, run_op, weight, wrong
 from test_mma import round_x
 from testlib import LLMCC, ROOT, run, tmpdir
 

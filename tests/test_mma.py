@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from test_ops import U, check_rows, compile_op, run_op, tile_params, to_bf16, weight, wrong, harness, tag
+from oplib import U, check_rows, compile_op, run_op, tile_params, to_bf16, weight, wrong, harness, tag
 from testlib import LLMCC, run, tmpdir
 
 
@@ -224,7 +224,7 @@ def test_cp_async_primitive():
 
 
 def test_cp_async_verifier_rules():
-    from test_ops import HARNESS_SRCS
+    from oplib import HARNESS_SRCS
     from testlib import build_c
     exe = build_c("cp_async_verify_test", HARNESS_SRCS[:-1] + ["tests/c/cp_async_verify_test.c"])
     p = run([exe], check=False)
@@ -233,9 +233,10 @@ def test_cp_async_verifier_rules():
 
 
 def test_gemm_tc_pipelines_compile_sm90():
-    """every (stages, bk) gemm_tc and the cp.async primitive compile for sm_90 without warnings (ptxas counts printed)"""
+    """every (stages, bk) gemm_tc, the epilogue rewrites on gemm_tc, and the mma, ldmatrix and cp.async primitives
+    compile for sm_90 without warnings (ptxas counts printed)"""
     import shutil
-    from test_ops import ptxas_report
+    from oplib import ptxas_report
     from testlib import Skip
     nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
     if not nvcc:
@@ -247,6 +248,10 @@ def test_gemm_tc_pipelines_compile_sm90():
               for bm, bn, st, bk in ((128, 64, 2, 32), (64, 128, 3, 32), (128, 128, 2, 32), (128, 64, 2, 16))]
     cases += [(["cp_async_prim", b], ()) for b in (4, 8, 16)]
     cases += [(["linear", 64, 200, 200, "f16", 1], ("gemm_stages=%d" % st,)) for st in (1, 2)]
+    # from test_ops.py's list, which goes through `llmcc compile -c` now: what -c cannot express (the
+    # primitives; the epilogue rewrites on gemm_tc, which needs a runtime n above gemm_min_n; RoPE)
+    cases += [(["mma_prim"], ()), (["ldmatrix_prim"], ()), (["mlp", 64, 200, 256, "bf16"], ()),
+              (["rope_proj", 64, 4, 128, 256, "bf16"], ()), (["linear_residual", 64, 100, 96, "bf16"], ())]
     for args, kn in cases:
         d = tmpdir(os.path.join("ops", "cuda_" + tag(args, kn)))
         cu = os.path.join(d, "k.cu")

@@ -1,107 +1,63 @@
-"""Per-op tests of the schedules: one op (or the few ops a graph op
-decomposes into) goes through loop, tile and kernel IR (tests/c/op_harness.c),
-its C kernels run under tests/c/op_main.c with guard regions around every
-buffer, and the outputs are compared with numpy (float64 on the same
-inputs). Covered: flat (elementwise), block_reduce (warp-shuffle trees, one
-value per warp in shared memory), gemv with and without split-K, scalar and
-vector loads, over shapes that hit the edges: K not a multiple of the vector
-width or of 32 x vec, M = 1, odd row counts, long (18944) and short (3)
-reductions, f32 / bf16 / f16 weights, n below the compiled maximum (rows past
-n must stay unwritten). A schedule with a deliberately wrong shuffle lane
-(--knob debug_shfl_offset=1) must fail the same comparison, and an
-out-of-bounds write must trip a guard. Where nvcc is installed, every
-kernel also compiles for sm_90 without warnings and the ptxas register and
-spill counts are printed (scripts/ptxas_report; no thresholds here).
+"""Per-op tests of the schedules, through `llmcc run -c EXPR --target cpu` (the same pipeline and the
+same C kernels a model build gets): each case is a PyTorch-style expression; llmcc's own check
+against its double-precision evaluator must pass, and independently the test reads the inputs,
+weights and output --dump writes and compares them with numpy (float64 on the same inputs) under
+a bound derived from the schedule, tighter than llmcc's. Covered: flat (elementwise),
+block_reduce (warp-shuffle trees, one value per warp in shared memory), gemv with and without
+split-K, scalar and vector loads, unrolling, over shapes that hit the edges: K not a multiple of
+the vector width or of 32 x vec, M = 1, odd row counts, long (18944) and short (3) reductions,
+f32 / bf16 / f16 weights. A schedule with a deliberately wrong shuffle lane (--knob
+debug_shfl_offset=1) must fail both llmcc's check and this one. Fusion: inline, side store and
+tail fused and unfused (--knob fuse=0), and where the rewrites apply in a model. Where nvcc is
+installed, every kernel also compiles for sm_90 without warnings and the ptxas register and spill
+counts are printed (scripts/ptxas_report; no thresholds here).
 
-Tolerances: every output is a sum computed in f32 by a tree whose depth d
-the schedule fixes (terms per lane + 5 shuffle steps + warps + split-K
-slices); the classic bound |err| <= d * 2^-24 * sum |terms| holds for any
-summation order of that depth, so the tests use it (with d rounded up)
-rather than a guessed rtol. exp / rsqrt / division add a few ulps."""
+What -c cannot reach stays on the op harness (tests/oplib.py): rows past a runtime n left
+unwritten and guard regions around every buffer (test_guard_catches_out_of_bounds_write below;
+the op harness cases in test_mma.py, test_epilogues.py, test_topk.py use them), gemm_tc, RoPE,
+the kernel-IR primitives.
+
+Tolerances: every output is a sum computed in f32 by a tree whose depth d the schedule fixes
+(terms per lane + 5 shuffle steps + warps + split-K slices); the classic bound
+|err| <= d * 2^-24 * sum |terms| holds for any summation order of that depth, so the tests use
+it (with d rounded up) rather than a guessed rtol. exp / rsqrt / division add a few ulps."""
+import hashlib
 import os
 import shutil
 
 import numpy as np
 
-from testlib import CFLAGS, ROOT, Skip, build_c, run, tmpdir
+from oplib import HARNESS_SRCS, U, ptxas_report, tile_params
+from testlib import LLMCC, ROOT, Skip, build_c, run, tmpdir
 
-U = 2.0 ** -24
-HARNESS_SRCS = ["compiler/util.c", "compiler/expr.c", "compiler/tensor_ir.c", "compiler/loop_ir.c", "compiler/tile_ir.c",
-                "compiler/kernel_ir.c", "compiler/emit.c", "compiler/emit_c.c", "compiler/emit_cuda.c", "compiler/graph.c",
-                "tests/c/op_harness.c"]
+DT = {"f32": "torch.float32", "bf16": "torch.bfloat16", "f16": "torch.float16"}
 
 
-def harness():
-    return build_c("op_harness", HARNESS_SRCS)
-
-
-def tag(args, knobs):
-    s = "_".join(str(a) for a in args) + "".join("_" + k.replace("=", "") for k in knobs)
-    return s.replace("/", "")
-
-
-def compile_op(args, knobs=()):
-    """Generates and builds the C program for one op; returns (exe, tile IR text)."""
-    d = tmpdir(os.path.join("ops", tag(args, knobs)))
-    kn = []
+def knob_args(knobs):
+    a = []
     for k in knobs:
-        kn += ["--knob", k]
-    h = harness()
-    gen = os.path.join(d, "gen.c")
-    src = run([h] + [str(a) for a in args] + kn).stdout
-    with open(gen, "w") as f:
-        f.write(src)
-    tile = run([h] + [str(a) for a in args] + kn + ["--print", "tile"]).stdout
-    exe = os.path.join(d, "op")
-    # under make test-asan the kernels are sanitized too: reads out of bounds (guards see only writes)
-    san = [f for f in CFLAGS if f.startswith("-fsanitize") or f.startswith("-fno-sanitize") or f == "-fno-omit-frame-pointer"]
-    run(["gcc", "-std=c11", "-O1", "-fopenmp", "-Wall", "-Wextra", "-Werror"] + san + [gen, os.path.join(ROOT, "tests", "c", "op_main.c"),
-         "-o", exe, "-lm"])
-    return exe, tile, d
+        a += ["--knob", k]
+    return a
 
 
-def to_bf16(a):
-    """f32 -> bf16 bits (round to nearest even) and the f32 values they hold."""
-    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return r, (r.astype(np.uint32) << 16).view(np.float32)
+def run_expr(expr, knobs=(), match=True):
+    """`llmcc run -c EXPR --target cpu --dump`: (the dumped arrays as float64, tile IR text). match: llmcc's
+    own check must pass (True) or must report a mismatch (False)."""
+    d = os.path.join(tmpdir("ops"), "c_" + hashlib.sha1((expr + "|" + "|".join(knobs)).encode()).hexdigest()[:16])
+    shutil.rmtree(d, ignore_errors=True)
+    p = run([LLMCC, "run", "-c", expr, "--target", "cpu", "--dump", d] + knob_args(knobs), check=False)
+    if match:
+        assert p.returncode == 0 and "matches the reference" in p.stdout, (expr, knobs, p.stdout, p.stderr)
+    else:
+        assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, (expr, knobs, p.stdout, p.stderr)
+    t = {f[:-4]: np.load(os.path.join(d, f)).astype(np.float64) for f in os.listdir(d) if f.endswith(".npy")}
+    tile = run([LLMCC, "compile", "-c", expr, "--ir", "tile"] + knob_args(knobs)).stdout
+    return t, tile
 
 
-def weight(a, dt):
-    """(bytes as stored, f64 values the kernel sees)"""
-    if dt == "f32":
-        a = a.astype(np.float32)
-        return a.tobytes(), a.astype(np.float64)
-    if dt == "f16":
-        h = a.astype(np.float16)
-        return h.tobytes(), h.astype(np.float64)
-    bits, vals = to_bf16(a)
-    return bits.tobytes(), vals.astype(np.float64)
-
-
-def run_op(exe, d, inputs, n, out_shapes, pos=0):
-    inp = os.path.join(d, "in.bin")
-    outp = os.path.join(d, "out.bin")
-    with open(inp, "wb") as f:
-        for b in inputs:
-            f.write(b)
-    p = run([exe, inp, outp, str(n), str(pos)], check=False)
-    assert p.returncode == 0, "op run failed (rc=%d): %s" % (p.returncode, p.stderr)
-    raw = np.fromfile(outp, dtype=np.uint32)
-    outs, off = [], 0
-    for shp in out_shapes:
-        cnt = int(np.prod(shp))
-        outs.append(raw[off:off + cnt].reshape(shp))
-        off += cnt
-    assert off == raw.size, "output size %d, expected %d" % (raw.size, off)
-    return outs
-
-
-def check_rows(bits, n, ref, tol, what):
-    """rows < n match ref within tol (array or scalar); rows >= n are untouched (0xffffffff)"""
-    got = bits[:n].view(np.float32).astype(np.float64)
-    assert np.all(bits[n:] == 0xFFFFFFFF), "%s: rows past n=%d were written" % (what, n)
-    assert np.all(np.isfinite(got)), "%s: non-finite outputs (unwritten elements?)" % what
+def check(got, ref, tol, what):
+    assert got.shape == ref.shape, (what, got.shape, ref.shape)
+    assert np.all(np.isfinite(got)), "%s: non-finite outputs" % what
     err = np.abs(got - ref)
     bad = err > tol
     if np.any(bad):
@@ -110,98 +66,81 @@ def check_rows(bits, n, ref, tol, what):
             what, int(bad.sum()), bad.size, i, got[i], ref[i], np.broadcast_to(tol, err.shape)[i]))
 
 
-def wrong(bits, n, ref, tol):
-    """True when check_rows rejects the values themselves (the run itself must have succeeded)"""
+def wrong(got, ref, tol):
+    """True when check rejects the values"""
     try:
-        check_rows(bits, n, ref, tol, "mutated")
+        check(got, ref, tol, "mutated")
     except AssertionError as e:
         assert "elements off" in str(e), "mutated run failed otherwise: %s" % e
         return True
     return False
 
 
-def tile_params(tile, name):
-    """the 'schedule' line of tile NAME as a dict, e.g. {'schedule': 'gemv', 'split_k': '3', ...}"""
-    lines = tile.splitlines()
-    for i, l in enumerate(lines):
-        if l.startswith("tile %s " % name):
-            parts = lines[i + 1].split()
-            d = {"schedule": parts[1]}
-            for p in parts[2:]:
-                if "=" in p:
-                    k, v = p.split("=", 1)
-                    d[k] = v
-            return d
-    raise AssertionError("no tile %s in:\n%s" % (name, tile))
+def tiles(tile):
+    return [l.split()[1] for l in tile.splitlines() if l.startswith("tile ")]
 
 
 # ---- gemv (linear) ----
 
-def linear_case(maxn, M, K, dt, bias, n, knobs=(), seed=0):
-    rng = np.random.default_rng(seed + M * 131 + K)
-    exe, tile, d = compile_op(["linear", maxn, M, K, dt, 1 if bias else 0], knobs)
-    x = rng.standard_normal((maxn, K)).astype(np.float32)
-    wb, w = weight(rng.standard_normal((M, K)), dt)
-    ins = [x.tobytes(), wb]
-    b = None
-    if bias:
-        bb, b = weight(rng.standard_normal(M), dt)
-        ins.append(bb)
-    (y,) = run_op(exe, d, ins, n, [(maxn, M)])
-    xs = x[:n].astype(np.float64)
-    ref = xs @ w.T + (b if bias else 0)
-    p = tile_params(tile, "proj")
-    S = int(p.get("split_k", 1))
+def linear_expr(rows, M, K, dt, bias):
+    return "nn.Linear(%d, %d, bias=%s, dtype=%s)(torch.randn(%d, %d))" % (K, M, bias, DT[dt], rows, K)
+
+
+def linear_case(rows, M, K, dt, bias, knobs=(), match=True):
+    t, tile = run_expr(linear_expr(rows, M, K, dt, bias), knobs, match)
+    x, w = t["input0"], t["linear0.weight"]
+    b = t["linear0.bias"] if bias else 0
+    ref = x @ w.T + b
+    S = int(tile_params(tile, "linear0").get("split_k", 1))
     depth = -(-K // 32) + 5 + S + 2
-    tol = depth * U * (np.abs(xs) @ np.abs(w).T + (np.abs(b) if bias else 0)) + 1e-30
-    return y, ref, tol, n, tile
+    tol = depth * U * (np.abs(x) @ np.abs(w).T + np.abs(b)) + 1e-30
+    return t["output"], ref, tol, tile
 
 
 def check_linear(*a, **kw):
-    y, ref, tol, n, tile = linear_case(*a, **kw)
-    check_rows(y, n, ref, tol, "linear %s" % (a,))
+    y, ref, tol, tile = linear_case(*a, **kw)
+    check(y, ref, tol, "linear %s %s" % (a, kw))
     return tile
 
 
 def test_gemv_shapes_f32():
     # M = 1, K = 3 (fewer than 32 lanes' worth), K not a multiple of 4 (scalar loads), odd rows
-    t = check_linear(1, 1, 3, "f32", False, 1)
-    assert tile_params(t, "proj")["vec"] == "1"
-    t = check_linear(5, 37, 200, "f32", True, 3)
-    assert tile_params(t, "proj")["schedule"] == "gemv" and tile_params(t, "proj")["vec"] == "4"
-    check_linear(3, 64, 257, "f32", False, 3)          # K odd: scalar path
-    check_linear(2, 33, 1000, "f32", True, 2)          # K % 128 != 0: a partial last round
+    t = check_linear(1, 1, 3, "f32", False)
+    assert tile_params(t, "linear0")["vec"] == "1"
+    t = check_linear(3, 37, 200, "f32", True)
+    assert tile_params(t, "linear0")["schedule"] == "gemv" and tile_params(t, "linear0")["vec"] == "4"
+    check_linear(3, 64, 257, "f32", False)          # K odd: scalar path
+    check_linear(2, 33, 1000, "f32", True)          # K % 128 != 0: a partial last round
 
 
 def test_gemv_shapes_bf16_f16():
-    t = check_linear(4, 37, 200, "bf16", True, 3)      # 200 = 8 * 25: vectors, K not a multiple of 256
-    assert tile_params(t, "proj")["vec"] == "8"
-    t = check_linear(3, 19, 172, "bf16", False, 3)     # 172 % 8 = 4: narrower vectors
-    assert tile_params(t, "proj")["vec"] == "4"
-    check_linear(2, 29, 300, "f16", True, 1)
-    check_linear(1, 8, 4097, "bf16", False, 1)         # odd K: scalar loads of bf16
+    t = check_linear(3, 37, 200, "bf16", True)      # 200 = 8 * 25: vectors, K not a multiple of 256
+    assert tile_params(t, "linear0")["vec"] == "8"
+    t = check_linear(3, 19, 172, "bf16", False)     # 172 % 8 = 4: narrower vectors
+    assert tile_params(t, "linear0")["vec"] == "4"
+    check_linear(1, 29, 300, "f16", True)
+    check_linear(1, 8, 4097, "bf16", False)         # odd K: scalar loads of bf16
 
 
 def test_gemv_split_k():
     # long K, few rows: split-K is chosen from the shapes, and its partials are summed in order
-    y, ref, tol, n, tile = linear_case(2, 7, 18944, "bf16", True, 2)
-    p = tile_params(tile, "proj")
-    assert int(p["split_k"]) > 1, tile
-    assert tile_params(tile, "proj_splitk")["schedule"] == "splitk_sum"
-    check_rows(y, n, ref, tol, "split-K linear")
+    y, ref, tol, tile = linear_case(2, 7, 18944, "bf16", True)
+    assert int(tile_params(tile, "linear0")["split_k"]) > 1, tile
+    assert tile_params(tile, "linear0_splitk")["schedule"] == "splitk_sum"
+    check(y, ref, tol, "split-K linear")
     # pinned: an uneven last slice, and split-K off
-    t = check_linear(3, 5, 1000, "bf16", False, 3, knobs=("gemv_split_k=3",))
-    assert tile_params(t, "proj")["split_k"] == "3" and tile_params(t, "proj")["k_chunk"] == "336"
-    t = check_linear(3, 5, 1000, "bf16", False, 3, knobs=("gemv_split_k=1",))
-    assert tile_params(t, "proj")["split_k"] == "1"
-    check_linear(1, 3, 18944, "f32", False, 1)
+    t = check_linear(3, 5, 1000, "bf16", False, knobs=("gemv_split_k=3",))
+    assert tile_params(t, "linear0")["split_k"] == "3" and tile_params(t, "linear0")["k_chunk"] == "336"
+    t = check_linear(3, 5, 1000, "bf16", False, knobs=("gemv_split_k=1",))
+    assert tile_params(t, "linear0")["split_k"] == "1" and "linear0_splitk" not in tiles(t)
+    check_linear(1, 3, 18944, "f32", False)
 
 
 def test_gemv_knobs():
     # one row per block, three (a block of 96 threads), 8; scalar loads forced
     for k in ("gemv_rows_per_block=1", "gemv_rows_per_block=3", "gemv_rows_per_block=8", "gemv_vec=1", "gemv_vec=2"):
-        t = check_linear(3, 37, 264, "bf16", True, 2, knobs=(k,))
-        p = tile_params(t, "proj")
+        t = check_linear(2, 37, 264, "bf16", True, knobs=(k,))
+        p = tile_params(t, "linear0")
         if k.startswith("gemv_rows"):
             assert p["rows_per_block"] == k.split("=")[1] and p["block"] == str(32 * int(k.split("=")[1])), t
         else:
@@ -212,96 +151,97 @@ def test_gemv_unroll():
     """gemv_unroll issues U rounds of loads before their terms and adds them in round order: every U
     gives the same bits as U=1 (K = 18944 on split-K slices, 264 and 1000 leave remainders of 1..3
     rounds, 37 fewer rounds than U), and each result is within the linear's bound."""
-    for maxn, M, K, dt, n in ((3, 37, 264, "bf16", 2), (2, 7, 18944, "bf16", 1), (2, 50, 1000, "f32", 2), (1, 5, 37, "f32", 1), (2, 9, 1000, "f16", 2)):
+    for rows, M, K, dt in ((2, 37, 264, "bf16"), (1, 7, 18944, "bf16"), (2, 50, 1000, "f32"), (1, 5, 37, "f32"), (2, 9, 1000, "f16")):
         base = None
         for u in ("1", "2", "3", "4", "8", "0"):
-            y, ref, tol, n_, tile = linear_case(maxn, M, K, dt, True, n, knobs=("gemv_unroll=" + u,))
-            check_rows(y, n, ref, tol, "linear %s unroll %s" % ((maxn, M, K, dt), u))
-            p = tile_params(tile, "proj")
+            y, ref, tol, tile = linear_case(rows, M, K, dt, True, knobs=("gemv_unroll=" + u,))
+            check(y, ref, tol, "linear %s unroll %s" % ((rows, M, K, dt), u))
             if u != "0":
-                assert p["unroll"] == u, tile
-            base = y[:n] if base is None else base
-            assert np.array_equal(y[:n], base), "unroll %s changed the sums of linear %s" % (u, (maxn, M, K, dt))
+                assert tile_params(tile, "linear0")["unroll"] == u, tile
+            base = y if base is None else base
+            assert np.array_equal(y, base), "unroll %s changed the sums of linear %s" % (u, (rows, M, K, dt))
 
 
 def test_gemv_wrong_shuffle_is_caught():
-    # the same comparison must fail when every shuffle reads one lane too far
-    for args in ((4, 37, 200, "bf16", True, 3), (1, 1, 3, "f32", False, 1), (2, 7, 18944, "bf16", True, 2)):
-        y, ref, tol, n, _ = linear_case(*args, knobs=("debug_shfl_offset=1",))
-        assert wrong(y, n, ref, tol), "a schedule with shuffle delta + 1 passed for linear %s" % (args,)
+    # the same comparison (and llmcc's own) must fail when every shuffle reads one lane too far
+    for args in ((3, 37, 200, "bf16", True), (1, 1, 3, "f32", False), (2, 7, 18944, "bf16", True)):
+        y, ref, tol, _ = linear_case(*args, knobs=("debug_shfl_offset=1",), match=False)
+        assert wrong(y, ref, tol), "a schedule with shuffle delta + 1 passed for linear %s" % (args,)
 
 
 # ---- block_reduce (rmsnorm, softmax) ----
 
-def rmsnorm_case(maxn, D, dt, n, knobs=(), seed=1):
-    rng = np.random.default_rng(seed + D)
-    exe, tile, d = compile_op(["rmsnorm", maxn, D, dt], knobs)
-    x = rng.standard_normal((maxn, D)).astype(np.float32)
-    wb, w = weight(rng.standard_normal(D), dt)
-    (y,) = run_op(exe, d, [x.tobytes(), wb], n, [(maxn, D)])
-    xs = x[:n].astype(np.float64)
-    inv = 1.0 / np.sqrt((xs * xs).mean(axis=1, keepdims=True) + np.float64(np.float32(1e-5)))
-    ref = xs * inv * w
-    B = int(tile_params(tile, "norm_inv_rms")["block"])
+def rmsnorm_bound(t, h, D, tile, name):
+    w = t["rmsnorm0.weight"]
+    inv = 1.0 / np.sqrt((h * h).mean(axis=1, keepdims=True) + np.float64(np.float32(1e-5)))
+    ref = h * inv * w
+    B = int(tile_params(tile, name)["block"])
     depth = -(-D // B) + 5 + 5 + 2
     # the sum of squares has positive terms: its relative error is depth*u; rsqrt, /D, two products: a few ulps more
-    rel = (depth / 2 + 8) * U
-    return y, ref, rel * np.abs(ref) + 1e-30, n, tile
+    return ref, (depth / 2 + 8) * U * np.abs(ref) + 1e-30
+
+
+def rmsnorm_case(rows, D, dt, knobs=(), match=True):
+    t, tile = run_expr("nn.RMSNorm(%d, eps=1e-5, dtype=%s)(torch.randn(%d, %d))" % (D, DT[dt], rows, D), knobs, match)
+    ref, tol = rmsnorm_bound(t, t["input0"], D, tile, "rmsnorm0_inv_rms")
+    return t["output"], ref, tol, tile
 
 
 def test_block_reduce_rmsnorm():
-    for maxn, D, dt, n, knobs in ((3, 3, "f32", 3, ()), (3, 64, "bf16", 2, ()), (1, 100, "f32", 1, ()), (2, 18944, "bf16", 2, ()),
-                                  (2, 896, "f16", 1, ()), (2, 1000, "f32", 2, ("reduce_block_max=32",)),
-                                  (2, 5000, "f32", 2, ("reduce_block_max=1024",))):
-        y, ref, tol, n, tile = rmsnorm_case(maxn, D, dt, n, knobs)
-        p = tile_params(tile, "norm_inv_rms")
+    for rows, D, dt, knobs in ((3, 3, "f32", ()), (2, 64, "bf16", ()), (1, 100, "f32", ()), (2, 18944, "bf16", ()),
+                               (1, 896, "f16", ()), (2, 1000, "f32", ("reduce_block_max=32",)),
+                               (2, 5000, "f32", ("reduce_block_max=1024",))):
+        y, ref, tol, tile = rmsnorm_case(rows, D, dt, knobs)
+        p = tile_params(tile, "rmsnorm0_inv_rms")
         assert p["schedule"] == "block_reduce"
         if knobs:
             assert p["block"] == knobs[0].split("=")[1], tile
-        check_rows(y, n, ref, tol, "rmsnorm D=%d %s" % (D, knobs))
+        check(y, ref, tol, "rmsnorm D=%d %s" % (D, knobs))
 
 
-def softmax_case(maxn, L, n, knobs=(), seed=2):
-    rng = np.random.default_rng(seed + L)
-    exe, tile, d = compile_op(["softmax", maxn, L], knobs)
-    x = (3 * rng.standard_normal((maxn, L))).astype(np.float32)
-    (y,) = run_op(exe, d, [x.tobytes()], n, [(maxn, L)])
-    xs = x[:n].astype(np.float64)
+def softmax_case(rows, L, knobs=(), match=True):
+    # 3 x: a wider range of exponents than N(0, 1)
+    t, tile = run_expr("F.softmax(torch.randn(%d, %d) * 3, dim=-1)" % (rows, L), knobs, match)
+    xs = (t["input0"].astype(np.float32) * np.float32(3)).astype(np.float64)    # the f32 product the kernel sees
     e = np.exp(xs - xs.max(axis=1, keepdims=True))
     ref = e / e.sum(axis=1, keepdims=True)
-    B = int(tile_params(tile, "softmax_sum")["block"])
+    B = int(tile_params(tile, "softmax0_sum")["block"])
     depth = -(-L // B) + 5 + 5 + 2
     rel = (depth + 12) * U   # the max is exact; expf within 2 ulps twice, the sum, the division
-    return y, ref, rel * ref + 1e-30, n, tile
+    return t["output"], ref, rel * ref + 1e-30, tile
 
 
 def test_block_reduce_softmax():
-    for maxn, L, n, knobs in ((2, 3, 2, ()), (3, 33, 3, ()), (1, 1000, 1, ()), (2, 18944, 1, ()), (3, 300, 2, ("reduce_block_max=64",))):
-        y, ref, tol, n, tile = softmax_case(maxn, L, n, knobs)
-        check_rows(y, n, ref, tol, "softmax L=%d %s" % (L, knobs))
+    for rows, L, knobs in ((2, 3, ()), (3, 33, ()), (1, 1000, ()), (1, 18944, ()), (2, 300, ("reduce_block_max=64",))):
+        y, ref, tol, tile = softmax_case(rows, L, knobs)
+        assert tile_params(tile, "softmax0_sum")["schedule"] == "block_reduce"
+        if knobs:
+            assert tile_params(tile, "softmax0_sum")["block"] == "64", tile
+        check(y, ref, tol, "softmax L=%d %s" % (L, knobs))
 
 
 def test_block_reduce_wrong_shuffle_is_caught():
     for D in (3, 64, 18944):
-        y, ref, tol, n, _ = rmsnorm_case(2, D, "f32", 2, knobs=("debug_shfl_offset=1",))
-        assert wrong(y, n, ref, tol), "a block_reduce with shuffle delta + 1 passed for D=%d" % D
-    y, ref, tol, n, _ = softmax_case(2, 1000, 2, knobs=("debug_shfl_offset=1",))
-    assert wrong(y, n, ref, tol), "a softmax with shuffle delta + 1 passed"
+        y, ref, tol, _ = rmsnorm_case(2, D, "f32", knobs=("debug_shfl_offset=1",), match=False)
+        assert wrong(y, ref, tol), "a block_reduce with shuffle delta + 1 passed for D=%d" % D
+    y, ref, tol, _ = softmax_case(2, 1000, knobs=("debug_shfl_offset=1",), match=False)
+    assert wrong(y, ref, tol), "a softmax with shuffle delta + 1 passed"
 
 
 # ---- flat ----
 
+def silu_mul_case(rows, C, knobs=()):
+    t, tile = run_expr("F.silu(torch.randn(%d, %d)) * torch.randn(%d, %d)" % (rows, C, rows, C), knobs)
+    xs, gs = t["input0"], t["input1"]
+    ref = xs / (1 + np.exp(-xs)) * gs
+    return t["output"], ref, 8 * U * np.abs(ref) + 1e-30, tile
+
+
 def test_flat_elementwise():
-    for maxn, C, n in ((1, 1, 1), (5, 37, 3), (2, 18944, 2), (3, 300, 3)):
-        rng = np.random.default_rng(C)
-        exe, tile, d = compile_op(["silu_mul", maxn, C])
-        assert tile_params(tile, "silu_mul")["schedule"] == "flat"
-        x = rng.standard_normal((maxn, C)).astype(np.float32)
-        g = rng.standard_normal((maxn, C)).astype(np.float32)
-        (y,) = run_op(exe, d, [x.tobytes(), g.tobytes()], n, [(maxn, C)])
-        xs, gs = x[:n].astype(np.float64), g[:n].astype(np.float64)
-        ref = xs / (1 + np.exp(-xs)) * gs
-        check_rows(y, n, ref, 8 * U * np.abs(ref) + 1e-30, "silu_mul C=%d" % C)
+    for rows, C in ((1, 1), (3, 37), (2, 18944), (3, 300)):
+        y, ref, tol, tile = silu_mul_case(rows, C)
+        assert tiles(tile) == ["mul0"] and tile_params(tile, "mul0")["schedule"] == "flat", tile
+        check(y, ref, tol, "silu_mul C=%d" % C)
 
 
 # ---- the kernel IR verifier ----
@@ -336,22 +276,13 @@ def test_guard_catches_out_of_bounds_write():
 
 # ---- CUDA: every kernel compiles for sm_90 without warnings ----
 
-def ptxas_report():
-    """scripts/ptxas_report as a module (it has no .py suffix)"""
-    import importlib.machinery
-    import importlib.util
-    path = os.path.join(ROOT, "scripts", "ptxas_report")
-    loader = importlib.machinery.SourceFileLoader("ptxas_report", path)
-    spec = importlib.util.spec_from_loader("ptxas_report", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
-
-
-CUDA_OPS = [["linear", 4, 37, 200, "bf16", 1], ["linear", 64, 200, 200, "bf16", 1], ["mma_prim"], ["ldmatrix_prim"], ["linear", 2, 7, 18944, "bf16", 1], ["linear", 3, 64, 257, "f32", 0],
-            ["linear", 2, 29, 300, "f16", 1], ["rmsnorm", 2, 18944, "bf16"], ["rmsnorm", 2, 64, "f32"],
-            ["softmax", 2, 3], ["silu_mul", 2, 300], ["mlp", 64, 200, 256, "bf16"], ["mlp", 2, 96, 1000, "f16"], ["rope_proj", 64, 4, 128, 256, "bf16"],
-            ["linear_residual", 64, 100, 96, "bf16"]]
+CUDA_EXPRS = [linear_expr(3, 37, 200, "bf16", True), linear_expr(2, 7, 18944, "bf16", True), linear_expr(3, 64, 257, "f32", False),
+              linear_expr(1, 29, 300, "f16", True), "nn.RMSNorm(18944, dtype=torch.bfloat16)(torch.randn(2, 18944))",
+              "nn.RMSNorm(64)(torch.randn(2, 64))", "F.softmax(torch.randn(2, 3), dim=-1)", "F.silu(torch.randn(2, 300)) * torch.randn(2, 300)",
+              "x = torch.randn(2, 1000); F.silu(nn.Linear(1000, 96, bias=False, dtype=torch.float16)(x)) * "
+              "nn.Linear(1000, 96, bias=False, dtype=torch.float16)(x)",
+              "torch.randn(4, 100) + nn.Linear(96, 100, bias=False, dtype=torch.bfloat16)(torch.randn(4, 96))",
+              "x = torch.randn(2, 64); r = torch.randn(2, 64); h = x + r; nn.RMSNorm(64)(h) + h"]
 
 
 def test_cuda_kernels_compile_sm90():
@@ -359,16 +290,15 @@ def test_cuda_kernels_compile_sm90():
     if not nvcc:
         raise Skip("nvcc is not installed")
     pr = ptxas_report()
-    h = harness()
     rows = []
-    for args in CUDA_OPS:
-        d = tmpdir(os.path.join("ops", "cuda_" + tag(args, ())))
+    for i, expr in enumerate(CUDA_EXPRS):
+        d = tmpdir(os.path.join("ops", "cuda_%d" % i))
         cu = os.path.join(d, "k.cu")
         with open(cu, "w") as f:
-            f.write(run([h] + [str(a) for a in args] + ["--target", "cuda"]).stdout)
+            f.write(run([LLMCC, "compile", "-c", expr, "--ir", "cuda"]).stdout)
         res = pr.compile_report(nvcc, cu, "sm_90")
-        assert res["ok"], "nvcc failed or warned on %s:\n%s" % (args, res["log"])
-        rows += [(" ".join(map(str, args)),) + r for r in res["kernels"]]
+        assert res["ok"], "nvcc failed or warned on %s:\n%s" % (expr, res["log"])
+        rows += [(expr[:40],) + r for r in res["kernels"]]
     assert rows, "no kernels reported"
     print(pr.format_table(rows, ("op", "kernel", "registers", "spill stores", "spill loads", "stack", "smem")))
 
@@ -376,41 +306,25 @@ def test_cuda_kernels_compile_sm90():
 # ---- fusion (loop IR) ----
 
 def test_fusion_residual_into_rmsnorm():
-    # h = x + r, then RMSNorm(h): fused, the sum of squares computes h, stores it and accumulates it
-    for D, dt, n in ((64, "f32", 2), (18944, "bf16", 1), (3, "f32", 2)):
-        maxn = 2
-        rng = np.random.default_rng(D + 5)
+    # h = x + r, then RMSNorm(h) + h: fused, the sum of squares computes h, stores it (the final add reads
+    # it back) and accumulates it
+    for D, dt in ((64, "f32"), (18944, "bf16"), (3, "f32")):
+        expr = "x = torch.randn(2, %d); r = torch.randn(2, %d); h = x + r; nn.RMSNorm(%d, eps=1e-5, dtype=%s)(h) + h" % (D, D, D, DT[dt])
         for fuse in ("fuse=1", "fuse=0"):
-            exe, tile, d = compile_op(["residual_norm", maxn, D, dt], (fuse,))
-            kernels = [l.split()[1] for l in tile.splitlines() if l.startswith("tile ")]
-            assert ("residual" in kernels) == (fuse == "fuse=0"), tile
-            x = rng.standard_normal((maxn, D)).astype(np.float32)
-            r = rng.standard_normal((maxn, D)).astype(np.float32)
-            wb, w = weight(rng.standard_normal(D), dt)
-            h, y = run_op(exe, d, [x.tobytes(), r.tobytes(), wb], n, [(maxn, D), (maxn, D)])
-            hs = (x[:n] + r[:n]).astype(np.float64)    # the f32 add is exact in f64
-            href = (x[:n] + r[:n]).astype(np.float64)
-            check_rows(h, n, href, 0.0, "residual h (%s)" % fuse)
-            inv = 1.0 / np.sqrt((hs * hs).mean(axis=1, keepdims=True) + np.float64(np.float32(1e-5)))
-            ref = hs * inv * w
-            depth = -(-D // 32) + 12
-            check_rows(y, n, ref, (depth / 2 + 8) * U * np.abs(ref) + 1e-30, "residual_norm D=%d %s" % (D, fuse))
+            t, tile = run_expr(expr, (fuse,))
+            assert ("add0" in tiles(tile)) == (fuse == "fuse=0"), tile
+            h = (t["input0"].astype(np.float32) + t["input1"].astype(np.float32)).astype(np.float64)   # the f32 add
+            nref, ntol = rmsnorm_bound(t, h, D, tile, "rmsnorm0_inv_rms")
+            ref = nref + h
+            check(t["output"], ref, ntol + 2 * U * np.abs(ref), "residual_norm D=%d %s" % (D, fuse))
 
 
 def test_fusion_silu_into_mul():
-    for C, n in ((1, 1), (172, 3), (18944, 2)):
-        maxn = 3
-        rng = np.random.default_rng(C + 9)
+    for C in (1, 172, 18944):
         for fuse in ("fuse=1", "fuse=0"):
-            exe, tile, d = compile_op(["silu_then_mul", maxn, C], (fuse,))
-            kernels = [l.split()[1] for l in tile.splitlines() if l.startswith("tile ")]
-            assert kernels == (["gate_mul_up"] if fuse == "fuse=1" else ["act_fn", "gate_mul_up"]), tile
-            x = rng.standard_normal((maxn, C)).astype(np.float32)
-            g = rng.standard_normal((maxn, C)).astype(np.float32)
-            (y,) = run_op(exe, d, [x.tobytes(), g.tobytes()], n, [(maxn, C)])
-            xs, gs = x[:n].astype(np.float64), g[:n].astype(np.float64)
-            ref = xs / (1 + np.exp(-xs)) * gs
-            check_rows(y, n, ref, 8 * U * np.abs(ref) + 1e-30, "silu_then_mul C=%d %s" % (C, fuse))
+            y, ref, tol, tile = silu_mul_case(3, C, (fuse,))
+            assert tiles(tile) == (["mul0"] if fuse == "fuse=1" else ["silu0", "mul0"]), tile
+            check(y, ref, tol, "silu_then_mul C=%d %s" % (C, fuse))
 
 
 def test_fusion_in_a_model_and_its_guards():

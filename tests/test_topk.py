@@ -16,7 +16,7 @@ import struct
 import numpy as np
 
 from test_e2e import build, fixture
-from test_ops import compile_op, ptxas_report, run_op
+from oplib import compile_op, ptxas_report, run_op
 from test_torch_expr import dump_run
 from testlib import LLMCC, ROOT, Skip, run, tmpdir
 

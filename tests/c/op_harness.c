@@ -2,17 +2,19 @@
  * decomposes into) through loop IR -> tile IR -> kernel IR and prints a C
  * (or CUDA) translation unit of its kernels. For C it adds a table of the
  * buffers and run_ops(), the launch plan; tests/c/op_main.c drives them with
- * guard regions around every buffer (tests/test_ops.py).
+ * guard regions around every buffer (tests/oplib.py).
+ *
+ * Only for what `llmcc run -c EXPR` (tests/test_ops.py) cannot reach: rows that are
+ * the runtime n below the compiled maximum (so gemm_tc, which needs max_batch >
+ * gemm_min_n, and rows past n that must stay unwritten), RoPE (no rotary in the
+ * expression language), --no-kernel-verify, and the hand-built primitives.
  *
  *   op_harness OP ARGS... [--knob NAME=VALUE]... [--target c|cuda] [--print tile|kernel] [--no-kernel-verify]
  *     (--no-kernel-verify: a deliberately wrong schedule the verifier rejects reaches the C backend)
- *     rmsnorm MAXN D WDT        inv_rms[t] = rsqrt(sum_d x[t,d]^2 / D + eps); y = x * inv_rms * w
- *     linear MAXN M K WDT BIAS  y[t,o] = sum_i x[t,i] w[o,i] (+ b[o] when BIAS is 1)
- *     softmax MAXN L            m = max_j x, z = sum_j exp(x - m), y = exp(x - m) / z
- *     silu_mul MAXN C           y = x / (1 + exp(-x)) * g
- *     silu_then_mul MAXN C      a = x / (1 + exp(-x)); y = a * g (two ops: loop_fuse inlines a)
- *     residual_norm MAXN D WDT  h = x + r; rmsnorm of h, as a decoder layer's residual add and the
- *                               next norm (loop_fuse stores h from the sum of squares); h and y are outputs
+ *     linear MAXN M K WDT BIAS  y[t,o] = sum_i x[t,i] w[o,i] (+ b[o] when BIAS is 1)   (test_mma.py)
+ *     mlp MAXN M K WDT          silu(x @ wg^T) * (x @ wu^T)                          (test_epilogues.py)
+ *     rope_proj MAXN H D K WDT  RoPE of x @ w^T over H heads of D                    (test_epilogues.py)
+ *     linear_residual MAXN M K WDT   r + x @ w^T                                     (test_epilogues.py)
  *     topk ROWS L K             y[t, 0, r] = the r-th largest x[t, j] (ties to the smaller j), y[t, 1, r] = that j
  *     mma_prim                  one warp: d = c + A*B by mma_m16n8k16_bf16 from per-lane fragments a[32,4], b[32,2]
  *                               (.b32 bits as i32), c[32,4] f32 -> d[32,4] f32
@@ -69,9 +71,8 @@ static int64_t num(const char *s) { return strtoll(s, NULL, 10); }
 static Expr *N(void) { return e_param(&A, P_N); }
 
 /* role of each buffer for op_main.c: 0 input (filled from the input file), 1 output, 2 scratch */
-static Buffer *observed;       /* an activation the test reads back too */
 static int role_of(const Buffer *b) {
-    return b->kind == BUF_WEIGHT || b->kind == BUF_INPUT ? 0 : b->kind == BUF_OUTPUT || b == observed ? 1 : 2;
+    return b->kind == BUF_WEIGHT || b->kind == BUF_INPUT ? 0 : b->kind == BUF_OUTPUT ? 1 : 2;
 }
 
 /* y[t, o] = sum_i x[t, i] * w[o, i]: a linear as tensor_ir.c lowers it */
@@ -85,21 +86,7 @@ static TOp *linear_op(const char *kname, Buffer *x, Buffer *w, Buffer *y) {
 
 static void build(int argc, char **argv) {
     const char *k = argv[0];
-    if (!strcmp(k, "rmsnorm") && argc >= 4) {
-        int64_t R = num(argv[1]), D = num(argv[2]);
-        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, D), *w = buf("w", BUF_WEIGHT, dtype_arg(argv[3]), 1, D, 0);
-        Buffer *inv = buf("inv_rms", BUF_ACT, DT_F32, 1, R, 0), *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, D);
-        TOp *r = op(TOP_REDUCE, "norm_inv_rms", inv);
-        Expr *t = axis(r, "t", N()), *d = raxis(r, "d", e_i(&A, D));
-        r->out_idx[0] = t; r->red = RED_SUM;
-        Expr *xv = e_load2(&A, x, t, d);
-        r->body = E_MUL(&A, xv, xv);
-        r->epilogue = e_un(&A, EX_RSQRT, E_ADD(&A, E_DIV(&A, e_acc(&A), e_f(&A, (double)D)), e_f(&A, 1e-5f)));
-        TOp *s = op(TOP_ELEMWISE, "norm", y);
-        t = axis(s, "t", N()); Expr *c = axis(s, "c", e_i(&A, D));
-        s->out_idx[0] = t; s->out_idx[1] = c;
-        s->body = E_MUL(&A, E_MUL(&A, e_load2(&A, x, t, c), e_load1(&A, inv, t)), e_load1(&A, w, c));
-    } else if (!strcmp(k, "linear") && argc >= 6) {
+    if (!strcmp(k, "linear") && argc >= 6) {
         int64_t R = num(argv[1]), M = num(argv[2]), K = num(argv[3]);
         DType wd = dtype_arg(argv[4]);
         Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, K), *w = buf("w", BUF_WEIGHT, wd, 2, M, K);
@@ -110,64 +97,6 @@ static void build(int argc, char **argv) {
         o->out_idx[0] = t; o->out_idx[1] = oo; o->red = RED_SUM;
         o->body = E_MUL(&A, e_load2(&A, x, t, i), e_load2(&A, w, oo, i));
         if (b) o->epilogue = E_ADD(&A, e_acc(&A), e_load1(&A, b, oo));
-    } else if (!strcmp(k, "softmax") && argc >= 3) {
-        int64_t R = num(argv[1]), L = num(argv[2]);
-        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, L), *m = buf("max", BUF_ACT, DT_F32, 1, R, 0);
-        Buffer *z = buf("sum", BUF_ACT, DT_F32, 1, R, 0), *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, L);
-        TOp *mx = op(TOP_REDUCE, "softmax_max", m);
-        Expr *t = axis(mx, "t", N()), *j = raxis(mx, "j", e_i(&A, L));
-        mx->out_idx[0] = t; mx->red = RED_MAX; mx->body = e_load2(&A, x, t, j);
-        TOp *sm = op(TOP_REDUCE, "softmax_sum", z);
-        t = axis(sm, "t", N()); j = raxis(sm, "j", e_i(&A, L));
-        sm->out_idx[0] = t; sm->red = RED_SUM;
-        sm->body = e_un(&A, EX_EXP, E_SUB(&A, e_load2(&A, x, t, j), e_load1(&A, m, t)));
-        TOp *nm = op(TOP_ELEMWISE, "softmax", y);
-        t = axis(nm, "t", N()); j = axis(nm, "j", e_i(&A, L));
-        nm->out_idx[0] = t; nm->out_idx[1] = j;
-        nm->body = E_DIV(&A, e_un(&A, EX_EXP, E_SUB(&A, e_load2(&A, x, t, j), e_load1(&A, m, t))), e_load1(&A, z, t));
-    } else if (!strcmp(k, "silu_mul") && argc >= 3) {
-        int64_t R = num(argv[1]), C = num(argv[2]);
-        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, C), *gt = buf("g", BUF_INPUT, DT_F32, 2, R, C);
-        Buffer *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, C);
-        TOp *o = op(TOP_ELEMWISE, "silu_mul", y);
-        Expr *t = axis(o, "t", N()), *c = axis(o, "c", e_i(&A, C));
-        o->out_idx[0] = t; o->out_idx[1] = c;
-        Expr *xv = e_load2(&A, x, t, c);
-        o->body = E_MUL(&A, E_DIV(&A, xv, E_ADD(&A, e_f(&A, 1.0), e_un(&A, EX_EXP, e_un(&A, EX_NEG, xv)))), e_load2(&A, gt, t, c));
-    } else if (!strcmp(k, "silu_then_mul") && argc >= 3) {
-        int64_t R = num(argv[1]), C = num(argv[2]);
-        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, C), *gt = buf("g", BUF_INPUT, DT_F32, 2, R, C);
-        Buffer *a = buf("a", BUF_ACT, DT_F32, 2, R, C), *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, C);
-        TOp *o = op(TOP_ELEMWISE, "act_fn", a);
-        Expr *t = axis(o, "t", N()), *c = axis(o, "c", e_i(&A, C));
-        o->out_idx[0] = t; o->out_idx[1] = c;
-        Expr *xv = e_load2(&A, x, t, c);
-        o->body = E_DIV(&A, xv, E_ADD(&A, e_f(&A, 1.0), e_un(&A, EX_EXP, e_un(&A, EX_NEG, xv))));
-        TOp *m = op(TOP_ELEMWISE, "gate_mul_up", y);
-        t = axis(m, "t", N()); c = axis(m, "c", e_i(&A, C));
-        m->out_idx[0] = t; m->out_idx[1] = c;
-        m->body = E_MUL(&A, e_load2(&A, a, t, c), e_load2(&A, gt, t, c));
-    } else if (!strcmp(k, "residual_norm") && argc >= 4) {
-        int64_t R = num(argv[1]), D = num(argv[2]);
-        Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, D), *rr = buf("r", BUF_INPUT, DT_F32, 2, R, D);
-        Buffer *w = buf("w", BUF_WEIGHT, dtype_arg(argv[3]), 1, D, 0);
-        Buffer *h = buf("h", BUF_ACT, DT_F32, 2, R, D), *inv = buf("inv_rms", BUF_ACT, DT_F32, 1, R, 0);
-        Buffer *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, D);
-        observed = h;
-        TOp *a = op(TOP_ELEMWISE, "residual", h);
-        Expr *t = axis(a, "t", N()), *c = axis(a, "c", e_i(&A, D));
-        a->out_idx[0] = t; a->out_idx[1] = c;
-        a->body = E_ADD(&A, e_load2(&A, x, t, c), e_load2(&A, rr, t, c));
-        TOp *r = op(TOP_REDUCE, "norm_inv_rms", inv);
-        t = axis(r, "t", N()); Expr *d = raxis(r, "d", e_i(&A, D));
-        r->out_idx[0] = t; r->red = RED_SUM;
-        Expr *hv = e_load2(&A, h, t, d);
-        r->body = E_MUL(&A, hv, hv);
-        r->epilogue = e_un(&A, EX_RSQRT, E_ADD(&A, E_DIV(&A, e_acc(&A), e_f(&A, (double)D)), e_f(&A, 1e-5f)));
-        TOp *s = op(TOP_ELEMWISE, "norm", y);
-        t = axis(s, "t", N()); c = axis(s, "c", e_i(&A, D));
-        s->out_idx[0] = t; s->out_idx[1] = c;
-        s->body = E_MUL(&A, E_MUL(&A, e_load2(&A, h, t, c), e_load1(&A, inv, t)), e_load1(&A, w, c));
     } else if (!strcmp(k, "mlp") && argc >= 5) {
         /* silu(x @ wg^T) * (x @ wu^T): loop_fuse_epilogues makes it one pair nest */
         int64_t R = num(argv[1]), M = num(argv[2]), K = num(argv[3]);
