@@ -98,3 +98,11 @@ def test_unknown_stage_is_a_user_error():
         assert p.stderr == "llmcc: --print-after: unknown stage 'fusion' (%s, all)\n" % names, p.stderr
     p = run([LLMCC, "compile", fixture(), "--print-after"], check=False)
     assert p.returncode != 0 and "--print-after" in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_help_names_every_stage():
+    h = run([LLMCC, "--help"]).stdout
+    para = h[h.index("--print-after STAGE"):]
+    para = " ".join(para[:para.index("\n  --", 1)].split())
+    for stage, _ in STAGES:
+        assert stage in para, (stage, para)
