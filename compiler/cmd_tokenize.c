@@ -167,9 +167,9 @@ int cmd_detokenize(int argc, char **argv) {
     if (!dir) die_user(NULL, NULL, "usage: llmcc detokenize DIR [--show-special] ID...");
     Arena a = {0};
     Tokenizer *t = load_dir(&a, dir, false);
+    int vs = tokenizer_vocab_size(t);
     for (int i = 0; i < nid; i++)
-        if (ids[i] >= tokenizer_vocab_size(t))
-            die_user(NULL, NULL, "detokenize: id %d is outside the vocabulary (size %d)", ids[i], tokenizer_vocab_size(t));
+        if (ids[i] >= vs) die_user(NULL, NULL, "detokenize: id %d is outside the vocabulary (size %d)", ids[i], vs);
     char *s = tokenizer_decode(t, ids, nid, show);
     if (!s) die_user(NULL, NULL, "out of memory");
     fputs(s, stdout);        /* exactly the text: no newline added */

@@ -279,7 +279,8 @@ const char *expr_verify(Arena *A, const Expr *e) {
     case EX_LOAD:
         if (!e->buf) return "load without buffer";
         if (e->nargs != e->buf->ndim)
-            return arena_printf(A, "load of %s has %d indices, buffer has %d dims", e->buf->name, e->nargs, e->buf->ndim);
+            return arena_printf(A, "load of %s has %d indices, buffer has %d dims", e->buf->name, e->nargs,
+                                e->buf->ndim);
         for (int i = 0; i < e->nargs; i++)
             if (e->a[i]->t != T_I64) return arena_printf(A, "index %d of %s is not an integer", i, e->buf->name);
         break;

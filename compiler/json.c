@@ -238,8 +238,7 @@ char *json_get_str(Arena *a, const Json *j, int t, size_t *len) {
             if (cp >= 0xD800 && cp < 0xDC00 && e - s >= 6 && s[0] == '\\' && s[1] == 'u') {
                 int lo = hex4(s + 2, e);
                 if (lo >= 0xDC00 && lo < 0xE000) {
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00);
-                    s += 6;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00); s += 6;
                 }
             }
             if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD;   /* lone surrogate: as serde_json would reject, we replace */
