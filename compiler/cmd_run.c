@@ -98,7 +98,8 @@ static void parse(int argc, char **argv, RunOpts *o) {
             unsigned long long x = strtoull(v, &end, 10);
             bool seed = a[2] == 's';
             if (!*v || *end || errno || v[0] == '-' || (!seed && (x < 1 || x > 1000000)))
-                die_user(NULL, a, seed ? "expects a whole number >= 0, got '%s'" : "expects an integer in 1..1000000, got '%s'", v);
+                die_user(NULL, a, seed ? "expects a whole number >= 0, got '%s'"
+                                       : "expects an integer in 1..1000000, got '%s'", v);
             if (seed) o->seed = x;
             else o->iters = (int)x;
         }
@@ -115,9 +116,11 @@ static void parse(int argc, char **argv, RunOpts *o) {
             errno = 0;
             long x = strtol(v, &end, 10);
             bool layer = a[2] == 'l', pos = a[2] == 'p';
-            bool bad = !*v || *end || errno || x < (layer || pos ? 0 : 1) || x > (layer ? 1 << 20 : pos ? MAX_POS : 4096);
+            bool bad = !*v || *end || errno || x < (layer || pos ? 0 : 1)
+                       || x > (layer ? 1 << 20 : pos ? MAX_POS : 4096);
             if (bad && pos) die_user(NULL, a, "expects a position in 0..%d, got '%s'", MAX_POS, v);
-            if (bad) die_user(NULL, a, layer ? "expects a layer index >= 0, got '%s'" : "expects an integer in 1..4096, got '%s'", v);
+            if (bad) die_user(NULL, a, layer ? "expects a layer index >= 0, got '%s'"
+                                             : "expects an integer in 1..4096, got '%s'", v);
             if (layer) { o->one_layer = true; o->layer = (int)x; }
             else if (pos) o->pos = (int)x;
             else o->tokens = (int)x;
@@ -131,10 +134,13 @@ static void parse(int argc, char **argv, RunOpts *o) {
 #undef NEED
     }
     if (o->expr && o->model) die_user(NULL, "-c", "give either -c EXPR or MODEL --layer N, not both");
-    if (o->model && !o->one_layer) die_user(NULL, "--layer", "run MODEL needs --layer N (one decoder layer); a whole model is llmcc build MODEL -o DIR, then its executable");
+    if (o->model && !o->one_layer)
+        die_user(NULL, "--layer", "run MODEL needs --layer N (one decoder layer); "
+                 "a whole model is llmcc build MODEL -o DIR, then its executable");
     if (!o->model && o->one_layer) die_user(NULL, "--layer", "needs a MODEL");
     if (!o->model && o->pos) die_user(NULL, "--pos", "needs MODEL --layer N (an expression has no KV cache)");
-    if (!o->expr && !o->model) die_user(NULL, "-c", "run needs an expression: llmcc run -c \"F.softmax(torch.randn(4, 64), dim=-1)\"");
+    if (!o->expr && !o->model)
+        die_user(NULL, "-c", "run needs an expression: llmcc run -c \"F.softmax(torch.randn(4, 64), dim=-1)\"");
 }
 
 /* ---- the GPU, when there is one ---- */
@@ -160,11 +166,13 @@ static bool detect_gpu(Gpu *g) {
     /* published peaks (dense): memory bandwidth, f32 on CUDA cores, bf16 on tensor cores */
     static const struct { const char *key; double gbs, f32, bf16; } peaks[] = {
         {"H200", 4800, 67, 989}, {"H100 PCIe", 2000, 51, 756}, {"H100", 3350, 67, 989}, {"GH200", 4000, 67, 989},
-        {"A100-SXM4-80GB", 2039, 19.5, 312}, {"A100", 1555, 19.5, 312}, {"L40S", 864, 91.6, 362}, {"L4", 300, 30.3, 121},
-        {"RTX 4090", 1008, 82.6, 165}, {"A10", 600, 31.2, 125},
+        {"A100-SXM4-80GB", 2039, 19.5, 312}, {"A100", 1555, 19.5, 312}, {"L40S", 864, 91.6, 362},
+        {"L4", 300, 30.3, 121}, {"RTX 4090", 1008, 82.6, 165}, {"A10", 600, 31.2, 125},
     };
     for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
-        if (strstr(g->name, peaks[i].key)) { g->gbs = peaks[i].gbs; g->f32_tflops = peaks[i].f32; g->bf16_tflops = peaks[i].bf16; break; }
+        if (strstr(g->name, peaks[i].key)) {
+            g->gbs = peaks[i].gbs; g->f32_tflops = peaks[i].f32; g->bf16_tflops = peaks[i].bf16; break;
+        }
     return true;
 }
 
@@ -220,14 +228,16 @@ static double *fill_leaf(const GNode *n, uint64_t seed, const char *path) {
  * whole buffer the harness reads; returns the pos rows' values. */
 static double *fill_cache(const Buffer *b, int64_t pos, uint64_t seed, const char *path) {
     int64_t row = b->dims[1] * b->dims[2], N = buffer_elems(b);
-    CHECK(b->dtype == DT_F32 && b->ndim == 3 && pos <= b->dims[0], "%s: not an f32 cache of %lld rows", b->name, (long long)pos);
+    CHECK(b->dtype == DT_F32 && b->ndim == 3 && pos <= b->dims[0], "%s: not an f32 cache of %lld rows",
+          b->name, (long long)pos);
     float *raw = calloc((size_t)N, sizeof(float));
     double *v = malloc(sizeof(double) * (size_t)(pos * row + 1));
     CHECK(raw && v, "out of memory (%lld values)", (long long)N);
     uint64_t s = seed * 0x100000001b3ULL + (uint64_t)(b->id + 0x10000) * 0x9e3779b97f4a7c15ULL;
     for (int64_t i = 0; i < pos * row; i++) v[i] = raw[i] = randn(&s);
     FILE *f = fopen(path, "wb");
-    if (!f || fwrite(raw, sizeof(float), (size_t)N, f) != (size_t)N || fclose(f)) die_user(path, NULL, "cannot write: %s", strerror(errno));
+    if (!f || fwrite(raw, sizeof(float), (size_t)N, f) != (size_t)N || fclose(f))
+        die_user(path, NULL, "cannot write: %s", strerror(errno));
     free(raw);
     return v;
 }
@@ -235,7 +245,8 @@ static double *fill_cache(const Buffer *b, int64_t pos, uint64_t seed, const cha
 /* A checkpoint's tensor, as stored (the kernels read its dtype). */
 static double *copy_leaf(const GNode *n, const StTensor *t, const char *path) {
     int64_t N = gnode_elems(n);
-    CHECK(t->nbytes == (size_t)N * (size_t)dtype_sizes[n->dtype], "%s: %zu bytes for %lld values", n->name, t->nbytes, (long long)N);
+    CHECK(t->nbytes == (size_t)N * (size_t)dtype_sizes[n->dtype], "%s: %zu bytes for %lld values",
+          n->name, t->nbytes, (long long)N);
     double *v = malloc(sizeof(double) * (size_t)N);
     CHECK(v, "out of memory");
     for (int64_t i = 0; i < N; i++) {
@@ -253,10 +264,12 @@ static double *copy_leaf(const GNode *n, const StTensor *t, const char *path) {
 }
 
 /* ---- .npy (version 1.0) for --dump ---- */
-static void write_npy(const char *path, const char *descr, int ndim, const int64_t *dims, const void *data, size_t bytes) {
+static void write_npy(const char *path, const char *descr, int ndim, const int64_t *dims, const void *data,
+                      size_t bytes) {
     char shape[160] = "", hdr[256];
     size_t k = 0;
-    for (int i = 0; i < ndim; i++) k += (size_t)snprintf(shape + k, sizeof shape - k, "%lld,%s", (long long)dims[i], i + 1 < ndim ? " " : "");
+    for (int i = 0; i < ndim; i++)
+        k += (size_t)snprintf(shape + k, sizeof shape - k, "%lld,%s", (long long)dims[i], i + 1 < ndim ? " " : "");
     int len = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, shape);
     int total = 10 + len + 1, pad = (64 - total % 64) % 64;
     FILE *f = fopen(path, "wb");
@@ -313,7 +326,7 @@ static void traffic(const Graph *g, int64_t pos, double *bytes, double *flops) {
         if (n->op == G_SDPA) {
             const GNode *q = n->in[0], *k = n->in[1];
             double rows = (double)gnode_elems(n) / (double)n->dims[n->ndim - 1];   /* batch x L */
-            double S = (double)k->dims[k->ndim - 2], E = (double)q->dims[q->ndim - 1], Ev = (double)n->dims[n->ndim - 1];
+            double S = k->dims[k->ndim - 2], E = q->dims[q->ndim - 1], Ev = n->dims[n->ndim - 1];
             *flops += 2.0 * rows * S * E + 2.0 * rows * S * Ev;
         }
     }
@@ -333,7 +346,9 @@ int cmd_run(int argc, char **argv) {
     Gpu gpu = {0};
     bool have_gpu = !(o.target_set && o.target == TARGET_CPU) && detect_gpu(&gpu);
     Target target = o.target_set ? o.target : have_gpu ? TARGET_CUDA : TARGET_CPU;
-    if (target == TARGET_CUDA && !have_gpu) die_user(NULL, "--target", "cuda needs an NVIDIA GPU and nvcc (nvidia-smi finds no GPU here): use --target cpu");
+    if (target == TARGET_CUDA && !have_gpu)
+        die_user(NULL, "--target", "cuda needs an NVIDIA GPU and nvcc (nvidia-smi finds no GPU here): "
+                 "use --target cpu");
 
     Compilation c;
     memset(&c, 0, sizeof c);
@@ -350,8 +365,8 @@ int cmd_run(int argc, char **argv) {
         c.max_batch = o.tokens;
         c.max_ctx = o.tokens + o.pos;
         if (st_dir_has_weights(dir)) { st_open_dir(&c.A, dir, &c.st); c.have_weights = true; }
-        title = arena_printf(&c.A, "layer %d of %s, %d tokens at position %d (%s weights)", o.layer, dir, o.tokens, o.pos,
-                             c.have_weights ? "the checkpoint's" : "random");
+        title = arena_printf(&c.A, "layer %d of %s, %d tokens at position %d (%s weights)", o.layer, dir, o.tokens,
+                             o.pos, c.have_weights ? "the checkpoint's" : "random");
     }
     pipeline_run(&c, IR_KERNEL, NULL);
     Arena *A = &c.A;
@@ -371,7 +386,7 @@ int cmd_run(int argc, char **argv) {
             w->fill_hi = n->op == G_LINEAR ? b : 1.5;
         }
     }
-    const char *tmpl = arena_printf(A, "%s/llmcc-run-XXXXXX", getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    const char *td = getenv("TMPDIR"), *tmpl = arena_printf(A, "%s/llmcc-run-XXXXXX", td && *td ? td : "/tmp");
     char *tmp = arena_strdup(A, tmpl);
     if (!mkdtemp(tmp)) die_user(tmpl, NULL, "cannot create a temporary directory: %s", strerror(errno));
     g_tmp = tmp;
@@ -396,7 +411,8 @@ int cmd_run(int argc, char **argv) {
     if (o.pos)
         for (int i = 0; i < g->n; i++)
             if (g->nodes[i]->op == G_KV_WRITE)
-                cache[i] = fill_cache(g->nodes[i]->buf, o.pos, o.seed, path_join(A, tmp, harness_leaf_file(A, g->nodes[i]->buf)));
+                cache[i] = fill_cache(g->nodes[i]->buf, o.pos, o.seed,
+                                      path_join(A, tmp, harness_leaf_file(A, g->nodes[i]->buf)));
 
     /* the harness */
     bool cuda = target == TARGET_CUDA;
@@ -410,14 +426,15 @@ int cmd_run(int argc, char **argv) {
     bool timed = o.bench || o.profile;
     /* -O1 builds in half the time of -O2 and is as exact; timing wants -O2 */
     const char *opt = timed ? "-O2" : "-O1";
-    const char *cc = cuda ? arena_printf(A, "nvcc -O2 -arch=%s -o %s %s > %s 2>&1", gpu.arch, shell_quote(A, exe), shell_quote(A, srcp), shell_quote(A, log))
-                          : arena_printf(A, "cc %s -fopenmp -std=c11 -o %s %s -lm > %s 2>&1", opt, shell_quote(A, exe), shell_quote(A, srcp), shell_quote(A, log));
+    const char *qexe = shell_quote(A, exe), *qsrc = shell_quote(A, srcp), *qlog = shell_quote(A, log);
+    const char *cc = cuda ? arena_printf(A, "nvcc -O2 -arch=%s -o %s %s > %s 2>&1", gpu.arch, qexe, qsrc, qlog)
+                          : arena_printf(A, "cc %s -fopenmp -std=c11 -o %s %s -lm > %s 2>&1", opt, qexe, qsrc, qlog);
     if (system(cc) != 0) {
         char *msg = read_file(log, NULL);
         fprintf(stderr, "%s\n", msg ? msg : "");
         die_internal(__FILE__, __LINE__, "the generated harness does not compile: %s", cc);
     }
-    const char *cmd = arena_printf(A, "%s %s %d %d", shell_quote(A, exe), shell_quote(A, tmp), timed ? o.iters : 0, o.profile ? 1 : 0);
+    const char *cmd = arena_printf(A, "%s %s %d %d", qexe, shell_quote(A, tmp), timed ? o.iters : 0, o.profile ? 1 : 0);
     FILE *p = popen(cmd, "r");
     if (!p) die_user(NULL, NULL, "cannot run the harness: %s", strerror(errno));
     double t_iter = 0, *lt = calloc((size_t)c.kp.nl + 1, sizeof(double));
@@ -430,7 +447,9 @@ int cmd_run(int argc, char **argv) {
         else if (sscanf(line, "launch %d %*s %lf", &li, &t) == 2 && li >= 0 && li < c.kp.nl) lt[li] = t;
     }
     int st = pclose(p);
-    if (st != 0) die_user(NULL, NULL, "the harness running the compiled kernels failed (exit status %d; its message is above)", WIFEXITED(st) ? WEXITSTATUS(st) : st);
+    if (st != 0)
+        die_user(NULL, NULL, "the harness running the compiled kernels failed (exit status %d; its message is above)",
+                 WIFEXITED(st) ? WEXITSTATUS(st) : st);
 
     /* the check */
     const GNode *on = g->logits;
@@ -438,7 +457,8 @@ int cmd_run(int argc, char **argv) {
     size_t got_len = 0;
     float *got = (float *)read_file(path_join(A, tmp, "out.bin"), &got_len);
     CHECK(got && got_len == (size_t)N * 4, "harness output has %zu bytes, expected %lld", got_len, (long long)N * 4);
-    if (o.perturb >= N) die_user(NULL, "--perturb", "%lld is past the output's %lld values", (long long)o.perturb, (long long)N);
+    if (o.perturb >= N)
+        die_user(NULL, "--perturb", "%lld is past the output's %lld values", (long long)o.perturb, (long long)N);
     /* --perturb: shows what a wrong kernel looks like to this check */
     if (o.perturb >= 0) got[o.perturb] += 1.0f + fabsf(got[o.perturb]);
     /* a model layer's bf16 linears run on tensor cores (gemm_tc) when the call has more than
@@ -471,32 +491,39 @@ int cmd_run(int argc, char **argv) {
     shape_format(shp, sizeof shp, on->ndim, on->dims);
     printf("llmcc run: %s\n", title);
     if (cuda) printf("  target: cuda on %s (%s), %d kernels, %d launches\n", gpu.name, gpu.arch, c.kp.nk, c.kp.nl);
-    else printf("  target: cpu (C backend, the GPU schedule run by OpenMP), %d kernels, %d launches\n", c.kp.nk, c.kp.nl);
+    else printf("  target: cpu (C backend, the GPU schedule run by OpenMP), %d kernels, %d launches\n",
+                c.kp.nk, c.kp.nl);
     printf("  output: f32%s, seed %llu; reference: %s\n", shp, (unsigned long long)o.seed,
            ref ? "the graph evaluated directly in double precision" : "none (--no-check)");
     if (ref) printf("  max abs error %.3g (largest |value| %.3g), max rel error %.3g\n", max_abs, max_ref, max_rel);
 
     int rc = 0;
+    long long nf = nonfinite;
     if (!ref) {
-        printf("  not checked against the reference (--no-check); %lld of %lld values are not finite\n", (long long)nonfinite, (long long)N);
+        printf("  not checked against the reference (--no-check); %lld of %lld values are not finite\n", nf,
+               (long long)N);
         if (nonfinite) {
             fflush(stdout);
-            fprintf(stderr, "llmcc: --no-check: %lld of %lld output values are not finite\n", (long long)nonfinite, (long long)N);
+            fprintf(stderr, "llmcc: --no-check: %lld of %lld output values are not finite\n", nf, (long long)N);
             rc = 1;
         }
     } else if (bad) {
         char at[128];
         format_index(at, sizeof at, on, first);
-        printf("  DOES NOT MATCH the reference: %lld of %lld values differ; first at %s: got %.9g, expected %.9g\n", (long long)bad,
-               (long long)N, at, (double)got[first], ref[first]);
+        printf("  DOES NOT MATCH the reference: %lld of %lld values differ; first at %s: got %.9g, expected %.9g\n",
+               (long long)bad, (long long)N, at, (double)got[first], ref[first]);
         /* the reference rounds its own (double) linear inputs to bf16: a value next to a rounding boundary
          * can round the other way than the kernels' f32 one, one bf16 ulp (2^-8) apart, far past RTOL */
         if (tc)
-            printf("  note: this layer's bf16 linears ran on the tensor cores, which round their inputs to bf16; near a rounding\n"
-                   "  boundary the double reference can round the other way (one bf16 ulp). --knob gemm_tc=0 checks the same\n"
+            printf("  note: this layer's bf16 linears ran on the tensor cores, which round their inputs to bf16; "
+                   "near a rounding\n"
+                   "  boundary the double reference can round the other way (one bf16 ulp). "
+                   "--knob gemm_tc=0 checks the same\n"
                    "  layer on gemv, whose f32 inputs the bound covers\n");
         fflush(stdout);
-        fprintf(stderr, "llmcc: -c: the result does not match the reference (%lld of %lld values differ, first at %s)\n", (long long)bad, (long long)N, at);
+        fprintf(stderr, "llmcc: -c: the result does not match the reference "
+                "(%lld of %lld values differ, first at %s)\n",
+                (long long)bad, (long long)N, at);
         rc = 1;
     } else {
         printf("  matches the reference (|out - ref| <= %g |ref| + %g max|ref|)\n", RTOL, ATOL);
@@ -505,7 +532,8 @@ int cmd_run(int argc, char **argv) {
         mkdir(o.dump, 0755);
         if (!dir_exists(o.dump)) die_user(o.dump, "--dump", "cannot create the directory: %s", strerror(errno));
         for (int i = 0; i < g->n; i++)
-            if (leaves[i]) dump_f32(path_join(A, o.dump, arena_printf(A, "%s.npy", g->nodes[i]->name)), g->nodes[i], leaves[i]);
+            if (leaves[i])
+                dump_f32(path_join(A, o.dump, arena_printf(A, "%s.npy", g->nodes[i]->name)), g->nodes[i], leaves[i]);
         /* --pos: the cache rows before the call, [pos, kv_heads * head_dim] */
         for (int i = 0; i < g->n; i++)
             if (cache[i]) {
@@ -517,7 +545,8 @@ int cmd_run(int argc, char **argv) {
             }
         write_npy(path_join(A, o.dump, "output.npy"), "<f4", on->ndim, on->dims, got, (size_t)N * 4);
         if (ref) write_npy(path_join(A, o.dump, "reference.npy"), "<f8", on->ndim, on->dims, ref, (size_t)N * 8);
-        printf("  dumped inputs, weights%s, output.npy%s to %s\n", o.pos ? ", the cache rows before --pos" : "", ref ? " and reference.npy" : "", o.dump);
+        printf("  dumped inputs, weights%s, output.npy%s to %s\n", o.pos ? ", the cache rows before --pos" : "",
+               ref ? " and reference.npy" : "", o.dump);
     }
     if (timed) {
         double bytes, flops;
@@ -529,20 +558,24 @@ int cmd_run(int argc, char **argv) {
                o.pos ? " and the cache rows before --pos" : "", bytes / t_iter * 1e-9);
         if (flops > 0) {
             human(b3, sizeof b3, flops, "FLOP");
-            printf("  FLOPs: %s (matmul-class ops, as torch.utils.flop_counter counts them): %.4g TFLOP/s\n", b3, flops / t_iter * 1e-12);
+            printf("  FLOPs: %s (matmul-class ops, as torch.utils.flop_counter counts them): %.4g TFLOP/s\n", b3,
+                   flops / t_iter * 1e-12);
         } else {
             printf("  FLOPs: none of the matmul-class ops torch.utils.flop_counter counts: memory-bound, see GB/s\n");
         }
         if (!cuda) printf("  CPU figures (C backend; no GPU)\n");
         else if (gpu.gbs > 0)
-            printf("  of %s's peak: %.1f%% of %.0f GB/s; %.2f%% of %.1f TFLOP/s f32 (CUDA cores; %.0f TFLOP/s bf16 on tensor cores)\n", gpu.name,
-                   100.0 * bytes / t_iter / (gpu.gbs * 1e9), gpu.gbs, 100.0 * flops / t_iter / (gpu.f32_tflops * 1e12), gpu.f32_tflops, gpu.bf16_tflops);
+            printf("  of %s's peak: %.1f%% of %.0f GB/s; %.2f%% of %.1f TFLOP/s f32 "
+                   "(CUDA cores; %.0f TFLOP/s bf16 on tensor cores)\n", gpu.name,
+                   100.0 * bytes / t_iter / (gpu.gbs * 1e9), gpu.gbs, 100.0 * flops / t_iter / (gpu.f32_tflops * 1e12),
+                   gpu.f32_tflops, gpu.bf16_tflops);
         else printf("  peak figures of %s are not known to llmcc: no share of peak\n", gpu.name);
         /* one line of NAME=VALUE for scripts (scripts/bench_ops.sh); peaks 0 where unknown */
-        printf("bench: name=total ms=%.6g iters=%d bytes=%.6g gbs=%.6g flops=%.6g tflops=%.6g target=%s peak_gbs=%g peak_bf16_tflops=%g "
-               "check=%s nonfinite=%lld kernels=%d launches=%d\n",
-               t_iter * 1e3, iters, bytes, bytes / t_iter * 1e-9, flops, flops / t_iter * 1e-12, cuda ? "cuda" : "cpu", cuda ? gpu.gbs : 0.0,
-               cuda ? gpu.bf16_tflops : 0.0, !ref ? "skipped" : bad ? "mismatch" : "match", (long long)nonfinite, c.kp.nk, c.kp.nl);
+        printf("bench: name=total ms=%.6g iters=%d bytes=%.6g gbs=%.6g flops=%.6g tflops=%.6g target=%s peak_gbs=%g "
+               "peak_bf16_tflops=%g check=%s nonfinite=%lld kernels=%d launches=%d\n",
+               t_iter * 1e3, iters, bytes, bytes / t_iter * 1e-9, flops, flops / t_iter * 1e-12, cuda ? "cuda" : "cpu",
+               cuda ? gpu.gbs : 0.0, cuda ? gpu.bf16_tflops : 0.0, !ref ? "skipped" : bad ? "mismatch" : "match", nf,
+               c.kp.nk, c.kp.nl);
     }
     if (o.profile) {
         double total = 0;
@@ -555,7 +588,8 @@ int cmd_run(int argc, char **argv) {
             for (int j = 0; j < c.kp.nl; j++) if (c.kp.launches[j].k == k) { t += lt[j]; uses++; }
             printf("  %-40s %8d %12.4g %6.1f%%\n", k->name, uses, t * 1e3, total > 0 ? 100.0 * t / total : 0.0);
         }
-        printf("  (per-kernel times are measured launch by launch%s; their sum is %.4g ms)\n", cuda ? " with CUDA events" : "", total * 1e3);
+        printf("  (per-kernel times are measured launch by launch%s; their sum is %.4g ms)\n",
+               cuda ? " with CUDA events" : "", total * 1e3);
         /* per graph op (a linear's gemv, split-K sum and tensor-core kernels together), in launch order */
         for (int i = 0; i < c.kp.nl; i++) {
             const char *m = c.kp.launches[i].module;

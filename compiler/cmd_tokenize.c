@@ -41,7 +41,8 @@ static ChatMsg *read_messages(Arena *a, const Json *j, int t, const char *path, 
         if (json_type(j, k) != JSON_OBJECT) die_user(path, key, "expected an object with \"role\" and \"content\"");
         char *role = json_get_str(a, j, json_find(j, k, "role"), NULL);
         if (role && (!strcmp(role, "tool") || !strcmp(role, "ipython")))
-            die_user(path, arena_printf(a, "%s.role", key), "\"%s\": tool results are not supported yet (only \"system\", \"user\" and \"assistant\")", role);
+            die_user(path, arena_printf(a, "%s.role", key),
+                     "\"%s\": tool results are not supported yet (only \"system\", \"user\" and \"assistant\")", role);
         if (json_find(j, k, "tool_calls") >= 0)
             die_user(path, arena_printf(a, "%s.tool_calls", key), "tool calls are not supported yet");
         if (!role || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")))
@@ -100,13 +101,16 @@ int cmd_tokenize(int argc, char **argv) {
         else die_user(NULL, NULL, "tokenize: unexpected argument \"%s\" (" TOKENIZE_USAGE ")", a);
     }
     if (!dir) die_user(NULL, NULL, TOKENIZE_USAGE);
-    if (msgs_path && (text || system)) die_user(NULL, "--chat-messages", "the messages file holds every message: give no TEXT or --system");
-    if (chat && !special) die_user(NULL, "--no-special", "does not go with the chat template, whose special tokens are the point");
+    if (msgs_path && (text || system))
+        die_user(NULL, "--chat-messages", "the messages file holds every message: give no TEXT or --system");
+    if (chat && !special)
+        die_user(NULL, "--no-special", "does not go with the chat template, whose special tokens are the point");
     if (print_text && !chat) die_user(NULL, "--text", "prints the chat template's text: give --chat too");
     Arena a = {0};
     Tokenizer *t = load_dir(&a, dir, chat);
     if (chat && tokenizer_chat_family(t) == TOK_CHAT_NONE)
-        die_user(path_join(&a, dir, "tokenizer_config.json"), "chat_template", "none: this tokenizer has no chat template");
+        die_user(path_join(&a, dir, "tokenizer_config.json"), "chat_template",
+                 "none: this tokenizer has no chat template");
     if (think != TOK_THINK_DEFAULT && !tokenizer_chat_has_thinking(t))
         die_user(NULL, think ? "--think" : "--no-think", "this chat template (%s) has no thinking switch",
                  tokenizer_chat_family_name(tokenizer_chat_family(t)));
@@ -163,8 +167,9 @@ int cmd_detokenize(int argc, char **argv) {
     if (!dir) die_user(NULL, NULL, "usage: llmcc detokenize DIR [--show-special] ID...");
     Arena a = {0};
     Tokenizer *t = load_dir(&a, dir, false);
+    int vs = tokenizer_vocab_size(t);
     for (int i = 0; i < nid; i++)
-        if (ids[i] >= tokenizer_vocab_size(t)) die_user(NULL, NULL, "detokenize: id %d is outside the vocabulary (size %d)", ids[i], tokenizer_vocab_size(t));
+        if (ids[i] >= vs) die_user(NULL, NULL, "detokenize: id %d is outside the vocabulary (size %d)", ids[i], vs);
     char *s = tokenizer_decode(t, ids, nid, show);
     if (!s) die_user(NULL, NULL, "out of memory");
     fputs(s, stdout);        /* exactly the text: no newline added */

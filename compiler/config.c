@@ -28,7 +28,8 @@ static int present(const Json *j, int obj, const char *key) {
     return (v < 0 || json_is_null(j, v)) ? -1 : v;
 }
 
-static int get_int(Arena *a, const Json *j, int obj, const char *key, const char *name, bool required, int def, int min) {
+static int get_int(Arena *a, const Json *j, int obj, const char *key, const char *name, bool required, int def,
+                   int min) {
     int v = present(j, obj, key);
     if (v < 0) {
         if (required) die_user(j->path, name, "missing (required)");
@@ -52,7 +53,8 @@ static double get_num(Arena *a, const Json *j, int obj, const char *key, const c
     }
     double x;
     if (!json_get_double(j, v, &x)) die_user(j->path, name, "must be a number, got %s", json_raw(a, j, v));
-    if (lo_open ? !(x > lo) : !(x >= lo)) die_user(j->path, name, "must be %s %g, got %s", lo_open ? ">" : ">=", lo, json_raw(a, j, v));
+    if (lo_open ? !(x > lo) : !(x >= lo))
+        die_user(j->path, name, "must be %s %g, got %s", lo_open ? ">" : ">=", lo, json_raw(a, j, v));
     if (hi >= 0 && x > hi) die_user(j->path, name, "must be <= %g, got %s", hi, json_raw(a, j, v));
     return x;
 }
@@ -76,7 +78,8 @@ static const char *get_str(Arena *a, const Json *j, int obj, const char *key) {
 static int token_id(Arena *a, const Json *j, int v, const char *key, int vocab) {
     int64_t x;
     if (!json_get_int64(j, v, &x)) die_user(j->path, key, "token ids must be integers, got %s", json_raw(a, j, v));
-    if (x < 0 || x >= vocab) die_user(j->path, key, "token id %lld is outside the vocabulary (vocab_size %d)", (long long)x, vocab);
+    if (x < 0 || x >= vocab)
+        die_user(j->path, key, "token id %lld is outside the vocabulary (vocab_size %d)", (long long)x, vocab);
     return (int)x;
 }
 
@@ -395,9 +398,11 @@ void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, Mod
     c->num_hidden_layers = get_int(a, &j, 0, "num_hidden_layers", "num_hidden_layers", true, 0, 1);
     c->num_attention_heads = get_int(a, &j, 0, "num_attention_heads", "num_attention_heads", true, 0, 1);
     c->vocab_size = get_int(a, &j, 0, "vocab_size", "vocab_size", true, 0, 1);
-    c->num_key_value_heads = get_int(a, &j, 0, "num_key_value_heads", "num_key_value_heads", false, c->num_attention_heads, 1);
+    c->num_key_value_heads = get_int(a, &j, 0, "num_key_value_heads", "num_key_value_heads", false,
+                                     c->num_attention_heads, 1);
     if (c->num_attention_heads % c->num_key_value_heads)
-        die_user(path, "num_key_value_heads", "%d does not divide num_attention_heads %d", c->num_key_value_heads, c->num_attention_heads);
+        die_user(path, "num_key_value_heads", "%d does not divide num_attention_heads %d", c->num_key_value_heads,
+                 c->num_attention_heads);
     if (present(&j, 0, "head_dim") >= 0) {
         c->head_dim = get_int(a, &j, 0, "head_dim", "head_dim", true, 0, 1);
     } else {
@@ -410,7 +415,8 @@ void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, Mod
     if (c->head_dim % 2) die_user(path, "head_dim", "must be even for rotary embeddings, got %d", c->head_dim);
 
     c->rms_norm_eps = get_num(a, &j, 0, "rms_norm_eps", "rms_norm_eps", false, 1e-6, 0, true, -1);
-    c->max_position_embeddings = get_int(a, &j, 0, "max_position_embeddings", "max_position_embeddings", false, 2048, 1);
+    c->max_position_embeddings = get_int(a, &j, 0, "max_position_embeddings", "max_position_embeddings", false,
+                                         2048, 1);
     c->tie_word_embeddings = get_bool(a, &j, 0, "tie_word_embeddings", false);
     read_rope(a, &j, c);
 
@@ -536,5 +542,6 @@ const char *model_resolve_dir(Arena *a, const char *model, const char *root) {
     if (snap) return snap;
     /* A directory without config.json: let the config loader say exactly that. */
     if (dir_exists(model)) return arena_strdup(a, model);
-    die_user(model, NULL, "not found (looked for a directory, models/%s, and the Hugging Face cache at %s)", model, hub);
+    die_user(model, NULL, "not found (looked for a directory, models/%s, and the Hugging Face cache at %s)", model,
+             hub);
 }

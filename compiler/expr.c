@@ -59,7 +59,7 @@ Expr *e_load(Arena *A, Buffer *b, int nidx, Expr **idx) {
 }
 Expr *e_load1(Arena *A, Buffer *b, Expr *i0) { return e_load(A, b, 1, &i0); }
 Expr *e_load2(Arena *A, Buffer *b, Expr *i0, Expr *i1) { Expr *v[2] = {i0, i1}; return e_load(A, b, 2, v); }
-Expr *e_load3(Arena *A, Buffer *b, Expr *i0, Expr *i1, Expr *i2) { Expr *v[3] = {i0, i1, i2}; return e_load(A, b, 3, v); }
+Expr *e_load3(Arena *A, Buffer *b, Expr *i0, Expr *i1, Expr *i2) { return e_load(A, b, 3, (Expr *[]){i0, i1, i2}); }
 
 bool expr_is_const(const Expr *e, int64_t *v) {
     if (e->k != EX_ICONST) return false;
@@ -138,7 +138,8 @@ static bool range_of(const Expr *e, const VarRange *r, int nr, int64_t *lo, int6
     switch (e->k) {
     case EX_ICONST: *lo = *hi = e->i; return true;
     case EX_VAR:
-        for (int i = 0; i < nr; i++) if (r[i].v == e->var) { *lo = r[i].lo; *hi = r[i].hi - 1; return r[i].hi > r[i].lo; }
+        for (int i = 0; i < nr; i++)
+            if (r[i].v == e->var) { *lo = r[i].lo; *hi = r[i].hi - 1; return r[i].hi > r[i].lo; }
         return false;
     case EX_ADD: case EX_SUB: case EX_MUL: case EX_DIV: case EX_MOD:
         if (e->t != T_I64 || !range_of(e->a[0], r, nr, &a0, &a1) || !range_of(e->a[1], r, nr, &b0, &b1)) return false;
@@ -164,7 +165,9 @@ static bool range_of(const Expr *e, const VarRange *r, int nr, int64_t *lo, int6
 static void split_const(Expr *e, Expr **base, int64_t *c) {
     int64_t k;
     if (expr_is_const(e, &k)) { *base = NULL; *c = k; return; }
-    if ((e->k == EX_ADD || e->k == EX_SUB) && expr_is_const(e->a[1], &k)) { *base = e->a[0]; *c = e->k == EX_ADD ? k : -k; return; }
+    if ((e->k == EX_ADD || e->k == EX_SUB) && expr_is_const(e->a[1], &k)) {
+        *base = e->a[0]; *c = e->k == EX_ADD ? k : -k; return;
+    }
     *base = e; *c = 0;
 }
 static Expr *plus_const(Arena *A, Expr *base, int64_t c) {
@@ -177,7 +180,8 @@ Expr *expr_simplify(Arena *A, Expr *e, const VarRange *r, int nr) {
     CHECK(e->nargs <= MAX_DIMS + 4, "too many args");
     for (int i = 0; i < e->nargs; i++) args[i] = expr_simplify(A, e->a[i], r, nr);
     int64_t lo, hi, blo, bhi;
-    if (e->k == EX_SELECT && args[0]->k == EX_LT && range_of(args[0]->a[0], r, nr, &lo, &hi) && range_of(args[0]->a[1], r, nr, &blo, &bhi)) {
+    if (e->k == EX_SELECT && args[0]->k == EX_LT && range_of(args[0]->a[0], r, nr, &lo, &hi)
+        && range_of(args[0]->a[1], r, nr, &blo, &bhi)) {
         if (hi < blo) return args[1];
         if (lo >= bhi) return args[2];
     }
@@ -195,7 +199,8 @@ Expr *expr_simplify(Arena *A, Expr *e, const VarRange *r, int nr) {
         return plus_const(A, e_bin(A, EX_SUB, ba ? ba : e_i(A, 0), bb), ca - cb);
     }
     int64_t m;
-    if (n->k == EX_MOD && expr_is_const(n->a[1], &m) && m > 0 && range_of(n->a[0], r, nr, &lo, &hi) && lo >= 0 && lo / m == hi / m)
+    if (n->k == EX_MOD && expr_is_const(n->a[1], &m) && m > 0 && range_of(n->a[0], r, nr, &lo, &hi) && lo >= 0
+        && lo / m == hi / m)
         return expr_simplify(A, plus_const(A, n->a[0], -(lo / m) * m), r, nr);
     return n;
 }
@@ -223,7 +228,8 @@ void expr_visit_loads(const Expr *e, void (*f)(void *ctx, Buffer *b), void *ctx)
 }
 
 static bool infix(ExprKind k) {
-    return k == EX_ADD || k == EX_SUB || k == EX_MUL || k == EX_DIV || k == EX_MOD || k == EX_LT || k == EX_LE || k == EX_EQ;
+    return k == EX_ADD || k == EX_SUB || k == EX_MUL || k == EX_DIV || k == EX_MOD
+           || k == EX_LT || k == EX_LE || k == EX_EQ;
 }
 void expr_print(Str *o, const Expr *e) {
     switch (e->k) {
@@ -263,7 +269,8 @@ void expr_print(Str *o, const Expr *e) {
 const char *expr_verify(Arena *A, const Expr *e) {
     if (e->k >= EX_COUNT) return "bad expression kind";
     int ar = expr_arity[e->k];
-    if (ar >= 0 && e->nargs != ar) return arena_printf(A, "%s takes %d operands, has %d", expr_names[e->k], ar, e->nargs);
+    if (ar >= 0 && e->nargs != ar)
+        return arena_printf(A, "%s takes %d operands, has %d", expr_names[e->k], ar, e->nargs);
     for (int i = 0; i < e->nargs; i++) {
         const char *m = expr_verify(A, e->a[i]);
         if (m) return m;
@@ -271,16 +278,22 @@ const char *expr_verify(Arena *A, const Expr *e) {
     switch (e->k) {
     case EX_LOAD:
         if (!e->buf) return "load without buffer";
-        if (e->nargs != e->buf->ndim) return arena_printf(A, "load of %s has %d indices, buffer has %d dims", e->buf->name, e->nargs, e->buf->ndim);
-        for (int i = 0; i < e->nargs; i++) if (e->a[i]->t != T_I64) return arena_printf(A, "index %d of %s is not an integer", i, e->buf->name);
+        if (e->nargs != e->buf->ndim)
+            return arena_printf(A, "load of %s has %d indices, buffer has %d dims", e->buf->name, e->nargs,
+                                e->buf->ndim);
+        for (int i = 0; i < e->nargs; i++)
+            if (e->a[i]->t != T_I64) return arena_printf(A, "index %d of %s is not an integer", i, e->buf->name);
         break;
     case EX_ADD: case EX_SUB: case EX_MUL: case EX_DIV: case EX_MIN: case EX_MAX: case EX_LT: case EX_LE: case EX_EQ:
         if (e->a[0]->t != e->a[1]->t) return arena_printf(A, "operands of %s differ in type", expr_names[e->k]);
         break;
     case EX_MOD: if (e->a[0]->t != T_I64 || e->a[1]->t != T_I64) return "% needs integers"; break;
-    case EX_EXP: case EX_RSQRT: case EX_COS: case EX_SIN: if (e->a[0]->t != T_F32) return arena_printf(A, "%s needs f32", expr_names[e->k]); break;
+    case EX_EXP: case EX_RSQRT: case EX_COS: case EX_SIN:
+        if (e->a[0]->t != T_F32) return arena_printf(A, "%s needs f32", expr_names[e->k]);
+        break;
     case EX_TOF: if (e->a[0]->t != T_I64) return "f32() converts an integer"; break;
-    case EX_TOI: if (e->a[0]->t != T_F32) return "i64() converts an f32"; break;   /* truncating; kernels convert exact small integers */
+    /* i64() truncates; kernels convert exact small integers */
+    case EX_TOI: if (e->a[0]->t != T_F32) return "i64() converts an f32"; break;
     case EX_SELECT:
         if (e->a[0]->t != T_BOOL) return "select condition is not boolean";
         if (e->a[1]->t != e->a[2]->t) return "select arms differ in type";

@@ -44,16 +44,18 @@ static GNode *weight(FB *b, const char *name, int64_t d0, int64_t d1) {
     if (b->ws->st) {
         const StTensor *t = st_find((const StModel *)b->ws->st, name);
         if (!t) {
-            const char *where = st_where((const StModel *)b->ws->st);
-            if (ndim == 2) die_user(where ? where : b->cfg->dir, name, "tensor missing from the checkpoint (expected shape [%lld, %lld])",
+            const char *w = st_where((const StModel *)b->ws->st), *where = w ? w : b->cfg->dir;
+            if (ndim == 2) die_user(where, name, "tensor missing from the checkpoint (expected shape [%lld, %lld])",
                                     (long long)d0, (long long)d1);
-            die_user(where ? where : b->cfg->dir, name, "tensor missing from the checkpoint (expected shape [%lld])", (long long)d0);
+            die_user(where, name, "tensor missing from the checkpoint (expected shape [%lld])", (long long)d0);
         }
         bool ok = t->ndim == ndim && t->shape[0] == d0 && (ndim == 1 || t->shape[1] == d1);
         if (!ok) {
             char got[128] = "", *p = got;
-            for (int i = 0; i < t->ndim && i < 8; i++) p += snprintf(p, (size_t)(got + sizeof got - p), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-            if (ndim == 2) die_user(t->file, name, "shape [%s], expected [%lld, %lld]", got, (long long)d0, (long long)d1);
+            for (int i = 0; i < t->ndim && i < 8; i++)
+                p += snprintf(p, (size_t)(got + sizeof got - p), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+            if (ndim == 2)
+                die_user(t->file, name, "shape [%s], expected [%lld, %lld]", got, (long long)d0, (long long)d1);
             die_user(t->file, name, "shape [%s], expected [%lld]", got, (long long)d0);
         }
         n->dtype = st_to_dtype(t->file, name, t->dtype);

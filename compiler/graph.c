@@ -63,7 +63,8 @@ bool shape_broadcast(const GNode *a, const GNode *b, int *ndim, int64_t *dims) {
 
 void shape_format(char *buf, size_t len, int ndim, const int64_t *dims) {
     size_t k = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < ndim && k < len; i++) k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? ", " : "", (long long)dims[i]);
+    for (int i = 0; i < ndim && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? ", " : "", (long long)dims[i]);
     if (k < len) snprintf(buf + k, len - k, "]");
 }
 
@@ -80,10 +81,13 @@ static void print_shape(Str *o, const GNode *n) {
 void graph_print(Str *o, const Graph *g) {
     const ModelConfig *c = g->cfg;
     if (c) {
-        str_printf(o, "# graph IR: %s, %d layers, hidden %d, heads %d/%d (kv), head_dim %d, vocab %d; n = tokens per call (<= %d), ctx %d\n",
-                   c->architecture, c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads,
-                   c->head_dim, c->vocab_size, g->max_batch, g->max_ctx);
-        if (g->one_layer) str_printf(o, "# decoder layer %d only: its input is hidden_states [n, %d], its output the layer's\n", g->layer, c->hidden_size);
+        str_printf(o, "# graph IR: %s, %d layers, hidden %d, heads %d/%d (kv), head_dim %d, vocab %d; "
+                   "n = tokens per call (<= %d), ctx %d\n", c->architecture, c->num_hidden_layers,
+                   c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim, c->vocab_size,
+                   g->max_batch, g->max_ctx);
+        if (g->one_layer)
+            str_printf(o, "# decoder layer %d only: its input is hidden_states [n, %d], its output the layer's\n",
+                       g->layer, c->hidden_size);
     } else {
         str_printf(o, "# graph IR of the expression: %s\n", g->source ? g->source : "?");
     }
@@ -101,7 +105,8 @@ void graph_print(Str *o, const Graph *g) {
             break;
         case G_ROPE: str_printf(o, ", heads=%d, head_dim=%d, %s", n->heads, n->head_dim, n->rope_desc); break;
         case G_KV_WRITE: str_printf(o, ", layer=%d, %s", n->layer, n->is_v ? "v" : "k"); break;
-        case G_ATTENTION: str_printf(o, ", layer=%d, heads=%d, kv_heads=%d, head_dim=%d, causal", n->layer, n->heads, n->kv_heads, n->head_dim); break;
+        case G_ATTENTION: str_printf(o, ", layer=%d, heads=%d, kv_heads=%d, head_dim=%d, causal", n->layer, n->heads,
+                                     n->kv_heads, n->head_dim); break;
         case G_CONST: str_printf(o, "%.9g", n->value); break;
         case G_SOFTMAX: case G_ARGMAX: str_printf(o, ", dim=-1"); break;
         case G_TOPK: str_printf(o, ", k=%d, dim=-1", n->topk); break;
@@ -118,7 +123,8 @@ void graph_print(Str *o, const Graph *g) {
         if (n->op != G_WEIGHT) str_printf(o, "  # %s", n->name);
         str_printf(o, "\n");
     }
-    if (g->next_token && g->top_k) str_printf(o, "return %%%d, %%%d, %%%d\n", g->logits->id, g->next_token->id, g->top_k->id);
+    if (g->next_token && g->top_k)
+        str_printf(o, "return %%%d, %%%d, %%%d\n", g->logits->id, g->next_token->id, g->top_k->id);
     else if (g->next_token) str_printf(o, "return %%%d, %%%d\n", g->logits->id, g->next_token->id);
     else str_printf(o, "return %%%d\n", g->logits->id);
 }
@@ -130,69 +136,81 @@ static bool same_shape(const GNode *n, int nd, const int64_t *dims) {
 }
 
 const char *graph_verify(Arena *A, const Graph *g) {
+#define BAD(msg) return arena_printf(A, "%%%d: " msg, i)
     for (int i = 0; i < g->n; i++) {
         const GNode *n = g->nodes[i];
         if (n->id != i) return arena_printf(A, "node %d has id %d", i, n->id);
         if (n->ndim < 0 || n->ndim > MAX_DIMS) return arena_printf(A, "%%%d: %d dimensions", i, n->ndim);
         for (int j = 0; j < n->nin; j++)
-            if (!n->in[j] || n->in[j]->id >= i) return arena_printf(A, "%%%d: operand %d is not defined before use", i, j);
+            if (!n->in[j] || n->in[j]->id >= i)
+                return arena_printf(A, "%%%d: operand %d is not defined before use", i, j);
         const GNode *a = n->nin > 0 ? n->in[0] : NULL, *b = n->nin > 1 ? n->in[1] : NULL;
         int64_t bd[MAX_DIMS];
         int bn;
         switch (n->op) {
         case G_LINEAR:
-            if (b->op != G_WEIGHT || b->ndim != 2) return arena_printf(A, "%%%d: linear weight is not a matrix", i);
-            if (a->dims[a->ndim - 1] != b->dims[1]) return arena_printf(A, "%%%d: linear input has %lld features, weight expects %lld", i, (long long)a->dims[a->ndim - 1], (long long)b->dims[1]);
-            if (n->dims[n->ndim - 1] != b->dims[0]) return arena_printf(A, "%%%d: linear output width", i);
-            if (n->nin == 3 && (n->in[2]->ndim != 1 || n->in[2]->dims[0] != b->dims[0])) return arena_printf(A, "%%%d: bias shape", i);
+            if (b->op != G_WEIGHT || b->ndim != 2) BAD("linear weight is not a matrix");
+            if (a->dims[a->ndim - 1] != b->dims[1])
+                return arena_printf(A, "%%%d: linear input has %lld features, weight expects %lld", i,
+                                    (long long)a->dims[a->ndim - 1], (long long)b->dims[1]);
+            if (n->dims[n->ndim - 1] != b->dims[0]) BAD("linear output width");
+            if (n->nin == 3 && (n->in[2]->ndim != 1 || n->in[2]->dims[0] != b->dims[0])) BAD("bias shape");
             break;
         case G_RMSNORM:
             if (n->head_dim ? !b || (int64_t)n->heads * n->head_dim != a->dims[a->ndim - 1] || b->dims[0] != n->head_dim
                             : b && b->dims[0] != a->dims[a->ndim - 1])
-                return arena_printf(A, "%%%d: norm weight does not match width", i);
-            if (b && b->ndim != 1) return arena_printf(A, "%%%d: norm weight is not a vector", i);
+                BAD("norm weight does not match width");
+            if (b && b->ndim != 1) BAD("norm weight is not a vector");
             break;
         case G_ADD: case G_MUL: case G_SUB: case G_DIV:
             if (!shape_broadcast(a, b, &bn, bd) || !same_shape(n, bn, bd) || n->rows_n != (a->rows_n || b->rows_n))
-                return arena_printf(A, "%%%d: operand shapes do not broadcast to the result", i);
+                BAD("operand shapes do not broadcast to the result");
             break;
         case G_ARGMAX:
-            if (n->ndim != (a->ndim > 1 ? a->ndim - 1 : 1) || memcmp(n->dims, a->dims, sizeof(int64_t) * (size_t)(a->ndim - 1)))
-                return arena_printf(A, "%%%d: argmax result shape", i);
+            if (n->ndim != (a->ndim > 1 ? a->ndim - 1 : 1) ||
+                memcmp(n->dims, a->dims, sizeof(int64_t) * (size_t)(a->ndim - 1)))
+                BAD("argmax result shape");
             break;
         case G_TOPK:
-            if (n->ndim != a->ndim + 1 || memcmp(n->dims, a->dims, sizeof(int64_t) * (size_t)(a->ndim - 1)) || n->dims[a->ndim - 1] != 2 ||
-                n->dims[a->ndim] != n->topk || n->topk < 1 || n->topk > a->dims[a->ndim - 1])
-                return arena_printf(A, "%%%d: topk result shape", i);
+            if (n->ndim != a->ndim + 1 || memcmp(n->dims, a->dims, sizeof(int64_t) * (size_t)(a->ndim - 1)) ||
+                n->dims[a->ndim - 1] != 2 || n->dims[a->ndim] != n->topk || n->topk < 1 ||
+                n->topk > a->dims[a->ndim - 1])
+                BAD("topk result shape");
             break;
         case G_SILU: case G_SOFTMAX:
-            if (!same_shape(n, a->ndim, a->dims)) return arena_printf(A, "%%%d: result shape differs from the operand's", i);
+            if (!same_shape(n, a->ndim, a->dims)) BAD("result shape differs from the operand's");
             break;
         case G_MATMUL:
-            if (a->ndim < 2 || b->ndim < 2 || a->dims[a->ndim - 1] != b->dims[b->ndim - 2]) return arena_printf(A, "%%%d: matmul inner dimensions", i);
-            if (n->dims[n->ndim - 2] != a->dims[a->ndim - 2] || n->dims[n->ndim - 1] != b->dims[b->ndim - 1]) return arena_printf(A, "%%%d: matmul result shape", i);
+            if (a->ndim < 2 || b->ndim < 2 || a->dims[a->ndim - 1] != b->dims[b->ndim - 2])
+                BAD("matmul inner dimensions");
+            if (n->dims[n->ndim - 2] != a->dims[a->ndim - 2] || n->dims[n->ndim - 1] != b->dims[b->ndim - 1])
+                BAD("matmul result shape");
             break;
         case G_SDPA: {
             const GNode *v = n->in[2];
-            if (a->ndim < 2 || b->ndim < 2 || v->ndim < 2 || a->dims[a->ndim - 1] != b->dims[b->ndim - 1] || b->dims[b->ndim - 2] != v->dims[v->ndim - 2])
-                return arena_printf(A, "%%%d: attention operand shapes", i);
-            if (n->dims[n->ndim - 1] != v->dims[v->ndim - 1] || n->dims[n->ndim - 2] != a->dims[a->ndim - 2]) return arena_printf(A, "%%%d: attention result shape", i);
+            if (a->ndim < 2 || b->ndim < 2 || v->ndim < 2 || a->dims[a->ndim - 1] != b->dims[b->ndim - 1] ||
+                b->dims[b->ndim - 2] != v->dims[v->ndim - 2])
+                BAD("attention operand shapes");
+            if (n->dims[n->ndim - 1] != v->dims[v->ndim - 1] || n->dims[n->ndim - 2] != a->dims[a->ndim - 2])
+                BAD("attention result shape");
             break;
         }
         case G_CONST:
-            if (n->ndim != 0) return arena_printf(A, "%%%d: a constant is a scalar", i);
+            if (n->ndim != 0) BAD("a constant is a scalar");
             break;
         case G_ROPE:
-            if (n->head_dim % 2 || (int64_t)n->heads * n->head_dim != a->dims[1]) return arena_printf(A, "%%%d: rope heads x head_dim != width", i);
+            if (n->head_dim % 2 || (int64_t)n->heads * n->head_dim != a->dims[1]) BAD("rope heads x head_dim != width");
             break;
         case G_ATTENTION:
-            if (n->kv_heads <= 0 || n->heads % n->kv_heads) return arena_printf(A, "%%%d: heads not a multiple of kv heads", i);
+            if (n->kv_heads <= 0 || n->heads % n->kv_heads) BAD("heads not a multiple of kv heads");
             break;
         default: break;
         }
     }
+#undef BAD
     if (!g->logits) return "graph has no output";
-    if (g->logits->op == G_INPUT || g->logits->op == G_WEIGHT || g->logits->op == G_CONST) return "the output is a leaf";
+    GraphOp lop = g->logits->op;
+    if (lop == G_INPUT || lop == G_WEIGHT || lop == G_CONST) return "the output is a leaf";
     return NULL;
 }
 
@@ -200,8 +218,8 @@ void graph_select_layer(Arena *A, Graph *g, int layer) {
     const ModelConfig *c = g->cfg;
     CHECK(c, "--layer needs a model graph");
     if (layer < 0 || layer >= c->num_hidden_layers)
-        die_user(NULL, "--layer", "%d is out of range: the model has %d decoder layer%s (0..%d)", layer, c->num_hidden_layers,
-                 c->num_hidden_layers == 1 ? "" : "s", c->num_hidden_layers - 1);
+        die_user(NULL, "--layer", "%d is out of range: the model has %d decoder layer%s (0..%d)", layer,
+                 c->num_hidden_layers, c->num_hidden_layers == 1 ? "" : "s", c->num_hidden_layers - 1);
     const char *prefix = arena_printf(A, "model.layers.%d.", layer);
     size_t pl = strlen(prefix);
     GNode **keep = ARENA_ARRAY(A, GNode *, g->n + 1);

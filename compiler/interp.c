@@ -161,7 +161,9 @@ double *interp_run(const Graph *g, double *const *leaves, const InterpOptions *i
     CHECK(v, "out of memory");
     for (int i = 0; i < g->n; i++) {
         const GNode *n = g->nodes[i];
-        if (n->op == G_INPUT || n->op == G_WEIGHT) { CHECK(leaves[i], "leaf %s has no values", n->name); v[i] = leaves[i]; continue; }
+        if (n->op == G_INPUT || n->op == G_WEIGHT) {
+            CHECK(leaves[i], "leaf %s has no values", n->name); v[i] = leaves[i]; continue;
+        }
         if (n->op == G_CONST) continue;
         CHECK(!n->rows_n, "%s: the reference needs static shapes (n fixed)", n->name);
         int64_t N = gnode_elems(n);

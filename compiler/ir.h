@@ -51,7 +51,7 @@ typedef struct Buffer {
     int weight_index;          /* weights: index in the payload's tensor table */
     const float *const_data;   /* BUF_CONST: values, dims[0] floats */
     int64_t act_offset;        /* BUF_ACT: byte offset in the activation arena (memory plan) */
-                               /* BUF_WORK: scratch of one split-K pair of kernels, always at offset 0 of the workspace */
+                               /* BUF_WORK: one split-K kernel pair's scratch, always at workspace offset 0 */
 } Buffer;
 
 typedef struct Var { int id; const char *name; } Var;

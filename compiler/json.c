@@ -12,7 +12,8 @@
 #include <string.h>
 
 _Static_assert(sizeof(JsonTok) == sizeof(jsmntok_t), "JsonTok mirrors jsmntok_t");
-_Static_assert(JSON_STRING == (int)JSMN_STRING && JSON_PRIMITIVE == (int)JSMN_PRIMITIVE && JSON_ARRAY == (int)JSMN_ARRAY, "types match");
+_Static_assert(JSON_STRING == (int)JSMN_STRING && JSON_PRIMITIVE == (int)JSMN_PRIMITIVE &&
+               JSON_ARRAY == (int)JSMN_ARRAY, "types match");
 
 /* JSON's number grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
 static bool number_ok(const char *s, const char *e) {
@@ -49,7 +50,8 @@ static void json_check_shape(const Json *j) {
         bool bad;
         if (t == 0) bad = par != -1;
         else if (pt == JSON_OBJECT) bad = k->type != JSON_STRING || k->size != 1;
-        else if (pt == JSON_ARRAY || (pt == JSON_STRING && j->tok[par].size == 1 && json_type(j, j->tok[par].parent) == JSON_OBJECT))
+        else if (pt == JSON_ARRAY ||
+                 (pt == JSON_STRING && j->tok[par].size == 1 && json_type(j, j->tok[par].parent) == JSON_OBJECT))
             bad = (k->type == JSON_STRING || k->type == JSON_PRIMITIVE) && k->size != 0;
         else bad = true;
         if (!bad && k->type == JSON_PRIMITIVE) {
@@ -78,7 +80,8 @@ void json_parse(Arena *a, Json *j, const char *path, const char *src, size_t len
         if (in_str) { if (c == '\\') i++; else if (c == '"') in_str = false; continue; }
         if (c == '"') in_str = true;
         else if (c == '[' || c == '{') {
-            if (++depth > JSON_MAX_DEPTH) die_user(path, NULL, "JSON nested more than %d levels deep (at byte %zu)", JSON_MAX_DEPTH, i);
+            if (++depth > JSON_MAX_DEPTH)
+                die_user(path, NULL, "JSON nested more than %d levels deep (at byte %zu)", JSON_MAX_DEPTH, i);
         } else if (c == ']' || c == '}') depth--;
     }
     if (in_str || depth > 0) die_user(path, NULL, "invalid JSON (unexpected end of input)");
@@ -203,10 +206,10 @@ static int hex4(const char *s, const char *e) {
 }
 static size_t put_utf8(char *o, uint32_t c) {
     if (c < 0x80) { o[0] = (char)c; return 1; }
-    if (c < 0x800) { o[0] = (char)(0xC0 | (c >> 6)); o[1] = (char)(0x80 | (c & 63)); return 2; }
-    if (c < 0x10000) { o[0] = (char)(0xE0 | (c >> 12)); o[1] = (char)(0x80 | ((c >> 6) & 63)); o[2] = (char)(0x80 | (c & 63)); return 3; }
-    o[0] = (char)(0xF0 | (c >> 18)); o[1] = (char)(0x80 | ((c >> 12) & 63)); o[2] = (char)(0x80 | ((c >> 6) & 63)); o[3] = (char)(0x80 | (c & 63));
-    return 4;
+    size_t n = c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+    for (size_t i = n - 1; i > 0; i--, c >>= 6) o[i] = (char)(0x80 | (c & 63));
+    o[0] = (char)(((0xFF00 >> n) & 0xFF) | c);   /* 110xxxxx, 1110xxxx or 11110xxx */
+    return n;
 }
 
 char *json_get_str(Arena *a, const Json *j, int t, size_t *len) {
@@ -234,7 +237,9 @@ char *json_get_str(Arena *a, const Json *j, int t, size_t *len) {
             uint32_t cp = (uint32_t)u;
             if (cp >= 0xD800 && cp < 0xDC00 && e - s >= 6 && s[0] == '\\' && s[1] == 'u') {
                 int lo = hex4(s + 2, e);
-                if (lo >= 0xDC00 && lo < 0xE000) { cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00); s += 6; }
+                if (lo >= 0xDC00 && lo < 0xE000) {
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00); s += 6;
+                }
             }
             if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD;   /* lone surrogate: as serde_json would reject, we replace */
             o += put_utf8(o, cp);

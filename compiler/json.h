@@ -38,7 +38,7 @@ bool json_get_int64(const Json *j, int t, int64_t *v);    /* false unless an int
  * *len (may be NULL) gets the byte length; the result may contain NUL bytes. */
 char *json_get_str(Arena *a, const Json *j, int t, size_t *len);
 bool json_str_eq(const Json *j, int t, const char *s);    /* string token equals s (raw, no escapes) */
-/* Iterate an object: for (int k = json_obj_first(j,o); k >= 0; k = json_obj_next(j,o,k)) { key tok k, value tok k+1 } */
+/* Iterate an object: for (k = json_obj_first(j,o); k >= 0; k = json_obj_next(j,o,k)): key tok k, value tok k+1 */
 int json_obj_first(const Json *j, int obj);
 int json_obj_next(const Json *j, int obj, int key);
 /* Raw text of a token (not decoded), for messages. */

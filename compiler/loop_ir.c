@@ -26,7 +26,9 @@ static LoopNest *lower_op(Arena *A, const TOp *op) {
         LStmt *init = stmt(A, LS_ACC_INIT); init->red = op->red;
         LStmt *upd = stmt(A, LS_ACC); upd->red = op->red; upd->value = op->body;
         LStmt *r = upd;
-        for (int i = op->nraxes - 1; i >= 0; i--) { LStmt *l = loop(A, &op->raxes[i], LOOP_REDUCE, 1); l->body[0] = r; r = l; }
+        for (int i = op->nraxes - 1; i >= 0; i--) {
+            LStmt *l = loop(A, &op->raxes[i], LOOP_REDUCE, 1); l->body[0] = r; r = l;
+        }
         store->value = op->epilogue ? op->epilogue : e_acc(A);
         LStmt *blk = stmt(A, LS_FOR);   /* a body of three statements, wrapped below */
         blk->nbody = 3; blk->body = ARENA_ARRAY(A, LStmt *, 3);
@@ -119,7 +121,8 @@ static void count_stmt(Uses *u, const LStmt *s) {
     for (int i = 0; i < s->nbody; i++) count_stmt(u, s->body[i]);
 }
 static bool writes(const LStmt *s, const Buffer *b) {
-    if ((s->k == LS_STORE && s->buf == b) || (s->k == LS_ATTN && s->attn->out == b) || (s->k == LS_TOPK && s->topk->out == b)) return true;
+    if ((s->k == LS_STORE && s->buf == b) || (s->k == LS_ATTN && s->attn->out == b) ||
+        (s->k == LS_TOPK && s->topk->out == b)) return true;
     for (int i = 0; i < s->nbody; i++) if (writes(s->body[i], b)) return true;
     return false;
 }
@@ -149,7 +152,7 @@ static Expr *replace_load(Arena *A, Expr *e, const Expr *load, Expr *with) {
     *n = *e;
     n->a = ARENA_ARRAY(A, Expr *, e->nargs);
     bool changed = false;
-    for (int i = 0; i < e->nargs; i++) { n->a[i] = replace_load(A, e->a[i], load, with); changed |= n->a[i] != e->a[i]; }
+    for (int i = 0; i < e->nargs; i++) changed |= (n->a[i] = replace_load(A, e->a[i], load, with)) != e->a[i];
     return changed ? n : e;
 }
 static Expr *extent_product(Arena *A, const Shape *sh, bool with_red) {
@@ -196,10 +199,12 @@ static bool try_inline(Arena *A, LProgram *lp, bool *dead, int pi, int ci) {
  * element is computed once; one launch and one read of B are saved. */
 static bool try_side_store(Arena *A, LProgram *lp, int pi, int ri) {
     Shape p, r;
-    if (!shape_of(lp->nests[pi], &p) || !identity_store(&p) || !shape_of(lp->nests[ri], &r) || !r.red || r.side) return false;
+    if (!shape_of(lp->nests[pi], &p) || !identity_store(&p) || !shape_of(lp->nests[ri], &r) || !r.red || r.side)
+        return false;
     const Buffer *b = p.store->buf;
     /* argmax's schedule keeps (value, index) pairs and has no side store */
-    if (b->kind != BUF_ACT || p.npar != r.npar + 1 || r.red->body[r.red->nbody - 1]->red == RED_ARGMAX || writes(lp->nests[ri]->root, b)) return false;
+    if (b->kind != BUF_ACT || p.npar != r.npar + 1 || r.red->body[r.red->nbody - 1]->red == RED_ARGMAX ||
+        writes(lp->nests[ri]->root, b)) return false;
     for (int d = 0; d < r.npar; d++) if (!expr_equal(p.par[d]->extent, r.par[d]->extent)) return false;
     if (!expr_equal(p.par[p.npar - 1]->extent, r.red->extent)) return false;
     LStmt *acc = r.red->body[0];
@@ -241,12 +246,14 @@ static bool touches(const LoopNest *n, const Buffer *b) {
  * reduction reading a weight is one unless it has a side store), and nothing may run between them. */
 static bool try_tail(Arena *A, LProgram *lp, int ri, int ci) {
     Shape r, c;
-    if (!shape_of(lp->nests[ri], &r) || !r.red || !shape_of(lp->nests[ci], &c) || c.red || c.npar != r.npar + 1) return false;
+    if (!shape_of(lp->nests[ri], &r) || !r.red || !shape_of(lp->nests[ci], &c) || c.red || c.npar != r.npar + 1)
+        return false;
     if (r.red->body[r.red->nbody - 1]->red == RED_ARGMAX || r.leaf->nbody != 3) return false;
     Buffer *in[16];
     int nin = 0;
     collect_inputs(r.red->body[r.red->nbody - 1]->value, in, &nin);
-    for (int i = 0; i < nin && !r.side; i++) if (in[i]->kind == BUF_WEIGHT) return false;   /* (tile_ir.c never makes a gemv of a side store) */
+    /* (tile_ir.c never makes a gemv of a side store) */
+    for (int i = 0; i < nin && !r.side; i++) if (in[i]->kind == BUF_WEIGHT) return false;
     if (nin < 0) return false;
     const Buffer *b = r.store->buf;
     if (b->kind != BUF_ACT || b->ndim != r.npar || c.store->buf == b) return false;
@@ -289,8 +296,10 @@ static bool same_count(const Shape *a, const Shape *b) {
     int64_t ka = 1, kb = 1, v;
     const Expr *sa[MAX_AXES], *sb[MAX_AXES];
     int na = 0, nb = 0;
-    for (int d = 0; d < a->npar; d++) { if (expr_is_const(a->par[d]->extent, &v)) ka *= v; else sa[na++] = a->par[d]->extent; }
-    for (int d = 0; d < b->npar; d++) { if (expr_is_const(b->par[d]->extent, &v)) kb *= v; else sb[nb++] = b->par[d]->extent; }
+    for (int d = 0; d < a->npar; d++)
+        if (expr_is_const(a->par[d]->extent, &v)) ka *= v; else sa[na++] = a->par[d]->extent;
+    for (int d = 0; d < b->npar; d++)
+        if (expr_is_const(b->par[d]->extent, &v)) kb *= v; else sb[nb++] = b->par[d]->extent;
     if (ka != kb || na != nb) return false;
     for (int d = 0; d < na; d++) if (!expr_equal(sa[d], sb[d])) return false;
     return true;
@@ -320,7 +329,8 @@ static bool lin_index(const Shape *sh, const Expr *e, const Var **hi, const Var 
  * hi * E + lo), and nothing between P and C may touch D. */
 static bool try_retarget(Arena *A, LProgram *lp, const bool *dead, int pi, int ci) {
     Shape p, c;
-    if (!shape_of(lp->nests[pi], &p) || p.side || !shape_of(lp->nests[ci], &c) || c.red || c.store->value->k != EX_LOAD) return false;
+    if (!shape_of(lp->nests[pi], &p) || p.side || !shape_of(lp->nests[ci], &c) || c.red || c.store->value->k != EX_LOAD)
+        return false;
     const Expr *ld = c.store->value;
     Buffer *b = ld->buf;
     if (b->kind != BUF_ACT || p.store->buf != b || c.store->buf == b) return false;
@@ -345,9 +355,12 @@ static bool try_retarget(Arena *A, LProgram *lp, const bool *dead, int pi, int c
         Expr *ce = ext_of(&c, ch), *pe = ext_of(&p, ph), *ph_e = e_var(A, (Var *)ph);
         Expr *val[2] = {NULL, NULL};
         if (!cl && !pl && expr_equal(ce, pe)) val[0] = ph_e;
-        else if (cl && !pl && expr_equal(E_MUL(A, ce, e_i(A, cE)), pe)) { val[0] = E_DIV(A, ph_e, e_i(A, cE)); val[1] = e_bin(A, EX_MOD, ph_e, e_i(A, cE)); }
+        else if (cl && !pl && expr_equal(E_MUL(A, ce, e_i(A, cE)), pe)) {
+            val[0] = E_DIV(A, ph_e, e_i(A, cE)); val[1] = e_bin(A, EX_MOD, ph_e, e_i(A, cE));
+        }
         else if (cl && pl && cE == pE && expr_equal(ce, pe)) { val[0] = ph_e; val[1] = e_var(A, (Var *)pl); }
-        else if (!cl && pl && expr_equal(ce, E_MUL(A, pe, e_i(A, pE)))) val[0] = E_ADD(A, E_MUL(A, ph_e, e_i(A, pE)), e_var(A, (Var *)pl));
+        else if (!cl && pl && expr_equal(ce, E_MUL(A, pe, e_i(A, pE))))
+            val[0] = E_ADD(A, E_MUL(A, ph_e, e_i(A, pE)), e_var(A, (Var *)pl));
         else return false;
         for (int q = 0; q < 2 && val[q]; q++) {
             const Var *v = q ? cl : ch;
@@ -471,7 +484,8 @@ static void points_of(const Expr *e, const Buffer *b, const Expr **pt, int *n) {
 static bool at_own_point(const Shape *c, const Shape *r, const Expr *ld) {
     if (c->npar != r->npar || ld->nargs != c->npar) return false;
     for (int d = 0; d < c->npar; d++)
-        if (ld->a[d]->k != EX_VAR || ld->a[d]->var != c->par[d]->v || !expr_equal(c->par[d]->extent, r->par[d]->extent)) return false;
+        if (ld->a[d]->k != EX_VAR || ld->a[d]->var != c->par[d]->v ||
+            !expr_equal(c->par[d]->extent, r->par[d]->extent)) return false;
     return true;
 }
 /* R's store value at the point ld (R's loop variables replaced by ld's indices), its acc as slot */
@@ -497,8 +511,8 @@ static const char *joined_name(Arena *A, const char *a, const char *b) {
     return arena_printf(A, "%s_%s", a, b + p);
 }
 /* the nests strictly between lo and hi write none of C's inputs (but skip) and do not touch out */
-static bool quiet_between(const LProgram *lp, const bool *dead, int lo, int hi, const Expr *const *vals, int nv, const Buffer *skip0,
-                          const Buffer *skip1, const Buffer *out) {
+static bool quiet_between(const LProgram *lp, const bool *dead, int lo, int hi, const Expr *const *vals, int nv,
+                          const Buffer *skip0, const Buffer *skip1, const Buffer *out) {
     Buffer *in[16];
     int nin = 0;
     for (int v = 0; v < nv; v++) collect_inputs(vals[v], in, &nin);
@@ -506,7 +520,8 @@ static bool quiet_between(const LProgram *lp, const bool *dead, int lo, int hi, 
     for (int i = lo + 1; i < hi; i++) {
         if (dead[i]) continue;
         if (touches(lp->nests[i], out)) return false;
-        for (int j = 0; j < nin; j++) if (in[j] != skip0 && in[j] != skip1 && writes(lp->nests[i]->root, in[j])) return false;
+        for (int j = 0; j < nin; j++)
+            if (in[j] != skip0 && in[j] != skip1 && writes(lp->nests[i]->root, in[j])) return false;
     }
     return true;
 }
@@ -516,7 +531,8 @@ static LStmt *store_stmt(Arena *A, Buffer *b, Expr **idx, Expr *value) {
     return s;
 }
 /* parallel loops (v[i] < ext[i]) around acc_init x2, for kv < K { slot 0 += t0; slot 1 += t1 }, the stores */
-static LStmt *pair_root(Arena *A, Var *const *v, Expr *const *ext, int npar, Var *kv, Expr *K, Expr *t0, Expr *t1, LStmt **st, int nst) {
+static LStmt *pair_root(Arena *A, Var *const *v, Expr *const *ext, int npar, Var *kv, Expr *K, Expr *t0, Expr *t1,
+                        LStmt **st, int nst) {
     LStmt *leaf = stmt(A, LS_FOR);
     leaf->nbody = 3 + nst; leaf->body = ARENA_ARRAY(A, LStmt *, 3 + nst);
     Axis ka = {kv, K};
@@ -548,7 +564,8 @@ static bool try_epilogue(Arena *A, LProgram *lp, const bool *dead, int ri, int c
     Buffer *out = c.store->buf;
     const Expr *vals[1 + MAX_DIMS] = {c.store->value};
     for (int d = 0; d < out->ndim; d++) vals[1 + d] = c.store->idx[d];
-    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, vals, 1 + out->ndim, r.store->buf, NULL, out)) return false;
+    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, vals, 1 + out->ndim, r.store->buf, NULL, out))
+        return false;
     Var *cv[MAX_AXES];
     Expr *rv[MAX_AXES];
     for (int d = 0; d < c.npar; d++) { cv[d] = c.par[d]->v; rv[d] = e_var(A, r.par[d]->v); }
@@ -561,7 +578,8 @@ static bool try_epilogue(Arena *A, LProgram *lp, const bool *dead, int ri, int c
 }
 
 /* C reads linears R1 < R2 (same parallel extents and K) each at its own point: one nest at R2's place */
-static bool try_pair(Arena *A, LProgram *lp, const bool *dead, int r1i, int r2i, int ci, const Expr *ld1, const Expr *ld2) {
+static bool try_pair(Arena *A, LProgram *lp, const bool *dead, int r1i, int r2i, int ci, const Expr *ld1,
+                     const Expr *ld2) {
     Shape r1, r2, c;
     if (!linear_shape(lp->nests[r1i], &r1) || !linear_shape(lp->nests[r2i], &r2) || !shape_of(lp->nests[ci], &c) ||
         !at_own_point(&c, &r1, ld1) || !at_own_point(&c, &r2, ld2) || !expr_equal(r1.red->extent, r2.red->extent))
@@ -571,7 +589,8 @@ static bool try_pair(Arena *A, LProgram *lp, const bool *dead, int r1i, int r2i,
     for (int d = 0; d < out->ndim; d++) vals[1 + d] = c.store->idx[d];
     /* R1 runs at R2's place: what it reads must not change in between */
     const Expr *t1[2] = {r1.red->body[0]->value, r1.store->value};
-    if (touches(lp->nests[r1i], out) || touches(lp->nests[r2i], out) || !quiet_between(lp, dead, r1i, r2i, t1, 2, NULL, NULL, r1.store->buf) ||
+    if (touches(lp->nests[r1i], out) || touches(lp->nests[r2i], out) ||
+        !quiet_between(lp, dead, r1i, r2i, t1, 2, NULL, NULL, r1.store->buf) ||
         !quiet_between(lp, dead, r2i, ci, vals, 1 + out->ndim, r1.store->buf, r2.store->buf, out))
         return false;
     Var *v[MAX_AXES], *kv = r1.red->v;
@@ -590,7 +609,8 @@ static bool try_pair(Arena *A, LProgram *lp, const bool *dead, int r1i, int r2i,
     LoopNest *n = ARENA_NEW(A, LoopNest);
     *n = *lp->nests[r1i];
     n->kname = joined_name(A, lp->nests[r1i]->kname, lp->nests[r2i]->kname);
-    n->root = pair_root(A, v, ext, r1.npar, kv, r1.red->extent, acc_term_at(A, &r1, p1, kv), acc_term_at(A, &r2, p2, kv), &st, 1);
+    n->root = pair_root(A, v, ext, r1.npar, kv, r1.red->extent, acc_term_at(A, &r1, p1, kv),
+                        acc_term_at(A, &r2, p2, kv), &st, 1);
     lp->nests[r2i] = n;
     return true;
 }
@@ -602,7 +622,8 @@ static bool try_pair(Arena *A, LProgram *lp, const bool *dead, int r1i, int r2i,
 static bool try_halves(Arena *A, LProgram *lp, const bool *dead, int ri, int ci) {
     Shape r, c;
     int64_t E;
-    if (!linear_shape(lp->nests[ri], &r) || !shape_of(lp->nests[ci], &c) || c.npar < 2 || c.npar + 1 > MAX_AXES) return false;
+    if (!linear_shape(lp->nests[ri], &r) || !shape_of(lp->nests[ci], &c) || c.npar < 2 || c.npar + 1 > MAX_AXES)
+        return false;
     if (!expr_is_const(c.par[c.npar - 1]->extent, &E) || E < 2 || E % 2) return false;
     for (int d = 1; d < c.npar; d++) if (!expr_is_const(c.par[d]->extent, NULL)) return false;
     if (!same_count(&c, &r)) return false;
@@ -610,12 +631,14 @@ static bool try_halves(Arena *A, LProgram *lp, const bool *dead, int ri, int ci)
     Buffer *b = r.store->buf, *out = c.store->buf;
     const Expr *vals[1 + MAX_DIMS] = {c.store->value};
     for (int d = 0; d < out->ndim; d++) vals[1 + d] = c.store->idx[d];
-    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, vals, 1 + out->ndim, b, NULL, out)) return false;
+    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, vals, 1 + out->ndim, b, NULL, out))
+        return false;
     /* the halves, over ranges: C's constant loops and e' < E/2 */
     Var *eh = new_var(A, &lp->tp->nvars, c.par[c.npar - 1]->v->name);
     VarRange rg[MAX_AXES];
     int nr = 0;
-    for (int d = 1; d + 1 < c.npar; d++) { expr_is_const(c.par[d]->extent, &x); rg[nr++] = (VarRange){c.par[d]->v, 0, x}; }
+    for (int d = 1; d + 1 < c.npar; d++)
+        if (expr_is_const(c.par[d]->extent, &x)) rg[nr++] = (VarRange){c.par[d]->v, 0, x};
     rg[nr++] = (VarRange){eh, 0, E / 2};
     Expr *hval[2], **hidx[2];
     const Expr *pt[2][4];
@@ -633,7 +656,8 @@ static bool try_halves(Arena *A, LProgram *lp, const bool *dead, int ri, int ci)
         points_of(hval[h], b, pt[h], &np[h]);
         if (np[h] != 2) return false;
     }
-    bool same = (expr_equal(pt[0][0], pt[1][0]) && expr_equal(pt[0][1], pt[1][1])) || (expr_equal(pt[0][0], pt[1][1]) && expr_equal(pt[0][1], pt[1][0]));
+    bool same = (expr_equal(pt[0][0], pt[1][0]) && expr_equal(pt[0][1], pt[1][1])) ||
+                (expr_equal(pt[0][0], pt[1][1]) && expr_equal(pt[0][1], pt[1][0]));
     if (!same) return false;
     /* flatten C's loops after the first into p: e' = p % (E/2), then the others outward */
     Var *pv = new_var(A, &lp->tp->nvars, "p");
@@ -665,7 +689,8 @@ static bool try_halves(Arena *A, LProgram *lp, const bool *dead, int ri, int ci)
     LoopNest *n = ARENA_NEW(A, LoopNest);
     *n = *lp->nests[ri];
     n->kname = joined_name(A, lp->nests[ri]->kname, lp->nests[ci]->kname);
-    n->root = pair_root(A, v, ext, 2, kv, r.red->extent, acc_term_at(A, &r, P2[0], kv), acc_term_at(A, &r, P2[1], kv), st, 2);
+    n->root = pair_root(A, v, ext, 2, kv, r.red->extent, acc_term_at(A, &r, P2[0], kv), acc_term_at(A, &r, P2[1], kv),
+                        st, 2);
     lp->nests[ri] = n;
     return true;
 }
@@ -706,7 +731,9 @@ void loop_fuse_epilogues(Arena *A, LProgram *lp, bool enable) {
             nl++;
         }
         if (!ok || !nl) continue;
-        if (nl == 1 && np[0] == 1 && try_epilogue(A, lp, dead, ri[0], ci, pt[0][0])) { dead[ci] = true; lp->n_epilogues++; continue; }
+        if (nl == 1 && np[0] == 1 && try_epilogue(A, lp, dead, ri[0], ci, pt[0][0])) {
+            dead[ci] = true; lp->n_epilogues++; continue;
+        }
         if (nl == 2 && np[0] == 1 && np[1] == 1) {
             int a = ri[0] < ri[1] ? 0 : 1;
             if (try_pair(A, lp, dead, ri[a], ri[1 - a], ci, pt[a][0], pt[1 - a][0])) {
@@ -790,7 +817,8 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
         for (int i = 0; i < s->nbody; i++) print_stmt(o, s->body[i], d + 1);
         return;
     case LS_ACC_INIT:
-        str_printf(o, "%s = %s\n", s->slot ? "acc1" : "acc", s->red == RED_SUM ? "0" : s->red == RED_MAX ? "-inf" : "index 0 of -inf");
+        str_printf(o, "%s = %s\n", s->slot ? "acc1" : "acc",
+                   s->red == RED_SUM ? "0" : s->red == RED_MAX ? "-inf" : "index 0 of -inf");
         return;
     case LS_ACC: {
         const char *a = s->slot ? "acc1" : "acc";
@@ -839,22 +867,26 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
         expr_print(o, t->body);
         str_printf(o, ", k = ");
         expr_print(o, t->topk_count);
-        str_printf(o, " (at most %lld; value descending, then %s ascending, NaN as -inf):\n", (long long)t->topk_max, j);
+        str_printf(o, " (at most %lld; value descending, then %s ascending, NaN as -inf):\n", (long long)t->topk_max,
+                   j);
         indent(o, d + 1);
         str_printf(o, "%s[", t->out->name);
         for (int i = 0; i < t->out->ndim; i++) { if (i) str_printf(o, ", "); expr_print(o, t->out_idx[i]); }
-        str_printf(o, "] = (%s == 0 ? value : %s) of rank %s, for %s < k\n", t->topk_sel->name, j, t->topk_rank->name, t->topk_rank->name);
+        str_printf(o, "] = (%s == 0 ? value : %s) of rank %s, for %s < k\n", t->topk_sel->name, j, t->topk_rank->name,
+                   t->topk_rank->name);
         return;
     }
     case LS_COUNT: break;
     }
 }
 void loop_print(Str *o, const LProgram *lp) {
-    str_printf(o, "# loop IR: %d loop nests (one per kernel); fused: %d inlined, %d side stores, %d tails, %d copies retargeted, %d online softmax, "
-                  "%d epilogues, %d pairs, %d halves\n", lp->n, lp->n_inlined, lp->n_side_stores, lp->n_tails, lp->n_retargeted, lp->n_flash,
-               lp->n_epilogues, lp->n_pairs, lp->n_halves);
+    str_printf(o, "# loop IR: %d loop nests (one per kernel); fused: %d inlined, %d side stores, %d tails, "
+                  "%d copies retargeted, %d online softmax, %d epilogues, %d pairs, %d halves\n", lp->n,
+               lp->n_inlined, lp->n_side_stores, lp->n_tails, lp->n_retargeted, lp->n_flash, lp->n_epilogues,
+               lp->n_pairs, lp->n_halves);
     for (int i = 0; i < lp->n; i++) {
-        str_printf(o, "nest %s  # %s (%s)\n", lp->nests[i]->kname, lp->nests[i]->module, top_kind_names[lp->nests[i]->origin]);
+        str_printf(o, "nest %s  # %s (%s)\n", lp->nests[i]->kname, lp->nests[i]->module,
+                   top_kind_names[lp->nests[i]->origin]);
         print_stmt(o, lp->nests[i]->root, 1);
     }
 }
@@ -867,8 +899,9 @@ static const char *verify_expr_scope(Arena *A, const Expr *e, Var **bound, int n
         return arena_printf(A, "variable %s used outside its loop", e->var->name);
     }
     if (e->k == EX_ACC && (e->i < 0 || e->i > 1 || !(acc_ok >> e->i & 1))) return "acc used before acc_init";
-    for (int i = 0; i < e->nargs; i++) { const char *m = verify_expr_scope(A, e->a[i], bound, nb, acc_ok); if (m) return m; }
-    return NULL;
+    const char *m = NULL;
+    for (int i = 0; !m && i < e->nargs; i++) m = verify_expr_scope(A, e->a[i], bound, nb, acc_ok);
+    return m;
 }
 static const char *verify_stmt(Arena *A, const LStmt *s, Var **bound, int nb, unsigned *acc) {
     switch (s->k) {
@@ -886,10 +919,13 @@ static const char *verify_stmt(Arena *A, const LStmt *s, Var **bound, int nb, un
         return NULL;
     case LS_ACC:
         if (s->slot < 0 || s->slot > 1 || !(*acc >> s->slot & 1)) return "acc_update before acc_init";
-        return verify_expr_scope(A, s->value, bound, nb, 0) ? verify_expr_scope(A, s->value, bound, nb, 0) : expr_verify(A, s->value);
-    case LS_STORE:
-        for (int i = 0; i < s->buf->ndim; i++) { const char *m = verify_expr_scope(A, s->idx[i], bound, nb, false); if (m) return m; }
-        { const char *m = verify_expr_scope(A, s->value, bound, nb, *acc); return m ? m : expr_verify(A, s->value); }
+        { const char *m = verify_expr_scope(A, s->value, bound, nb, 0); return m ? m : expr_verify(A, s->value); }
+    case LS_STORE: {
+        const char *m = NULL;
+        for (int i = 0; !m && i < s->buf->ndim; i++) m = verify_expr_scope(A, s->idx[i], bound, nb, false);
+        if (!m) m = verify_expr_scope(A, s->value, bound, nb, *acc);
+        return m ? m : expr_verify(A, s->value);
+    }
     case LS_ATTN: {
         /* q, k, v see j and d besides the loops; the store sees d */
         const AttnDesc *a = s->attn;
@@ -902,7 +938,10 @@ static const char *verify_stmt(Arena *A, const LStmt *s, Var **bound, int nb, un
             if (m) return m;
         }
         bound[nb] = a->d;
-        for (int i = 0; i < a->out->ndim; i++) { const char *m = verify_expr_scope(A, a->out_idx[i], bound, nb + 1, false); if (m) return m; }
+        for (int i = 0; i < a->out->ndim; i++) {
+            const char *m = verify_expr_scope(A, a->out_idx[i], bound, nb + 1, false);
+            if (m) return m;
+        }
         if (a->heads % a->group || a->hd < 1 || a->hv < 1) return "attention shape";
         return NULL;
     }

@@ -207,7 +207,7 @@ static void pad_to(Writer *w, uint64_t off) {
  * mapping: they stay in the page cache, nothing is lost). */
 static void drop_pages(const void *p, size_t n) {
     long pg = sysconf(_SC_PAGESIZE);
-    uintptr_t b = ((uintptr_t)p + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1), e = ((uintptr_t)p + n) & ~(uintptr_t)(pg - 1);
+    uintptr_t m = ~(uintptr_t)(pg - 1), b = ((uintptr_t)p + (uintptr_t)pg - 1) & m, e = ((uintptr_t)p + n) & m;
     if (e > b) madvise((void *)b, e - b, MADV_DONTNEED);
 }
 
@@ -226,11 +226,14 @@ static bool copy_range(Writer *w, const PackTensor *t, const PackSource *src) {
         errno = 0;
         ssize_t r = copy_file_range(in, &off, w->fd, NULL, k, 0);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0 && first && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP || errno == EPERM)) {
+        if (r < 0 && first &&
+            (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP || errno == EPERM)) {
             close(in);
             return false;
         }
-        if (r <= 0) { int e = errno; close(in); errno = e; fail(w, "cannot copy the weights into the payload", src->src_path); }
+        if (r <= 0) {
+            int e = errno; close(in); errno = e; fail(w, "cannot copy the weights into the payload", src->src_path);
+        }
         first = false;
         left -= (size_t)r; w->done += (uint64_t)r;
         progress(w, false);
@@ -349,7 +352,8 @@ void pack_payload_ex(const char *out_path, const PackTensor *tensors, const Pack
               (unsigned long long)(w.done - tab[i].offset), (unsigned long long)tab[i].nbytes);
     }
     flush(&w);
-    CHECK(w.done == h.total_size, "wrote %llu of %llu bytes", (unsigned long long)w.done, (unsigned long long)h.total_size);
+    CHECK(w.done == h.total_size, "wrote %llu of %llu bytes", (unsigned long long)w.done,
+          (unsigned long long)h.total_size);
     int fd = w.fd;
     w.fd = -1;
     errno = 0;

@@ -176,7 +176,8 @@ static void st_parse_entry(Arena *a, const Json *j, int v, const char *path, con
 
     if (json_type(j, sh) != JSON_ARRAY) die_user(path, name, "shape must be an array, got %s", json_raw(a, j, sh));
     int nd = json_size(j, sh);
-    if (nd > ST_MAX_DIMS) die_user(path, name, "shape %s has %d dimensions (at most %d supported)", json_raw(a, j, sh), nd, ST_MAX_DIMS);
+    if (nd > ST_MAX_DIMS)
+        die_user(path, name, "shape %s has %d dimensions (at most %d supported)", json_raw(a, j, sh), nd, ST_MAX_DIMS);
     t->ndim = nd;
     uint64_t elems = 1;
     bool overflow = false;
@@ -198,8 +199,8 @@ static void st_parse_entry(Arena *a, const Json *j, int v, const char *path, con
         die_user(path, name, "data_offsets %s must be non-negative integers", json_raw(a, j, of));
     if (b > e) die_user(path, name, "data_offsets [%" PRId64 ", %" PRId64 "] are reversed", b, e);
     if ((uint64_t)e > data_len)
-        die_user(path, name, "data_offsets [%" PRId64 ", %" PRId64 "] go past the end of the file (the data section is %" PRIu64 " bytes)",
-                 b, e, data_len);
+        die_user(path, name, "data_offsets [%" PRId64 ", %" PRId64 "] go past the end of the file "
+                 "(the data section is %" PRIu64 " bytes)", b, e, data_len);
     if ((uint64_t)(e - b) != nbytes)
         die_user(path, name, "data_offsets [%" PRId64 ", %" PRId64 "] do not match shape %s x %s (%" PRIu64 " bytes)",
                  b, e, st_shape_str(a, t->shape, nd), st_names[d], nbytes);
@@ -215,7 +216,9 @@ void st_open_file(Arena *a, const char *path, StModel *m) {
     if (fstat(fd, &st) != 0) { int e = errno; close(fd); die_user(path, NULL, "cannot stat: %s", strerror(e)); }
     if (!S_ISREG(st.st_mode)) { close(fd); die_user(path, NULL, "not a regular file"); }
     uint64_t fsize = (uint64_t)st.st_size;
-    if (fsize < 8) { close(fd); die_user(path, NULL, "file is %" PRIu64 " bytes, too short for a safetensors header", fsize); }
+    if (fsize < 8) {
+        close(fd); die_user(path, NULL, "file is %" PRIu64 " bytes, too short for a safetensors header", fsize);
+    }
     void *base = mmap(NULL, (size_t)fsize, PROT_READ, MAP_PRIVATE, fd, 0);
     int merr = errno;
     close(fd);   /* the mapping keeps the file alive */
@@ -232,7 +235,8 @@ void st_open_file(Arena *a, const char *path, StModel *m) {
     if (hlen > ST_MAX_HEADER)
         die_user(path, NULL, "header length %" PRIu64 " is absurd (more than 100 MB); not a safetensors file?", hlen);
     if (hlen > fsize - 8)
-        die_user(path, NULL, "header length %" PRIu64 " goes past the end of the file (%" PRIu64 " bytes)", hlen, fsize);
+        die_user(path, NULL, "header length %" PRIu64 " goes past the end of the file (%" PRIu64 " bytes)", hlen,
+                 fsize);
     const char *hdr = (const char *)p + 8;
     uint64_t data_len = fsize - 8 - hlen;
     const uint8_t *data = p + 8 + hlen;
@@ -312,7 +316,9 @@ static char *st_scan_dir(const char *dir, int *count) {
         free(full);
         if (!ok) continue;
         (*count)++;
-        if (!best || strcmp(e->d_name, best) < 0) { free(best); best = xmalloc(strlen(e->d_name) + 1); strcpy(best, e->d_name); }
+        if (!best || strcmp(e->d_name, best) < 0) {
+            free(best); best = xmalloc(strlen(e->d_name) + 1); strcpy(best, e->d_name);
+        }
     }
     closedir(d);
     return best;
@@ -335,7 +341,8 @@ static void st_open_index(Arena *a, const char *dir, const char *ipath, StModel 
     if (json_type(&j, 0) != JSON_OBJECT) die_user(ipath, NULL, "not a JSON object");
     int wm = json_find(&j, 0, "weight_map");
     if (wm < 0) die_user(ipath, "weight_map", "missing");
-    if (json_type(&j, wm) != JSON_OBJECT) die_user(ipath, "weight_map", "must be an object, got %s", json_raw(a, &j, wm));
+    if (json_type(&j, wm) != JSON_OBJECT)
+        die_user(ipath, "weight_map", "must be an object, got %s", json_raw(a, &j, wm));
     if (json_size(&j, wm) == 0) die_user(ipath, "weight_map", "is empty");
     /* Open each shard once, in order of first mention. */
     int nshards = 0;
@@ -375,8 +382,11 @@ void st_open_dir(Arena *a, const char *dir, StModel *m) {
     if (file_exists(index)) { st_open_index(a, dir, index, m); return; }
     int n;
     char *one = st_scan_dir(dir, &n);
-    if (n == 0) { free(one); die_user(dir, NULL, "no weights (model.safetensors, model.safetensors.index.json or one *.safetensors file)"); }
-    if (n > 1) { free(one); die_user(dir, NULL, "%d *.safetensors files but no model.safetensors.index.json saying how they fit together", n); }
+    if (n != 1) free(one);
+    if (n == 0) die_user(dir, NULL, "no weights (model.safetensors, model.safetensors.index.json or one "
+                         "*.safetensors file)");
+    if (n > 1) die_user(dir, NULL, "%d *.safetensors files but no model.safetensors.index.json saying how they "
+                        "fit together", n);
     const char *p = path_join(a, dir, one);
     free(one);
     st_open_file(a, p, m);

@@ -84,7 +84,9 @@ static TOp *rowwise(TL *L, TOpKind k, const GNode *n, Buffer *out, Expr **t, Exp
 /* ---- N-dimensional ops (expressions, and the model's elementwise ops, norms
  * and linears: for a model's [n, width] activations they give the same
  * tensor IR as a 2-D special case would) ---- */
-static Expr *ext(TL *L, const GNode *n, int d) { return d == 0 && n->rows_n ? e_param(L->A, P_N) : e_i(L->A, n->dims[d]); }
+static Expr *ext(TL *L, const GNode *n, int d) {
+    return d == 0 && n->rows_n ? e_param(L->A, P_N) : e_i(L->A, n->dims[d]);
+}
 static const char *ax_name(TL *L, int nd, int d) {
     if (L->tp->g->cfg && nd == 2) return d == 0 ? "t" : "c";
     return arena_printf(L->A, "i%d", d);
@@ -228,14 +230,16 @@ static void softmax_parts(TL *L, const GNode *n, Buffer *s, Buffer *out, const c
     sm->red = RED_SUM;
     sm->body = e_un(A, EX_EXP, E_SUB(A, e_load(A, s, nd, idx), lead_load(L, M, lead, ax)));
     TOp *nm = over(L, TOP_ELEMWISE, n, out, norm_suffix, nd, ax);
-    nm->body = E_DIV(A, e_un(A, EX_EXP, E_SUB(A, e_load(A, s, nd, ax), lead_load(L, M, lead, ax))), lead_load(L, Z, lead, ax));
+    nm->body = E_DIV(A, e_un(A, EX_EXP, E_SUB(A, e_load(A, s, nd, ax), lead_load(L, M, lead, ax))),
+                     lead_load(L, Z, lead, ax));
 }
 
 static void lower_argmax(TL *L, GNode *n) {
     const GNode *x = n->in[0];
     int lead = x->ndim - 1;
     Expr *ax[MAX_DIMS], *idx[MAX_DIMS];
-    CHECK(x->dims[lead] <= (1 << 24), "argmax over %lld values: indices past 2^24 are not exact in f32", (long long)x->dims[lead]);
+    CHECK(x->dims[lead] <= (1 << 24), "argmax over %lld values: indices past 2^24 are not exact in f32",
+          (long long)x->dims[lead]);
     n->buf = lead_buf(L, n, NULL, lead, BUF_ACT, DT_F32);
     TOp *op = over(L, TOP_REDUCE, n, n->buf, NULL, lead, ax);
     memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
@@ -249,7 +253,8 @@ static void lower_topk(TL *L, GNode *n) {
     const GNode *x = n->in[0];
     int lead = x->ndim - 1;
     Expr *ax[MAX_DIMS], *idx[MAX_DIMS];
-    CHECK(x->dims[lead] <= (1 << 24), "topk over %lld values: indices past 2^24 are not exact in f32", (long long)x->dims[lead]);
+    CHECK(x->dims[lead] <= (1 << 24), "topk over %lld values: indices past 2^24 are not exact in f32",
+          (long long)x->dims[lead]);
     n->buf = lead_buf(L, n, NULL, n->ndim, BUF_ACT, DT_F32);
     TOp *op = over(L, TOP_REDUCE, n, n->buf, NULL, lead, ax);
     memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
@@ -402,7 +407,8 @@ static void lower_node(TL *L, GNode *n) {
         Expr *e = axis(L, op, "e", e_i(A, hd));
         Expr *base = E_MUL(A, h, e_i(A, hd));
         op->out_idx[0] = t; op->out_idx[1] = E_ADD(A, base, e);
-        Expr *ang = E_MUL(A, e_un(A, EX_TOF, E_ADD(A, e_param(A, P_POS), t)), e_load1(A, f, e_bin(A, EX_MOD, e, e_i(A, half))));
+        Expr *ang = E_MUL(A, e_un(A, EX_TOF, E_ADD(A, e_param(A, P_POS), t)),
+                          e_load1(A, f, e_bin(A, EX_MOD, e, e_i(A, half))));
         Expr *xv = e_load2(A, x, t, E_ADD(A, base, e));
         Expr *partner = e_load2(A, x, t, E_ADD(A, base, e_bin(A, EX_MOD, E_ADD(A, e, e_i(A, half)), e_i(A, hd))));
         Expr *rot = e_select(A, e_bin(A, EX_LT, e, e_i(A, half)), e_un(A, EX_NEG, partner), partner);
@@ -411,8 +417,8 @@ static void lower_node(TL *L, GNode *n) {
     }
     case G_KV_WRITE: {
         Buffer *src = n->in[0]->buf;
-        n->buf = new_buf(L, arena_printf(A, "%s[%d]", n->is_v ? "v_cache" : "k_cache", n->layer), n->is_v ? BUF_VCACHE : BUF_KCACHE,
-                         DT_F32, 3, g->max_ctx, n->kv_heads, n->head_dim);
+        n->buf = new_buf(L, arena_printf(A, "%s[%d]", n->is_v ? "v_cache" : "k_cache", n->layer),
+                         n->is_v ? BUF_VCACHE : BUF_KCACHE, DT_F32, 3, g->max_ctx, n->kv_heads, n->head_dim);
         n->buf->layer = n->layer;
         TOp *op = new_op(L, TOP_INDEXMAP, n, n->buf);
         t = axis(L, op, "t", e_param(A, P_N));
@@ -437,7 +443,8 @@ static void lower_node(TL *L, GNode *n) {
         Expr *e = raxis(L, s, "e", e_i(A, hd));
         s->out_idx[0] = t; s->out_idx[1] = h; s->out_idx[2] = j;
         s->red = RED_SUM;
-        s->body = E_MUL(A, e_load2(A, q, t, E_ADD(A, E_MUL(A, h, e_i(A, hd)), e)), e_load3(A, kc, j, E_DIV(A, h, e_i(A, G)), e));
+        s->body = E_MUL(A, e_load2(A, q, t, E_ADD(A, E_MUL(A, h, e_i(A, hd)), e)),
+                        e_load3(A, kc, j, E_DIV(A, h, e_i(A, G)), e));
         s->epilogue = e_select(A, e_bin(A, EX_LE, j, E_ADD(A, e_param(A, P_POS), t)),
                                E_MUL(A, e_acc(A), e_f(A, (float)(1.0 / sqrt((double)hd)))), e_f(A, -INFINITY));
         /* softmax over j: max, sum of exp, normalise in place */
@@ -452,7 +459,8 @@ static void lower_node(TL *L, GNode *n) {
         TOp *nm = new_op_part(L, TOP_ELEMWISE, n, S, "softmax");
         t = axis(L, nm, "t", e_param(A, P_N)); h = axis(L, nm, "h", e_i(A, H)); j = axis(L, nm, "j", len);
         nm->out_idx[0] = t; nm->out_idx[1] = h; nm->out_idx[2] = j;
-        nm->body = E_DIV(A, e_un(A, EX_EXP, E_SUB(A, e_load3(A, S, t, h, j), e_load2(A, M, t, h))), e_load2(A, Z, t, h));
+        nm->body = E_DIV(A, e_un(A, EX_EXP, E_SUB(A, e_load3(A, S, t, h, j), e_load2(A, M, t, h))),
+                         e_load2(A, Z, t, h));
         /* out = p v */
         n->buf = act_buf(L, n, NULL, n->dims[1]);
         TOp *pv = new_op_part(L, TOP_REDUCE, n, n->buf, "pv");
@@ -495,7 +503,8 @@ void tensor_lower(Arena *A, const Graph *g, TProgram *tp) {
     TL L = {A, tp};
     for (int i = 0; i < g->n; i++) lower_node(&L, g->nodes[i]);
     /* an expression's (or one layer's) result is the output */
-    CHECK(g->logits->buf && g->logits->buf->kind != BUF_INPUT && g->logits->buf->kind != BUF_WEIGHT, "output is not computed");
+    CHECK(g->logits->buf && g->logits->buf->kind != BUF_INPUT && g->logits->buf->kind != BUF_WEIGHT,
+          "output is not computed");
     if (g->logits->buf->kind == BUF_ACT) g->logits->buf->kind = BUF_OUTPUT;
     tp->logits = g->logits->buf;
     tp->next_token = g->next_token ? g->next_token->buf : NULL;
@@ -521,13 +530,15 @@ void tensor_place_buffers(Arena *A, TProgram *tp, const int *first, const int *l
             int64_t need = (buffer_elems(b) * dtype_sizes[b->dtype] + 255) & ~(int64_t)255;
             int best = -1;
             for (int s = 0; s < nslots; s++)
-                if (slots[s].owner < 0 && slots[s].size >= need && (best < 0 || slots[s].size < slots[best].size)) best = s;
+                if (slots[s].owner < 0 && slots[s].size >= need && (best < 0 || slots[s].size < slots[best].size))
+                    best = s;
             if (best < 0) { best = nslots++; slots[best].off = top; slots[best].size = need; top += need; }
             slots[best].owner = bi;
             b->act_offset = slots[best].off;
         }
     }
-    for (int bi = 0; bi < tp->nbufs; bi++) if (tp->bufs[bi]->kind == BUF_ACT && first[bi] < 0) tp->bufs[bi]->act_offset = -1;
+    for (int bi = 0; bi < tp->nbufs; bi++)
+        if (tp->bufs[bi]->kind == BUF_ACT && first[bi] < 0) tp->bufs[bi]->act_offset = -1;
     tp->act_bytes = top;
 }
 
@@ -563,7 +574,8 @@ static void print_axes(Str *o, const Axis *ax, int n) {
     }
 }
 void tensor_print(Str *o, const TProgram *tp) {
-    str_printf(o, "# tensor IR: %d ops, %d buffers, activation arena %lld bytes\n", tp->n, tp->nbufs, (long long)tp->act_bytes);
+    str_printf(o, "# tensor IR: %d ops, %d buffers, activation arena %lld bytes\n", tp->n, tp->nbufs,
+               (long long)tp->act_bytes);
     str_printf(o, "buffers:\n");
     for (int i = 0; i < tp->nbufs; i++) if (tp->bufs[i]->kind != BUF_WEIGHT) print_buf(o, tp->bufs[i]);
     str_printf(o, "  (+ %d weights)\n", tp->n_weights);
@@ -572,19 +584,24 @@ void tensor_print(Str *o, const TProgram *tp) {
         str_printf(o, "%s %s [", top_kind_names[op->kind], op->kname);
         print_axes(o, op->axes, op->naxes);
         str_printf(o, "]");
-        if (op->kind == TOP_REDUCE) { str_printf(o, " %s over [", red_op_names[op->red]); print_axes(o, op->raxes, op->nraxes); str_printf(o, "]"); }
+        if (op->kind == TOP_REDUCE) {
+            str_printf(o, " %s over [", red_op_names[op->red]);
+            print_axes(o, op->raxes, op->nraxes); str_printf(o, "]");
+        }
         str_printf(o, "  # %s\n    %s[", op->module, op->out->name);
         for (int d = 0; d < op->out->ndim; d++) { if (d) str_printf(o, ", "); expr_print(o, op->out_idx[d]); }
         str_printf(o, "] = ");
         if (op->red == RED_TOPK && op->kind == TOP_REDUCE) {
-            str_printf(o, "(%s == 0 ? the value : the %s) of the %s-th largest of ", op->topk_sel->name, op->raxes[0].v->name, op->topk_rank->name);
+            str_printf(o, "(%s == 0 ? the value : the %s) of the %s-th largest of ", op->topk_sel->name,
+                       op->raxes[0].v->name, op->topk_rank->name);
             expr_print(o, op->body);
             str_printf(o, " for %s < ", op->topk_rank->name);
             expr_print(o, op->topk_count);
-            str_printf(o, " (at most %lld; ties to the smaller %s, NaN as -inf)\n", (long long)op->topk_max, op->raxes[0].v->name);
+            str_printf(o, " (at most %lld; ties to the smaller %s, NaN as -inf)\n", (long long)op->topk_max,
+                       op->raxes[0].v->name);
         } else if (op->kind == TOP_REDUCE) {
-            if (op->epilogue) { expr_print(o, op->epilogue); str_printf(o, "  where acc = %s(", red_op_names[op->red]); }
-            else str_printf(o, "%s(", red_op_names[op->red]);
+            if (op->epilogue) expr_print(o, op->epilogue);
+            str_printf(o, op->epilogue ? "  where acc = %s(" : "%s(", red_op_names[op->red]);
             expr_print(o, op->body);
             str_printf(o, ")\n");
         } else {
@@ -622,7 +639,8 @@ const char *tensor_verify(Arena *A, const TProgram *tp) {
         if (!m && op->red == RED_TOPK &&
             (op->kind != TOP_REDUCE || op->nraxes != 1 || op->epilogue || !op->topk_count || op->topk_max < 1 ||
              op->topk_max > op->raxes[0].extent->i || op->out->ndim < 2 || op->out->dims[op->out->ndim - 2] != 2 ||
-             op->out->dims[op->out->ndim - 1] != op->topk_max || (op->topk_count->k == EX_ICONST && op->topk_count->i > op->topk_max)))
+             op->out->dims[op->out->ndim - 1] != op->topk_max ||
+             (op->topk_count->k == EX_ICONST && op->topk_count->i > op->topk_max)))
             m = "top_k shape";
         for (int d = 0; !m && d < op->out->ndim; d++) {
             if (!op->out_idx[d]) { m = "missing store index"; break; }

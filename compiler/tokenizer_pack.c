@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char QWEN2_RE[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-static const char LLAMA3_RE[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+#define RE_HEAD "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+#define RE_TAIL "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+static const char QWEN2_RE[] = RE_HEAD "\\p{N}" RE_TAIL;
+static const char LLAMA3_RE[] = RE_HEAD "\\p{N}{1,3}" RE_TAIL;
 #define SPM_SPACE "\xE2\x96\x81"   /* U+2581 */
 
 typedef struct { const char *s; size_t n; int32_t id; } HEnt;
@@ -105,7 +105,9 @@ static bool gpt2_unmap(const int16_t *tab, const char *s, size_t n, char *out, s
         uint8_t c = (uint8_t)s[i];
         uint32_t cp; size_t l;
         if (c < 0x80) { cp = c; l = 1; }
-        else if ((c & 0xE0) == 0xC0 && i + 1 < n) { cp = (uint32_t)(c & 0x1F) << 6 | ((uint8_t)s[i + 1] & 0x3F); l = 2; }
+        else if ((c & 0xE0) == 0xC0 && i + 1 < n) {
+            cp = (uint32_t)(c & 0x1F) << 6 | ((uint8_t)s[i + 1] & 0x3F); l = 2;
+        }
         else return false;
         if (cp >= 324 || tab[cp] < 0) return false;
         out[k++] = (char)tab[cp];
@@ -155,7 +157,8 @@ static void template_single(Pk *p, int tp, const char *key, int32_t *bos, int32_
         else id = token_lookup(p, name, n);
         if (id < 0) die_user(p->path, skey, "special token \"%s\" has no id", name);
         int32_t *slot = seen_seq ? eos : bos;
-        if (*slot >= 0) die_user(p->path, skey, "more than one special token on one side of the sequence is not supported");
+        if (*slot >= 0)
+            die_user(p->path, skey, "more than one special token on one side of the sequence is not supported");
         *slot = id;
     }
 }
@@ -175,7 +178,8 @@ typedef struct {
 
 /* alignment-handbook's Zephyr template, which TinyLlama-1.1B-Chat-v1.0 ships */
 static const char ZEPHYR_TEMPLATE[] =
-    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + eos_token }}\n"
+    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n"
+    "{{ '<|user|>\n' + message['content'] + eos_token }}\n"
     "{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n"
     "{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n"
     "{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}";
@@ -307,11 +311,13 @@ static uint64_t fnv1a(const char *s) {
 
 static int32_t chat_token(Pk *p, const char *cpath, const char *family, const char *tok) {
     int32_t id = token_lookup(p, tok, strlen(tok));
-    if (id < 0) die_user(cpath, "chat_template", "a %s template, but \"%s\" is not a token of tokenizer.json", family, tok);
+    if (id < 0)
+        die_user(cpath, "chat_template", "a %s template, but \"%s\" is not a token of tokenizer.json", family, tok);
     return id;
 }
 
-static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, int32_t bos, int32_t eos, ChatInfo *ci) {
+static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, int32_t bos, int32_t eos,
+                           ChatInfo *ci) {
     Arena *a = p->a;
     bool text;
     const char *N = chat_normalise(a, tpl, n, &text);
@@ -320,23 +326,24 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
     const char *hint = "(known: Qwen2/Qwen2.5/SmolLM2 ChatML, Qwen3, Llama 3 / 3.1 / 3.2 Instruct, Zephyr/TinyLlama); "
                        "build with --no-chat to leave chat out";
 #define HAS(x) (strstr(N, x) != NULL)
+#define REFUSE(...) die_user(cpath, "chat_template", __VA_ARGS__)
     if (HAS("<|im_start|>") && HAS("<|im_end|>") && (HAS("enable_thinking") || HAS("<think>"))) {
         /* Qwen3's template, whole: its tools branches are not rendered, and its reasoning rules are */
         if (fnv1a(N) != QWEN3_TEMPLATE_HASH)
-            die_user(cpath, "chat_template", "a ChatML template with thinking that differs from Qwen3's is not "
-                     "supported yet %s", hint);
+            REFUSE("a ChatML template with thinking that differs from Qwen3's is not supported yet %s", hint);
         ci->family = TOK_CHAT_QWEN3;
         chat_token(p, cpath, "Qwen3", "<|im_start|>");
         chat_token(p, cpath, "Qwen3", "<think>");
         chat_token(p, cpath, "Qwen3", "</think>");
         ci->eot = chat_token(p, cpath, "Qwen3", "<|im_end|>");
     } else if (HAS("<|im_start|>") && HAS("<|im_end|>")) {
-        static const char *const bad[] = { "<think>", "enable_thinking", "reasoning_content", "bos_token", "|trim", ".strip(" };
+        static const char *const bad[] = { "<think>", "enable_thinking", "reasoning_content", "bos_token", "|trim",
+                                           ".strip(" };
         for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
-            if (HAS(bad[k])) die_user(cpath, "chat_template", "a ChatML template that uses %s is not supported yet %s", bad[k], hint);
+            if (HAS(bad[k])) REFUSE("a ChatML template that uses %s is not supported yet %s", bad[k], hint);
         if (text || !HAS("{{'<|im_start|>'+message['role']+'\\n'+message['content']+'<|im_end|>'+'\\n'}}") ||
             !HAS("{{'<|im_start|>assistant\\n'}}"))
-            die_user(cpath, "chat_template", "a ChatML-like template that differs from Qwen's is not supported yet %s", hint);
+            REFUSE("a ChatML-like template that differs from Qwen's is not supported yet %s", hint);
         ci->family = TOK_CHAT_CHATML;
         chat_token(p, cpath, "ChatML", "<|im_start|>");
         ci->eot = chat_token(p, cpath, "ChatML", "<|im_end|>");
@@ -361,30 +368,32 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
                 if ((size_t)(q - N) >= l && memcmp(q - l, ctx[k], l) == 0) in_ctx = true;
             }
             if (!known || !in_ctx)
-                die_user(cpath, "chat_template", "a ChatML template that gives its default system prompt under "
-                         "another condition than Qwen2's, Qwen2.5's or SmolLM2's is not supported yet %s", hint);
+                REFUSE("a ChatML template that gives its default system prompt under "
+                       "another condition than Qwen2's, Qwen2.5's or SmolLM2's is not supported yet %s", hint);
             ci->sys = jinja_unescape(a, b, (size_t)(e - cl - b), &ci->sys_len);
-            if (!ci->sys) die_user(cpath, "chat_template", "the default system prompt has an escape that is not supported");
+            if (!ci->sys) REFUSE("the default system prompt has an escape that is not supported");
             if (memchr(ci->sys, '\'', ci->sys_len) || strstr(ci->sys, "<|im_start|>"))
-                die_user(cpath, "chat_template", "cannot read the default system prompt %s", hint);
+                REFUSE("cannot read the default system prompt %s", hint);
             break;
         }
     } else if (HAS("<|start_header_id|>") && HAS("<|end_header_id|>") && HAS("<|eot_id|>")) {
-        static const char *const l31[] = { "Cutting Knowledge Date", "date_string", "strftime_now", "ipython", "<|python_tag|>" };
+        static const char *const l31[] = { "Cutting Knowledge Date", "date_string", "strftime_now", "ipython",
+                                           "<|python_tag|>" };
         for (size_t k = 0; k < sizeof l31 / sizeof l31[0]; k++) {
             if (!HAS(l31[k])) continue;
             /* Meta's templates, whole: their tools branches are not rendered, so
              * any change to them could change the no-tools text unseen */
             uint64_t h = fnv1a(N);
             if (h != LLAMA31_TEMPLATE_HASH && h != LLAMA32_TEMPLATE_HASH)
-                die_user(cpath, "chat_template", "a Llama 3.1/3.2-style template (with \"%s\") that differs from Meta's "
-                         "Llama 3.1 / 3.2 Instruct templates is not supported yet %s", l31[k], hint);
+                REFUSE("a Llama 3.1/3.2-style template (with \"%s\") that differs from Meta's "
+                       "Llama 3.1 / 3.2 Instruct templates is not supported yet %s", l31[k], hint);
             ci->family = TOK_CHAT_LLAMA31;
             ci->flags = TOKC_TRIM | (h == LLAMA32_TEMPLATE_HASH ? TOKC_TODAY : 0);
             chat_token(p, cpath, "Llama 3.1", "<|start_header_id|>");
             chat_token(p, cpath, "Llama 3.1", "<|end_header_id|>");
             ci->eot = chat_token(p, cpath, "Llama 3.1", "<|eot_id|>");
-            if (bos < 0) die_user(cpath, "bos_token", "the Llama 3.1 chat template starts with bos_token, but there is none");
+            if (bos < 0)
+                die_user(cpath, "bos_token", "the Llama 3.1 chat template starts with bos_token, but there is none");
             ci->bos = bos;
             return;
         }
@@ -393,7 +402,7 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
         if (h && strncmp(h + strlen(head), "|trim+'<|eot_id|>'", 18) == 0) ci->flags |= TOKC_TRIM;
         else if (!h || strncmp(h + strlen(head), "+'<|eot_id|>'", 13) != 0) h = NULL;
         if (text || !h || !HAS("bos_token") || !HAS("{{'<|start_header_id|>assistant<|end_header_id|>\\n\\n'}}"))
-            die_user(cpath, "chat_template", "a Llama 3-like template that differs from Llama 3 Instruct's is not supported yet %s", hint);
+            REFUSE("a Llama 3-like template that differs from Llama 3 Instruct's is not supported yet %s", hint);
         ci->family = TOK_CHAT_LLAMA3;
         chat_token(p, cpath, "Llama 3", "<|start_header_id|>");
         chat_token(p, cpath, "Llama 3", "<|end_header_id|>");
@@ -403,14 +412,16 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
     } else if (HAS("<|user|>") && HAS("<|assistant|>")) {
         bool t2;
         if (strcmp(N, chat_normalise(a, ZEPHYR_TEMPLATE, strlen(ZEPHYR_TEMPLATE), &t2)) != 0)
-            die_user(cpath, "chat_template", "a Zephyr-like template that differs from TinyLlama's is not supported yet %s", hint);
+            REFUSE("a Zephyr-like template that differs from TinyLlama's is not supported yet %s", hint);
         ci->family = TOK_CHAT_ZEPHYR;
-        if (eos < 0) die_user(cpath, "eos_token", "the Zephyr chat template ends turns with eos_token, but there is none");
+        if (eos < 0)
+            die_user(cpath, "eos_token", "the Zephyr chat template ends turns with eos_token, but there is none");
         ci->eos = ci->eot = eos;
     } else {
-        die_user(cpath, "chat_template", "this chat template is not one llmcc knows %s", hint);
+        REFUSE("this chat template is not one llmcc knows %s", hint);
     }
 #undef HAS
+#undef REFUSE
 }
 
 /* A Metaspace pre-tokenizer or decoder at obj (key: its JSON path): TOK_PRE_META_*, and *split.
@@ -524,7 +535,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
             bool ok = json_size(j, ns) == 2 && n0 >= 0 && n1 >= 0;
             if (ok) {
                 int pre = json_find(j, n0, "prepend"), pat = json_find(j, json_find(j, n1, "pattern"), "String");
-                ok = strcmp(type_of(p, n0, "normalizer.normalizers[0]"), "Prepend") == 0 && json_str_eq(j, pre, SPM_SPACE) &&
+                ok = strcmp(type_of(p, n0, "normalizer.normalizers[0]"), "Prepend") == 0 &&
+                     json_str_eq(j, pre, SPM_SPACE) &&
                      strcmp(type_of(p, n1, "normalizer.normalizers[1]"), "Replace") == 0 && json_str_eq(j, pat, " ") &&
                      json_str_eq(j, json_find(j, n1, "content"), SPM_SPACE);
             }
@@ -579,7 +591,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
             const char *re = str_or_die(p, rx, rk, NULL);
             if (strcmp(re, QWEN2_RE) == 0) pre = TOK_PRE_QWEN2;
             else if (strcmp(re, LLAMA3_RE) == 0) pre = TOK_PRE_LLAMA3;
-            else die_user(p->path, rk, "this pre-tokenizer regex is not supported yet (known: the Qwen2 and Llama 3 patterns)");
+            else die_user(p->path, rk, "this pre-tokenizer regex is not supported yet "
+                          "(known: the Qwen2 and Llama 3 patterns)");
             int beh = json_find(j, first, "behavior");
             if (beh >= 0 && !json_str_eq(j, beh, "Isolated"))
                 die_user(p->path, "pre_tokenizer.pretokenizers[0].behavior", "only \"Isolated\" is supported yet");
@@ -597,7 +610,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         }
         byte_level = true;
     }
-    if (byte_level && spm_norm) die_user(p->path, "normalizer", "SentencePiece normalizer with a ByteLevel pre-tokenizer is not supported");
+    if (byte_level && spm_norm)
+        die_user(p->path, "normalizer", "SentencePiece normalizer with a ByteLevel pre-tokenizer is not supported");
     /* the SentencePiece-style encoder has no NFC step: it would encode decomposed text differently */
     if (!byte_level && nfc)
         die_user(p->path, "normalizer.type", "\"NFC\" without a ByteLevel pre-tokenizer is not supported yet");
@@ -618,7 +632,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
             if (json_str_eq(j, json_find(j, k, "type"), "Strip")) {
                 int64_t st = 0;
                 json_get_int64(j, json_find(j, k, "start"), &st);
-                if (st > 1) die_user(p->path, "decoder.decoders", "Strip of more than one leading character is not supported");
+                if (st > 1)
+                    die_user(p->path, "decoder.decoders", "Strip of more than one leading character is not supported");
                 strip_lead = st == 1;
             }
             if (json_str_eq(j, json_find(j, k, "type"), "ByteLevel"))
@@ -643,9 +658,11 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
                 const char *key = arena_printf(a, "post_processor.processors[%d]", i);
                 const char *tt = type_of(p, k, key);
                 if (strcmp(tt, "TemplateProcessing") == 0) template_single(p, k, key, &bos, &eos);
-                else if (strcmp(tt, "ByteLevel") != 0) die_user(p->path, key, "post-processor \"%s\" is not supported yet", tt);
+                else if (strcmp(tt, "ByteLevel") != 0)
+                    die_user(p->path, key, "post-processor \"%s\" is not supported yet", tt);
             }
-        } else if (strcmp(ppt, "ByteLevel") != 0) die_user(p->path, "post_processor.type", "\"%s\" is not supported yet", ppt);
+        } else if (strcmp(ppt, "ByteLevel") != 0)
+            die_user(p->path, "post_processor.type", "\"%s\" is not supported yet", ppt);
     }
     bool add_bos = bos >= 0, add_eos = eos >= 0;
     int32_t cfg_bos = -1, cfg_eos = -1;
@@ -663,7 +680,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
             int k = ct + 1, hit = -1;
             for (int i = 0; i < json_size(&cj, ct); i++, k = json_next(&cj, k))
                 if (json_str_eq(&cj, json_find(&cj, k, "name"), "default")) hit = json_find(&cj, k, "template");
-            if (hit < 0) die_user(cpath, "chat_template", "a list of templates without a \"default\" one; build with --no-chat");
+            if (hit < 0)
+                die_user(cpath, "chat_template", "a list of templates without a \"default\" one; build with --no-chat");
             ct = hit;
         }
         if (ct >= 0 && !json_is_null(&cj, ct)) {
@@ -698,7 +716,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
             tpl_path = jp;
         }
     }
-    if (tpl && !(opts && opts->no_chat)) chat_recognise(p, tpl_path, tpl, tpl_len, cfg_bos >= 0 ? cfg_bos : bos, eos, &ci);
+    if (tpl && !(opts && opts->no_chat))
+        chat_recognise(p, tpl_path, tpl, tpl_len, cfg_bos >= 0 ? cfg_bos : bos, eos, &ci);
 
     int32_t unk = -1;
     int ut = json_find(j, model, "unk_token");
@@ -764,7 +783,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         int32_t ic = hash_get(&p->vocab, cat, an + bn);
         if (ia < 0 || ib < 0 || ic < 0)
             die_user(p->path, arena_printf(a, "model.merges[%d]", i), "\"%.*s\" + \"%.*s\": %s is not in model.vocab",
-                     (int)an, as, (int)bn, bs, ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token");
+                     (int)an, as, (int)bn, bs,
+                     ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token");
         mg[3 * i] = (uint32_t)ia; mg[3 * i + 1] = (uint32_t)ib; mg[3 * i + 2] = (uint32_t)ic;
     }
 
@@ -775,11 +795,12 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
     uint64_t total = TOK_HEADER_SIZE + 4ull * (ntok + 1) + ntok + 9ull * (uint64_t)nm + pool + nchat;
     if (total > 0x7FFFFFFFull) die_user(p->path, "model.vocab", "tokenizer too large to pack");
     uint8_t *blob = arena_alloc(a, (size_t)total), *w = blob;
-#define PUT32(v) do { uint32_t _v = (uint32_t)(v); w[0] = (uint8_t)_v; w[1] = (uint8_t)(_v >> 8); w[2] = (uint8_t)(_v >> 16); w[3] = (uint8_t)(_v >> 24); w += 4; } while (0)
-#define PUT24(v) do { uint32_t _v = (uint32_t)(v); w[0] = (uint8_t)_v; w[1] = (uint8_t)(_v >> 8); w[2] = (uint8_t)(_v >> 16); w += 3; } while (0)
+#define PUT32(v) do { uint32_t _v = (v); for (int _s = 0; _s < 32; _s += 8) *w++ = (uint8_t)(_v >> _s); } while (0)
+#define PUT24(v) do { uint32_t _v = (v); for (int _s = 0; _s < 24; _s += 8) *w++ = (uint8_t)(_v >> _s); } while (0)
     uint32_t flags = (nfc ? TOKF_NFC : 0) | (ignore_merges ? TOKF_IGNORE_MERGES : 0) | (add_bos ? TOKF_ADD_BOS : 0) |
-                     (add_eos ? TOKF_ADD_EOS : 0) | (byte_fallback ? TOKF_BYTE_FALLBACK : 0) | (spm_norm ? TOKF_SPM_NORM : 0) |
-                     (fuse_unk ? TOKF_FUSE_UNK : 0) | (strip_lead ? TOKF_STRIP_LEAD : 0) | (digits ? TOKF_DIGITS : 0) |
+                     (add_eos ? TOKF_ADD_EOS : 0) | (byte_fallback ? TOKF_BYTE_FALLBACK : 0) |
+                     (spm_norm ? TOKF_SPM_NORM : 0) | (fuse_unk ? TOKF_FUSE_UNK : 0) |
+                     (strip_lead ? TOKF_STRIP_LEAD : 0) | (digits ? TOKF_DIGITS : 0) |
                      (digit_runs ? TOKF_DIGIT_RUNS : 0) | (prefix_space ? TOKF_PREFIX_SPACE : 0) |
                      (meta_split ? TOKF_META_SPLIT : 0) | (dec_no_bytes ? TOKF_DEC_NO_BYTES : 0) |
                      (dec_meta_first ? TOKF_DEC_META_FIRST : 0);

@@ -97,7 +97,8 @@ static void next(P *p) {
         return;
     } else if (strchr("+-*/@(),=.[];", c)) {
         t.k = TK_PUNCT; t.len = 1;
-        if (c == '*' && s[p->pos + 1] == '*') err(p, t.col, "'**' is not supported (supported: %s)", torch_expr_supported);
+        if (c == '*' && s[p->pos + 1] == '*')
+            err(p, t.col, "'**' is not supported (supported: %s)", torch_expr_supported);
     } else {
         err(p, t.col, "unexpected character '%c' (supported: %s)", c, torch_expr_supported);
     }
@@ -146,15 +147,17 @@ static GNode *node(P *p, GraphOp op, const char *base) {
     const char *name = arena_printf(p->A, "%s%d", base, p->count[op]++);
     return graph_add(p->A, p->g, op, name);
 }
-static Value tensor(GNode *n, DType tdt, int col) { Value v = {0}; v.k = V_TENSOR; v.t = n; v.tdt = tdt; v.col = col; return v; }
+static Value tensor(GNode *n, DType tdt, int col) { return (Value){.k = V_TENSOR, .t = n, .tdt = tdt, .col = col}; }
 static DType promote(DType a, DType b) { return a == b ? a : DT_F32; }
 static const GNode *need_tensor(P *p, const Value *v, const char *what) {
     if (v->k != V_TENSOR) err(p, v->col, "%s expects a tensor, got %s", what, vkind_name(v));
     return v->t;
 }
 static int64_t need_int(P *p, const Value *v, const char *what, int64_t lo, int64_t hi) {
-    if (v->k != V_NUM || !v->is_int) err(p, v->col, "%s expects an integer, got %s", what, v->k == V_NUM ? "a float" : vkind_name(v));
-    if (v->num < (double)lo || v->num > (double)hi) err(p, v->col, "%s must be in %lld..%lld, got %.0f", what, (long long)lo, (long long)hi, v->num);
+    if (v->k != V_NUM || !v->is_int)
+        err(p, v->col, "%s expects an integer, got %s", what, v->k == V_NUM ? "a float" : vkind_name(v));
+    if (v->num < (double)lo || v->num > (double)hi)
+        err(p, v->col, "%s must be in %lld..%lld, got %.0f", what, (long long)lo, (long long)hi, v->num);
     return (int64_t)v->num;
 }
 static bool need_bool(P *p, const Value *v, const char *what) {
@@ -162,8 +165,15 @@ static bool need_bool(P *p, const Value *v, const char *what) {
     return v->b;
 }
 static DType need_dtype(P *p, const Value *v, const char *what) {
-    if (v->k != V_DTYPE) err(p, v->col, "%s expects a dtype (torch.float32, torch.bfloat16, torch.float16), got %s", what, vkind_name(v));
+    if (v->k != V_DTYPE)
+        err(p, v->col, "%s expects a dtype (torch.float32, torch.bfloat16, torch.float16), got %s", what,
+            vkind_name(v));
     return v->dtype;
+}
+static void need_last_dim(P *p, int col, const char *op, int64_t dim, int nd) {
+    if (dim != -1 && dim != nd - 1)
+        err(p, col, "%s over dim %lld of a %d-D tensor is not supported yet (only the last dim, dim=-1)", op,
+            (long long)dim, nd);
 }
 
 /* ---- arguments: positional, then keywords, bound to a parameter list ---- */
@@ -181,7 +191,9 @@ static void bind(P *p, const Args *a, const char *fname, const char *const *para
             if (pos >= np) err(p, v->col, "%s takes at most %d argument%s", fname, np, np == 1 ? "" : "s");
             slot = pos++;
         } else {
-            for (int j = 0; j < np; j++) if ((int)strlen(params[j]) == a->kwlen[i] && !strncmp(params[j], a->kw[i], (size_t)a->kwlen[i])) slot = j;
+            for (int j = 0; j < np; j++)
+                if ((int)strlen(params[j]) == a->kwlen[i] && !strncmp(params[j], a->kw[i], (size_t)a->kwlen[i]))
+                    slot = j;
             if (slot < 0) {
                 Str s = {0};
                 for (int j = 0; j < np; j++) str_printf(&s, "%s%s", j ? ", " : "", params[j]);
@@ -233,7 +245,9 @@ static Value make_input(P *p, const Args *a, const char *fname, FillKind fill, i
     return tensor(n, dt, col);
 }
 
-static GNode *weight(P *p, int col, const char *name, int64_t d0, int64_t d1, DType dt, FillKind fill, double lo, double hi) {
+static GNode *weight(P *p, int col, const char *base, const char *what, int64_t d0, int64_t d1, DType dt,
+                     FillKind fill, double lo, double hi) {
+    const char *name = arena_printf(p->A, "%s.%s", base, what);
     int64_t d[2] = {d0, d1};
     check_elems(p, col, name, d1 ? 2 : 1, d);
     GNode *w = graph_add(p->A, p->g, G_WEIGHT, name);
@@ -256,16 +270,17 @@ static Value apply_module(P *p, const Value *m, const Args *a) {
     bind(p, a, m->name, one, 1, 1, arg);
     const GNode *x = need_tensor(p, arg[0], m->name);
     int col = m->col;
+    if ((m->mod == M_LINEAR || m->mod == M_RMSNORM) && x->dims[x->ndim - 1] != m->in)
+        err(p, arg[0]->col, "%s expects the last dimension to be %lld, the input has shape %s", m->name,
+            (long long)m->in, shape_str(p, x));
     switch (m->mod) {
     case M_LINEAR: {
-        if (x->dims[x->ndim - 1] != m->in)
-            err(p, arg[0]->col, "%s expects the last dimension to be %lld, the input has shape %s", m->name, (long long)m->in, shape_str(p, x));
         const char *base = arena_printf(p->A, "linear%d", p->count[G_LINEAR]);
         double bound = 1.0 / sqrt((double)m->in);   /* PyTorch's default init bounds */
         GNode *w = m->params ? m->params[0] : NULL, *b = m->params ? m->params[1] : NULL;
         if (!w) {
-            w = weight(p, col, arena_printf(p->A, "%s.weight", base), m->out, m->in, m->wdt, FILL_UNIFORM, -bound, bound);
-            b = m->bias ? weight(p, col, arena_printf(p->A, "%s.bias", base), m->out, 0, m->wdt, FILL_UNIFORM, -bound, bound) : NULL;
+            w = weight(p, col, base, "weight", m->out, m->in, m->wdt, FILL_UNIFORM, -bound, bound);
+            b = m->bias ? weight(p, col, base, "bias", m->out, 0, m->wdt, FILL_UNIFORM, -bound, bound) : NULL;
             if (m->params) { m->params[0] = w; m->params[1] = b; }
         }
         GNode *n = result_like(p, G_LINEAR, "linear", x);
@@ -276,13 +291,11 @@ static Value apply_module(P *p, const Value *m, const Args *a) {
         return tensor(n, arg[0]->tdt, col);
     }
     case M_RMSNORM: {
-        if (x->dims[x->ndim - 1] != m->in)
-            err(p, arg[0]->col, "%s expects the last dimension to be %lld, the input has shape %s", m->name, (long long)m->in, shape_str(p, x));
         const char *base = arena_printf(p->A, "rmsnorm%d", p->count[G_RMSNORM]);
         /* PyTorch initialises the weight to ones; random values around 1 test the multiply */
         GNode *w = m->params ? m->params[0] : NULL;
         if (!w && m->affine) {
-            w = weight(p, col, arena_printf(p->A, "%s.weight", base), m->in, 0, m->wdt, FILL_UNIFORM, 0.5, 1.5);
+            w = weight(p, col, base, "weight", m->in, 0, m->wdt, FILL_UNIFORM, 0.5, 1.5);
             if (m->params) m->params[0] = w;
         }
         GNode *n = result_like(p, G_RMSNORM, "rmsnorm", x);
@@ -293,8 +306,7 @@ static Value apply_module(P *p, const Value *m, const Args *a) {
         return tensor(n, arg[0]->tdt, col);
     }
     case M_SOFTMAX:
-        if (m->dim != -1 && m->dim != x->ndim - 1)
-            err(p, m->col, "softmax over dim %d of a %d-D tensor is not supported yet (only the last dim, dim=-1)", m->dim, x->ndim);
+        need_last_dim(p, m->col, "softmax", m->dim, x->ndim);
         return tensor(result_like(p, G_SOFTMAX, "softmax", x), arg[0]->tdt, col);
     case M_SILU:
         return tensor(result_like(p, G_SILU, "silu", x), arg[0]->tdt, col);
@@ -313,7 +325,8 @@ static Value binary(P *p, char op, Value a, Value b, int col);
 static Value matmul(P *p, const Value *va, const Value *vb, int col) {
     const GNode *a = need_tensor(p, va, "matmul"), *b = need_tensor(p, vb, "matmul");
     if (a->ndim < 2 || b->ndim < 2)
-        err(p, col, "matmul of a %d-D and a %d-D tensor is not supported yet (both need 2 or more dims)", a->ndim, b->ndim);
+        err(p, col, "matmul of a %d-D and a %d-D tensor is not supported yet (both need 2 or more dims)", a->ndim,
+            b->ndim);
     if (a->dims[a->ndim - 1] != b->dims[b->ndim - 2])
         err(p, col, "matmul shapes %s and %s: inner dimensions %lld and %lld differ", shape_str(p, a), shape_str(p, b),
             (long long)a->dims[a->ndim - 1], (long long)b->dims[b->ndim - 2]);
@@ -335,25 +348,34 @@ static Value matmul(P *p, const Value *va, const Value *vb, int col) {
 }
 
 static Value sdpa(P *p, const Args *a, const char *fname) {
-    static const char *const params[] = {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"};
+    static const char *const params[] = {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+                                         "enable_gqa"};
     Value *v[8];
     bind(p, a, fname, params, 8, 3, v);
-    const GNode *q = need_tensor(p, v[0], "query"), *k = need_tensor(p, v[1], "key"), *vv = need_tensor(p, v[2], "value");
+    const GNode *q = need_tensor(p, v[0], "query"), *k = need_tensor(p, v[1], "key");
+    const GNode *vv = need_tensor(p, v[2], "value");
     if (!is_none(v[3])) err(p, v[3]->col, "attn_mask is not supported yet (is_causal=True gives the causal mask)");
-    if (v[4] && (v[4]->k != V_NUM || v[4]->num != 0)) err(p, v[4]->col, "dropout_p must be 0 (dropout is not supported)");
+    if (v[4] && (v[4]->k != V_NUM || v[4]->num != 0))
+        err(p, v[4]->col, "dropout_p must be 0 (dropout is not supported)");
     if (v[7] && need_bool(p, v[7], "enable_gqa")) err(p, v[7]->col, "enable_gqa=True is not supported yet");
     for (int i = 0; i < 3; i++)
-        if (v[i]->t->ndim < 2) err(p, v[i]->col, "%s needs 2 or more dimensions, has shape %s", params[i], shape_str(p, v[i]->t));
+        if (v[i]->t->ndim < 2)
+            err(p, v[i]->col, "%s needs 2 or more dimensions, has shape %s", params[i], shape_str(p, v[i]->t));
     int64_t E = q->dims[q->ndim - 1], S = k->dims[k->ndim - 2];
     if (k->dims[k->ndim - 1] != E)
-        err(p, v[1]->col, "key's last dimension %lld differs from query's %lld (shapes %s, %s)", (long long)k->dims[k->ndim - 1], (long long)E, shape_str(p, q), shape_str(p, k));
+        err(p, v[1]->col, "key's last dimension %lld differs from query's %lld (shapes %s, %s)",
+            (long long)k->dims[k->ndim - 1], (long long)E, shape_str(p, q), shape_str(p, k));
     if (vv->dims[vv->ndim - 2] != S)
-        err(p, v[2]->col, "value has %lld positions, key has %lld (shapes %s, %s)", (long long)vv->dims[vv->ndim - 2], (long long)S, shape_str(p, k), shape_str(p, vv));
+        err(p, v[2]->col, "value has %lld positions, key has %lld (shapes %s, %s)", (long long)vv->dims[vv->ndim - 2],
+            (long long)S, shape_str(p, k), shape_str(p, vv));
     GNode b[3] = {{0}};
-    for (int i = 0; i < 3; i++) { b[i].ndim = v[i]->t->ndim - 2; memcpy(b[i].dims, v[i]->t->dims, sizeof(int64_t) * (size_t)b[i].ndim); }
+    for (int i = 0; i < 3; i++) {
+        b[i].ndim = v[i]->t->ndim - 2; memcpy(b[i].dims, v[i]->t->dims, sizeof(int64_t) * (size_t)b[i].ndim);
+    }
     GNode qk = {0}, all = {0};
     if (!shape_broadcast(&b[0], &b[1], &qk.ndim, qk.dims) || !shape_broadcast(&qk, &b[2], &all.ndim, all.dims))
-        err(p, a->col, "the batch dimensions of query %s, key %s and value %s do not broadcast", shape_str(p, q), shape_str(p, k), shape_str(p, vv));
+        err(p, a->col, "the batch dimensions of query %s, key %s and value %s do not broadcast", shape_str(p, q),
+            shape_str(p, k), shape_str(p, vv));
     GNode *n = node(p, G_SDPA, "sdpa");
     n->ndim = all.ndim + 2;
     memcpy(n->dims, all.dims, sizeof(int64_t) * (size_t)all.ndim);
@@ -376,8 +398,7 @@ static Value sdpa(P *p, const Args *a, const char *fname) {
 static int softmax_dim(P *p, const Value *d, const GNode *x, const char *fname, int col) {
     if (is_none(d)) err(p, col, "%s needs dim= (only dim=-1, the last dim, is supported yet)", fname);
     int64_t dim = need_int(p, d, "dim", -x->ndim, x->ndim - 1);
-    if (dim != -1 && dim != x->ndim - 1)
-        err(p, d->col, "softmax over dim %lld of a %d-D tensor is not supported yet (only the last dim, dim=-1)", (long long)dim, x->ndim);
+    need_last_dim(p, d->col, "softmax", dim, x->ndim);
     return (int)dim;
 }
 
@@ -414,9 +435,9 @@ static Value call(P *p, const Value *f, const Args *a) {
         const GNode *x = need_tensor(p, v[0], nm);
         if (is_none(v[1])) err(p, a->col, "torch.argmax needs dim=-1 (the index over the last dim; no flattening yet)");
         int64_t dim = need_int(p, v[1], "dim", -x->ndim, x->ndim - 1);
-        if (dim != -1 && dim != x->ndim - 1)
-            err(p, v[1]->col, "argmax over dim %lld of a %d-D tensor is not supported yet (only the last dim, dim=-1)", (long long)dim, x->ndim);
-        if (v[2] && !is_none(v[2]) && (v[2]->k != V_BOOL || v[2]->b)) err(p, v[2]->col, "keepdim=True is not supported yet");
+        need_last_dim(p, v[1]->col, "argmax", dim, x->ndim);
+        if (v[2] && !is_none(v[2]) && (v[2]->k != V_BOOL || v[2]->b))
+            err(p, v[2]->col, "keepdim=True is not supported yet");
         GNode *n = result_like(p, G_ARGMAX, "argmax", x);
         n->ndim = x->ndim > 1 ? x->ndim - 1 : 1;
         if (x->ndim == 1) n->dims[0] = 1;
@@ -427,17 +448,18 @@ static Value call(P *p, const Value *f, const Args *a) {
         bind(p, a, nm, pr, 5, 2, v);
         const GNode *x = need_tensor(p, v[0], nm);
         int64_t len = x->dims[x->ndim - 1];
-        if (x->ndim >= MAX_DIMS) err(p, v[0]->col, "torch.topk of a %d-D tensor is not supported (its result has a dimension more, at most %d)", x->ndim, MAX_DIMS);
+        if (x->ndim >= MAX_DIMS)
+            err(p, v[0]->col, "torch.topk of a %d-D tensor is not supported (its result has a dimension more, "
+                "at most %d)", x->ndim, MAX_DIMS);
         int64_t kk = need_int(p, v[1], "k", 1, (int64_t)1 << 31);
-        if (kk > len) err(p, v[1]->col, "k=%lld is more than the %lld values of the last dim", (long long)kk, (long long)len);
+        if (kk > len)
+            err(p, v[1]->col, "k=%lld is more than the %lld values of the last dim", (long long)kk, (long long)len);
         if (kk > 128) err(p, v[1]->col, "k=%lld: topk supports k up to 128", (long long)kk);
-        if (v[2] && !is_none(v[2])) {
-            int64_t dim = need_int(p, v[2], "dim", -x->ndim, x->ndim - 1);
-            if (dim != -1 && dim != x->ndim - 1)
-                err(p, v[2]->col, "topk over dim %lld of a %d-D tensor is not supported yet (only the last dim, dim=-1)", (long long)dim, x->ndim);
-        }
+        if (v[2] && !is_none(v[2]))
+            need_last_dim(p, v[2]->col, "topk", need_int(p, v[2], "dim", -x->ndim, x->ndim - 1), x->ndim);
         if (v[3] && (v[3]->k != V_BOOL || !v[3]->b)) err(p, v[3]->col, "largest=False is not supported yet");
-        if (v[4] && (v[4]->k != V_BOOL || !v[4]->b)) err(p, v[4]->col, "sorted=False is not supported (the result is always sorted)");
+        if (v[4] && (v[4]->k != V_BOOL || !v[4]->b))
+            err(p, v[4]->col, "sorted=False is not supported (the result is always sorted)");
         GNode *n = result_like(p, G_TOPK, "topk", x);
         n->topk = (int)kk;
         n->ndim = x->ndim + 1;
@@ -461,7 +483,8 @@ static Value call(P *p, const Value *f, const Args *a) {
         Value m = module(M_RMSNORM, nm, f->col);
         const Value *ns = v[0];
         if (ns->k == V_TUPLE) {
-            if (ns->n != 1) err(p, ns->col, "normalized_shape over %d dims is not supported yet (only the last dim)", ns->n);
+            if (ns->n != 1)
+                err(p, ns->col, "normalized_shape over %d dims is not supported yet (only the last dim)", ns->n);
             ns = &ns->items[0];
         }
         m.in = need_int(p, ns, "normalized_shape", 1, (int64_t)1 << 31);
@@ -503,12 +526,14 @@ static Value name_value(P *p, const char *s, int col) {
     if (!strcmp(s, "True") || !strcmp(s, "False")) { v.k = V_BOOL; v.b = s[0] == 'T'; return v; }
     if (!strcmp(s, "None")) { v.k = V_NONE; return v; }
     static const struct { const char *name; DType dt; } dts[] = {
-        {"torch.float32", DT_F32}, {"torch.float", DT_F32}, {"torch.bfloat16", DT_BF16}, {"torch.float16", DT_F16}, {"torch.half", DT_F16},
+        {"torch.float32", DT_F32}, {"torch.float", DT_F32}, {"torch.bfloat16", DT_BF16}, {"torch.float16", DT_F16},
+        {"torch.half", DT_F16},
     };
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
         if (!strcmp(s, dts[i].name)) { v.k = V_DTYPE; v.dtype = dts[i].dt; return v; }
-    static const char *const other_dtypes[] = {"float64", "double", "int8", "int16", "int32", "int64", "int", "long", "short", "uint8", "bool",
-                                               "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64"};
+    static const char *const other_dtypes[] = {"float64", "double", "int8", "int16", "int32", "int64", "int", "long",
+                                               "short", "uint8", "bool", "complex64", "complex128", "float8_e4m3fn",
+                                               "float8_e5m2", "uint16", "uint32", "uint64"};
     for (size_t i = 0; i < sizeof other_dtypes / sizeof other_dtypes[0]; i++)
         if (!strncmp(s, "torch.", 6) && !strcmp(s + 6, other_dtypes[i]))
             err(p, col, "dtype %s is not supported (torch.float32, torch.bfloat16, torch.float16)", s);
@@ -550,7 +575,8 @@ static void parse_args(P *p, Args *a) {
                 p->pos = save; p->tok = t;
             }
         }
-        if (!a->kw[a->n] && a->n && a->kw[a->n - 1]) err(p, p->tok.col, "a positional argument follows a keyword argument");
+        if (!a->kw[a->n] && a->n && a->kw[a->n - 1])
+            err(p, p->tok.col, "a positional argument follows a keyword argument");
         a->v[a->n++] = expr(p);
         if (!is_punct(p, ',')) break;
         next(p);
@@ -627,9 +653,10 @@ static Value postfix(P *p) {
         v = call(p, &v, a);
     }
     if (is_punct(p, '.') && v.k == V_TENSOR && v.t->op == G_TOPK)
-        err(p, p->tok.col, "torch.topk's result here is one tensor [..., 2, k]: the values at [..., 0, :], then their indices "
-                           "(as floats) at [..., 1, :]; .values and .indices are not supported yet");
-    if (is_punct(p, '.')) err(p, p->tok.col, "methods and attributes of values are not supported (use the torch./F. function)");
+        err(p, p->tok.col, "torch.topk's result here is one tensor [..., 2, k]: the values at [..., 0, :], "
+                           "then their indices (as floats) at [..., 1, :]; .values and .indices are not supported yet");
+    if (is_punct(p, '.'))
+        err(p, p->tok.col, "methods and attributes of values are not supported (use the torch./F. function)");
     return v;
 }
 
@@ -733,8 +760,11 @@ void torch_expr_graph(Arena *A, const char *src, Graph *g) {
     }
     if (p.tok.k == TK_END) err(&p, p.tok.col, "the assignments are not followed by an expression to compute");
     Value v = expr(&p);
-    if (p.tok.k != TK_END) err(&p, p.tok.col, "unexpected '%.*s' after the expression", p.tok.len ? p.tok.len : 1, p.tok.s);
-    if (v.k == V_MODULE) err(&p, v.col, "the expression is the module %s, not a tensor: call it on one, e.g. %s(torch.randn(...))", v.name, v.name);
+    if (p.tok.k != TK_END)
+        err(&p, p.tok.col, "unexpected '%.*s' after the expression", p.tok.len ? p.tok.len : 1, p.tok.s);
+    if (v.k == V_MODULE)
+        err(&p, v.col, "the expression is the module %s, not a tensor: call it on one, e.g. %s(torch.randn(...))",
+            v.name, v.name);
     if (v.k != V_TENSOR) err(&p, v.col, "the expression is %s, not a tensor", vkind_name(&v));
     if (v.t->op == G_INPUT) err(&p, v.col, "the expression computes nothing (it is an input): apply an op to it");
     g->logits = v.t;

@@ -94,9 +94,10 @@ _Noreturn void die_internal(const char *srcfile, int line, const char *fmt, ...)
     exit(70);
 }
 
-void *xmalloc(size_t n) { void *p = malloc(n ? n : 1); if (!p) die_user(NULL, NULL, "out of memory (%zu bytes)", n); return p; }
-void *xcalloc(size_t n, size_t m) { void *p = calloc(n ? n : 1, m ? m : 1); if (!p) die_user(NULL, NULL, "out of memory"); return p; }
-void *xrealloc(void *p, size_t n) { p = realloc(p, n ? n : 1); if (!p) die_user(NULL, NULL, "out of memory (%zu bytes)", n); return p; }
+static void *need(void *p, const char *msg, size_t n) { if (!p) die_user(NULL, NULL, msg, n); return p; }
+void *xmalloc(size_t n) { return need(malloc(n ? n : 1), "out of memory (%zu bytes)", n); }
+void *xcalloc(size_t n, size_t m) { return need(calloc(n ? n : 1, m ? m : 1), "out of memory", 0); }
+void *xrealloc(void *p, size_t n) { return need(realloc(p, n ? n : 1), "out of memory (%zu bytes)", n); }
 
 void str_append(Str *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
@@ -148,7 +149,9 @@ void write_file_atomic(const char *path, const void *data, size_t len) {
     memcpy(tmp, path, pl); memcpy(tmp + pl, ".tmp", 5);
     FILE *f = fopen(tmp, "wb");
     if (!f) die_user(path, NULL, "cannot write: %s", strerror(errno));
-    if (fwrite(data, 1, len, f) != len || fclose(f) != 0) { unlink(tmp); die_user(path, NULL, "write failed: %s", strerror(errno)); }
+    if (fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+        unlink(tmp); die_user(path, NULL, "write failed: %s", strerror(errno));
+    }
     if (rename(tmp, path) != 0) { unlink(tmp); die_user(path, NULL, "cannot rename into place: %s", strerror(errno)); }
     free(tmp);
 }

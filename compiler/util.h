@@ -33,7 +33,8 @@ extern void (*die_user_hook)(const char *line);
 /* Internal errors: a bug in llmcc. */
 _Noreturn void die_internal(const char *srcfile, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-#define CHECK(cond, ...) do { if (!(cond)) die_internal(__FILE__, __LINE__, "CHECK(" #cond ") failed: " __VA_ARGS__); } while (0)
+#define CHECK(cond, ...) \
+    do { if (!(cond)) die_internal(__FILE__, __LINE__, "CHECK(" #cond ") failed: " __VA_ARGS__); } while (0)
 #define UNREACHABLE() die_internal(__FILE__, __LINE__, "unreachable")
 
 /* ---- growable string buffer (malloc'd, not arena) ---- */

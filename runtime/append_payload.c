@@ -64,7 +64,8 @@ static void read_header(int fd, const char *pay, PayloadHeader *h) {
     errno = 0;
     if (fstat(fd, &st) != 0) die("cannot stat %s", pay);
     errno = 0;
-    if (pread(fd, h, sizeof *h, 0) != (ssize_t)sizeof *h || memcmp(h->magic, PAYLOAD_MAGIC, 8) != 0 || h->version != PAYLOAD_VERSION)
+    if (pread(fd, h, sizeof *h, 0) != (ssize_t)sizeof *h || memcmp(h->magic, PAYLOAD_MAGIC, 8) != 0 ||
+        h->version != PAYLOAD_VERSION)
         die("%s is not an llmcc payload (version %u)", pay, PAYLOAD_VERSION);
     if (h->total_size != (uint64_t)st.st_size)
         die("%s is %llu bytes, its header says %llu (truncated?)", pay,
@@ -85,7 +86,9 @@ static bool move_into(const char *elf, const char *pay, const char *out) {
     for (size_t n; (n = fread(buf + elf_size, 1, sizeof buf - elf_size, fe)) > 0;) elf_size += n;
     errno = 0;
     if (ferror(fe)) die("cannot read %s", elf);
-    if (elf_size == sizeof buf) { errno = 0; die("%s is larger than %zu bytes: use append_payload without --move", elf, sizeof buf); }
+    if (elf_size == sizeof buf) {
+        errno = 0; die("%s is larger than %zu bytes: use append_payload without --move", elf, sizeof buf);
+    }
     fclose(fe);
     uint64_t off = (elf_size + PAYLOAD_ALIGN - 1) / PAYLOAD_ALIGN * PAYLOAD_ALIGN;
     if (fallocate(fd, FALLOC_FL_INSERT_RANGE, 0, (off_t)off) != 0) {
@@ -168,7 +171,9 @@ static uint64_t compress_payload(const char *pay, int level, PayloadSum *sum) {
     const uint8_t *raw = mmap(NULL, (size_t)h.total_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (raw == MAP_FAILED) die("cannot map %s", pay);
     close(fd);
-    if (h.table_off + (uint64_t)h.n_tensors * sizeof(PayloadTensor) > h.total_size) { errno = 0; die("%s: tensor table out of bounds", pay); }
+    if (h.table_off + (uint64_t)h.n_tensors * sizeof(PayloadTensor) > h.total_size) {
+        errno = 0; die("%s: tensor table out of bounds", pay);
+    }
     const PayloadTensor *tab = (const PayloadTensor *)(raw + h.table_off);
     uint32_t nf = (uint32_t)((h.total_size + ZFRAME_SIZE - 1) / ZFRAME_SIZE);
     ZFrame *frames = calloc(nf ? nf : 1, sizeof *frames);
@@ -203,7 +208,8 @@ static uint64_t compress_payload(const char *pay, int level, PayloadSum *sum) {
             j->level = level;
             j->err = NULL;
             while (ti < h.n_tensors && tab[ti].offset + tab[ti].nbytes <= ro) ti++;
-            bool half = ti < h.n_tensors && tab[ti].offset <= ro && (tab[ti].dtype == PDT_BF16 || tab[ti].dtype == PDT_F16);
+            bool half = ti < h.n_tensors && tab[ti].offset <= ro &&
+                        (tab[ti].dtype == PDT_BF16 || tab[ti].dtype == PDT_F16);
             j->planes = half && j->n % 2 == 0 ? 2 : 1;
             if (pthread_create(&th[t], NULL, zjob_run, j) != 0) { errno = 0; die("cannot start a thread"); }
         }
@@ -231,7 +237,10 @@ int main(int argc, char **argv) {
     if (argc == 6 && strcmp(argv[1], "--compress") == 0) {
         char *end;
         level = (int)strtol(argv[2], &end, 10);
-        if (*end || level < 1 || level > ZSTD_maxCLevel()) { fprintf(stderr, "append_payload: --compress %s: expects a zstd level 1..%d\n", argv[2], ZSTD_maxCLevel()); return 1; }
+        if (*end || level < 1 || level > ZSTD_maxCLevel()) {
+            fprintf(stderr, "append_payload: --compress %s: expects a zstd level 1..%d\n", argv[2], ZSTD_maxCLevel());
+            return 1;
+        }
         argv += 2;
     } else if (argc != 4 && !move) {
         fprintf(stderr, "usage: append_payload [--move | --compress LEVEL] ELF PAYLOAD OUT\n");

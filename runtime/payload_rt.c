@@ -58,6 +58,11 @@ static int open_argv0(const char *argv0, char *path, size_t cap) {
     return -1;
 }
 
+static const char *bad_version(uint32_t v) {
+    snprintf(g_msg, sizeof g_msg, "the payload is version %u, this runtime reads version %u", v, PAYLOAD_VERSION);
+    return g_msg;
+}
+
 static const char *check_header(Payload *p) {
     const uint8_t *b = p->base;
     uint64_t size = p->size;
@@ -67,10 +72,7 @@ static const char *check_header(Payload *p) {
     }
     const PayloadHeader *h = (const PayloadHeader *)b;
     if (memcmp(h->magic, PAYLOAD_MAGIC, 8) != 0) return DAMAGED "header magic is wrong)";
-    if (h->version != PAYLOAD_VERSION) {
-        snprintf(g_msg, sizeof g_msg, "the payload is version %u, this runtime reads version %u", h->version, PAYLOAD_VERSION);
-        return g_msg;
-    }
+    if (h->version != PAYLOAD_VERSION) return bad_version(h->version);
     if (h->total_size != size) {
         snprintf(g_msg, sizeof g_msg, DAMAGED "is %llu bytes, its header says %llu)",
                  (unsigned long long)size, (unsigned long long)h->total_size);
@@ -133,7 +135,8 @@ static void *unpack_worker(void *arg) {
         if (i >= u->zh->n_frames || __atomic_load_n(&u->err, __ATOMIC_RELAXED)) break;
         const ZFrame *f = &u->frames[i];
         uint64_t ro = (uint64_t)i * u->zh->frame_size;
-        size_t n = u->zh->raw_size - ro < u->zh->frame_size ? (size_t)(u->zh->raw_size - ro) : (size_t)u->zh->frame_size;
+        uint64_t left = u->zh->raw_size - ro;
+        size_t n = left < u->zh->frame_size ? (size_t)left : (size_t)u->zh->frame_size;
         uint8_t *out = u->dst + ro;
         if (f->planes == 2) {
             if (!scratch && !(scratch = malloc((size_t)u->zh->frame_size))) { u->err = "out of memory"; break; }
@@ -162,10 +165,7 @@ static void *unpack_worker(void *arg) {
 static const char *unpack(Payload *p) {
     const ZPayloadHeader *zh = (const ZPayloadHeader *)p->zbase;
     if (p->zsize < sizeof *zh) return DAMAGED "compressed header is cut short)";
-    if (zh->version != PAYLOAD_VERSION) {
-        snprintf(g_msg, sizeof g_msg, "the payload is version %u, this runtime reads version %u", zh->version, PAYLOAD_VERSION);
-        return g_msg;
-    }
+    if (zh->version != PAYLOAD_VERSION) return bad_version(zh->version);
     uint64_t tab = (uint64_t)zh->n_frames * sizeof(ZFrame);
     if (zh->frame_size == 0 || zh->frame_size % 2 || zh->frame_size > (1u << 30) || zh->raw_size == 0 ||
         (zh->raw_size + zh->frame_size - 1) / zh->frame_size != zh->n_frames || tab > p->zsize - sizeof *zh)
@@ -224,7 +224,8 @@ const char *payload_open(Payload *p, const char *argv0) {
         fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
         if (fd < 0) fd = open_argv0(argv0, p->path, sizeof p->path);
         if (fd < 0) {
-            snprintf(g_msg, sizeof g_msg, "cannot open the executable to read its weights (/proc/self/exe: %s)", strerror(errno));
+            snprintf(g_msg, sizeof g_msg, "cannot open the executable to read its weights (/proc/self/exe: %s)",
+                     strerror(errno));
             return g_msg;
         }
     }
@@ -244,7 +245,8 @@ const char *payload_open(Payload *p, const char *argv0) {
         }
         if (f.version != PAYLOAD_VERSION) {
             close(fd);
-            snprintf(g_msg, sizeof g_msg, "the payload footer is version %u, this runtime reads version %u", f.version, PAYLOAD_VERSION);
+            snprintf(g_msg, sizeof g_msg, "the payload footer is version %u, this runtime reads version %u", f.version,
+                     PAYLOAD_VERSION);
             return g_msg;
         }
         if (f.payload_offset % PAYLOAD_ALIGN != 0 || f.payload_offset > fsize - sizeof f ||

@@ -106,9 +106,11 @@ static void usage(void) {
     int kmax = (mi->max_top_k < MODEL_TOPK_CAP ? mi->max_top_k : MODEL_TOPK_CAP) - 1;
     char dev_topk[256] = "";
     if (kmax > 1)
-        snprintf(dev_topk, sizeof dev_topk, "\n                          (2..%d with --repeat-penalty 1: drawn from the device's top-k,\n"
+        snprintf(dev_topk, sizeof dev_topk, "\n                          "
+                 "(2..%d with --repeat-penalty 1: drawn from the device's top-k,\n"
                  "                          %s; --device-topk / --no-device-topk)", kmax,
-                 mi->target && !strcmp(mi->target, "cuda") ? "by default" : "with --device-topk (the CPU has the logits at hand)");
+                 mi->target && !strcmp(mi->target, "cuda") ? "by default"
+                                                           : "with --device-topk (the CPU has the logits at hand)");
     printf("usage: %s [options]\n"
            "Runs %s (%s, %s), weights and tokenizer built in.\n\n"
            "  --prompt TEXT, -p TEXT  text to continue (BOS added as the tokenizer says), or with a\n"
@@ -191,13 +193,15 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--prompt") || IS("-p")) o->prompt = VAL();
         else if (IS("--prompt-ids")) o->prompt_ids = VAL();
         else if (IS("-n") || IS("--max-tokens")) { o->max_new = parse_int(flag, VAL(), -1, 1L << 30); o->has_n = true; }
-        else if (IS("--temperature")) o->temperature = parse_float(flag, VAL(), 0, false, 1e6, "a number in 0..1e6 (0: greedy)");
+        else if (IS("--temperature"))
+            o->temperature = parse_float(flag, VAL(), 0, false, 1e6, "a number in 0..1e6 (0: greedy)");
         else if (IS("--top-k")) {
             const char *v = VAL();
             char *end;
             errno = 0;
             long k = strtol(v, &end, 10);
-            if (!*v || *end || errno || k < 0 || k > (1L << 30)) die("%s: '%s' is not a whole number >= 0 (0: off)", flag, v);
+            if (!*v || *end || errno || k < 0 || k > (1L << 30))
+                die("%s: '%s' is not a whole number >= 0 (0: off)", flag, v);
             o->top_k = (int)k;
         }
         else if (IS("--top-p")) o->top_p = parse_float(flag, VAL(), 0, true, 1, "a number in (0, 1] (1: off)");
@@ -419,13 +423,15 @@ static void print_info(int ctx) {
     }
     printf("weights: %u tensors, %.1f MiB:", h->n_tensors, mib(total));
     for (uint32_t d = 0; d < 4; d++)
-        if (cnt[d]) printf(" %s (%llu tensors, %.1f MiB)", payload_dtype_name(d), (unsigned long long)cnt[d], mib(bytes[d]));
+        if (cnt[d])
+            printf(" %s (%llu tensors, %.1f MiB)", payload_dtype_name(d), (unsigned long long)cnt[d], mib(bytes[d]));
     printf("\ntokenizer: %s (%llu bytes)\n", G.tok ? "built in" : "none", (unsigned long long)G.pl.tok_size);
     int fam = G.tok ? tokenizer_chat_family(G.tok) : TOK_CHAT_NONE;
     if (fam != TOK_CHAT_NONE) {
         size_t sl;
         const char *sys = tokenizer_chat_default_system(G.tok, &sl);
-        printf("chat template: %s, end of turn %d, default system prompt: ", tokenizer_chat_family_name(fam), tokenizer_chat_eot(G.tok));
+        printf("chat template: %s, end of turn %d, default system prompt: ", tokenizer_chat_family_name(fam),
+               tokenizer_chat_eot(G.tok));
         if (sys) { out_write("\"", 1); out_write(sys, sl); out_write("\"\n", 2); } else printf("none\n");
         printf("stop ids:");
         for (int i = 0; i < mi->n_eos; i++) printf(" %d", mi->eos_ids[i]);
@@ -554,8 +560,8 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
      * sample()'s greedy branch); then no logits are copied back. */
     bool dev_argmax = (o->temperature <= 0 || o->top_k == 1) && o->rep == 1.0f && !G.logits_f;
     /* Top-k sampling without a penalty takes its candidates from the device's top-k likewise */
-    bool dev_topk = o->device_topk && !dev_argmax && o->top_k > 1 && o->top_k < mi->max_top_k && o->top_k < MODEL_TOPK_CAP &&
-                    o->rep == 1.0f && !G.logits_f;
+    bool dev_topk = o->device_topk && !dev_argmax && o->top_k > 1 && o->top_k < mi->max_top_k &&
+                    o->top_k < MODEL_TOPK_CAP && o->rep == 1.0f && !G.logits_f;
     float *lg = dev_argmax || dev_topk ? NULL : G.logits;
     int next = 0;
 
@@ -724,8 +730,10 @@ int main(int argc, char **argv) {
     /* chat: the template applies to text turns (--prompt, -i) */
     bool has_tpl = G.tok && tokenizer_chat_family(G.tok) != TOK_CHAT_NONE;
     if ((o.chat_on || o.system || o.interactive) && !has_tpl)
-        die("%s needs a chat template, and this model's tokenizer has none", o.interactive ? "-i" : o.system ? "--system" : "--chat");
-    if (o.chat_off && (o.system || o.interactive)) die("%s needs the chat template: drop --no-chat", o.interactive ? "-i" : "--system");
+        die("%s needs a chat template, and this model's tokenizer has none",
+            o.interactive ? "-i" : o.system ? "--system" : "--chat");
+    if (o.chat_off && (o.system || o.interactive))
+        die("%s needs the chat template: drop --no-chat", o.interactive ? "-i" : "--system");
     if (o.system && !o.prompt && !o.interactive) die("--system goes with the user's message: give --prompt TEXT or -i");
     const bool chat = has_tpl && !o.chat_off && (o.prompt || o.interactive);
     G.think_open = G.tok ? tokenizer_token_id(G.tok, "<think>") : -1;
@@ -791,7 +799,9 @@ int main(int argc, char **argv) {
     G.outcap = 1024;
     if (G.tok && tokenizer_max_piece_bytes(G.tok) + 64 > G.outcap) G.outcap = tokenizer_max_piece_bytes(G.tok) + 64;
     G.outbuf = malloc(G.outcap);
-    if (!G.ids || !G.seen || !G.uniq || !G.logits || !G.work || !G.cand || !G.outbuf) { free(pids); die("out of memory"); }
+    if (!G.ids || !G.seen || !G.uniq || !G.logits || !G.work || !G.cand || !G.outbuf) {
+        free(pids); die("out of memory");
+    }
     rng_seed(o.has_seed ? o.seed
                         : (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32) ^
                           (unsigned long long)(now_s() * 1e9));
@@ -848,8 +858,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "prompt tokens: %ld\n", st.n_prompt);
         fprintf(stderr, "prompt: %.2f tok/s (%.1f ms)\n", tp > 0 ? st.n_prompt / tp : 0.0, tp * 1e3);
         fprintf(stderr, "generated tokens: %ld\n", st.n_gen);
-        fprintf(stderr, "decode: %.2f tok/s (%ld steps, %.1f ms)\n", td > 0 ? st.n_decode / td : 0.0, st.n_decode, td * 1e3);
-        fprintf(stderr, "sampled: %ld by the device's argmax, %ld from its top-k (%ld of them from the logits: a tie at the k-th), %ld from the logits\n",
+        fprintf(stderr, "decode: %.2f tok/s (%ld steps, %.1f ms)\n", td > 0 ? st.n_decode / td : 0.0, st.n_decode,
+                td * 1e3);
+        fprintf(stderr, "sampled: %ld by the device's argmax, %ld from its top-k "
+                "(%ld of them from the logits: a tie at the k-th), %ld from the logits\n",
                 st.n_argmax, st.n_topk, G.topk_ties, st.n_gen - st.n_argmax - st.n_topk);
         if (G.think_open >= 0) fprintf(stderr, "reasoning tokens: %ld of the generated\n", st.n_think);
         if (st.turns > 1) fprintf(stderr, "turns: %d\n", st.turns);

@@ -38,8 +38,8 @@ struct Tokenizer {
 
 #define NONE UINT32_MAX
 
-static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 static uint32_t rd24(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16; }
+static uint32_t rd32(const uint8_t *p) { return rd24(p) | (uint32_t)p[3] << 24; }
 
 static uint64_t hash_bytes(const uint8_t *s, size_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
@@ -134,7 +134,8 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
     t->chat_eot = t->chat_bos = t->chat_eos = -1;
     if (nchat) {
         t->chat = rd32(chat); t->chat_flags = rd32(chat + 4);
-        t->chat_eot = (int32_t)rd32(chat + 8); t->chat_bos = (int32_t)rd32(chat + 12); t->chat_eos = (int32_t)rd32(chat + 16);
+        t->chat_eot = (int32_t)rd32(chat + 8); t->chat_bos = (int32_t)rd32(chat + 12);
+        t->chat_eos = (int32_t)rd32(chat + 16);
         uint32_t sl = rd32(chat + 20);
         if (sl != UINT32_MAX) { t->chat_sys = chat + TOK_CHAT_HEADER_SIZE; t->chat_sys_len = sl; }
     }
@@ -157,11 +158,12 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
     if (!t->off || !t->mleft || !t->mright || !t->mres || !t->vslot || !t->mkey || !t->mrank || !t->added) {
         err = "tokenizer: out of memory"; goto fail;
     }
+    bool bad_off = false;
     for (uint32_t i = 0; i <= n; i++) {
         t->off[i] = rd32(offs + 4ull * i);
-        if (t->off[i] > npool || (i && t->off[i] < t->off[i - 1])) { err = "tokenizer blob: bad string offsets"; goto fail; }
+        bad_off |= t->off[i] > npool || (i && t->off[i] < t->off[i - 1]);
     }
-    if (t->off[0] != 0 || t->off[n] != npool) { err = "tokenizer blob: bad string offsets"; goto fail; }
+    if (bad_off || t->off[0] != 0 || t->off[n] != npool) { err = "tokenizer blob: bad string offsets"; goto fail; }
     memset(t->vslot, 0xFF, sizeof(uint32_t) * ((size_t)t->vmask + 1));
     for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
     for (uint32_t id = 0; id < n; id++) {
@@ -174,10 +176,10 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
         if (fl & TOKT_ADDED) t->added[t->nadded++] = id;
         if (!(fl & TOKT_VOCAB)) continue;
         uint32_t i = (uint32_t)hash_bytes(s, len) & t->vmask;
-        for (;; i = (i + 1) & t->vmask) {
+        for (;; i = (i + 1) & t->vmask) {   /* the first id wins */
             uint32_t o = t->vslot[i];
             if (o == NONE) { t->vslot[i] = id; break; }
-            if (t->off[o + 1] - t->off[o] == len && memcmp(t->pool + t->off[o], s, len) == 0) break;  /* first id wins */
+            if (t->off[o + 1] - t->off[o] == len && memcmp(t->pool + t->off[o], s, len) == 0) break;
         }
     }
     /* the ids BPE starts from */
@@ -228,7 +230,9 @@ fail:
 int tokenizer_vocab_size(const Tokenizer *t) { return (int)t->n; }
 int tokenizer_bos_id(const Tokenizer *t) { return t->bos; }
 int tokenizer_eos_id(const Tokenizer *t) { return t->eos; }
-bool tokenizer_is_special(const Tokenizer *t, int id) { return id >= 0 && (uint32_t)id < t->n && (t->tflag[id] & TOKT_SPECIAL); }
+bool tokenizer_is_special(const Tokenizer *t, int id) {
+    return id >= 0 && (uint32_t)id < t->n && (t->tflag[id] & TOKT_SPECIAL);
+}
 size_t tokenizer_max_piece_bytes(const Tokenizer *t) { return 3 * (t->maxlen + 8); }
 
 int tokenizer_token_id(const Tokenizer *t, const char *s) {
@@ -346,11 +350,14 @@ static void bpe(const Tokenizer *t, Enc *e, size_t n) {
     uint64_t *hp = grow(e->heap, &e->heap_cap, 3 * n, sizeof(uint64_t), &e->oom); if (!hp) return; e->heap = hp;
     /* heap entries: rank << 32 | pos; the smallest is popped: lowest rank, then leftmost */
     size_t hn = 0;
-#define HPUSH(v) do { uint64_t _v = (v); size_t _i = hn++; \
-        while (_i) { size_t _p = (_i - 1) / 2; if (hp[_p] <= _v) break; hp[_i] = hp[_p]; _i = _p; } hp[_i] = _v; } while (0)
+    /* pushes the pair at `at` unless its rank is NONE */
+#define HPUSH(rank, at) do { uint32_t _r = (rank); if (_r == NONE) break; \
+        uint64_t _v = (uint64_t)_r << 32 | (at); size_t _i = hn++; \
+        while (_i) { size_t _p = (_i - 1) / 2; if (hp[_p] <= _v) break; hp[_i] = hp[_p]; _i = _p; } hp[_i] = _v; \
+    } while (0)
     for (size_t i = 0; i < n; i++) {
         pv[i] = (int32_t)i - 1; nx[i] = i + 1 < n ? (int32_t)i + 1 : -1;
-        if (i + 1 < n) { uint32_t r = merge_rank(t, s[i], s[i + 1]); if (r != NONE) HPUSH((uint64_t)r << 32 | i); }
+        if (i + 1 < n) HPUSH(merge_rank(t, s[i], s[i + 1]), i);
     }
     while (hn) {
         uint64_t top = hp[0];
@@ -373,8 +380,8 @@ static void bpe(const Tokenizer *t, Enc *e, size_t n) {
         s[q] = NONE;
         nx[pos] = nx[q];
         if (nx[q] >= 0) pv[nx[q]] = (int32_t)pos;
-        if (pv[pos] >= 0) { uint32_t r2 = merge_rank(t, s[pv[pos]], s[pos]); if (r2 != NONE) HPUSH((uint64_t)r2 << 32 | (uint32_t)pv[pos]); }
-        if (nx[pos] >= 0) { uint32_t r2 = merge_rank(t, s[pos], s[nx[pos]]); if (r2 != NONE) HPUSH((uint64_t)r2 << 32 | pos); }
+        if (pv[pos] >= 0) HPUSH(merge_rank(t, s[pv[pos]], s[pos]), (uint32_t)pv[pos]);
+        if (nx[pos] >= 0) HPUSH(merge_rank(t, s[pos], s[nx[pos]]), pos);
     }
 #undef HPUSH
     for (int32_t i = 0; i >= 0; i = nx[i]) emit(e, (int32_t)s[i]);
@@ -599,7 +606,8 @@ static void encode_segment_bytes(const Tokenizer *t, Enc *e, const uint8_t *s, s
         while (j < n) { uint32_t c; size_t k = utf8_next(s + j, n - j, &c); if (c == UINT32_MAX) break; j += k; }
         if (j > i) {
             utf8proc_uint8_t *dst = NULL;
-            utf8proc_ssize_t r = utf8proc_map(s + i, (utf8proc_ssize_t)(j - i), &dst, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            utf8proc_ssize_t r = utf8proc_map(s + i, (utf8proc_ssize_t)(j - i), &dst,
+                                              UTF8PROC_STABLE | UTF8PROC_COMPOSE);
             const uint8_t *src = s + i; size_t sl = j - i;
             if (r >= 0 && dst) { src = dst; sl = (size_t)r; }
             uint8_t *nb = grow(e->norm, &e->norm_cap, len + sl + 4, 1, &e->oom);
@@ -728,7 +736,9 @@ static void out_byte(Out *o, uint8_t b) {
 }
 static void out_fffd(Out *o) { out_byte(o, 0xEF); out_byte(o, 0xBF); out_byte(o, 0xBD); }
 
-static int utf8_need(uint8_t b) { return b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0; }
+static int utf8_need(uint8_t b) {
+    return b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+}
 static bool utf8_cont_ok(const uint8_t *pend, int np, uint8_t b) {
     if ((b & 0xC0) != 0x80) return false;
     if (np == 1) {
@@ -763,7 +773,10 @@ static void out_bytes(Out *o, const uint8_t *s, size_t n) {
     }
 }
 
-static int hexval(uint8_t c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
+static int hexval(uint8_t c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
 
 void tokdec_init(TokDecoder *d, const Tokenizer *t, bool show_special) {
     memset(d, 0, sizeof *d);
@@ -895,12 +908,14 @@ static void chat_date(const Tokenizer *t, Buf *b) {
     const char *e = getenv(TOK_CHAT_DATE_ENV);
     if (e && *e) { buf_str(b, e); return; }
     if (!(t->chat_flags & TOKC_TODAY)) { buf_str(b, "26 Jul 2024"); return; }
-    static const char mon[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+    static const char mon[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
     time_t now = time(NULL);
     struct tm tm;
     char s[32];
-    if (now == (time_t)-1 || !localtime_r(&now, &tm) || tm.tm_mon < 0 || tm.tm_mon > 11) { buf_str(b, "26 Jul 2024"); return; }
-    snprintf(s, sizeof s, "%02d %s %04d", tm.tm_mday, mon[tm.tm_mon], tm.tm_year + 1900);
+    if (now == (time_t)-1 || !localtime_r(&now, &tm) || tm.tm_mon < 0 || tm.tm_mon > 11) {
+        buf_str(b, "26 Jul 2024"); return;
+    }
+    snprintf(s, sizeof s, "%02d %.3s %04d", tm.tm_mday, mon + 3 * tm.tm_mon, tm.tm_year + 1900);
     buf_str(b, s);
 }
 
@@ -1023,7 +1038,8 @@ char *tokenizer_chat_render_think(const Tokenizer *t, const ChatMsg *m, int n, b
         if (cont) buf_str(&b, "<|eot_id|>");
         else {
             buf_tok(&b, t, t->chat_bos);
-            buf_str(&b, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ");
+            buf_str(&b, "<|start_header_id|>system<|end_header_id|>\n\n"
+                        "Cutting Knowledge Date: December 2023\nToday Date: ");
             chat_date(t, &b);
             buf_str(&b, "\n\n");
             if (n > 0 && strcmp(m[0].role, "system") == 0) buf_content(&b, t, &m[i++]);
