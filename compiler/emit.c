@@ -2,6 +2,7 @@
 #include "emit.h"
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *ctype_of(DType d) {
@@ -15,6 +16,60 @@ const char *ctype_of(DType d) {
 }
 
 static void var_name(Str *o, const Var *v) { str_printf(o, "%s_%d", v->name, v->id); }
+
+/* Where a name holds "layers.N.", the layer N, and in *rest what follows it; else -1 and the whole name
+ * after a leading "model.". Kernels shared by the layers and the host's per-layer tables use the rest. */
+static int layer_of(const char *name, const char **rest) {
+    const char *s = strncmp(name, "model.", 6) ? name : name + 6;
+    for (const char *p = strstr(name, "layers."); p; p = strstr(p + 1, "layers.")) {
+        const char *q = p + 7, *d = q;
+        while (*d >= '0' && *d <= '9') d++;
+        if ((p == name || p[-1] == '.') && d > q && *d == '.') { if (rest) *rest = d + 1; return atoi(q); }
+    }
+    if (rest) *rest = s;
+    return -1;
+}
+
+/* A buffer's name as a C identifier (layer prefix dropped, upper case for macros); names that could meet
+ * a kernel's own (n, tid, r3, smem0, t_12, o_) or a keyword get a suffix. */
+static void ident(Str *o, const Buffer *b, bool upper) {
+    static const char *const taken[] = {"n", "pos", "tid", "bid", "grid", "lanebuf", "laneaddr", "int", "float",
+                                        "char", "const", "if", "else", "for", "do", "while", "case", "default",
+                                        "return", "static", "void", "long", "short", "signed", "unsigned", NULL};
+    const char *s;
+    if (b->kind == BUF_KCACHE || b->kind == BUF_VCACHE) s = b->kind == BUF_KCACHE ? "k_cache" : "v_cache";
+    else layer_of(b->name, &s);
+    size_t start = o->len;
+    if (!(*s >= 'a' && *s <= 'z') && !(*s >= 'A' && *s <= 'Z')) str_printf(o, upper ? "B_" : "b_");
+    for (; *s; s++) {
+        char ch = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ? *s : '_';
+        if (ch == '_' && o->len > start && o->s[o->len - 1] == '_') continue;
+        str_printf(o, "%c", upper && ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
+    }
+    while (o->len > start + 1 && o->s[o->len - 1] == '_') o->s[--o->len] = 0;
+    const char *id = o->s + start, *u = strrchr(id, '_');
+    bool clash = (u && u[1] && strspn(u + 1, "0123456789") == strlen(u + 1)) ||
+                 ((id[0] == 'r' || !strncmp(id, "smem", 4)) && strspn(id + (id[0] == 'r' ? 1 : 4), "0123456789") ==
+                  strlen(id + (id[0] == 'r' ? 1 : 4)));
+    for (int i = 0; taken[i] && !clash; i++) clash = !strcmp(id, taken[i]);
+    if (clash) str_printf(o, upper ? "_BUF" : "_buf");
+}
+
+/* Parameter p of k: its buffer's name, numbered where two parameters would share one. */
+static void param_name(Str *o, const KKernel *k, int p) {
+    Str a = {0}, b = {0};
+    ident(&a, k->params[p], false);
+    int same = 0;
+    for (int j = 0; j < p; j++) {
+        b.len = 0;
+        ident(&b, k->params[j], false);
+        same += !strcmp(a.s, b.s);
+    }
+    str_printf(o, "%s", a.s);
+    if (same) str_printf(o, "_%d", same + 1);
+    str_free(&a);
+    str_free(&b);
+}
 
 static void lin_index(Str *o, const KKernel *k, const Buffer *b, Expr *const *idx, Target t) {
     /* row-major: ((i0 * d1 + i1) * d2 + i2) */
@@ -50,13 +105,11 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t) {
     case EX_LOAD: {
         int p = kernel_param_index(k, e->buf);
         CHECK(p >= 0, "load of a non-parameter");
-        switch (e->buf->dtype) {
-        case DT_F32: str_printf(o, "p%d[", p); break;
-        case DT_BF16: str_printf(o, "ld_bf16(p%d, ", p); break;
-        case DT_F16: str_printf(o, "ld_f16(p%d, ", p); break;
-        case DT_I32: str_printf(o, "(int64_t)p%d[", p); break;
-        case DT_COUNT: UNREACHABLE();
-        }
+        static const char *const open[DT_COUNT] = {[DT_F32] = "", [DT_BF16] = "ld_bf16(", [DT_F16] = "ld_f16(",
+                                                   [DT_I32] = "(int64_t)"};
+        str_printf(o, "%s", open[e->buf->dtype]);
+        param_name(o, k, p);
+        str_printf(o, (e->buf->dtype == DT_BF16 || e->buf->dtype == DT_F16) ? ", " : "[");
         lin_index(o, k, e->buf, e->a, t);
         str_printf(o, (e->buf->dtype == DT_BF16 || e->buf->dtype == DT_F16) ? ")" : "]");
         return;
@@ -96,6 +149,8 @@ static void ind(Str *o, int d) { for (int i = 0; i < d; i++) str_printf(o, "    
  * loads need, so a schedule that would fault on the GPU aborts on the CPU. */
 static void emit_vload(Str *o, const KKernel *k, const TStmt *s, int d, Target t) {
     int p = kernel_param_index(k, s->buf);
+    Str pn = {0};
+    param_name(&pn, k, p);
     int esz = dtype_sizes[s->buf->dtype], bytes = s->vec * esz, chunk = bytes < 16 ? bytes : 16, nch = bytes / chunk;
     CHECK((bytes & 3) == 0 && nch * chunk == bytes, "vector of %d bytes", bytes);
     str_printf(o, "float "); var_name(o, s->v); str_printf(o, "[%d];\n", s->vec);
@@ -103,16 +158,16 @@ static void emit_vload(Str *o, const KKernel *k, const TStmt *s, int d, Target t
     ind(o, d + 1); str_printf(o, "const int64_t o_ = "); lin_index(o, k, s->buf, s->idx, t); str_printf(o, ";\n");
     const char *cvt = s->buf->dtype == DT_BF16 ? "bf16_to_f32" : s->buf->dtype == DT_F16 ? "f16_to_f32" : NULL;
     if (t == TARGET_CPU) {
-        ind(o, d + 1); str_printf(o, "if ((uintptr_t)(p%d + o_) %% %d) vload_fault(\"%s\", o_);\n", p, chunk, k->name);
+        ind(o, d + 1); str_printf(o, "if ((uintptr_t)(%s + o_) %% %d) vload_fault(\"%s\", o_);\n", pn.s, chunk, k->name);
         ind(o, d + 1); str_printf(o, "for (int j_ = 0; j_ < %d; j_++) ", s->vec); var_name(o, s->v);
-        if (cvt) str_printf(o, "[j_] = %s(p%d[o_ + j_]);\n", cvt, p);
-        else str_printf(o, "[j_] = p%d[o_ + j_];\n", p);
+        if (cvt) str_printf(o, "[j_] = %s(%s[o_ + j_]);\n", cvt, pn.s);
+        else str_printf(o, "[j_] = %s[o_ + j_];\n", pn.s);
     } else {
         const char *ct = chunk == 16 ? "uint4" : chunk == 8 ? "uint2" : "uint32_t";
         int words = chunk / 4;
         static const char *const wn[4] = {".x", ".y", ".z", ".w"};
         for (int c = 0; c < nch; c++) {
-            ind(o, d + 1); str_printf(o, "const %s q%d_ = ((const %s *)(p%d + o_))[%d];\n", ct, c, ct, p, c);
+            ind(o, d + 1); str_printf(o, "const %s q%d_ = ((const %s *)(%s + o_))[%d];\n", ct, c, ct, pn.s, c);
             for (int w = 0; w < words; w++) {
                 const char *sel = words == 1 ? "" : wn[w];
                 int e0 = (c * words + w) * (4 / esz);
@@ -124,6 +179,7 @@ static void emit_vload(Str *o, const KKernel *k, const TStmt *s, int d, Target t
         }
     }
     ind(o, d); str_printf(o, "}\n");
+    str_free(&pn);
 }
 
 /* cp.async of s->vec bytes: CUDA issues cp.async.{ca,cg}.shared.global with src-size 0 when the predicate
@@ -134,8 +190,11 @@ static void emit_cp_async(Str *o, const KKernel *k, const TStmt *s, int d, Targe
     str_printf(o, "{\n");
     ind(o, d + 1); str_printf(o, "const int ok_ = "); if (s->e) emit_expr(o, k, s->e, t); else str_printf(o, "1"); str_printf(o, ";\n");
     ind(o, d + 1); str_printf(o, "const int64_t so_ = "); emit_expr(o, k, s->sidx, t); str_printf(o, ";\n");
-    ind(o, d + 1); str_printf(o, "const void *src_ = ok_ ? (const void *)(p%d + ", p); lin_index(o, k, s->buf, s->idx, t);
-    str_printf(o, t == TARGET_CPU ? ") : NULL;\n" : ") : (const void *)p%d;\n", p);
+    Str pn = {0};
+    param_name(&pn, k, p);
+    ind(o, d + 1); str_printf(o, "const void *src_ = ok_ ? (const void *)(%s + ", pn.s); lin_index(o, k, s->buf, s->idx, t);
+    str_printf(o, t == TARGET_CPU ? ") : NULL;\n" : ") : (const void *)%s;\n", pn.s);
+    str_free(&pn);
     ind(o, d + 1);
     if (t == TARGET_CPU) {
         str_printf(o, "cp_async_issue(&cpq_, \"%s\", smem%d, sizeof smem%d, so_ * %d, src_, %d);\n", k->name, s->smem, s->smem, esz, s->vec);
@@ -163,7 +222,8 @@ void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
             int p = kernel_param_index(k, s->buf);
             /* i32: a b32 register's bits (tests/c/op_harness.c reads fragments back this way) */
             CHECK(s->buf->dtype == DT_F32 || s->buf->dtype == DT_I32, "stores are f32 or i32");
-            str_printf(o, "p%d[", p);
+            param_name(o, k, p);
+            str_printf(o, "[");
             lin_index(o, k, s->buf, s->idx, t);
             str_printf(o, s->buf->dtype == DT_I32 ? "] = (int32_t)(" : "] = ");
             emit_expr(o, k, s->e, t);
@@ -272,11 +332,18 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
     }
 }
 
+/* One parameter a line, named after the first instance's buffer, with its dtype and shape */
 void emit_params(Str *o, const KKernel *k, Target t) {
     str_printf(o, "int64_t n, int64_t pos");
-    for (int i = 0; i < k->nparams; i++)
-        str_printf(o, ", %s%s *%s p%d", k->param_written[i] ? "" : "const ", ctype_of(k->params[i]->dtype),
-                   t == TARGET_CPU ? "restrict" : "__restrict__", i);
+    for (int i = 0; i < k->nparams; i++) {
+        const Buffer *b = k->params[i];
+        str_printf(o, ",\n        %s%s *%s ", k->param_written[i] ? "" : "const ", ctype_of(b->dtype),
+                   t == TARGET_CPU ? "restrict" : "__restrict__");
+        param_name(o, k, i);
+        str_printf(o, " /* %s[", dtype_names[b->dtype]);
+        for (int d = 0; d < b->ndim; d++) str_printf(o, "%s%lld", d ? ", " : "", (long long)b->dims[d]);
+        str_printf(o, "] */");
+    }
 }
 
 /* ---- host side ---- */
