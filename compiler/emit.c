@@ -147,43 +147,18 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t) {
 
 static void ind(Str *o, int d) { for (int i = 0; i < d; i++) str_printf(o, "    "); }
 
-/* A vector load: vec consecutive elements, widened to f32. CUDA reads them
- * with 4-, 8- or 16-byte loads (uint32_t / uint2 / uint4) and unpacks the
- * words; C reads element by element but first checks the alignment those
- * loads need, so a schedule that would fault on the GPU aborts on the CPU. */
-static void emit_vload(Str *o, const KKernel *k, const TStmt *s, int d, Target t) {
-    int p = kernel_param_index(k, s->buf);
-    Str pn = {0};
-    param_name(&pn, k, p);
+/* A vector load: vec consecutive elements, widened to f32, by the prelude's vload_<dtype>: CUDA reads them
+ * with 4-, 8- or 16-byte loads (uint32_t / uint2 / uint4); C reads element by element but first checks
+ * the alignment those loads need, so a schedule that would fault on the GPU aborts on the CPU. */
+static void emit_vload(Str *o, const KKernel *k, const TStmt *s, Target t) {
     int esz = dtype_sizes[s->buf->dtype], bytes = s->vec * esz, chunk = bytes < 16 ? bytes : 16, nch = bytes / chunk;
-    CHECK((bytes & 3) == 0 && nch * chunk == bytes, "vector of %d bytes", bytes);
-    str_printf(o, "float "); var_name(o, s->v); str_printf(o, "[%d];\n", s->vec);
-    ind(o, d); str_printf(o, "{\n");
-    ind(o, d + 1); str_printf(o, "const int64_t o_ = "); lin_index(o, k, s->buf, s->idx, t); str_printf(o, ";\n");
-    const char *cvt = s->buf->dtype == DT_BF16 ? "bf16_to_f32" : s->buf->dtype == DT_F16 ? "f16_to_f32" : NULL;
-    if (t == TARGET_CPU) {
-        ind(o, d + 1); str_printf(o, "if ((uintptr_t)(%s + o_) %% %d) vload_fault(\"%s\", o_);\n", pn.s, chunk, k->name);
-        ind(o, d + 1); str_printf(o, "for (int j_ = 0; j_ < %d; j_++) ", s->vec); var_name(o, s->v);
-        if (cvt) str_printf(o, "[j_] = %s(%s[o_ + j_]);\n", cvt, pn.s);
-        else str_printf(o, "[j_] = %s[o_ + j_];\n", pn.s);
-    } else {
-        const char *ct = chunk == 16 ? "uint4" : chunk == 8 ? "uint2" : "uint32_t";
-        int words = chunk / 4;
-        static const char *const wn[4] = {".x", ".y", ".z", ".w"};
-        for (int c = 0; c < nch; c++) {
-            ind(o, d + 1); str_printf(o, "const %s q%d_ = ((const %s *)(%s + o_))[%d];\n", ct, c, ct, pn.s, c);
-            for (int w = 0; w < words; w++) {
-                const char *sel = words == 1 ? "" : wn[w];
-                int e0 = (c * words + w) * (4 / esz);
-                ind(o, d + 1);
-                if (!cvt) { var_name(o, s->v); str_printf(o, "[%d] = __uint_as_float(q%d_%s);\n", e0, c, sel); continue; }
-                var_name(o, s->v); str_printf(o, "[%d] = %s(q%d_%s & 0xffffu); ", e0, cvt, c, sel);
-                var_name(o, s->v); str_printf(o, "[%d] = %s(q%d_%s >> 16);\n", e0 + 1, cvt, c, sel);
-            }
-        }
-    }
-    ind(o, d); str_printf(o, "}\n");
-    str_free(&pn);
+    CHECK((bytes & 3) == 0 && nch * chunk == bytes && bytes <= 64, "vector of %d bytes", bytes);
+    str_printf(o, "float "); var_name(o, s->v); str_printf(o, "[%d]; vload_%s(", s->vec, dtype_names[s->buf->dtype]);
+    var_name(o, s->v); str_printf(o, ", ");
+    param_name(o, k, kernel_param_index(k, s->buf));
+    str_printf(o, ", "); lin_index(o, k, s->buf, s->idx, t);
+    if (t == TARGET_CPU) str_printf(o, ", %d, %d, \"%s\");\n", s->vec, chunk, k->name);
+    else str_printf(o, ", %d);\n", s->vec);
 }
 
 /* cp.async of s->vec bytes: CUDA issues cp.async.{ca,cg}.shared.global with src-size 0 when the predicate
@@ -246,7 +221,7 @@ void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
             emit_tstmts(o, k, s->body, s->nbody, d + 1, t);
             ind(o, d); str_printf(o, "}\n");
             break;
-        case TS_VLOAD: emit_vload(o, k, s, d, t); break;
+        case TS_VLOAD: emit_vload(o, k, s, t); break;
         case TS_CP_ASYNC: emit_cp_async(o, k, s, d, t); break;
         case TS_COUNT: UNREACHABLE();
         }
@@ -257,7 +232,14 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
     for (int i = 0; i < n; i++) {
         const KStmt *s = b[i];
         ind(o, d);
-        if (s->k == KS_PHASE) {
+        /* a phase of one assignment or store is one line (no declaration needs the block's scope) */
+        bool one = s->k == KS_PHASE && s->nbody == 1 && (s->body[0]->k == TS_ASSIGN || s->body[0]->k == TS_STORE ||
+                                                          s->body[0]->k == TS_SSTORE);
+        if (one) {
+            if (t == TARGET_CPU) str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) /* phase */ ", k->block);
+            emit_tstmts(o, k, s->body, 1, 0, t);
+            if (t == TARGET_CUDA && k->nsmem && s->barrier) { ind(o, d); str_printf(o, "__syncthreads();\n"); }
+        } else if (s->k == KS_PHASE) {
             if (t == TARGET_CPU) str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) { /* phase */\n", k->block);
             else str_printf(o, "{ /* phase */\n");
             emit_tstmts(o, k, s->body, s->nbody, d + 1, t);
@@ -265,10 +247,7 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
             if (t == TARGET_CUDA && k->nsmem && s->barrier) { ind(o, d); str_printf(o, "__syncthreads();\n"); }
         } else if (s->k == KS_MMA) {
             if (t == TARGET_CUDA) {
-                str_printf(o, "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 {%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, {%%0, %%1, %%2, %%3};\"\n",
-                           s->mf16 ? "f16" : "bf16", s->mf16 ? "f16" : "bf16");
-                ind(o, d + 1);
-                str_printf(o, ": \"+f\"(r%d), \"+f\"(r%d), \"+f\"(r%d), \"+f\"(r%d) : \"r\"(r%d), \"r\"(r%d), \"r\"(r%d), \"r\"(r%d), \"r\"(r%d), \"r\"(r%d));\n",
+                str_printf(o, "mma_m16n8k16_%s(r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d);\n", s->mf16 ? "f16" : "bf16",
                            s->mc[0], s->mc[1], s->mc[2], s->mc[3], s->ma[0], s->ma[1], s->ma[2], s->ma[3], s->mb[0], s->mb[1]);
             } else {
                 str_printf(o, "for (int64_t w_ = 0; w_ < %d; w_ += 32) mma_warp(w_, %d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d);\n", k->block,
@@ -276,16 +255,11 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
             }
         } else if (s->k == KS_LDMATRIX) {
             if (t == TARGET_CUDA) {
-                str_printf(o, "{\n");
-                ind(o, d + 1); str_printf(o, "const unsigned a_ = (unsigned)__cvta_generic_to_shared(smem%d + (", s->lsmem);
+                str_printf(o, "ldmatrix_x%d(", s->nmat);
+                for (int j = 0; j < s->nmat; j++) str_printf(o, "r%d, ", s->ldst[j]);
+                str_printf(o, "smem%d + (", s->lsmem);
                 emit_expr(o, k, s->laddr, t);
                 str_printf(o, "));\n");
-                ind(o, d + 1); str_printf(o, "asm volatile(\"ldmatrix.sync.aligned.m8n8.x%d.shared.b16 {", s->nmat);
-                for (int j = 0; j < s->nmat; j++) str_printf(o, "%s%%%d", j ? ", " : "", j);
-                str_printf(o, "}, [%%%d];\" : ", s->nmat);
-                for (int j = 0; j < s->nmat; j++) str_printf(o, "%s\"=r\"(r%d)", j ? ", " : "", s->ldst[j]);
-                str_printf(o, " : \"r\"(a_));\n");
-                ind(o, d); str_printf(o, "}\n");
             } else {
                 str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) laneaddr[tid] = ", k->block);
                 emit_expr(o, k, s->laddr, t);
@@ -308,21 +282,11 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
                 str_printf(o, "));\n");
                 continue;
             }
-            /* every lane publishes its value, then every lane reads its source lane's;
-             * a source outside the warp (down, up) gives the lane its own value, as on the GPU */
-            str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) lanebuf[tid] = r%d[tid]; /* shfl_%s */\n", k->block, s->src, shfl_names[s->shfl]);
-            ind(o, d); str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) {\n", k->block);
-            ind(o, d + 1); str_printf(o, "const int64_t lane_ = tid & 31, a_ = "); emit_expr(o, k, s->arg, t); str_printf(o, ";\n");
-            ind(o, d + 1);
-            switch (s->shfl) {
-            case SHFL_DOWN: str_printf(o, "int64_t src_ = lane_ + a_; if (a_ < 0 || src_ > 31) src_ = lane_;\n"); break;
-            case SHFL_UP: str_printf(o, "int64_t src_ = lane_ - a_; if (a_ < 0 || src_ < 0) src_ = lane_;\n"); break;
-            case SHFL_XOR: str_printf(o, "int64_t src_ = lane_ ^ a_; if (src_ < 0 || src_ > 31) src_ = lane_;\n"); break;
-            case SHFL_IDX: str_printf(o, "int64_t src_ = a_ & 31;\n"); break;
-            case SHFL_COUNT: UNREACHABLE();
-            }
-            ind(o, d + 1); str_printf(o, "r%d[tid] = lanebuf[tid - lane_ + src_];\n", s->dst);
-            ind(o, d); str_printf(o, "}\n");
+            /* shfl_block (the prelude): every lane publishes, then reads its source lane's; the delta, mask or lane
+             * is uniform, so it is computed once */
+            str_printf(o, "shfl_block(r%d, r%d, lanebuf, %d, SHFL_%s, ", s->dst, s->src, k->block, shfl_names[s->shfl]);
+            emit_expr(o, k, s->arg, t);
+            str_printf(o, ");\n");
         } else if (s->k == KS_ULET) {
             str_printf(o, "const int64_t "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->init, t); str_printf(o, "; /* uniform */\n");
         } else {
@@ -364,6 +328,49 @@ static const char CONVERT_BF16[] =
     "/* bf16 weights are widened to f32 at each load */\n"
     "static DEVFN float bf16_to_f32(uint32_t h) { uint32_t u = h << 16; float f; memcpy(&f, &u, 4); return f; }\n";
 static const char LD_BF16[] = "static DEVFN float ld_bf16(const uint16_t *p, int64_t i) { return bf16_to_f32(p[i]); }\n";
+/* vload_<dtype>(v, p, o, n, ...): p[o .. o + n) widened to f32 (emit_vload) */
+static const char VLOAD_C[] =
+    "static DEVFN void vload_%s(float *v, const %s *p, int64_t o, int n, int align, const char *kernel) {\n"
+    "    if ((uintptr_t)(p + o) %% align) vload_fault(kernel, o);\n"
+    "    for (int j = 0; j < n; j++) v[j] = %s(p[o + j]);\n}\n";
+static const char VLOAD_CUDA[] =
+    "static DEVFN void vload_%s(float *v, const %s *p, int64_t o, int n) {\n"
+    "    const int per = 4 / (int)sizeof *p, words = n / per;   /* elements per 32-bit word */\n"
+    "    uint32_t w[16];\n"
+    "    if (words >= 4) {\n"
+    "#pragma unroll\n"
+    "        for (int c = 0; c < words / 4; c++) {\n"
+    "            const uint4 q = ((const uint4 *)(p + o))[c];\n"
+    "            w[4 * c] = q.x; w[4 * c + 1] = q.y; w[4 * c + 2] = q.z; w[4 * c + 3] = q.w;\n"
+    "        }\n"
+    "    } else if (words == 2) {\n"
+    "        const uint2 q = *(const uint2 *)(p + o);\n"
+    "        w[0] = q.x; w[1] = q.y;\n"
+    "    } else w[0] = *(const uint32_t *)(p + o);\n"
+    "#pragma unroll\n"
+    "    for (int i = 0; i < words; i++)\n"
+    "        if (per == 1) v[i] = __uint_as_float(w[i]);\n"
+    "        else { v[2 * i] = %s(w[i] & 0xffffu); v[2 * i + 1] = %s(w[i] >> 16); }\n}\n";
+/* mma.sync m16n8k16 with f32 accumulators in place (kernel_ir.h gives the fragments' layout) */
+static const char MMA_CUDA[] =
+    "static DEVFN void mma_m16n8k16_%s(float &c0, float &c1, float &c2, float &c3, uint32_t a0, uint32_t a1, uint32_t a2,\n"
+    "                                  uint32_t a3, uint32_t b0, uint32_t b1) {\n"
+    "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 {%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, \"\n"
+    "                 \"{%%0, %%1, %%2, %%3};\"\n"
+    "                 : \"+f\"(c0), \"+f\"(c1), \"+f\"(c2), \"+f\"(c3) : \"r\"(a0), \"r\"(a1), \"r\"(a2), \"r\"(a3), \"r\"(b0), \"r\"(b1));\n}\n";
+/* A warp shuffle on the CPU, over a block's lanes: a source lane outside the warp (down, up) gives the lane
+ * its own value, as on the GPU */
+static const char SHFL_C[] =
+    "enum { SHFL_down, SHFL_up, SHFL_xor, SHFL_idx };\n"
+    "static void shfl_block(float *dst, const float *src, float *lanebuf, int64_t block, int kind, int64_t a) {\n"
+    "    for (int64_t tid = 0; tid < block; tid++) lanebuf[tid] = src[tid];\n"
+    "    for (int64_t tid = 0; tid < block; tid++) {\n"
+    "        const int64_t lane = tid & 31;\n"
+    "        int64_t s = kind == SHFL_down ? lane + a : kind == SHFL_up ? lane - a : kind == SHFL_xor ? lane ^ a : a & 31;\n"
+    "        if ((kind == SHFL_down && (a < 0 || s > 31)) || (kind == SHFL_up && (a < 0 || s < 0)) ||\n"
+    "            (kind == SHFL_xor && (s < 0 || s > 31))) s = lane;\n"
+    "        dst[tid] = lanebuf[tid - lane + s];\n"
+    "    }\n}\n";
 static const char CONVERT_F16[] =
     "/* f16 weights are widened to f32 at each load */\n"
     "static DEVFN float f16_to_f32(uint32_t h) {\n"
@@ -744,7 +751,7 @@ void emit_host_expr(Str *o, const Expr *e) {
 
 /* what the kernels' statements need from the prelude: loads and vector loads per dtype, shared stores
  * that round to bf16 */
-typedef struct { bool load[DT_COUNT], vload[DT_COUNT], any_vload, to_bf16, to_f16; } Needs;
+typedef struct { bool load[DT_COUNT], vload[DT_COUNT], any_vload, to_bf16, to_f16, mma[2], ldm[5]; } Needs;
 static void needs_expr(Needs *nd, const Expr *e) {
     if (!e) return;
     if (e->k == EX_LOAD) nd->load[e->buf->dtype] = true;
@@ -766,6 +773,8 @@ static void needs_ks(Needs *nd, const KKernel *k, KStmt **b, int n) {
         const KStmt *s = b[i];
         if (s->k == KS_PHASE) needs_ts(nd, k, s->body, s->nbody);
         if (s->k == KS_LDMATRIX) needs_expr(nd, s->laddr);
+        if (s->k == KS_MMA) nd->mma[s->mf16] = true;
+        if (s->k == KS_LDMATRIX) nd->ldm[s->nmat] = true;
         if (s->k == KS_ULET) needs_expr(nd, s->init);
         if (s->k == KS_UFOR) { needs_expr(nd, s->init); needs_expr(nd, s->cond); needs_expr(nd, s->update); needs_ks(nd, k, s->kbody, s->nk); }
     }
@@ -783,6 +792,7 @@ void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header) 
     Needs nd = {0};
     for (int i = 0; i < kp->nk; i++) needs_ks(&nd, kp->kernels[i], kp->kernels[i]->body, kp->kernels[i]->nbody);
     if (!cuda && nd.any_vload) str_printf(o, "%s", VLOAD_FAULT);
+    if (!cuda && nd.vload[DT_F32]) str_printf(o, VLOAD_C, "f32", "float", "");
     bool mma = false, ldm = false, cp = false;
     for (int i = 0; i < kp->nk; i++) {
         const KKernel *k = kp->kernels[i];
@@ -798,16 +808,68 @@ void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header) 
     if (nd.load[DT_BF16]) str_printf(o, "%s", LD_BF16);
     if (nd.load[DT_F16] || nd.vload[DT_F16] || (!cuda && mma)) str_printf(o, "%s", CONVERT_F16);
     if (nd.load[DT_F16]) str_printf(o, "%s", LD_F16);
+    static const char *const conv[DT_COUNT] = {[DT_F32] = "", [DT_BF16] = "bf16_to_f32", [DT_F16] = "f16_to_f32"};
+    for (int d = 0; d < DT_COUNT; d++) {
+        if (!nd.vload[d] || (!cuda && d == DT_F32)) continue;
+        if (cuda) str_printf(o, VLOAD_CUDA, dtype_names[d], ctype_of((DType)d), conv[d], conv[d]);
+        else str_printf(o, VLOAD_C, dtype_names[d], ctype_of((DType)d), conv[d]);
+    }
     if (!cuda && mma) str_printf(o, "%s", MMA_EMU);
+    bool shfl = false;
+    for (int i = 0; i < kp->nk; i++) shfl |= kp->kernels[i]->has_shfl;
+    if (!cuda && shfl) str_printf(o, "%s", SHFL_C);
+    for (int x = 1; x <= 4; x++) {   /* ldmatrix_xN(d0, .., dN-1, shared address of this lane's row) */
+        if (!cuda || !nd.ldm[x]) continue;
+        str_printf(o, "static DEVFN void ldmatrix_x%d(", x);
+        for (int j = 0; j < x; j++) str_printf(o, "uint32_t &d%d, ", j);
+        str_printf(o, "const uint16_t *row) {\n    asm volatile(\"ldmatrix.sync.aligned.m8n8.x%d.shared.b16 {", x);
+        for (int j = 0; j < x; j++) str_printf(o, "%s%%%d", j ? ", " : "", j);
+        str_printf(o, "}, [%%%d];\"\n                 : ", x);
+        for (int j = 0; j < x; j++) str_printf(o, "%s\"=r\"(d%d)", j ? ", " : "", j);
+        str_printf(o, " : \"r\"((unsigned)__cvta_generic_to_shared(row)));\n}\n");
+    }
+    for (int f = 0; f < 2; f++)
+        if (cuda && nd.mma[f]) str_printf(o, MMA_CUDA, f ? "f16" : "bf16", f ? "f16" : "bf16", f ? "f16" : "bf16");
     if (!cuda && ldm) str_printf(o, "%s", LDM_EMU);
     if (!cuda && cp) str_printf(o, "%s", CP_EMU);
+}
+
+/* Short statements (a register's zero, a vector element moved to a register) run to hundreds of lines in an
+ * unrolled kernel: consecutive ones at one indentation share a line up to 120 columns. */
+static bool packable(const char *s, size_t n) {
+    size_t i = 0;
+    while (i < n && s[i] == ' ') i++;
+    return n - i <= 40 && n > i && s[n - 1] == ';' && !memchr(s, '{', n) && !memchr(s, '}', n) && !memchr(s, '/', n) &&
+           strncmp(s + i, "for ", 4) && strncmp(s + i, "if ", 3);
+}
+static void pack_lines(Str *o, const char *s) {
+    size_t prev = (size_t)-1, ind_prev = 0;   /* the line being packed: its start in o, its indentation */
+    for (const char *p = s; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) : strlen(p), in = strspn(p, " ");
+        if (packable(p, n) && prev != (size_t)-1 && in == ind_prev && o->len - prev + 1 + n - in <= 120) {
+            str_printf(o, " ");
+            str_append(o, p + in, n - in);
+        } else {
+            if (o->len && o->s[o->len - 1] != '\n') str_printf(o, "\n");
+            prev = packable(p, n) ? o->len : (size_t)-1;
+            ind_prev = in;
+            str_append(o, p, n);
+        }
+        p += n + (e != NULL);
+        if (!e) break;
+    }
+    if (o->len && o->s[o->len - 1] != '\n') str_printf(o, "\n");
 }
 
 void emit_kernels(Str *o, const KProgram *kp, Target t) {
     str_printf(o, "\n/* ---- kernels ---- */\n");
     for (int i = 0; i < kp->nk; i++) {
-        if (t == TARGET_CUDA) emit_kernel_cuda(o, kp->kernels[i]);
-        else emit_kernel_c(o, kp->kernels[i]);
+        Str k = {0};
+        if (t == TARGET_CUDA) emit_kernel_cuda(&k, kp->kernels[i]);
+        else emit_kernel_c(&k, kp->kernels[i]);
+        pack_lines(o, k.s);
+        str_free(&k);
     }
 }
 
