@@ -209,11 +209,19 @@ void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
             str_printf(o, s->buf->dtype == DT_I32 ? ");\n" : ";\n");
             break;
         }
-        case TS_IF:
-            str_printf(o, "if ("); emit_expr(o, k, s->e, t); str_printf(o, ") {\n");
-            emit_tstmts(o, k, s->body, s->nbody, d + 1, t);
+        case TS_IF: {
+            /* an if whose body is one if is one condition (&& evaluates the inner one only where the outer holds) */
+            const TStmt *in = s;
+            str_printf(o, "if ("); emit_expr(o, k, s->e, t);
+            while (in->nbody == 1 && in->body[0]->k == TS_IF) {
+                in = in->body[0];
+                str_printf(o, " && "); emit_expr(o, k, in->e, t);
+            }
+            str_printf(o, ") {\n");
+            emit_tstmts(o, k, in->body, in->nbody, d + 1, t);
             ind(o, d); str_printf(o, "}\n");
             break;
+        }
         case TS_FOR:
             str_printf(o, "for (int64_t "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->lo, t);
             str_printf(o, "; "); var_name(o, s->v); str_printf(o, " < "); emit_expr(o, k, s->e, t);
