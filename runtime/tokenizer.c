@@ -113,10 +113,12 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
     uint64_t need = (uint64_t)TOK_HEADER_SIZE + 4ull * (n + 1) + n + 9ull * nmerge + npool + nchat;
     if (need != size) return "tokenizer blob: size does not match its header";
     const uint8_t *chat = blob + (size - nchat);
+    uint32_t fam = TOK_CHAT_NONE, cfl = 0, sl = UINT32_MAX;
+    int32_t ids[3] = { -1, -1, -1 };   /* end of turn, bos, eos */
     if (nchat) {
         if (nchat < TOK_CHAT_HEADER_SIZE) return "tokenizer blob: chat section too short";
-        uint32_t fam = rd32(chat), cfl = rd32(chat + 4), sl = rd32(chat + 20);
-        int32_t ids[3] = { (int32_t)rd32(chat + 8), (int32_t)rd32(chat + 12), (int32_t)rd32(chat + 16) };
+        fam = rd32(chat); cfl = rd32(chat + 4); sl = rd32(chat + 20);
+        for (int i = 0; i < 3; i++) ids[i] = (int32_t)rd32(chat + 8 + 4 * i);
         if (fam == TOK_CHAT_NONE || fam >= TOK_CHAT_COUNT) return "tokenizer blob: unknown chat template family";
         if (cfl & ~(uint32_t)TOKC_ALL) return "tokenizer blob: unknown chat flags";
         for (int i = 0; i < 3; i++)
@@ -131,14 +133,8 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
     if (!t) return "tokenizer: out of memory";
     t->model = model; t->flags = flags; t->pre = pre; t->bos = bos; t->eos = eos; t->unk = unk;
     t->n = n; t->nmerge = nmerge;
-    t->chat_eot = t->chat_bos = t->chat_eos = -1;
-    if (nchat) {
-        t->chat = rd32(chat); t->chat_flags = rd32(chat + 4);
-        t->chat_eot = (int32_t)rd32(chat + 8); t->chat_bos = (int32_t)rd32(chat + 12);
-        t->chat_eos = (int32_t)rd32(chat + 16);
-        uint32_t sl = rd32(chat + 20);
-        if (sl != UINT32_MAX) { t->chat_sys = chat + TOK_CHAT_HEADER_SIZE; t->chat_sys_len = sl; }
-    }
+    t->chat = fam; t->chat_flags = cfl; t->chat_eot = ids[0]; t->chat_bos = ids[1]; t->chat_eos = ids[2];
+    if (sl != UINT32_MAX) { t->chat_sys = chat + TOK_CHAT_HEADER_SIZE; t->chat_sys_len = sl; }
     const uint8_t *p = blob + TOK_HEADER_SIZE;
     const uint8_t *offs = p; p += 4ull * (n + 1);
     t->tflag = p; p += n;
@@ -230,9 +226,6 @@ fail:
 int tokenizer_vocab_size(const Tokenizer *t) { return (int)t->n; }
 int tokenizer_bos_id(const Tokenizer *t) { return t->bos; }
 int tokenizer_eos_id(const Tokenizer *t) { return t->eos; }
-bool tokenizer_is_special(const Tokenizer *t, int id) {
-    return id >= 0 && (uint32_t)id < t->n && (t->tflag[id] & TOKT_SPECIAL);
-}
 size_t tokenizer_max_piece_bytes(const Tokenizer *t) { return 3 * (t->maxlen + 8); }
 
 int tokenizer_token_id(const Tokenizer *t, const char *s) {
@@ -249,7 +242,7 @@ int tokenizer_token_id(const Tokenizer *t, const char *s) {
 /* ------------------------------------------------------------------ encode */
 
 typedef struct {
-    int32_t *ids; size_t n, cap;
+    int32_t *ids; size_t n, ids_cap;
     /* scratch, reused across words and segments */
     uint8_t *norm; size_t norm_cap;
     uint8_t *pfx; size_t pfx_cap;       /* a piece with add_prefix_space's ' ' in front */
@@ -265,23 +258,20 @@ typedef struct {
 } Enc;
 #define WC_SIZE 4096
 
-static void *grow(void *p, size_t *cap, size_t need, size_t elem, bool *oom) {
-    if (need <= *cap) return p;
+/* Grows the array *p (capacity *cap) to hold need elements of elem bytes; false (and *oom) when out of memory. */
+static bool grow(void **p, size_t *cap, size_t need, size_t elem, bool *oom) {
+    if (need <= *cap) return true;
     size_t c = *cap ? *cap : 64;
     while (c < need) c *= 2;
-    void *q = realloc(p, c * elem);
-    if (!q) { *oom = true; return NULL; }
-    *cap = c;
-    return q;
+    void *q = realloc(*p, c * elem);
+    if (!q) { *oom = true; return false; }
+    *p = q; *cap = c;
+    return true;
 }
+/* e's scratch array f (capacity f_cap) */
+#define GROW(e, f, need) grow((void **)&(e)->f, &(e)->f##_cap, (need), sizeof *(e)->f, &(e)->oom)
 static void emit(Enc *e, int32_t id) {
-    if (e->n == e->cap) {
-        size_t c = e->cap ? e->cap * 2 : 256;
-        int32_t *q = realloc(e->ids, c * sizeof *q);
-        if (!q) { e->oom = true; return; }
-        e->ids = q; e->cap = c;
-    }
-    e->ids[e->n++] = id;
+    if (GROW(e, ids, e->n + 1)) e->ids[e->n++] = id;
 }
 
 /* Character classes for the pre-tokenizer regex. */
@@ -344,10 +334,10 @@ static void bpe(const Tokenizer *t, Enc *e, size_t n) {
     }
     if (n == 1) { emit(e, (int32_t)s[0]); return; }
     if (n == 0) return;
-    int32_t *pv = grow(e->prev, &e->prev_cap, n, sizeof(int32_t), &e->oom); if (!pv) return; e->prev = pv;
-    int32_t *nx = grow(e->next, &e->next_cap, n, sizeof(int32_t), &e->oom); if (!nx) return; e->next = nx;
-    /* at most n-1 initial entries plus 2 per merge */
-    uint64_t *hp = grow(e->heap, &e->heap_cap, 3 * n, sizeof(uint64_t), &e->oom); if (!hp) return; e->heap = hp;
+    /* the heap: at most n-1 initial entries plus 2 per merge */
+    if (!GROW(e, prev, n) || !GROW(e, next, n) || !GROW(e, heap, 3 * n)) return;
+    int32_t *pv = e->prev, *nx = e->next;
+    uint64_t *hp = e->heap;
     /* heap entries: rank << 32 | pos; the smallest is popped: lowest rank, then leftmost */
     size_t hn = 0;
     /* pushes the pair at `at` unless its rank is NONE */
@@ -387,15 +377,7 @@ static void bpe(const Tokenizer *t, Enc *e, size_t n) {
     for (int32_t i = 0; i >= 0; i = nx[i]) emit(e, (int32_t)s[i]);
 }
 
-static bool ensure_sym(Enc *e, size_t n) {
-    uint32_t *a = grow(e->sym, &e->sym_cap, n, sizeof(uint32_t), &e->oom);
-    if (!a) return false;
-    e->sym = a;
-    uint32_t *b = grow(e->rank, &e->rank_cap, n, sizeof(uint32_t), &e->oom);
-    if (!b) return false;
-    e->rank = b;
-    return true;
-}
+static bool ensure_sym(Enc *e, size_t n) { return GROW(e, sym, n) && GROW(e, rank, n); }
 
 static void encode_word_bpe(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n);
 
@@ -446,15 +428,9 @@ static void encode_word_bpe(const Tokenizer *t, Enc *e, const uint8_t *w, size_t
  * (byte offsets, one past the end too); returns the character count, or
  * SIZE_MAX when out of memory. */
 static size_t classify(Enc *e, const uint8_t *w, size_t n) {
-    uint32_t *cp = grow(e->cp, &e->cp_cap, n + 1, sizeof(uint32_t), &e->oom);
-    if (!cp) return SIZE_MAX;
-    e->cp = cp;
-    uint8_t *cls = grow(e->cls, &e->cls_cap, n + 1, 1, &e->oom);
-    if (!cls) return SIZE_MAX;
-    e->cls = cls;
-    uint32_t *co = grow(e->coff, &e->coff_cap, n + 1, sizeof(uint32_t), &e->oom);
-    if (!co) return SIZE_MAX;
-    e->coff = co;
+    if (!GROW(e, cp, n + 1) || !GROW(e, cls, n + 1) || !GROW(e, coff, n + 1)) return SIZE_MAX;
+    uint32_t *cp = e->cp, *co = e->coff;
+    uint8_t *cls = e->cls;
     size_t m = 0;
     for (size_t i = 0; i < n;) {
         uint32_t c;
@@ -466,88 +442,80 @@ static size_t classify(Enc *e, const uint8_t *w, size_t n) {
     return m;
 }
 
-/* Splits w[0..n) (already normalized) with the Qwen2 / Llama 3 regex. */
-static void pretokenize(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
-    size_t m = classify(e, w, n);
-    if (m == SIZE_MAX) return;
-    const uint32_t *cp = e->cp, *co = e->coff;
+/* The end of the pre-token that starts at character i of m (classified by classify), by the Qwen2 /
+ * Llama 3 regex (l3: Llama 3's \p{N}{1,3}). */
+static size_t qwen2_end(const Enc *e, size_t i, size_t m, bool l3) {
+    const uint32_t *cp = e->cp;
     const uint8_t *cls = e->cls;
-    const bool l3 = t->pre == TOK_PRE_LLAMA3;
-    for (size_t i = 0; i < m;) {
-        size_t j;
-        uint8_t c0 = cls[i];
-        /* (?i:'s|'t|'re|'ve|'m|'ll|'d); U+017F folds to s */
-        if (cp[i] == '\'' && i + 1 < m) {
-            uint32_t a = cp[i + 1] == 0x17F ? 's' : (cp[i + 1] < 128 ? (cp[i + 1] | 32) : 0);
-            uint32_t b = i + 2 < m && cp[i + 2] < 128 ? (cp[i + 2] | 32) : 0;
-            if (a == 's' || a == 't' || a == 'm' || a == 'd') { j = i + 2; goto got; }
-            if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) { j = i + 3; goto got; }
-        }
-        /* [^\r\n\p{L}\p{N}]?\p{L}+ */
-        if ((c0 & C_L) || (!(c0 & (C_L | C_N | C_CRLF)) && i + 1 < m && (cls[i + 1] & C_L))) {
-            j = i + 1;
-            while (j < m && (cls[j] & C_L)) j++;
-            goto got;
-        }
-        /* \p{N} or \p{N}{1,3} */
-        if (c0 & C_N) {
-            j = i + 1;
-            if (l3) while (j < m && j < i + 3 && (cls[j] & C_N)) j++;
-            goto got;
-        }
-        /* " ?[^\s\p{L}\p{N}]+[\r\n]*" */
-        if (c0 == 0 || ((c0 & C_SP) && i + 1 < m && cls[i + 1] == 0)) {
-            j = i + 1;
-            while (j < m && cls[j] == 0) j++;
-            while (j < m && (cls[j] & C_CRLF)) j++;
-            goto got;
-        }
-        {   /* whitespace: \s*[\r\n]+ | \s+(?!\S) | \s+ */
-            size_t k = i;
-            while (k < m && (cls[k] & C_WS)) k++;
-            j = 0;
-            for (size_t p = k; p > i; p--) if (cls[p - 1] & C_CRLF) { j = p; break; }
-            if (!j) j = (k == m || k - i < 2) ? k : k - 1;
-        }
-    got:
-        encode_word_bytes(t, e, w + co[i], co[j] - co[i]);
-        i = j;
+    size_t j;
+    uint8_t c0 = cls[i];
+    /* (?i:'s|'t|'re|'ve|'m|'ll|'d); U+017F folds to s */
+    if (cp[i] == '\'' && i + 1 < m) {
+        uint32_t a = cp[i + 1] == 0x17F ? 's' : (cp[i + 1] < 128 ? (cp[i + 1] | 32) : 0);
+        uint32_t b = i + 2 < m && cp[i + 2] < 128 ? (cp[i + 2] | 32) : 0;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
     }
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    if ((c0 & C_L) || (!(c0 & (C_L | C_N | C_CRLF)) && i + 1 < m && (cls[i + 1] & C_L))) {
+        for (j = i + 1; j < m && (cls[j] & C_L); j++) {}
+        return j;
+    }
+    /* \p{N} or \p{N}{1,3} */
+    if (c0 & C_N) {
+        j = i + 1;
+        if (l3) while (j < m && j < i + 3 && (cls[j] & C_N)) j++;
+        return j;
+    }
+    /* " ?[^\s\p{L}\p{N}]+[\r\n]*" */
+    if (c0 == 0 || ((c0 & C_SP) && i + 1 < m && cls[i + 1] == 0)) {
+        j = i + 1;
+        while (j < m && cls[j] == 0) j++;
+        while (j < m && (cls[j] & C_CRLF)) j++;
+        return j;
+    }
+    /* whitespace: \s*[\r\n]+ | \s+(?!\S) | \s+ */
+    size_t k = i;
+    while (k < m && (cls[k] & C_WS)) k++;
+    for (size_t p = k; p > i; p--) if (cls[p - 1] & C_CRLF) return p;
+    return (k == m || k - i < 2) ? k : k - 1;
 }
 
-/* Splits w[0..n) with GPT-2's regex, ByteLevel's own (use_regex):
+/* The same by GPT-2's regex, ByteLevel's own (use_regex):
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  * At each position the first alternative that matches wins, as in Oniguruma.
  * Unlike Qwen2's, the contractions are case-sensitive and numbers run whole. */
-static void split_gpt2(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
+static size_t gpt2_end(const Enc *e, size_t i, size_t m, bool l3) {
+    (void)l3;
+    const uint32_t *cp = e->cp;
+    const uint8_t *cls = e->cls;
+    size_t j;
+    if (cp[i] == '\'' && i + 1 < m) {
+        uint32_t a = cp[i + 1], b = i + 2 < m ? cp[i + 2] : 0;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+        if (((a == 'r' || a == 'v') && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+    }
+    /* " ?" keeps its space only where a letter, number or other character follows
+     * (else the three alternatives fail and the space is whitespace) */
+    size_t k = cp[i] == ' ' && i + 1 < m && !(cls[i + 1] & C_WS) ? i + 1 : i;
+    if (!(cls[k] & C_WS)) {
+        uint8_t c = cls[k] & (C_L | C_N);
+        for (j = k + 1; j < m && (c ? (cls[j] & c) != 0 : cls[j] == 0); j++) {}
+        return j;
+    }
+    /* \s+(?!\S) leaves the last space for the word after it; \s+ takes a lone one */
+    for (j = i; j < m && (cls[j] & C_WS); j++) {}
+    return (j == m || j - i < 2) ? j : j - 1;
+}
+
+/* Splits w[0..n) (already normalized) into pre-tokens with end (qwen2_end, gpt2_end) and encodes each. */
+static void split_words(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n,
+                        size_t (*end)(const Enc *, size_t, size_t, bool)) {
     size_t m = classify(e, w, n);
     if (m == SIZE_MAX) return;
-    const uint32_t *cp = e->cp, *co = e->coff;
-    const uint8_t *cls = e->cls;
-    for (size_t i = 0; i < m;) {
-        size_t j;
-        if (cp[i] == '\'' && i + 1 < m) {
-            uint32_t a = cp[i + 1], b = i + 2 < m ? cp[i + 2] : 0;
-            if (a == 's' || a == 't' || a == 'm' || a == 'd') { j = i + 2; goto got; }
-            if (((a == 'r' || a == 'v') && b == 'e') || (a == 'l' && b == 'l')) { j = i + 3; goto got; }
-        }
-        /* " ?" keeps its space only where a letter, number or other character follows
-         * (else the three alternatives fail and the space is whitespace) */
-        size_t k = cp[i] == ' ' && i + 1 < m && !(cls[i + 1] & C_WS) ? i + 1 : i;
-        if (!(cls[k] & C_WS)) {
-            uint8_t c = cls[k] & (C_L | C_N);
-            j = k + 1;
-            while (j < m && (c ? (cls[j] & c) != 0 : cls[j] == 0)) j++;
-            goto got;
-        }
-        {   /* \s+(?!\S) leaves the last space for the word after it; \s+ takes a lone one */
-            size_t q = i;
-            while (q < m && (cls[q] & C_WS)) q++;
-            j = (q == m || q - i < 2) ? q : q - 1;
-        }
-    got:
-        encode_word_bytes(t, e, w + co[i], co[j] - co[i]);
-        i = j;
+    for (size_t i = 0, j; i < m; i = j) {
+        j = end(e, i, m, t->pre == TOK_PRE_LLAMA3);
+        encode_word_bytes(t, e, w + e->coff[i], e->coff[j] - e->coff[i]);
     }
 }
 
@@ -555,21 +523,19 @@ static void split_gpt2(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
 static void encode_piece(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
     if (n == 0) return;
     if ((t->flags & TOKF_PREFIX_SPACE) && w[0] != ' ') {
-        uint8_t *b = grow(e->pfx, &e->pfx_cap, n + 1, 1, &e->oom);
-        if (!b) return;
-        e->pfx = b;
-        b[0] = ' ';
-        memcpy(b + 1, w, n);
-        w = b; n++;
+        if (!GROW(e, pfx, n + 1)) return;
+        e->pfx[0] = ' ';
+        memcpy(e->pfx + 1, w, n);
+        w = e->pfx; n++;
     }
-    if (t->pre == TOK_PRE_GPT2) split_gpt2(t, e, w, n); else encode_word_bytes(t, e, w, n);
+    if (t->pre == TOK_PRE_GPT2) split_words(t, e, w, n, gpt2_end); else encode_word_bytes(t, e, w, n);
 }
 
 /* The pre-tokenizer over one normalized segment. Digits (Rust's char::is_numeric:
  * categories Nd, Nl, No) splits first; each piece then goes through ByteLevel alone,
  * so a piece boundary ends words and \s+(?!\S)'s lookahead as the text's end does. */
 static void pre_tokenize(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
-    if (t->pre == TOK_PRE_QWEN2 || t->pre == TOK_PRE_LLAMA3) { pretokenize(t, e, w, n); return; }
+    if (t->pre == TOK_PRE_QWEN2 || t->pre == TOK_PRE_LLAMA3) { split_words(t, e, w, n, qwen2_end); return; }
     if (!(t->flags & TOKF_DIGITS)) { encode_piece(t, e, w, n); return; }
     const bool runs = (t->flags & TOKF_DIGIT_RUNS) != 0;
     size_t start = 0;
@@ -610,17 +576,13 @@ static void encode_segment_bytes(const Tokenizer *t, Enc *e, const uint8_t *s, s
                                               UTF8PROC_STABLE | UTF8PROC_COMPOSE);
             const uint8_t *src = s + i; size_t sl = j - i;
             if (r >= 0 && dst) { src = dst; sl = (size_t)r; }
-            uint8_t *nb = grow(e->norm, &e->norm_cap, len + sl + 4, 1, &e->oom);
-            if (!nb) { free(dst); return; }
-            e->norm = nb;
-            memcpy(nb + len, src, sl); len += sl;
+            if (!GROW(e, norm, len + sl + 4)) { free(dst); return; }
+            memcpy(e->norm + len, src, sl); len += sl;
             free(dst);
         }
         if (j < n) {
-            uint8_t *nb = grow(e->norm, &e->norm_cap, len + 4, 1, &e->oom);
-            if (!nb) return;
-            e->norm = nb;
-            nb[len++] = s[j]; j++;
+            if (!GROW(e, norm, len + 4)) return;
+            e->norm[len++] = s[j]; j++;
         }
         i = j;
     }
@@ -644,9 +606,8 @@ static void encode_segment_spm(const Tokenizer *t, Enc *e, const uint8_t *s, siz
         bool prepend = !meta;
         if (meta && (t->pre == TOK_PRE_META_ALWAYS || (t->pre == TOK_PRE_META_FIRST && at_start)))
             prepend = s[0] != ' ' && !is_meta(s, n);
-        uint8_t *nb = grow(e->norm, &e->norm_cap, 3 * n + 3, 1, &e->oom);
-        if (!nb) return;
-        e->norm = nb;
+        if (!GROW(e, norm, 3 * n + 3)) return;
+        uint8_t *nb = e->norm;
         size_t k = 0;
         if (prepend) { nb[k++] = 0xE2; nb[k++] = 0x96; nb[k++] = 0x81; }
         for (size_t i = 0; i < n; i++) {
@@ -900,6 +861,13 @@ static void buf_content(Buf *b, const Tokenizer *t, const ChatMsg *m) {
     }
     buf_put(b, s + lo, hi - lo);
 }
+/* One turn: open, the role, mid, the content, close. */
+static void buf_turn(Buf *b, const Tokenizer *t, const char *open, const ChatMsg *m, const char *mid,
+                     const char *close) {
+    buf_str(b, open); buf_str(b, m->role); buf_str(b, mid);
+    buf_content(b, t, m);
+    buf_str(b, close);
+}
 
 /* The date in Llama 3.1 / 3.2's system turn (see TOK_CHAT_DATE_ENV). Month
  * names are spelled out because %b follows LC_TIME, while Python's strftime
@@ -952,13 +920,6 @@ static void qwen3_split(const ChatMsg *m, const char **rs, size_t *rn, const cha
 }
 
 static void render_qwen3(Buf *b, const ChatMsg *m, int n, bool add_gen, int think) {
-    int i = 0;
-    if (n > 0 && strcmp(m[0].role, "system") == 0) {
-        buf_str(b, "<|im_start|>system\n");
-        buf_put(b, m[0].content, m[0].len);
-        buf_str(b, "<|im_end|>\n");
-        i = 1;
-    }
     /* the last user message that is not a tool response: reasoning is kept only after it */
     int last_query = n - 1;
     for (int k = n - 1; k >= 0; k--) {
@@ -966,7 +927,7 @@ static void render_qwen3(Buf *b, const ChatMsg *m, int n, bool add_gen, int thin
                          memcmp(m[k].content + m[k].len - 16, "</tool_response>", 16) == 0;
         if (strcmp(m[k].role, "user") == 0 && !tool_resp) { last_query = k; break; }
     }
-    for (; i < n; i++) {
+    for (int i = 0; i < n; i++) {
         if (strcmp(m[i].role, "assistant") != 0) {
             buf_str(b, "<|im_start|>"); buf_str(b, m[i].role); buf_str(b, "\n");
             buf_put(b, m[i].content, m[i].len);
@@ -1003,40 +964,23 @@ char *tokenizer_chat_render_think(const Tokenizer *t, const ChatMsg *m, int n, b
     int i = 0;
     switch (t->chat) {
     case TOK_CHAT_CHATML:
-        /* Qwen2.5: the first message when it is the system's, else the default system prompt */
+        /* Qwen2.5: the default system prompt where the first message is not the system's */
         if (cont) buf_str(&b, "<|im_end|>\n");
-        else if (n > 0 && strcmp(m[0].role, "system") == 0) {
-            buf_str(&b, "<|im_start|>system\n");
-            buf_content(&b, t, &m[0]);
-            buf_str(&b, "<|im_end|>\n");
-            i = 1;
-        } else if (t->chat_sys) {
+        else if (t->chat_sys && !(n > 0 && strcmp(m[0].role, "system") == 0)) {
             buf_str(&b, "<|im_start|>system\n");
             buf_put(&b, t->chat_sys, t->chat_sys_len);
             buf_str(&b, "<|im_end|>\n");
         }
-        for (; i < n; i++) {
-            buf_str(&b, "<|im_start|>"); buf_str(&b, m[i].role); buf_str(&b, "\n");
-            buf_content(&b, t, &m[i]);
-            buf_str(&b, "<|im_end|>\n");
-        }
+        for (; i < n; i++) buf_turn(&b, t, "<|im_start|>", &m[i], "\n", "<|im_end|>\n");
         if (add_gen) buf_str(&b, "<|im_start|>assistant\n");
         break;
     case TOK_CHAT_LLAMA3:
-        if (cont) buf_str(&b, "<|eot_id|>");
-        for (; i < n; i++) {
-            if (i == 0 && !cont) buf_tok(&b, t, t->chat_bos);
-            buf_str(&b, "<|start_header_id|>"); buf_str(&b, m[i].role); buf_str(&b, "<|end_header_id|>\n\n");
-            buf_content(&b, t, &m[i]);
-            buf_str(&b, "<|eot_id|>");
-        }
-        if (add_gen) buf_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-        break;
     case TOK_CHAT_LLAMA31:
-        /* the system turn comes first even without a system message; a system
+        /* Llama 3.1's system turn comes first even without a system message; a system
          * message later on is an ordinary turn, as in Llama 3 */
         if (cont) buf_str(&b, "<|eot_id|>");
-        else {
+        else if (t->chat == TOK_CHAT_LLAMA3 && n > 0) buf_tok(&b, t, t->chat_bos);
+        else if (t->chat == TOK_CHAT_LLAMA31) {
             buf_tok(&b, t, t->chat_bos);
             buf_str(&b, "<|start_header_id|>system<|end_header_id|>\n\n"
                         "Cutting Knowledge Date: December 2023\nToday Date: ");
@@ -1045,11 +989,7 @@ char *tokenizer_chat_render_think(const Tokenizer *t, const ChatMsg *m, int n, b
             if (n > 0 && strcmp(m[0].role, "system") == 0) buf_content(&b, t, &m[i++]);
             buf_str(&b, "<|eot_id|>");
         }
-        for (; i < n; i++) {
-            buf_str(&b, "<|start_header_id|>"); buf_str(&b, m[i].role); buf_str(&b, "<|end_header_id|>\n\n");
-            buf_content(&b, t, &m[i]);
-            buf_str(&b, "<|eot_id|>");
-        }
+        for (; i < n; i++) buf_turn(&b, t, "<|start_header_id|>", &m[i], "<|end_header_id|>\n\n", "<|eot_id|>");
         if (add_gen) buf_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
     case TOK_CHAT_ZEPHYR:
@@ -1059,8 +999,7 @@ char *tokenizer_chat_render_think(const Tokenizer *t, const ChatMsg *m, int n, b
         for (; i < n; i++) {
             const char *r = m[i].role;
             if (!strcmp(r, "user") || !strcmp(r, "system") || !strcmp(r, "assistant")) {
-                buf_str(&b, "<|"); buf_str(&b, r); buf_str(&b, "|>\n");
-                buf_content(&b, t, &m[i]);
+                buf_turn(&b, t, "<|", &m[i], "|>\n", "");
                 buf_tok(&b, t, t->chat_eos);
                 buf_str(&b, "\n");
             }

@@ -21,7 +21,6 @@ void tokenizer_free(Tokenizer *t);
 int tokenizer_vocab_size(const Tokenizer *t);   /* ids >= this decode to nothing */
 int tokenizer_bos_id(const Tokenizer *t);       /* -1 when none */
 int tokenizer_eos_id(const Tokenizer *t);       /* -1 when none */
-bool tokenizer_is_special(const Tokenizer *t, int id);
 /* Id of an exact token string (added tokens included), -1 if none. */
 int tokenizer_token_id(const Tokenizer *t, const char *s);
 
