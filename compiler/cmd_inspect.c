@@ -14,45 +14,30 @@ static const char *basename_of(const char *p) {
     return s ? s + 1 : p;
 }
 
+/* Every ModelConfig field as "name: value", by its type: S string, I int, D double, B bool. */
 static void print_config(const ModelConfig *c) {
-    printf("dir: %s\n", c->dir);
-    printf("config_path: %s\n", c->config_path);
-    printf("architecture: %s\n", c->architecture);
-    printf("family: %s\n", c->family);
-    printf("hidden_size: %d\n", c->hidden_size);
-    printf("intermediate_size: %d\n", c->intermediate_size);
-    printf("num_hidden_layers: %d\n", c->num_hidden_layers);
-    printf("num_attention_heads: %d\n", c->num_attention_heads);
-    printf("num_key_value_heads: %d\n", c->num_key_value_heads);
-    printf("head_dim: %d\n", c->head_dim);
-    printf("rms_norm_eps: %.9g\n", c->rms_norm_eps);
-    printf("rope_theta: %.9g\n", c->rope_theta);
+#define S(f) printf(#f ": %s\n", c->f);
+#define I(f) printf(#f ": %d\n", c->f);
+#define D(f) printf(#f ": %.9g\n", c->f);
+#define B(f) printf(#f ": %s\n", c->f ? "true" : "false");
+    S(dir) S(config_path) S(architecture) S(family)
+    I(hidden_size) I(intermediate_size) I(num_hidden_layers) I(num_attention_heads) I(num_key_value_heads)
+    I(head_dim) D(rms_norm_eps) D(rope_theta)
     printf("rope_type: %s\n", rope_type_name(c->rope_type));
-    printf("rope_factor: %.9g\n", c->rope_factor);
-    printf("rope_low_freq_factor: %.9g\n", c->rope_low_freq_factor);
-    printf("rope_high_freq_factor: %.9g\n", c->rope_high_freq_factor);
-    printf("rope_original_max_pos: %d\n", c->rope_original_max_pos);
-    printf("max_position_embeddings: %d\n", c->max_position_embeddings);
-    printf("vocab_size: %d\n", c->vocab_size);
-    printf("tie_word_embeddings: %s\n", c->tie_word_embeddings ? "true" : "false");
-    printf("attention_bias: %s\n", c->attention_bias ? "true" : "false");
-    printf("o_bias: %s\n", c->o_bias ? "true" : "false");
-    printf("mlp_bias: %s\n", c->mlp_bias ? "true" : "false");
-    printf("qk_norm: %s\n", c->qk_norm ? "true" : "false");
-    printf("sliding_window: %d\n", c->sliding_window);
+    D(rope_factor) D(rope_low_freq_factor) D(rope_high_freq_factor) I(rope_original_max_pos)
+    I(max_position_embeddings) I(vocab_size)
+    B(tie_word_embeddings) B(attention_bias) B(o_bias) B(mlp_bias) B(qk_norm) I(sliding_window)
     for (int i = 0; i < c->n_ignored_keys; i++) printf("ignored_key: %s\n", c->ignored_keys[i]);
     printf("torch_dtype: %s\n", c->torch_dtype ? c->torch_dtype : "(none)");
-    printf("bos_token_id: %d\n", c->bos_token_id);
+    I(bos_token_id)
     printf("eos_token_ids: [");
     for (int i = 0; i < c->n_eos; i++) printf("%s%d", i ? ", " : "", c->eos_token_ids[i]);
     printf("]\n");
-    printf("has_generation_config: %s\n", c->has_generation_config ? "true" : "false");
-    printf("temperature: %.9g\n", c->temperature);
-    printf("top_p: %.9g\n", c->top_p);
-    printf("top_k: %d\n", c->top_k);
-    printf("min_p: %.9g\n", c->min_p);
-    printf("repetition_penalty: %.9g\n", c->repetition_penalty);
-    printf("do_sample: %s\n", c->do_sample ? "true" : "false");
+    B(has_generation_config) D(temperature) D(top_p) I(top_k) D(min_p) D(repetition_penalty) B(do_sample)
+#undef S
+#undef I
+#undef D
+#undef B
 }
 
 #define INSPECT_USAGE "usage: llmcc inspect MODEL [--config-only] [--config-keys] [--ignore-config-key KEY]..."
