@@ -13,12 +13,8 @@
 #include <unistd.h>
 
 const char *rope_type_name(RopeScalingType t) {
-    switch (t) {
-    case ROPE_NONE: return "none";
-    case ROPE_LINEAR: return "linear";
-    case ROPE_LLAMA3: return "llama3";
-    }
-    return "?";
+    static const char *const names[] = {[ROPE_NONE] = "none", [ROPE_LINEAR] = "linear", [ROPE_LLAMA3] = "llama3"};
+    return t <= ROPE_LLAMA3 ? names[t] : "?";
 }
 
 /* ---- typed getters: null counts as absent, since HF writes "key": null for defaults ---- */
@@ -83,27 +79,24 @@ static int token_id(Arena *a, const Json *j, int v, const char *key, int vocab) 
     return (int)x;
 }
 
-/* bos_token_id: int, list (first is used), or null. Returns false when absent. */
-static bool read_bos(Arena *a, const Json *j, int obj, int vocab, int *out) {
+/* bos_token_id: int, list (first is used), or null (-1). *out is left as it is when the key is absent. */
+static void read_bos(Arena *a, const Json *j, int obj, int vocab, int *out) {
     int v = json_find(j, obj, "bos_token_id");
-    if (v < 0) return false;
-    if (json_is_null(j, v)) { *out = -1; return true; }
-    if (json_type(j, v) == JSON_ARRAY) {
-        *out = json_size(j, v) ? token_id(a, j, v + 1, "bos_token_id", vocab) : -1;
-        return true;
-    }
-    *out = token_id(a, j, v, "bos_token_id", vocab);
-    return true;
+    if (v < 0) return;
+    if (json_is_null(j, v)) *out = -1;
+    else if (json_type(j, v) != JSON_ARRAY) *out = token_id(a, j, v, "bos_token_id", vocab);
+    else *out = json_size(j, v) ? token_id(a, j, v + 1, "bos_token_id", vocab) : -1;
 }
 
-static bool read_eos(Arena *a, const Json *j, int obj, int vocab, ModelConfig *c) {
+/* eos_token_id: int, list (duplicates dropped), or null (none); left as it is when absent. */
+static void read_eos(Arena *a, const Json *j, int obj, int vocab, ModelConfig *c) {
     int v = json_find(j, obj, "eos_token_id");
-    if (v < 0) return false;
+    if (v < 0) return;
     c->n_eos = 0;
-    if (json_is_null(j, v)) return true;
+    if (json_is_null(j, v)) return;
     if (json_type(j, v) != JSON_ARRAY) {
         c->eos_token_ids[c->n_eos++] = token_id(a, j, v, "eos_token_id", vocab);
-        return true;
+        return;
     }
     if (json_size(j, v) > LLMCC_MAX_EOS)
         die_user(j->path, "eos_token_id", "%d ids given, at most %d supported", json_size(j, v), LLMCC_MAX_EOS);
@@ -113,7 +106,6 @@ static bool read_eos(Arena *a, const Json *j, int obj, int vocab, ModelConfig *c
         for (int k = 0; k < c->n_eos; k++) dup |= c->eos_token_ids[k] == id;
         if (!dup) c->eos_token_ids[c->n_eos++] = id;
     }
-    return true;
 }
 
 /* ---- RoPE: transformers 4.x writes rope_theta and rope_scaling at the top level, transformers 5 writes
@@ -231,8 +223,7 @@ static void read_generation_config(Arena *a, const char *dir, ModelConfig *c) {
     Json j;
     json_load_file(a, &j, path);
     if (json_type(&j, 0) != JSON_OBJECT) die_user(path, NULL, "not a JSON object");
-    int bos;
-    if (read_bos(a, &j, 0, c->vocab_size, &bos)) c->bos_token_id = bos;
+    read_bos(a, &j, 0, c->vocab_size, &c->bos_token_id);
     read_eos(a, &j, 0, c->vocab_size, c);
     c->temperature = get_num(a, &j, 0, "temperature", "temperature", false, 1.0, 0, false, -1);
     c->top_p = get_num(a, &j, 0, "top_p", "top_p", false, 1.0, 0, true, 1.0);
@@ -379,18 +370,13 @@ void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, Mod
             die_user(path, "model_type", "must be a string, got %s", json_raw(a, &j, mt));
         c->arch = arch_from(a, &j, mt, false, "model_type");
     }
-    static const char *const classes[] = {
-#define X(e, cls, type, name) cls,
+    static const struct { const char *cls, *name; } archs[] = {
+#define X(e, cls, type, name) {cls, name},
         ARCHITECTURES(X)
 #undef X
     };
-    static const char *const names[] = {
-#define X(e, cls, type, name) name,
-        ARCHITECTURES(X)
-#undef X
-    };
-    c->architecture = classes[c->arch];
-    c->family = names[c->arch];
+    c->architecture = archs[c->arch].cls;
+    c->family = archs[c->arch].name;
     check_keys(a, &j, opts, c);
 
     c->hidden_size = get_int(a, &j, 0, "hidden_size", "hidden_size", true, 0, 1);
@@ -455,8 +441,7 @@ void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, Mod
     if (!c->torch_dtype) c->torch_dtype = get_str(a, &j, 0, "dtype");   /* transformers >= 4.56 */
 
     c->bos_token_id = -1;
-    int bos;
-    if (read_bos(a, &j, 0, c->vocab_size, &bos)) c->bos_token_id = bos;
+    read_bos(a, &j, 0, c->vocab_size, &c->bos_token_id);
     read_eos(a, &j, 0, c->vocab_size, c);
     read_generation_config(a, dir, c);
 }
