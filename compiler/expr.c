@@ -130,6 +130,10 @@ static Expr *subst(Arena *A, Expr *e, Var *v, Expr *r, Expr *const *acc, int nac
 Expr *expr_subst(Arena *A, Expr *e, Var *v, Expr *r) { return subst(A, e, v, r, NULL, 0); }
 Expr *expr_subst_acc(Arena *A, Expr *e, Expr *acc) { return subst(A, e, NULL, NULL, &acc, 1); }
 Expr *expr_subst_accs(Arena *A, Expr *e, Expr *const *acc, int n) { return subst(A, e, NULL, NULL, acc, n); }
+Expr *expr_subst_vars(Arena *A, Expr *e, Var *const *from, Expr *const *to, int n) {
+    for (int i = 0; i < n; i++) e = expr_subst(A, e, from[i], to[i]);
+    return e;
+}
 
 /* ---- simplification over known variable ranges ---- */
 /* [*lo, *hi] (inclusive) bounds e's value where the ranges tell */

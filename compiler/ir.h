@@ -114,6 +114,7 @@ Expr *e_velem(Arena *A, Var *vec, int64_t j);              /* element j of a vec
 Expr *expr_subst(Arena *A, Expr *e, Var *v, Expr *r);
 Expr *expr_subst_acc(Arena *A, Expr *e, Expr *acc);        /* slot 0 */
 Expr *expr_subst_accs(Arena *A, Expr *e, Expr *const *acc, int n);   /* slot j by acc[j] */
+Expr *expr_subst_vars(Arena *A, Expr *e, Var *const *from, Expr *const *to, int n);   /* from[i] by to[i] */
 /* Integer index arithmetic simplified with what the ranges (lo <= v < hi) tell:
  * constants gathered (x + 16 + 16 is x + 32), x % m dropped or shifted and
  * comparisons in a select decided where x's range allows. Loop IR splits

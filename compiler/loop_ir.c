@@ -90,7 +90,7 @@ static bool shape_of(const LoopNest *n, Shape *sh) {
 /* the store writes B[v0, v1, ...]: its own loop variables, in order, over all of B */
 static bool identity_store(const Shape *sh) {
     const LStmt *st = sh->store;
-    if (sh->red || st->buf->ndim != sh->npar) return false;
+    if (st->buf->ndim != sh->npar) return false;
     for (int d = 0; d < sh->npar; d++)
         if (st->idx[d]->k != EX_VAR || st->idx[d]->var != sh->par[d]->v) return false;
     return true;
@@ -104,22 +104,32 @@ static void count_loads(Uses *u, const Expr *e) {
     }
     for (int i = 0; i < e->nargs; i++) count_loads(u, e->a[i]);
 }
-static void count_stmt(Uses *u, const LStmt *s) {
+/* Calls f on every expression of s and its body (loop extents, values, store indices, an attention's and a
+ * top_k's operands), and w (when not NULL) on every buffer they store to. */
+static void stmt_walk(const LStmt *s, void (*f)(void *, const Expr *), void (*w)(void *, Buffer *), void *ctx) {
     if (s->k == LS_ATTN) {
         const AttnDesc *d = s->attn;
-        count_loads(u, d->q); count_loads(u, d->k); count_loads(u, d->v); count_loads(u, d->jmax);
-        for (int i = 0; i < d->out->ndim; i++) count_loads(u, d->out_idx[i]);
+        const Expr *e[4] = {d->q, d->k, d->v, d->jmax};
+        for (int i = 0; i < 4; i++) f(ctx, e[i]);
+        for (int i = 0; i < d->out->ndim; i++) f(ctx, d->out_idx[i]);
+        if (w) w(ctx, d->out);
         return;
     }
     if (s->k == LS_TOPK) {
-        count_loads(u, s->topk->body);
+        f(ctx, s->topk->body);
+        if (w) w(ctx, s->topk->out);
         return;
     }
-    if (s->extent) count_loads(u, s->extent);
-    if (s->value) count_loads(u, s->value);
-    if (s->k == LS_STORE) for (int d = 0; d < s->buf->ndim; d++) count_loads(u, s->idx[d]);
-    for (int i = 0; i < s->nbody; i++) count_stmt(u, s->body[i]);
+    if (s->extent) f(ctx, s->extent);
+    if (s->value) f(ctx, s->value);
+    if (s->k == LS_STORE) {
+        for (int d = 0; d < s->buf->ndim; d++) f(ctx, s->idx[d]);
+        if (w) w(ctx, s->buf);
+    }
+    for (int i = 0; i < s->nbody; i++) stmt_walk(s->body[i], f, w, ctx);
 }
+static void count_expr(void *u, const Expr *e) { count_loads(u, e); }
+static void count_stmt(Uses *u, const LStmt *s) { stmt_walk(s, count_expr, NULL, u); }
 static bool writes(const LStmt *s, const Buffer *b) {
     if ((s->k == LS_STORE && s->buf == b) || (s->k == LS_ATTN && s->attn->out == b) ||
         (s->k == LS_TOPK && s->topk->out == b)) return true;
@@ -168,7 +178,8 @@ static Expr *extent_product(Arena *A, const Shape *sh, bool with_red) {
  * recomputed, one store and one load of B are saved). */
 static bool try_inline(Arena *A, LProgram *lp, bool *dead, int pi, int ci) {
     Shape p, c;
-    if (!shape_of(lp->nests[pi], &p) || !identity_store(&p) || !shape_of(lp->nests[ci], &c) || c.red) return false;
+    if (!shape_of(lp->nests[pi], &p) || p.red || !identity_store(&p) || !shape_of(lp->nests[ci], &c) || c.red)
+        return false;
     const Buffer *b = p.store->buf;
     if (b->kind != BUF_ACT) return false;
     Uses u = {b, 0, NULL, false};
@@ -199,7 +210,8 @@ static bool try_inline(Arena *A, LProgram *lp, bool *dead, int pi, int ci) {
  * element is computed once; one launch and one read of B are saved. */
 static bool try_side_store(Arena *A, LProgram *lp, int pi, int ri) {
     Shape p, r;
-    if (!shape_of(lp->nests[pi], &p) || !identity_store(&p) || !shape_of(lp->nests[ri], &r) || !r.red || r.side)
+    if (!shape_of(lp->nests[pi], &p) || p.red || !identity_store(&p) || !shape_of(lp->nests[ri], &r) || !r.red ||
+        r.side)
         return false;
     const Buffer *b = p.store->buf;
     /* argmax's schedule keeps (value, index) pairs and has no side store */
@@ -256,11 +268,8 @@ static bool try_tail(Arena *A, LProgram *lp, int ri, int ci) {
     for (int i = 0; i < nin && !r.side; i++) if (in[i]->kind == BUF_WEIGHT) return false;
     if (nin < 0) return false;
     const Buffer *b = r.store->buf;
-    if (b->kind != BUF_ACT || b->ndim != r.npar || c.store->buf == b) return false;
-    for (int d = 0; d < r.npar; d++) {
-        if (r.store->idx[d]->k != EX_VAR || r.store->idx[d]->var != r.par[d]->v) return false;
-        if (!expr_equal(r.par[d]->extent, c.par[d]->extent)) return false;
-    }
+    if (b->kind != BUF_ACT || !identity_store(&r) || c.store->buf == b) return false;
+    for (int d = 0; d < r.npar; d++) if (!expr_equal(r.par[d]->extent, c.par[d]->extent)) return false;
     /* C reads B only at its own leading variables */
     Uses u = {b, 0, NULL, false};
     count_loads(&u, c.store->value);
@@ -391,33 +400,18 @@ static void life_load(void *ctx, Buffer *b) {
     if (l->first[b->id] < 0) l->first[b->id] = l->i;
     l->last[b->id] = l->i;
 }
-static void life_stmt(Life *l, const LStmt *s) {
-    if (s->k == LS_ATTN) {
-        const AttnDesc *d = s->attn;
-        const Expr *e[4] = {d->q, d->k, d->v, d->jmax};
-        for (int i = 0; i < 4; i++) expr_visit_loads(e[i], life_load, l);
-        for (int i = 0; i < d->out->ndim; i++) expr_visit_loads(d->out_idx[i], life_load, l);
-        life_load(l, d->out);
-        return;
-    }
-    if (s->k == LS_TOPK) {
-        expr_visit_loads(s->topk->body, life_load, l);
-        life_load(l, s->topk->out);
-        return;
-    }
-    if (s->extent) expr_visit_loads(s->extent, life_load, l);
-    if (s->value) expr_visit_loads(s->value, life_load, l);
-    if (s->k == LS_STORE) {
-        for (int d = 0; d < s->buf->ndim; d++) expr_visit_loads(s->idx[d], life_load, l);
-        life_load(l, s->buf);
-    }
-    for (int i = 0; i < s->nbody; i++) life_stmt(l, s->body[i]);
+static void life_expr(void *l, const Expr *e) { expr_visit_loads(e, life_load, l); }
+/* Drops the nests fusion emptied (dead). */
+static void drop_dead(LProgram *lp, const bool *dead) {
+    int n = 0;
+    for (int i = 0; i < lp->n; i++) if (!dead[i]) lp->nests[n++] = lp->nests[i];
+    lp->n = n;
 }
 static void replan(Arena *A, LProgram *lp) {
     TProgram *tp = lp->tp;
     Life l = {ARENA_ARRAY(A, int, tp->nbufs), ARENA_ARRAY(A, int, tp->nbufs), 0};
     for (int i = 0; i < tp->nbufs; i++) l.first[i] = l.last[i] = -1;
-    for (l.i = 0; l.i < lp->n; l.i++) life_stmt(&l, lp->nests[l.i]->root);
+    for (l.i = 0; l.i < lp->n; l.i++) stmt_walk(lp->nests[l.i]->root, life_expr, life_load, &l);
     tensor_place_buffers(A, tp, l.first, l.last, lp->n);
 }
 
@@ -441,9 +435,7 @@ void loop_fuse(Arena *A, LProgram *lp, bool enable) {
             if (pi >= 0 && try_retarget(A, lp, dead, pi, ci)) { dead[ci] = true; lp->n_retargeted++; }
         }
     }
-    int n = 0;
-    for (int i = 0; i < lp->n; i++) if (!dead[i]) lp->nests[n++] = lp->nests[i];
-    lp->n = n;
+    drop_dead(lp, dead);
     replan(A, lp);
 }
 
@@ -454,10 +446,8 @@ void loop_fuse(Arena *A, LProgram *lp, bool enable) {
 static bool linear_shape(const LoopNest *n, Shape *sh) {
     int64_t K;
     if (!shape_of(n, sh) || !sh->red || sh->side || sh->leaf->nbody != 3 || sh->red->body[0]->red != RED_SUM ||
-        !expr_is_const(sh->red->extent, &K) || sh->store->buf->kind != BUF_ACT || sh->store->buf->ndim != sh->npar)
+        !expr_is_const(sh->red->extent, &K) || sh->store->buf->kind != BUF_ACT || !identity_store(sh))
         return false;
-    for (int d = 0; d < sh->npar; d++)
-        if (sh->store->idx[d]->k != EX_VAR || sh->store->idx[d]->var != sh->par[d]->v) return false;
     Buffer *in[16];
     int nin = 0;
     collect_inputs(sh->red->body[0]->value, in, &nin);
@@ -499,10 +489,6 @@ static Expr *acc_term_at(Arena *A, const Shape *r, const Expr *ld, Var *kv) {
     Expr *v = expr_subst(A, r->red->body[0]->value, r->red->v, e_var(A, kv));
     for (int d = 0; d < r->npar; d++) v = expr_subst(A, v, r->par[d]->v, ld->a[d]);
     return v;
-}
-static Expr *subst_vars(Arena *A, Expr *e, Var *const *from, Expr *const *to, int n) {
-    for (int i = 0; i < n; i++) e = expr_subst(A, e, from[i], to[i]);
-    return e;
 }
 /* a's kernel name joined with b's past their common prefix: mlp_gate_proj + mlp_up_proj -> mlp_gate_proj_up_proj */
 static const char *joined_name(Arena *A, const char *a, const char *b) {
@@ -571,8 +557,8 @@ static bool try_epilogue(Arena *A, LProgram *lp, const bool *dead, int ri, int c
     for (int d = 0; d < c.npar; d++) { cv[d] = c.par[d]->v; rv[d] = e_var(A, r.par[d]->v); }
     Expr *v = replace_load(A, c.store->value, ld, r.store->value);
     Expr **idx = ARENA_ARRAY(A, Expr *, out->ndim);
-    for (int d = 0; d < out->ndim; d++) idx[d] = subst_vars(A, c.store->idx[d], cv, rv, c.npar);
-    r.store->buf = out; r.store->idx = idx; r.store->value = subst_vars(A, v, cv, rv, c.npar);
+    for (int d = 0; d < out->ndim; d++) idx[d] = expr_subst_vars(A, c.store->idx[d], cv, rv, c.npar);
+    r.store->buf = out; r.store->idx = idx; r.store->value = expr_subst_vars(A, v, cv, rv, c.npar);
     lp->nests[ri]->kname = joined_name(A, lp->nests[ri]->kname, lp->nests[ci]->kname);
     return true;
 }
@@ -603,8 +589,8 @@ static bool try_pair(Arena *A, LProgram *lp, const bool *dead, int r1i, int r2i,
     Expr *val = replace_load(A, c.store->value, ld1, linear_at(A, &r1, ld1, 0));
     val = replace_load(A, val, ld2, linear_at(A, &r2, ld2, 1));
     Expr **idx = ARENA_ARRAY(A, Expr *, out->ndim);
-    for (int d = 0; d < out->ndim; d++) idx[d] = subst_vars(A, c.store->idx[d], cv, rv, c.npar);
-    LStmt *st = store_stmt(A, out, idx, subst_vars(A, val, cv, rv, c.npar));
+    for (int d = 0; d < out->ndim; d++) idx[d] = expr_subst_vars(A, c.store->idx[d], cv, rv, c.npar);
+    LStmt *st = store_stmt(A, out, idx, expr_subst_vars(A, val, cv, rv, c.npar));
     Expr *p1 = e_load(A, r1.store->buf, r1.npar, rv), *p2 = e_load(A, r2.store->buf, r2.npar, rv);
     LoopNest *n = ARENA_NEW(A, LoopNest);
     *n = *lp->nests[r1i];
@@ -675,13 +661,13 @@ static bool try_halves(Arena *A, LProgram *lp, const bool *dead, int ri, int ci)
     LStmt *st[2];
     const Expr *P[2] = {pt[0][0], pt[0][1]};
     Expr *P2[2];
-    for (int j = 0; j < 2; j++) P2[j] = subst_vars(A, (Expr *)P[j], from, to, nf);
+    for (int j = 0; j < 2; j++) P2[j] = expr_subst_vars(A, (Expr *)P[j], from, to, nf);
     for (int h = 0; h < 2; h++) {
         Expr *v = hval[h];
         for (int j = 0; j < 2; j++) v = replace_load(A, v, P[j], linear_at(A, &r, P[j], j));
         Expr **idx = ARENA_ARRAY(A, Expr *, out->ndim);
-        for (int d = 0; d < out->ndim; d++) idx[d] = subst_vars(A, hidx[h][d], from, to, nf);
-        st[h] = store_stmt(A, out, idx, subst_vars(A, v, from, to, nf));
+        for (int d = 0; d < out->ndim; d++) idx[d] = expr_subst_vars(A, hidx[h][d], from, to, nf);
+        st[h] = store_stmt(A, out, idx, expr_subst_vars(A, v, from, to, nf));
     }
     Var *v[2] = {c.par[0]->v, pv};
     Expr *ext[2] = {c.par[0]->extent, e_i(A, total)};
@@ -744,9 +730,7 @@ void loop_fuse_epilogues(Arena *A, LProgram *lp, bool enable) {
         }
         if (nl == 1 && np[0] == 2 && try_halves(A, lp, dead, ri[0], ci)) { dead[ci] = true; lp->n_halves++; }
     }
-    int n = 0;
-    for (int i = 0; i < lp->n; i++) if (!dead[i]) lp->nests[n++] = lp->nests[i];
-    lp->n = n;
+    drop_dead(lp, dead);
     replan(A, lp);
 }
 
@@ -800,9 +784,7 @@ void loop_flash(Arena *A, LProgram *lp, bool enable, bool (*fits)(const AttnDesc
         lp->nests[pv] = attn_nest(A, lp->nests[pv], d);
         lp->n_flash++;
     }
-    int n = 0;
-    for (int i = 0; i < lp->n; i++) if (!dead[i]) lp->nests[n++] = lp->nests[i];
-    lp->n = n;
+    drop_dead(lp, dead);
     if (lp->n_flash) replan(A, lp);
 }
 

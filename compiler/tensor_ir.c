@@ -55,16 +55,13 @@ static TOp *new_op_part(TL *L, TOpKind kind, const GNode *n, Buffer *out, const 
     return op;
 }
 static TOp *new_op(TL *L, TOpKind kind, const GNode *n, Buffer *out) { return new_op_part(L, kind, n, out, NULL); }
-static Expr *axis(TL *L, TOp *op, const char *name, Expr *extent) {
+static Expr *add_axis(TL *L, Axis *ax, int *n, const char *name, Expr *extent) {
     Var *v = new_var(L->A, &L->tp->nvars, name);
-    op->axes[op->naxes].v = v; op->axes[op->naxes].extent = extent; op->naxes++;
+    ax[(*n)++] = (Axis){v, extent};
     return e_var(L->A, v);
 }
-static Expr *raxis(TL *L, TOp *op, const char *name, Expr *extent) {
-    Var *v = new_var(L->A, &L->tp->nvars, name);
-    op->raxes[op->nraxes].v = v; op->raxes[op->nraxes].extent = extent; op->nraxes++;
-    return e_var(L->A, v);
-}
+static Expr *axis(TL *L, TOp *op, const char *name, Expr *e) { return add_axis(L, op->axes, &op->naxes, name, e); }
+static Expr *raxis(TL *L, TOp *op, const char *name, Expr *e) { return add_axis(L, op->raxes, &op->nraxes, name, e); }
 static Expr *rows(TL *L, const GNode *n) { return n->rows_n ? e_param(L->A, P_N) : e_i(L->A, n->dims[0]); }
 static Buffer *act_buf(TL *L, const GNode *n, const char *suffix, int64_t width) {
     int64_t r = n->rows_n ? L->tp->g->max_batch : n->dims[0];
@@ -125,21 +122,16 @@ static Expr *bload(TL *L, const GNode *x, int ol, Expr **ax) {
     return e_load(L->A, x->buf, x->ndim, idx);
 }
 
-static void lower_binary(TL *L, GNode *n) {
+/* silu (x / (1 + exp(-x))) and the binary ops, operands broadcast */
+static void lower_elementwise(TL *L, GNode *n) {
     static const ExprKind k[G_COUNT] = {[G_ADD] = EX_ADD, [G_SUB] = EX_SUB, [G_MUL] = EX_MUL, [G_DIV] = EX_DIV};
-    Expr *ax[MAX_DIMS];
-    n->buf = lead_buf(L, n, NULL, n->ndim, BUF_ACT, DT_F32);
-    TOp *op = over(L, TOP_ELEMWISE, n, n->buf, NULL, n->ndim, ax);
-    op->body = e_bin(L->A, k[n->op], bload(L, n->in[0], n->ndim, ax), bload(L, n->in[1], n->ndim, ax));
-}
-
-static void lower_silu(TL *L, GNode *n) {
     Arena *A = L->A;
     Expr *ax[MAX_DIMS];
     n->buf = lead_buf(L, n, NULL, n->ndim, BUF_ACT, DT_F32);
     TOp *op = over(L, TOP_ELEMWISE, n, n->buf, NULL, n->ndim, ax);
     Expr *x = bload(L, n->in[0], n->ndim, ax);
-    op->body = E_DIV(A, x, E_ADD(A, e_f(A, 1.0), e_un(A, EX_EXP, e_un(A, EX_NEG, x))));
+    if (n->op == G_SILU) op->body = E_DIV(A, x, E_ADD(A, e_f(A, 1.0), e_un(A, EX_EXP, e_un(A, EX_NEG, x))));
+    else op->body = e_bin(A, k[n->op], x, bload(L, n->in[1], n->ndim, ax));
 }
 
 /* Qwen3's q_norm / k_norm: the RMSNorm of each head of a [n, heads * head_dim] activation, one weight
@@ -234,33 +226,22 @@ static void softmax_parts(TL *L, const GNode *n, Buffer *s, Buffer *out, const c
                      lead_load(L, Z, lead, ax));
 }
 
-static void lower_argmax(TL *L, GNode *n) {
-    const GNode *x = n->in[0];
-    int lead = x->ndim - 1;
-    Expr *ax[MAX_DIMS], *idx[MAX_DIMS];
-    CHECK(x->dims[lead] <= (1 << 24), "argmax over %lld values: indices past 2^24 are not exact in f32",
-          (long long)x->dims[lead]);
-    n->buf = lead_buf(L, n, NULL, lead, BUF_ACT, DT_F32);
-    TOp *op = over(L, TOP_REDUCE, n, n->buf, NULL, lead, ax);
-    memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
-    idx[lead] = raxis(L, op, "j", e_i(L->A, x->dims[lead]));
-    op->red = RED_ARGMAX;
-    op->body = e_load(L->A, x->buf, x->ndim, idx);
-}
-
-static void lower_topk(TL *L, GNode *n) {
+/* argmax and topk over the last dim of x: one reduction over j */
+static void lower_select(TL *L, GNode *n) {
     Arena *A = L->A;
     const GNode *x = n->in[0];
     int lead = x->ndim - 1;
+    bool topk = n->op == G_TOPK;
     Expr *ax[MAX_DIMS], *idx[MAX_DIMS];
-    CHECK(x->dims[lead] <= (1 << 24), "topk over %lld values: indices past 2^24 are not exact in f32",
-          (long long)x->dims[lead]);
-    n->buf = lead_buf(L, n, NULL, n->ndim, BUF_ACT, DT_F32);
+    CHECK(x->dims[lead] <= (1 << 24), "%s over %lld values: indices past 2^24 are not exact in f32",
+          graph_op_names[n->op], (long long)x->dims[lead]);
+    n->buf = lead_buf(L, n, NULL, topk ? n->ndim : lead, BUF_ACT, DT_F32);
     TOp *op = over(L, TOP_REDUCE, n, n->buf, NULL, lead, ax);
     memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
     idx[lead] = raxis(L, op, "j", e_i(A, x->dims[lead]));
-    op->red = RED_TOPK;
+    op->red = topk ? RED_TOPK : RED_ARGMAX;
     op->body = e_load(A, x->buf, x->ndim, idx);
+    if (!topk) return;
     op->topk_max = n->topk;
     op->topk_count = L->tp->g->cfg ? e_param(A, P_N) : e_i(A, n->topk);
     op->topk_sel = new_var(A, &L->tp->nvars, "s");
@@ -291,10 +272,6 @@ static void lower_matmul(TL *L, GNode *n) {
     op->body = E_MUL(A, e_load(A, a->buf, a->ndim, ia), e_load(A, b->buf, b->ndim, ib));
 }
 
-static Expr *subst_n(Arena *A, Expr *e, Var *const *from, Expr *const *to, int n) {
-    for (int i = 0; i < n; i++) e = expr_subst(A, e, from[i], to[i]);
-    return e;
-}
 /* The attention whose five ops were just added (the last five), for loop_flash */
 static AttnDesc *new_attn(TL *L, const char *kname, double scale) {
     AttnDesc *d = ARENA_NEW(L->A, AttnDesc);
@@ -358,13 +335,13 @@ static void lower_sdpa(TL *L, GNode *n) {
     fs[nb] = s->axes[nb].v; fs[nb + 1] = s->axes[nb + 1].v; fs[nb + 2] = s->raxes[0].v;
     tq[nb] = e_var(A, d->t); tq[nb + 1] = e_i(A, 0); tq[nb + 2] = e_var(A, d->d);
     tk[nb] = e_i(A, 0); tk[nb + 1] = e_var(A, d->j); tk[nb + 2] = e_var(A, d->d);
-    d->q = subst_n(A, s->body->a[0], fs, tq, nb + 3);
-    d->k = subst_n(A, s->body->a[1], fs, tk, nb + 3);
+    d->q = expr_subst_vars(A, s->body->a[0], fs, tq, nb + 3);
+    d->k = expr_subst_vars(A, s->body->a[1], fs, tk, nb + 3);
     fp[nb] = pv->axes[nb].v; fp[nb + 1] = pv->axes[nb + 1].v; fp[nb + 2] = pv->raxes[0].v;
     tv[nb] = e_var(A, d->t); tv[nb + 1] = e_var(A, d->d); tv[nb + 2] = e_var(A, d->j);
-    d->v = subst_n(A, pv->body->a[1], fp, tv, nb + 3);
+    d->v = expr_subst_vars(A, pv->body->a[1], fp, tv, nb + 3);
     d->out = pv->out;
-    for (int i = 0; i < pv->out->ndim; i++) d->out_idx[i] = subst_n(A, pv->out_idx[i], fp, tv, nb + 3);
+    for (int i = 0; i < pv->out->ndim; i++) d->out_idx[i] = expr_subst_vars(A, pv->out_idx[i], fp, tv, nb + 3);
 }
 
 static void lower_node(TL *L, GNode *n) {
@@ -480,11 +457,9 @@ static void lower_node(TL *L, GNode *n) {
         d->out = n->buf; d->out_idx[0] = dt; d->out_idx[1] = E_ADD(A, E_MUL(A, dh, e_i(A, hd)), dd);
         return;
     }
-    case G_SILU: lower_silu(L, n); return;
-    case G_MUL: case G_ADD: case G_SUB: case G_DIV: lower_binary(L, n); return;
+    case G_SILU: case G_MUL: case G_ADD: case G_SUB: case G_DIV: lower_elementwise(L, n); return;
     case G_SOFTMAX: lower_softmax(L, n); return;
-    case G_ARGMAX: lower_argmax(L, n); return;
-    case G_TOPK: lower_topk(L, n); return;
+    case G_ARGMAX: case G_TOPK: lower_select(L, n); return;
     case G_MATMUL: lower_matmul(L, n); return;
     case G_SDPA: lower_sdpa(L, n); return;
     case G_CONST: return;   /* folded into the loads of its users */
