@@ -31,21 +31,14 @@ static void hash_init(Arena *a, Hash *h, size_t n) {
     h->e = ARENA_ARRAY(a, HEnt, c); h->mask = c - 1;
     for (size_t i = 0; i < c; i++) h->e[i].id = -1;
 }
-/* Returns the existing id, or inserts and returns -1. */
-static int32_t hash_put(Hash *h, const char *s, size_t n, int32_t id) {
+/* s's entry, or the empty one (id -1) where it goes */
+static HEnt *hash_slot(const Hash *h, const char *s, size_t n) {
     for (size_t i = fnv(s, n) & h->mask;; i = (i + 1) & h->mask) {
         HEnt *e = &h->e[i];
-        if (e->id < 0) { e->s = s; e->n = n; e->id = id; return -1; }
-        if (e->n == n && memcmp(e->s, s, n) == 0) return e->id;
+        if (e->id < 0 || (e->n == n && memcmp(e->s, s, n) == 0)) return e;
     }
 }
-static int32_t hash_get(const Hash *h, const char *s, size_t n) {
-    for (size_t i = fnv(s, n) & h->mask;; i = (i + 1) & h->mask) {
-        const HEnt *e = &h->e[i];
-        if (e->id < 0) return -1;
-        if (e->n == n && memcmp(e->s, s, n) == 0) return e->id;
-    }
-}
+static int32_t hash_get(const Hash *h, const char *s, size_t n) { return hash_slot(h, s, n)->id; }
 
 typedef struct {
     Arena *a;
@@ -53,7 +46,7 @@ typedef struct {
     Json j;
     Hash vocab;          /* JSON (byte-mapped) spelling -> id */
     int32_t nadd;
-    int32_t *add_id; char **add_s; size_t *add_n; bool *add_special;
+    struct { int32_t id; char *s; size_t n; bool special; } *add;   /* added_tokens */
 } Pk;
 
 static const char *str_or_die(Pk *p, int t, const char *key, size_t *n) {
@@ -83,7 +76,7 @@ static bool empty_or_null_str(Pk *p, int obj, const char *k) {
 /* Token string -> id: added tokens first (HF's AddedVocabulary), then the model vocab. */
 static int32_t token_lookup(Pk *p, const char *s, size_t n) {
     for (int32_t i = 0; i < p->nadd; i++)
-        if (p->add_n[i] == n && memcmp(p->add_s[i], s, n) == 0) return p->add_id[i];
+        if (p->add[i].n == n && memcmp(p->add[i].s, s, n) == 0) return p->add[i].id;
     return hash_get(&p->vocab, s, n);
 }
 
@@ -309,10 +302,13 @@ static uint64_t fnv1a(const char *s) {
     return h;
 }
 
-static int32_t chat_token(Pk *p, const char *cpath, const char *family, const char *tok) {
-    int32_t id = token_lookup(p, tok, strlen(tok));
-    if (id < 0)
-        die_user(cpath, "chat_template", "a %s template, but \"%s\" is not a token of tokenizer.json", family, tok);
+/* The ids of a template's n marker tokens, each a token of tokenizer.json; returns the last one's. */
+static int32_t chat_tokens(Pk *p, const char *cpath, const char *family, const char *const *toks, int n) {
+    int32_t id = -1;
+    for (int i = 0; i < n; i++)
+        if ((id = token_lookup(p, toks[i], strlen(toks[i]))) < 0)
+            die_user(cpath, "chat_template", "a %s template, but \"%s\" is not a token of tokenizer.json", family,
+                     toks[i]);
     return id;
 }
 
@@ -332,10 +328,8 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
         if (fnv1a(N) != QWEN3_TEMPLATE_HASH)
             REFUSE("a ChatML template with thinking that differs from Qwen3's is not supported yet %s", hint);
         ci->family = TOK_CHAT_QWEN3;
-        chat_token(p, cpath, "Qwen3", "<|im_start|>");
-        chat_token(p, cpath, "Qwen3", "<think>");
-        chat_token(p, cpath, "Qwen3", "</think>");
-        ci->eot = chat_token(p, cpath, "Qwen3", "<|im_end|>");
+        ci->eot = chat_tokens(p, cpath, "Qwen3", (const char *const[]){"<|im_start|>", "<think>", "</think>",
+                                                                      "<|im_end|>"}, 4);
     } else if (HAS("<|im_start|>") && HAS("<|im_end|>")) {
         static const char *const bad[] = { "<think>", "enable_thinking", "reasoning_content", "bos_token", "|trim",
                                            ".strip(" };
@@ -345,8 +339,7 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
             !HAS("{{'<|im_start|>assistant\\n'}}"))
             REFUSE("a ChatML-like template that differs from Qwen's is not supported yet %s", hint);
         ci->family = TOK_CHAT_CHATML;
-        chat_token(p, cpath, "ChatML", "<|im_start|>");
-        ci->eot = chat_token(p, cpath, "ChatML", "<|im_end|>");
+        ci->eot = chat_tokens(p, cpath, "ChatML", (const char *const[]){"<|im_start|>", "<|im_end|>"}, 2);
         /* the default system prompt: '<|im_start|>system\nTEXT<|im_end|>\n' in one literal, given
          * where the messages bring none, as Qwen2.5 writes it (an else branch before the loop) or
          * Qwen2 and SmolLM2 do (at the loop's first message). The two render alike: the renderer
@@ -377,6 +370,7 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
             break;
         }
     } else if (HAS("<|start_header_id|>") && HAS("<|end_header_id|>") && HAS("<|eot_id|>")) {
+        static const char *const LLAMA3_TOKENS[] = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
         static const char *const l31[] = { "Cutting Knowledge Date", "date_string", "strftime_now", "ipython",
                                            "<|python_tag|>" };
         for (size_t k = 0; k < sizeof l31 / sizeof l31[0]; k++) {
@@ -389,9 +383,7 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
                        "Llama 3.1 / 3.2 Instruct templates is not supported yet %s", l31[k], hint);
             ci->family = TOK_CHAT_LLAMA31;
             ci->flags = TOKC_TRIM | (h == LLAMA32_TEMPLATE_HASH ? TOKC_TODAY : 0);
-            chat_token(p, cpath, "Llama 3.1", "<|start_header_id|>");
-            chat_token(p, cpath, "Llama 3.1", "<|end_header_id|>");
-            ci->eot = chat_token(p, cpath, "Llama 3.1", "<|eot_id|>");
+            ci->eot = chat_tokens(p, cpath, "Llama 3.1", LLAMA3_TOKENS, 3);
             if (bos < 0)
                 die_user(cpath, "bos_token", "the Llama 3.1 chat template starts with bos_token, but there is none");
             ci->bos = bos;
@@ -404,9 +396,7 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
         if (text || !h || !HAS("bos_token") || !HAS("{{'<|start_header_id|>assistant<|end_header_id|>\\n\\n'}}"))
             REFUSE("a Llama 3-like template that differs from Llama 3 Instruct's is not supported yet %s", hint);
         ci->family = TOK_CHAT_LLAMA3;
-        chat_token(p, cpath, "Llama 3", "<|start_header_id|>");
-        chat_token(p, cpath, "Llama 3", "<|end_header_id|>");
-        ci->eot = chat_token(p, cpath, "Llama 3", "<|eot_id|>");
+        ci->eot = chat_tokens(p, cpath, "Llama 3", LLAMA3_TOKENS, 3);
         if (bos < 0) die_user(cpath, "bos_token", "the Llama 3 chat template starts with bos_token, but there is none");
         ci->bos = bos;
     } else if (HAS("<|user|>") && HAS("<|assistant|>")) {
@@ -479,9 +469,7 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
     int nv = json_size(j, vocab);
     hash_init(a, &p->vocab, (size_t)nv);
     int32_t maxid = -1;
-    const char **vs = ARENA_ARRAY(a, const char *, nv > 0 ? nv : 1);
-    size_t *vn = ARENA_ARRAY(a, size_t, nv > 0 ? nv : 1);
-    int32_t *vid = ARENA_ARRAY(a, int32_t, nv > 0 ? nv : 1);
+    HEnt *ve = ARENA_ARRAY(a, HEnt, nv > 0 ? nv : 1);   /* in the file's order */
     int iv = 0;
     for (int k = json_obj_first(j, vocab); k >= 0; k = json_obj_next(j, vocab, k), iv++) {
         size_t n;
@@ -490,8 +478,9 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         if (!json_get_int64(j, k + 1, &id) || id < 0 || id >= (1 << 24))
             die_user(p->path, "model.vocab", "\"%s\": id must be an integer in [0, 16777215]", s);
         if (n == 0) die_user(p->path, "model.vocab", "empty token string");
-        if (hash_put(&p->vocab, s, n, (int32_t)id) >= 0) die_user(p->path, "model.vocab", "\"%s\" appears twice", s);
-        vs[iv] = s; vn[iv] = n; vid[iv] = (int32_t)id;
+        HEnt *e = hash_slot(&p->vocab, s, n);
+        if (e->id >= 0) die_user(p->path, "model.vocab", "\"%s\" appears twice", s);
+        *e = ve[iv] = (HEnt){s, n, (int32_t)id};
         if (id > maxid) maxid = (int32_t)id;
     }
 
@@ -500,10 +489,7 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
     int na = added < 0 || json_is_null(j, added) ? 0 : json_size(j, added);
     if (added >= 0 && !json_is_null(j, added) && json_type(j, added) != JSON_ARRAY)
         die_user(p->path, "added_tokens", "expected an array");
-    p->add_id = ARENA_ARRAY(a, int32_t, na + 1);
-    p->add_s = ARENA_ARRAY(a, char *, na + 1);
-    p->add_n = ARENA_ARRAY(a, size_t, na + 1);
-    p->add_special = ARENA_ARRAY(a, bool, na + 1);
+    p->add = arena_alloc(a, sizeof *p->add * (size_t)(na + 1));
     for (int i = 0, k = added + 1; i < na; i++, k = json_next(j, k)) {
         const char *key = arena_printf(a, "added_tokens[%d]", i);
         if (json_type(j, k) != JSON_OBJECT) die_user(p->path, key, "expected an object");
@@ -513,9 +499,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         size_t n;
         char *s = (char *)str_or_die(p, json_find(j, k, "content"), arena_printf(a, "%s.content", key), &n);
         if (n == 0) die_user(p->path, arena_printf(a, "%s.content", key), "empty token");
-        p->add_id[p->nadd] = (int32_t)id; p->add_s[p->nadd] = s; p->add_n[p->nadd] = n;
-        p->add_special[p->nadd] = get_bool(p, k, "special", false, key);
-        p->nadd++;
+        p->add[p->nadd].id = (int32_t)id; p->add[p->nadd].s = s; p->add[p->nadd].n = n;
+        p->add[p->nadd++].special = get_bool(p, k, "special", false, key);
         if (id > maxid) maxid = (int32_t)id;
     }
     if (maxid < 0) die_user(p->path, "model.vocab", "empty vocabulary");
@@ -735,9 +720,9 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
     int16_t unmap[324];
     gpt2_unmap_table(unmap);
     for (int i = 0; i < nv; i++) {
-        int32_t id = vid[i];
+        int32_t id = ve[i].id;
         if (tf[id]) die_user(p->path, "model.vocab", "id %d is used twice", id);
-        const char *s = vs[i]; size_t n = vn[i];
+        const char *s = ve[i].s; size_t n = ve[i].n;
         if (byte_level) {
             char *o = arena_alloc(a, n);
             size_t on;
@@ -746,13 +731,12 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         ts[id] = s; tn[id] = (uint32_t)n; tf[id] = TOKT_VOCAB;
     }
     for (int i = 0; i < p->nadd; i++) {
-        int32_t id = p->add_id[i];
-        uint8_t f = TOKT_ADDED | (p->add_special[i] ? TOKT_SPECIAL : 0);
+        int32_t id = p->add[i].id;
+        uint8_t f = TOKT_ADDED | (p->add[i].special ? TOKT_SPECIAL : 0);
         /* an added token that is also in model.vocab stays visible to BPE only with the same text */
-        int32_t vhit = hash_get(&p->vocab, p->add_s[i], p->add_n[i]);
-        if (vhit == id) f |= TOKT_VOCAB;
+        if (hash_get(&p->vocab, p->add[i].s, p->add[i].n) == id) f |= TOKT_VOCAB;
         if (tf[id] & TOKT_ADDED) die_user(p->path, "added_tokens", "id %d is used twice", id);
-        ts[id] = p->add_s[i]; tn[id] = (uint32_t)p->add_n[i]; tf[id] = f;
+        ts[id] = p->add[i].s; tn[id] = (uint32_t)p->add[i].n; tf[id] = f;
     }
     /* A byte-level vocabulary may lack some bytes' tokens (SmolLM2's has no 0x04, 0xC0, 0xF5..0xFF):
      * such a byte becomes unk, or is dropped without one, in the runtime as in HF's BPE. */
