@@ -17,13 +17,6 @@
 
 static uint64_t align_up(uint64_t x) { return (x + PAYLOAD_ALIGN - 1) / PAYLOAD_ALIGN * PAYLOAD_ALIGN; }
 
-static size_t dtype_size(uint32_t dt) {
-    switch (dt) {
-    case PDT_F32: case PDT_I32: return 4;
-    case PDT_F16: case PDT_BF16: return 2;
-    default: return 0;
-    }
-}
 static bool is_float(uint32_t dt) { return dt == PDT_F32 || dt == PDT_F16 || dt == PDT_BF16; }
 
 /* ---- element conversions ---- */
@@ -243,7 +236,7 @@ static bool copy_range(Writer *w, const PackTensor *t, const PackSource *src) {
 }
 
 static void write_tensor(Writer *w, const PackTensor *t, const PackSource *src, float *fbuf, uint8_t *obuf) {
-    size_t es = dtype_size(t->dtype);
+    size_t es = payload_dtype_bytes(t->dtype);
     uint64_t count = 1;
     for (int d = 0; d < t->ndim; d++) count *= (uint64_t)t->shape[d];
     if (src->fill == PACK_DATA && !src->convert) {
@@ -259,7 +252,7 @@ static void write_tensor(Writer *w, const PackTensor *t, const PackSource *src, 
         return;
     }
     uint64_t tseed = tensor_seed(src->seed, t->name);
-    size_t ses = dtype_size(src->src_dtype);
+    size_t ses = payload_dtype_bytes(src->src_dtype);
     for (uint64_t e0 = 0; e0 < count; e0 += CHUNK_ELEMS) {
         size_t k = count - e0 < CHUNK_ELEMS ? (size_t)(count - e0) : CHUNK_ELEMS;
         if (src->fill == PACK_DATA) {
@@ -302,7 +295,7 @@ void pack_payload_ex(const char *out_path, const PackTensor *tensors, const Pack
         if (nl >= sizeof e->name)
             die_user(NULL, t->name, "tensor name is %zu bytes, the payload allows %zu", nl, sizeof e->name - 1);
         memcpy(e->name, t->name, nl);
-        CHECK(dtype_size(t->dtype) != 0, "tensor %s: dtype %u", t->name, t->dtype);
+        CHECK(payload_dtype_bytes(t->dtype) != 0, "tensor %s: dtype %u", t->name, t->dtype);
         CHECK(t->ndim >= 0 && t->ndim <= 4, "tensor %s: ndim %d", t->name, t->ndim);
         CHECK((unsigned)src->fill < PACK_FILL_COUNT, "tensor %s: fill %d", t->name, (int)src->fill);
         uint64_t count = 1;
@@ -316,15 +309,15 @@ void pack_payload_ex(const char *out_path, const PackTensor *tensors, const Pack
         if (src->fill == PACK_DATA) {
             uint32_t sdt = src->convert ? src->src_dtype : t->dtype;
             if (src->convert) CHECK(is_float(sdt), "tensor %s: converted from dtype %u", t->name, sdt);
-            if (count * dtype_size(sdt) != t->nbytes)
+            if (count * payload_dtype_bytes(sdt) != t->nbytes)
                 die_user(NULL, t->name, "tensor has %zu bytes of data, its shape and dtype need %llu",
-                         t->nbytes, (unsigned long long)(count * dtype_size(sdt)));
+                         t->nbytes, (unsigned long long)(count * payload_dtype_bytes(sdt)));
             CHECK(t->data || t->nbytes == 0, "tensor %s: no data", t->name);
         }
         e->dtype = t->dtype;
         e->ndim = (uint32_t)t->ndim;
         e->offset = off;
-        e->nbytes = count * dtype_size(t->dtype);
+        e->nbytes = count * payload_dtype_bytes(t->dtype);
         end = off + e->nbytes;
         off = align_up(end);
     }

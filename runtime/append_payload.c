@@ -59,6 +59,18 @@ static uint64_t copy(FILE *in, const char *name, PayloadSum *h) {
     return total;
 }
 
+/* The footer of the size bytes of payload at off, sum their checksum */
+static PayloadFooter footer(uint64_t off, uint64_t size, const PayloadSum *sum) {
+    PayloadFooter f;
+    memset(&f, 0, sizeof f);
+    memcpy(f.magic, FOOTER_MAGIC, 8);
+    f.version = PAYLOAD_VERSION;
+    f.payload_offset = off;
+    f.payload_size = size;
+    f.checksum = payload_sum_final(sum);
+    return f;
+}
+
 static void read_header(int fd, const char *pay, PayloadHeader *h) {
     struct stat st;
     errno = 0;
@@ -109,13 +121,7 @@ static bool move_into(const char *elf, const char *pay, const char *out) {
         payload_sum_update(&sum, buf, (size_t)r);
         o += (uint64_t)r;
     }
-    PayloadFooter f;
-    memset(&f, 0, sizeof f);
-    memcpy(f.magic, FOOTER_MAGIC, 8);
-    f.version = PAYLOAD_VERSION;
-    f.payload_offset = off;
-    f.payload_size = h.total_size;
-    f.checksum = payload_sum_final(&sum);
+    PayloadFooter f = footer(off, h.total_size, &sum);
     errno = 0;
     if (pwrite(fd, &f, sizeof f, (off_t)(off + h.total_size)) != (ssize_t)sizeof f) die("cannot write %s", pay);
     if (fchmod(fd, 0755) != 0) die("cannot chmod %s", pay);
@@ -286,13 +292,7 @@ int main(int argc, char **argv) {
         if (size != h.total_size) { errno = 0; die("%s changed while being copied", pay); }
     }
 
-    PayloadFooter f;
-    memset(&f, 0, sizeof f);
-    memcpy(f.magic, FOOTER_MAGIC, 8);
-    f.version = PAYLOAD_VERSION;
-    f.payload_offset = off;
-    f.payload_size = size;
-    f.checksum = payload_sum_final(&sum);
+    PayloadFooter f = footer(off, size, &sum);
     errno = 0;
     if (fwrite(&f, sizeof f, 1, g_out) != 1 || fflush(g_out) != 0) die("cannot write %s", tmp);
     FILE *o = g_out;

@@ -24,6 +24,10 @@
 #define PAYLOAD_ALIGN   65536u        /* allows huge pages; mmap-able offsets */
 
 enum { PDT_F32 = 0, PDT_F16 = 1, PDT_BF16 = 2, PDT_I32 = 3 };
+/* Bytes per element of a PDT_* dtype, 0 for an unknown one. */
+static inline size_t payload_dtype_bytes(uint32_t dt) {
+    return dt == PDT_F32 || dt == PDT_I32 ? 4 : dt == PDT_F16 || dt == PDT_BF16 ? 2 : 0;
+}
 
 typedef struct {
     char magic[8];

@@ -21,21 +21,10 @@ static char g_msg[4400];
 #define DAMAGED "the executable is truncated or damaged (payload "
 
 const char *payload_dtype_name(uint32_t dtype) {
-    switch (dtype) {
-    case PDT_F32: return "f32";
-    case PDT_F16: return "f16";
-    case PDT_BF16: return "bf16";
-    case PDT_I32: return "i32";
-    default: return "?";
-    }
+    static const char *const names[] = {[PDT_F32] = "f32", [PDT_F16] = "f16", [PDT_BF16] = "bf16", [PDT_I32] = "i32"};
+    return dtype <= PDT_I32 ? names[dtype] : "?";
 }
-size_t payload_dtype_size(uint32_t dtype) {
-    switch (dtype) {
-    case PDT_F32: case PDT_I32: return 4;
-    case PDT_F16: case PDT_BF16: return 2;
-    default: return 0;
-    }
-}
+size_t payload_dtype_size(uint32_t dtype) { return payload_dtype_bytes(dtype); }
 
 /* argv[0] resolution when /proc is not mounted: a path, or a PATH search. */
 static int open_argv0(const char *argv0, char *path, size_t cap) {
