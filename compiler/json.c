@@ -136,11 +136,13 @@ int json_obj_next(const Json *j, int obj, int key) {
     return n;
 }
 
-bool json_str_eq(const Json *j, int t, const char *s) {
-    if (json_type(j, t) != JSON_STRING) return false;
+/* token t is of the type and its text (a string's without the quotes) is s */
+static bool tok_is(const Json *j, int t, JsonType type, const char *s) {
+    if (json_type(j, t) != type) return false;
     size_t n = (size_t)(j->tok[t].end - j->tok[t].start);
     return strlen(s) == n && memcmp(j->src + j->tok[t].start, s, n) == 0;
 }
+bool json_str_eq(const Json *j, int t, const char *s) { return tok_is(j, t, JSON_STRING, s); }
 
 int json_find(const Json *j, int obj, const char *key) {
     for (int k = json_obj_first(j, obj); k >= 0; k = json_obj_next(j, obj, k))
@@ -155,15 +157,10 @@ int json_at(const Json *j, int arr, int i) {
     return k;
 }
 
-static bool prim_is(const Json *j, int t, const char *s) {
-    if (json_type(j, t) != JSON_PRIMITIVE) return false;
-    size_t n = (size_t)(j->tok[t].end - j->tok[t].start);
-    return strlen(s) == n && memcmp(j->src + j->tok[t].start, s, n) == 0;
-}
-bool json_is_null(const Json *j, int t) { return prim_is(j, t, "null"); }
+bool json_is_null(const Json *j, int t) { return tok_is(j, t, JSON_PRIMITIVE, "null"); }
 bool json_is_bool(const Json *j, int t, bool *v) {
-    if (prim_is(j, t, "true")) { if (v) *v = true; return true; }
-    if (prim_is(j, t, "false")) { if (v) *v = false; return true; }
+    if (tok_is(j, t, JSON_PRIMITIVE, "true")) { if (v) *v = true; return true; }
+    if (tok_is(j, t, JSON_PRIMITIVE, "false")) { if (v) *v = false; return true; }
     return false;
 }
 bool json_is_number(const Json *j, int t) {
@@ -221,32 +218,23 @@ char *json_get_str(Arena *a, const Json *j, int t, size_t *len) {
         s++;
         if (s >= e) break;
         char c = *s++;
-        switch (c) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '/': *o++ = '/'; break;
-        case 'b': *o++ = '\b'; break;
-        case 'f': *o++ = '\f'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case 't': *o++ = '\t'; break;
-        case 'u': {
-            int u = hex4(s, e);
-            if (u < 0) die_user(j->path, NULL, "invalid \\u escape at byte %ld", (long)(s - j->src));
-            s += 4;
-            uint32_t cp = (uint32_t)u;
-            if (cp >= 0xD800 && cp < 0xDC00 && e - s >= 6 && s[0] == '\\' && s[1] == 'u') {
-                int lo = hex4(s + 2, e);
-                if (lo >= 0xDC00 && lo < 0xE000) {
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00); s += 6;
-                }
+        /* the one-character escapes, and what each stands for */
+        static const char esc[] = "\"\\/bfnrt", chr[] = "\"\\/\b\f\n\r\t";
+        const char *k = c ? strchr(esc, c) : NULL;
+        if (k) { *o++ = chr[k - esc]; continue; }
+        if (c != 'u') die_user(j->path, NULL, "invalid escape '\\%c' at byte %ld", c, (long)(s - 1 - j->src));
+        int u = hex4(s, e);
+        if (u < 0) die_user(j->path, NULL, "invalid \\u escape at byte %ld", (long)(s - j->src));
+        s += 4;
+        uint32_t cp = (uint32_t)u;
+        if (cp >= 0xD800 && cp < 0xDC00 && e - s >= 6 && s[0] == '\\' && s[1] == 'u') {
+            int lo = hex4(s + 2, e);
+            if (lo >= 0xDC00 && lo < 0xE000) {
+                cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00); s += 6;
             }
-            if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD;   /* lone surrogate: as serde_json would reject, we replace */
-            o += put_utf8(o, cp);
-            break;
         }
-        default: die_user(j->path, NULL, "invalid escape '\\%c' at byte %ld", c, (long)(s - 1 - j->src));
-        }
+        if (cp >= 0xD800 && cp < 0xE000) cp = 0xFFFD;   /* lone surrogate: as serde_json would reject, we replace */
+        o += put_utf8(o, cp);
     }
     *o = 0;
     if (len) *len = (size_t)(o - out);

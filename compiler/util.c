@@ -99,23 +99,22 @@ void *xmalloc(size_t n) { return need(malloc(n ? n : 1), "out of memory (%zu byt
 void *xcalloc(size_t n, size_t m) { return need(calloc(n ? n : 1, m ? m : 1), "out of memory", 0); }
 void *xrealloc(void *p, size_t n) { return need(realloc(p, n ? n : 1), "out of memory (%zu bytes)", n); }
 
+/* room for n more bytes and the NUL */
+static void str_reserve(Str *b, size_t n) {
+    if (b->len + n + 1 <= b->cap) return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n + 1) cap *= 2;
+    b->s = xrealloc(b->s, cap); b->cap = cap;
+}
 void str_append(Str *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        b->s = xrealloc(b->s, cap); b->cap = cap;
-    }
+    str_reserve(b, n);
     memcpy(b->s + b->len, s, n); b->len += n; b->s[b->len] = 0;
 }
 void str_vprintf(Str *b, const char *fmt, va_list ap) {
     va_list ap2; va_copy(ap2, ap);
     char c;
     int n = vsnprintf(&c, 1, fmt, ap);
-    if (b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + (size_t)n + 1) cap *= 2;
-        b->s = xrealloc(b->s, cap); b->cap = cap;
-    }
+    str_reserve(b, (size_t)n);
     vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap2);
     va_end(ap2);
     b->len += (size_t)n;
