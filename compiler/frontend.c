@@ -17,15 +17,6 @@ typedef struct {
     int n_weights;
 } FB;
 
-static GNode *add_node(FB *b, GraphOp op, const char *name) {
-    Graph *g = b->g;
-    arena_grow(b->A, (void **)&g->nodes, g->n, &g->cap, sizeof(GNode *));
-    GNode *n = ARENA_NEW(b->A, GNode);
-    n->id = g->n; n->op = op; n->name = name; n->dtype = DT_F32; n->layer = -1;
-    g->nodes[g->n++] = n;
-    return n;
-}
-
 static DType st_to_dtype(const char *file, const char *name, StDtype d) {
     switch (d) {
     case ST_F32: return DT_F32;
@@ -38,25 +29,20 @@ static DType st_to_dtype(const char *file, const char *name, StDtype d) {
 /* A weight leaf; checks the checkpoint has it with the expected shape. */
 static GNode *weight(FB *b, const char *name, int64_t d0, int64_t d1) {
     int ndim = d1 ? 2 : 1;
-    GNode *n = add_node(b, G_WEIGHT, name);
+    GNode *n = graph_add(b->A, b->g, G_WEIGHT, name);
     n->ndim = ndim; n->dims[0] = d0; n->dims[1] = d1;
     n->dtype = b->ws->assumed;
     if (b->ws->st) {
         const StTensor *t = st_find((const StModel *)b->ws->st, name);
+        char want[64], got[256];
+        shape_format(want, sizeof want, ndim, n->dims);
         if (!t) {
             const char *w = st_where((const StModel *)b->ws->st), *where = w ? w : b->cfg->dir;
-            if (ndim == 2) die_user(where, name, "tensor missing from the checkpoint (expected shape [%lld, %lld])",
-                                    (long long)d0, (long long)d1);
-            die_user(where, name, "tensor missing from the checkpoint (expected shape [%lld])", (long long)d0);
+            die_user(where, name, "tensor missing from the checkpoint (expected shape %s)", want);
         }
-        bool ok = t->ndim == ndim && t->shape[0] == d0 && (ndim == 1 || t->shape[1] == d1);
-        if (!ok) {
-            char got[128] = "", *p = got;
-            for (int i = 0; i < t->ndim && i < 8; i++)
-                p += snprintf(p, (size_t)(got + sizeof got - p), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-            if (ndim == 2)
-                die_user(t->file, name, "shape [%s], expected [%lld, %lld]", got, (long long)d0, (long long)d1);
-            die_user(t->file, name, "shape [%s], expected [%lld]", got, (long long)d0);
+        if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1)) {
+            shape_format(got, sizeof got, t->ndim, t->shape);
+            die_user(t->file, name, "shape %s, expected %s", got, want);
         }
         n->dtype = st_to_dtype(t->file, name, t->dtype);
     }
@@ -65,7 +51,7 @@ static GNode *weight(FB *b, const char *name, int64_t d0, int64_t d1) {
 }
 
 static GNode *act(FB *b, GraphOp op, const char *name, int64_t width, GNode *x, GNode *y, GNode *z) {
-    GNode *n = add_node(b, op, name);
+    GNode *n = graph_add(b->A, b->g, op, name);
     n->ndim = 2; n->rows_n = true; n->dims[1] = width;
     GNode *in[3] = {x, y, z};
     for (int i = 0; i < 3; i++) if (in[i]) n->in[n->nin++] = in[i];
@@ -142,7 +128,7 @@ void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource 
     const char *rope_desc = NULL;
     const float *inv_freq = rope_inv_freq(&b, &rope_desc);
 
-    GNode *ids = add_node(&b, G_INPUT_IDS, "input_ids");
+    GNode *ids = graph_add(A, g, G_INPUT_IDS, "input_ids");
     ids->ndim = 1; ids->rows_n = true; ids->dtype = DT_I32;
     GNode *emb = weight(&b, "model.embed_tokens.weight", V, D);
     GNode *h = act(&b, G_EMBED, "model.embed_tokens", D, emb, ids, NULL);
