@@ -130,18 +130,10 @@ static const char *shape_str(P *p, const GNode *n) {
     return arena_strdup(p->A, b);
 }
 static const char *vkind_name(const Value *v) {
-    switch (v->k) {
-    case V_TENSOR: return "a tensor";
-    case V_NUM: return "a number";
-    case V_BOOL: return "a bool";
-    case V_NONE: return "None";
-    case V_DTYPE: return "a dtype";
-    case V_STR: return "a string";
-    case V_TUPLE: return "a tuple";
-    case V_FUNC: return "a function";
-    case V_MODULE: return "a module";
-    }
-    return "?";
+    static const char *const names[] = {[V_TENSOR] = "a tensor", [V_NUM] = "a number", [V_BOOL] = "a bool",
+        [V_NONE] = "None", [V_DTYPE] = "a dtype", [V_STR] = "a string", [V_TUPLE] = "a tuple", [V_FUNC] = "a function",
+        [V_MODULE] = "a module"};
+    return names[v->k];
 }
 static GNode *node(P *p, GraphOp op, const char *base) {
     const char *name = arena_printf(p->A, "%s%d", base, p->count[op]++);
