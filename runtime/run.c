@@ -147,12 +147,15 @@ static void usage(void) {
            mi->vocab_size, mi->max_ctx);
 }
 
-static long parse_int(const char *flag, const char *s, long lo, long hi) {
+/* A whole number in lo..hi; what: the range in words (NULL: "a whole number in lo..hi"). */
+static long parse_int(const char *flag, const char *s, long lo, long hi, const char *what) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi)
+    if (!*s || *end || errno || v < lo || v > hi) {
+        if (what) die("%s: '%s' is not %s", flag, s, what);
         die("%s: '%s' is not a whole number in %ld..%ld", flag, s, lo, hi);
+    }
     return v;
 }
 /* A finite number with lo < v (lo_open) or lo <= v, and v <= hi; what: the range in words. */
@@ -192,18 +195,12 @@ static void parse_args(int argc, char **argv, Opts *o) {
         if (IS("-h") || IS("--help")) { NOVAL(); usage(); out_flush(); exit(0); }
         else if (IS("--prompt") || IS("-p")) o->prompt = VAL();
         else if (IS("--prompt-ids")) o->prompt_ids = VAL();
-        else if (IS("-n") || IS("--max-tokens")) { o->max_new = parse_int(flag, VAL(), -1, 1L << 30); o->has_n = true; }
+        else if (IS("-n") || IS("--max-tokens")) {
+            o->max_new = parse_int(flag, VAL(), -1, 1L << 30, NULL); o->has_n = true;
+        }
         else if (IS("--temperature"))
             o->temperature = parse_float(flag, VAL(), 0, false, 1e6, "a number in 0..1e6 (0: greedy)");
-        else if (IS("--top-k")) {
-            const char *v = VAL();
-            char *end;
-            errno = 0;
-            long k = strtol(v, &end, 10);
-            if (!*v || *end || errno || k < 0 || k > (1L << 30))
-                die("%s: '%s' is not a whole number >= 0 (0: off)", flag, v);
-            o->top_k = (int)k;
-        }
+        else if (IS("--top-k")) o->top_k = (int)parse_int(flag, VAL(), 0, 1L << 30, "a whole number >= 0 (0: off)");
         else if (IS("--top-p")) o->top_p = parse_float(flag, VAL(), 0, true, 1, "a number in (0, 1] (1: off)");
         else if (IS("--min-p")) o->min_p = parse_float(flag, VAL(), 0, false, 1, "a number in [0, 1] (0: off)");
         else if (IS("--repeat-penalty")) o->rep = parse_float(flag, VAL(), 0, true, 1e6, "a number > 0 (1: off)");
@@ -233,7 +230,7 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--no-device-topk")) { NOVAL(); o->device_topk = false; }
         else if (IS("--tokenize")) { NOVAL(); o->tokenize = true; }
         else if (IS("--info")) { NOVAL(); o->info = true; }
-        else if (IS("--ctx")) o->ctx = (int)parse_int(flag, VAL(), 1, mi->max_ctx);
+        else if (IS("--ctx")) o->ctx = (int)parse_int(flag, VAL(), 1, mi->max_ctx, NULL);
         else if (IS("--verify")) { NOVAL(); o->verify = true; }
         else die("unknown option '%s' (see --help)", a);
 #undef IS
