@@ -3,6 +3,7 @@
 #include "payload_rt.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,26 +48,30 @@ static int open_argv0(const char *argv0, char *path, size_t cap) {
     return -1;
 }
 
-static const char *bad_version(uint32_t v) {
-    snprintf(g_msg, sizeof g_msg, "the payload is version %u, this runtime reads version %u", v, PAYLOAD_VERSION);
+/* The message, formatted into g_msg. */
+static const char *msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *msg(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    va_end(ap);
     return g_msg;
+}
+static const char *bad_version(uint32_t v) {
+    return msg("the payload is version %u, this runtime reads version %u", v, PAYLOAD_VERSION);
 }
 
 static const char *check_header(Payload *p) {
     const uint8_t *b = p->base;
     uint64_t size = p->size;
-    if (size < sizeof(PayloadHeader)) {
-        snprintf(g_msg, sizeof g_msg, DAMAGED "of %llu bytes is shorter than its header)", (unsigned long long)size);
-        return g_msg;
-    }
+    if (size < sizeof(PayloadHeader))
+        return msg(DAMAGED "of %llu bytes is shorter than its header)", (unsigned long long)size);
     const PayloadHeader *h = (const PayloadHeader *)b;
     if (memcmp(h->magic, PAYLOAD_MAGIC, 8) != 0) return DAMAGED "header magic is wrong)";
     if (h->version != PAYLOAD_VERSION) return bad_version(h->version);
-    if (h->total_size != size) {
-        snprintf(g_msg, sizeof g_msg, DAMAGED "is %llu bytes, its header says %llu)",
-                 (unsigned long long)size, (unsigned long long)h->total_size);
-        return g_msg;
-    }
+    if (h->total_size != size)
+        return msg(DAMAGED "is %llu bytes, its header says %llu)", (unsigned long long)size,
+                   (unsigned long long)h->total_size);
     if (h->table_off < sizeof(PayloadHeader) || h->table_off > size ||
         h->n_tensors > (size - h->table_off) / sizeof(PayloadTensor))
         return DAMAGED "tensor table lies outside the payload)";
@@ -76,25 +81,17 @@ static const char *check_header(Payload *p) {
     const PayloadTensor *t = (const PayloadTensor *)(b + h->table_off);
     for (uint32_t i = 0; i < h->n_tensors; i++) {
         const PayloadTensor *e = &t[i];
-        if (memchr(e->name, 0, sizeof e->name) == NULL) {
-            snprintf(g_msg, sizeof g_msg, DAMAGED "tensor %u has no valid name)", i);
-            return g_msg;
-        }
+        if (memchr(e->name, 0, sizeof e->name) == NULL) return msg(DAMAGED "tensor %u has no valid name)", i);
         size_t es = payload_dtype_size(e->dtype);
-        if (es == 0 || e->ndim > 4) {
-            snprintf(g_msg, sizeof g_msg, DAMAGED "tensor %s has dtype %u, ndim %u)", e->name, e->dtype, e->ndim);
-            return g_msg;
-        }
+        if (es == 0 || e->ndim > 4) return msg(DAMAGED "tensor %s has dtype %u, ndim %u)", e->name, e->dtype, e->ndim);
         uint64_t count = 1;
         for (uint32_t d = 0; d < e->ndim; d++) {
             if (e->shape[d] != 0 && count > UINT64_MAX / e->shape[d]) { count = UINT64_MAX; break; }
             count *= e->shape[d];
         }
         if (count > UINT64_MAX / es || count * es != e->nbytes || e->offset % PAYLOAD_ALIGN != 0 ||
-            e->offset < h->data_off || e->offset > size || e->nbytes > size - e->offset) {
-            snprintf(g_msg, sizeof g_msg, DAMAGED "tensor %s lies outside the payload or has a wrong size)", e->name);
-            return g_msg;
-        }
+            e->offset < h->data_off || e->offset > size || e->nbytes > size - e->offset)
+            return msg(DAMAGED "tensor %s lies outside the payload or has a wrong size)", e->name);
     }
     p->hdr = h;
     p->tensors = t;
@@ -163,21 +160,17 @@ static const char *unpack(Payload *p) {
     uint64_t end = p->zsize - tab;
     for (uint32_t i = 0; i < zh->n_frames; i++)
         if (fr[i].comp_off < sizeof *zh || fr[i].comp_off > end || fr[i].comp_size > end - fr[i].comp_off ||
-            (fr[i].planes != 1 && fr[i].planes != 2)) {
-            snprintf(g_msg, sizeof g_msg, DAMAGED "compressed frame %u lies outside it)", i);
-            return g_msg;
-        }
+            (fr[i].planes != 1 && fr[i].planes != 2))
+            return msg(DAMAGED "compressed frame %u lies outside it)", i);
 #ifndef LLMCC_ZSTD
     return "the payload is compressed and this runtime was built without zstd (LLMCC_ZSTD)";
 #else
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     void *m = mmap(NULL, (size_t)zh->raw_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) {
-        snprintf(g_msg, sizeof g_msg, "cannot allocate %llu bytes to decompress the weights into: %s",
-                 (unsigned long long)zh->raw_size, strerror(errno));
-        return g_msg;
-    }
+    if (m == MAP_FAILED)
+        return msg("cannot allocate %llu bytes to decompress the weights into: %s", (unsigned long long)zh->raw_size,
+                   strerror(errno));
     Unpack u = { p, zh, fr, m, 0, NULL };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nt = ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
@@ -204,23 +197,16 @@ const char *payload_open(Payload *p, const char *argv0) {
     if (env && *env) {
         snprintf(p->path, sizeof p->path, "%s", env);
         fd = open(env, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            snprintf(g_msg, sizeof g_msg, "LLMCC_PAYLOAD=%s: %s", env, strerror(errno));
-            return g_msg;
-        }
+        if (fd < 0) return msg("LLMCC_PAYLOAD=%s: %s", env, strerror(errno));
     } else {
         snprintf(p->path, sizeof p->path, "/proc/self/exe");
         fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
         if (fd < 0) fd = open_argv0(argv0, p->path, sizeof p->path);
-        if (fd < 0) {
-            snprintf(g_msg, sizeof g_msg, "cannot open the executable to read its weights (/proc/self/exe: %s)",
-                     strerror(errno));
-            return g_msg;
-        }
+        if (fd < 0) return msg("cannot open the executable to read its weights (/proc/self/exe: %s)", strerror(errno));
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        snprintf(g_msg, sizeof g_msg, "%s: %s", p->path, strerror(errno));
+        msg("%s: %s", p->path, strerror(errno));
         close(fd);
         return g_msg;
     }
@@ -234,9 +220,7 @@ const char *payload_open(Payload *p, const char *argv0) {
         }
         if (f.version != PAYLOAD_VERSION) {
             close(fd);
-            snprintf(g_msg, sizeof g_msg, "the payload footer is version %u, this runtime reads version %u", f.version,
-                     PAYLOAD_VERSION);
-            return g_msg;
+            return msg("the payload footer is version %u, this runtime reads version %u", f.version, PAYLOAD_VERSION);
         }
         if (f.payload_offset % PAYLOAD_ALIGN != 0 || f.payload_offset > fsize - sizeof f ||
             f.payload_size != fsize - sizeof f - f.payload_offset) {
@@ -255,10 +239,7 @@ const char *payload_open(Payload *p, const char *argv0) {
     void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, (off_t)off);
     int e = errno;
     close(fd);
-    if (m == MAP_FAILED) {
-        snprintf(g_msg, sizeof g_msg, "cannot map the weights (%llu bytes): %s", (unsigned long long)size, strerror(e));
-        return g_msg;
-    }
+    if (m == MAP_FAILED) return msg("cannot map the weights (%llu bytes): %s", (unsigned long long)size, strerror(e));
     p->base = m;
     p->size = size;
     if (size >= 8 && memcmp(m, ZPAYLOAD_MAGIC, 8) == 0) {
