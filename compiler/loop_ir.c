@@ -11,6 +11,18 @@ static LStmt *loop(Arena *A, const Axis *ax, LoopKind lk, int nbody) {
     return s;
 }
 
+/* The parallel loops over ax[0..n) (the outermost first) around the statements body[0..nbody) */
+static LStmt *par_loops(Arena *A, const Axis *ax, int n, LStmt **body, int nbody) {
+    LStmt *cur = NULL;
+    for (int d = n - 1; d >= 0; d--) {
+        LStmt *l = loop(A, &ax[d], LOOP_PARALLEL, cur ? 1 : 0);
+        if (cur) l->body[0] = cur;
+        else { l->body = body; l->nbody = nbody; }
+        cur = l;
+    }
+    return cur;
+}
+
 static LoopNest *lower_op(Arena *A, const TOp *op) {
     LoopNest *nest = ARENA_NEW(A, LoopNest);
     nest->module = op->module; nest->kname = op->kname; nest->origin = op->kind; nest->op = op;
@@ -18,10 +30,11 @@ static LoopNest *lower_op(Arena *A, const TOp *op) {
     store->buf = op->out;
     store->idx = ARENA_ARRAY(A, Expr *, op->out->ndim);
     memcpy(store->idx, op->out_idx, sizeof(Expr *) * (size_t)op->out->ndim);
-    LStmt *inner;
+    LStmt **body = ARENA_ARRAY(A, LStmt *, 3);
+    int nbody = 1;
     if (op->red == RED_TOPK) {
-        inner = stmt(A, LS_TOPK);
-        inner->topk = op;
+        body[0] = stmt(A, LS_TOPK);
+        body[0]->topk = op;
     } else if (op->kind == TOP_REDUCE) {
         LStmt *init = stmt(A, LS_ACC_INIT); init->red = op->red;
         LStmt *upd = stmt(A, LS_ACC); upd->red = op->red; upd->value = op->body;
@@ -30,26 +43,14 @@ static LoopNest *lower_op(Arena *A, const TOp *op) {
             LStmt *l = loop(A, &op->raxes[i], LOOP_REDUCE, 1); l->body[0] = r; r = l;
         }
         store->value = op->epilogue ? op->epilogue : e_acc(A);
-        LStmt *blk = stmt(A, LS_FOR);   /* a body of three statements, wrapped below */
-        blk->nbody = 3; blk->body = ARENA_ARRAY(A, LStmt *, 3);
-        blk->body[0] = init; blk->body[1] = r; blk->body[2] = store;
-        inner = blk;
+        body[0] = init; body[1] = r; body[2] = store;
+        nbody = 3;
     } else {
         store->value = op->body;
-        inner = store;
+        body[0] = store;
     }
-    /* wrap in the parallel loops, innermost last */
-    LStmt *cur = NULL;
-    for (int i = op->naxes - 1; i >= 0; i--) {
-        LStmt *l = loop(A, &op->axes[i], LOOP_PARALLEL, 0);
-        if (!cur) {
-            if (inner->k == LS_FOR && !inner->v) { l->body = inner->body; l->nbody = inner->nbody; }
-            else { l->nbody = 1; l->body = ARENA_ARRAY(A, LStmt *, 1); l->body[0] = inner; }
-        } else { l->nbody = 1; l->body = ARENA_ARRAY(A, LStmt *, 1); l->body[0] = cur; }
-        cur = l;
-    }
-    CHECK(cur, "op %s has no axes", op->module);
-    nest->root = cur;
+    CHECK(op->naxes > 0, "op %s has no axes", op->module);
+    nest->root = par_loops(A, op->axes, op->naxes, body, nbody);
     return nest;
 }
 
@@ -516,31 +517,23 @@ static LStmt *store_stmt(Arena *A, Buffer *b, Expr **idx, Expr *value) {
     s->buf = b; s->idx = idx; s->value = value;
     return s;
 }
-/* parallel loops (v[i] < ext[i]) around acc_init x2, for kv < K { slot 0 += t0; slot 1 += t1 }, the stores */
-static LStmt *pair_root(Arena *A, Var *const *v, Expr *const *ext, int npar, Var *kv, Expr *K, Expr *t0, Expr *t1,
-                        LStmt **st, int nst) {
-    LStmt *leaf = stmt(A, LS_FOR);
-    leaf->nbody = 3 + nst; leaf->body = ARENA_ARRAY(A, LStmt *, 3 + nst);
+/* parallel loops over ax around acc_init x2, for kv < K { slot 0 += t0; slot 1 += t1 }, the stores */
+static LStmt *pair_root(Arena *A, const Axis *ax, int npar, Var *kv, Expr *K, Expr *t0, Expr *t1, LStmt **st,
+                        int nst) {
+    LStmt **body = ARENA_ARRAY(A, LStmt *, 3 + nst);
     Axis ka = {kv, K};
     LStmt *red = loop(A, &ka, LOOP_REDUCE, 2);
     for (int j = 0; j < 2; j++) {
         LStmt *init = stmt(A, LS_ACC_INIT);
         init->red = RED_SUM; init->slot = j;
-        leaf->body[j] = init;
+        body[j] = init;
         LStmt *u = stmt(A, LS_ACC);
         u->red = RED_SUM; u->slot = j; u->value = j ? t1 : t0;
         red->body[j] = u;
     }
-    leaf->body[2] = red;
-    for (int i = 0; i < nst; i++) leaf->body[3 + i] = st[i];
-    LStmt *cur = NULL;
-    for (int d = npar - 1; d >= 0; d--) {
-        Axis ax = {v[d], ext[d]};
-        LStmt *l = loop(A, &ax, LOOP_PARALLEL, 1);
-        if (!cur) { l->body = leaf->body; l->nbody = leaf->nbody; } else l->body[0] = cur;
-        cur = l;
-    }
-    return cur;
+    body[2] = red;
+    for (int i = 0; i < nst; i++) body[3 + i] = st[i];
+    return par_loops(A, ax, npar, body, 3 + nst);
 }
 
 /* C (flat) into the one linear R it reads, at C's own point: R stores C's value to C's output */
@@ -579,13 +572,13 @@ static bool try_pair(Arena *A, LProgram *lp, const bool *dead, int r1i, int r2i,
         !quiet_between(lp, dead, r1i, r2i, t1, 2, NULL, NULL, r1.store->buf) ||
         !quiet_between(lp, dead, r2i, ci, vals, 1 + out->ndim, r1.store->buf, r2.store->buf, out))
         return false;
-    Var *v[MAX_AXES], *kv = r1.red->v;
-    Expr *ext[MAX_AXES];
-    for (int d = 0; d < r1.npar; d++) { v[d] = r1.par[d]->v; ext[d] = r1.par[d]->extent; }
+    Var *kv = r1.red->v;
+    Axis ax[MAX_AXES];
+    for (int d = 0; d < r1.npar; d++) ax[d] = (Axis){r1.par[d]->v, r1.par[d]->extent};
     /* C's value with both loads replaced, at R1's variables */
     Var *cv[MAX_AXES];
     Expr *rv[MAX_AXES];
-    for (int d = 0; d < c.npar; d++) { cv[d] = c.par[d]->v; rv[d] = e_var(A, v[d]); }
+    for (int d = 0; d < c.npar; d++) { cv[d] = c.par[d]->v; rv[d] = e_var(A, ax[d].v); }
     Expr *val = replace_load(A, c.store->value, ld1, linear_at(A, &r1, ld1, 0));
     val = replace_load(A, val, ld2, linear_at(A, &r2, ld2, 1));
     Expr **idx = ARENA_ARRAY(A, Expr *, out->ndim);
@@ -595,7 +588,7 @@ static bool try_pair(Arena *A, LProgram *lp, const bool *dead, int r1i, int r2i,
     LoopNest *n = ARENA_NEW(A, LoopNest);
     *n = *lp->nests[r1i];
     n->kname = joined_name(A, lp->nests[r1i]->kname, lp->nests[r2i]->kname);
-    n->root = pair_root(A, v, ext, r1.npar, kv, r1.red->extent, acc_term_at(A, &r1, p1, kv),
+    n->root = pair_root(A, ax, r1.npar, kv, r1.red->extent, acc_term_at(A, &r1, p1, kv),
                         acc_term_at(A, &r2, p2, kv), &st, 1);
     lp->nests[r2i] = n;
     return true;
@@ -669,13 +662,12 @@ static bool try_halves(Arena *A, LProgram *lp, const bool *dead, int ri, int ci)
         for (int d = 0; d < out->ndim; d++) idx[d] = expr_subst_vars(A, hidx[h][d], from, to, nf);
         st[h] = store_stmt(A, out, idx, expr_subst_vars(A, v, from, to, nf));
     }
-    Var *v[2] = {c.par[0]->v, pv};
-    Expr *ext[2] = {c.par[0]->extent, e_i(A, total)};
+    Axis ax[2] = {{c.par[0]->v, c.par[0]->extent}, {pv, e_i(A, total)}};
     Var *kv = r.red->v;
     LoopNest *n = ARENA_NEW(A, LoopNest);
     *n = *lp->nests[ri];
     n->kname = joined_name(A, lp->nests[ri]->kname, lp->nests[ci]->kname);
-    n->root = pair_root(A, v, ext, 2, kv, r.red->extent, acc_term_at(A, &r, P2[0], kv), acc_term_at(A, &r, P2[1], kv),
+    n->root = pair_root(A, ax, 2, kv, r.red->extent, acc_term_at(A, &r, P2[0], kv), acc_term_at(A, &r, P2[1], kv),
                         st, 2);
     lp->nests[ri] = n;
     return true;
@@ -741,12 +733,11 @@ static LoopNest *attn_nest(Arena *A, const LoopNest *pv, const AttnDesc *d) {
     LoopNest *n = ARENA_NEW(A, LoopNest);
     *n = *pv;
     n->kname = d->kname;
-    Axis at = {d->t, d->rows}, ah = {d->h, e_i(A, d->heads)};
-    LStmt *a = stmt(A, LS_ATTN);
-    a->attn = d;
-    LStmt *lh = loop(A, &ah, LOOP_PARALLEL, 1), *lt = loop(A, &at, LOOP_PARALLEL, 1);
-    lh->body[0] = a; lt->body[0] = lh;
-    n->root = lt;
+    Axis ax[2] = {{d->t, d->rows}, {d->h, e_i(A, d->heads)}};
+    LStmt **body = ARENA_ARRAY(A, LStmt *, 1);
+    body[0] = stmt(A, LS_ATTN);
+    body[0]->attn = d;
+    n->root = par_loops(A, ax, 2, body, 1);
     return n;
 }
 /* Each score is computed once either way (the plain parts store them, the
