@@ -85,19 +85,14 @@ void st_close(StModel *m);
 /* Real headers are a few hundred KB even for 100B-parameter models. */
 #define ST_MAX_HEADER (100u * 1000u * 1000u)
 
-static const char *const st_names[] = {
-#define ST_X_NAME(e, n, s) n,
-    ST_DTYPES(ST_X_NAME)
-#undef ST_X_NAME
-};
-static const unsigned char st_sizes[] = {
-#define ST_X_SIZE(e, n, s) s,
-    ST_DTYPES(ST_X_SIZE)
-#undef ST_X_SIZE
+static const struct { const char *name; unsigned char size; } st_dtypes[] = {
+#define ST_X(e, n, s) {n, s},
+    ST_DTYPES(ST_X)
+#undef ST_X
 };
 
-const char *st_dtype_name(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st_names[d] : "?"; }
-size_t st_dtype_size(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st_sizes[d] : 0; }
+const char *st_dtype_name(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].name : "?"; }
+size_t st_dtype_size(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].size : 0; }
 
 static uint64_t st_hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull;
@@ -164,10 +159,10 @@ static void st_parse_entry(Arena *a, const Json *j, int v, const char *path, con
     const char *ds = json_get_str(a, j, dt, NULL);
     if (!ds) die_user(path, name, "dtype must be a string, got %s", json_raw(a, j, dt));
     int d = -1;
-    for (int i = 0; i < ST_DTYPE_COUNT; i++) if (strcmp(ds, st_names[i]) == 0) d = i;
+    for (int i = 0; i < ST_DTYPE_COUNT; i++) if (strcmp(ds, st_dtypes[i].name) == 0) d = i;
     if (d < 0) {
         Str b = {0};
-        for (int i = 0; i < ST_DTYPE_COUNT; i++) str_printf(&b, "%s%s", i ? ", " : "", st_names[i]);
+        for (int i = 0; i < ST_DTYPE_COUNT; i++) str_printf(&b, "%s%s", i ? ", " : "", st_dtypes[i].name);
         const char *known = arena_strdup(a, b.s);
         str_free(&b);
         die_user(path, name, "dtype \"%s\" is not supported (known: %s)", ds, known);
@@ -189,7 +184,7 @@ static void st_parse_entry(Arena *a, const Json *j, int v, const char *path, con
         if (__builtin_mul_overflow(elems, (uint64_t)x, &elems)) overflow = true;
     }
     uint64_t nbytes;
-    if (overflow || __builtin_mul_overflow(elems, (uint64_t)st_sizes[d], &nbytes))
+    if (overflow || __builtin_mul_overflow(elems, (uint64_t)st_dtypes[d].size, &nbytes))
         die_user(path, name, "shape %s is too large", st_shape_str(a, t->shape, nd));
 
     if (json_type(j, of) != JSON_ARRAY || json_size(j, of) != 2)
@@ -203,7 +198,7 @@ static void st_parse_entry(Arena *a, const Json *j, int v, const char *path, con
                  "(the data section is %" PRIu64 " bytes)", b, e, data_len);
     if ((uint64_t)(e - b) != nbytes)
         die_user(path, name, "data_offsets [%" PRId64 ", %" PRId64 "] do not match shape %s x %s (%" PRIu64 " bytes)",
-                 b, e, st_shape_str(a, t->shape, nd), st_names[d], nbytes);
+                 b, e, st_shape_str(a, t->shape, nd), st_dtypes[d].name, nbytes);
     t->nbytes = (size_t)nbytes;
     *begin_out = (uint64_t)b;
 }
