@@ -62,17 +62,22 @@ static Expr *add_axis(TL *L, Axis *ax, int *n, const char *name, Expr *extent) {
 }
 static Expr *axis(TL *L, TOp *op, const char *name, Expr *e) { return add_axis(L, op->axes, &op->naxes, name, e); }
 static Expr *raxis(TL *L, TOp *op, const char *name, Expr *e) { return add_axis(L, op->raxes, &op->nraxes, name, e); }
-static Expr *rows(TL *L, const GNode *n) { return n->rows_n ? e_param(L->A, P_N) : e_i(L->A, n->dims[0]); }
-static Buffer *act_buf(TL *L, const GNode *n, const char *suffix, int64_t width) {
-    int64_t r = n->rows_n ? L->tp->g->max_batch : n->dims[0];
+/* dim d of n: the runtime row count n where it is that */
+static Expr *ext(TL *L, const GNode *n, int d) {
+    return d == 0 && n->rows_n ? e_param(L->A, P_N) : e_i(L->A, n->dims[d]);
+}
+/* A buffer for the first nd dims of n (rows sized for max_batch); [1] when nd is 0. */
+static Buffer *lead_buf(TL *L, const GNode *n, const char *suffix, int nd, BufKind kind, DType dt) {
+    int64_t d[MAX_DIMS] = {1};
+    for (int i = 0; i < nd; i++) d[i] = i == 0 && n->rows_n ? L->tp->g->max_batch : n->dims[i];
     const char *name = suffix ? arena_printf(L->A, "%s.%s", n->name, suffix) : n->name;
-    return new_buf(L, name, BUF_ACT, DT_F32, 2, r, width, 0);
+    return new_buf_nd(L, name, kind, dt, nd ? nd : 1, d);
 }
 
 /* out[t, c] = body over a [rows, width] activation */
 static TOp *rowwise(TL *L, TOpKind k, const GNode *n, Buffer *out, Expr **t, Expr **c) {
     TOp *op = new_op(L, k, n, out);
-    *t = axis(L, op, "t", rows(L, n));
+    *t = axis(L, op, "t", ext(L, n, 0));
     *c = axis(L, op, "c", e_i(L->A, n->dims[1]));
     op->out_idx[0] = *t; op->out_idx[1] = *c;
     return op;
@@ -81,19 +86,9 @@ static TOp *rowwise(TL *L, TOpKind k, const GNode *n, Buffer *out, Expr **t, Exp
 /* ---- N-dimensional ops (expressions, and the model's elementwise ops, norms
  * and linears: for a model's [n, width] activations they give the same
  * tensor IR as a 2-D special case would) ---- */
-static Expr *ext(TL *L, const GNode *n, int d) {
-    return d == 0 && n->rows_n ? e_param(L->A, P_N) : e_i(L->A, n->dims[d]);
-}
 static const char *ax_name(TL *L, int nd, int d) {
     if (L->tp->g->cfg && nd == 2) return d == 0 ? "t" : "c";
     return arena_printf(L->A, "i%d", d);
-}
-/* A buffer for the first nd dims of n (rows sized for max_batch); [1] when nd is 0. */
-static Buffer *lead_buf(TL *L, const GNode *n, const char *suffix, int nd, BufKind kind, DType dt) {
-    int64_t d[MAX_DIMS] = {1};
-    for (int i = 0; i < nd; i++) d[i] = i == 0 && n->rows_n ? L->tp->g->max_batch : n->dims[i];
-    const char *name = suffix ? arena_printf(L->A, "%s.%s", n->name, suffix) : n->name;
-    return new_buf_nd(L, name, kind, dt, nd ? nd : 1, d);
 }
 /* An op over the first nd dims of n; ax receives the axes. A scalar result
  * (nd 0) gets one axis of extent 1, since every loop nest needs one. */
@@ -143,16 +138,16 @@ static void lower_head_rmsnorm(TL *L, GNode *n) {
     Buffer *inv = new_buf(L, arena_printf(A, "%s.inv_rms", n->name), BUF_ACT, DT_F32, 2, L->tp->g->max_batch,
                           n->heads, 0);
     TOp *r = new_op_part(L, TOP_REDUCE, n, inv, "inv_rms");
-    Expr *t = axis(L, r, "t", rows(L, n)), *h = axis(L, r, "h", e_i(A, n->heads));
+    Expr *t = axis(L, r, "t", ext(L, n, 0)), *h = axis(L, r, "h", e_i(A, n->heads));
     Expr *e = raxis(L, r, "e", e_i(A, hd));
     r->out_idx[0] = t; r->out_idx[1] = h;
     r->red = RED_SUM;
     Expr *xv = e_load2(A, x->buf, t, E_ADD(A, E_MUL(A, h, e_i(A, hd)), e));
     r->body = E_MUL(A, xv, xv);
     r->epilogue = e_un(A, EX_RSQRT, E_ADD(A, E_DIV(A, e_acc(A), e_f(A, (double)hd)), e_f(A, (float)n->eps)));
-    n->buf = act_buf(L, n, NULL, n->dims[1]);
+    n->buf = lead_buf(L, n, NULL, 2, BUF_ACT, DT_F32);
     TOp *op = new_op(L, TOP_ELEMWISE, n, n->buf);
-    t = axis(L, op, "t", rows(L, n)); h = axis(L, op, "h", e_i(A, n->heads)); e = axis(L, op, "e", e_i(A, hd));
+    t = axis(L, op, "t", ext(L, n, 0)); h = axis(L, op, "h", e_i(A, n->heads)); e = axis(L, op, "e", e_i(A, hd));
     Expr *c = E_ADD(A, E_MUL(A, h, e_i(A, hd)), e);
     op->out_idx[0] = t; op->out_idx[1] = c;
     op->body = E_MUL(A, E_MUL(A, e_load2(A, x->buf, t, c), e_load2(A, inv, t, h)), e_load1(A, n->in[1]->buf, e));
@@ -358,13 +353,13 @@ static void lower_node(TL *L, GNode *n) {
         n->buf->weight_index = tp->n_weights++;
         return;
     case G_EMBED: {
-        n->buf = act_buf(L, n, NULL, n->dims[1]);
+        n->buf = lead_buf(L, n, NULL, 2, BUF_ACT, DT_F32);
         TOp *op = rowwise(L, TOP_INDEXMAP, n, n->buf, &t, &c);
         op->body = e_load2(A, n->in[0]->buf, e_load1(A, n->in[1]->buf, t), c);
         return;
     }
     case G_LAST_TOKEN: {
-        n->buf = act_buf(L, n, NULL, n->dims[1]);
+        n->buf = lead_buf(L, n, NULL, 2, BUF_ACT, DT_F32);
         TOp *op = rowwise(L, TOP_INDEXMAP, n, n->buf, &t, &c);
         op->body = e_load2(A, n->in[0]->buf, E_SUB(A, e_param(A, P_N), e_i(A, 1)), c);
         return;
@@ -376,10 +371,9 @@ static void lower_node(TL *L, GNode *n) {
         int hd = n->head_dim, half = hd / 2;
         Buffer *f = new_buf(L, arena_printf(A, "%s.inv_freq", n->name), BUF_CONST, DT_F32, 1, half, 0, 0);
         f->const_data = n->inv_freq;
-        tp->n_consts++;
-        n->buf = act_buf(L, n, NULL, n->dims[1]);
+        n->buf = lead_buf(L, n, NULL, 2, BUF_ACT, DT_F32);
         TOp *op = new_op(L, TOP_ELEMWISE, n, n->buf);
-        t = axis(L, op, "t", rows(L, n));
+        t = axis(L, op, "t", ext(L, n, 0));
         Expr *h = axis(L, op, "h", e_i(A, n->heads));
         Expr *e = axis(L, op, "e", e_i(A, hd));
         Expr *base = E_MUL(A, h, e_i(A, hd));
@@ -439,7 +433,7 @@ static void lower_node(TL *L, GNode *n) {
         nm->body = E_DIV(A, e_un(A, EX_EXP, E_SUB(A, e_load3(A, S, t, h, j), e_load2(A, M, t, h))),
                          e_load2(A, Z, t, h));
         /* out = p v */
-        n->buf = act_buf(L, n, NULL, n->dims[1]);
+        n->buf = lead_buf(L, n, NULL, 2, BUF_ACT, DT_F32);
         TOp *pv = new_op_part(L, TOP_REDUCE, n, n->buf, "pv");
         t = axis(L, pv, "t", e_param(A, P_N)); h = axis(L, pv, "h", e_i(A, H)); e = axis(L, pv, "e", e_i(A, hd));
         j = raxis(L, pv, "j", len);

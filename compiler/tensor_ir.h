@@ -80,7 +80,6 @@ typedef struct {
     int nvars;
     int n_weights;             /* weight buffers, in payload order */
     Buffer **weights;
-    int n_consts;
     Buffer *ids, *logits;
     Buffer *next_token;        /* a model's argmax of the logits: [1] f32, in the activation arena */
     Buffer *top_k;             /* a model's topk of the logits: [1, 2, topk_max] f32, likewise */
