@@ -19,7 +19,6 @@ void *arena_alloc(Arena *a, size_t n) {
     }
     void *p = a->head->data + a->head->used;
     a->head->used += n;
-    a->used_total += n;
     memset(p, 0, n);
     return p;
 }
@@ -49,7 +48,7 @@ void arena_grow(Arena *a, void **arr, int n, int *cap, size_t elem) {
 }
 void arena_free(Arena *a) {
     for (ArenaBlock *b = a->head, *n; b; b = n) { n = b->next; free(b); }
-    a->head = NULL; a->used_total = 0;
+    a->head = NULL;
 }
 
 void (*die_user_hook)(const char *line);

@@ -10,7 +10,7 @@
 
 /* ---- arena: one per compilation, nothing is freed node by node ---- */
 typedef struct ArenaBlock ArenaBlock;
-typedef struct { ArenaBlock *head; size_t used_total; } Arena;
+typedef struct { ArenaBlock *head; } Arena;
 void *arena_alloc(Arena *a, size_t n);           /* zeroed, 16-aligned */
 char *arena_strdup(Arena *a, const char *s);
 char *arena_strndup(Arena *a, const char *s, size_t n);
