@@ -676,12 +676,9 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         /* transformers' LlamaTokenizer(Fast) rebuilds the template from these flags */
         int cls = json_find(&cj, 0, "tokenizer_class");
         char *cn = json_get_str(a, &cj, cls, NULL);
-        if (cn && strstr(cn, "LlamaTokenizer")) {
-            bool v;
-            int t = json_find(&cj, 0, "add_bos_token");
-            if (t >= 0 && json_is_bool(&cj, t, &v)) add_bos = v;
-            t = json_find(&cj, 0, "add_eos_token");
-            if (t >= 0 && json_is_bool(&cj, t, &v)) add_eos = v;
+        if (cn && strstr(cn, "LlamaTokenizer")) {   /* a flag that is not true or false changes nothing */
+            json_is_bool(&cj, json_find(&cj, 0, "add_bos_token"), &add_bos);
+            json_is_bool(&cj, json_find(&cj, 0, "add_eos_token"), &add_eos);
         }
     }
     if (bos < 0) bos = cfg_bos;
