@@ -510,6 +510,12 @@ static void cleanup(void) {
     payload_close(&G.pl);
 }
 
+/* what (the prompt, the conversation; with: what it counts in) is n tokens, more than the context holds */
+static _Noreturn void too_long(const char *what, int n, const char *with) {
+    die("%s is %d tokens%s, longer than the context (%d tokens%s)", what, n, with, G.ctx,
+        G.ctx < model_info.max_ctx ? "; see --ctx" : "");
+}
+
 /* ---------------------------------------------------------------- generation */
 typedef struct {
     double t_prefill, t_first, t_decode;
@@ -529,11 +535,8 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
     const ModelInfo *mi = &model_info;
     const int V = mi->vocab_size, ctx = G.ctx;
     if (G.n_ids + n > ctx) {
-        if (st->turns == 0)
-            die("the prompt is %d tokens, longer than the context (%d tokens%s)", n, ctx,
-                ctx < mi->max_ctx ? "; see --ctx" : "");
-        die("the conversation is %d tokens with this turn, longer than the context (%d tokens%s)", G.n_ids + n, ctx,
-            ctx < mi->max_ctx ? "; see --ctx" : "");
+        if (st->turns == 0) too_long("the prompt", n, "");
+        too_long("the conversation", G.n_ids + n, " with this turn");
     }
     for (int i = 0; i < n; i++) history_add(ids[i], V);
     long room = ctx - G.n_ids + 1;   /* the last token is sampled from position ctx-1 and never fed back */
@@ -780,11 +783,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     G.ctx = o.ctx;
-    if (np > G.ctx) {
-        free(pids);
-        die("the prompt is %d tokens, longer than the context (%d tokens%s)", np, G.ctx,
-            G.ctx < mi->max_ctx ? "; see --ctx" : "");
-    }
+    if (np > G.ctx) { free(pids); too_long("the prompt", np, ""); }
 
     G.cap_ids = G.ctx + 2;
     G.ids = malloc((size_t)G.cap_ids * sizeof *G.ids);
