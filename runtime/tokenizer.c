@@ -408,18 +408,21 @@ static void encode_word_bytes(const Tokenizer *t, Enc *e, const uint8_t *w, size
     }
 }
 
+/* A character no token covers: unk (a run of them one unk with fuse_unk); HF drops it when there is no unk. */
+static void push_unk(const Tokenizer *t, Enc *e, size_t *k, bool *prev_unk) {
+    if (t->unk < 0 || (*prev_unk && (t->flags & TOKF_FUSE_UNK))) return;
+    e->sym[(*k)++] = (uint32_t)t->unk;
+    *prev_unk = true;
+}
+
 static void encode_word_bpe(const Tokenizer *t, Enc *e, const uint8_t *w, size_t n) {
     if (!ensure_sym(e, n)) return;
     size_t k = 0;
     bool prev_unk = false;
     for (size_t i = 0; i < n; i++) {
         int32_t id = t->byte_id[w[i]];
-        if (id < 0) {
-            if (t->unk < 0) continue;           /* HF drops characters it cannot map when there is no unk */
-            if (prev_unk && (t->flags & TOKF_FUSE_UNK)) continue;
-            id = t->unk; prev_unk = true;
-        } else prev_unk = false;
-        e->sym[k++] = (uint32_t)id;
+        if (id < 0) push_unk(t, e, &k, &prev_unk);
+        else { e->sym[k++] = (uint32_t)id; prev_unk = false; }
     }
     bpe(t, e, k);
 }
@@ -644,9 +647,7 @@ static void encode_word_spm(const Tokenizer *t, Enc *e, const uint8_t *w, size_t
             }
         }
         i += cl;
-        if (t->unk < 0) continue;
-        if (prev_unk && (t->flags & TOKF_FUSE_UNK)) continue;
-        e->sym[k++] = (uint32_t)t->unk; prev_unk = true;
+        push_unk(t, e, &k, &prev_unk);
     }
     bpe(t, e, k);
 }
