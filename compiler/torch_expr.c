@@ -394,6 +394,9 @@ static int softmax_dim(P *p, const Value *d, const GNode *x, const char *fname, 
     return (int)dim;
 }
 
+/* bind() to the parameters named (the first `required` of them must be given) */
+#define BIND(required, ...) bind(p, a, nm, (const char *const[]){__VA_ARGS__}, \
+                                 (int)(sizeof (const char *const[]){__VA_ARGS__} / sizeof(char *)), required, v)
 static Value call(P *p, const Value *f, const Args *a) {
     if (f->k == V_MODULE) return apply_module(p, f, a);
     if (f->k != V_FUNC) err(p, f->col, "%s is not callable", vkind_name(f));
@@ -403,27 +406,23 @@ static Value call(P *p, const Value *f, const Args *a) {
     if (!strcmp(nm, "torch.zeros")) return make_input(p, a, nm, FILL_ZEROS, f->col);
     if (!strcmp(nm, "torch.ones")) return make_input(p, a, nm, FILL_ONES, f->col);
     if (!strcmp(nm, "torch.matmul")) {
-        static const char *const pr[] = {"input", "other"};
-        bind(p, a, nm, pr, 2, 2, v);
+        BIND(2, "input", "other");
         return matmul(p, v[0], v[1], f->col);
     }
     if (!strcmp(nm, "F.silu")) {
-        static const char *const pr[] = {"input", "inplace"};
-        bind(p, a, nm, pr, 2, 1, v);
+        BIND(1, "input", "inplace");
         const GNode *x = need_tensor(p, v[0], nm);
         return tensor(result_like(p, G_SILU, "silu", x), v[0]->tdt, f->col);
     }
     if (!strcmp(nm, "F.softmax") || !strcmp(nm, "torch.softmax")) {
-        static const char *const pr[] = {"input", "dim"};
-        bind(p, a, nm, pr, 2, 1, v);
+        BIND(1, "input", "dim");
         const GNode *x = need_tensor(p, v[0], nm);
         softmax_dim(p, v[1], x, nm, a->col);
         return tensor(result_like(p, G_SOFTMAX, "softmax", x), v[0]->tdt, f->col);
     }
     if (!strcmp(nm, "F.scaled_dot_product_attention")) return sdpa(p, a, nm);
     if (!strcmp(nm, "torch.argmax")) {
-        static const char *const pr[] = {"input", "dim", "keepdim"};
-        bind(p, a, nm, pr, 3, 2, v);
+        BIND(2, "input", "dim", "keepdim");
         const GNode *x = need_tensor(p, v[0], nm);
         if (is_none(v[1])) err(p, a->col, "torch.argmax needs dim=-1 (the index over the last dim; no flattening yet)");
         int64_t dim = need_int(p, v[1], "dim", -x->ndim, x->ndim - 1);
@@ -436,8 +435,7 @@ static Value call(P *p, const Value *f, const Args *a) {
         return tensor(n, DT_F32, f->col);
     }
     if (!strcmp(nm, "torch.topk")) {
-        static const char *const pr[] = {"input", "k", "dim", "largest", "sorted"};
-        bind(p, a, nm, pr, 5, 2, v);
+        BIND(2, "input", "k", "dim", "largest", "sorted");
         const GNode *x = need_tensor(p, v[0], nm);
         int64_t len = x->dims[x->ndim - 1];
         if (x->ndim >= MAX_DIMS)
@@ -459,8 +457,7 @@ static Value call(P *p, const Value *f, const Args *a) {
         return tensor(n, DT_F32, f->col);
     }
     if (!strcmp(nm, "nn.Linear")) {
-        static const char *const pr[] = {"in_features", "out_features", "bias", "device", "dtype"};
-        bind(p, a, nm, pr, 5, 2, v);
+        BIND(2, "in_features", "out_features", "bias", "device", "dtype");
         Value m = module(M_LINEAR, nm, f->col);
         m.in = need_int(p, v[0], "in_features", 1, (int64_t)1 << 31);
         m.out = need_int(p, v[1], "out_features", 1, (int64_t)1 << 31);
@@ -470,8 +467,7 @@ static Value call(P *p, const Value *f, const Args *a) {
         return m;
     }
     if (!strcmp(nm, "nn.RMSNorm")) {
-        static const char *const pr[] = {"normalized_shape", "eps", "elementwise_affine", "device", "dtype"};
-        bind(p, a, nm, pr, 5, 1, v);
+        BIND(1, "normalized_shape", "eps", "elementwise_affine", "device", "dtype");
         Value m = module(M_RMSNORM, nm, f->col);
         const Value *ns = v[0];
         if (ns->k == V_TUPLE) {
@@ -490,20 +486,19 @@ static Value call(P *p, const Value *f, const Args *a) {
         return m;
     }
     if (!strcmp(nm, "nn.Softmax")) {
-        static const char *const pr[] = {"dim"};
-        bind(p, a, nm, pr, 1, 0, v);
+        BIND(0, "dim");
         Value m = module(M_SOFTMAX, nm, f->col);
         if (is_none(v[0])) err(p, a->col, "nn.Softmax needs dim= (only dim=-1, the last dim, is supported yet)");
         m.dim = (int)need_int(p, v[0], "dim", -MAX_DIMS, MAX_DIMS - 1);
         return m;
     }
     if (!strcmp(nm, "nn.SiLU")) {
-        static const char *const pr[] = {"inplace"};
-        bind(p, a, nm, pr, 1, 0, v);
+        BIND(0, "inplace");
         return module(M_SILU, "nn.SiLU()", f->col);
     }
     err(p, f->col, "unknown function '%s' (supported: %s)", nm, torch_expr_supported);
 }
+#undef BIND
 
 /* ---- names ---- */
 static const char *canonical(P *p, const char *s) {
