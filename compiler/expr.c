@@ -61,6 +61,12 @@ Expr *e_load1(Arena *A, Buffer *b, Expr *i0) { return e_load(A, b, 1, &i0); }
 Expr *e_load2(Arena *A, Buffer *b, Expr *i0, Expr *i1) { Expr *v[2] = {i0, i1}; return e_load(A, b, 2, v); }
 Expr *e_load3(Arena *A, Buffer *b, Expr *i0, Expr *i1, Expr *i2) { return e_load(A, b, 3, (Expr *[]){i0, i1, i2}); }
 
+int64_t dims_elems(const int64_t *dims, int n) {
+    int64_t p = 1;
+    for (int i = 0; i < n; i++) p *= dims[i];
+    return p;
+}
+
 bool expr_is_const(const Expr *e, int64_t *v) {
     if (e->k != EX_ICONST) return false;
     if (v) *v = e->i;

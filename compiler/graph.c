@@ -36,11 +36,7 @@ GNode *graph_add(Arena *A, Graph *g, GraphOp op, const char *name) {
     return n;
 }
 
-int64_t gnode_elems(const GNode *n) {
-    int64_t e = 1;
-    for (int i = 0; i < n->ndim; i++) e *= n->dims[i];
-    return e;
-}
+int64_t gnode_elems(const GNode *n) { return dims_elems(n->dims, n->ndim); }
 
 /* A dimension that is n (rows_n) only matches another n. */
 bool shape_broadcast(const GNode *a, const GNode *b, int *ndim, int64_t *dims) {

@@ -20,7 +20,6 @@ static int64_t bcast_off(const GNode *x, int x_lead, const int64_t *idx, int out
 static void unravel(int64_t flat, int nd, const int64_t *dims, int64_t *idx) {
     for (int i = nd - 1; i >= 0; i--) { idx[i] = flat % dims[i]; flat /= dims[i]; }
 }
-static int64_t prod(const int64_t *d, int n) { int64_t p = 1; for (int i = 0; i < n; i++) p *= d[i]; return p; }
 
 static void binary(const GNode *n, double *const *v, double *out) {
     const GNode *a = n->in[0], *b = n->in[1];
@@ -52,7 +51,7 @@ static void matmul(const GNode *n, const double *A, const double *B, double *out
     const GNode *a = n->in[0], *b = n->in[1];
     int nb = n->ndim - 2;
     int64_t M = n->dims[nb], N = n->dims[nb + 1], K = a->dims[a->ndim - 1];
-    int64_t batches = prod(n->dims, nb), idx[MAX_DIMS];
+    int64_t batches = dims_elems(n->dims, nb), idx[MAX_DIMS];
     for (int64_t bi = 0; bi < batches; bi++) {
         unravel(bi, nb, n->dims, idx);
         const double *pa = A + bcast_off(a, a->ndim - 2, idx, nb) * M * K;
@@ -71,7 +70,7 @@ static void sdpa(const GNode *n, double *const *v, double *out) {
     const GNode *q = n->in[0], *k = n->in[1], *vv = n->in[2];
     int nb = n->ndim - 2;
     int64_t L = q->dims[q->ndim - 2], E = q->dims[q->ndim - 1], S = k->dims[k->ndim - 2], Ev = vv->dims[vv->ndim - 1];
-    int64_t batches = prod(n->dims, nb), idx[MAX_DIMS];
+    int64_t batches = dims_elems(n->dims, nb), idx[MAX_DIMS];
     double *p = malloc(sizeof(double) * (size_t)(L * S));
     CHECK(p, "out of memory");
     for (int64_t bi = 0; bi < batches; bi++) {

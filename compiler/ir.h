@@ -125,6 +125,7 @@ Expr *expr_simplify(Arena *A, Expr *e, const VarRange *r, int nr);
 bool expr_equal(const Expr *x, const Expr *y);
 bool expr_uses_var(const Expr *e, const Var *v);
 bool expr_is_const(const Expr *e, int64_t *v);
+int64_t dims_elems(const int64_t *dims, int n);   /* the product of dims[0..n) */
 /* Calls f on every EX_LOAD buffer (for parameter lists). */
 void expr_visit_loads(const Expr *e, void (*f)(void *ctx, Buffer *b), void *ctx);
 

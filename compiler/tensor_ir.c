@@ -21,11 +21,7 @@ Var *new_var(Arena *A, int *counter, const char *name) {
     v->name = name;
     return v;
 }
-int64_t buffer_elems(const Buffer *b) {
-    int64_t n = 1;
-    for (int i = 0; i < b->ndim; i++) n *= b->dims[i];
-    return n;
-}
+int64_t buffer_elems(const Buffer *b) { return dims_elems(b->dims, b->ndim); }
 
 typedef struct { Arena *A; TProgram *tp; } TL;
 
