@@ -66,21 +66,14 @@ static GNode *linear(FB *b, const char *mod, GNode *x, int64_t in, int64_t out, 
     return n;
 }
 
-static GNode *rmsnorm(FB *b, const char *mod, GNode *x) {
-    GNode *w = weight(b, arena_printf(b->A, "%s.weight", mod), b->cfg->hidden_size, 0);
-    GNode *n = act(b, G_RMSNORM, mod, b->cfg->hidden_size, x, w, NULL);
+/* An RMSNorm over the hidden size, or with heads (Qwen3's q_norm / k_norm) over each head_dim-wide head of x, one
+ * weight shared by the heads. */
+static GNode *rmsnorm(FB *b, const char *mod, GNode *x, int heads) {
+    int hd = b->cfg->head_dim, D = b->cfg->hidden_size;
+    GNode *w = weight(b, arena_printf(b->A, "%s.weight", mod), heads ? hd : D, 0);
+    GNode *n = act(b, G_RMSNORM, mod, heads ? (int64_t)heads * hd : D, x, w, NULL);
     n->eps = b->cfg->rms_norm_eps;
-    n->rows_n = x->rows_n; n->dims[0] = x->dims[0];
-    return n;
-}
-
-/* Qwen3's q_norm / k_norm: an RMSNorm over each head_dim-wide head of x, one weight shared by the heads. */
-static GNode *head_rmsnorm(FB *b, const char *mod, GNode *x, int heads) {
-    int hd = b->cfg->head_dim;
-    GNode *w = weight(b, arena_printf(b->A, "%s.weight", mod), hd, 0);
-    GNode *n = act(b, G_RMSNORM, mod, (int64_t)heads * hd, x, w, NULL);
-    n->eps = b->cfg->rms_norm_eps;
-    n->heads = heads; n->head_dim = hd;
+    if (heads) { n->heads = heads; n->head_dim = hd; }
     n->rows_n = x->rows_n; n->dims[0] = x->dims[0];
     return n;
 }
@@ -135,13 +128,13 @@ void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource 
 
     for (int L = 0; L < cfg->num_hidden_layers; L++) {
         const char *p = arena_printf(A, "model.layers.%d", L);
-        GNode *x = rmsnorm(&b, arena_printf(A, "%s.input_layernorm", p), h);
+        GNode *x = rmsnorm(&b, arena_printf(A, "%s.input_layernorm", p), h, 0);
         GNode *q = linear(&b, arena_printf(A, "%s.self_attn.q_proj", p), x, D, (int64_t)H * hd, cfg->attention_bias);
         GNode *k = linear(&b, arena_printf(A, "%s.self_attn.k_proj", p), x, D, (int64_t)KV * hd, cfg->attention_bias);
         GNode *v = linear(&b, arena_printf(A, "%s.self_attn.v_proj", p), x, D, (int64_t)KV * hd, cfg->attention_bias);
         if (cfg->qk_norm) {
-            q = head_rmsnorm(&b, arena_printf(A, "%s.self_attn.q_norm", p), q, H);
-            k = head_rmsnorm(&b, arena_printf(A, "%s.self_attn.k_norm", p), k, KV);
+            q = rmsnorm(&b, arena_printf(A, "%s.self_attn.q_norm", p), q, H);
+            k = rmsnorm(&b, arena_printf(A, "%s.self_attn.k_norm", p), k, KV);
         }
         GNode *qr = act(&b, G_ROPE, arena_printf(A, "%s.self_attn.rotary_q", p), (int64_t)H * hd, q, NULL, NULL);
         GNode *kr = act(&b, G_ROPE, arena_printf(A, "%s.self_attn.rotary_k", p), (int64_t)KV * hd, k, NULL, NULL);
@@ -157,7 +150,7 @@ void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource 
         at->layer = L; at->heads = H; at->kv_heads = KV; at->head_dim = hd;
         GNode *o = linear(&b, arena_printf(A, "%s.self_attn.o_proj", p), at, (int64_t)H * hd, D, cfg->o_bias);
         h = act(&b, G_ADD, arena_printf(A, "%s.attn_residual", p), D, h, o, NULL);
-        x = rmsnorm(&b, arena_printf(A, "%s.post_attention_layernorm", p), h);
+        x = rmsnorm(&b, arena_printf(A, "%s.post_attention_layernorm", p), h, 0);
         GNode *gt = linear(&b, arena_printf(A, "%s.mlp.gate_proj", p), x, D, I, cfg->mlp_bias);
         GNode *up = linear(&b, arena_printf(A, "%s.mlp.up_proj", p), x, D, I, cfg->mlp_bias);
         GNode *act_fn = act(&b, G_SILU, arena_printf(A, "%s.mlp.act_fn", p), I, gt, NULL, NULL);
@@ -168,7 +161,7 @@ void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource 
     /* Only the last token's logits are needed: select it before the final norm. */
     GNode *last = act(&b, G_LAST_TOKEN, "model.last_token", D, h, NULL, NULL);
     last->rows_n = false; last->dims[0] = 1;
-    GNode *f = rmsnorm(&b, "model.norm", last);
+    GNode *f = rmsnorm(&b, "model.norm", last, 0);
     if (cfg->tie_word_embeddings) {
         GNode *n = act(&b, G_LINEAR, "lm_head", V, f, emb, NULL);
         n->rows_n = false; n->dims[0] = 1;
