@@ -282,15 +282,9 @@ int main(int argc, char **argv) {
     off += pad;
     PayloadSum sum;
     payload_sum_init(&sum);
-    uint64_t size;
-    if (level) {
-        size = compress_payload(pay, level, &sum);
-        fclose(fp);
-    } else {
-        size = copy(fp, pay, &sum);
-        fclose(fp);
-        if (size != h.total_size) { errno = 0; die("%s changed while being copied", pay); }
-    }
+    uint64_t size = level ? compress_payload(pay, level, &sum) : copy(fp, pay, &sum);
+    fclose(fp);
+    if (!level && size != h.total_size) { errno = 0; die("%s changed while being copied", pay); }
 
     PayloadFooter f = footer(off, size, &sum);
     errno = 0;
