@@ -70,15 +70,6 @@ static Buffer *lead_buf(TL *L, const GNode *n, const char *suffix, int nd, BufKi
     return new_buf_nd(L, name, kind, dt, nd ? nd : 1, d);
 }
 
-/* out[t, c] = body over a [rows, width] activation */
-static TOp *rowwise(TL *L, TOpKind k, const GNode *n, Buffer *out, Expr **t, Expr **c) {
-    TOp *op = new_op(L, k, n, out);
-    *t = axis(L, op, "t", ext(L, n, 0));
-    *c = axis(L, op, "c", e_i(L->A, n->dims[1]));
-    op->out_idx[0] = *t; op->out_idx[1] = *c;
-    return op;
-}
-
 /* ---- N-dimensional ops (expressions, and the model's elementwise ops, norms
  * and linears: for a model's [n, width] activations they give the same
  * tensor IR as a 2-D special case would) ---- */
@@ -348,16 +339,13 @@ static void lower_node(TL *L, GNode *n) {
         n->buf = new_buf(L, n->name, BUF_WEIGHT, n->dtype, n->ndim, n->dims[0], n->dims[1], 0);
         n->buf->weight_index = tp->n_weights++;
         return;
-    case G_EMBED: {
+    case G_EMBED: case G_LAST_TOKEN: {   /* out[t, c]: row ids[t] of the embeddings, or the last row of x */
         n->buf = lead_buf(L, n, NULL, 2, BUF_ACT, DT_F32);
-        TOp *op = rowwise(L, TOP_INDEXMAP, n, n->buf, &t, &c);
-        op->body = e_load2(A, n->in[0]->buf, e_load1(A, n->in[1]->buf, t), c);
-        return;
-    }
-    case G_LAST_TOKEN: {
-        n->buf = lead_buf(L, n, NULL, 2, BUF_ACT, DT_F32);
-        TOp *op = rowwise(L, TOP_INDEXMAP, n, n->buf, &t, &c);
-        op->body = e_load2(A, n->in[0]->buf, E_SUB(A, e_param(A, P_N), e_i(A, 1)), c);
+        TOp *op = new_op(L, TOP_INDEXMAP, n, n->buf);
+        t = op->out_idx[0] = axis(L, op, "t", ext(L, n, 0));
+        c = op->out_idx[1] = axis(L, op, "c", e_i(A, n->dims[1]));
+        Expr *row = n->op == G_EMBED ? e_load1(A, n->in[1]->buf, t) : E_SUB(A, e_param(A, P_N), e_i(A, 1));
+        op->body = e_load2(A, n->in[0]->buf, row, c);
         return;
     }
     case G_RMSNORM: lower_rmsnorm(L, n); return;
