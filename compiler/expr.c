@@ -256,11 +256,6 @@ void expr_print(Str *o, const Expr *e) {
     case EX_REG: str_printf(o, "r%lld", (long long)e->i); return;
     case EX_SLOAD: str_printf(o, "smem%lld[", (long long)e->i); expr_print(o, e->a[0]); str_printf(o, "]"); return;
     case EX_VELEM: str_printf(o, "%s.%lld", e->var->name, (long long)e->i); return;
-    case EX_LOAD:
-        str_printf(o, "%s[", e->buf->name);
-        for (int i = 0; i < e->nargs; i++) { if (i) str_printf(o, ", "); expr_print(o, e->a[i]); }
-        str_printf(o, "]");
-        return;
     default:
         if (infix(e->k)) {
             str_printf(o, "(");
@@ -270,9 +265,11 @@ void expr_print(Str *o, const Expr *e) {
             str_printf(o, ")");
             return;
         }
-        str_printf(o, "%s(", expr_names[e->k]);
+        /* a load as name[i, j], a function as name(x, y) */
+        bool load = e->k == EX_LOAD;
+        str_printf(o, "%s%c", load ? e->buf->name : expr_names[e->k], load ? '[' : '(');
         for (int i = 0; i < e->nargs; i++) { if (i) str_printf(o, ", "); expr_print(o, e->a[i]); }
-        str_printf(o, ")");
+        str_printf(o, load ? "]" : ")");
     }
 }
 
