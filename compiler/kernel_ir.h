@@ -120,7 +120,8 @@ typedef struct {
 } KLaunch;
 
 typedef struct {
-    const TProgram *tp;
+    const TProgram *tp;        /* the emitters' memory plan and buffers */
+    bool sampler;              /* a model's program: its top-k launches are the sampler's (model_topk runs them) */
     KKernel **kernels; int nk;   /* distinct kernels */
     KLaunch *launches; int nl;   /* in execution order */
 } KProgram;
