@@ -47,7 +47,8 @@ int kernel_sampling_launches(const KProgram *kp) {
 }
 
 bool ks_has(KStmt *const *b, int n, KStmtKind kind) {
-    for (int i = 0; i < n; i++) if (b[i]->k == kind || (b[i]->k == KS_UFOR && ks_has(b[i]->kbody, b[i]->nk, kind))) return true;
+    for (int i = 0; i < n; i++)
+        if (b[i]->k == kind || (b[i]->k == KS_UFOR && ks_has(b[i]->kbody, b[i]->nk, kind))) return true;
     return false;
 }
 static bool ts_has(TStmt *const *b, int n, TStmtKind kind) {
@@ -56,7 +57,9 @@ static bool ts_has(TStmt *const *b, int n, TStmtKind kind) {
 }
 bool ks_has_ts(KStmt *const *b, int n, TStmtKind kind) {
     for (int i = 0; i < n; i++)
-        if ((b[i]->k == KS_PHASE && ts_has(b[i]->body, b[i]->nbody, kind)) || (b[i]->k == KS_UFOR && ks_has_ts(b[i]->kbody, b[i]->nk, kind))) return true;
+        if ((b[i]->k == KS_PHASE && ts_has(b[i]->body, b[i]->nbody, kind)) ||
+            (b[i]->k == KS_UFOR && ks_has_ts(b[i]->kbody, b[i]->nk, kind)))
+            return true;
     return false;
 }
 
@@ -95,7 +98,12 @@ static void kexpr(KernelPrinter *p, const Expr *e) {
         str_printf(o, "]");
         return;
     }
-    if (e->k == EX_SLOAD) { str_printf(o, "smem%lld[", (long long)e->i); kexpr(p, e->a[0]); str_printf(o, "]"); return; }
+    if (e->k == EX_SLOAD) {
+        str_printf(o, "smem%lld[", (long long)e->i);
+        kexpr(p, e->a[0]);
+        str_printf(o, "]");
+        return;
+    }
     if (e->k == EX_VELEM) { str_printf(o, "%s[%lld]", e->var->name, (long long)e->i); return; }
     if (!e->nargs) { expr_print(o, e); return; }
     if (e->nargs == 2 && e->k != EX_MIN && e->k != EX_MAX) {
@@ -117,7 +125,10 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
     switch (s->k) {
     case TS_LET: str_printf(o, "let %s = ", s->v->name); kexpr(p, s->e); str_printf(o, "\n"); return;
     case TS_ASSIGN: str_printf(o, "r%d = ", s->reg); kexpr(p, s->e); str_printf(o, "\n"); return;
-    case TS_SSTORE: str_printf(o, "smem%d[", s->smem); kexpr(p, s->sidx); str_printf(o, "] = "); kexpr(p, s->e); str_printf(o, "\n"); return;
+    case TS_SSTORE:
+        str_printf(o, "smem%d[", s->smem); kexpr(p, s->sidx); str_printf(o, "] = ");
+        kexpr(p, s->e); str_printf(o, "\n");
+        return;
     case TS_STORE:
         str_printf(o, "p%d[", kernel_param_index(p->k, s->buf));
         for (int i = 0; i < s->buf->ndim; i++) { if (i) str_printf(o, ", "); kexpr(p, s->idx[i]); }
@@ -158,7 +169,8 @@ static void print_ks(KernelPrinter *p, KStmt **b, int n, int d) {
             str_printf(p->o, "phase%s:\n", s->barrier ? "" : " (warp-level: no barrier)");
             for (int j = 0; j < s->nbody; j++) print_ts(p, s->body[j], d + 1);
         } else if (s->k == KS_MMA) {
-            str_printf(p->o, "mma_m16n8k16_%s {r%d, r%d, r%d, r%d} += {r%d, r%d, r%d, r%d} * {r%d, r%d}\n", s->mf16 ? "f16" : "bf16", s->mc[0], s->mc[1], s->mc[2], s->mc[3],
+            str_printf(p->o, "mma_m16n8k16_%s {r%d, r%d, r%d, r%d} += {r%d, r%d, r%d, r%d} * {r%d, r%d}\n",
+                       s->mf16 ? "f16" : "bf16", s->mc[0], s->mc[1], s->mc[2], s->mc[3],
                        s->ma[0], s->ma[1], s->ma[2], s->ma[3], s->mb[0], s->mb[1]);
         } else if (s->k == KS_LDMATRIX) {
             str_printf(p->o, "ldmatrix_x%d {", s->nmat);
@@ -196,8 +208,10 @@ void kernel_print_one(Str *o, const KKernel *k, bool header) {
         str_printf(o, "]%s%s\n", header ? "  = " : "", header ? b->name : "");
     }
     for (int i = 0; i < k->nsmem; i++)
-        str_printf(o, "  shared smem%d: %s[%d]\n", i, k->smem[i].f16 ? "b16 (f16)" : k->smem[i].b16 ? "b16" : "f32", k->smem[i].size);
-    for (int i = 0; i < k->nregs; i++) str_printf(o, "  register r%d: %s per thread\n", i, k->regs[i].b32 ? "b32" : "f32");
+        str_printf(o, "  shared smem%d: %s[%d]\n", i, k->smem[i].f16 ? "b16 (f16)" : k->smem[i].b16 ? "b16" : "f32",
+                   k->smem[i].size);
+    for (int i = 0; i < k->nregs; i++)
+        str_printf(o, "  register r%d: %s per thread\n", i, k->regs[i].b32 ? "b32" : "f32");
     print_ks(&p, k->body, k->nbody, 1);
 }
 void kernel_print(Str *o, const KProgram *kp) {
@@ -258,7 +272,8 @@ void kernel_lower(Arena *A, const TileProgram *tp, KProgram *kp) {
 /* Kernel IR rules: registers and shared arrays are declared, shared
  * indices are thread-local, and uniform loops only test uniform values. */
 static const char *ver_uniform(Arena *A, const Expr *e, Var **uvars, int nu) {
-    if (e->k == EX_TID || e->k == EX_REG || e->k == EX_SLOAD || e->k == EX_LOAD) return "uniform expression depends on a thread";
+    if (e->k == EX_TID || e->k == EX_REG || e->k == EX_SLOAD || e->k == EX_LOAD)
+        return "uniform expression depends on a thread";
     if (e->k == EX_VAR) {
         for (int i = 0; i < nu; i++) if (uvars[i] == e->var) return NULL;
         return arena_printf(A, "uniform expression uses non-uniform %s", e->var->name);
@@ -269,7 +284,8 @@ static const char *ver_uniform(Arena *A, const Expr *e, Var **uvars, int nu) {
 static const char *ver_refs(Arena *A, const KKernel *k, const Expr *e) {
     if (e->k == EX_REG && (e->i < 0 || e->i >= k->nregs)) return "undeclared register";
     if (e->k == EX_SLOAD && (e->i < 0 || e->i >= k->nsmem)) return "undeclared shared array";
-    if (e->k == EX_LOAD && kernel_param_index(k, e->buf) < 0) return arena_printf(A, "%s is not a parameter", e->buf->name);
+    if (e->k == EX_LOAD && kernel_param_index(k, e->buf) < 0)
+        return arena_printf(A, "%s is not a parameter", e->buf->name);
     for (int i = 0; i < e->nargs; i++) { const char *m = ver_refs(A, k, e->a[i]); if (m) return m; }
     return expr_verify(A, e);
 }
@@ -303,7 +319,8 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
         if (!m && s->k == TS_VLOAD) {
             if (kernel_param_index(k, s->buf) < 0) m = "vector load of a non-parameter";
             else if (s->vec != 1 && s->vec != 2 && s->vec != 4 && s->vec != 8) m = "vector width is not 1, 2, 4 or 8";
-            else if ((s->vec * dtype_sizes[s->buf->dtype]) % 4 || s->vec * dtype_sizes[s->buf->dtype] > 32) m = "vector of an unsupported size";
+            else if ((s->vec * dtype_sizes[s->buf->dtype]) % 4 || s->vec * dtype_sizes[s->buf->dtype] > 32)
+                m = "vector of an unsupported size";
             else if (s->buf->dims[s->buf->ndim - 1] % s->vec) m = "vector rows are not aligned";
             for (int d = 0; !m && d < s->buf->ndim; d++) m = ver_refs(A, k, s->idx[d]);
         }
@@ -314,7 +331,8 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
             if (!s->buf || kernel_param_index(k, s->buf) < 0) m = "cp.async from a non-parameter";
             else if (s->vec != 4 && s->vec != 8 && s->vec != 16) m = "cp.async of other than 4, 8 or 16 bytes";
             else if (s->smem < 0 || s->smem >= k->nsmem) m = "cp.async into an undeclared shared array";
-            else if ((s->buf->dims[s->buf->ndim - 1] * esz) % s->vec || s->vec % esz || s->vec % (k->smem[s->smem].b16 ? 2 : 4))
+            else if ((s->buf->dims[s->buf->ndim - 1] * esz) % s->vec || s->vec % esz ||
+                     s->vec % (k->smem[s->smem].b16 ? 2 : 4))
                 m = "cp.async rows are not aligned to the copy size";
             else if (s->sidx->t != T_I64) m = "cp.async shared index is not an integer";
             else if (s->e && s->e->t != T_BOOL) m = "cp.async predicate is not boolean";
@@ -361,42 +379,56 @@ static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uv
             if (!m && ((u.wr & (region->rd | region->wr)) || (region->wr & (u.rd | u.wr))))
                 m = "two phases use shared memory with no barrier between them";
             else if (!m && (u.rd | u.wr) & busy)
-                m = arena_printf(A, "smem%d is used while a cp.async into it may be pending (it needs wait_group, then a barrier)",
+                m = arena_printf(A, "smem%d is used while a cp.async into it may be pending (it needs wait_group, "
+                                 "then a barrier)",
                                  lowest((u.rd | u.wr) & busy));
             else if (!m && u.cp & (region->rd | region->wr))
-                m = arena_printf(A, "cp.async into smem%d, which is used with no barrier between", lowest(u.cp & (region->rd | region->wr)));
+                m = arena_printf(A, "cp.async into smem%d, which is used with no barrier between",
+                                 lowest(u.cp & (region->rd | region->wr)));
             region->rd |= u.rd; region->wr |= u.wr; region->open |= u.cp;
             if (s->barrier) { region->rd = region->wr = region->waited = 0; }
         } else if (s->k == KS_CP_COMMIT) {
-            if (region->ng == 8) { region->grp[1] |= region->grp[0]; memmove(region->grp, region->grp + 1, 7 * sizeof(unsigned)); region->ng--; }
+            if (region->ng == 8) {
+                region->grp[1] |= region->grp[0];
+                memmove(region->grp, region->grp + 1, 7 * sizeof(unsigned));
+                region->ng--;
+            }
             region->grp[region->ng++] = region->open;
             region->open = 0;
         } else if (s->k == KS_CP_WAIT) {
             if (s->wait_n < 0) m = "wait_group of a negative count";
             int done = region->ng - s->wait_n;
             for (int j = 0; !m && j < done; j++) region->waited |= region->grp[j];
-            if (!m && done > 0) { memmove(region->grp, region->grp + done, (size_t)(region->ng - done) * sizeof(unsigned)); region->ng -= done; }
+            if (!m && done > 0) {
+                memmove(region->grp, region->grp + done, (size_t)(region->ng - done) * sizeof(unsigned));
+                region->ng -= done;
+            }
         } else if (s->k == KS_MMA) {
             if (k->block % 32) m = "mma in a block that is not whole warps";
             for (int j = 0; !m && j < 4; j++)
-                if (!reg_ok(k, s->ma[j], true) || !reg_ok(k, s->mc[j], false) || (j < 2 && !reg_ok(k, s->mb[j], true))) m = "mma fragment register undeclared or of the wrong type";
+                if (!reg_ok(k, s->ma[j], true) || !reg_ok(k, s->mc[j], false) || (j < 2 && !reg_ok(k, s->mb[j], true)))
+                    m = "mma fragment register undeclared or of the wrong type";
         } else if (s->k == KS_LDMATRIX) {
             if (k->block % 32) m = "ldmatrix in a block that is not whole warps";
             else if (s->nmat != 1 && s->nmat != 2 && s->nmat != 4) m = "ldmatrix of other than 1, 2 or 4 matrices";
-            else if (s->lsmem < 0 || s->lsmem >= k->nsmem || !k->smem[s->lsmem].b16) m = "ldmatrix from an undeclared or non-b16 shared array";
+            else if (s->lsmem < 0 || s->lsmem >= k->nsmem || !k->smem[s->lsmem].b16)
+                m = "ldmatrix from an undeclared or non-b16 shared array";
             else if (s->laddr->t != T_I64) m = "ldmatrix address is not an integer";
-            for (int j = 0; !m && j < s->nmat; j++) if (!reg_ok(k, s->ldst[j], true)) m = "ldmatrix into an undeclared or non-b32 register";
+            for (int j = 0; !m && j < s->nmat; j++)
+                if (!reg_ok(k, s->ldst[j], true)) m = "ldmatrix into an undeclared or non-b32 register";
             if (!m) m = ver_refs(A, k, s->laddr);
             unsigned bit = !m ? 1u << s->lsmem : 0;
             if (!m && region->wr & bit) m = "ldmatrix reads shared memory written with no barrier between";
             else if (!m && pending(region) & bit)
-                m = arena_printf(A, "ldmatrix reads smem%d while a cp.async into it may be pending (it needs wait_group, then a barrier)", s->lsmem);
+                m = arena_printf(A, "ldmatrix reads smem%d while a cp.async into it may be pending (it needs "
+                                 "wait_group, then a barrier)", s->lsmem);
             region->rd |= bit;
         } else if (s->k == KS_SHFL) {
             /* shuffles are kernel statements, so every lane of every warp runs them (full mask) */
             int64_t a;
             if (k->block % 32) m = "shuffle in a block that is not whole warps";
-            else if (s->dst < 0 || s->dst >= k->nregs || s->src < 0 || s->src >= k->nregs) m = "shuffle of an undeclared register";
+            else if (s->dst < 0 || s->dst >= k->nregs || s->src < 0 || s->src >= k->nregs)
+                m = "shuffle of an undeclared register";
             else if (s->shfl >= SHFL_COUNT) m = "bad shuffle kind";
             else if (s->arg->t != T_I64) m = "shuffle argument is not an integer";
             else if (!(m = ver_uniform(A, s->arg, uvars, nu)) && expr_is_const(s->arg, &a) && (a < 0 || a > 31))

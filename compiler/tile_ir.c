@@ -77,10 +77,12 @@ static const LStmt *nest_shape(TileKernel *k) {
         if (s->nbody == 5) { k->nstore = 2; k->store_value1 = b[4]->value; k->out1 = b[4]->buf; k->idx1 = b[4]->idx; }
         return NULL;
     }
-    CHECK((s->nbody == 3 || s->nbody == 4) && b[0]->k == LS_ACC_INIT && b[2]->k == LS_STORE, "nest %s: unsupported shape", m);
+    CHECK((s->nbody == 3 || s->nbody == 4) && b[0]->k == LS_ACC_INIT && b[2]->k == LS_STORE,
+          "nest %s: unsupported shape", m);
     if (s->nbody == 4) {
         const LStmt *tl = b[3];
-        CHECK(tl->k == LS_FOR && tl->lk == LOOP_PARALLEL && tl->nbody == 1 && tl->body[0]->k == LS_STORE, "nest %s: tail", m);
+        CHECK(tl->k == LS_FOR && tl->lk == LOOP_PARALLEL && tl->nbody == 1 && tl->body[0]->k == LS_STORE,
+              "nest %s: tail", m);
         k->tail.v = tl->v; k->tail.extent = tl->extent;
         k->tail_out = tl->body[0]->buf; k->tail_idx = tl->body[0]->idx; k->tail_value = tl->body[0]->value;
     }
@@ -110,7 +112,10 @@ void tile_schedule(Arena *A, const LProgram *lp, const Knobs *kn, TileProgram *t
         ScheduleChoice c = {A, kn, tp, nest_shape(k), NULL};
         c.total = product(A, k->par, k->npar);
         int n = 0;
-        for (int j = 0; j < SCHED_COUNT && !n; j++) n = schedules[schedule_order[j]].choose(&c, k, tp->k + tp->n);
+        for (int j = 0; j < SCHED_COUNT && !n; j++) {
+            const Schedule *s = &schedules[schedule_order[j]];
+            if (s->choose) n = s->choose(&c, k, tp->k + tp->n);
+        }
         CHECK(n, "nest %s: no schedule", k->nest->module);
         tp->n += n;
     }
@@ -122,8 +127,8 @@ void tile_print(Str *o, const TileProgram *tp) {
     str_printf(o, "\n");
     for (int i = 0; i < tp->n; i++) {
         const TileKernel *k = tp->k[i];
-        str_printf(o, "tile %s  # %s%s\n  schedule %s  grid=", k->name, k->nest->module,
-                   k->run_if == 1 ? " (when n > min_n)" : k->run_if == 2 ? " (when n <= min_n)" : "", sched_names[k->kind]);
+        const char *when = k->run_if == 1 ? " (when n > min_n)" : k->run_if == 2 ? " (when n <= min_n)" : "";
+        str_printf(o, "tile %s  # %s%s\n  schedule %s  grid=", k->name, k->nest->module, when, sched_names[k->kind]);
         expr_print(o, k->grid);
         str_printf(o, " block=%d", k->block);
         if (k->smem_floats) str_printf(o, " smem=%d x f32", k->smem_floats);

@@ -3,12 +3,12 @@
 #include "schedules/schedule.h"
 
 const Schedule schedules[SCHED_COUNT] = {
-#define X(kind, p) [kind] = {SCHEDULE_FNS(p)},
+#define X(kind, p, choose) [kind] = {choose, p##_print, p##_verify, p##_materialise},
     SCHEDULES(X)
 #undef X
 };
 const SchedKind schedule_order[SCHED_COUNT] = {
-#define X(kind, p) kind,
+#define X(kind, p, choose) kind,
     SCHEDULES(X)
 #undef X
 };
@@ -197,7 +197,8 @@ void argmax_step(KernelBuilder *B, KList *l, int64_t d, ExprKind tie) {
     Expr *v = reg(A, ARGMAX_R_VAL), *pv = reg(A, ARGMAX_R_PARTNER_VAL);
     Expr *i = reg(A, ARGMAX_R_IDX), *pi = reg(A, ARGMAX_R_PARTNER_IDX);
     TStmt **b = tlist(A, 2);
-    b[0] = ts_assign(A, ARGMAX_R_IDX, e_select(A, lt(A, v, pv), pi, e_select(A, eq(A, v, pv), e_bin(A, tie, i, pi), i)));
+    b[0] = ts_assign(A, ARGMAX_R_IDX, e_select(A, lt(A, v, pv), pi,
+                                               e_select(A, eq(A, v, pv), e_bin(A, tie, i, pi), i)));
     b[1] = ts_assign(A, ARGMAX_R_VAL, e_bin(A, EX_MAX, v, pv));
     kl_add(A, l, phase(A, b, 2, false));
 }
@@ -205,7 +206,8 @@ void argmax_across_warps(KernelBuilder *B, KList *l, int nw, Expr *lane, double 
     Arena *A = B->A;
     TStmt *w0 = ts_if(A, eq(A, imod(A, tid(A), 32), e_i(A, 0)), 2);
     for (int h = 0; h < 2; h++)
-        ts_add(w0, ts_sstore(A, 0, E_ADD(A, idiv(A, tid(A), 32), e_i(A, h * nw)), reg(A, h ? ARGMAX_R_IDX : ARGMAX_R_VAL)));
+        ts_add(w0, ts_sstore(A, 0, E_ADD(A, idiv(A, tid(A), 32), e_i(A, h * nw)),
+                             reg(A, h ? ARGMAX_R_IDX : ARGMAX_R_VAL)));
     kl_phase1(A, l, w0, true);
     TStmt **p1 = tlist(A, 3);
     p1[0] = ts_assign(A, ARGMAX_R_VAL, e_f(A, -1.0 / 0.0));

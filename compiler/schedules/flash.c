@@ -29,11 +29,11 @@ bool flash_fits(const AttnDesc *d) {
 }
 
 /* One flash_attn kernel: tq tokens per block, split key slices. */
-static TileKernel *flash_kernel(Arena *A, const LoopNest *nest, const AttnDesc *d, int tq, int split, const char *suffix) {
+static TileKernel *flash_kernel(Arena *A, const LoopNest *nest, const AttnDesc *d, int tq, int split, const char *sfx) {
     TileKernel *k = new_tile_kernel(A, nest);
     FlashParams *P = &k->u.flash;
     k->kind = SCHED_FLASH;
-    k->name = arena_printf(A, "%s_%s", d->kname, suffix);
+    k->name = arena_printf(A, "%s_%s", d->kname, sfx);
     P->attn = d;
     P->tq = tq;
     P->split = split;
@@ -77,7 +77,7 @@ int flash_choose(const ScheduleChoice *c, TileKernel *k0, TileKernel **out) {
     int64_t rd = rows_const ? r1 : min_i(rmax, kn->flash_min_n);
     int64_t S = kn->flash_split, blocks = rows_const ? r1 * kvh : kvh;
     if (!S) S = blocks >= kn->gemv_target_blocks ? 1 : (kn->gemv_target_blocks + blocks - 1) / blocks;
-    S = max_i(1, min_i(S, (lmax + FLASH_BC - 1) / FLASH_BC));   /* at run time also at most one per 32 keys of this call */
+    S = max_i(1, min_i(S, (lmax + FLASH_BC - 1) / FLASH_BC));   /* at run time also at most one per 32 keys */
     TileKernel *k = flash_kernel(A, nest, d, 1, (int)S, "flash_decode");
     if (prefill) { k->run_if = 2; k->min_n = kn->flash_min_n; }
     out[nk++] = k;
@@ -94,37 +94,41 @@ int flash_choose(const ScheduleChoice *c, TileKernel *k0, TileKernel **out) {
     out[nk++] = m;
     return nk;
 }
-int flash_combine_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) { (void)c; (void)k; (void)out; return 0; }
 
 void flash_print(Str *o, const TileKernel *k) {
     const FlashParams *P = &k->u.flash;
     const AttnDesc *d = P->attn;
     long long kvh = (long long)(d->heads / d->group);
     str_printf(o, " tokens=%d warps=%d split=%d keys_per_tile=%d\n  block (bid/%d/%lld, bid/%d%%%lld, bid%%%d) -> "
-               "(tokens [%s<", P->tq, k->block / 32, P->split, FLASH_BC, P->split, kvh, P->split, kvh, P->split, d->t->name);
+               "(tokens [%s<", P->tq, k->block / 32, P->split, FLASH_BC, P->split, kvh, P->split, kvh, P->split,
+               d->t->name);
     expr_print(o, d->rows);
     str_printf(o, "] by %d, kv head, key slice); warp -> a (token, head) row of the kv head's %lld heads\n"
                "  per %d keys [%s<", P->tq, (long long)d->group, FLASH_BC, d->j->name);
     expr_print(o, d->len);
     str_printf(o, "]: K/V tile to shared memory once for the block, lane -> one key's score (dot over %lld from shared "
-               "memory), shfl_xor max tree, online softmax (running max, per-lane sums), lane -> d, d+32, .. of P.V (%lld)\n",
+               "memory), shfl_xor max tree, online softmax (running max, per-lane sums), lane -> d, d+32, .. of P.V "
+               "(%lld)\n",
                (long long)d->hd, (long long)d->hv);
     if (P->work) str_printf(o, "  slices write (o, max, sum) to %s\n", P->work->name);
 }
 void flash_combine_print(Str *o, const TileKernel *k) {
-    str_printf(o, "\n  thread (bid*%d + tid) -> (row, d); merges %d slices of %s: o / sum rescaled to the largest max\n",
+    str_printf(o, "\n  thread (bid*%d + tid) -> (row, d); merges %d slices of %s: o / sum rescaled to the largest "
+               "max\n",
                k->block, k->u.flash.split, k->u.flash.work->name);
 }
 const char *flash_verify(const TileKernel *k) {
     const FlashParams *P = &k->u.flash;
-    if (k->block % 32 || !P->attn || k->block != 32 * P->tq * P->attn->group || P->split < 1 || (P->split > 1) != (P->work != NULL))
+    if (k->block % 32 || !P->attn || k->block != 32 * P->tq * P->attn->group || P->split < 1 ||
+        (P->split > 1) != (P->work != NULL))
         return "flash_attn parameters";
     return NULL;
 }
 const char *flash_combine_verify(const TileKernel *k) {
     const FlashParams *P = &k->u.flash;
     if (k->block & (k->block - 1)) return "block size is not a power of two";
-    if (!P->attn || !P->work || P->work->dims[1] != P->attn->hv + 2 || P->split < 2) return "flash_combine without its partials";
+    if (!P->attn || !P->work || P->work->dims[1] != P->attn->hv + 2 || P->split < 2)
+        return "flash_combine without its partials";
     return NULL;
 }
 
@@ -148,7 +152,8 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
     Arena *A = B->A;
     const FlashParams *P = &t->u.flash;
     const AttnDesc *d = P->attn;
-    const int64_t G = d->group, KVH = d->heads / G, S = P->split, W = t->block / 32, HD = d->hd, HV = d->hv, BC = FLASH_BC;
+    const int64_t G = d->group, KVH = d->heads / G, S = P->split, W = t->block / 32, HD = d->hd, HV = d->hv;
+    const int64_t BC = FLASH_BC;
     const int no = (int)((HV + 31) / 32), RO = FLASH_R_O;
     const int R_P = FLASH_R_P, R_TMP = FLASH_R_TMP, R_MAX = FLASH_R_MAX, R_SUM = FLASH_R_SUM, R_NEW = FLASH_R_NEW_MAX;
     declare_regs(k, RO + no);
@@ -156,9 +161,12 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
     k->smem[FLASH_S_Q].size = (int)(W * HD); k->smem[FLASH_S_K].size = (int)(BC * (HD + 1));
     k->smem[FLASH_S_V].size = (int)(BC * HV); k->smem[FLASH_S_P].size = (int)(W * BC);
     /* the block's coordinates and key range, computed once (uniform) */
-    Expr *SE = S > 1 ? ulet(B, body, "nsplit", P->nsplit) : e_i(A, 1), *rest = ulet(B, body, "rest", E_DIV(A, bid(A), SE));
-    FlashBlock fb = {S > 1 ? ulet(B, body, "slice", e_bin(A, EX_MOD, bid(A), SE)) : e_i(A, 0), ulet(B, body, "kvh", imod(A, rest, KVH)),
-                     ulet(B, body, "t0", E_MUL(A, idiv(A, rest, KVH), e_i(A, P->tq))), new_var(A, B->nvars, "lane")};
+    Expr *SE = S > 1 ? ulet(B, body, "nsplit", P->nsplit) : e_i(A, 1);
+    Expr *rest = ulet(B, body, "rest", E_DIV(A, bid(A), SE));
+    Expr *slice = S > 1 ? ulet(B, body, "slice", e_bin(A, EX_MOD, bid(A), SE)) : e_i(A, 0);
+    Expr *kvh = ulet(B, body, "kvh", imod(A, rest, KVH));
+    Expr *t0 = ulet(B, body, "t0", E_MUL(A, idiv(A, rest, KVH), e_i(A, P->tq)));
+    FlashBlock fb = {slice, kvh, t0, new_var(A, B->nvars, "lane")};
     Expr *lane = e_var(A, fb.lane), *w = idiv(A, tid(A), 32), *tv = e_var(A, d->t);
     Expr *ninf = e_f(A, -1.0 / 0.0);
     /* debug_flash_mask: the deliberate fault, an off-by-one causal mask (a row sees one key too many) */
@@ -219,7 +227,8 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
     ts_add(fd, ts_assign(A, R_P, E_ADD(A, reg(A, R_P), E_MUL(A, qe, ke))));
     pq[nq++] = fd;
     Expr *jk = E_ADD(A, e_var(A, j0), lane);
-    pq[nq++] = ts_assign(A, R_P, e_select(A, lt(A, jk, emin(A, jhi, jmax)), E_MUL(A, reg(A, R_P), e_f(A, d->scale)), ninf));
+    Expr *scaled = E_MUL(A, reg(A, R_P), e_f(A, d->scale));
+    pq[nq++] = ts_assign(A, R_P, e_select(A, lt(A, jk, emin(A, jhi, jmax)), scaled, ninf));
     pq[nq++] = ts_assign(A, R_NEW, reg(A, R_P));
     kl_add(A, &ub, phase_pruned(A, pq, nq, true));
     /* the tile's max in every lane */
@@ -311,9 +320,11 @@ void flash_combine_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k
     ts_add(in, ts_assign(A, R_SUM, e_f(A, 0.0)));
     ts_add(in, ts_assign(A, R_O, e_f(A, 0.0)));
     TStmt *f2 = ts_for(A, sv, e_i(A, 0), P->nsplit, e_i(A, 1), 3);
-    ts_add(f2, ts_assign(A, R_SCALE, e_un(A, EX_EXP, E_SUB(A, e_load2(A, P->work, wr, e_i(A, HV)), reg(A, R_MAX)))));
-    ts_add(f2, ts_assign(A, R_SUM, E_ADD(A, reg(A, R_SUM), E_MUL(A, e_load2(A, P->work, wr, e_i(A, HV + 1)), reg(A, R_SCALE)))));
-    ts_add(f2, ts_assign(A, R_O, E_ADD(A, reg(A, R_O), E_MUL(A, e_load2(A, P->work, wr, e_var(A, d->d)), reg(A, R_SCALE)))));
+    Expr *m_s = e_load2(A, P->work, wr, e_i(A, HV)), *l_s = e_load2(A, P->work, wr, e_i(A, HV + 1));
+    Expr *o_s = e_load2(A, P->work, wr, e_var(A, d->d));
+    ts_add(f2, ts_assign(A, R_SCALE, e_un(A, EX_EXP, E_SUB(A, m_s, reg(A, R_MAX)))));
+    ts_add(f2, ts_assign(A, R_SUM, E_ADD(A, reg(A, R_SUM), E_MUL(A, l_s, reg(A, R_SCALE)))));
+    ts_add(f2, ts_assign(A, R_O, E_ADD(A, reg(A, R_O), E_MUL(A, o_s, reg(A, R_SCALE)))));
     ts_add(in, f2);
     ts_add(in, ts_store(A, d->out, (Expr **)d->out_idx, E_DIV(A, reg(A, R_O), reg(A, R_SUM))));
     pb[1] = in;

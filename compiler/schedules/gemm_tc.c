@@ -54,9 +54,11 @@ static int64_t gemm_tc_smem(const GemmTcParams *P) { return (int64_t)P->stages *
  * padding does not matter. Pinned values are kept (stages up to the number of K steps). */
 static void gemm_tc_tiles(TileKernel *g, const Knobs *kn, int64_t K) {
     GemmTcParams *P = &g->u.gemm;
-    if (kn->gemm_bk && kn->gemm_bk < 16) die_user(NULL, "--knob", "gemm_bk must be 16, 32 or 64 (an mma covers 16 of K)");
+    if (kn->gemm_bk && kn->gemm_bk < 16)
+        die_user(NULL, "--knob", "gemm_bk must be 16, 32 or 64 (an mma covers 16 of K)");
     if ((kn->gemm_bm && kn->gemm_bm < 64) || (kn->gemm_bn && kn->gemm_bn < 64))
-        die_user(NULL, "--knob", "gemm_bm and gemm_bn must be 64 or 128 (a warp computes 32 x 32, a block at least 4 warps)");
+        die_user(NULL, "--knob", "gemm_bm and gemm_bn must be 64 or 128 (a warp computes 32 x 32, a block at least "
+                 "4 warps)");
     /* a warp per 32 x 32 of the block tile */
     P->bm = kn->gemm_bm ? kn->gemm_bm : 64;
     P->bn = kn->gemm_bn ? kn->gemm_bn : 64;
@@ -97,7 +99,8 @@ int gemm_tc_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     g->kind = SCHED_GEMM_TC;
     gemm_tc_tiles(g, kn, K);
     g->run_if = 1; g->min_n = kn->gemm_min_n;
-    g->grid = E_MUL(A, ceil_div(A, k->par[0].extent, g->u.gemm.bm), ceil_div(A, k->par[1].extent, g->u.gemm.bn / k->nacc));
+    g->grid = E_MUL(A, ceil_div(A, k->par[0].extent, g->u.gemm.bm),
+                    ceil_div(A, k->par[1].extent, g->u.gemm.bn / k->nacc));
     g->smem_floats = 0;
     out[0] = g;
     k->run_if = 2; k->min_n = kn->gemm_min_n;
@@ -108,15 +111,16 @@ int gemm_tc_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
 void gemm_tc_print(Str *o, const TileKernel *k) {
     const GemmTcParams *P = &k->u.gemm;
     const char *h = P->wop->buf->dtype == DT_F16 ? "f16" : "bf16";
-    str_printf(o, " bm=%d bn=%d bk=%d stages=%d min_n=%d\n  block (bid/ceil(%s/%d), bid%%ceil(%s/%d)) -> [", P->bm, P->bn,
-               P->bk, P->stages, k->min_n, k->par[0].v->name, P->bm, k->par[1].v->name, P->bn / k->nacc);
+    str_printf(o, " bm=%d bn=%d bk=%d stages=%d min_n=%d\n  block (bid/ceil(%s/%d), bid%%ceil(%s/%d)) -> [",
+               P->bm, P->bn, P->bk, P->stages, k->min_n, k->par[0].v->name, P->bm, k->par[1].v->name, P->bn / k->nacc);
     print_axes(o, k->par, k->npar);
     str_printf(o, "] tile %dx%d, %d warps of 32x32; K [", P->bm, P->bn, k->block / 32);
     print_axes(o, k->red, k->nred);
     str_printf(o, "] in steps of %d staged to shared memory as %s (activations rounded to nearest even)", P->bk, h);
     if (P->stages > 1)
         str_printf(o, ", a %d-stage pipeline (W by %s, X by register prefetch one step ahead%s)", P->stages,
-                   P->w_cp_async ? "16-byte cp.async copies" : "register prefetch", P->x_vec ? ", 4-wide vector loads" : "");
+                   P->w_cp_async ? "16-byte cp.async copies" : "register prefetch",
+                   P->x_vec ? ", 4-wide vector loads" : "");
     str_printf(o, ", ldmatrix.x4 + mma.m16n8k16 %s, f32 accumulation; runs when n > %d\n", h, k->min_n);
     if (k->nacc == 2)
         str_printf(o, "  a pair: the W tile is %d outputs of %s and of %s in alternating groups of 16 rows (a warp's "
@@ -267,12 +271,14 @@ static void gtc_cp_w(const TcTile *G, int sm, Expr *kt, TStmt **out, int *n) {
     out[(*n)++] = ts_let(A, rv, idiv(A, tid(A), cpr));
     out[(*n)++] = ts_let(A, cv, E_MUL(A, imod(A, tid(A), cpr), e_i(A, 8)));
     for (int j = 0; j < nch; j++) {
-        Expr *r = E_ADD(A, e_var(A, rv), e_i(A, j * (t->block / cpr))), *o = gtc_wrow(A, G, r), *kk = E_ADD(A, kt, e_var(A, cv));
+        Expr *r = E_ADD(A, e_var(A, rv), e_i(A, j * (t->block / cpr))), *o = gtc_wrow(A, G, r);
+        Expr *kk = E_ADD(A, kt, e_var(A, cv));
         for (int w = 0; w < (G->pair ? 2 : 1); w++) {
             Expr *W = (w != G->swap) ? G->P->wop1 : G->P->wop;
             TStmt *s = ts(A, TS_CP_ASYNC);
             s->vec = 16; s->smem = sm; s->sidx = E_ADD(A, E_MUL(A, r, e_i(A, G->LD)), e_var(A, cv));
-            s->buf = W->buf; s->idx = ARENA_ARRAY(A, Expr *, 2); s->idx[0] = expr_subst(A, W->a[0], t->par[1].v, o); s->idx[1] = kk;
+            s->buf = W->buf; s->idx = ARENA_ARRAY(A, Expr *, 2);
+            s->idx[0] = expr_subst(A, W->a[0], t->par[1].v, o); s->idx[1] = kk;
             /* o < M and kk < K */
             s->e = lt(A, e_bin(A, EX_MAX, E_SUB(A, o, e_i(A, G->M)), E_SUB(A, kk, e_i(A, G->K))), e_i(A, 0));
             if (!G->pair) { out[(*n)++] = s; continue; }
@@ -313,8 +319,8 @@ static void gtc_mma(const TcTile *G, KList *ub, int xs, int ws) {
         for (int np = 0; np < 2; np++) {
             /* matrix i = lane / 8: outputs +8*(i/2), k +8*(i%2): b[0], b[1] of n-tile 2np, then of 2np+1 */
             Expr *mi = idiv(A, lane, 8);
-            Expr *row = E_ADD(A, E_ADD(A, E_ADD(A, E_MUL(A, wn, e_i(A, 32)), e_i(A, np * 16)), E_MUL(A, idiv(A, mi, 2), e_i(A, 8))),
-                              imod(A, lane, 8));
+            Expr *r0 = E_ADD(A, E_MUL(A, wn, e_i(A, 32)), e_i(A, np * 16));
+            Expr *row = E_ADD(A, E_ADD(A, r0, E_MUL(A, idiv(A, mi, 2), e_i(A, 8))), imod(A, lane, 8));
             Expr *col = E_ADD(A, e_i(A, ks), E_MUL(A, imod(A, mi, 2), e_i(A, 8)));
             kl_add(A, ub, kldm(A, 4, GTC_R_B + np * 4, ws, E_ADD(A, E_MUL(A, row, e_i(A, G->LD)), col)));
         }
@@ -327,9 +333,13 @@ static void gtc_mma(const TcTile *G, KList *ub, int xs, int ws) {
     }
 }
 
-static KStmt *kcp(Arena *A, KStmtKind kind, int n) { KStmt *s = ARENA_NEW(A, KStmt); s->k = kind; s->wait_n = n; return s; }
+static KStmt *kcp(Arena *A, KStmtKind kind, int n) {
+    KStmt *s = ARENA_NEW(A, KStmt); s->k = kind; s->wait_n = n; return s;
+}
 /* the wait that leaves the newest S - 2 groups (steps i+2 .. i+S-1) in flight; debug_cp_async: one more */
-static KStmt *gtc_wait(const TcTile *G) { return kcp(G->B->A, KS_CP_WAIT, G->P->stages - 2 + G->B->kn->debug_cp_async); }
+static KStmt *gtc_wait(const TcTile *G) {
+    return kcp(G->B->A, KS_CP_WAIT, G->P->stages - 2 + G->B->kn->debug_cp_async);
+}
 
 /* One K step i of the pipeline at kt, reading stage b = i % S:
  *   [cp.async W(i+S-1) -> stage (i-1) % S, read in step i-1 before its barrier; commit]
@@ -414,7 +424,7 @@ void gemm_tc_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLis
     k->nsmem = 2 * S;
     /* f16 weights: the tiles hold halves (X rounded to f16) and the mma multiplies f16 */
     bool f16 = P->wop->buf->dtype == DT_F16;
-    for (int i = 0; i < 2 * S; i++) { k->smem[i].size = (i < S ? BM : BN) * LD; k->smem[i].b16 = true; k->smem[i].f16 = f16; }
+    for (int i = 0; i < 2 * S; i++) k->smem[i] = (SmemDecl){(i < S ? BM : BN) * LD, true, f16};
     /* uniform: the block's tile origin */
     Expr *lane = imod(A, tid(A), 32), *warp = idiv(A, tid(A), 32);
     TcTile G = {B, t, P, E_MUL(A, idiv(A, bid(A), nbo), e_i(A, BM)), E_MUL(A, imod(A, bid(A), nbo), e_i(A, BO)), lane,
@@ -446,12 +456,15 @@ void gemm_tc_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLis
     for (int mt = 0; mt < 2; mt++)
         for (int nt = 0; nt < NT; nt++)
             for (int q = 0; q < 4; q++) {
-                Expr *row = E_ADD(A, E_ADD(A, G.t0, E_MUL(A, G.wm, e_i(A, 32))), E_ADD(A, e_i(A, mt * 16 + 8 * (q / 2)), gq));
-                Expr *col = E_ADD(A, E_ADD(A, G.o0, E_MUL(A, G.wn, e_i(A, WO))), E_ADD(A, e_i(A, nt * 8 + q % 2), E_MUL(A, tq, e_i(A, 2))));
+                Expr *row = E_ADD(A, E_ADD(A, G.t0, E_MUL(A, G.wm, e_i(A, 32))),
+                                  E_ADD(A, e_i(A, mt * 16 + 8 * (q / 2)), gq));
+                Expr *col = E_ADD(A, E_ADD(A, G.o0, E_MUL(A, G.wn, e_i(A, WO))),
+                                  E_ADD(A, e_i(A, nt * 8 + q % 2), E_MUL(A, tq, e_i(A, 2))));
                 TStmt *i1 = ts_if(A, lt(A, row, G.rows), 1), *i2 = ts_if(A, lt(A, col, e_i(A, M)), 4);
                 ts_add(i2, ts_let(A, t->par[0].v, row));
                 ts_add(i2, ts_let(A, t->par[1].v, col));
-                Expr *a0 = reg(A, GTC_R_ACC + (mt * 4 + nt) * 4 + q), *a1 = reg(A, GTC_R_ACC + (mt * 4 + nt + 2) * 4 + q);
+                Expr *a0 = reg(A, GTC_R_ACC + (mt * 4 + nt) * 4 + q);
+                Expr *a1 = reg(A, GTC_R_ACC + (mt * 4 + nt + 2) * 4 + q);
                 i2->nbody += epi_stores(A, t, a0, a1, i2->body + i2->nbody);
                 ts_add(i1, i2);
                 pe[npe++] = i1;

@@ -101,7 +101,6 @@ int gemv_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     out[1] = s;
     return 2;
 }
-int splitk_sum_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) { (void)c; (void)k; (void)out; return 0; }
 
 void gemv_print(Str *o, const TileKernel *k) {
     const GemvParams *P = &k->u.gemv;
@@ -267,7 +266,8 @@ void gemv_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
     TStmt *g0 = ts_if(A, lt(A, e_var(A, gv), total), t->npar + 2);
     if (P->split_k > 1) {
         for (int a = 0; a < t->nacc; a++)
-            ts_add(g0, ts_store2(A, P->work, e_var(A, gv), E_ADD(A, e_var(A, kv), e_i(A, a * P->split_k)), reg(A, 2 * a)));
+            ts_add(g0, ts_store2(A, P->work, e_var(A, gv), E_ADD(A, e_var(A, kv), e_i(A, a * P->split_k)),
+                                 reg(A, 2 * a)));
     } else {
         g0->nbody = decompose(A, g0->body, t->par, t->npar, e_var(A, gv));
         g0->nbody += epi_stores(A, t, reg(A, GEMV_R_ACC0), reg(A, GEMV_R_ACC1), g0->body + g0->nbody);

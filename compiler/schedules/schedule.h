@@ -37,14 +37,15 @@ typedef struct {
     const char *(*verify)(const TileKernel *k);
     void (*materialise)(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body);
 } Schedule;
-#define SCHEDULE_FNS(p) p##_choose, p##_print, p##_verify, p##_materialise
-/* In the order tile_schedule offers a nest: the first choose that takes it wins (block_reduce takes any
- * reduction, so it is last; gemv makes gemm_tc's prefill kernel with it, the others their second pass). */
+/* Kind, the prefix of its print, verify and materialise functions (p_print ...), its choose: in the order
+ * tile_schedule offers a nest, the first choose that takes it wins (block_reduce takes any reduction, so
+ * it is last; gemm_tc makes the gemv it falls back to, the others their second pass). */
 #define SCHEDULES(X) \
-    X(SCHED_FLASH, flash) X(SCHED_FLASH_COMBINE, flash_combine) X(SCHED_TOPK, topk) X(SCHED_TOPK_MERGE, topk_merge) \
-    X(SCHED_FLAT, flat) X(SCHED_GEMM_TC, gemm_tc) X(SCHED_GEMV, gemv) X(SCHED_SPLITK_SUM, splitk_sum) \
-    X(SCHED_BLOCK_REDUCE, block_reduce)
-#define X(kind, p) \
+    X(SCHED_FLASH, flash, flash_choose) X(SCHED_FLASH_COMBINE, flash_combine, NULL) \
+    X(SCHED_TOPK, topk, topk_choose) X(SCHED_TOPK_MERGE, topk, NULL) X(SCHED_FLAT, flat, flat_choose) \
+    X(SCHED_GEMM_TC, gemm_tc, gemm_tc_choose) X(SCHED_GEMV, gemv, gemv_choose) X(SCHED_SPLITK_SUM, splitk_sum, NULL) \
+    X(SCHED_BLOCK_REDUCE, block_reduce, block_reduce_choose)
+#define X(kind, p, choose) \
     int p##_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out); \
     void p##_print(Str *o, const TileKernel *k); \
     const char *p##_verify(const TileKernel *k); \
@@ -121,7 +122,7 @@ void warp_trees(KernelBuilder *B, KList *l, RedOp op, int width, int nacc);
 enum { ARGMAX_R_VAL, ARGMAX_R_PARTNER_VAL, ARGMAX_R_IDX, ARGMAX_R_PARTNER_IDX, ARGMAX_NREGS };
 void argmax_step(KernelBuilder *B, KList *l, int64_t d, ExprKind tie);
 /* Lane 0 of warp w puts its pair in smem0[w] (value) and smem0[nw + w] (index); after a barrier, lane i < nw
- * (lane: tid or tid % 32) takes warp i's pair (the others -inf and init_idx), and a tree over nw lanes leaves the block's
- * pair in lane 0 of every warp. */
+ * (lane: tid or tid % 32) takes warp i's pair (the others -inf and init_idx), and a tree over nw lanes
+ * leaves the block's pair in lane 0 of every warp. */
 void argmax_across_warps(KernelBuilder *B, KList *l, int nw, Expr *lane, double init_idx, ExprKind tie);
 #endif

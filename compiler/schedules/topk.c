@@ -18,9 +18,8 @@
  * elements again. Two barriers per round: after the warp values' shared stores, and before the next
  * round's. */
 enum {
-    TOPK_R_CAND_VAL = ARGMAX_NREGS, TOPK_R_CAND_IDX, TOPK_R_GIVEN_VAL, TOPK_R_GIVEN_IDX, TOPK_R_ELEM_VAL, TOPK_R_ELEM_IDX,
-    TOPK_NREGS,
-    TOPK_R_POS = TOPK_R_GIVEN_VAL
+    TOPK_R_CAND_VAL = ARGMAX_NREGS, TOPK_R_CAND_IDX, TOPK_R_GIVEN_VAL, TOPK_R_GIVEN_IDX, TOPK_R_ELEM_VAL,
+    TOPK_R_ELEM_IDX, TOPK_NREGS, TOPK_R_POS = TOPK_R_GIVEN_VAL
 };
 #define TOPK_NONE 1073741824.0   /* 2^30: past every index (at most 2^24) */
 
@@ -56,7 +55,6 @@ int topk_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     out[1] = m;
     return 2;
 }
-int topk_merge_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) { (void)c; (void)k; (void)out; return 0; }
 
 void topk_print(Str *o, const TileKernel *k) {
     const TopkParams *P = &k->u.topk;
@@ -67,8 +65,8 @@ void topk_print(Str *o, const TileKernel *k) {
     else str_printf(o, "  block bid -> (row [bid of ");
     print_axes(o, k->par, k->npar);
     if (!merge)
-        str_printf(o, "], chunk bid%%%d of %lld of [%s<%lld>]); thread -> the chunk's elements tid, tid+%d, ..: its best "
-                   "below the last it gave\n", P->chunks, (long long)P->chunk, t->raxes[0].v->name,
+        str_printf(o, "], chunk bid%%%d of %lld of [%s<%lld>]); thread -> the chunk's elements tid, tid+%d, ..: "
+                   "its best below the last it gave\n", P->chunks, (long long)P->chunk, t->raxes[0].v->name,
                    (long long)t->raxes[0].extent->i, k->block);
     else
         str_printf(o, "]); thread c < %d -> the head of chunk c's list in %s\n", P->chunks, P->work->name);
@@ -80,7 +78,6 @@ void topk_print(Str *o, const TileKernel *k) {
                k->block > 32 ? ", a (value, index) per warp in shared memory" : "",
                !merge && P->work ? P->work->name : t->out->name, !merge ? "rescans its elements" : "moves to its next");
 }
-void topk_merge_print(Str *o, const TileKernel *k) { topk_print(o, k); }
 const char *topk_verify(const TileKernel *k) {
     const TopkParams *P = &k->u.topk;
     bool merge = k->kind == SCHED_TOPK_MERGE;
@@ -91,7 +88,6 @@ const char *topk_verify(const TileKernel *k) {
         return "top_k parameters";
     return NULL;
 }
-const char *topk_merge_verify(const TileKernel *k) { return topk_verify(k); }
 
 /* What a thread offers: its elements e = lo; e < hi; e += step (top_k), whose value and index are read
  * after the lets pre, or the head of its list (top_k_merge) */
@@ -124,7 +120,8 @@ static void topk_scan(const TopkSource *s, TStmt *into) {
     ts_add(f, ts_assign(A, TOPK_R_ELEM_IDX, s->index));
     Expr *ev = reg(A, TOPK_R_ELEM_VAL), *ei = reg(A, TOPK_R_ELEM_IDX);
     Expr *after = topk_before(s->B, reg(A, TOPK_R_GIVEN_VAL), reg(A, TOPK_R_GIVEN_IDX), ev, ei);
-    TStmt *in = ts_if(A, e_and(A, after, topk_before(s->B, ev, ei, reg(A, TOPK_R_CAND_VAL), reg(A, TOPK_R_CAND_IDX))), 2);
+    Expr *better = topk_before(s->B, ev, ei, reg(A, TOPK_R_CAND_VAL), reg(A, TOPK_R_CAND_IDX));
+    TStmt *in = ts_if(A, e_and(A, after, better), 2);
     ts_add(in, ts_assign(A, TOPK_R_CAND_VAL, ev));
     ts_add(in, ts_assign(A, TOPK_R_CAND_IDX, ei));
     ts_add(f, in);
@@ -223,4 +220,3 @@ void topk_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
     kl_add(A, &ub, phase(A, pb, 2, nw > 1));
     kl_ufor(A, body, q, e_i(A, 0), op->topk_count, e_i(A, 1), &ub);
 }
-void topk_merge_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) { topk_materialise(B, t, k, body); }
