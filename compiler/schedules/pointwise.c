@@ -1,0 +1,43 @@
+/* pointwise.c: the flat schedule. Every output element is one thread
+ * (elementwise ops, index maps: a nest with no reduction): thread
+ * bid * block + tid computes element g of the parallel axes, flattened.
+ * Tests: tests/test_ops.py (elementwise ops), tests/test_torch_expr.py. */
+#include "schedules/schedule.h"
+
+int flat_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
+    if (!c->leaf || c->leaf->k != LS_STORE) return 0;
+    k->kind = SCHED_FLAT;
+    k->block = c->kn->flat_block;
+    k->grid = ceil_div(c->A, c->total, k->block);
+    k->store_value = c->leaf->value; k->out = c->leaf->buf; k->idx = c->leaf->idx;
+    out[0] = k;
+    return 1;
+}
+void flat_print(Str *o, const TileKernel *k) {
+    str_printf(o, "\n  thread (bid*%d + tid) -> [", k->block);
+    print_axes(o, k->par, k->npar);
+    str_printf(o, "]\n");
+}
+const char *flat_verify(const TileKernel *k) {
+    return k->block & (k->block - 1) ? "block size is not a power of two" : NULL;
+}
+
+TStmt *flat_element(KernelBuilder *B, const TileKernel *t, KList *body, Var **g, int extra) {
+    Arena *A = B->A;
+    *g = new_var(A, B->nvars, "g");
+    TStmt **pb = tlist(A, 2);
+    pb[0] = ts_let(A, *g, E_ADD(A, E_MUL(A, bid(A), e_i(A, t->block)), tid(A)));
+    Expr *total = product(A, t->par, t->npar);
+    TStmt *in = ts_if(A, lt(A, e_var(A, *g), total), t->npar + extra);
+    in->nbody = decompose(A, in->body, t->par, t->npar, e_var(A, *g));
+    pb[1] = in;
+    kl_add(A, body, phase(A, pb, 2, false));
+    return in;
+}
+/* if (g < total) { decompose; store } */
+void flat_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
+    (void)k;
+    Var *g;
+    TStmt *in = flat_element(B, t, body, &g, 1);
+    ts_add(in, ts_store(B->A, t->out, t->idx, t->store_value));
+}
