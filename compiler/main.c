@@ -69,7 +69,7 @@ static const char USAGE[] =
     "  --print-after STAGE        print the IR right after pipeline stage STAGE ran and was verified, on\n"
     "                             stdout (with its level's printer): frontend, select_layer, decompose,\n"
     "                             plan_memory, lift_loops, flash_attention, fuse, fuse_epilogues, schedule,\n"
-    "                             materialise; `all`: after every stage, each under a line naming it\n"
+    "                             materialise, cleanup; `all`: after every stage, each under a line naming it\n"
     "                             (compile: then --ir is optional; build: the project is written as usual)\n"
     "  --knob NAME=VALUE          pin a schedule parameter (flat_block, reduce_block_max, gemv_*, gemm_*,\n"
     "                             flash (0: plain attention), flash_split, flash_tokens, flash_min_n, fuse\n"
