@@ -45,7 +45,7 @@ def compile_op(args, knobs=()):
     exe = os.path.join(d, "op")
     # under make test-asan the kernels are sanitized too: reads out of bounds (guards see only writes)
     san = [f for f in CFLAGS if f.startswith("-fsanitize") or f.startswith("-fno-sanitize") or f == "-fno-omit-frame-pointer"]
-    run(["gcc", "-std=c11", "-O1", "-fopenmp", "-Wall", "-Wextra", "-Werror"] + san + [gen, os.path.join(ROOT, "tests", "c", "op_main.c"),
+    run(["gcc", "-std=c11", "-O1", "-fopenmp", "-Wall", "-Wextra", "-Werror", "-I" + ROOT] + san + [gen, os.path.join(ROOT, "tests", "c", "op_main.c"),
          "-o", exe, "-lm"])
     return exe, tile, d
 
