@@ -3,12 +3,12 @@
 #include "schedules/schedule.h"
 
 const Schedule schedules[SCHED_COUNT] = {
-#define X(kind, p, choose) [kind] = {choose, p##_print, p##_verify, p##_materialise},
+#define X(kind, p, choose, verify, rule) [kind] = {choose, p##_print, verify, p##_materialise, rule},
     SCHEDULES(X)
 #undef X
 };
 const SchedKind schedule_order[SCHED_COUNT] = {
-#define X(kind, p, choose) kind,
+#define X(kind, p, choose, verify, rule) kind,
     SCHEDULES(X)
 #undef X
 };
@@ -39,7 +39,6 @@ bool eval_i(const Expr *e, int64_t n, int64_t pos, int64_t *out) {
 TileKernel *new_tile_kernel(Arena *A, const LoopNest *nest) {
     TileKernel *k = ARENA_NEW(A, TileKernel);
     k->nest = nest; k->name = nest->kname;
-    k->nacc = k->nstore = 1;
     return k;
 }
 Buffer *work_buffer(Arena *A, const char *kname, const char *what, int64_t rows, int64_t cols) {
@@ -98,12 +97,11 @@ int decompose(Arena *A, TStmt **out, const Axis *ax, int n, Expr *g) {
     }
     return n;
 }
-int epi_stores(Arena *A, const TileKernel *t, Expr *a0, Expr *a1, TStmt **out) {
+int epi_stores(Arena *A, const NestBody *b, Expr *a0, Expr *a1, TStmt **out) {
     Expr *acc[2] = {a0, a1};
-    out[0] = ts_store(A, t->out, t->idx, expr_subst_accs(A, t->store_value, acc, t->nacc));
-    if (t->nstore == 1) return 1;
-    out[1] = ts_store(A, t->out1, t->idx1, expr_subst_accs(A, t->store_value1, acc, t->nacc));
-    return 2;
+    for (int i = 0; i < b->nstore; i++)
+        out[i] = ts_store(A, b->store[i].buf, b->store[i].idx, expr_subst_accs(A, b->store[i].value, acc, b->nacc));
+    return b->nstore;
 }
 Expr *replace_expr(Arena *A, Expr *e, const Expr *what, Expr *with) {
     if (expr_equal(e, what)) return with;
@@ -202,19 +200,22 @@ void argmax_step(KernelBuilder *B, KList *l, int64_t d, ExprKind tie) {
     b[1] = ts_assign(A, ARGMAX_R_VAL, e_bin(A, EX_MAX, v, pv));
     kl_add(A, l, phase(A, b, 2, false));
 }
-void argmax_across_warps(KernelBuilder *B, KList *l, int nw, Expr *lane, double init_idx, ExprKind tie) {
+void gather_warp_values(KernelBuilder *B, KList *l, int nw, Expr *lane, int n, const int *regs, Expr *const *init) {
     Arena *A = B->A;
-    TStmt *w0 = ts_if(A, eq(A, imod(A, tid(A), 32), e_i(A, 0)), 2);
-    for (int h = 0; h < 2; h++)
-        ts_add(w0, ts_sstore(A, 0, E_ADD(A, idiv(A, tid(A), 32), e_i(A, h * nw)),
-                             reg(A, h ? ARGMAX_R_IDX : ARGMAX_R_VAL)));
+    TStmt *w0 = ts_if(A, eq(A, imod(A, tid(A), 32), e_i(A, 0)), n);
+    for (int h = 0; h < n; h++)
+        ts_add(w0, ts_sstore(A, 0, E_ADD(A, idiv(A, tid(A), 32), e_i(A, h * nw)), reg(A, regs[h])));
     kl_phase1(A, l, w0, true);
-    TStmt **p1 = tlist(A, 3);
-    p1[0] = ts_assign(A, ARGMAX_R_VAL, e_f(A, -1.0 / 0.0));
-    p1[1] = ts_assign(A, ARGMAX_R_IDX, e_f(A, init_idx));
-    p1[2] = ts_if(A, lt(A, lane, e_i(A, nw)), 2);
-    ts_add(p1[2], ts_assign(A, ARGMAX_R_VAL, sload(A, 0, lane)));
-    ts_add(p1[2], ts_assign(A, ARGMAX_R_IDX, sload(A, 0, E_ADD(A, lane, e_i(A, nw)))));
-    kl_add(A, l, phase(A, p1, 3, false));
+    TStmt **p1 = tlist(A, n + 1), *in = ts_if(A, lt(A, lane, e_i(A, nw)), n);
+    for (int h = 0; h < n; h++) {
+        p1[h] = ts_assign(A, regs[h], init[h]);
+        ts_add(in, ts_assign(A, regs[h], sload(A, 0, E_ADD(A, lane, e_i(A, h * nw)))));
+    }
+    p1[n] = in;
+    kl_add(A, l, phase(A, p1, n + 1, false));
+}
+void argmax_across_warps(KernelBuilder *B, KList *l, int nw, Expr *lane, double init_idx, ExprKind tie) {
+    Expr *init[2] = {e_f(B->A, -1.0 / 0.0), e_f(B->A, init_idx)};
+    gather_warp_values(B, l, nw, lane, 2, (int[]){ARGMAX_R_VAL, ARGMAX_R_IDX}, init);
     for (int d = nw / 2; d >= 1; d /= 2) argmax_step(B, l, d, tie);
 }

@@ -31,7 +31,7 @@ bool flash_fits(const AttnDesc *d) {
 /* One flash_attn kernel: tq tokens per block, split key slices. */
 static TileKernel *flash_kernel(Arena *A, const LoopNest *nest, const AttnDesc *d, int tq, int split, const char *sfx) {
     TileKernel *k = new_tile_kernel(A, nest);
-    FlashParams *P = &k->u.flash;
+    FlashParams *P = &k->flash;
     k->kind = SCHED_FLASH;
     k->name = arena_printf(A, "%s_%s", d->kname, sfx);
     P->attn = d;
@@ -41,7 +41,6 @@ static TileKernel *flash_kernel(Arena *A, const LoopNest *nest, const AttnDesc *
     k->smem_floats = (int)flash_smem_floats(d, tq * (int)d->group);
     P->nsplit = split > 1 ? emin(A, e_i(A, split), ceil_div(A, d->len, FLASH_BC)) : e_i(A, 1);
     k->grid = E_MUL(A, E_MUL(A, ceil_div(A, d->rows, tq), e_i(A, d->heads / d->group)), P->nsplit);
-    k->out = d->out;
     return k;
 }
 /* Calls of more than flash_min_n tokens (prefill) get blocks of several tokens, so a staged K/V tile
@@ -82,12 +81,11 @@ int flash_choose(const ScheduleChoice *c, TileKernel *k0, TileKernel **out) {
     if (prefill) { k->run_if = 2; k->min_n = kn->flash_min_n; }
     out[nk++] = k;
     if (S == 1) return nk;
-    k->u.flash.work = work_buffer(A, d->kname, "partials", rd * d->heads * S, d->hv + 2);
+    k->flash.work = work_buffer(A, d->kname, "partials", rd * d->heads * S, d->hv + 2);
     TileKernel *m = new_tile_kernel(A, nest);
     m->kind = SCHED_FLASH_COMBINE;
     m->name = arena_printf(A, "%s_flash_combine", d->kname);
-    m->u.flash = k->u.flash;
-    m->out = d->out;
+    m->flash = k->flash;
     m->block = kn->flat_block;
     m->grid = ceil_div(A, E_MUL(A, d->rows, e_i(A, d->heads * d->hv)), m->block);
     m->run_if = k->run_if; m->min_n = k->min_n;
@@ -96,7 +94,7 @@ int flash_choose(const ScheduleChoice *c, TileKernel *k0, TileKernel **out) {
 }
 
 void flash_print(Str *o, const TileKernel *k) {
-    const FlashParams *P = &k->u.flash;
+    const FlashParams *P = &k->flash;
     const AttnDesc *d = P->attn;
     long long kvh = (long long)(d->heads / d->group);
     str_printf(o, " tokens=%d warps=%d split=%d keys_per_tile=%d\n  block (bid/%d/%lld, bid/%d%%%lld, bid%%%d) -> "
@@ -115,17 +113,17 @@ void flash_print(Str *o, const TileKernel *k) {
 void flash_combine_print(Str *o, const TileKernel *k) {
     str_printf(o, "\n  thread (bid*%d + tid) -> (row, d); merges %d slices of %s: o / sum rescaled to the largest "
                "max\n",
-               k->block, k->u.flash.split, k->u.flash.work->name);
+               k->block, k->flash.split, k->flash.work->name);
 }
 const char *flash_verify(const TileKernel *k) {
-    const FlashParams *P = &k->u.flash;
+    const FlashParams *P = &k->flash;
     if (k->block % 32 || !P->attn || k->block != 32 * P->tq * P->attn->group || P->split < 1 ||
         (P->split > 1) != (P->work != NULL))
         return "flash_attn parameters";
     return NULL;
 }
 const char *flash_combine_verify(const TileKernel *k) {
-    const FlashParams *P = &k->u.flash;
+    const FlashParams *P = &k->flash;
     if (k->block & (k->block - 1)) return "block size is not a power of two";
     if (!P->attn || !P->work || P->work->dims[1] != P->attn->hv + 2 || P->split < 2)
         return "flash_combine without its partials";
@@ -150,7 +148,7 @@ static int flash_lets(Arena *A, const AttnDesc *d, const FlashBlock *fb, TStmt *
 }
 void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = B->A;
-    const FlashParams *P = &t->u.flash;
+    const FlashParams *P = &t->flash;
     const AttnDesc *d = P->attn;
     const int64_t G = d->group, KVH = d->heads / G, S = P->split, W = t->block / 32, HD = d->hd, HV = d->hv;
     const int64_t BC = FLASH_BC;
@@ -298,7 +296,7 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
  * max (finite: key 0 is in every row's first slice) */
 void flash_combine_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = B->A;
-    const FlashParams *P = &t->u.flash;
+    const FlashParams *P = &t->flash;
     const AttnDesc *d = P->attn;
     const int64_t S = P->split, HV = d->hv;
     const int R_MAX = COMBINE_R_MAX, R_SUM = COMBINE_R_SUM, R_O = COMBINE_R_O, R_SCALE = COMBINE_R_SCALE;

@@ -30,11 +30,12 @@ int topk_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     Arena *A = c->A;
     const Knobs *kn = c->kn;
     const TOp *op = c->leaf->topk;
-    TopkParams *P = &k->u.topk;
+    TopkParams *P = &k->topk;
     int64_t len = op->raxes[0].extent->i;
     int64_t C = kn->topk_chunks ? kn->topk_chunks : len <= 4096 ? 1 : min_i(128, (len + 1023) / 1024);
     C = min_i(C, len);
     k->kind = SCHED_TOPK; P->op = op;
+    P->nrow = c->shape->npar; memcpy(P->row, c->shape->par, sizeof P->row);
     P->chunk = (len + C - 1) / C;
     P->chunks = (int)((len + P->chunk - 1) / P->chunk);   /* none empty */
     k->block = pow2_block(min_i(P->chunk, kn->reduce_block_max));
@@ -57,13 +58,13 @@ int topk_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
 }
 
 void topk_print(Str *o, const TileKernel *k) {
-    const TopkParams *P = &k->u.topk;
+    const TopkParams *P = &k->topk;
     const TOp *t = P->op;
     bool merge = k->kind == SCHED_TOPK_MERGE;
     str_printf(o, " chunks=%d chunk=%lld\n", P->chunks, (long long)P->chunk);
     if (!merge) str_printf(o, "  block bid -> (row [bid/%d of ", P->chunks);
     else str_printf(o, "  block bid -> (row [bid of ");
-    print_axes(o, k->par, k->npar);
+    print_axes(o, k->topk.row, k->topk.nrow);
     if (!merge)
         str_printf(o, "], chunk bid%%%d of %lld of [%s<%lld>]); thread -> the chunk's elements tid, tid+%d, ..: "
                    "its best below the last it gave\n", P->chunks, (long long)P->chunk, t->raxes[0].v->name,
@@ -79,7 +80,7 @@ void topk_print(Str *o, const TileKernel *k) {
                !merge && P->work ? P->work->name : t->out->name, !merge ? "rescans its elements" : "moves to its next");
 }
 const char *topk_verify(const TileKernel *k) {
-    const TopkParams *P = &k->u.topk;
+    const TopkParams *P = &k->topk;
     bool merge = k->kind == SCHED_TOPK_MERGE;
     if (k->block & (k->block - 1)) return "block size is not a power of two";
     if (!P->op || k->block % 32 || P->chunks < 1 || (int64_t)P->chunks * P->chunk < P->op->raxes[0].extent->i ||
@@ -141,7 +142,7 @@ static void topk_head(const TopkSource *s, TStmt *into) {
 }
 void topk_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = B->A;
-    const TopkParams *P = &t->u.topk;
+    const TopkParams *P = &t->topk;
     const TOp *op = P->op;
     const bool merge = t->kind == SCHED_TOPK_MERGE, chunked = P->chunks > 1;
     const int64_t C = P->chunks, CH = P->chunk, len = op->raxes[0].extent->i, KM = op->topk_max;
@@ -157,7 +158,7 @@ void topk_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
         src.lo = E_ADD(A, c0, tid(A));
         src.hi = chunked ? ulet(B, body, "hi", emin(A, E_ADD(A, c0, e_i(A, CH)), e_i(A, len))) : e_i(A, len);
         src.step = e_i(A, t->block);
-        src.npre = decompose(A, pre, t->par, t->npar, row);
+        src.npre = decompose(A, pre, t->topk.row, t->topk.nrow, row);
         pre[src.npre++] = ts_let(A, op->raxes[0].v, e_var(A, src.e));
         /* NaN counts as -inf */
         src.value = e_select(A, eq(A, op->body, op->body), op->body, e_f(A, -1.0 / 0.0));
@@ -195,7 +196,7 @@ void topk_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
     TStmt *st = ts_if(A, eq(A, tid(A), e_i(A, 0)), MAX_AXES + 3);
     /* the op's own store (its selector and rank bound), or a chunk's row of the workspace */
     bool own = merge || !chunked;
-    if (own) st->nbody = decompose(A, st->body, t->par, t->npar, row);
+    if (own) st->nbody = decompose(A, st->body, t->topk.row, t->topk.nrow, row);
     for (int h = 0; h < 2; h++) {
         Expr *v = reg(A, h ? ARGMAX_R_PARTNER_IDX : ARGMAX_R_PARTNER_VAL);
         if (!own) { ts_add(st, ts_store2(A, P->work, bid(A), E_ADD(A, e_var(A, q), e_i(A, h * KM)), v)); continue; }
