@@ -88,6 +88,12 @@ TStmt *ts_store2(Arena *A, Buffer *b, Expr *i0, Expr *i1, Expr *v) {
     return ts_store(A, b, idx, v);
 }
 void ts_add(TStmt *parent, TStmt *child) { parent->body[parent->nbody++] = child; }
+void sstore_where(Arena *A, TStmt *parent, int sm, Expr *idx, Expr *cond, Expr *v) {
+    ts_add(parent, ts_sstore(A, sm, idx, e_f(A, 0.0)));
+    TStmt *in = ts_if(A, cond, 1);
+    ts_add(in, ts_sstore(A, sm, idx, v));
+    ts_add(parent, in);
+}
 int decompose(Arena *A, TStmt **out, const Axis *ax, int n, Expr *g) {
     Expr *rest = g;
     for (int i = n - 1; i >= 0; i--) {
@@ -177,16 +183,20 @@ KStmt *shfl(KernelBuilder *B, ShflKind kind, int dst, int src, int64_t arg) {
     s->arg = e_i(B->A, arg + B->kn->debug_shfl_offset);
     return s;
 }
-void warp_trees(KernelBuilder *B, KList *l, RedOp op, int width, int nacc) {
+void shfl_trees(KernelBuilder *B, KList *l, ShflKind kind, RedOp op, int width, int n, const int *acc,
+                const int *partner) {
     Arena *A = B->A;
     for (int d = width / 2; d >= 1; d /= 2) {
-        TStmt **p = tlist(A, 2);
-        for (int j = 0; j < nacc; j++) {
-            kl_add(A, l, shfl(B, SHFL_DOWN, 2 * j + 1, 2 * j, d));
-            p[j] = ts_assign(A, 2 * j, combine(A, op, reg(A, 2 * j), reg(A, 2 * j + 1)));
+        TStmt **p = tlist(A, n);
+        for (int j = 0; j < n; j++) {
+            kl_add(A, l, shfl(B, kind, partner[j], acc[j], d));
+            p[j] = ts_assign(A, acc[j], combine(A, op, reg(A, acc[j]), reg(A, partner[j])));
         }
-        kl_add(A, l, phase(A, p, nacc, false));
+        kl_add(A, l, phase(A, p, n, false));
     }
+}
+void warp_trees(KernelBuilder *B, KList *l, RedOp op, int width, int nacc) {
+    shfl_trees(B, l, SHFL_DOWN, op, width, nacc, (int[]){0, 2}, (int[]){1, 3});
 }
 void argmax_step(KernelBuilder *B, KList *l, int64_t d, ExprKind tie) {
     Arena *A = B->A;

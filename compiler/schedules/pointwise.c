@@ -19,16 +19,19 @@ void flat_print(Str *o, const TileKernel *k) {
     str_printf(o, "]\n");
 }
 
-TStmt *flat_element(KernelBuilder *B, const TileKernel *t, KList *body, Var **g, int extra) {
+TStmt *thread_element(KernelBuilder *B, int block, Expr *total, KList *body, Var **g, int cap) {
     Arena *A = B->A;
-    const NestBody *nb = &t->body;
     *g = new_var(A, B->nvars, "g");
     TStmt **pb = tlist(A, 2);
-    pb[0] = ts_let(A, *g, E_ADD(A, E_MUL(A, bid(A), e_i(A, t->block)), tid(A)));
-    TStmt *in = ts_if(A, lt(A, e_var(A, *g), product(A, nb->par, nb->npar)), nb->npar + extra);
-    in->nbody = decompose(A, in->body, nb->par, nb->npar, e_var(A, *g));
-    pb[1] = in;
+    pb[0] = ts_let(A, *g, E_ADD(A, E_MUL(A, bid(A), e_i(A, block)), tid(A)));
+    pb[1] = ts_if(A, lt(A, e_var(A, *g), total), cap);
     kl_add(A, body, phase(A, pb, 2, false));
+    return pb[1];
+}
+TStmt *flat_element(KernelBuilder *B, const TileKernel *t, KList *body, Var **g, int extra) {
+    const NestBody *nb = &t->body;
+    TStmt *in = thread_element(B, t->block, product(B->A, nb->par, nb->npar), body, g, nb->npar + extra);
+    in->nbody = decompose(B->A, in->body, nb->par, nb->npar, e_var(B->A, *g));
     return in;
 }
 /* if (g < total) { decompose; store } */

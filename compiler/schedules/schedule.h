@@ -89,6 +89,8 @@ TStmt *ts_store(Arena *A, Buffer *b, Expr **idx, Expr *v);
 /* A store to a 2-d buffer (the workspaces) */
 TStmt *ts_store2(Arena *A, Buffer *b, Expr *i0, Expr *i1, Expr *v);
 void ts_add(TStmt *parent, TStmt *child);
+/* smem sm[idx] = 0, then = v where cond holds: added to parent */
+void sstore_where(Arena *A, TStmt *parent, int sm, Expr *idx, Expr *cond, Expr *v);
 KStmt *phase(Arena *A, TStmt **body, int n, bool barrier);
 /* A phase of body[0..n) without the lets nothing in it reads (schedules whose phases share one set of
  * lets; unused ones would be C warnings). */
@@ -118,12 +120,18 @@ Expr *imod(Arena *A, Expr *x, int64_t m);
 Expr *idiv(Arena *A, Expr *x, int64_t d);
 Expr *product(Arena *A, const Axis *ax, int n);
 void declare_regs(KKernel *k, int n);   /* n f32 registers */
-/* The flat schedules' thread: g = bid * block + tid; returns `if (g < total)` holding the lets of the
- * parallel axes and room for extra statements, in a phase added to body. */
+/* A thread per element: g = bid * block + tid; returns `if (g < total)` with room for cap statements, in a
+ * phase added to body. */
+TStmt *thread_element(KernelBuilder *B, int block, Expr *total, KList *body, Var **g, int cap);
+/* thread_element over the parallel axes, the if holding their lets and room for extra statements */
 TStmt *flat_element(KernelBuilder *B, const TileKernel *t, KList *body, Var **g, int extra);
 
-/* A warp-shuffle tree per accumulator: accumulator j in register 2j, its partner's value shuffled into
- * 2j + 1; for d = width/2 .. 1, r2j = r2j op (r2j of lane + d): lane 0 ends with the warp's value. */
+/* A warp-shuffle tree per accumulator: for d = width/2 .. 1, partner[j] = acc[j] of the lane kind (down,
+ * xor) names at d, then one phase acc[j] = acc[j] op partner[j]; down: lane 0 ends with the warp's value,
+ * xor: every lane. */
+void shfl_trees(KernelBuilder *B, KList *l, ShflKind kind, RedOp op, int width, int n, const int *acc,
+                const int *partner);
+/* shfl_trees down, accumulator j in register 2j, its partner 2j + 1 */
 void warp_trees(KernelBuilder *B, KList *l, RedOp op, int width, int nacc);
 /* Block argmax over (value, index) pairs (block_reduce's argmax, top_k): a pair wins with a larger value,
  * or an equal one and an index that is smaller (tie EX_MIN) or larger (EX_MAX). */
