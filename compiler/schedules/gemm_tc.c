@@ -126,8 +126,8 @@ void gemm_tc_print(Str *o, const TileKernel *k) {
     str_printf(o, ", ldmatrix.x4 + mma.m16n8k16 %s, f32 accumulation; runs when n > %d\n", h, k->min_n);
     if (b->nacc == 2)
         str_printf(o, "  a pair: the W tile is %d outputs of %s and of %s in alternating groups of 16 rows (a warp's "
-                   "n-tiles 0,1 and 2,3 are the same outputs), %d store%s per output\n", P->bn / 2, P->wop[0]->buf->name,
-                   P->wop[1]->buf->name, b->nstore, b->nstore > 1 ? "s" : "");
+                   "n-tiles 0,1 and 2,3 are the same outputs), %d store%s per output\n", P->bn / 2,
+                   P->wop[0]->buf->name, P->wop[1]->buf->name, b->nstore, b->nstore > 1 ? "s" : "");
 }
 const char *gemm_tc_verify(const TileKernel *k) {
     const GemmTcParams *P = &k->body.gemm;
@@ -136,6 +136,9 @@ const char *gemm_tc_verify(const TileKernel *k) {
         (P->bk != 16 && P->bk != 32 && P->bk != 64) || P->stages < 1 || P->stages > 3 ||
         (P->w_cp_async && P->stages < 2) || !P->xop || !P->wop[0])
         return "gemm_tc parameters";
+    int64_t K = k->body.red[0].extent->i;
+    if (P->x_vec && (P->stages < 2 || K % 4 || P->bm * P->bk / k->block % 4 || k->block % (P->bk / 4)))
+        return "gemm_tc X vectors";
     return gemm_tc_smem(P) > 48 * 1024 ? "gemm_tc shared memory over 48 KiB" : NULL;
 }
 
@@ -170,6 +173,10 @@ static Expr *gtc_slot1(Arena *A, Expr *r) { return lt(A, e_i(A, 15), imod(A, r, 
 static Expr *gtc_w_at(Arena *A, const TileKernel *t, Expr *wop, Expr *o, Expr *kk) {
     return expr_subst(A, expr_subst(A, wop, t->body.par[1].v, o), t->body.red[0].v, kk);
 }
+/* e (X or one of its indices) at X tile row r, K column kk */
+static Expr *gtc_x_at(Arena *A, const TcTile *G, Expr *e, Expr *r, Expr *kk) {
+    return expr_subst(A, expr_subst(A, e, G->t->body.par[0].v, E_ADD(A, G->t0, r)), G->t->body.red[0].v, kk);
+}
 /* the element of operand w (0: X, 1: W) at tile row r, K column kk */
 static Expr *gtc_value(Arena *A, const TcTile *G, int w, Expr *r, Expr *kk) {
     const TileKernel *t = G->t;
@@ -179,7 +186,7 @@ static Expr *gtc_value(Arena *A, const TcTile *G, int w, Expr *r, Expr *kk) {
         ws[1] = gtc_w_at(A, t, G->P->wop[1], o, kk);
         return e_select(A, gtc_slot1(A, r), ws[!G->swap], ws[G->swap]);
     }
-    return expr_subst(A, expr_subst(A, G->P->xop, t->body.par[0].v, E_ADD(A, G->t0, r)), t->body.red[0].v, kk);
+    return gtc_x_at(A, G, G->P->xop, r, kk);
 }
 /* then[0..n), only where operand w's row r and column kk are inside */
 static TStmt *gtc_guard(Arena *A, const TcTile *G, int w, Expr *r, Expr *kk, TStmt *const *then, int n) {
@@ -203,7 +210,10 @@ static TStmt *gtc_stage(const TcTile *G, int w, int sm, Expr *kt) {
 }
 
 /* registers operand w's register prefetch takes per thread */
-static int gtc_nregs(const TileKernel *t, int w) { return (w ? t->body.gemm.bn : t->body.gemm.bm) * t->body.gemm.bk / t->block; }
+static int gtc_nregs(const TileKernel *t, int w) {
+    const GemmTcParams *P = &t->body.gemm;
+    return (w ? P->bn : P->bm) * P->bk / t->block;
+}
 
 /* Register prefetch (store == false) of operand w's tile at kt into r0.., or the store of those registers
  * into sm (rounding to 16 bits): thread tid holds rows tid/(BK/v) + j*(block/(BK/v)), columns
@@ -236,7 +246,7 @@ static void gtc_regs(const TcTile *G, int w, int r0, Expr *kt, int sm, bool stor
         vl->v = new_var(A, G->B->nvars, "xv"); vl->vec = 4; vl->buf = X->buf;
         vl->idx = ARENA_ARRAY(A, Expr *, X->nargs);
         for (int d = 0; d < X->nargs; d++)
-            vl->idx[d] = expr_subst(A, expr_subst(A, X->a[d], t->body.par[0].v, E_ADD(A, G->t0, r)), t->body.red[0].v, kk);
+            vl->idx[d] = gtc_x_at(A, G, X->a[d], r, kk);
         for (int i = 0; i < 4; i++) ld[1 + i] = ts_assign(A, r0 + 4 * j + i, e_velem(A, vl->v, i));
         out[(*n)++] = gtc_guard(A, G, 0, r, kk, ld, 5);
     }
@@ -398,9 +408,6 @@ void gemm_tc_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLis
     /* a pair's block computes BN / 2 outputs of both weights */
     const int BO = t->body.nacc == 2 ? BN / 2 : BN;
     int64_t nbo = (M + BO - 1) / BO;
-    bool tile_ok = !(BM & 31) && !(BN & 31) && t->block == BM * BN / 32 && !(t->block & (BK - 1)) && BK >= 16 &&
-                   BK <= 64 && S >= 1 && S <= 4;
-    CHECK(tile_ok, "gemm_tc tile %dx%dx%d, %d stages", BM, BN, BK, S);
     k->nregs = GTC_R_PREFETCH + (S > 1 ? gtc_nregs(t, 0) + (P->w_cp_async ? 0 : gtc_nregs(t, 1)) : 0);
     CHECK(k->nregs <= (int)(sizeof k->regs / sizeof k->regs[0]), "gemm_tc registers");
     for (int i = 0; i < k->nregs; i++) { k->regs[i].t = T_F32; k->regs[i].b32 = i >= GTC_R_A && i < GTC_R_PREFETCH; }
@@ -414,8 +421,6 @@ void gemm_tc_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLis
                 idiv(A, warp, BN / 32), imod(A, warp, BN / 32), t->body.par[0].extent, K, M, BK, LD, t->body.nacc == 2,
                 /* a pair's fault only: a single linear has no second weight to swap in */
                 t->body.nacc == 2 && B->kn->debug_pair_swap != 0, f16};
-    bool xvec_ok = !P->x_vec || (S > 1 && K % 4 == 0 && gtc_nregs(t, 0) % 4 == 0 && t->block % (BK / 4) == 0);
-    CHECK(xvec_ok, "gemm_tc X vectors");
     TStmt **p0 = tlist(A, 32);
     for (int i = 0; i < 32; i++) p0[i] = ts_assign(A, GTC_R_ACC + i, e_f(A, 0.0));
     kl_add(A, body, phase(A, p0, 32, false));

@@ -43,7 +43,8 @@ int gemv_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     const NestBody *b = c->shape;
     int64_t K = 0;
     GemvScan gs = {0};
-    if (!b->side.buf && !b->tail_store.buf && b->nred == 1 && b->redop == RED_SUM && expr_is_const(b->red[0].extent, &K)) {
+    if (!b->side.buf && !b->tail_store.buf && b->nred == 1 && b->redop == RED_SUM &&
+        expr_is_const(b->red[0].extent, &K)) {
         gs.k = b->red[0].v; gs.ok = true; gs.vec = 8;
         gemv_scan(&gs, b->acc[0]);
         bool w0 = gs.weight;
@@ -121,7 +122,8 @@ void gemv_print(Str *o, const TileKernel *k) {
 }
 void splitk_sum_print(Str *o, const TileKernel *k) {
     flat_print(o, k);
-    str_printf(o, "  sums %d partials of %s in order, then the epilogue\n", k->body.gemv.split_k, k->body.gemv.work->name);
+    const GemvParams *P = &k->body.gemv;
+    str_printf(o, "  sums %d partials of %s in order, then the epilogue\n", P->split_k, P->work->name);
 }
 const char *splitk_sum_verify(const TileKernel *k) {
     const GemvParams *P = &k->body.gemv;

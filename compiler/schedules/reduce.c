@@ -42,7 +42,8 @@ void block_reduce_print(Str *o, const TileKernel *k) {
     str_printf(o, " (%s)\n", red_op_names[b->redop]);
 }
 const char *block_reduce_verify(const TileKernel *k) {
-    if (k->smem_floats < (k->block > 32 ? k->block / 32 : 0) || k->body.nred < 1) return "reduction without shared scratch";
+    if (k->smem_floats < (k->block > 32 ? k->block / 32 : 0) || k->body.nred < 1)
+        return "reduction without shared scratch";
     return k->body.nacc != 1 ? "two accumulators in a schedule without them" : NULL;
 }
 

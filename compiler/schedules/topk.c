@@ -127,7 +127,8 @@ static void topk_next(const TopkSource *s, TStmt *into, bool first) {
     ts_add(into, ts_assign(A, TOPK_R_CAND_IDX, e_f(A, TOPK_NONE)));
     TStmt *in;
     if (s->merge) {
-        in = ts_if(A, e_and(A, lt(A, tid(A), e_i(A, s->lists)), lt(A, e_un(A, EX_TOI, reg(A, TOPK_R_POS)), s->count)), 2);
+        Expr *has = lt(A, e_un(A, EX_TOI, reg(A, TOPK_R_POS)), s->count);
+        in = ts_if(A, e_and(A, lt(A, tid(A), e_i(A, s->lists)), has), 2);
         ts_add(in, ts_assign(A, TOPK_R_CAND_VAL, s->value));
         ts_add(in, ts_assign(A, TOPK_R_CAND_IDX, s->index));
     } else {
