@@ -90,11 +90,15 @@ static void kexpr(KernelPrinter *p, const Expr *e);
 static void kexpr_args(KernelPrinter *p, const Expr *e) {
     for (int i = 0; i < e->nargs; i++) { if (i) str_printf(p->o, ", "); kexpr(p, e->a[i]); }
 }
+/* p<i>[idx, ..: elements of parameter b */
+static void kbuf(KernelPrinter *p, const Buffer *b, Expr *const *idx) {
+    str_printf(p->o, "p%d[", kernel_param_index(p->k, b));
+    for (int i = 0; i < b->ndim; i++) { if (i) str_printf(p->o, ", "); kexpr(p, idx[i]); }
+}
 static void kexpr(KernelPrinter *p, const Expr *e) {
     Str *o = p->o;
     if (e->k == EX_LOAD) {
-        str_printf(o, "p%d[", kernel_param_index(p->k, e->buf));
-        kexpr_args(p, e);
+        kbuf(p, e->buf, e->a);
         str_printf(o, "]");
         return;
     }
@@ -130,8 +134,7 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
         kexpr(p, s->e); str_printf(o, "\n");
         return;
     case TS_STORE:
-        str_printf(o, "p%d[", kernel_param_index(p->k, s->buf));
-        for (int i = 0; i < s->buf->ndim; i++) { if (i) str_printf(o, ", "); kexpr(p, s->idx[i]); }
+        kbuf(p, s->buf, s->idx);
         str_printf(o, "] = ");
         kexpr(p, s->e);
         str_printf(o, "\n");
@@ -146,14 +149,14 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
         for (int i = 0; i < s->nbody; i++) print_ts(p, s->body[i], d + 1);
         return;
     case TS_VLOAD:
-        str_printf(o, "vload %s[%d] = p%d[", s->v->name, s->vec, kernel_param_index(p->k, s->buf));
-        for (int i = 0; i < s->buf->ndim; i++) { if (i) str_printf(o, ", "); kexpr(p, s->idx[i]); }
+        str_printf(o, "vload %s[%d] = ", s->v->name, s->vec);
+        kbuf(p, s->buf, s->idx);
         str_printf(o, " ..+%d]\n", s->vec);
         return;
     case TS_CP_ASYNC:
         str_printf(o, "cp_async%d smem%d[", s->vec, s->smem); kexpr(p, s->sidx);
-        str_printf(o, "] <- p%d[", kernel_param_index(p->k, s->buf));
-        for (int i = 0; i < s->buf->ndim; i++) { if (i) str_printf(o, ", "); kexpr(p, s->idx[i]); }
+        str_printf(o, "] <- ");
+        kbuf(p, s->buf, s->idx);
         str_printf(o, " ..+%dB]", s->vec);
         if (s->e) { str_printf(o, " if "); kexpr(p, s->e); str_printf(o, " else zero-fill"); }
         str_printf(o, "\n");

@@ -50,56 +50,59 @@ void knobs_print(Str *o, const Knobs *k) {
 #undef X
 }
 
-/* The nest's loops into k: the parallel axes, then (a reduction) the reductions, the accumulated terms
- * and the stores, with a fused side store or tail; leaf: the innermost parallel loop's single statement
- * (a flat store, an attention, a top-k), else NULL. */
-static const LStmt *nest_shape(TileKernel *k) {
-    const char *m = k->nest->module;
-    const LStmt *s = k->nest->root;
+static void nest_store(NestStore *st, const LStmt *s) { st->buf = s->buf; st->idx = s->idx; st->value = s->value; }
+/* The nest's loops into b: the parallel axes, then (a reduction) the reductions, the accumulated terms
+ * and the stores, with a fused side store or tail; returns the innermost parallel loop's single statement
+ * (a flat store, also put in store[0]; an attention, a top-k), else NULL. */
+static const LStmt *nest_shape(const LoopNest *nest, NestBody *b) {
+    const char *m = nest->module;
+    const LStmt *s = nest->root;
+    b->nacc = b->nstore = 1;
     for (;;) {
-        CHECK(s->k == LS_FOR && s->lk == LOOP_PARALLEL && k->npar < MAX_AXES, "nest %s: expected a parallel loop", m);
-        k->par[k->npar].v = s->v; k->par[k->npar].extent = s->extent; k->npar++;
+        CHECK(s->k == LS_FOR && s->lk == LOOP_PARALLEL && b->npar < MAX_AXES, "nest %s: expected a parallel loop", m);
+        b->par[b->npar++] = (Axis){s->v, s->extent};
         if (s->nbody == 1 && s->body[0]->k == LS_FOR && s->body[0]->lk == LOOP_PARALLEL) { s = s->body[0]; continue; }
         break;
     }
+    if (s->nbody == 1 && s->body[0]->k == LS_STORE) nest_store(&b->store[0], s->body[0]);
     if (s->nbody == 1) return s->body[0];
-    LStmt *const *b = s->body;
-    if (s->nbody >= 4 && b[1]->k == LS_ACC_INIT) {
+    LStmt *const *l = s->body;
+    if (s->nbody >= 4 && l[1]->k == LS_ACC_INIT) {
         /* a pair: acc_init x2, the reduction with both updates, one or two stores */
-        const LStmt *r = b[2];
-        CHECK(s->nbody <= 5 && b[0]->k == LS_ACC_INIT && r->k == LS_FOR && r->lk == LOOP_REDUCE && r->nbody == 2 &&
+        const LStmt *r = l[2];
+        CHECK(s->nbody <= 5 && l[0]->k == LS_ACC_INIT && r->k == LS_FOR && r->lk == LOOP_REDUCE && r->nbody == 2 &&
               r->body[0]->k == LS_ACC && r->body[0]->slot == 0 && r->body[1]->k == LS_ACC && r->body[1]->slot == 1 &&
-              b[3]->k == LS_STORE && (s->nbody == 4 || b[4]->k == LS_STORE), "nest %s: pair shape", m);
-        k->nacc = 2; k->redop = RED_SUM;
-        k->red[0].v = r->v; k->red[0].extent = r->extent; k->nred = 1;
-        k->acc_value = r->body[0]->value; k->acc_value1 = r->body[1]->value;
-        k->store_value = b[3]->value; k->out = b[3]->buf; k->idx = b[3]->idx;
-        if (s->nbody == 5) { k->nstore = 2; k->store_value1 = b[4]->value; k->out1 = b[4]->buf; k->idx1 = b[4]->idx; }
+              l[3]->k == LS_STORE && (s->nbody == 4 || l[4]->k == LS_STORE), "nest %s: pair shape", m);
+        b->nacc = 2; b->redop = RED_SUM;
+        b->red[b->nred++] = (Axis){r->v, r->extent};
+        b->acc[0] = r->body[0]->value; b->acc[1] = r->body[1]->value;
+        b->nstore = s->nbody - 3;
+        for (int i = 0; i < b->nstore; i++) nest_store(&b->store[i], l[3 + i]);
         return NULL;
     }
-    CHECK((s->nbody == 3 || s->nbody == 4) && b[0]->k == LS_ACC_INIT && b[2]->k == LS_STORE,
+    CHECK((s->nbody == 3 || s->nbody == 4) && l[0]->k == LS_ACC_INIT && l[2]->k == LS_STORE,
           "nest %s: unsupported shape", m);
     if (s->nbody == 4) {
-        const LStmt *tl = b[3];
+        const LStmt *tl = l[3];
         CHECK(tl->k == LS_FOR && tl->lk == LOOP_PARALLEL && tl->nbody == 1 && tl->body[0]->k == LS_STORE,
               "nest %s: tail", m);
-        k->tail.v = tl->v; k->tail.extent = tl->extent;
-        k->tail_out = tl->body[0]->buf; k->tail_idx = tl->body[0]->idx; k->tail_value = tl->body[0]->value;
+        b->tail = (Axis){tl->v, tl->extent};
+        nest_store(&b->tail_store, tl->body[0]);
     }
-    k->redop = b[0]->red;
-    const LStmt *r = b[1];
+    b->redop = l[0]->red;
+    const LStmt *r = l[1];
     while (r->k == LS_FOR) {
-        CHECK(r->lk == LOOP_REDUCE && k->nred < 2 && (r->nbody == 1 || r->nbody == 2), "nest %s: reduction loops", m);
-        k->red[k->nred].v = r->v; k->red[k->nred].extent = r->extent; k->nred++;
+        CHECK(r->lk == LOOP_REDUCE && b->nred < 2 && (r->nbody == 1 || r->nbody == 2), "nest %s: reduction loops", m);
+        b->red[b->nred++] = (Axis){r->v, r->extent};
         if (r->nbody == 2) {
-            CHECK(r->body[0]->k == LS_STORE && r->body[1]->k == LS_ACC && k->nred == 1, "nest %s: side store", m);
-            k->side = r->body[0]->buf; k->side_idx = r->body[0]->idx; k->side_value = r->body[0]->value;
+            CHECK(r->body[0]->k == LS_STORE && r->body[1]->k == LS_ACC && b->nred == 1, "nest %s: side store", m);
+            nest_store(&b->side, r->body[0]);
         }
         r = r->body[r->nbody - 1];
     }
     CHECK(r->k == LS_ACC, "nest %s: no accumulation", m);
-    k->acc_value = r->value;
-    k->store_value = b[2]->value; k->out = b[2]->buf; k->idx = b[2]->idx;
+    b->acc[0] = r->value;
+    nest_store(&b->store[0], l[2]);
     return NULL;
 }
 
@@ -108,15 +111,15 @@ void tile_schedule(Arena *A, const LProgram *lp, const Knobs *kn, TileProgram *t
     tp->max_batch = lp->max_batch; tp->max_ctx = lp->max_ctx;
     tp->k = ARENA_ARRAY(A, TileKernel *, 3 * lp->n);
     for (int i = 0; i < lp->n; i++) {
-        TileKernel *k = new_tile_kernel(A, lp->nests[i]);
-        ScheduleChoice c = {A, kn, tp, nest_shape(k), NULL};
-        c.total = product(A, k->par, k->npar);
+        NestBody shape = {0};
+        ScheduleChoice c = {A, kn, tp, nest_shape(lp->nests[i], &shape), &shape, NULL};
+        c.total = product(A, shape.par, shape.npar);
         int n = 0;
         for (int j = 0; j < SCHED_COUNT && !n; j++) {
             const Schedule *s = &schedules[schedule_order[j]];
-            if (s->choose) n = s->choose(&c, k, tp->k + tp->n);
+            if (s->choose) n = s->choose(&c, new_tile_kernel(A, lp->nests[i]), tp->k + tp->n);
         }
-        CHECK(n, "nest %s: no schedule", k->nest->module);
+        CHECK(n, "nest %s: no schedule", lp->nests[i]->module);
         tp->n += n;
     }
 }
@@ -138,11 +141,12 @@ void tile_print(Str *o, const TileProgram *tp) {
 const char *tile_verify(Arena *A, const TileProgram *tp) {
     for (int i = 0; i < tp->n; i++) {
         const TileKernel *k = tp->k[i];
+        const Schedule *s = &schedules[k->kind];
         const char *m = NULL;
         if (k->block < 1 || k->block > 1024) m = "block size is outside 1..1024";
-        else if (k->nacc == 2 && k->kind != SCHED_GEMV && k->kind != SCHED_GEMM_TC && k->kind != SCHED_SPLITK_SUM)
-            m = "two accumulators in a schedule without them";
-        else if ((m = schedules[k->kind].verify(k))) {}
+        else if (s->block_rule & BLOCK_POW2 && k->block & (k->block - 1)) m = "block size is not a power of two";
+        else if (s->block_rule & BLOCK_WARPS && k->block % 32) m = "warp schedule with a partial warp";
+        else if (s->verify && (m = s->verify(k))) {}
         else if (k->grid->t != T_I64) m = "grid is not an integer";
         else if (k->smem_floats * 4 > 48 * 1024) m = "shared memory over 48 KiB";
         if (m) return arena_printf(A, "tile %d (%s): %s", i, k->nest->module, m);

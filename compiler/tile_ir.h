@@ -79,8 +79,9 @@ typedef struct {
     int stages;                /* shared-memory buffers per operand: 1 stage then compute; > 1 a pipeline */
     bool w_cp_async;           /* stages > 1: W tiles by cp.async (K % 8 == 0), else by register prefetch */
     bool x_vec;                /* stages > 1: X prefetched by 4-wide vector loads (a plain row load, K % 4 == 0) */
-    Expr *xop, *wop;           /* the activation and weight operands of the reduced term */
-    Expr *wop1;                /* a pair's slot-1 weight: the W tile interleaves the two in groups of 16 rows */
+    Expr *xop;                 /* the activation operand of the reduced terms */
+    Expr *wop[2];              /* each accumulator's weight operand: a pair's W tile interleaves the two in groups
+                                * of 16 rows */
 } GemmTcParams;
 /* flash_attn and flash_combine (compiler/schedules/flash.c) */
 typedef struct {
@@ -93,14 +94,33 @@ typedef struct {
 /* top_k and top_k_merge (compiler/schedules/topk.c) */
 typedef struct {
     const TOp *op;             /* the top-k op */
+    int nrow; Axis row[MAX_AXES];   /* the rows: the nest's parallel axes, outermost first */
     int chunks;                /* blocks per row, each a chunk of the row */
     int64_t chunk;             /* elements per chunk */
     Buffer *work;              /* chunks > 1: [rows * chunks, 2 * topk_max], each chunk's values then indices */
 } TopkParams;
 
-/* A kernel of the tile IR. The fields up to u describe the nest (what is
- * computed; flash_attn's is one attention and fills none of them) and the
- * launch; u holds the parameters of the schedule kind names. */
+typedef struct { Buffer *buf; Expr **idx; Expr *value; } NestStore;   /* buf[idx] = value */
+/* What a nest of stores and reductions computes (nest_shape, tile_ir.c), for the schedules of such nests:
+ * flat (a store, no reduction), block_reduce, gemv, splitk_sum, gemm_tc. */
+typedef struct {
+    int npar; Axis par[MAX_AXES];   /* the parallel axes, outermost first */
+    int nred; Axis red[2];     /* the reduction axes */
+    RedOp redop;
+    /* accumulators: 2 for a pair nest (loop_fuse_epilogues; gemv and gemm_tc only), each summing its term
+     * over the same K; a pair's halves have two stores, and every store value may read both */
+    int nacc; Expr *acc[2];
+    int nstore; NestStore store[2];
+    NestStore side;            /* block_reduce: a fused producer stored from the loop (loop_fuse); buf NULL: none */
+    /* block_reduce: a fused row op over the axis tail after the store (loop_fuse); tail_store.buf NULL: none */
+    Axis tail; NestStore tail_store;
+    union {
+        GemvParams gemv;       /* gemv, splitk_sum */
+        GemmTcParams gemm;     /* gemm_tc */
+    };
+} NestBody;
+
+/* A kernel of the tile IR: its launch, and what the schedule its kind names maps onto it. */
 typedef struct {
     const LoopNest *nest;
     SchedKind kind;
@@ -109,27 +129,11 @@ typedef struct {
     Expr *grid;                /* blocks, from n and pos */
     int smem_floats;           /* f32 shared scratch per block (gemm_tc and flash_attn declare their own) */
     int run_if, min_n;         /* 0: always; 1: when n > min_n; 2: when n <= min_n (gemm_tc / gemv, flash) */
-    int npar; Axis par[MAX_AXES];   /* the parallel axes, outermost first */
-    int nred; Axis red[2];     /* the reduction axes */
-    RedOp redop;
-    Expr *acc_value;           /* the reduced term */
-    Expr *store_value;         /* may read acc */
-    Buffer *out; Expr **idx;
-    /* a pair nest (loop_fuse_epilogues; gemv and gemm_tc only): a second accumulator summing acc_value1
-     * over the same K, and with nstore 2 a second store; both store values may read acc and acc1 */
-    int nacc, nstore;
-    Expr *acc_value1, *store_value1;
-    Buffer *out1; Expr **idx1;
-    /* block_reduce: a fused producer stored from the loop (loop_fuse) */
-    Buffer *side; Expr **side_idx; Expr *side_value;
-    /* block_reduce: a fused row op over tail after the store (loop_fuse) */
-    Axis tail; Buffer *tail_out; Expr **tail_idx; Expr *tail_value;
     union {
-        GemvParams gemv;       /* gemv, splitk_sum */
-        GemmTcParams gemm;     /* gemm_tc */
+        NestBody body;         /* flat, block_reduce, gemv, splitk_sum, gemm_tc */
         FlashParams flash;     /* flash_attn, flash_combine */
         TopkParams topk;       /* top_k, top_k_merge */
-    } u;                       /* flat and block_reduce have none */
+    };
 } TileKernel;
 
 typedef struct {

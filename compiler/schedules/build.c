@@ -3,12 +3,12 @@
 #include "schedules/schedule.h"
 
 const Schedule schedules[SCHED_COUNT] = {
-#define X(kind, p, choose) [kind] = {choose, p##_print, p##_verify, p##_materialise},
+#define X(kind, p, choose, verify, rule) [kind] = {choose, p##_print, verify, p##_materialise, rule},
     SCHEDULES(X)
 #undef X
 };
 const SchedKind schedule_order[SCHED_COUNT] = {
-#define X(kind, p, choose) kind,
+#define X(kind, p, choose, verify, rule) kind,
     SCHEDULES(X)
 #undef X
 };
@@ -39,7 +39,6 @@ bool eval_i(const Expr *e, int64_t n, int64_t pos, int64_t *out) {
 TileKernel *new_tile_kernel(Arena *A, const LoopNest *nest) {
     TileKernel *k = ARENA_NEW(A, TileKernel);
     k->nest = nest; k->name = nest->kname;
-    k->nacc = k->nstore = 1;
     return k;
 }
 Buffer *work_buffer(Arena *A, const char *kname, const char *what, int64_t rows, int64_t cols) {
@@ -89,6 +88,12 @@ TStmt *ts_store2(Arena *A, Buffer *b, Expr *i0, Expr *i1, Expr *v) {
     return ts_store(A, b, idx, v);
 }
 void ts_add(TStmt *parent, TStmt *child) { parent->body[parent->nbody++] = child; }
+void sstore_where(Arena *A, TStmt *parent, int sm, Expr *idx, Expr *cond, Expr *v) {
+    ts_add(parent, ts_sstore(A, sm, idx, e_f(A, 0.0)));
+    TStmt *in = ts_if(A, cond, 1);
+    ts_add(in, ts_sstore(A, sm, idx, v));
+    ts_add(parent, in);
+}
 int decompose(Arena *A, TStmt **out, const Axis *ax, int n, Expr *g) {
     Expr *rest = g;
     for (int i = n - 1; i >= 0; i--) {
@@ -98,12 +103,11 @@ int decompose(Arena *A, TStmt **out, const Axis *ax, int n, Expr *g) {
     }
     return n;
 }
-int epi_stores(Arena *A, const TileKernel *t, Expr *a0, Expr *a1, TStmt **out) {
+int epi_stores(Arena *A, const NestBody *b, Expr *a0, Expr *a1, TStmt **out) {
     Expr *acc[2] = {a0, a1};
-    out[0] = ts_store(A, t->out, t->idx, expr_subst_accs(A, t->store_value, acc, t->nacc));
-    if (t->nstore == 1) return 1;
-    out[1] = ts_store(A, t->out1, t->idx1, expr_subst_accs(A, t->store_value1, acc, t->nacc));
-    return 2;
+    for (int i = 0; i < b->nstore; i++)
+        out[i] = ts_store(A, b->store[i].buf, b->store[i].idx, expr_subst_accs(A, b->store[i].value, acc, b->nacc));
+    return b->nstore;
 }
 Expr *replace_expr(Arena *A, Expr *e, const Expr *what, Expr *with) {
     if (expr_equal(e, what)) return with;
@@ -179,16 +183,20 @@ KStmt *shfl(KernelBuilder *B, ShflKind kind, int dst, int src, int64_t arg) {
     s->arg = e_i(B->A, arg + B->kn->debug_shfl_offset);
     return s;
 }
-void warp_trees(KernelBuilder *B, KList *l, RedOp op, int width, int nacc) {
+void shfl_trees(KernelBuilder *B, KList *l, ShflKind kind, RedOp op, int width, int n, const int *acc,
+                const int *partner) {
     Arena *A = B->A;
     for (int d = width / 2; d >= 1; d /= 2) {
-        TStmt **p = tlist(A, 2);
-        for (int j = 0; j < nacc; j++) {
-            kl_add(A, l, shfl(B, SHFL_DOWN, 2 * j + 1, 2 * j, d));
-            p[j] = ts_assign(A, 2 * j, combine(A, op, reg(A, 2 * j), reg(A, 2 * j + 1)));
+        TStmt **p = tlist(A, n);
+        for (int j = 0; j < n; j++) {
+            kl_add(A, l, shfl(B, kind, partner[j], acc[j], d));
+            p[j] = ts_assign(A, acc[j], combine(A, op, reg(A, acc[j]), reg(A, partner[j])));
         }
-        kl_add(A, l, phase(A, p, nacc, false));
+        kl_add(A, l, phase(A, p, n, false));
     }
+}
+void warp_trees(KernelBuilder *B, KList *l, RedOp op, int width, int nacc) {
+    shfl_trees(B, l, SHFL_DOWN, op, width, nacc, (int[]){0, 2}, (int[]){1, 3});
 }
 void argmax_step(KernelBuilder *B, KList *l, int64_t d, ExprKind tie) {
     Arena *A = B->A;
@@ -202,19 +210,22 @@ void argmax_step(KernelBuilder *B, KList *l, int64_t d, ExprKind tie) {
     b[1] = ts_assign(A, ARGMAX_R_VAL, e_bin(A, EX_MAX, v, pv));
     kl_add(A, l, phase(A, b, 2, false));
 }
-void argmax_across_warps(KernelBuilder *B, KList *l, int nw, Expr *lane, double init_idx, ExprKind tie) {
+void gather_warp_values(KernelBuilder *B, KList *l, int nw, Expr *lane, int n, const int *regs, Expr *const *init) {
     Arena *A = B->A;
-    TStmt *w0 = ts_if(A, eq(A, imod(A, tid(A), 32), e_i(A, 0)), 2);
-    for (int h = 0; h < 2; h++)
-        ts_add(w0, ts_sstore(A, 0, E_ADD(A, idiv(A, tid(A), 32), e_i(A, h * nw)),
-                             reg(A, h ? ARGMAX_R_IDX : ARGMAX_R_VAL)));
+    TStmt *w0 = ts_if(A, eq(A, imod(A, tid(A), 32), e_i(A, 0)), n);
+    for (int h = 0; h < n; h++)
+        ts_add(w0, ts_sstore(A, 0, E_ADD(A, idiv(A, tid(A), 32), e_i(A, h * nw)), reg(A, regs[h])));
     kl_phase1(A, l, w0, true);
-    TStmt **p1 = tlist(A, 3);
-    p1[0] = ts_assign(A, ARGMAX_R_VAL, e_f(A, -1.0 / 0.0));
-    p1[1] = ts_assign(A, ARGMAX_R_IDX, e_f(A, init_idx));
-    p1[2] = ts_if(A, lt(A, lane, e_i(A, nw)), 2);
-    ts_add(p1[2], ts_assign(A, ARGMAX_R_VAL, sload(A, 0, lane)));
-    ts_add(p1[2], ts_assign(A, ARGMAX_R_IDX, sload(A, 0, E_ADD(A, lane, e_i(A, nw)))));
-    kl_add(A, l, phase(A, p1, 3, false));
+    TStmt **p1 = tlist(A, n + 1), *in = ts_if(A, lt(A, lane, e_i(A, nw)), n);
+    for (int h = 0; h < n; h++) {
+        p1[h] = ts_assign(A, regs[h], init[h]);
+        ts_add(in, ts_assign(A, regs[h], sload(A, 0, E_ADD(A, lane, e_i(A, h * nw)))));
+    }
+    p1[n] = in;
+    kl_add(A, l, phase(A, p1, n + 1, false));
+}
+void argmax_across_warps(KernelBuilder *B, KList *l, int nw, Expr *lane, double init_idx, ExprKind tie) {
+    Expr *init[2] = {e_f(B->A, -1.0 / 0.0), e_f(B->A, init_idx)};
+    gather_warp_values(B, l, nw, lane, 2, (int[]){ARGMAX_R_VAL, ARGMAX_R_IDX}, init);
     for (int d = nw / 2; d >= 1; d /= 2) argmax_step(B, l, d, tie);
 }

@@ -31,7 +31,7 @@ bool flash_fits(const AttnDesc *d) {
 /* One flash_attn kernel: tq tokens per block, split key slices. */
 static TileKernel *flash_kernel(Arena *A, const LoopNest *nest, const AttnDesc *d, int tq, int split, const char *sfx) {
     TileKernel *k = new_tile_kernel(A, nest);
-    FlashParams *P = &k->u.flash;
+    FlashParams *P = &k->flash;
     k->kind = SCHED_FLASH;
     k->name = arena_printf(A, "%s_%s", d->kname, sfx);
     P->attn = d;
@@ -41,7 +41,6 @@ static TileKernel *flash_kernel(Arena *A, const LoopNest *nest, const AttnDesc *
     k->smem_floats = (int)flash_smem_floats(d, tq * (int)d->group);
     P->nsplit = split > 1 ? emin(A, e_i(A, split), ceil_div(A, d->len, FLASH_BC)) : e_i(A, 1);
     k->grid = E_MUL(A, E_MUL(A, ceil_div(A, d->rows, tq), e_i(A, d->heads / d->group)), P->nsplit);
-    k->out = d->out;
     return k;
 }
 /* Calls of more than flash_min_n tokens (prefill) get blocks of several tokens, so a staged K/V tile
@@ -82,12 +81,11 @@ int flash_choose(const ScheduleChoice *c, TileKernel *k0, TileKernel **out) {
     if (prefill) { k->run_if = 2; k->min_n = kn->flash_min_n; }
     out[nk++] = k;
     if (S == 1) return nk;
-    k->u.flash.work = work_buffer(A, d->kname, "partials", rd * d->heads * S, d->hv + 2);
+    k->flash.work = work_buffer(A, d->kname, "partials", rd * d->heads * S, d->hv + 2);
     TileKernel *m = new_tile_kernel(A, nest);
     m->kind = SCHED_FLASH_COMBINE;
     m->name = arena_printf(A, "%s_flash_combine", d->kname);
-    m->u.flash = k->u.flash;
-    m->out = d->out;
+    m->flash = k->flash;
     m->block = kn->flat_block;
     m->grid = ceil_div(A, E_MUL(A, d->rows, e_i(A, d->heads * d->hv)), m->block);
     m->run_if = k->run_if; m->min_n = k->min_n;
@@ -96,7 +94,7 @@ int flash_choose(const ScheduleChoice *c, TileKernel *k0, TileKernel **out) {
 }
 
 void flash_print(Str *o, const TileKernel *k) {
-    const FlashParams *P = &k->u.flash;
+    const FlashParams *P = &k->flash;
     const AttnDesc *d = P->attn;
     long long kvh = (long long)(d->heads / d->group);
     str_printf(o, " tokens=%d warps=%d split=%d keys_per_tile=%d\n  block (bid/%d/%lld, bid/%d%%%lld, bid%%%d) -> "
@@ -115,21 +113,17 @@ void flash_print(Str *o, const TileKernel *k) {
 void flash_combine_print(Str *o, const TileKernel *k) {
     str_printf(o, "\n  thread (bid*%d + tid) -> (row, d); merges %d slices of %s: o / sum rescaled to the largest "
                "max\n",
-               k->block, k->u.flash.split, k->u.flash.work->name);
+               k->block, k->flash.split, k->flash.work->name);
 }
 const char *flash_verify(const TileKernel *k) {
-    const FlashParams *P = &k->u.flash;
-    if (k->block % 32 || !P->attn || k->block != 32 * P->tq * P->attn->group || P->split < 1 ||
-        (P->split > 1) != (P->work != NULL))
-        return "flash_attn parameters";
-    return NULL;
+    const FlashParams *P = &k->flash;
+    bool bad = !P->attn || k->block != 32 * P->tq * P->attn->group || P->split < 1 || (P->split > 1) != !!P->work;
+    return bad ? "flash_attn parameters" : NULL;
 }
 const char *flash_combine_verify(const TileKernel *k) {
-    const FlashParams *P = &k->u.flash;
-    if (k->block & (k->block - 1)) return "block size is not a power of two";
-    if (!P->attn || !P->work || P->work->dims[1] != P->attn->hv + 2 || P->split < 2)
-        return "flash_combine without its partials";
-    return NULL;
+    const FlashParams *P = &k->flash;
+    bool bad = !P->attn || !P->work || P->work->dims[1] != P->attn->hv + 2 || P->split < 2;
+    return bad ? "flash_combine without its partials" : NULL;
 }
 
 /* The block's place (uniform), and a thread's lane variable. */
@@ -150,7 +144,7 @@ static int flash_lets(Arena *A, const AttnDesc *d, const FlashBlock *fb, TStmt *
 }
 void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = B->A;
-    const FlashParams *P = &t->u.flash;
+    const FlashParams *P = &t->flash;
     const AttnDesc *d = P->attn;
     const int64_t G = d->group, KVH = d->heads / G, S = P->split, W = t->block / 32, HD = d->hd, HV = d->hv;
     const int64_t BC = FLASH_BC;
@@ -187,10 +181,7 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
     Var *dv = new_var(A, B->nvars, "dq");
     TStmt *fq = ts_for(A, dv, lane, e_i(A, HD), e_i(A, 32), 2);
     Expr *qi = E_ADD(A, E_MUL(A, w, e_i(A, HD)), e_var(A, dv));
-    ts_add(fq, ts_sstore(A, FLASH_S_Q, qi, e_f(A, 0.0)));
-    TStmt *qin = ts_if(A, lt(A, tv, d->rows), 1);
-    ts_add(qin, ts_sstore(A, FLASH_S_Q, qi, expr_subst(A, d->q, d->d, e_var(A, dv))));
-    ts_add(fq, qin);
+    sstore_where(A, fq, FLASH_S_Q, qi, lt(A, tv, d->rows), expr_subst(A, d->q, d->d, e_var(A, dv)));
     p0[n0++] = fq;
     p0[n0++] = ts_assign(A, R_MAX, ninf);
     p0[n0++] = ts_assign(A, R_SUM, e_f(A, 0.0));
@@ -209,10 +200,7 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
         Expr *j = E_ADD(A, e_var(A, j0), r), *si = E_ADD(A, E_MUL(A, r, e_i(A, ld)), c);
         Expr *val = m ? d->v : d->k;
         val = expr_subst(A, expr_subst(A, expr_subst(A, val, d->h, E_MUL(A, fb.kvh, e_i(A, G))), d->j, j), d->d, c);
-        ts_add(f, ts_sstore(A, FLASH_S_K + m, si, e_f(A, 0.0)));
-        TStmt *in = ts_if(A, lt(A, j, jhi), 1);
-        ts_add(in, ts_sstore(A, FLASH_S_K + m, si, val));
-        ts_add(f, in);
+        sstore_where(A, f, FLASH_S_K + m, si, lt(A, j, jhi), val);
         ps[m] = f;
     }
     kl_add(A, &ub, phase(A, ps, 2, true));
@@ -232,10 +220,7 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
     pq[nq++] = ts_assign(A, R_NEW, reg(A, R_P));
     kl_add(A, &ub, phase_pruned(A, pq, nq, true));
     /* the tile's max in every lane */
-    for (int m = 16; m >= 1; m /= 2) {
-        kl_add(A, &ub, shfl(B, SHFL_XOR, R_TMP, R_NEW, m));
-        kl_phase1(A, &ub, ts_assign(A, R_NEW, e_bin(A, EX_MAX, reg(A, R_NEW), reg(A, R_TMP))), false);
-    }
+    shfl_trees(B, &ub, SHFL_XOR, RED_MAX, 32, 1, (int[]){R_NEW}, (int[]){R_TMP});
     /* online softmax: m' = max(m, tile max); exp() subtracts m' (0 while every key so far is masked, so
      * exp(-inf - 0) = 0 instead of NaN); rescale the lane's sum and accumulators by exp(m - m') */
     TStmt **pu = tlist(A, 12 + no);
@@ -268,10 +253,7 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
     kl_add(A, &ub, phase_pruned(A, pv, nv, true));
     kl_ufor(A, body, j0, jlo, jhi, e_i(A, BC), &ub);
     /* the row's sum over the lanes */
-    for (int m = 16; m >= 1; m /= 2) {
-        kl_add(A, body, shfl(B, SHFL_XOR, R_TMP, R_SUM, m));
-        kl_phase1(A, body, ts_assign(A, R_SUM, E_ADD(A, reg(A, R_SUM), reg(A, R_TMP))), false);
-    }
+    shfl_trees(B, body, SHFL_XOR, RED_SUM, 32, 1, (int[]){R_SUM}, (int[]){R_TMP});
     /* o / l, or the slice's (o, m, l) for flash_combine */
     TStmt **pe = tlist(A, 4);
     int ne = flash_lets(A, d, &fb, pe);
@@ -298,17 +280,15 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
  * max (finite: key 0 is in every row's first slice) */
 void flash_combine_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = B->A;
-    const FlashParams *P = &t->u.flash;
+    const FlashParams *P = &t->flash;
     const AttnDesc *d = P->attn;
     const int64_t S = P->split, HV = d->hv;
     const int R_MAX = COMBINE_R_MAX, R_SUM = COMBINE_R_SUM, R_O = COMBINE_R_O, R_SCALE = COMBINE_R_SCALE;
     declare_regs(k, 4);
-    Var *g = new_var(A, B->nvars, "g"), *sv = new_var(A, B->nvars, "s");
-    Expr *ge = e_var(A, g);
-    TStmt **pb = tlist(A, 2);
-    pb[0] = ts_let(A, g, E_ADD(A, E_MUL(A, bid(A), e_i(A, t->block)), tid(A)));
-    TStmt *in = ts_if(A, lt(A, ge, E_MUL(A, d->rows, e_i(A, d->heads * HV))), 10);
-    Expr *rowg = idiv(A, ge, HV);
+    Var *g;
+    TStmt *in = thread_element(B, t->block, E_MUL(A, d->rows, e_i(A, d->heads * HV)), body, &g, 10);
+    Var *sv = new_var(A, B->nvars, "s");
+    Expr *ge = e_var(A, g), *rowg = idiv(A, ge, HV);
     ts_add(in, ts_let(A, d->d, imod(A, ge, HV)));
     ts_add(in, ts_let(A, d->h, imod(A, rowg, d->heads)));
     ts_add(in, ts_let(A, d->t, idiv(A, rowg, d->heads)));
@@ -327,6 +307,4 @@ void flash_combine_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k
     ts_add(f2, ts_assign(A, R_O, E_ADD(A, reg(A, R_O), E_MUL(A, o_s, reg(A, R_SCALE)))));
     ts_add(in, f2);
     ts_add(in, ts_store(A, d->out, (Expr **)d->out_idx, E_DIV(A, reg(A, R_O), reg(A, R_SUM))));
-    pb[1] = in;
-    kl_add(A, body, phase(A, pb, 2, false));
 }

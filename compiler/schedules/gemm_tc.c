@@ -16,9 +16,9 @@ enum { GTC_R_ACC = 0, GTC_R_A = 32, GTC_R_B = 40, GTC_R_PREFETCH = 48 };
 
 /* gemm_tc applies to y[t, o] = sum_k X(t, k) * W[o, k] (+ epilogue) with W a 16-bit weight, t the runtime
  * token axis and o the weight's row: the form tensor_ir.c gives every linear. */
-static bool gemm_tc_term(const TileKernel *k, Expr *term, Expr **xop, Expr **wop) {
+static bool gemm_tc_term(const NestBody *b, Expr *term, Expr **xop, Expr **wop) {
     if (term->k != EX_MUL) return false;
-    const Var *t = k->par[0].v, *o = k->par[1].v, *kv = k->red[0].v;
+    const Var *t = b->par[0].v, *o = b->par[1].v, *kv = b->red[0].v;
     for (int w = 0; w < 2; w++) {
         Expr *W = term->a[w], *X = term->a[1 - w];
         if (W->k != EX_LOAD || W->buf->kind != BUF_WEIGHT || W->nargs != 2) continue;
@@ -31,18 +31,20 @@ static bool gemm_tc_term(const TileKernel *k, Expr *term, Expr **xop, Expr **wop
     }
     return false;
 }
-static bool gemm_tc_form(TileKernel *k, int64_t *K) {
-    GemmTcParams *P = &k->u.gemm;
+/* a pair: one activation operand for both, weights of one dtype */
+static bool gemm_tc_form(NestBody *b, int64_t *K) {
+    GemmTcParams *P = &b->gemm;
     int64_t rows;
-    if (k->npar != 2 || k->nred != 1 || k->side || k->tail_out || k->redop != RED_SUM) return false;
-    if (!expr_is_const(k->red[0].extent, K)) return false;
-    if (expr_is_const(k->par[0].extent, &rows) || !expr_is_const(k->par[1].extent, &rows)) return false;
-    if (!gemm_tc_term(k, k->acc_value, &P->xop, &P->wop)) return false;
-    if (k->nacc == 1) return true;
-    /* a pair: one activation operand for both, weights of one dtype */
-    Expr *x1;
-    return gemm_tc_term(k, k->acc_value1, &x1, &P->wop1) && expr_equal(x1, P->xop) &&
-           P->wop1->buf->dtype == P->wop->buf->dtype;
+    if (b->npar != 2 || b->nred != 1 || b->side.buf || b->tail_store.buf || b->redop != RED_SUM) return false;
+    if (!expr_is_const(b->red[0].extent, K)) return false;
+    if (expr_is_const(b->par[0].extent, &rows) || !expr_is_const(b->par[1].extent, &rows)) return false;
+    for (int a = 0; a < b->nacc; a++) {
+        Expr *x;
+        if (!gemm_tc_term(b, b->acc[a], &x, &P->wop[a])) return false;
+        if (a && (!expr_equal(x, P->xop) || P->wop[1]->buf->dtype != P->wop[0]->buf->dtype)) return false;
+        P->xop = x;
+    }
+    return true;
 }
 
 /* Shared memory of a gemm_tc block: X and W tiles of [bm or bn][bk + 8] 16-bit, one per stage each. */
@@ -53,7 +55,7 @@ static int64_t gemm_tc_smem(const GemmTcParams *P) { return (int64_t)P->stages *
  * (ptxas: 255 registers at sm_90, against 150 with 32): so 64 only for one stage and K >= 512, where its
  * padding does not matter. Pinned values are kept (stages up to the number of K steps). */
 static void gemm_tc_tiles(TileKernel *g, const Knobs *kn, int64_t K) {
-    GemmTcParams *P = &g->u.gemm;
+    GemmTcParams *P = &g->body.gemm;
     if (kn->gemm_bk && kn->gemm_bk < 16)
         die_user(NULL, "--knob", "gemm_bk must be 16, 32 or 64 (an mma covers 16 of K)");
     if ((kn->gemm_bm && kn->gemm_bm < 64) || (kn->gemm_bn && kn->gemm_bn < 64))
@@ -77,7 +79,7 @@ static void gemm_tc_tiles(TileKernel *g, const Knobs *kn, int64_t K) {
     /* X by 4-wide vector loads: a plain row load X[.., t, k] (its rows a multiple of 4 long, so aligned),
      * whole vectors per thread */
     const Expr *X = P->xop;
-    const Var *kv = g->red[0].v;
+    const Var *kv = g->body.red[0].v;
     P->x_vec = P->stages > 1 && K % 4 == 0 && X->k == EX_LOAD && X->a[X->nargs - 1]->k == EX_VAR &&
                X->a[X->nargs - 1]->var == kv && X->buf->dims[X->buf->ndim - 1] % 4 == 0 &&
                (int64_t)P->bm * P->bk / g->block % 4 == 0 && g->block % (P->bk / 4) == 0;
@@ -86,55 +88,57 @@ static void gemm_tc_tiles(TileKernel *g, const Knobs *kn, int64_t K) {
 
 /* Only where a call can have more than gemm_min_n tokens (max_batch bounds n): prefill (n > gemm_min_n)
  * runs on the tensor cores, the gemv (made here too) for n <= gemm_min_n. */
-int gemm_tc_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
+int gemm_tc_choose(const ScheduleChoice *c, TileKernel *g, TileKernel **out) {
     Arena *A = c->A;
     const Knobs *kn = c->kn;
-    TileKernel *g = new_tile_kernel(A, k->nest);
-    *g = *k;
+    const NestBody *b = &g->body;
+    g->body = *c->shape;
     int64_t K, maxrows;
-    if (!kn->gemm_tc || !gemm_tc_form(g, &K) || !eval_i(k->par[0].extent, c->tp->max_batch, c->tp->max_ctx, &maxrows) ||
-        maxrows <= kn->gemm_min_n)
+    if (!kn->gemm_tc || !gemm_tc_form(&g->body, &K) || !eval_i(b->par[0].extent, c->tp->max_batch, c->tp->max_ctx,
+                                                                &maxrows) || maxrows <= kn->gemm_min_n)
         return 0;
-    g->name = arena_printf(A, "%s_tc", k->nest->kname);
+    g->name = arena_printf(A, "%s_tc", g->nest->kname);
     g->kind = SCHED_GEMM_TC;
     gemm_tc_tiles(g, kn, K);
     g->run_if = 1; g->min_n = kn->gemm_min_n;
-    g->grid = E_MUL(A, ceil_div(A, k->par[0].extent, g->u.gemm.bm),
-                    ceil_div(A, k->par[1].extent, g->u.gemm.bn / k->nacc));
-    g->smem_floats = 0;
+    g->grid = E_MUL(A, ceil_div(A, b->par[0].extent, b->gemm.bm), ceil_div(A, b->par[1].extent, b->gemm.bn / b->nacc));
     out[0] = g;
+    TileKernel *k = new_tile_kernel(A, g->nest);
     k->run_if = 2; k->min_n = kn->gemm_min_n;
     int n = gemv_choose(c, k, out + 1);
     CHECK(n, "nest %s: gemm_tc without its gemv", k->nest->module);
     return 1 + n;
 }
 void gemm_tc_print(Str *o, const TileKernel *k) {
-    const GemmTcParams *P = &k->u.gemm;
-    const char *h = P->wop->buf->dtype == DT_F16 ? "f16" : "bf16";
+    const NestBody *b = &k->body;
+    const GemmTcParams *P = &b->gemm;
+    const char *h = P->wop[0]->buf->dtype == DT_F16 ? "f16" : "bf16";
     str_printf(o, " bm=%d bn=%d bk=%d stages=%d min_n=%d\n  block (bid/ceil(%s/%d), bid%%ceil(%s/%d)) -> [",
-               P->bm, P->bn, P->bk, P->stages, k->min_n, k->par[0].v->name, P->bm, k->par[1].v->name, P->bn / k->nacc);
-    print_axes(o, k->par, k->npar);
+               P->bm, P->bn, P->bk, P->stages, k->min_n, b->par[0].v->name, P->bm, b->par[1].v->name, P->bn / b->nacc);
+    print_axes(o, b->par, b->npar);
     str_printf(o, "] tile %dx%d, %d warps of 32x32; K [", P->bm, P->bn, k->block / 32);
-    print_axes(o, k->red, k->nred);
+    print_axes(o, b->red, b->nred);
     str_printf(o, "] in steps of %d staged to shared memory as %s (activations rounded to nearest even)", P->bk, h);
     if (P->stages > 1)
         str_printf(o, ", a %d-stage pipeline (W by %s, X by register prefetch one step ahead%s)", P->stages,
                    P->w_cp_async ? "16-byte cp.async copies" : "register prefetch",
                    P->x_vec ? ", 4-wide vector loads" : "");
     str_printf(o, ", ldmatrix.x4 + mma.m16n8k16 %s, f32 accumulation; runs when n > %d\n", h, k->min_n);
-    if (k->nacc == 2)
+    if (b->nacc == 2)
         str_printf(o, "  a pair: the W tile is %d outputs of %s and of %s in alternating groups of 16 rows (a warp's "
-                   "n-tiles 0,1 and 2,3 are the same outputs), %d store%s per output\n", P->bn / 2, P->wop->buf->name,
-                   P->wop1->buf->name, k->nstore, k->nstore > 1 ? "s" : "");
+                   "n-tiles 0,1 and 2,3 are the same outputs), %d store%s per output\n", P->bn / 2,
+                   P->wop[0]->buf->name, P->wop[1]->buf->name, b->nstore, b->nstore > 1 ? "s" : "");
 }
 const char *gemm_tc_verify(const TileKernel *k) {
-    const GemmTcParams *P = &k->u.gemm;
-    if (k->block & (k->block - 1)) return "block size is not a power of two";
-    if (k->nacc == 2 && !P->wop1) return "gemm_tc pair without its second weight";
+    const GemmTcParams *P = &k->body.gemm;
+    if (k->body.nacc == 2 && !P->wop[1]) return "gemm_tc pair without its second weight";
     if ((P->bm != 64 && P->bm != 128) || (P->bn != 64 && P->bn != 128) || k->block != P->bm * P->bn / 32 ||
         (P->bk != 16 && P->bk != 32 && P->bk != 64) || P->stages < 1 || P->stages > 3 ||
-        (P->w_cp_async && P->stages < 2) || !P->xop || !P->wop)
+        (P->w_cp_async && P->stages < 2) || !P->xop || !P->wop[0])
         return "gemm_tc parameters";
+    int64_t K = k->body.red[0].extent->i;
+    if (P->x_vec && (P->stages < 2 || K % 4 || P->bm * P->bk / k->block % 4 || k->block % (P->bk / 4)))
+        return "gemm_tc X vectors";
     return gemm_tc_smem(P) > 48 * 1024 ? "gemm_tc shared memory over 48 KiB" : NULL;
 }
 
@@ -167,24 +171,28 @@ static Expr *gtc_wrow(Arena *A, const TcTile *G, Expr *r) {
 }
 static Expr *gtc_slot1(Arena *A, Expr *r) { return lt(A, e_i(A, 15), imod(A, r, 32)); }
 static Expr *gtc_w_at(Arena *A, const TileKernel *t, Expr *wop, Expr *o, Expr *kk) {
-    return expr_subst(A, expr_subst(A, wop, t->par[1].v, o), t->red[0].v, kk);
+    return expr_subst(A, expr_subst(A, wop, t->body.par[1].v, o), t->body.red[0].v, kk);
+}
+/* e (X or one of its indices) at X tile row r, K column kk */
+static Expr *gtc_x_at(Arena *A, const TcTile *G, Expr *e, Expr *r, Expr *kk) {
+    return expr_subst(A, expr_subst(A, e, G->t->body.par[0].v, E_ADD(A, G->t0, r)), G->t->body.red[0].v, kk);
 }
 /* the element of operand w (0: X, 1: W) at tile row r, K column kk */
 static Expr *gtc_value(Arena *A, const TcTile *G, int w, Expr *r, Expr *kk) {
     const TileKernel *t = G->t;
     if (w) {
-        Expr *o = gtc_wrow(A, G, r), *w0 = gtc_w_at(A, t, G->P->wop, o, kk);
-        if (!G->pair) return w0;
-        Expr *w1 = gtc_w_at(A, t, G->P->wop1, o, kk);
-        return G->swap ? e_select(A, gtc_slot1(A, r), w0, w1) : e_select(A, gtc_slot1(A, r), w1, w0);
+        Expr *o = gtc_wrow(A, G, r), *ws[2] = {gtc_w_at(A, t, G->P->wop[0], o, kk), NULL};
+        if (!G->pair) return ws[0];
+        ws[1] = gtc_w_at(A, t, G->P->wop[1], o, kk);
+        return e_select(A, gtc_slot1(A, r), ws[!G->swap], ws[G->swap]);
     }
-    return expr_subst(A, expr_subst(A, G->P->xop, t->par[0].v, E_ADD(A, G->t0, r)), t->red[0].v, kk);
+    return gtc_x_at(A, G, G->P->xop, r, kk);
 }
-/* then, only where operand w's row r and column kk are inside */
-static TStmt *gtc_guard(Arena *A, const TcTile *G, int w, Expr *r, Expr *kk, TStmt *then) {
+/* then[0..n), only where operand w's row r and column kk are inside */
+static TStmt *gtc_guard(Arena *A, const TcTile *G, int w, Expr *r, Expr *kk, TStmt *const *then, int n) {
     TStmt *in1 = ts_if(A, lt(A, w ? gtc_wrow(A, G, r) : E_ADD(A, G->t0, r), w ? e_i(A, G->M) : G->rows), 1);
-    TStmt *in2 = ts_if(A, lt(A, kk, e_i(A, G->K)), 1);
-    ts_add(in2, then);
+    TStmt *in2 = ts_if(A, lt(A, kk, e_i(A, G->K)), n);
+    for (int i = 0; i < n; i++) ts_add(in2, then[i]);
     ts_add(in1, in2);
     return in1;
 }
@@ -197,65 +205,50 @@ static TStmt *gtc_stage(const TcTile *G, int w, int sm, Expr *kt) {
     Expr *r = idiv(A, e_var(A, ev), G->BK), *c = imod(A, e_var(A, ev), G->BK);
     Expr *sidx = E_ADD(A, E_MUL(A, r, e_i(A, G->LD)), c), *kk = E_ADD(A, kt, c);
     ts_add(f, ts_sstore(A, sm, sidx, e_f(A, 0.0)));
-    ts_add(f, gtc_guard(A, G, w, r, kk, ts_sstore(A, sm, sidx, gtc_value(A, G, w, r, kk))));
+    ts_add(f, gtc_guard(A, G, w, r, kk, (TStmt *[]){ts_sstore(A, sm, sidx, gtc_value(A, G, w, r, kk))}, 1));
     return f;
 }
 
 /* registers operand w's register prefetch takes per thread */
-static int gtc_nregs(const TileKernel *t, int w) { return (w ? t->u.gemm.bn : t->u.gemm.bm) * t->u.gemm.bk / t->block; }
+static int gtc_nregs(const TileKernel *t, int w) {
+    const GemmTcParams *P = &t->body.gemm;
+    return (w ? P->bn : P->bm) * P->bk / t->block;
+}
 
-/* X with x_vec: 4 consecutive columns per thread by one vector load (rows tid/(BK/4) + j*(block/(BK/4)),
- * columns 4*(tid % (BK/4)) ..+3; K % 4 == 0, so a vector is all inside K or all outside). */
-static void gtc_xregs_vec(const TcTile *G, int r0, Expr *kt, int sm, bool store, TStmt **out, int *n) {
+/* Register prefetch (store == false) of operand w's tile at kt into r0.., or the store of those registers
+ * into sm (rounding to 16 bits): thread tid holds rows tid/(BK/v) + j*(block/(BK/v)), columns
+ * v*(tid % (BK/v)) ..+v-1, with v = 4 for X with x_vec (one vector load each; K % 4 == 0, so a vector is
+ * all inside K or all outside), else 1. */
+static void gtc_regs(const TcTile *G, int w, int r0, Expr *kt, int sm, bool store, TStmt **out, int *n) {
     Arena *A = G->B->A;
     const TileKernel *t = G->t;
     const Expr *X = G->P->xop;
-    int vpr = G->BK / 4;
+    const int v = !w && G->P->x_vec ? 4 : 1, cpr = G->BK / v;
     Var *rv = new_var(A, G->B->nvars, "pr"), *cv = new_var(A, G->B->nvars, "pc");
-    out[(*n)++] = ts_let(A, rv, idiv(A, tid(A), vpr));
-    out[(*n)++] = ts_let(A, cv, E_MUL(A, imod(A, tid(A), vpr), e_i(A, 4)));
-    for (int j = 0; j < gtc_nregs(t, 0) / 4; j++) {
-        Expr *r = E_ADD(A, e_var(A, rv), e_i(A, j * (t->block / vpr)));
+    out[(*n)++] = ts_let(A, rv, idiv(A, tid(A), cpr));
+    out[(*n)++] = ts_let(A, cv, E_MUL(A, imod(A, tid(A), cpr), e_i(A, v)));
+    for (int j = 0; j < gtc_nregs(t, w) / v; j++) {
+        Expr *r = E_ADD(A, e_var(A, rv), e_i(A, j * (t->block / cpr)));
         if (store) {
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < v; i++) {
                 Expr *si = E_ADD(A, E_MUL(A, r, e_i(A, G->LD)), E_ADD(A, e_var(A, cv), e_i(A, i)));
-                out[(*n)++] = ts_sstore(A, sm, si, reg(A, r0 + 4 * j + i));
+                out[(*n)++] = ts_sstore(A, sm, si, reg(A, r0 + v * j + i));
             }
             continue;
         }
         Expr *kk = E_ADD(A, kt, e_var(A, cv));
-        for (int i = 0; i < 4; i++) out[(*n)++] = ts_assign(A, r0 + 4 * j + i, e_f(A, 0.0));
-        TStmt *vl = ts(A, TS_VLOAD);
+        for (int i = 0; i < v; i++) out[(*n)++] = ts_assign(A, r0 + v * j + i, e_f(A, 0.0));
+        if (v == 1) {
+            out[(*n)++] = gtc_guard(A, G, w, r, kk, (TStmt *[]){ts_assign(A, r0 + j, gtc_value(A, G, w, r, kk))}, 1);
+            continue;
+        }
+        TStmt *vl = ts(A, TS_VLOAD), *ld[5] = {vl};
         vl->v = new_var(A, G->B->nvars, "xv"); vl->vec = 4; vl->buf = X->buf;
         vl->idx = ARENA_ARRAY(A, Expr *, X->nargs);
         for (int d = 0; d < X->nargs; d++)
-            vl->idx[d] = expr_subst(A, expr_subst(A, X->a[d], t->par[0].v, E_ADD(A, G->t0, r)), t->red[0].v, kk);
-        TStmt *in2 = ts_if(A, lt(A, kk, e_i(A, G->K)), 5);
-        ts_add(in2, vl);
-        for (int i = 0; i < 4; i++) ts_add(in2, ts_assign(A, r0 + 4 * j + i, e_velem(A, vl->v, i)));
-        TStmt *in1 = ts_if(A, lt(A, E_ADD(A, G->t0, r), G->rows), 1);
-        ts_add(in1, in2);
-        out[(*n)++] = in1;
-    }
-}
-/* Register prefetch (store == false) of operand w's tile at kt into r0.., or the store of those registers
- * into sm (rounding to 16 bits): thread tid holds rows tid/BK + j*(block/BK), column tid%BK. */
-static void gtc_regs(const TcTile *G, int w, int r0, Expr *kt, int sm, bool store, TStmt **out, int *n) {
-    Arena *A = G->B->A;
-    const TileKernel *t = G->t;
-    if (!w && G->P->x_vec) { gtc_xregs_vec(G, r0, kt, sm, store, out, n); return; }
-    Var *rv = new_var(A, G->B->nvars, "pr"), *cv = new_var(A, G->B->nvars, "pc");
-    out[(*n)++] = ts_let(A, rv, idiv(A, tid(A), G->BK));
-    out[(*n)++] = ts_let(A, cv, imod(A, tid(A), G->BK));
-    for (int j = 0; j < gtc_nregs(t, w); j++) {
-        Expr *r = E_ADD(A, e_var(A, rv), e_i(A, j * (t->block / G->BK)));
-        if (store) {
-            out[(*n)++] = ts_sstore(A, sm, E_ADD(A, E_MUL(A, r, e_i(A, G->LD)), e_var(A, cv)), reg(A, r0 + j));
-            continue;
-        }
-        Expr *kk = E_ADD(A, kt, e_var(A, cv));
-        out[(*n)++] = ts_assign(A, r0 + j, e_f(A, 0.0));
-        out[(*n)++] = gtc_guard(A, G, w, r, kk, ts_assign(A, r0 + j, gtc_value(A, G, w, r, kk)));
+            vl->idx[d] = gtc_x_at(A, G, X->a[d], r, kk);
+        for (int i = 0; i < 4; i++) ld[1 + i] = ts_assign(A, r0 + 4 * j + i, e_velem(A, vl->v, i));
+        out[(*n)++] = gtc_guard(A, G, 0, r, kk, ld, 5);
     }
 }
 
@@ -274,11 +267,11 @@ static void gtc_cp_w(const TcTile *G, int sm, Expr *kt, TStmt **out, int *n) {
         Expr *r = E_ADD(A, e_var(A, rv), e_i(A, j * (t->block / cpr))), *o = gtc_wrow(A, G, r);
         Expr *kk = E_ADD(A, kt, e_var(A, cv));
         for (int w = 0; w < (G->pair ? 2 : 1); w++) {
-            Expr *W = (w != G->swap) ? G->P->wop1 : G->P->wop;
+            Expr *W = G->P->wop[w != G->swap];
             TStmt *s = ts(A, TS_CP_ASYNC);
             s->vec = 16; s->smem = sm; s->sidx = E_ADD(A, E_MUL(A, r, e_i(A, G->LD)), e_var(A, cv));
             s->buf = W->buf; s->idx = ARENA_ARRAY(A, Expr *, 2);
-            s->idx[0] = expr_subst(A, W->a[0], t->par[1].v, o); s->idx[1] = kk;
+            s->idx[0] = expr_subst(A, W->a[0], t->body.par[1].v, o); s->idx[1] = kk;
             /* o < M and kk < K */
             s->e = lt(A, e_bin(A, EX_MAX, E_SUB(A, o, e_i(A, G->M)), E_SUB(A, kk, e_i(A, G->K))), e_i(A, 0));
             if (!G->pair) { out[(*n)++] = s; continue; }
@@ -408,31 +401,26 @@ static void gemm_tc_pipeline(const TcTile *G, KList *body) {
 
 void gemm_tc_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = B->A;
-    const GemmTcParams *P = &t->u.gemm;
+    const GemmTcParams *P = &t->body.gemm;
     int64_t K, M;
-    CHECK(expr_is_const(t->red[0].extent, &K) && expr_is_const(t->par[1].extent, &M), "gemm_tc extents");
+    CHECK(expr_is_const(t->body.red[0].extent, &K) && expr_is_const(t->body.par[1].extent, &M), "gemm_tc extents");
     const int BM = P->bm, BN = P->bn, BK = P->bk, LD = BK + 8, S = P->stages;
     /* a pair's block computes BN / 2 outputs of both weights */
-    const int BO = t->nacc == 2 ? BN / 2 : BN;
+    const int BO = t->body.nacc == 2 ? BN / 2 : BN;
     int64_t nbo = (M + BO - 1) / BO;
-    bool tile_ok = !(BM & 31) && !(BN & 31) && t->block == BM * BN / 32 && !(t->block & (BK - 1)) && BK >= 16 &&
-                   BK <= 64 && S >= 1 && S <= 4;
-    CHECK(tile_ok, "gemm_tc tile %dx%dx%d, %d stages", BM, BN, BK, S);
     k->nregs = GTC_R_PREFETCH + (S > 1 ? gtc_nregs(t, 0) + (P->w_cp_async ? 0 : gtc_nregs(t, 1)) : 0);
     CHECK(k->nregs <= (int)(sizeof k->regs / sizeof k->regs[0]), "gemm_tc registers");
     for (int i = 0; i < k->nregs; i++) { k->regs[i].t = T_F32; k->regs[i].b32 = i >= GTC_R_A && i < GTC_R_PREFETCH; }
     k->nsmem = 2 * S;
     /* f16 weights: the tiles hold halves (X rounded to f16) and the mma multiplies f16 */
-    bool f16 = P->wop->buf->dtype == DT_F16;
+    bool f16 = P->wop[0]->buf->dtype == DT_F16;
     for (int i = 0; i < 2 * S; i++) k->smem[i] = (SmemDecl){(i < S ? BM : BN) * LD, true, f16};
     /* uniform: the block's tile origin */
     Expr *lane = imod(A, tid(A), 32), *warp = idiv(A, tid(A), 32);
     TcTile G = {B, t, P, E_MUL(A, idiv(A, bid(A), nbo), e_i(A, BM)), E_MUL(A, imod(A, bid(A), nbo), e_i(A, BO)), lane,
-                idiv(A, warp, BN / 32), imod(A, warp, BN / 32), t->par[0].extent, K, M, BK, LD, t->nacc == 2,
+                idiv(A, warp, BN / 32), imod(A, warp, BN / 32), t->body.par[0].extent, K, M, BK, LD, t->body.nacc == 2,
                 /* a pair's fault only: a single linear has no second weight to swap in */
-                t->nacc == 2 && B->kn->debug_pair_swap != 0, f16};
-    bool xvec_ok = !P->x_vec || (S > 1 && K % 4 == 0 && gtc_nregs(t, 0) % 4 == 0 && t->block % (BK / 4) == 0);
-    CHECK(xvec_ok, "gemm_tc X vectors");
+                t->body.nacc == 2 && B->kn->debug_pair_swap != 0, f16};
     TStmt **p0 = tlist(A, 32);
     for (int i = 0; i < 32; i++) p0[i] = ts_assign(A, GTC_R_ACC + i, e_f(A, 0.0));
     kl_add(A, body, phase(A, p0, 32, false));
@@ -461,11 +449,11 @@ void gemm_tc_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLis
                 Expr *col = E_ADD(A, E_ADD(A, G.o0, E_MUL(A, G.wn, e_i(A, WO))),
                                   E_ADD(A, e_i(A, nt * 8 + q % 2), E_MUL(A, tq, e_i(A, 2))));
                 TStmt *i1 = ts_if(A, lt(A, row, G.rows), 1), *i2 = ts_if(A, lt(A, col, e_i(A, M)), 4);
-                ts_add(i2, ts_let(A, t->par[0].v, row));
-                ts_add(i2, ts_let(A, t->par[1].v, col));
+                ts_add(i2, ts_let(A, t->body.par[0].v, row));
+                ts_add(i2, ts_let(A, t->body.par[1].v, col));
                 Expr *a0 = reg(A, GTC_R_ACC + (mt * 4 + nt) * 4 + q);
                 Expr *a1 = reg(A, GTC_R_ACC + (mt * 4 + nt + 2) * 4 + q);
-                i2->nbody += epi_stores(A, t, a0, a1, i2->body + i2->nbody);
+                i2->nbody += epi_stores(A, &t->body, a0, a1, i2->body + i2->nbody);
                 ts_add(i1, i2);
                 pe[npe++] = i1;
             }

@@ -40,18 +40,21 @@ static void gemv_scan(GemvScan *s, const Expr *e) {
 int gemv_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     Arena *A = c->A;
     const Knobs *kn = c->kn;
+    const NestBody *b = c->shape;
     int64_t K = 0;
     GemvScan gs = {0};
-    if (!k->side && !k->tail_out && k->nred == 1 && k->redop == RED_SUM && expr_is_const(k->red[0].extent, &K)) {
-        gs.k = k->red[0].v; gs.ok = true; gs.vec = 8;
-        gemv_scan(&gs, k->acc_value);
+    if (!b->side.buf && !b->tail_store.buf && b->nred == 1 && b->redop == RED_SUM &&
+        expr_is_const(b->red[0].extent, &K)) {
+        gs.k = b->red[0].v; gs.ok = true; gs.vec = 8;
+        gemv_scan(&gs, b->acc[0]);
         bool w0 = gs.weight;
-        if (k->nacc == 2) { gs.weight = false; gemv_scan(&gs, k->acc_value1); gs.weight &= w0; }
+        if (b->nacc == 2) { gs.weight = false; gemv_scan(&gs, b->acc[1]); gs.weight &= w0; }
     }
-    CHECK(k->nacc == 1 || gs.weight, "nest %s: a pair that is not two linears", k->nest->module);
+    CHECK(b->nacc == 1 || gs.weight, "nest %s: a pair that is not two linears", k->nest->module);
     if (!gs.weight) return 0;
-    GemvParams *P = &k->u.gemv;
     k->kind = SCHED_GEMV;
+    k->body = *b;
+    GemvParams *P = &k->body.gemv;
     P->rows = kn->gemv_rows_per_block ? kn->gemv_rows_per_block : 4;
     k->block = 32 * P->rows;
     /* vector width: 16 bytes of the weight per lane, narrowed until every vectorised load stays aligned */
@@ -86,59 +89,51 @@ int gemv_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     k->grid = E_MUL(A, ceil_div(A, c->total, P->rows), e_i(A, P->split_k));
     out[0] = k;
     if (P->split_k == 1) return 1;
-    P->work = work_buffer(A, k->nest->kname, "partials", tmax, (int64_t)P->split_k * k->nacc);
-    TileKernel *s = new_tile_kernel(A, k->nest);
+    P->work = work_buffer(A, k->nest->kname, "partials", tmax, (int64_t)P->split_k * b->nacc);
+    TileKernel *s = out[1] = new_tile_kernel(A, k->nest);
+    *s = *k;
     s->kind = SCHED_SPLITK_SUM;
     s->name = arena_printf(A, "%s_splitk", k->nest->kname);
-    s->npar = k->npar; memcpy(s->par, k->par, sizeof k->par);
-    s->redop = RED_SUM;
-    s->u.gemv.split_k = P->split_k; s->u.gemv.work = P->work;
-    s->store_value = k->store_value; s->out = k->out; s->idx = k->idx;
-    s->nacc = k->nacc; s->nstore = k->nstore; s->store_value1 = k->store_value1; s->out1 = k->out1; s->idx1 = k->idx1;
     s->block = kn->flat_block;
     s->grid = ceil_div(A, c->total, s->block);
-    s->run_if = k->run_if; s->min_n = k->min_n;
-    out[1] = s;
     return 2;
 }
 
 void gemv_print(Str *o, const TileKernel *k) {
-    const GemvParams *P = &k->u.gemv;
+    const NestBody *b = &k->body;
+    const GemvParams *P = &b->gemv;
     str_printf(o, " rows_per_block=%d split_k=%d k_chunk=%lld vec=%d unroll=%d\n  warp (", P->rows, P->split_k,
                (long long)P->k_chunk, P->vec, P->unroll);
     if (P->split_k > 1) str_printf(o, "bid/%d*%d + tid/32) -> [", P->split_k, P->rows);
     else str_printf(o, "bid*%d + tid/32) -> [", P->rows);
-    print_axes(o, k->par, k->npar);
+    print_axes(o, b->par, b->npar);
     str_printf(o, "]\n  lanes stride over [");
-    print_axes(o, k->red, k->nred);
-    if (P->split_k > 1) str_printf(o, "] slice bid%%%d", P->split_k);
-    else str_printf(o, "]");
+    print_axes(o, b->red, b->nred);
+    str_printf(o, "]");
+    if (P->split_k > 1) str_printf(o, " slice bid%%%d", P->split_k);
     str_printf(o, " by 32x%d (%s", P->vec, P->vec > 1 ? "vector loads" : "scalar loads");
     if (P->unroll > 1) str_printf(o, ", %d rounds' loads issued together, then the rest one by one", P->unroll);
     str_printf(o, "), f32 accumulation in order, a warp-shuffle tree (sum)");
-    if (k->nacc == 2)
-        str_printf(o, "; two accumulators (a pair), each lane's activation loads serve both, %d store%s", k->nstore,
-                   k->nstore > 1 ? "s" : "");
+    if (b->nacc == 2)
+        str_printf(o, "; two accumulators (a pair), each lane's activation loads serve both, %d store%s", b->nstore,
+                   b->nstore > 1 ? "s" : "");
     if (P->work) str_printf(o, " -> %s", P->work->name);
     str_printf(o, "\n");
 }
 void splitk_sum_print(Str *o, const TileKernel *k) {
     flat_print(o, k);
-    str_printf(o, "  sums %d partials of %s in order, then the epilogue\n", k->u.gemv.split_k, k->u.gemv.work->name);
-}
-static const char *splitk_work(const TileKernel *k) {
-    const GemvParams *P = &k->u.gemv;
-    return !P->work || P->work->dims[1] != (int64_t)P->split_k * k->nacc ? "split-K without its workspace" : NULL;
-}
-const char *gemv_verify(const TileKernel *k) {
-    const GemvParams *P = &k->u.gemv;
-    if (k->block % 32) return "warp schedule with a partial warp";
-    if (k->nred != 1 || P->vec < 1 || P->k_chunk % P->vec || P->split_k < 1 || P->unroll < 1 || P->unroll > 8)
-        return "gemv parameters";
-    return P->split_k > 1 ? splitk_work(k) : NULL;
+    const GemvParams *P = &k->body.gemv;
+    str_printf(o, "  sums %d partials of %s in order, then the epilogue\n", P->split_k, P->work->name);
 }
 const char *splitk_sum_verify(const TileKernel *k) {
-    return k->block & (k->block - 1) ? "block size is not a power of two" : splitk_work(k);
+    const GemvParams *P = &k->body.gemv;
+    return !P->work || P->work->dims[1] != (int64_t)P->split_k * k->body.nacc ? "split-K without its workspace" : NULL;
+}
+const char *gemv_verify(const TileKernel *k) {
+    const GemvParams *P = &k->body.gemv;
+    if (k->body.nred != 1 || P->vec < 1 || P->k_chunk % P->vec || P->split_k < 1 || P->unroll < 1 || P->unroll > 8)
+        return "gemv parameters";
+    return P->split_k > 1 ? splitk_sum_verify(k) : NULL;
 }
 
 /* The reduced term for elements c .. c+vec-1 of the K axis: every load whose last index is the K variable
@@ -178,8 +173,7 @@ static Expr *vec_rewrite(VectorLoads *V, Expr *e, int j) {
 
 /* The lets every gemv phase starts with; v: warp, lane, K slice ks (split-K only), output element g. */
 enum { GEMV_V_WARP, GEMV_V_LANE, GEMV_V_SLICE, GEMV_V_OUT };
-static int gemv_head(Arena *A, const TileKernel *t, TStmt **list, Var *const *v) {
-    const GemvParams *P = &t->u.gemv;
+static int gemv_head(Arena *A, const GemvParams *P, TStmt **list, Var *const *v) {
     int n = 0;
     list[n++] = ts_let(A, v[GEMV_V_WARP], idiv(A, tid(A), 32));
     list[n++] = ts_let(A, v[GEMV_V_LANE], imod(A, tid(A), 32));
@@ -193,84 +187,74 @@ static int gemv_head(Arena *A, const TileKernel *t, TStmt **list, Var *const *v)
  * terms read (the activation) are shared. */
 void gemv_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = B->A;
-    const GemvParams *P = &t->u.gemv;
-    declare_regs(k, 2 * t->nacc);
-    Expr *total = product(A, t->par, t->npar);
+    const NestBody *b = &t->body;
+    const GemvParams *P = &b->gemv;
+    declare_regs(k, 2 * b->nacc);
+    Expr *total = product(A, b->par, b->npar);
     int64_t K;
-    CHECK(expr_is_const(t->red[0].extent, &K), "gemv over a runtime extent");
-    Var *wv = new_var(A, B->nvars, "warp"), *lv = new_var(A, B->nvars, "lane"), *gv = new_var(A, B->nvars, "g");
-    Var *kv = new_var(A, B->nvars, "ks");
-    Var *hv[4] = {wv, lv, kv, gv};
+    CHECK(expr_is_const(b->red[0].extent, &K), "gemv over a runtime extent");
+    Var *hv[4];
+    hv[GEMV_V_WARP] = new_var(A, B->nvars, "warp");
+    hv[GEMV_V_LANE] = new_var(A, B->nvars, "lane");
+    hv[GEMV_V_OUT] = new_var(A, B->nvars, "g");
+    hv[GEMV_V_SLICE] = new_var(A, B->nvars, "ks");
+    Expr *lane = e_var(A, hv[GEMV_V_LANE]), *ks = e_var(A, hv[GEMV_V_SLICE]), *g = e_var(A, hv[GEMV_V_OUT]);
     TStmt **p0 = tlist(A, 7);
-    int n0 = gemv_head(A, t, p0, hv);
-    for (int j = 0; j < t->nacc; j++) p0[n0++] = ts_assign(A, 2 * j, e_f(A, 0.0));
-    TStmt *in = ts_if(A, lt(A, e_var(A, gv), total), t->npar + 2);
-    in->nbody = decompose(A, in->body, t->par, t->npar, e_var(A, gv));
+    int n0 = gemv_head(A, P, p0, hv);
+    for (int j = 0; j < b->nacc; j++) p0[n0++] = ts_assign(A, 2 * j, e_f(A, 0.0));
+    TStmt *in = ts_if(A, lt(A, g, total), b->npar + 2);
+    in->nbody = decompose(A, in->body, b->par, b->npar, g);
     /* for c = ks*chunk + lane*vec; c < min(ks*chunk + chunk, K); c += 32*vec, in two loops: while U
      * rounds remain, their loads all first, then their terms in order (the same sums as one round at a
      * time); then the rounds left one by one */
     const int64_t S = 32 * (int64_t)P->vec, U = P->unroll;
-    Expr *k0 = P->split_k > 1 ? E_MUL(A, e_var(A, kv), e_i(A, P->k_chunk)) : e_i(A, 0);
-    Expr *lo = E_ADD(A, k0, E_MUL(A, e_var(A, lv), e_i(A, P->vec)));
+    Expr *k0 = P->split_k > 1 ? E_MUL(A, ks, e_i(A, P->k_chunk)) : e_i(A, 0);
+    Expr *lo = E_ADD(A, k0, E_MUL(A, lane, e_i(A, P->vec)));
     Expr *hi = P->split_k == 1 ? e_i(A, K) : emin(A, E_ADD(A, k0, e_i(A, P->k_chunk)), e_i(A, K));
     for (int pass = U > 1 ? 0 : 1; pass < 2; pass++) {
         int64_t rounds = pass ? 1 : U;
         Var *cv = new_var(A, B->nvars, pass ? "c" : "cu");
-        TStmt *f = ts(A, TS_FOR);
-        f->v = cv; f->step = e_i(A, S * rounds);
-        if (!pass) {
-            /* the unrolled loop runs while its last round starts inside the slice */
-            f->lo = lo;
-            f->e = E_SUB(A, hi, e_i(A, (U - 1) * S));
-        } else if (U > 1) {
-            /* where it stopped: lo + (lane's rounds / U) * U * S, the lane's rounds max(0, ceil((hi - lo) / S)) */
+        /* the unrolled loop runs while its last round starts inside the slice; the other from where it
+         * stopped: lo + (lane's rounds / U) * U * S, the lane's rounds max(0, ceil((hi - lo) / S)) */
+        Expr *flo = lo, *fhi = pass ? hi : E_SUB(A, hi, e_i(A, (U - 1) * S));
+        if (pass && U > 1) {
             Expr *lr = E_DIV(A, E_ADD(A, e_bin(A, EX_MAX, E_SUB(A, hi, lo), e_i(A, 0)), e_i(A, S - 1)), e_i(A, S));
-            f->lo = E_ADD(A, lo, E_MUL(A, E_DIV(A, lr, e_i(A, U)), e_i(A, U * S)));
-            f->e = hi;
-        } else {
-            f->lo = lo; f->e = hi;
+            flo = E_ADD(A, lo, E_MUL(A, E_DIV(A, lr, e_i(A, U)), e_i(A, U * S)));
         }
-        Var *iv = t->red[0].v;
-        Expr *terms[2] = {t->acc_value, t->acc_value1};
+        Var *iv = b->red[0].v;
         Expr *sum[2] = {reg(A, GEMV_R_ACC0), reg(A, GEMV_R_ACC1)};
         TStmt *vl[64]; Expr *src[8];
         int nvl = 0;
         for (int64_t u = 0; u < rounds; u++) {
             Expr *c = E_ADD(A, e_var(A, cv), e_i(A, u * S));
-            if (P->vec == 1) {
-                for (int a = 0; a < t->nacc; a++) sum[a] = E_ADD(A, sum[a], expr_subst(A, terms[a], iv, c));
-                continue;
-            }
             VectorLoads V = {A, B->nvars, iv, c, P->vec, vl + nvl, 0, src};
-            for (int a = 0; a < t->nacc; a++)
+            for (int a = 0; a < b->nacc; a++)
                 for (int j = 0; j < P->vec; j++) {
-                    Expr *term = vec_rewrite(&V, terms[a], j);
-                    /* the K variable outside the vectorised loads: element j is c + j */
-                    term = expr_subst(A, term, iv, E_ADD(A, c, e_i(A, j)));
-                    sum[a] = E_ADD(A, sum[a], term);
+                    /* the K variable outside the vectorised loads (all of them when scalar): element j is c + j */
+                    Expr *term = P->vec == 1 ? b->acc[a] : vec_rewrite(&V, b->acc[a], j);
+                    sum[a] = E_ADD(A, sum[a], expr_subst(A, term, iv, E_ADD(A, c, e_i(A, j))));
                 }
             nvl += V.nloads;
         }
-        f->body = tlist(A, nvl + 2);
+        TStmt *f = ts_for(A, cv, flo, fhi, e_i(A, S * rounds), nvl + 2);
         for (int i = 0; i < nvl; i++) ts_add(f, vl[i]);
-        for (int a = 0; a < t->nacc; a++) ts_add(f, ts_assign(A, 2 * a, sum[a]));
+        for (int a = 0; a < b->nacc; a++) ts_add(f, ts_assign(A, 2 * a, sum[a]));
         ts_add(in, f);
     }
     p0[n0++] = in;
     kl_add(A, body, phase(A, p0, n0, false));
-    warp_trees(B, body, RED_SUM, 32, t->nacc);
+    warp_trees(B, body, RED_SUM, 32, b->nacc);
     /* lane 0 stores the output (or its slice's partial) */
     TStmt **pl = tlist(A, 5);
-    int nl = gemv_head(A, t, pl, hv);
-    TStmt *l0 = ts_if(A, eq(A, e_var(A, lv), e_i(A, 0)), 1);
-    TStmt *g0 = ts_if(A, lt(A, e_var(A, gv), total), t->npar + 2);
+    int nl = gemv_head(A, P, pl, hv);
+    TStmt *l0 = ts_if(A, eq(A, lane, e_i(A, 0)), 1);
+    TStmt *g0 = ts_if(A, lt(A, g, total), b->npar + 2);
     if (P->split_k > 1) {
-        for (int a = 0; a < t->nacc; a++)
-            ts_add(g0, ts_store2(A, P->work, e_var(A, gv), E_ADD(A, e_var(A, kv), e_i(A, a * P->split_k)),
-                                 reg(A, 2 * a)));
+        for (int a = 0; a < b->nacc; a++)
+            ts_add(g0, ts_store2(A, P->work, g, E_ADD(A, ks, e_i(A, a * P->split_k)), reg(A, 2 * a)));
     } else {
-        g0->nbody = decompose(A, g0->body, t->par, t->npar, e_var(A, gv));
-        g0->nbody += epi_stores(A, t, reg(A, GEMV_R_ACC0), reg(A, GEMV_R_ACC1), g0->body + g0->nbody);
+        g0->nbody = decompose(A, g0->body, b->par, b->npar, g);
+        g0->nbody += epi_stores(A, b, reg(A, GEMV_R_ACC0), reg(A, GEMV_R_ACC1), g0->body + g0->nbody);
     }
     ts_add(l0, g0);
     pl[nl++] = l0;
@@ -281,17 +265,17 @@ void gemv_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
  * workspace; the epilogue's stores } */
 void splitk_sum_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = B->A;
-    const GemvParams *P = &t->u.gemv;
-    k->nregs = t->nacc; k->regs[0].t = k->regs[1].t = T_F32;
+    const GemvParams *P = &t->body.gemv;
+    declare_regs(k, t->body.nacc);
     Var *g;
     TStmt *in = flat_element(B, t, body, &g, 6);
     Var *s = new_var(A, B->nvars, "s");
     TStmt *f = ts_for(A, s, e_i(A, 0), e_i(A, P->split_k), e_i(A, 1), 2);
-    for (int j = 0; j < t->nacc; j++) {
+    for (int j = 0; j < t->body.nacc; j++) {
         ts_add(in, ts_assign(A, j, e_f(A, 0.0)));
         Expr *part = e_load2(A, P->work, e_var(A, g), E_ADD(A, e_var(A, s), e_i(A, j * P->split_k)));
         ts_add(f, ts_assign(A, j, E_ADD(A, reg(A, j), part)));
     }
     ts_add(in, f);
-    in->nbody += epi_stores(A, t, reg(A, 0), reg(A, 1), in->body + in->nbody);
+    in->nbody += epi_stores(A, &t->body, reg(A, 0), reg(A, 1), in->body + in->nbody);
 }

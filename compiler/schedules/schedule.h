@@ -13,6 +13,7 @@ typedef struct {
     const Knobs *kn;
     const TileProgram *tp;     /* max_batch, max_ctx */
     const LStmt *leaf;         /* the innermost parallel loop's single statement, or NULL */
+    const NestBody *shape;     /* what the nest computes (only npar, par with an attention or top-k leaf) */
     Expr *total;               /* the parallel axes' product: output elements */
 } ScheduleChoice;
 
@@ -26,26 +27,33 @@ typedef struct {
 /* A kernel body being built: a growable list of kernel statements. */
 typedef struct { KStmt **s; int n, cap; } KList;
 
-/* One schedule. choose: offered a nest (its shape already in k), appends the kernels it makes to out and
- * returns how many, or 0 when the nest is not its kind (NULL: made only by another schedule's choose);
- * print: its parameters and mapping, after the common "schedule NAME grid=G block=B [smem]"; verify: what
- * is wrong with its parameters (NULL: nothing); materialise: its kernel IR into k (registers, shared
- * arrays) and body. */
+/* One schedule. choose: offered a nest (c->shape), appends the kernels it makes (k, fresh, and others) to
+ * out and returns how many, or 0 when the nest is not its kind (NULL: made only by another schedule's
+ * choose); print: its parameters and mapping, after the common "schedule NAME grid=G block=B [smem]";
+ * verify: what is wrong with its parameters beyond its block rule (NULL: nothing); materialise: its kernel
+ * IR into k (registers, shared arrays) and body. */
 typedef struct {
     int (*choose)(const ScheduleChoice *c, TileKernel *k, TileKernel **out);
     void (*print)(Str *o, const TileKernel *k);
     const char *(*verify)(const TileKernel *k);
     void (*materialise)(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body);
+    int block_rule;            /* what the block size must be: bits of BLOCK_POW2, BLOCK_WARPS */
 } Schedule;
-/* Kind, the prefix of its print, verify and materialise functions (p_print ...), its choose: in the order
- * tile_schedule offers a nest, the first choose that takes it wins (block_reduce takes any reduction, so
- * it is last; gemm_tc makes the gemv it falls back to, the others their second pass). */
+enum { BLOCK_POW2 = 1, BLOCK_WARPS = 2 };
+/* Kind, the prefix of its print and materialise functions (p_print ...), its choose and verify, its block
+ * rule: in the order tile_schedule offers a nest, the first choose that takes it wins (block_reduce takes
+ * any reduction, so it is last; gemm_tc makes the gemv it falls back to, the others their second pass). */
 #define SCHEDULES(X) \
-    X(SCHED_FLASH, flash, flash_choose) X(SCHED_FLASH_COMBINE, flash_combine, NULL) \
-    X(SCHED_TOPK, topk, topk_choose) X(SCHED_TOPK_MERGE, topk, NULL) X(SCHED_FLAT, flat, flat_choose) \
-    X(SCHED_GEMM_TC, gemm_tc, gemm_tc_choose) X(SCHED_GEMV, gemv, gemv_choose) X(SCHED_SPLITK_SUM, splitk_sum, NULL) \
-    X(SCHED_BLOCK_REDUCE, block_reduce, block_reduce_choose)
-#define X(kind, p, choose) \
+    X(SCHED_FLASH, flash, flash_choose, flash_verify, BLOCK_WARPS) \
+    X(SCHED_FLASH_COMBINE, flash_combine, NULL, flash_combine_verify, BLOCK_POW2) \
+    X(SCHED_TOPK, topk, topk_choose, topk_verify, BLOCK_POW2 | BLOCK_WARPS) \
+    X(SCHED_TOPK_MERGE, topk, NULL, topk_verify, BLOCK_POW2 | BLOCK_WARPS) \
+    X(SCHED_FLAT, flat, flat_choose, NULL, BLOCK_POW2) \
+    X(SCHED_GEMM_TC, gemm_tc, gemm_tc_choose, gemm_tc_verify, BLOCK_POW2) \
+    X(SCHED_GEMV, gemv, gemv_choose, gemv_verify, BLOCK_WARPS) \
+    X(SCHED_SPLITK_SUM, splitk_sum, NULL, splitk_sum_verify, BLOCK_POW2) \
+    X(SCHED_BLOCK_REDUCE, block_reduce, block_reduce_choose, block_reduce_verify, BLOCK_POW2 | BLOCK_WARPS)
+#define X(kind, p, choose, verify, rule) \
     int p##_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out); \
     void p##_print(Str *o, const TileKernel *k); \
     const char *p##_verify(const TileKernel *k); \
@@ -81,6 +89,8 @@ TStmt *ts_store(Arena *A, Buffer *b, Expr **idx, Expr *v);
 /* A store to a 2-d buffer (the workspaces) */
 TStmt *ts_store2(Arena *A, Buffer *b, Expr *i0, Expr *i1, Expr *v);
 void ts_add(TStmt *parent, TStmt *child);
+/* smem sm[idx] = 0, then = v where cond holds: added to parent */
+void sstore_where(Arena *A, TStmt *parent, int sm, Expr *idx, Expr *cond, Expr *v);
 KStmt *phase(Arena *A, TStmt **body, int n, bool barrier);
 /* A phase of body[0..n) without the lets nothing in it reads (schedules whose phases share one set of
  * lets; unused ones would be C warnings). */
@@ -95,7 +105,7 @@ KStmt *shfl(KernelBuilder *B, ShflKind kind, int dst, int src, int64_t arg);
 /* lets that decompose a flat index g into the axes (row-major, last fastest); returns how many */
 int decompose(Arena *A, TStmt **out, const Axis *ax, int n, Expr *g);
 /* the nest's stores (two for a halves pair) with the accumulators' values a0 and, for a pair, a1 */
-int epi_stores(Arena *A, const TileKernel *t, Expr *a0, Expr *a1, TStmt **out);
+int epi_stores(Arena *A, const NestBody *b, Expr *a0, Expr *a1, TStmt **out);
 Expr *replace_expr(Arena *A, Expr *e, const Expr *what, Expr *with);
 Expr *combine(Arena *A, RedOp r, Expr *a, Expr *b);
 Expr *red_init(Arena *A, RedOp r);
@@ -110,19 +120,27 @@ Expr *imod(Arena *A, Expr *x, int64_t m);
 Expr *idiv(Arena *A, Expr *x, int64_t d);
 Expr *product(Arena *A, const Axis *ax, int n);
 void declare_regs(KKernel *k, int n);   /* n f32 registers */
-/* The flat schedules' thread: g = bid * block + tid; returns `if (g < total)` holding the lets of the
- * parallel axes and room for extra statements, in a phase added to body. */
+/* A thread per element: g = bid * block + tid; returns `if (g < total)` with room for cap statements, in a
+ * phase added to body. */
+TStmt *thread_element(KernelBuilder *B, int block, Expr *total, KList *body, Var **g, int cap);
+/* thread_element over the parallel axes, the if holding their lets and room for extra statements */
 TStmt *flat_element(KernelBuilder *B, const TileKernel *t, KList *body, Var **g, int extra);
 
-/* A warp-shuffle tree per accumulator: accumulator j in register 2j, its partner's value shuffled into
- * 2j + 1; for d = width/2 .. 1, r2j = r2j op (r2j of lane + d): lane 0 ends with the warp's value. */
+/* A warp-shuffle tree per accumulator: for d = width/2 .. 1, partner[j] = acc[j] of the lane kind (down,
+ * xor) names at d, then one phase acc[j] = acc[j] op partner[j]; down: lane 0 ends with the warp's value,
+ * xor: every lane. */
+void shfl_trees(KernelBuilder *B, KList *l, ShflKind kind, RedOp op, int width, int n, const int *acc,
+                const int *partner);
+/* shfl_trees down, accumulator j in register 2j, its partner 2j + 1 */
 void warp_trees(KernelBuilder *B, KList *l, RedOp op, int width, int nacc);
 /* Block argmax over (value, index) pairs (block_reduce's argmax, top_k): a pair wins with a larger value,
  * or an equal one and an index that is smaller (tie EX_MIN) or larger (EX_MAX). */
 enum { ARGMAX_R_VAL, ARGMAX_R_PARTNER_VAL, ARGMAX_R_IDX, ARGMAX_R_PARTNER_IDX, ARGMAX_NREGS };
 void argmax_step(KernelBuilder *B, KList *l, int64_t d, ExprKind tie);
-/* Lane 0 of warp w puts its pair in smem0[w] (value) and smem0[nw + w] (index); after a barrier, lane i < nw
- * (lane: tid or tid % 32) takes warp i's pair (the others -inf and init_idx), and a tree over nw lanes
- * leaves the block's pair in lane 0 of every warp. */
+/* Lane 0 of warp w puts registers regs[0..n) in smem0[w], smem0[nw + w], ..; after a barrier, lane i < nw
+ * (lane: tid or tid % 32) takes warp i's values, the others init[0..n). */
+void gather_warp_values(KernelBuilder *B, KList *l, int nw, Expr *lane, int n, const int *regs, Expr *const *init);
+/* The warps' pairs gathered (the others -inf and init_idx), then a tree over nw lanes leaves the block's
+ * pair in lane 0 of every warp. */
 void argmax_across_warps(KernelBuilder *B, KList *l, int nw, Expr *lane, double init_idx, ExprKind tie);
 #endif

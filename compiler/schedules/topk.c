@@ -30,11 +30,12 @@ int topk_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     Arena *A = c->A;
     const Knobs *kn = c->kn;
     const TOp *op = c->leaf->topk;
-    TopkParams *P = &k->u.topk;
+    TopkParams *P = &k->topk;
     int64_t len = op->raxes[0].extent->i;
     int64_t C = kn->topk_chunks ? kn->topk_chunks : len <= 4096 ? 1 : min_i(128, (len + 1023) / 1024);
     C = min_i(C, len);
     k->kind = SCHED_TOPK; P->op = op;
+    P->nrow = c->shape->npar; memcpy(P->row, c->shape->par, sizeof P->row);
     P->chunk = (len + C - 1) / C;
     P->chunks = (int)((len + P->chunk - 1) / P->chunk);   /* none empty */
     k->block = pow2_block(min_i(P->chunk, kn->reduce_block_max));
@@ -57,13 +58,13 @@ int topk_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
 }
 
 void topk_print(Str *o, const TileKernel *k) {
-    const TopkParams *P = &k->u.topk;
+    const TopkParams *P = &k->topk;
     const TOp *t = P->op;
     bool merge = k->kind == SCHED_TOPK_MERGE;
     str_printf(o, " chunks=%d chunk=%lld\n", P->chunks, (long long)P->chunk);
     if (!merge) str_printf(o, "  block bid -> (row [bid/%d of ", P->chunks);
     else str_printf(o, "  block bid -> (row [bid of ");
-    print_axes(o, k->par, k->npar);
+    print_axes(o, P->row, P->nrow);
     if (!merge)
         str_printf(o, "], chunk bid%%%d of %lld of [%s<%lld>]); thread -> the chunk's elements tid, tid+%d, ..: "
                    "its best below the last it gave\n", P->chunks, (long long)P->chunk, t->raxes[0].v->name,
@@ -79,10 +80,9 @@ void topk_print(Str *o, const TileKernel *k) {
                !merge && P->work ? P->work->name : t->out->name, !merge ? "rescans its elements" : "moves to its next");
 }
 const char *topk_verify(const TileKernel *k) {
-    const TopkParams *P = &k->u.topk;
+    const TopkParams *P = &k->topk;
     bool merge = k->kind == SCHED_TOPK_MERGE;
-    if (k->block & (k->block - 1)) return "block size is not a power of two";
-    if (!P->op || k->block % 32 || P->chunks < 1 || (int64_t)P->chunks * P->chunk < P->op->raxes[0].extent->i ||
+    if (!P->op || P->chunks < 1 || (int64_t)P->chunks * P->chunk < P->op->raxes[0].extent->i ||
         (P->chunks > 1) != (P->work != NULL) || (merge && (P->chunks > k->block || !P->work)) ||
         (P->work && P->work->dims[1] != 2 * P->op->topk_max))
         return "top_k parameters";
@@ -93,6 +93,7 @@ const char *topk_verify(const TileKernel *k) {
  * after the lets pre, or the head of its list (top_k_merge) */
 typedef struct {
     KernelBuilder *B;
+    bool merge;
     Var *e;
     Expr *lo, *hi, *step;      /* top_k: the thread's elements */
     Expr *value, *index;       /* top_k: of element e; top_k_merge: of the list's head */
@@ -109,39 +110,45 @@ static Expr *topk_before(KernelBuilder *B, Expr *v, Expr *i, Expr *w, Expr *j) {
     Expr *tie = B->kn->debug_topk_order ? lt(A, j, i) : lt(A, i, j);
     return e_or(A, lt(A, w, v), e_and(A, eq(A, v, w), tie));
 }
-/* the candidate = the best of the elements after the last given */
-static void topk_scan(const TopkSource *s, TStmt *into) {
+/* The thread's next candidate, into `into`: the pair given (top_k: the candidate, or (+inf, -1) before
+ * the first round) or the list's position advanced (top_k_merge: 0 before the first round); then top_k:
+ * the best of its elements after the last given; top_k_merge: the head of thread tid's list, or (-inf,
+ * TOPK_NONE) past its end or for a thread with no list (tid >= lists). */
+static void topk_next(const TopkSource *s, TStmt *into, bool first) {
     Arena *A = s->B->A;
+    Expr *cv = reg(A, TOPK_R_CAND_VAL), *ci = reg(A, TOPK_R_CAND_IDX);
+    if (s->merge) {
+        ts_add(into, ts_assign(A, TOPK_R_POS, first ? e_f(A, 0.0) : E_ADD(A, reg(A, TOPK_R_POS), e_f(A, 1.0))));
+    } else {
+        ts_add(into, ts_assign(A, TOPK_R_GIVEN_VAL, first ? e_f(A, 1.0 / 0.0) : cv));
+        ts_add(into, ts_assign(A, TOPK_R_GIVEN_IDX, first ? e_f(A, -1.0) : ci));
+    }
     ts_add(into, ts_assign(A, TOPK_R_CAND_VAL, e_f(A, -1.0 / 0.0)));
     ts_add(into, ts_assign(A, TOPK_R_CAND_IDX, e_f(A, TOPK_NONE)));
-    TStmt *f = ts_for(A, s->e, s->lo, s->hi, s->step, s->npre + 3);
-    for (int i = 0; i < s->npre; i++) ts_add(f, s->pre[i]);
-    ts_add(f, ts_assign(A, TOPK_R_ELEM_VAL, s->value));
-    ts_add(f, ts_assign(A, TOPK_R_ELEM_IDX, s->index));
-    Expr *ev = reg(A, TOPK_R_ELEM_VAL), *ei = reg(A, TOPK_R_ELEM_IDX);
-    Expr *after = topk_before(s->B, reg(A, TOPK_R_GIVEN_VAL), reg(A, TOPK_R_GIVEN_IDX), ev, ei);
-    Expr *better = topk_before(s->B, ev, ei, reg(A, TOPK_R_CAND_VAL), reg(A, TOPK_R_CAND_IDX));
-    TStmt *in = ts_if(A, e_and(A, after, better), 2);
-    ts_add(in, ts_assign(A, TOPK_R_CAND_VAL, ev));
-    ts_add(in, ts_assign(A, TOPK_R_CAND_IDX, ei));
-    ts_add(f, in);
-    ts_add(into, f);
-}
-/* top_k_merge: the candidate = the head of thread tid's list, or (-inf, TOPK_NONE) past its end or for a
- * thread with no list (tid >= lists) */
-static void topk_head(const TopkSource *s, TStmt *into) {
-    Arena *A = s->B->A;
-    ts_add(into, ts_assign(A, TOPK_R_CAND_VAL, e_f(A, -1.0 / 0.0)));
-    ts_add(into, ts_assign(A, TOPK_R_CAND_IDX, e_f(A, TOPK_NONE)));
-    Expr *has = e_and(A, lt(A, tid(A), e_i(A, s->lists)), lt(A, e_un(A, EX_TOI, reg(A, TOPK_R_POS)), s->count));
-    TStmt *in = ts_if(A, has, 2);
-    ts_add(in, ts_assign(A, TOPK_R_CAND_VAL, s->value));
-    ts_add(in, ts_assign(A, TOPK_R_CAND_IDX, s->index));
+    TStmt *in;
+    if (s->merge) {
+        Expr *has = lt(A, e_un(A, EX_TOI, reg(A, TOPK_R_POS)), s->count);
+        in = ts_if(A, e_and(A, lt(A, tid(A), e_i(A, s->lists)), has), 2);
+        ts_add(in, ts_assign(A, TOPK_R_CAND_VAL, s->value));
+        ts_add(in, ts_assign(A, TOPK_R_CAND_IDX, s->index));
+    } else {
+        TStmt *f = ts_for(A, s->e, s->lo, s->hi, s->step, s->npre + 3);
+        for (int i = 0; i < s->npre; i++) ts_add(f, s->pre[i]);
+        ts_add(f, ts_assign(A, TOPK_R_ELEM_VAL, s->value));
+        ts_add(f, ts_assign(A, TOPK_R_ELEM_IDX, s->index));
+        Expr *ev = reg(A, TOPK_R_ELEM_VAL), *ei = reg(A, TOPK_R_ELEM_IDX);
+        Expr *after = topk_before(s->B, reg(A, TOPK_R_GIVEN_VAL), reg(A, TOPK_R_GIVEN_IDX), ev, ei);
+        in = ts_if(A, e_and(A, after, topk_before(s->B, ev, ei, cv, ci)), 2);
+        ts_add(in, ts_assign(A, TOPK_R_CAND_VAL, ev));
+        ts_add(in, ts_assign(A, TOPK_R_CAND_IDX, ei));
+        ts_add(f, in);
+        in = f;
+    }
     ts_add(into, in);
 }
 void topk_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = B->A;
-    const TopkParams *P = &t->u.topk;
+    const TopkParams *P = &t->topk;
     const TOp *op = P->op;
     const bool merge = t->kind == SCHED_TOPK_MERGE, chunked = P->chunks > 1;
     const int64_t C = P->chunks, CH = P->chunk, len = op->raxes[0].extent->i, KM = op->topk_max;
@@ -151,13 +158,14 @@ void topk_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
     if (nw > 1) { k->nsmem = 1; k->smem[0].size = 2 * nw; }
     Expr *row = chunked && !merge ? ulet(B, body, "row", idiv(A, bid(A), C)) : bid(A);
     TStmt *pre[MAX_AXES + 1];
-    TopkSource src = {.B = B, .e = new_var(A, B->nvars, "e"), .pre = pre, .lists = C, .count = op->topk_count};
+    TopkSource src = {.B = B, .merge = merge, .e = new_var(A, B->nvars, "e"), .pre = pre, .lists = C,
+                      .count = op->topk_count};
     if (!merge) {
         Expr *c0 = chunked ? ulet(B, body, "lo", E_MUL(A, imod(A, bid(A), C), e_i(A, CH))) : e_i(A, 0);
         src.lo = E_ADD(A, c0, tid(A));
         src.hi = chunked ? ulet(B, body, "hi", emin(A, E_ADD(A, c0, e_i(A, CH)), e_i(A, len))) : e_i(A, len);
         src.step = e_i(A, t->block);
-        src.npre = decompose(A, pre, t->par, t->npar, row);
+        src.npre = decompose(A, pre, P->row, P->nrow, row);
         pre[src.npre++] = ts_let(A, op->raxes[0].v, e_var(A, src.e));
         /* NaN counts as -inf */
         src.value = e_select(A, eq(A, op->body, op->body), op->body, e_f(A, -1.0 / 0.0));
@@ -168,16 +176,8 @@ void topk_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
         src.value = e_load2(A, P->work, list, at);
         src.index = e_load2(A, P->work, list, E_ADD(A, at, e_i(A, KM)));
     }
-    /* phase 0: nothing given yet (+inf, -1), the first candidate */
     TStmt p0 = {.body = tlist(A, 5)};
-    if (!merge) {
-        ts_add(&p0, ts_assign(A, TOPK_R_GIVEN_VAL, e_f(A, 1.0 / 0.0)));
-        ts_add(&p0, ts_assign(A, TOPK_R_GIVEN_IDX, e_f(A, -1.0)));
-        topk_scan(&src, &p0);
-    } else {
-        ts_add(&p0, ts_assign(A, TOPK_R_POS, e_f(A, 0.0)));
-        topk_head(&src, &p0);
-    }
+    topk_next(&src, &p0, true);
     kl_add(A, body, phase(A, p0.body, p0.nbody, false));
 
     Var *q = new_var(A, B->nvars, "q");
@@ -195,7 +195,7 @@ void topk_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
     TStmt *st = ts_if(A, eq(A, tid(A), e_i(A, 0)), MAX_AXES + 3);
     /* the op's own store (its selector and rank bound), or a chunk's row of the workspace */
     bool own = merge || !chunked;
-    if (own) st->nbody = decompose(A, st->body, t->par, t->npar, row);
+    if (own) st->nbody = decompose(A, st->body, P->row, P->nrow, row);
     for (int h = 0; h < 2; h++) {
         Expr *v = reg(A, h ? ARGMAX_R_PARTNER_IDX : ARGMAX_R_PARTNER_VAL);
         if (!own) { ts_add(st, ts_store2(A, P->work, bid(A), E_ADD(A, e_var(A, q), e_i(A, h * KM)), v)); continue; }
@@ -206,16 +206,8 @@ void topk_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
     }
     pb[0] = st;
     /* the winner gives its candidate and takes the next */
-    TStmt *win = ts_if(A, eq(A, reg(A, TOPK_R_CAND_IDX), reg(A, ARGMAX_R_PARTNER_IDX)), 5);
-    if (!merge) {
-        ts_add(win, ts_assign(A, TOPK_R_GIVEN_VAL, reg(A, TOPK_R_CAND_VAL)));
-        ts_add(win, ts_assign(A, TOPK_R_GIVEN_IDX, reg(A, TOPK_R_CAND_IDX)));
-        topk_scan(&src, win);
-    } else {
-        ts_add(win, ts_assign(A, TOPK_R_POS, E_ADD(A, reg(A, TOPK_R_POS), e_f(A, 1.0))));
-        topk_head(&src, win);
-    }
-    pb[1] = win;
+    pb[1] = ts_if(A, eq(A, reg(A, TOPK_R_CAND_IDX), reg(A, ARGMAX_R_PARTNER_IDX)), 5);
+    topk_next(&src, pb[1], false);
     /* a barrier before the next round's shared stores (with one warp, none is needed) */
     kl_add(A, &ub, phase(A, pb, 2, nw > 1));
     kl_ufor(A, body, q, e_i(A, 0), op->topk_count, e_i(A, 1), &ub);
