@@ -17,8 +17,8 @@ CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Werror $(SAN)
 BUILD    ?= build
 PYTHON   ?= python3
 
-SRCS := $(wildcard compiler/*.c) runtime/tokenizer.c
-HDRS := $(wildcard compiler/*.h) $(wildcard runtime/*.h)
+SRCS := $(wildcard compiler/*.c) $(wildcard compiler/schedules/*.c) runtime/tokenizer.c
+HDRS := $(wildcard compiler/*.h) $(wildcard compiler/schedules/*.h) $(wildcard runtime/*.h)
 OBJDIR := $(BUILD)/obj$(if $(SAN),-san)
 OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(SRCS))
 LLMCC := $(BUILD)/llmcc$(if $(SAN),-san)

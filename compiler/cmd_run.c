@@ -427,8 +427,14 @@ int cmd_run(int argc, char **argv) {
     /* -O1 builds in half the time of -O2 and is as exact; timing wants -O2 */
     const char *opt = timed ? "-O2" : "-O1";
     const char *qexe = shell_quote(A, exe), *qsrc = shell_quote(A, srcp), *qlog = shell_quote(A, log);
-    const char *cc = cuda ? arena_printf(A, "nvcc -O2 -arch=%s -o %s %s > %s 2>&1", gpu.arch, qexe, qsrc, qlog)
-                          : arena_printf(A, "cc %s -fopenmp -std=c11 -o %s %s -lm > %s 2>&1", opt, qexe, qsrc, qlog);
+    /* the harness includes runtime/kernels.h from llmcc's folder */
+    const char *root = llmcc_root(A);
+    if (!root) die_user("/proc/self/exe", NULL, "cannot find llmcc's own directory (runtime/)");
+    const char *inc = shell_quote(A, root);
+    const char *cc = cuda ? arena_printf(A, "nvcc -O2 -arch=%s -I%s -o %s %s > %s 2>&1", gpu.arch, inc, qexe, qsrc,
+                                         qlog)
+                          : arena_printf(A, "cc %s -fopenmp -std=c11 -I%s -o %s %s -lm > %s 2>&1", opt, inc, qexe, qsrc,
+                                         qlog);
     if (system(cc) != 0) {
         char *msg = read_file(log, NULL);
         fprintf(stderr, "%s\n", msg ? msg : "");

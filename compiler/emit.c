@@ -167,19 +167,27 @@ static void emit_vload(Str *o, const KKernel *k, const TStmt *s, Target t) {
 static void emit_cp_async(Str *o, const KKernel *k, const TStmt *s, int d, Target t) {
     int p = kernel_param_index(k, s->buf), esz = k->smem[s->smem].b16 ? 2 : 4;
     str_printf(o, "{\n");
-    ind(o, d + 1); str_printf(o, "const int ok_ = "); if (s->e) emit_expr(o, k, s->e, t); else str_printf(o, "1"); str_printf(o, ";\n");
+    ind(o, d + 1);
+    str_printf(o, "const int ok_ = ");
+    if (s->e) emit_expr(o, k, s->e, t);
+    else str_printf(o, "1");
+    str_printf(o, ";\n");
     ind(o, d + 1); str_printf(o, "const int64_t so_ = "); emit_expr(o, k, s->sidx, t); str_printf(o, ";\n");
     Str pn = {0};
     param_name(&pn, k, p);
-    ind(o, d + 1); str_printf(o, "const void *src_ = ok_ ? (const void *)(%s + ", pn.s); lin_index(o, k, s->buf, s->idx, t);
+    ind(o, d + 1);
+    str_printf(o, "const void *src_ = ok_ ? (const void *)(%s + ", pn.s);
+    lin_index(o, k, s->buf, s->idx, t);
     str_printf(o, t == TARGET_CPU ? ") : NULL;\n" : ") : (const void *)%s;\n", pn.s);
     str_free(&pn);
     ind(o, d + 1);
     if (t == TARGET_CPU) {
-        str_printf(o, "cp_async_issue(&cpq_, \"%s\", smem%d, sizeof smem%d, so_ * %d, src_, %d);\n", k->name, s->smem, s->smem, esz, s->vec);
+        str_printf(o, "cp_async_issue(&cpq_, \"%s\", smem%d, sizeof smem%d, so_ * %d, src_, %d);\n", k->name, s->smem,
+                   s->smem, esz, s->vec);
     } else {
-        str_printf(o, "asm volatile(\"cp.async.%s.shared.global [%%0], [%%1], %d, %%2;\" :: \"r\"((unsigned)__cvta_generic_to_shared(smem%d + so_)), "
-                      "\"l\"(src_), \"r\"(ok_ ? %d : 0) : \"memory\");\n", s->vec == 16 ? "cg" : "ca", s->vec, s->smem, s->vec);
+        str_printf(o, "asm volatile(\"cp.async.%s.shared.global [%%0], [%%1], %d, %%2;\" :: "
+                      "\"r\"((unsigned)__cvta_generic_to_shared(smem%d + so_)), \"l\"(src_), \"r\"(ok_ ? %d : 0) : "
+                      "\"memory\");\n", s->vec == 16 ? "cg" : "ca", s->vec, s->smem, s->vec);
     }
     ind(o, d); str_printf(o, "}\n");
 }
@@ -189,11 +197,18 @@ void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
         const TStmt *s = b[i];
         ind(o, d);
         switch (s->k) {
-        case TS_LET: str_printf(o, "const int64_t "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->e, t); str_printf(o, ";\n"); break;
-        case TS_ASSIGN: str_printf(o, t == TARGET_CPU ? "r%d[tid] = " : "r%d = ", s->reg); emit_expr(o, k, s->e, t); str_printf(o, ";\n"); break;
+        case TS_LET:
+            str_printf(o, "const int64_t "); var_name(o, s->v); str_printf(o, " = ");
+            emit_expr(o, k, s->e, t); str_printf(o, ";\n");
+            break;
+        case TS_ASSIGN:
+            str_printf(o, t == TARGET_CPU ? "r%d[tid] = " : "r%d = ", s->reg);
+            emit_expr(o, k, s->e, t); str_printf(o, ";\n");
+            break;
         case TS_SSTORE:
             str_printf(o, "smem%d[", s->smem); emit_expr(o, k, s->sidx, t);
-            str_printf(o, k->smem[s->smem].f16 ? "] = f32_to_f16(" : k->smem[s->smem].b16 ? "] = f32_to_bf16(" : "] = ");
+            str_printf(o, k->smem[s->smem].f16 ? "] = f32_to_f16(" : k->smem[s->smem].b16 ? "] = f32_to_bf16("
+                                                                                            : "] = ");
             emit_expr(o, k, s->e, t);
             str_printf(o, k->smem[s->smem].b16 ? ");\n" : ";\n");
             break;
@@ -225,7 +240,8 @@ void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
         case TS_FOR:
             str_printf(o, "for (int64_t "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->lo, t);
             str_printf(o, "; "); var_name(o, s->v); str_printf(o, " < "); emit_expr(o, k, s->e, t);
-            str_printf(o, "; "); var_name(o, s->v); str_printf(o, " += "); emit_expr(o, k, s->step, t); str_printf(o, ") {\n");
+            str_printf(o, "; "); var_name(o, s->v); str_printf(o, " += "); emit_expr(o, k, s->step, t);
+            str_printf(o, ") {\n");
             emit_tstmts(o, k, s->body, s->nbody, d + 1, t);
             ind(o, d); str_printf(o, "}\n");
             break;
@@ -254,13 +270,14 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
             ind(o, d); str_printf(o, "}\n");
             if (t == TARGET_CUDA && k->nsmem && s->barrier) { ind(o, d); str_printf(o, "__syncthreads();\n"); }
         } else if (s->k == KS_MMA) {
-            if (t == TARGET_CUDA) {
-                str_printf(o, "mma_m16n8k16_%s(r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d);\n", s->mf16 ? "f16" : "bf16",
-                           s->mc[0], s->mc[1], s->mc[2], s->mc[3], s->ma[0], s->ma[1], s->ma[2], s->ma[3], s->mb[0], s->mb[1]);
-            } else {
-                str_printf(o, "for (int64_t w_ = 0; w_ < %d; w_ += 32) mma_warp(w_, %d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d, r%d);\n", k->block,
-                           s->mf16, s->ma[0], s->ma[1], s->ma[2], s->ma[3], s->mb[0], s->mb[1], s->mc[0], s->mc[1], s->mc[2], s->mc[3]);
-            }
+            /* CUDA: C in place, then A, B; C: the warps' fragments A, B, C */
+            const int *r[3] = {s->mc, s->ma, s->mb}, cnt[3] = {4, 4, 2}, ord[2][3] = {{0, 1, 2}, {1, 2, 0}};
+            if (t == TARGET_CUDA) str_printf(o, "mma_m16n8k16_%s(", s->mf16 ? "f16" : "bf16");
+            else str_printf(o, "for (int64_t w_ = 0; w_ < %d; w_ += 32) mma_warp(w_, %d, ", k->block, s->mf16);
+            for (int g = 0; g < 3; g++)
+                for (int j = 0; j < cnt[ord[t == TARGET_CPU][g]]; j++)
+                    str_printf(o, "%sr%d", g || j ? ", " : "", r[ord[t == TARGET_CPU][g]][j]);
+            str_printf(o, ");\n");
         } else if (s->k == KS_LDMATRIX) {
             if (t == TARGET_CUDA) {
                 str_printf(o, "ldmatrix_x%d(", s->nmat);
@@ -272,20 +289,28 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
                 str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) laneaddr[tid] = ", k->block);
                 emit_expr(o, k, s->laddr, t);
                 str_printf(o, "; /* ldmatrix */\n");
-                ind(o, d); str_printf(o, "for (int64_t w_ = 0; w_ < %d; w_ += 32) ldmatrix_warp(\"%s\", w_, smem%d, %d, laneaddr, %d", k->block, k->name,
-                                      s->lsmem, k->smem[s->lsmem].size, s->nmat);
-                for (int j = 0; j < 4; j++) { if (j < s->nmat) str_printf(o, ", r%d", s->ldst[j]); else str_printf(o, ", NULL"); }
+                ind(o, d);
+                str_printf(o, "for (int64_t w_ = 0; w_ < %d; w_ += 32) ", k->block);
+                str_printf(o, "ldmatrix_warp(\"%s\", w_, smem%d, %d, laneaddr, %d", k->name, s->lsmem,
+                           k->smem[s->lsmem].size, s->nmat);
+                for (int j = 0; j < 4; j++) {
+                    if (j < s->nmat) str_printf(o, ", r%d", s->ldst[j]);
+                    else str_printf(o, ", NULL");
+                }
                 str_printf(o, ");\n");
             }
         } else if (s->k == KS_CP_COMMIT) {
-            str_printf(o, t == TARGET_CUDA ? "asm volatile(\"cp.async.commit_group;\" ::: \"memory\");\n" : "cp_async_commit(&cpq_);\n");
+            str_printf(o, t == TARGET_CUDA ? "asm volatile(\"cp.async.commit_group;\" ::: \"memory\");\n"
+                                           : "cp_async_commit(&cpq_);\n");
         } else if (s->k == KS_CP_WAIT) {
-            if (t == TARGET_CUDA) str_printf(o, "asm volatile(\"cp.async.wait_group %d;\" ::: \"memory\");\n", s->wait_n);
-            else str_printf(o, "cp_async_wait(&cpq_, %d);\n", s->wait_n);
+            str_printf(o, t == TARGET_CUDA ? "asm volatile(\"cp.async.wait_group %d;\" ::: \"memory\");\n"
+                                           : "cp_async_wait(&cpq_, %d);\n", s->wait_n);
         } else if (s->k == KS_SHFL) {
-            static const char *const cuda_fn[] = {"__shfl_down_sync", "__shfl_up_sync", "__shfl_xor_sync", "__shfl_sync"};
+            static const char *const cuda_fn[] = {"__shfl_down_sync", "__shfl_up_sync", "__shfl_xor_sync",
+                                                  "__shfl_sync"};
             if (t == TARGET_CUDA) {
-                str_printf(o, "r%d = %s(0xffffffffu, r%d, (%s)(", s->dst, cuda_fn[s->shfl], s->src, s->shfl <= SHFL_UP ? "unsigned" : "int");
+                str_printf(o, "r%d = %s(0xffffffffu, r%d, (%s)(", s->dst, cuda_fn[s->shfl], s->src,
+                           s->shfl <= SHFL_UP ? "unsigned" : "int");
                 emit_expr(o, k, s->arg, t);
                 str_printf(o, "));\n");
                 continue;
@@ -296,7 +321,8 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
             emit_expr(o, k, s->arg, t);
             str_printf(o, ");\n");
         } else if (s->k == KS_ULET) {
-            str_printf(o, "const int64_t "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->init, t); str_printf(o, "; /* uniform */\n");
+            str_printf(o, "const int64_t "); var_name(o, s->v); str_printf(o, " = ");
+            emit_expr(o, k, s->init, t); str_printf(o, "; /* uniform */\n");
         } else {
             str_printf(o, "for (int64_t "); var_name(o, s->v); str_printf(o, " = "); emit_expr(o, k, s->init, t);
             str_printf(o, "; "); emit_expr(o, k, s->cond, t);
@@ -323,188 +349,15 @@ void emit_params(Str *o, const KKernel *k, Target t) {
 }
 
 /* ---- host side ---- */
-static const char PRELUDE[] =
-    "#include <math.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
-    "#define MINI(a, b) ((a) < (b) ? (a) : (b))\n#define MAXI(a, b) ((a) > (b) ? (a) : (b))\n";
-static const char VLOAD_FAULT[] =
-    "/* the GPU's vector loads need aligned addresses: the CPU build checks them */\n"
-    "static void vload_fault(const char *kernel, int64_t at) {\n"
-    "    fprintf(stderr, \"llmcc: %s: misaligned vector load at element %lld\\n\", kernel, (long long)at);\n    abort();\n}\n";
-/* bf16 weights are widened to f32 at each load (ld_bf16) or vector load (bf16_to_f32); the prelude holds
- * only the converters the kernels use, since nvcc warns about an unused static function */
-static const char CONVERT_BF16[] =
-    "/* bf16 weights are widened to f32 at each load */\n"
-    "static DEVFN float bf16_to_f32(uint32_t h) { uint32_t u = h << 16; float f; memcpy(&f, &u, 4); return f; }\n";
-static const char LD_BF16[] = "static DEVFN float ld_bf16(const uint16_t *p, int64_t i) { return bf16_to_f32(p[i]); }\n";
-/* vload_<dtype>(v, p, o, n, ...): p[o .. o + n) widened to f32 (emit_vload) */
-static const char VLOAD_C[] =
-    "static DEVFN void vload_%s(float *v, const %s *p, int64_t o, int n, int align, const char *kernel) {\n"
-    "    if ((uintptr_t)(p + o) %% align) vload_fault(kernel, o);\n"
-    "    for (int j = 0; j < n; j++) v[j] = %s(p[o + j]);\n}\n";
-static const char VLOAD_CUDA[] =
-    "static DEVFN void vload_%s(float *v, const %s *p, int64_t o, int n) {\n"
-    "    const int per = 4 / (int)sizeof *p, words = n / per;   /* elements per 32-bit word */\n"
-    "    uint32_t w[16];\n"
-    "    if (words >= 4) {\n"
-    "#pragma unroll\n"
-    "        for (int c = 0; c < words / 4; c++) {\n"
-    "            const uint4 q = ((const uint4 *)(p + o))[c];\n"
-    "            w[4 * c] = q.x; w[4 * c + 1] = q.y; w[4 * c + 2] = q.z; w[4 * c + 3] = q.w;\n"
-    "        }\n"
-    "    } else if (words == 2) {\n"
-    "        const uint2 q = *(const uint2 *)(p + o);\n"
-    "        w[0] = q.x; w[1] = q.y;\n"
-    "    } else w[0] = *(const uint32_t *)(p + o);\n"
-    "#pragma unroll\n"
-    "    for (int i = 0; i < words; i++)\n"
-    "        if (per == 1) v[i] = __uint_as_float(w[i]);\n"
-    "        else { v[2 * i] = %s(w[i] & 0xffffu); v[2 * i + 1] = %s(w[i] >> 16); }\n}\n";
-/* mma.sync m16n8k16 with f32 accumulators in place (kernel_ir.h gives the fragments' layout) */
-static const char MMA_CUDA[] =
-    "static DEVFN void mma_m16n8k16_%s(float &c0, float &c1, float &c2, float &c3, uint32_t a0, uint32_t a1, uint32_t a2,\n"
-    "                                  uint32_t a3, uint32_t b0, uint32_t b1) {\n"
-    "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 {%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, \"\n"
-    "                 \"{%%0, %%1, %%2, %%3};\"\n"
-    "                 : \"+f\"(c0), \"+f\"(c1), \"+f\"(c2), \"+f\"(c3) : \"r\"(a0), \"r\"(a1), \"r\"(a2), \"r\"(a3), \"r\"(b0), \"r\"(b1));\n}\n";
-/* A warp shuffle on the CPU, over a block's lanes: a source lane outside the warp (down, up) gives the lane
- * its own value, as on the GPU */
-static const char SHFL_C[] =
-    "enum { SHFL_down, SHFL_up, SHFL_xor, SHFL_idx };\n"
-    "static void shfl_block(float *dst, const float *src, float *lanebuf, int64_t block, int kind, int64_t a) {\n"
-    "    for (int64_t tid = 0; tid < block; tid++) lanebuf[tid] = src[tid];\n"
-    "    for (int64_t tid = 0; tid < block; tid++) {\n"
-    "        const int64_t lane = tid & 31;\n"
-    "        int64_t s = kind == SHFL_down ? lane + a : kind == SHFL_up ? lane - a : kind == SHFL_xor ? lane ^ a : a & 31;\n"
-    "        if ((kind == SHFL_down && (a < 0 || s > 31)) || (kind == SHFL_up && (a < 0 || s < 0)) ||\n"
-    "            (kind == SHFL_xor && (s < 0 || s > 31))) s = lane;\n"
-    "        dst[tid] = lanebuf[tid - lane + s];\n"
-    "    }\n}\n";
-static const char CONVERT_F16[] =
-    "/* f16 weights are widened to f32 at each load */\n"
-    "static DEVFN float f16_to_f32(uint32_t h) {\n"
-    "    uint32_t s = (h & 0x8000u) << 16, e = (h >> 10) & 31, m = h & 1023, u;\n"
-    "    if (e == 31) u = s | 0x7f800000u | (m << 13);\n"
-    "    else if (e) u = s | ((e + 112) << 23) | (m << 13);\n"
-    "    else if (!m) u = s;\n"
-    "    else { e = 113; while (!(m & 1024)) { m <<= 1; e--; } u = s | (e << 23) | ((m & 1023) << 13); }\n"
-    "    float f; memcpy(&f, &u, 4); return f;\n}\n";
-static const char LD_F16[] = "static DEVFN float ld_f16(const uint16_t *p, int64_t i) { return f16_to_f32(p[i]); }\n";
-
-static const char F32_TO_F16[] =
-    "/* activations staged as f16 (for f16 weights): round to nearest even; past 65504 -> inf, below 2^-14 subnormal */\n"
-    "static DEVFN uint16_t f32_to_f16(float f) {\n"
-    "    uint32_t u; memcpy(&u, &f, 4);\n"
-    "    uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;\n"
-    "    if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00u);\n"
-    "    if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00u);   /* rounds past 65504 */\n"
-    "    if (a < 0x38800000u) {   /* below 2^-14: a subnormal half, m * 2^-24 */\n"
-    "        if (a < 0x33000000u) return (uint16_t)s;   /* below 2^-25: rounds to 0 */\n"
-    "        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, sh = 126 - e;   /* value = m * 2^(e - 150) */\n"
-    "        uint32_t q = m >> sh, r = m & ((1u << sh) - 1), half = 1u << (sh - 1);\n"
-    "        q += r > half || (r == half && (q & 1));\n"
-    "        return (uint16_t)(s | q);\n"
-    "    }\n"
-    "    uint32_t r = a + 0xfffu + ((a >> 13) & 1);   /* round the 13 dropped bits to nearest even */\n"
-    "    return (uint16_t)(s | ((r - 0x38000000u) >> 13));\n}\n";
-static const char F32_TO_BF16[] =
-    "/* activations staged as bf16: round to nearest even (NaN stays NaN) */\n"
-    "static DEVFN uint16_t f32_to_bf16(float f) {\n"
-    "    uint32_t u; memcpy(&u, &f, 4);\n"
-    "    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);\n"
-    "    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);\n}\n";
-/* The CPU's tensor core: one warp's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, gathering
- * every lane's fragments per the PTX ISA's layouts (kernel_ir.h), so a schedule that puts a value in the
- * wrong register computes a wrong product here as on the GPU. Products of bf16 are exact in f32; the 16
- * of one output are summed in double and added to C with one rounding to f32 (the GPU's adder is at least
- * f32 wide but unspecified in order and rounding: results can differ in the last bits). */
-static const char MMA_EMU[] =
-    "static float mma_bf16(uint32_t h) { uint32_t u = (h & 0xffffu) << 16; float f; memcpy(&f, &u, 4); return f; }\n"
-    "static float mma_elem(int f16, uint32_t h) { return f16 ? f16_to_f32(h & 0xffffu) : mma_bf16(h); }\n"
-    "static void mma_warp(int64_t w, int f16, const uint32_t *a0, const uint32_t *a1, const uint32_t *a2, const uint32_t *a3,\n"
-    "                     const uint32_t *b0, const uint32_t *b1, float *c0, float *c1, float *c2, float *c3) {\n"
-    "    float A[16][16], B[16][8];\n"
-    "    for (int l = 0; l < 32; l++) {\n"
-    "        const int g = l >> 2, t = l & 3;\n"
-    "        const int64_t i = w + l;\n"
-    "        for (int h = 0; h < 2; h++) {\n"
-    "            A[g][2 * t + h] = mma_elem(f16, a0[i] >> (16 * h));\n"
-    "            A[g + 8][2 * t + h] = mma_elem(f16, a1[i] >> (16 * h));\n"
-    "            A[g][2 * t + 8 + h] = mma_elem(f16, a2[i] >> (16 * h));\n"
-    "            A[g + 8][2 * t + 8 + h] = mma_elem(f16, a3[i] >> (16 * h));\n"
-    "            B[2 * t + h][g] = mma_elem(f16, b0[i] >> (16 * h));\n"
-    "            B[2 * t + 8 + h][g] = mma_elem(f16, b1[i] >> (16 * h));\n"
-    "        }\n"
-    "    }\n"
-    "    for (int l = 0; l < 32; l++) {\n"
-    "        const int g = l >> 2, t = l & 3;\n"
-    "        float *c[4] = {c0 + w + l, c1 + w + l, c2 + w + l, c3 + w + l};\n"
-    "        for (int q = 0; q < 4; q++) {\n"
-    "            const int r = g + 8 * (q >> 1), col = 2 * t + (q & 1);\n"
-    "            double s = 0;\n"
-    "            for (int k = 0; k < 16; k++) s += (double)A[r][k] * (double)B[k][col];\n"
-    "            *c[q] = (float)((double)*c[q] + s);\n"
-    "        }\n"
-    "    }\n"
-    "}\n";
-/* ldmatrix.sync.aligned.m8n8.xN.shared.b16 for one warp: lanes 8m..8m+7 give the rows of matrix m */
-static const char LDM_EMU[] =
-    "static void ldmatrix_warp(const char *kernel, int64_t w, const uint16_t *s, int64_t size, const int64_t *addr, int nmat,\n"
-    "                          uint32_t *d0, uint32_t *d1, uint32_t *d2, uint32_t *d3) {\n"
-    "    uint32_t *d[4] = {d0, d1, d2, d3};\n"
-    "    for (int j = 0; j < 8 * nmat; j++) {\n"
-    "        const int64_t a = addr[w + j];\n"
-    "        if (a < 0 || a % 8 || a + 8 > size) {\n"
-    "            fprintf(stderr, \"llmcc: %s: ldmatrix row at element %lld is outside shared memory or not 16-byte aligned\\n\", kernel, (long long)a);\n"
-    "            abort();\n"
-    "        }\n"
-    "    }\n"
-    "    for (int l = 0; l < 32; l++)\n"
-    "        for (int m = 0; m < nmat; m++) {\n"
-    "            const int64_t o = addr[w + 8 * m + (l >> 2)] + 2 * (l & 3);\n"
-    "            d[m][w + l] = (uint32_t)s[o] | (uint32_t)s[o + 1] << 16;\n"
-    "        }\n"
-    "}\n";
-
-/* cp.async on the CPU. A copy is queued when a thread issues it (after the alignment and bounds checks the
- * GPU would fault on) and performed only by the wait_group that completes its group, oldest first; commit
- * and wait are kernel-level statements, so the block's threads share one group count. A schedule that
- * reads a stage before waiting for it reads what was there before (the C backend fills shared memory
- * with NaN at block start), as it may on the GPU. */
-static const char CP_EMU[] =
-    "typedef struct { uint8_t *dst; const uint8_t *src; int bytes; int64_t group; } CpCopy;\n"
-    "typedef struct { CpCopy *q; int n, cap; int64_t groups; } CpQueue;\n"
-    "static void cp_async_issue(CpQueue *c, const char *kernel, void *smem, int64_t size, int64_t off, const void *src, int bytes) {\n"
-    "    if (off < 0 || off + bytes > size || (uintptr_t)((uint8_t *)smem + off) % bytes || (src && (uintptr_t)src % bytes)) {\n"
-    "        fprintf(stderr, \"llmcc: %s: %d-byte cp.async at shared byte %lld is outside shared memory or misaligned\\n\", kernel, bytes, (long long)off);\n"
-    "        abort();\n"
-    "    }\n"
-    "    if (c->n == c->cap) {\n"
-    "        c->cap = c->cap ? 2 * c->cap : 256;\n"
-    "        c->q = (CpCopy *)realloc(c->q, (size_t)c->cap * sizeof *c->q);\n"
-    "        if (!c->q) { fprintf(stderr, \"llmcc: %s: out of memory\\n\", kernel); abort(); }\n"
-    "    }\n"
-    "    c->q[c->n++] = (CpCopy){(uint8_t *)smem + off, (const uint8_t *)src, bytes, c->groups};\n"
-    "}\n"
-    "static void cp_async_commit(CpQueue *c) { c->groups++; }\n"
-    "static void cp_async_wait(CpQueue *c, int pending) {\n"
-    "    int keep = 0;\n"
-    "    for (int i = 0; i < c->n; i++) {\n"
-    "        const CpCopy *p = &c->q[i];\n"
-    "        if (p->group >= c->groups - pending) { c->q[keep++] = *p; continue; }\n"
-    "        if (p->src) memcpy(p->dst, p->src, (size_t)p->bytes);\n"
-    "        else memset(p->dst, 0, (size_t)p->bytes);\n"
-    "    }\n"
-    "    c->n = keep;\n"
-    "}\n";
-
 void emit_launch_guard(Str *o, const KLaunch *l) {
     if (l->run_if == 1) str_printf(o, "if ((int64_t)n > %dLL) ", l->min_n);
     else if (l->run_if == 2) str_printf(o, "if ((int64_t)n <= %dLL) ", l->min_n);
 }
 
 static const char *pdt(DType d) {
-    switch (d) { case DT_F32: return "PDT_F32"; case DT_F16: return "PDT_F16"; case DT_BF16: return "PDT_BF16"; case DT_I32: return "PDT_I32"; default: break; }
-    UNREACHABLE();
+    static const char *const n[DT_COUNT] = {[DT_F32] = "PDT_F32", [DT_F16] = "PDT_F16", [DT_BF16] = "PDT_BF16",
+                                            [DT_I32] = "PDT_I32"};
+    return n[d];
 }
 
 /* What the host code calls the buffers: activations by their ACT_ offset macros, constants by their
@@ -599,7 +452,8 @@ static void host_arg(Str *o, const Names *nm, const Buffer *b, int seg) {
         int wl = nm->layer[b->id];
         if (wl < 0) str_printf(o, "m->%s", nm->field[b->id]);
         else if (wl == seg) str_printf(o, "L->%s", nm->field[b->id]);
-        else if (seg >= 0) str_printf(o, "m->layers[l %c %d].%s", wl < seg ? '-' : '+', abs(wl - seg), nm->field[b->id]);
+        else if (seg >= 0)
+            str_printf(o, "m->layers[l %c %d].%s", wl < seg ? '-' : '+', abs(wl - seg), nm->field[b->id]);
         else str_printf(o, "m->layers[%d].%s", wl, nm->field[b->id]);
         return;
     }
@@ -681,7 +535,10 @@ static void emit_layer_loop(Str *o, Str *txt, int lay0, int cnt, int lo, int hi)
             if (seen) continue;
             str_printf(o, "        %sif (", opened++ ? "} else " : "");
             for (int h = g, first = 1; h < hi - lo; h++)
-                if (!strcmp(t, run[h * cnt + p].s)) { str_printf(o, "%sl == %d", first ? "" : " || ", lay0 + lo + h); first = 0; }
+                if (!strcmp(t, run[h * cnt + p].s)) {
+                    str_printf(o, "%sl == %d", first ? "" : " || ", lay0 + lo + h);
+                    first = 0;
+                }
             str_printf(o, ") { /* this layer's launch differs */\n");
             put_indented(o, t, 3);
         }
@@ -747,99 +604,25 @@ void emit_host_expr(Str *o, const Expr *e) {
     case EX_ICONST: str_printf(o, "%lldLL", (long long)e->i); return;
     case EX_PARAM: str_printf(o, "(int64_t)%s", param_names[e->i]); return;
     case EX_ADD: case EX_SUB: case EX_MUL: case EX_DIV: case EX_MOD:
-        str_printf(o, "("); emit_host_expr(o, e->a[0]); str_printf(o, " %s ", expr_names[e->k]); emit_host_expr(o, e->a[1]); str_printf(o, ")");
+        str_printf(o, "("); emit_host_expr(o, e->a[0]); str_printf(o, " %s ", expr_names[e->k]);
+        emit_host_expr(o, e->a[1]); str_printf(o, ")");
         return;
     case EX_MIN: case EX_MAX:
-        str_printf(o, "(("); emit_host_expr(o, e->a[0]); str_printf(o, ") %s (", e->k == EX_MIN ? "<" : ">"); emit_host_expr(o, e->a[1]);
-        str_printf(o, ") ? ("); emit_host_expr(o, e->a[0]); str_printf(o, ") : ("); emit_host_expr(o, e->a[1]); str_printf(o, "))");
+        str_printf(o, "(("); emit_host_expr(o, e->a[0]); str_printf(o, ") %s (", e->k == EX_MIN ? "<" : ">");
+        emit_host_expr(o, e->a[1]); str_printf(o, ") ? ("); emit_host_expr(o, e->a[0]); str_printf(o, ") : (");
+        emit_host_expr(o, e->a[1]); str_printf(o, "))");
         return;
     default: CHECK(0, "grid expression uses %s", expr_names[e->k]);
     }
 }
 
-/* what the kernels' statements need from the prelude: loads and vector loads per dtype, shared stores
- * that round to bf16 */
-typedef struct { bool load[DT_COUNT], vload[DT_COUNT], any_vload, to_bf16, to_f16, mma[2], ldm[5]; } Needs;
-static void needs_expr(Needs *nd, const Expr *e) {
-    if (!e) return;
-    if (e->k == EX_LOAD) nd->load[e->buf->dtype] = true;
-    for (int i = 0; i < e->nargs; i++) needs_expr(nd, e->a[i]);
-}
-static void needs_ts(Needs *nd, const KKernel *k, TStmt **b, int n) {
-    for (int i = 0; i < n; i++) {
-        const TStmt *s = b[i];
-        needs_expr(nd, s->e); needs_expr(nd, s->lo); needs_expr(nd, s->step); needs_expr(nd, s->sidx);
-        if (s->k == TS_STORE || s->k == TS_VLOAD || s->k == TS_CP_ASYNC)
-            for (int d = 0; d < s->buf->ndim; d++) needs_expr(nd, s->idx[d]);
-        if (s->k == TS_VLOAD) nd->vload[s->buf->dtype] = nd->any_vload = true;
-        if (s->k == TS_SSTORE && k->smem[s->smem].b16) *(k->smem[s->smem].f16 ? &nd->to_f16 : &nd->to_bf16) = true;
-        needs_ts(nd, k, s->body, s->nbody);
-    }
-}
-static void needs_ks(Needs *nd, const KKernel *k, KStmt **b, int n) {
-    for (int i = 0; i < n; i++) {
-        const KStmt *s = b[i];
-        if (s->k == KS_PHASE) needs_ts(nd, k, s->body, s->nbody);
-        if (s->k == KS_LDMATRIX) needs_expr(nd, s->laddr);
-        if (s->k == KS_MMA) nd->mma[s->mf16] = true;
-        if (s->k == KS_LDMATRIX) nd->ldm[s->nmat] = true;
-        if (s->k == KS_ULET) needs_expr(nd, s->init);
-        if (s->k == KS_UFOR) { needs_expr(nd, s->init); needs_expr(nd, s->cond); needs_expr(nd, s->update); needs_ks(nd, k, s->kbody, s->nk); }
-    }
-}
-
+/* What the kernels call beyond C is in runtime/kernels.h; a model's host code includes runtime/model_api.h
+ * first, for the host side there. */
 void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header) {
-    bool cuda = t == TARGET_CUDA;
-    str_printf(o, "%s", PRELUDE);
-    if (cuda) str_printf(o, "#include <cuda_runtime.h>\n#define DEVFN __device__ __forceinline__\n");
-    else str_printf(o, "#define DEVFN inline\n");
-    if (api_header) {
-        if (cuda) str_printf(o, "extern \"C\" {\n#include \"%s\"\n}\n", api_header);
-        else str_printf(o, "#include \"%s\"\n", api_header);
-    }
-    Needs nd = {0};
-    for (int i = 0; i < kp->nk; i++) needs_ks(&nd, kp->kernels[i], kp->kernels[i]->body, kp->kernels[i]->nbody);
-    if (!cuda && nd.any_vload) str_printf(o, "%s", VLOAD_FAULT);
-    if (!cuda && nd.vload[DT_F32]) str_printf(o, VLOAD_C, "f32", "float", "");
-    bool mma = false, ldm = false, cp = false;
-    for (int i = 0; i < kp->nk; i++) {
-        const KKernel *k = kp->kernels[i];
-        mma |= ks_has(k->body, k->nbody, KS_MMA);
-        ldm |= ks_has(k->body, k->nbody, KS_LDMATRIX);
-        cp |= k->has_cp_async;
-    }
-    if (nd.to_bf16) str_printf(o, "%s", F32_TO_BF16);
-    if (nd.to_f16) str_printf(o, "%s", F32_TO_F16);
-    /* converters for the 16-bit dtypes the kernels read (cp.async copies bits: none); the mma emulation
-     * decodes halves too */
-    if (nd.load[DT_BF16] || nd.vload[DT_BF16]) str_printf(o, "%s", CONVERT_BF16);
-    if (nd.load[DT_BF16]) str_printf(o, "%s", LD_BF16);
-    if (nd.load[DT_F16] || nd.vload[DT_F16] || (!cuda && mma)) str_printf(o, "%s", CONVERT_F16);
-    if (nd.load[DT_F16]) str_printf(o, "%s", LD_F16);
-    static const char *const conv[DT_COUNT] = {[DT_F32] = "", [DT_BF16] = "bf16_to_f32", [DT_F16] = "f16_to_f32"};
-    for (int d = 0; d < DT_COUNT; d++) {
-        if (!nd.vload[d] || (!cuda && d == DT_F32)) continue;
-        if (cuda) str_printf(o, VLOAD_CUDA, dtype_names[d], ctype_of((DType)d), conv[d], conv[d]);
-        else str_printf(o, VLOAD_C, dtype_names[d], ctype_of((DType)d), conv[d]);
-    }
-    if (!cuda && mma) str_printf(o, "%s", MMA_EMU);
-    bool shfl = false;
-    for (int i = 0; i < kp->nk; i++) shfl |= kp->kernels[i]->has_shfl;
-    if (!cuda && shfl) str_printf(o, "%s", SHFL_C);
-    for (int x = 1; x <= 4; x++) {   /* ldmatrix_xN(d0, .., dN-1, shared address of this lane's row) */
-        if (!cuda || !nd.ldm[x]) continue;
-        str_printf(o, "static DEVFN void ldmatrix_x%d(", x);
-        for (int j = 0; j < x; j++) str_printf(o, "uint32_t &d%d, ", j);
-        str_printf(o, "const uint16_t *row) {\n    asm volatile(\"ldmatrix.sync.aligned.m8n8.x%d.shared.b16 {", x);
-        for (int j = 0; j < x; j++) str_printf(o, "%s%%%d", j ? ", " : "", j);
-        str_printf(o, "}, [%%%d];\"\n                 : ", x);
-        for (int j = 0; j < x; j++) str_printf(o, "%s\"=r\"(d%d)", j ? ", " : "", j);
-        str_printf(o, " : \"r\"((unsigned)__cvta_generic_to_shared(row)));\n}\n");
-    }
-    for (int f = 0; f < 2; f++)
-        if (cuda && nd.mma[f]) str_printf(o, MMA_CUDA, f ? "f16" : "bf16", f ? "f16" : "bf16", f ? "f16" : "bf16");
-    if (!cuda && ldm) str_printf(o, "%s", LDM_EMU);
-    if (!cuda && cp) str_printf(o, "%s", CP_EMU);
+    (void)kp;
+    if (api_header)
+        str_printf(o, t == TARGET_CUDA ? "extern \"C\" {\n#include \"%s\"\n}\n" : "#include \"%s\"\n", api_header);
+    str_printf(o, "#include \"runtime/kernels.h\"\n");
 }
 
 /* Short statements (a register's zero, a vector element moved to a register) run to hundreds of lines in an
@@ -904,7 +687,8 @@ static void emit_model_struct(Str *o, const Names *nm, const TProgram *tp) {
     }
     if (nm->nlfield) str_printf(o, "    LayerWeights layers[%d];\n", nm->nlayers);
     str_printf(o, "    const float *c[%d];\n    uint8_t *act;\n    float *kc, *vc, *logits, *host_logits;\n"
-                  "    int32_t *ids;\n    float *work;\n    int ctx;\n    size_t wbytes, kvbytes, actbytes;\n    void *wdev;\n};\n\n",
+                  "    int32_t *ids;\n    float *work;\n    int ctx;\n    size_t wbytes, kvbytes, actbytes;\n"
+                  "    void *wdev;\n};\n\n",
                nm->nconst ? nm->nconst : 1);
 }
 
@@ -912,7 +696,8 @@ static void emit_model_struct(Str *o, const Names *nm, const TProgram *tp) {
 static void emit_weight_fields(Str *o, const Names *nm, const TProgram *tp) {
     for (int i = 0; i < tp->n_weights; i++) {
         const Buffer *b = tp->weights[i];
-        if (nm->layer[b->id] < 0) str_printf(o, "    m->%s = (const %s *)m->w[%d];\n", nm->field[b->id], ctype_of(b->dtype), i);
+        if (nm->layer[b->id] < 0)
+            str_printf(o, "    m->%s = (const %s *)m->w[%d];\n", nm->field[b->id], ctype_of(b->dtype), i);
     }
     if (!nm->nlfield) return;
     int *first = calloc((size_t)nm->nlfield * (size_t)nm->nlayers, sizeof(int)), stride = 0;
@@ -927,7 +712,8 @@ static void emit_weight_fields(Str *o, const Names *nm, const TProgram *tp) {
     }
     if (nm->nlayers > 1) stride = first[nm->nlfield] - first[0];
     for (int l = 0; l < nm->nlayers; l++)
-        for (int f = 0; f < nm->nlfield; f++) regular &= first[l * nm->nlfield + f] == first[f] + l * stride && first[f] >= 0;
+        for (int f = 0; f < nm->nlfield; f++)
+            regular &= first[l * nm->nlfield + f] == first[f] + l * stride && first[f] >= 0;
     if (regular) str_printf(o, "    for (int l = 0; l < %d; l++) {\n", nm->nlayers);
     for (int l = 0; l < (regular ? 1 : nm->nlayers); l++)
         for (int f = 0; f < nm->nlfield; f++) {
@@ -964,13 +750,62 @@ static void emit_act_macros(Str *o, const Names *nm, const KProgram *kp) {
                (long long)tp->kv_layer_elems, (long long)tp->kv_layer_elems);
 }
 
+/* model_init: the payload checked against the compiled table, the buffers allocated (runtime/kernels.h's
+ * mem_*: device memory for CUDA, host memory for C), the typed weight fields filled */
+static void emit_model_init(Str *o, const Names *nm, const KProgram *kp, const ModelInfo *mi) {
+    const TProgram *tp = kp->tp;
+    str_printf(o, "const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {\n"
+                  "    static char err[256];\n    if (ctx < 1 || ctx > model_info.max_ctx) {\n"
+                  "        snprintf(err, sizeof err, \"context %%d is outside 1..%%d\", ctx, model_info.max_ctx);\n"
+                  "        return err;\n    }\n    for (int i = 0; i < %d; i++) {\n"
+                  "        if (strcmp(t[i].name, tensor_names[i]) || t[i].dtype != tensor_shapes[i].dtype ||\n"
+                  "            t[i].ndim != tensor_shapes[i].ndim || t[i].shape[0] != tensor_shapes[i].shape[0] ||\n"
+                  "            (t[i].ndim > 1 && t[i].shape[1] != tensor_shapes[i].shape[1])) {\n"
+                  "            snprintf(err, sizeof err, \"payload tensor %%d is %%.100s, expected %%s with its \"\n"
+                  "                     \"compiled shape\", i, t[i].name, tensor_names[i]);\n"
+                  "            return err;\n        }\n    }\n"
+                  "    Model *m = (Model *)calloc(1, sizeof *m);\n    if (!m) return \"out of memory\";\n"
+                  "    m->ctx = ctx;\n    size_t kv = (size_t)%d * ctx * %lld;\n"
+                  "    m->kvbytes = 2 * kv * sizeof(float);\n    m->actbytes = %lld;\n"
+                  "    const char *e = mem_device();\n"
+                  "    if (!e) e = mem_weights(m->w, &m->wdev, &m->wbytes, t, data, %d);\n",
+               tp->n_weights, mi->n_layers, (long long)tp->kv_layer_elems, (long long)tp->act_bytes, tp->n_weights);
+    for (int i = 0; i < nm->nconst; i++)
+        str_printf(o, "    if (!e) e = mem_const(&m->c[%d], c_%d, sizeof c_%d);\n", i, i, i);
+    str_printf(o, "    if (!e) e = mem_zalloc(&m->act, m->actbytes + 1);\n"
+                  "    if (!e) e = mem_zalloc(&m->kc, kv * sizeof(float));\n"
+                  "    if (!e) e = mem_zalloc(&m->vc, kv * sizeof(float));\n"
+                  "    if (!e) e = mem_zalloc(&m->logits, %lld * sizeof(float));\n"
+                  "    if (!e) e = mem_zalloc(&m->ids, %d * sizeof(int32_t));\n"
+                  "    if (!e) e = mem_zalloc(&m->work, %lld); /* split-K partials */\n"
+                  "    if (e) { snprintf(err, sizeof err, \"%%s\", e); model_free(m); return err; }\n",
+               (long long)mi->vocab_size, mi->max_batch, (long long)kernel_work_bytes(kp) + 16);
+    emit_weight_fields(o, nm, tp);
+    str_printf(o, "    *out = m;\n    return NULL;\n}\n\n");
+}
+
+/* model_info, from the caller's ModelInfo and the program's tensors */
+static void emit_model_info(Str *o, const TProgram *tp, const ModelInfo *mi, bool cuda) {
+    str_printf(o, "const ModelInfo model_info = {\n    \"%s\", \"%s\", \"%s\",\n    %d, %d, %d, %d,\n    %d, %d, %d,\n"
+                  "    %d, %d,\n    %d,\n    %d, {", mi->name, mi->architecture, cuda ? "cuda" : "cpu", mi->vocab_size,
+               mi->hidden_size, mi->intermediate_size, mi->n_layers, mi->n_heads, mi->n_kv_heads, mi->head_dim,
+               mi->max_ctx, mi->max_batch, mi->bos_id, mi->n_eos);
+    for (int i = 0; i < mi->n_eos; i++) str_printf(o, "%s%d", i ? ", " : "", mi->eos_ids[i]);
+    str_printf(o, "%s},\n    ", mi->n_eos ? "" : "0");
+    const float f[4] = {mi->temperature, mi->top_p, mi->min_p, mi->repetition_penalty};
+    for (int i = 0; i < 4; i++) { float_lit(o, f[i]); str_printf(o, i < 3 ? ", " : ""); }
+    str_printf(o, ",\n    %d,\n    %d, tensor_names,\n    %lld,\n};\n", mi->top_k, tp->n_weights,
+               tp->top_k ? (long long)tp->top_k->dims[2] : 0LL);
+}
+
 void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     const TProgram *tp = kp->tp;
-    const ModelConfig *c = eo->cfg;
+    const ModelInfo *mi = &eo->info;
     bool cuda = eo->target == TARGET_CUDA;
+    long long V = mi->vocab_size;
     str_printf(o, "/* %s: generated by llmcc from %s (%s). Do not edit: rebuild with llmcc.\n"
-                  " * %d distinct kernels, %d launches per forward call. */\n",
-               cuda ? "model.cu" : "model.c", c->dir, c->architecture, kp->nk, kp->nl - kernel_sampling_launches(kp));
+                  " * %d distinct kernels, %d launches per forward call. */\n", cuda ? "model.cu" : "model.c",
+               eo->source, mi->architecture, kp->nk, kp->nl - kernel_sampling_launches(kp));
     emit_prelude(o, kp, eo->target, "runtime/model_api.h");
     Names nm;
     names_init(&nm, kp);
@@ -987,7 +822,6 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
         str_printf(o, "\n};\n");
     }
     emit_kernels(o, kp, eo->target);
-    /* model info */
     str_printf(o, "\n/* ---- host ---- */\n%s", cuda ? "extern \"C\" {\n" : "");
     /* the payload's tensors, in order: name, dtype, rank, shape */
     str_printf(o, "#define TENSORS(X) \\\n");
@@ -998,116 +832,43 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     }
     str_printf(o, "#define NAME_OF(name, dtype, ndim, d0, d1) name,\n"
                   "static const char *const tensor_names[%d] = {TENSORS(NAME_OF)};\n", tp->n_weights);
-    str_printf(o, "const ModelInfo model_info = {\n    \"%s\", \"%s\", \"%s\",\n", eo->name, c->architecture, cuda ? "cuda" : "cpu");
-    str_printf(o, "    %d, %d, %d, %d,\n    %d, %d, %d,\n    %d, %d,\n    %d,\n    %d, {", c->vocab_size, c->hidden_size,
-               c->intermediate_size, c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
-               eo->max_ctx, eo->max_batch, c->bos_token_id, c->n_eos);
-    for (int i = 0; i < c->n_eos; i++) str_printf(o, "%s%d", i ? ", " : "", c->eos_token_ids[i]);
-    if (!c->n_eos) str_printf(o, "0");
-    str_printf(o, "},\n    ");
-    float_lit(o, c->temperature); str_printf(o, ", ");
-    float_lit(o, c->top_p); str_printf(o, ", ");
-    float_lit(o, c->min_p); str_printf(o, ", ");
-    float_lit(o, c->repetition_penalty);
-    str_printf(o, ",\n    %d,\n    %d, tensor_names,\n    %lld,\n};\n", c->top_k, tp->n_weights, tp->top_k ? (long long)tp->top_k->dims[2] : 0LL);
-    /* expected tensor table */
+    emit_model_info(o, tp, mi, cuda);
     str_printf(o, "#define SHAPE_OF(name, dtype, ndim, d0, d1) {dtype, ndim, {d0, d1}},\n"
-                  "static const struct { uint32_t dtype, ndim; uint64_t shape[2]; } tensor_shapes[%d] = {TENSORS(SHAPE_OF)};\n\n",
-               tp->n_weights);
+                  "static const struct { uint32_t dtype, ndim; uint64_t shape[2]; } tensor_shapes[%d] = "
+                  "{TENSORS(SHAPE_OF)};\n\n", tp->n_weights);
     emit_model_struct(o, &nm, tp);
-    int64_t V = c->vocab_size;
-    int64_t work = kernel_work_bytes(kp);
-    /* model_init */
-    str_printf(o, "const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {\n"
-                  "    static char err[256];\n"
-                  "    if (ctx < 1 || ctx > model_info.max_ctx) { snprintf(err, sizeof err, \"context %%d is outside 1..%%d\", ctx, model_info.max_ctx); return err; }\n"
-                  "    for (int i = 0; i < %d; i++) {\n"
-                  "        if (strcmp(t[i].name, tensor_names[i]) || t[i].dtype != tensor_shapes[i].dtype || t[i].ndim != tensor_shapes[i].ndim ||\n"
-                  "            t[i].shape[0] != tensor_shapes[i].shape[0] || (t[i].ndim > 1 && t[i].shape[1] != tensor_shapes[i].shape[1])) {\n"
-                  "            snprintf(err, sizeof err, \"payload tensor %%d is %%.100s, expected %%s with its compiled shape\", i, t[i].name, tensor_names[i]);\n"
-                  "            return err;\n        }\n    }\n"
-                  "    Model *m = (Model *)calloc(1, sizeof *m);\n    if (!m) return \"out of memory\";\n    m->ctx = ctx;\n"
-                  "    size_t kv = (size_t)%d * ctx * %lld;\n"
-                  "    m->kvbytes = 2 * kv * sizeof(float);\n    m->actbytes = %lld;\n",
-               tp->n_weights, c->num_hidden_layers, (long long)tp->kv_layer_elems, (long long)tp->act_bytes);
-    if (!cuda) {
-        str_printf(o, "    for (int i = 0; i < %d; i++) { m->w[i] = data + t[i].offset; m->wbytes += t[i].nbytes; }\n", tp->n_weights);
-        for (int i = 0; i < nm.nconst; i++) str_printf(o, "    m->c[%d] = c_%d;\n", i, i);
-        str_printf(o, "    m->act = (uint8_t *)calloc(1, m->actbytes + 1);\n    m->kc = (float *)calloc(kv, sizeof(float));\n"
-                      "    m->vc = (float *)calloc(kv, sizeof(float));\n    m->logits = (float *)calloc(%lld, sizeof(float));\n"
-                      "    m->ids = (int32_t *)calloc(%d, sizeof(int32_t));\n"
-                      "    m->work = (float *)calloc(1, %lld); /* split-K partials */\n"
-                      "    if (!m->act || !m->kc || !m->vc || !m->logits || !m->ids || !m->work) { model_free(m); return \"out of memory\"; }\n",
-                   (long long)V, eo->max_batch, (long long)work + 16);
-    } else {
-        str_printf(o, "    int ndev = 0;\n    cudaError_t e = cudaGetDeviceCount(&ndev);\n"
-                      "    if (e != cudaSuccess || ndev == 0) { snprintf(err, sizeof err, \"no CUDA GPU is available (%%s)\", e != cudaSuccess ? cudaGetErrorString(e) : \"no devices\"); free(m); return err; }\n"
-                      "    size_t total = 0;\n    for (int i = 0; i < %d; i++) total += (t[i].nbytes + 255) & ~(size_t)255;\n"
-                      "    m->wbytes = total;\n"
-                      "#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { snprintf(err, sizeof err, \"%%s: %%s\", #x, cudaGetErrorString(e_)); model_free(m); return err; } } while (0)\n"
-                      "    CK(cudaMalloc(&m->wdev, total ? total : 1));\n"
-                      "    size_t off = 0;\n"
-                      "    for (int i = 0; i < %d; i++) {\n"
-                      "        CK(cudaMemcpy((uint8_t *)m->wdev + off, data + t[i].offset, t[i].nbytes, cudaMemcpyHostToDevice));\n"
-                      "        m->w[i] = (uint8_t *)m->wdev + off; off += (t[i].nbytes + 255) & ~(size_t)255;\n    }\n",
-                   tp->n_weights, tp->n_weights);
-        for (int i = 0; i < nm.nconst; i++)
-            str_printf(o, "    { void *p; CK(cudaMalloc(&p, sizeof c_%d)); CK(cudaMemcpy(p, c_%d, sizeof c_%d, cudaMemcpyHostToDevice));"
-                          " m->c[%d] = (const float *)p; }\n", i, i, i, i);
-        str_printf(o, "    CK(cudaMalloc(&m->act, m->actbytes + 1));\n    CK(cudaMalloc(&m->kc, kv * sizeof(float)));\n"
-                      "    CK(cudaMalloc(&m->vc, kv * sizeof(float)));\n    CK(cudaMemset(m->kc, 0, kv * sizeof(float)));\n    CK(cudaMemset(m->vc, 0, kv * sizeof(float)));\n"
-                      "    CK(cudaMalloc(&m->logits, %lld * sizeof(float)));\n    CK(cudaMalloc(&m->ids, %d * sizeof(int32_t)));\n"
-                      "    CK(cudaMalloc(&m->work, %lld)); /* split-K partials */\n#undef CK\n",
-                   (long long)V, eo->max_batch, (long long)work + 16);
-    }
-    emit_weight_fields(o, &nm, tp);
-    str_printf(o, "    *out = m;\n    return NULL;\n}\n\n");
+    emit_model_init(o, &nm, kp, mi);
     emit_act_macros(o, &nm, kp);
-    /* model_forward: the launch plan */
-    str_printf(o, "int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {\n");
-    if (cuda) str_printf(o, "    cudaMemcpy(m->ids, ids, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice);\n");
-    else str_printf(o, "    memcpy(m->ids, ids, (size_t)n * sizeof(int32_t));\n");
-    emit_forward(o, &nm, kp, cuda);
-    /* the argmax kernel's result (an index held exactly in an f32) sits in the activation arena */
-    const Buffer *nt = tp->next_token;
+    /* model_forward: the launch plan; the argmax kernel's result (an index held exactly in an f32) sits in
+     * the activation arena */
+    const Buffer *nt = tp->next_token, *tk = tp->top_k;
     CHECK(nt && nt->kind == BUF_ACT && nt->act_offset >= 0, "the model has no argmax of its logits");
-    str_printf(o, "    float next;\n");
-    if (cuda) str_printf(o, "    cudaError_t e = cudaMemcpy(&next, ACT(%s), sizeof next, cudaMemcpyDeviceToHost);\n"
-                            "    if (e == cudaSuccess && logits) e = cudaMemcpy(logits, m->logits, %lld * sizeof(float), cudaMemcpyDeviceToHost);\n"
-                            "    if (e != cudaSuccess) { fprintf(stderr, \"%s: CUDA error: %%s\\n\", cudaGetErrorString(e)); exit(1); }\n",
-                         nm.act[nt->id], (long long)V, eo->name);
-    else str_printf(o, "    memcpy(&next, ACT(%s), sizeof next);\n    if (logits) memcpy(logits, m->logits, %lld * sizeof(float));\n",
-                    nm.act[nt->id], (long long)V);
-    str_printf(o, "    return (int)next;\n}\n\n");
-    /* model_topk: the sampler's kernels, with n = k */
-    const Buffer *tk = tp->top_k;
     CHECK(tk && tk->kind == BUF_ACT && tk->act_offset >= 0 && tk->ndim == 3, "the model has no topk of its logits");
-    int64_t KM = tk->dims[2];
+    str_printf(o, "int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {\n"
+                  "    mem_put(m->ids, ids, (size_t)n * sizeof(int32_t));\n");
+    emit_forward(o, &nm, kp, cuda);
+    str_printf(o, "    float next;\n    mem_get(&next, ACT(%s), sizeof next, model_info.name);\n"
+                  "    if (logits) mem_get(logits, m->logits, %lld * sizeof(float), model_info.name);\n"
+                  "    return (int)next;\n}\n\n", nm.act[nt->id], V);
+    /* model_topk: the sampler's kernels, with n = k */
+    long long KM = tk->dims[2];
     str_printf(o, "int model_topk(Model *m, int k, float *vals, int32_t *ids) {\n"
-                  "    if (k < 1 || k > %lld) return -1;\n    const int n = k, pos = 0;\n    (void)pos;\n", (long long)KM);
+                  "    if (k < 1 || k > %lld) return -1;\n    const int n = k, pos = 0;\n    (void)pos;\n", KM);
     for (int i = 0; i < kp->nl; i++)
         if (kernel_is_sampling(&kp->launches[i])) emit_launch(o, &nm, &kp->launches[i], -1, cuda, 1);
-    str_printf(o, "    float out[%lld];\n", (long long)(2 * KM));
-    if (cuda) str_printf(o, "    cudaError_t e = cudaMemcpy(out, ACT(%s), sizeof out, cudaMemcpyDeviceToHost);\n"
-                            "    if (e != cudaSuccess) { fprintf(stderr, \"%s: CUDA error: %%s\\n\", cudaGetErrorString(e)); exit(1); }\n",
-                         nm.act[tk->id], eo->name);
-    else str_printf(o, "    memcpy(out, ACT(%s), sizeof out);\n", nm.act[tk->id]);
-    str_printf(o, "    for (int i = 0; i < k; i++) { vals[i] = out[i]; ids[i] = (int32_t)out[%lld + i]; }\n    return 0;\n}\n\n", (long long)KM);
-    str_printf(o, "void model_logits(Model *m, float *logits) {\n");
-    if (cuda) str_printf(o, "    cudaError_t e = cudaMemcpy(logits, m->logits, %lld * sizeof(float), cudaMemcpyDeviceToHost);\n"
-                            "    if (e != cudaSuccess) { fprintf(stderr, \"%s: CUDA error: %%s\\n\", cudaGetErrorString(e)); exit(1); }\n}\n\n",
-                         (long long)V, eo->name);
-    else str_printf(o, "    memcpy(logits, m->logits, %lld * sizeof(float));\n}\n\n", (long long)V);
+    str_printf(o, "    float out[%lld];\n    mem_get(out, ACT(%s), sizeof out, model_info.name);\n"
+                  "    for (int i = 0; i < k; i++) { vals[i] = out[i]; ids[i] = (int32_t)out[%lld + i]; }\n"
+                  "    return 0;\n}\n\n", 2 * KM, nm.act[tk->id], KM);
+    str_printf(o, "void model_logits(Model *m, float *logits) {\n"
+                  "    mem_get(logits, m->logits, %lld * sizeof(float), model_info.name);\n}\n\n", V);
     str_printf(o, "size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {\n"
-                  "    if (weights) *weights = m->wbytes;\n    if (kv) *kv = m->kvbytes;\n    if (act) *act = m->actbytes;\n"
+                  "    if (weights) *weights = m->wbytes;\n    if (kv) *kv = m->kvbytes;\n"
+                  "    if (act) *act = m->actbytes;\n"
                   "    return m->wbytes + m->kvbytes + m->actbytes;\n}\n\n");
-    str_printf(o, "void model_free(Model *m) {\n    if (!m) return;\n");
-    if (cuda) {
-        str_printf(o, "    cudaFree(m->wdev); cudaFree(m->act); cudaFree(m->kc); cudaFree(m->vc); cudaFree(m->logits); cudaFree(m->ids); cudaFree(m->work);\n");
-        for (int i = 0; i < nm.nconst; i++) str_printf(o, "    cudaFree((void *)m->c[%d]);\n", i);
-    } else {
-        str_printf(o, "    free(m->act); free(m->kc); free(m->vc); free(m->logits); free(m->ids); free(m->work);\n");
-    }
+    str_printf(o, "void model_free(Model *m) {\n    if (!m) return;\n"
+                  "    mem_free(m->wdev); mem_free(m->act); mem_free(m->kc); mem_free(m->vc);\n"
+                  "    mem_free(m->logits); mem_free(m->ids); mem_free(m->work);\n");
+    if (nm.nconst) str_printf(o, "    for (int i = 0; i < %d; i++) mem_free_const(m->c[i]);\n", nm.nconst);
     str_printf(o, "    free(m);\n}\n%s", cuda ? "} /* extern \"C\" */\n" : "");
     arena_free(&nm.A);
 }

@@ -7,21 +7,25 @@
 #ifndef LLMCC_EMIT_H
 #define LLMCC_EMIT_H
 #include "kernel_ir.h"
+#include "model_api.h"
 
 typedef enum { TARGET_CPU, TARGET_CUDA } Target;
 
+/* What the host code says beyond the kernels, filled once by the caller: info is model_info as emitted
+ * (the executable's name, the config's sizes and sampling defaults, max_ctx, max_batch) less what the
+ * program gives (target, n_tensors, tensor_names, max_top_k); n_layers also sizes the KV caches. */
 typedef struct {
     Target target;
-    const char *name;          /* executable name */
-    const ModelConfig *cfg;
-    int max_ctx, max_batch;
+    const char *source;        /* the checkpoint's folder, for the header comment */
+    ModelInfo info;
 } EmitOptions;
 
 void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo);
 /* The pieces emit_program is made of, for harnesses that drive kernels on
- * their own (tests/c/op_harness.c): includes and helpers (api_header: a
- * header to include, or NULL), the distinct kernels, a grid expression as
- * host code (n and pos in scope). */
+ * their own (tests/c/op_harness.c): the includes (api_header: a header to
+ * include before runtime/kernels.h, or NULL; either needs -I to llmcc's
+ * folder or a project's), the distinct kernels, a grid expression as host
+ * code (n and pos in scope). */
 void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header);
 void emit_kernels(Str *o, const KProgram *kp, Target t);
 void emit_host_expr(Str *o, const Expr *e);

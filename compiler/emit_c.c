@@ -10,18 +10,24 @@
 #include "emit.h"
 
 void emit_kernel_c(Str *o, const KKernel *k) {
-    str_printf(o, "\n/* %s: from %s, %s, %d threads per block */\n", k->name, k->module, sched_names[k->sched], k->block);
+    str_printf(o, "\n/* %s: from %s, %s, %d threads per block */\n", k->name, k->module, sched_names[k->sched],
+               k->block);
     str_printf(o, "static void %s(int64_t grid, ", k->name);
     emit_params(o, k, TARGET_CPU);
-    str_printf(o, ") {\n    (void)n; (void)pos;\n    #pragma omp parallel for schedule(static)\n    for (int64_t bid = 0; bid < grid; bid++) {\n");
+    str_printf(o, ") {\n    (void)n; (void)pos;\n    #pragma omp parallel for schedule(static)\n"
+                  "    for (int64_t bid = 0; bid < grid; bid++) {\n");
     for (int i = 0; i < k->nsmem; i++)
         /* a one-float broadcast slot (a block_reduce tail) starts at 0: gcc cannot see that thread 0's
          * phase writes it before the next phase reads it */
-        str_printf(o, k->smem[i].b16 ? "        _Alignas(16) uint16_t smem%d[%d];\n" : k->has_cp_async ? "        _Alignas(16) float smem%d[%d];\n" :
-                   k->smem[i].size == 1 ? "        float smem%d[%d] = {0};\n" : "        float smem%d[%d];\n", i, k->smem[i].size);
-    for (int i = 0; i < k->nregs; i++) str_printf(o, "        %s r%d[%d];\n", k->regs[i].b32 ? "uint32_t" : "float", i, k->block);
-    if (k->has_shfl) str_printf(o, "        float lanebuf[%d]; /* shuffles: the values the lanes publish */\n", k->block);
-    if (k->has_ldm) str_printf(o, "        int64_t laneaddr[%d]; /* ldmatrix: the row offsets the lanes give */\n", k->block);
+        str_printf(o, "        %s%s smem%d[%d]%s;\n", k->smem[i].b16 || k->has_cp_async ? "_Alignas(16) " : "",
+                   k->smem[i].b16 ? "uint16_t" : "float", i, k->smem[i].size,
+                   !k->smem[i].b16 && !k->has_cp_async && k->smem[i].size == 1 ? " = {0}" : "");
+    for (int i = 0; i < k->nregs; i++)
+        str_printf(o, "        %s r%d[%d];\n", k->regs[i].b32 ? "uint32_t" : "float", i, k->block);
+    if (k->has_shfl)
+        str_printf(o, "        float lanebuf[%d]; /* shuffles: the values the lanes publish */\n", k->block);
+    if (k->has_ldm)
+        str_printf(o, "        int64_t laneaddr[%d]; /* ldmatrix: the row offsets the lanes give */\n", k->block);
     if (k->has_cp_async) {
         /* copies not yet waited for must not be seen: shared memory starts as NaN, not as zeros that could pass */
         str_printf(o, "        CpQueue cpq_ = {0}; /* cp.async: the block's pending copies */\n");

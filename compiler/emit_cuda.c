@@ -12,7 +12,7 @@ void emit_kernel_cuda(Str *o, const KKernel *k) {
     str_printf(o, ") {\n    const int64_t tid = threadIdx.x, bid = blockIdx.x;\n    (void)n; (void)pos; (void)bid;\n");
     for (int i = 0; i < k->nsmem; i++)
         /* 16-byte aligned: ldmatrix rows and cp.async destinations */
-        str_printf(o, k->smem[i].b16 || k->has_cp_async ? "    __shared__ __align__(16) %s smem%d[%d];\n" : "    __shared__ %s smem%d[%d];\n",
+        str_printf(o, "    __shared__ %s%s smem%d[%d];\n", k->smem[i].b16 || k->has_cp_async ? "__align__(16) " : "",
                    k->smem[i].b16 ? "uint16_t" : "float", i, k->smem[i].size);
     for (int i = 0; i < k->nregs; i++) str_printf(o, "    %s r%d;\n", k->regs[i].b32 ? "uint32_t" : "float", i);
     emit_kstmts(o, k, k->body, k->nbody, 1, TARGET_CUDA);

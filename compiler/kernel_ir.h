@@ -1,5 +1,5 @@
 /* kernel_ir.h: kernel IR, the hardware's primitives in a form both emitters
- * print directly (see DESIGN-NOTES section 1):
+ * print directly (docs/pipeline.md, "Kernel IR primitives"):
  *   kernel := params, grid, block, shared arrays, registers, body
  *   body   := phase { per-thread code }   -- a block barrier follows unless
  *                                           the phase is marked warp-level
@@ -38,7 +38,8 @@ typedef enum {
 typedef struct TStmt {
     TStmtKind k;
     Var *v;                    /* let, for; vload: the vector (read as EX_VELEM) */
-    int vec;                   /* vload: elements (consecutive in the last dimension, vector aligned); cp_async: bytes (4, 8, 16) */
+    int vec;                   /* vload: elements (consecutive in the last dimension, vector aligned);
+                                * cp_async: bytes (4, 8, 16) */
     int reg, smem;             /* assign: register; sstore, cp_async: shared array */
     Expr *e;                   /* let/assign/store/sstore value; if condition; for upper bound; cp_async: predicate
                                 * (NULL: always; false: the destination is zero-filled and nothing is read) */
@@ -48,8 +49,9 @@ typedef struct TStmt {
     struct TStmt **body; int nbody;
 } TStmt;
 
-#define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor") X(KS_SHFL, "shfl") X(KS_MMA, "mma") X(KS_LDMATRIX, "ldmatrix") \
-    X(KS_CP_COMMIT, "cp_async_commit_group") X(KS_CP_WAIT, "cp_async_wait_group") X(KS_ULET, "ulet")
+#define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor") X(KS_SHFL, "shfl") X(KS_MMA, "mma") \
+    X(KS_LDMATRIX, "ldmatrix") X(KS_CP_COMMIT, "cp_async_commit_group") X(KS_CP_WAIT, "cp_async_wait_group") \
+    X(KS_ULET, "ulet")
 typedef enum {
 #define X(e, s) e,
     KSTMT_KINDS(X)
@@ -70,7 +72,8 @@ typedef struct KStmt {
     KStmtKind k;
     TStmt **body; int nbody;   /* phase */
     bool barrier;              /* phase: a block barrier follows (false: only this thread's registers carry over) */
-    ShflKind shfl; int dst, src; Expr *arg;   /* shfl: rdst = value of rsrc at the lane given by arg (delta, mask or lane; uniform) */
+    /* shfl: rdst = value of rsrc at the lane given by arg (delta, mask or lane; uniform) */
+    ShflKind shfl; int dst, src; Expr *arg;
     Var *v; Expr *init, *cond, *update;   /* ufor */
     struct KStmt **kbody; int nk;
     /* mma_m16n8k16_bf16 (f32 accumulate, in place): fragment registers in the PTX ISA's layout, with
@@ -89,7 +92,8 @@ typedef struct KStmt {
     int wait_n;                /* wait_group */
 } KStmt;
 
-typedef struct { int size; bool b16, f16; } SmemDecl;   /* f16: the b16 elements are IEEE halves (f32 stores round to f16), else bf16 */   /* b16: uint16 elements (bf16 bits; f32 stores round to nearest even) */
+/* b16: uint16 elements, f16: IEEE halves, else bf16 bits (f32 stores round to nearest even) */
+typedef struct { int size; bool b16, f16; } SmemDecl;
 typedef struct { EType t; bool b32; } RegDecl;     /* b32: a .b32 fragment register (two bf16) */
 
 #define MAX_PARAMS 16
@@ -116,11 +120,12 @@ typedef struct {
     const char *module;
     Buffer *args[MAX_PARAMS];
     Expr *grid;
-    int run_if, min_n;         /* 0: always; 1: only when n > min_n; 2: only when n <= min_n (gemm_tc / gemv dispatch) */
+    int run_if, min_n;         /* 0: always; 1: only when n > min_n; 2: only when n <= min_n (gemm_tc / gemv) */
 } KLaunch;
 
 typedef struct {
-    const TProgram *tp;
+    const TProgram *tp;        /* the emitters' memory plan and buffers */
+    bool sampler;              /* a model's program: its top-k launches are the sampler's (model_topk runs them) */
     KKernel **kernels; int nk;   /* distinct kernels */
     KLaunch *launches; int nl;   /* in execution order */
 } KProgram;

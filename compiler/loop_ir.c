@@ -56,6 +56,7 @@ static LoopNest *lower_op(Arena *A, const TOp *op) {
 
 void loop_lower(Arena *A, TProgram *tp, LProgram *lp) {
     lp->tp = tp;
+    lp->max_batch = tp->g->max_batch; lp->max_ctx = tp->g->max_ctx; lp->sampler = tp->g->cfg != NULL;
     lp->n_inlined = lp->n_side_stores = lp->n_flash = lp->n_retargeted = lp->n_tails = 0;
     lp->n = tp->n;
     lp->nests = ARENA_ARRAY(A, LoopNest *, tp->n);

@@ -72,6 +72,8 @@ typedef struct {
 
 typedef struct {
     TProgram *tp;              /* loop_fuse re-plans its activation offsets */
+    int64_t max_batch, max_ctx;   /* bounds of n and pos, for the schedules' extents */
+    bool sampler;              /* a model's program: its top-k is the sampler's */
     LoopNest **nests; int n;
     int n_inlined, n_side_stores, n_tails, n_retargeted, n_flash;   /* what loop_fuse and loop_flash did */
     int n_epilogues, n_pairs, n_halves;                              /* loop_fuse_epilogues */

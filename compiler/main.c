@@ -69,7 +69,7 @@ static const char USAGE[] =
     "  --print-after STAGE        print the IR right after pipeline stage STAGE ran and was verified, on\n"
     "                             stdout (with its level's printer): frontend, select_layer, decompose,\n"
     "                             plan_memory, lift_loops, flash_attention, fuse, fuse_epilogues, schedule,\n"
-    "                             materialise; `all`: after every stage, each under a line naming it\n"
+    "                             materialise, cleanup; `all`: after every stage, each under a line naming it\n"
     "                             (compile: then --ir is optional; build: the project is written as usual)\n"
     "  --knob NAME=VALUE          pin a schedule parameter (flat_block, reduce_block_max, gemv_*, gemm_*,\n"
     "                             flash (0: plain attention), flash_split, flash_tokens, flash_min_n, fuse\n"
@@ -223,6 +223,19 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
     }
 }
 
+/* what emit_program says of the model beyond its kernels */
+static EmitOptions emit_options(const Compilation *c, Target t, const char *name) {
+    const ModelConfig *m = &c->cfg;
+    EmitOptions eo = {t, m->dir, {name, m->architecture, NULL, m->vocab_size, m->hidden_size,
+                                  m->intermediate_size, m->num_hidden_layers, m->num_attention_heads,
+                                  m->num_key_value_heads, m->head_dim, c->max_ctx, c->max_batch, m->bos_token_id,
+                                  m->n_eos, {0}, (float)m->temperature, (float)m->top_p, (float)m->min_p,
+                                  (float)m->repetition_penalty, m->top_k, 0, NULL, 0}};
+    CHECK(m->n_eos <= MODEL_MAX_EOS, "%d eos ids", m->n_eos);
+    memcpy(eo.info.eos_ids, m->eos_token_ids, sizeof(int) * (size_t)m->n_eos);
+    return eo;
+}
+
 static int cmd_compile(int argc, char **argv) {
     Opts o;
     parse_opts(argc, argv, &o, false);
@@ -243,7 +256,7 @@ static int cmd_compile(int argc, char **argv) {
         HarnessOptions ho = {o.target, title, c.max_batch, 0, false};
         emit_harness(&out, &c.kp, &ho);
     } else if (level >= IR_CUDA) {
-        EmitOptions eo = {o.target, o.name ? o.name : c.cfg.family, &c.cfg, c.max_ctx, c.max_batch};
+        EmitOptions eo = emit_options(&c, o.target, o.name ? o.name : c.cfg.family);
         emit_program(&out, &c.kp, &eo);
     }
     /* --print-after's stages come first: they ran before --ir's level was printed, or were the last ones run */
@@ -354,7 +367,7 @@ static int cmd_build(int argc, char **argv) {
 
     /* the kernels and the launch plan */
     Str src = {0};
-    EmitOptions eo = {o.target, name, &c.cfg, c.max_ctx, c.max_batch};
+    EmitOptions eo = emit_options(&c, o.target, name);
     emit_program(&src, &c.kp, &eo);
     write_file_atomic(path_join(A, tmp, o.target == TARGET_CUDA ? "model.cu" : "model.c"), src.s, src.len);
     str_free(&src);

@@ -1,6 +1,7 @@
 /* pipeline.c: the stages of a compilation, in order. Adding a pass means
  * adding a line to STAGES. */
 #include "pipeline.h"
+#include "kernel_cleanup.h"
 #include "torch_expr.h"
 #include <stdio.h>
 #include <string.h>
@@ -37,6 +38,7 @@ static void st_fuse(Compilation *c) { loop_fuse(&c->A, &c->lp, c->knobs.fuse); }
 static void st_epilogues(Compilation *c) { loop_fuse_epilogues(&c->A, &c->lp, c->knobs.fuse); }
 static void st_schedule(Compilation *c) { tile_schedule(&c->A, &c->lp, &c->knobs, &c->tip); }
 static void st_materialise(Compilation *c) { kernel_lower(&c->A, &c->tip, &c->kp); }
+static void st_cleanup(Compilation *c) { kernel_cleanup(&c->A, &c->kp); }
 
 static const char *v_graph(Compilation *c) { return graph_verify(&c->A, &c->g); }
 static const char *v_tensor(Compilation *c) { return tensor_verify(&c->A, &c->tp); }
@@ -69,6 +71,7 @@ static const Stage STAGES[] = {
     {"fuse_epilogues", IR_LOOP, st_epilogues, v_loop, p_loop},
     {"schedule", IR_TILE, st_schedule, v_tile, p_tile},
     {"materialise", IR_KERNEL, st_materialise, v_kernel, p_kernel},
+    {"cleanup", IR_KERNEL, st_cleanup, v_kernel, p_kernel},
 };
 
 /* a stage without its own printer prints with its level's */

@@ -1,52 +1,18 @@
 /* tile_ir.h: tile IR, the mapping of a loop nest onto the GPU's hierarchy:
  * which loops become the grid, which the warps and lanes of a block, what
- * lives in shared memory. Schedules:
- *   flat          every output element is one thread (elementwise, index maps)
- *   block_reduce  one block per output element; threads stride over the
- *                 reduction, a warp-shuffle tree per warp, one value per warp
- *                 in shared memory, a final warp reduce
- *   gemv          reductions that read a weight (the linears): one warp per
- *                 output element (rows_per_block of them per block), lanes
- *                 stride over K with 128-bit vector loads, f32 accumulation,
- *                 a warp-shuffle tree; optionally split over K (split-K):
- *                 partials go to a workspace and
- *   splitk_sum    the second pass: a thread per output element sums the
- *                 split_k partials in order (deterministic) and applies the
- *                 epilogue
- *   gemm_tc       bf16- or f16-weight linears when n > gemm_min_n: a block per bm x bn
- *                 (tokens x outputs; 64 x 64) tile, warps of 32x32, K in steps of bk
- *                 staged to shared memory as bf16 (stages > 1: a pipeline,
- *                 W by cp.async, X by register prefetch), ldmatrix + mma.sync
- *                 m16n8k16 with f32 accumulation; the launch plan runs it or
- *                 the gemv by n at run time. A pair nest (two accumulators):
- *                 the gemv's lanes sum both terms (the activation loaded once),
- *                 gemm_tc's W tile holds 16 rows of one weight then 16 of the
- *                 other, so a warp's n-tiles 0,1 and 2,3 are the same outputs
- *   flash_attn    an attention fused by loop_flash: a block per (tokens, kv
- *                 head, key slice), a warp per (token, head) row of the group
- *                 (the group's heads share the staged K/V tiles: no copies for
- *                 GQA); per tile of 32 keys a lane scores one key, a shuffle
- *                 tree gives the row max, the online softmax rescales the
- *                 running sum and the lanes' P.V accumulators (lane d, d+32..);
- *                 split over the keys (flash decoding) for short calls, then
- *   flash_combine a thread per output element merges the slices' (o, max, sum)
- *   top_k         a block per (row, chunk of the row): each thread keeps the
- *                 best element of its strided part that is below the last one
- *                 it gave; k rounds of a block argmax (warp shuffles, one
- *                 (value, index) per warp in shared memory) each emit the
- *                 block's next element, the winning thread rescans its part.
- *                 With several chunks each writes its k to a workspace and
- *   top_k_merge   a block per row: thread c holds chunk c's sorted list and
- *                 offers its head; k rounds of the same block argmax
- * Parameters are chosen from the shapes; --knob NAME=VALUE pins them
- * (fuse=0 turns off loop IR fusion, which runs before scheduling). */
+ * lives in shared memory. One schedule per kind (SCHED_KINDS); each family
+ * lives in its own file under compiler/schedules/ (what it is, how its
+ * parameters are chosen, its checks and its kernel IR), tied together by
+ * the table in compiler/schedules/schedule.h. Parameters are chosen from
+ * the shapes; --knob NAME=VALUE pins them (fuse=0 turns off loop IR fusion,
+ * which runs before scheduling). */
 #ifndef LLMCC_TILE_IR_H
 #define LLMCC_TILE_IR_H
 #include "loop_ir.h"
 
 #define SCHED_KINDS(X) X(SCHED_FLAT, "flat") X(SCHED_BLOCK_REDUCE, "block_reduce") X(SCHED_GEMV, "gemv") \
-    X(SCHED_SPLITK_SUM, "splitk_sum") X(SCHED_GEMM_TC, "gemm_tc") X(SCHED_FLASH, "flash_attn") X(SCHED_FLASH_COMBINE, "flash_combine") \
-    X(SCHED_TOPK, "top_k") X(SCHED_TOPK_MERGE, "top_k_merge")
+    X(SCHED_SPLITK_SUM, "splitk_sum") X(SCHED_GEMM_TC, "gemm_tc") X(SCHED_FLASH, "flash_attn") \
+    X(SCHED_FLASH_COMBINE, "flash_combine") X(SCHED_TOPK, "top_k") X(SCHED_TOPK_MERGE, "top_k_merge")
 typedef enum {
 #define X(e, s) e,
     SCHED_KINDS(X)
@@ -98,61 +64,88 @@ void knobs_default(Knobs *k);
 void knobs_set(Knobs *k, const char *assign);
 void knobs_print(Str *o, const Knobs *k);
 
+/* gemv and its splitk_sum (compiler/schedules/gemv.c) */
 typedef struct {
-    const LoopNest *nest;
-    SchedKind kind;
-    const char *name;          /* kernel base name: the nest's, with _splitk for the second pass */
-    int block;
-    Expr *grid;                /* blocks, from n and pos */
-    int npar; Axis par[MAX_AXES];
-    int nred; Axis red[2];
-    RedOp redop;
-    Expr *acc_value;           /* the reduced term */
-    Expr *store_value;         /* may read acc */
-    Buffer *out; Expr **idx;
-    /* a pair nest (loop_fuse_epilogues; gemv and gemm_tc only): a second accumulator summing acc_value1
-     * over the same K, and with nstore 2 a second store; both store values may read acc and acc1 */
-    int nacc, nstore;
-    Expr *acc_value1, *store_value1;
-    Buffer *out1; Expr **idx1;
-    Buffer *side; Expr **side_idx; Expr *side_value;   /* block_reduce: a fused producer stored from the loop (loop_fuse) */
-    Axis tail; Buffer *tail_out; Expr **tail_idx; Expr *tail_value;   /* block_reduce: a fused row op over tail after the store (loop_fuse) */
-    int smem_floats;
-    /* gemv */
     int rows;                  /* warps (output elements) per block */
     int split_k;               /* K slices; > 1: partials go to work, a splitk_sum kernel follows */
     int64_t k_chunk;           /* K elements per slice (a multiple of vec) */
     int vec;                   /* elements per lane per vector load; 1: scalar loads */
-    int unroll;                /* rounds of a lane's loads issued before their sums (gemv) */
-    Buffer *work;              /* gemv with split_k > 1, splitk_sum: [outputs, split_k] f32 partials */
-    int run_if, min_n;         /* 0: always; 1: when n > min_n (gemm_tc); 2: when n <= min_n (its gemv) */
-    /* gemm_tc: y[t, o] = sum_k xop(t, k) * wop(o, k); xop is staged as bf16 */
+    int unroll;                /* rounds of a lane's loads issued before their sums */
+    Buffer *work;              /* split_k > 1: [outputs, split_k * nacc] f32 partials */
+} GemvParams;
+/* gemm_tc (compiler/schedules/gemm_tc.c): y[t, o] = sum_k xop(t, k) * wop(o, k) */
+typedef struct {
     int bm, bn, bk;            /* block tile: tokens, outputs, K step */
     int stages;                /* shared-memory buffers per operand: 1 stage then compute; > 1 a pipeline */
-    bool w_cp_async;           /* stages > 1: W tiles by cp.async (K % 8 == 0), else by register prefetch like X */
+    bool w_cp_async;           /* stages > 1: W tiles by cp.async (K % 8 == 0), else by register prefetch */
     bool x_vec;                /* stages > 1: X prefetched by 4-wide vector loads (a plain row load, K % 4 == 0) */
-    Expr *xop, *wop;
-    Expr *wop1;                /* a pair's slot-1 weight operand: the block's W tile interleaves the two in groups of 16 rows */
-    /* flash_attn / flash_combine (split_k: key slices, work: their partials [rows*heads*split, hv + 2]) */
-    const AttnDesc *attn;
+    Expr *xop;                 /* the activation operand of the reduced terms */
+    Expr *wop[2];              /* each accumulator's weight operand: a pair's W tile interleaves the two in groups
+                                * of 16 rows */
+} GemmTcParams;
+/* flash_attn and flash_combine (compiler/schedules/flash.c) */
+typedef struct {
+    const AttnDesc *attn;      /* the attention loop_flash fused */
     int tq;                    /* tokens per block; warps = tq * group */
-    Expr *nsplit;              /* key slices at run time: min(split_k, one per 32 keys), so none is empty but the last's end */
-    /* top_k / top_k_merge: split_k chunks of k_chunk elements per row (work: [rows * chunks, 2 * topk_max],
-     * each chunk's values then indices, when split_k > 1) */
-    const TOp *topk;
+    int split;                 /* key slices (flash decoding); 1: none */
+    Expr *nsplit;              /* slices at run time: min(split, one per 32 keys), so none is empty */
+    Buffer *work;              /* split > 1: the slices' partials [rows*heads*split, hv + 2]: o, max, sum */
+} FlashParams;
+/* top_k and top_k_merge (compiler/schedules/topk.c) */
+typedef struct {
+    const TOp *op;             /* the top-k op */
+    int nrow; Axis row[MAX_AXES];   /* the rows: the nest's parallel axes, outermost first */
+    int chunks;                /* blocks per row, each a chunk of the row */
+    int64_t chunk;             /* elements per chunk */
+    Buffer *work;              /* chunks > 1: [rows * chunks, 2 * topk_max], each chunk's values then indices */
+} TopkParams;
+
+typedef struct { Buffer *buf; Expr **idx; Expr *value; } NestStore;   /* buf[idx] = value */
+/* What a nest of stores and reductions computes (nest_shape, tile_ir.c), for the schedules of such nests:
+ * flat (a store, no reduction), block_reduce, gemv, splitk_sum, gemm_tc. */
+typedef struct {
+    int npar; Axis par[MAX_AXES];   /* the parallel axes, outermost first */
+    int nred; Axis red[2];     /* the reduction axes */
+    RedOp redop;
+    /* accumulators: 2 for a pair nest (loop_fuse_epilogues; gemv and gemm_tc only), each summing its term
+     * over the same K; a pair's halves have two stores, and every store value may read both */
+    int nacc; Expr *acc[2];
+    int nstore; NestStore store[2];
+    NestStore side;            /* block_reduce: a fused producer stored from the loop (loop_fuse); buf NULL: none */
+    /* block_reduce: a fused row op over the axis tail after the store (loop_fuse); tail_store.buf NULL: none */
+    Axis tail; NestStore tail_store;
+    union {
+        GemvParams gemv;       /* gemv, splitk_sum */
+        GemmTcParams gemm;     /* gemm_tc */
+    };
+} NestBody;
+
+/* A kernel of the tile IR: its launch, and what the schedule its kind names maps onto it. */
+typedef struct {
+    const LoopNest *nest;
+    SchedKind kind;
+    const char *name;          /* kernel base name: the nest's, suffixed for a schedule's other kernels */
+    int block;                 /* threads per block */
+    Expr *grid;                /* blocks, from n and pos */
+    int smem_floats;           /* f32 shared scratch per block (gemm_tc and flash_attn declare their own) */
+    int run_if, min_n;         /* 0: always; 1: when n > min_n; 2: when n <= min_n (gemm_tc / gemv, flash) */
+    union {
+        NestBody body;         /* flat, block_reduce, gemv, splitk_sum, gemm_tc */
+        FlashParams flash;     /* flash_attn, flash_combine */
+        TopkParams topk;       /* top_k, top_k_merge */
+    };
 } TileKernel;
 
 typedef struct {
     const LProgram *lp;
     Knobs knobs;
+    int64_t max_batch, max_ctx;   /* bounds of n and pos (from lp), for extents that grow with them */
     TileKernel **k; int n;     /* in launch order (a split-K nest gives two) */
 } TileProgram;
 
 /* Whether flash_attn has a schedule for this attention (warps, registers,
  * shared memory); loop_flash fuses only those. */
 bool flash_fits(const AttnDesc *d);
-/* Shared floats of a flash_attn block of w warps: Q rows, K and V tiles, P */
-int64_t flash_smem_floats(const AttnDesc *d, int w);
 void tile_schedule(Arena *A, const LProgram *lp, const Knobs *kn, TileProgram *tp);
 void tile_print(Str *o, const TileProgram *tp);
 const char *tile_verify(Arena *A, const TileProgram *tp);

@@ -14,9 +14,11 @@ import numpy as np
 from testlib import CFLAGS, ROOT, build_c, run, tmpdir
 
 U = 2.0 ** -24
-HARNESS_SRCS = ["compiler/util.c", "compiler/expr.c", "compiler/tensor_ir.c", "compiler/loop_ir.c", "compiler/tile_ir.c",
-                "compiler/kernel_ir.c", "compiler/emit.c", "compiler/emit_c.c", "compiler/emit_cuda.c", "compiler/graph.c",
-                "tests/c/op_harness.c"]
+HARNESS_SRCS = (["compiler/util.c", "compiler/expr.c", "compiler/tensor_ir.c", "compiler/loop_ir.c", "compiler/tile_ir.c",
+                 "compiler/kernel_ir.c", "compiler/emit.c", "compiler/emit_c.c", "compiler/emit_cuda.c", "compiler/graph.c"] +
+                ["compiler/schedules/" + f for f in sorted(os.listdir(os.path.join(ROOT, "compiler", "schedules")))
+                 if f.endswith(".c")] +
+                ["tests/c/op_harness.c"])
 
 
 def harness():
@@ -43,7 +45,7 @@ def compile_op(args, knobs=()):
     exe = os.path.join(d, "op")
     # under make test-asan the kernels are sanitized too: reads out of bounds (guards see only writes)
     san = [f for f in CFLAGS if f.startswith("-fsanitize") or f.startswith("-fno-sanitize") or f == "-fno-omit-frame-pointer"]
-    run(["gcc", "-std=c11", "-O1", "-fopenmp", "-Wall", "-Wextra", "-Werror"] + san + [gen, os.path.join(ROOT, "tests", "c", "op_main.c"),
+    run(["gcc", "-std=c11", "-O1", "-fopenmp", "-Wall", "-Wextra", "-Werror", "-I" + ROOT] + san + [gen, os.path.join(ROOT, "tests", "c", "op_main.c"),
          "-o", exe, "-lm"])
     return exe, tile, d
 

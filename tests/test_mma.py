@@ -117,7 +117,7 @@ def test_gemm_tc_f16_weights():
     c = run([harness(), "linear", "32", "40", "64", "f16", "0"]).stdout
     assert "mma_warp(w_, 1, " in c and "f32_to_f16(" in c and "mma_warp(w_, 0, " not in c and "f32_to_bf16(" not in c
     cu = run([harness(), "linear", "32", "40", "64", "f16", "0", "--target", "cuda"]).stdout
-    assert "m16n8k16.row.col.f32.f16.f16.f32" in cu and ".bf16.bf16" not in cu
+    assert "mma_m16n8k16_f16(" in cu and "mma_m16n8k16_bf16(" not in cu   # runtime/kernels.h: mma...f32.f16.f16.f32
 
 
 # n past the tile edge (17, 33), n = 64, n = 17 with M = 17; M 8 (< an n-tile), 17, 72, 130, 200; K 16 (< bk), 36 and 203

@@ -145,12 +145,12 @@ def test_compile_every_level():
     src = os.path.join(d, "harness.c")
     with open(src, "w") as f:
         f.write(outs["c"])
-    run(["cc", "-O1", "-fopenmp", "-std=c11", "-o", os.path.join(d, "harness"), src, "-lm"])
+    run(["cc", "-O1", "-fopenmp", "-std=c11", "-I" + ROOT, "-o", os.path.join(d, "harness"), src, "-lm"])
     if shutil.which("nvcc"):
         cu = os.path.join(d, "harness.cu")
         with open(cu, "w") as f:
             f.write(outs["cuda"])
-        run(["nvcc", "-arch=sm_90", "-c", cu, "-o", os.path.join(d, "harness_cu.o")])
+        run(["nvcc", "-arch=sm_90", "-I" + ROOT, "-c", cu, "-o", os.path.join(d, "harness_cu.o")])
 
 
 def check_error(args, key, words):
@@ -270,7 +270,7 @@ def test_layer_every_level():
     src = os.path.join(tmpdir("torch_expr"), "layer.c")
     with open(src, "w") as f:
         f.write(outs["c"])
-    run(["cc", "-O0", "-fopenmp", "-std=c11", "-c", src, "-o", src + ".o"])
+    run(["cc", "-O0", "-fopenmp", "-std=c11", "-I" + ROOT, "-c", src, "-o", src + ".o"])
 
 
 def test_layer_out_of_range():

@@ -59,7 +59,7 @@ def build_c(name, sources, extra=(), libs=("-lm",)):
     for s in srcs:
         with open(s, "rb") as f:
             h.update(f.read())
-    for d in ("compiler", "runtime"):
+    for d in ("compiler", "compiler/schedules", "runtime"):
         for fn in sorted(os.listdir(os.path.join(ROOT, d))):
             if fn.endswith(".h"):
                 with open(os.path.join(ROOT, d, fn), "rb") as f:

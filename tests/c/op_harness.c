@@ -168,7 +168,7 @@ static TStmt *st2(Buffer *b, Expr *i0, int64_t i1, Expr *v) {
 }
 /* the program of one kernel launched once on its own parameters */
 static void one_launch(KProgram *kp, KKernel *k) {
-    kp->tp = &tp;
+    kp->tp = &tp; kp->sampler = false;
     kp->kernels = ARENA_ARRAY(&A, KKernel *, 1); kp->kernels[0] = k; kp->nk = 1;
     kp->launches = ARENA_ARRAY(&A, KLaunch, 1); kp->nl = 1;
     kp->launches[0].k = k; kp->launches[0].module = k->module; kp->launches[0].grid = k->grid;

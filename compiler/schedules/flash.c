@@ -1,0 +1,310 @@
+/* flash.c: the flash_attn and flash_combine schedules. flash_attn: an
+ * attention fused by loop_flash: a block per (tokens, kv head, key slice),
+ * a warp per (token, head) row of the group (the group's heads share the
+ * staged K/V tiles: no copies for GQA); per tile of 32 keys a lane scores
+ * one key, a shuffle tree gives the row max, the online softmax rescales
+ * the running sum and the lanes' P.V accumulators (lane d, d+32..); split
+ * over the keys (flash decoding) for short calls, then flash_combine: a
+ * thread per output element merges the slices' (o, max, sum).
+ * Tests: tests/test_flash.py (schedules, knobs flash_*, the debug_flash_mask fault), tests/test_ops.py (sdpa). */
+#include "schedules/schedule.h"
+
+#define FLASH_BC 32            /* keys per tile: one per lane when scoring */
+/* registers: the lane's score / p, a shuffle partner / the rescale factor, the row's running max m, this
+ * lane's running sum, the tile's max / the new m, the m exp() subtracts, then o[d] for d = lane, lane + 32, .. */
+enum { FLASH_R_P, FLASH_R_TMP, FLASH_R_MAX, FLASH_R_SUM, FLASH_R_NEW_MAX, FLASH_R_SUB, FLASH_R_O };
+/* shared: Q rows [warp][hd], K tile [32][hd + 1], V tile [32][hv], P [warp][32] */
+enum { FLASH_S_Q, FLASH_S_K, FLASH_S_V, FLASH_S_P };
+/* flash_combine's registers */
+enum { COMBINE_R_MAX, COMBINE_R_SUM, COMBINE_R_O, COMBINE_R_SCALE };
+
+/* Shared floats of a flash_attn block of w warps: Q rows, K and V tiles, P */
+static int64_t flash_smem_floats(const AttnDesc *d, int w) {
+    /* K rows padded by one float: lane l reads row l, so the rows fall in different banks */
+    return (int64_t)w * d->hd + FLASH_BC * (d->hd + 1) + FLASH_BC * d->hv + (int64_t)w * FLASH_BC;
+}
+bool flash_fits(const AttnDesc *d) {
+    /* registers: 6 + one accumulator per 32 of hv; one warp per head of a group */
+    return d->group <= 32 && (d->hv + 31) / 32 <= 48 && flash_smem_floats(d, (int)d->group) * 4 <= 48 * 1024;
+}
+
+/* One flash_attn kernel: tq tokens per block, split key slices. */
+static TileKernel *flash_kernel(Arena *A, const LoopNest *nest, const AttnDesc *d, int tq, int split, const char *sfx) {
+    TileKernel *k = new_tile_kernel(A, nest);
+    FlashParams *P = &k->flash;
+    k->kind = SCHED_FLASH;
+    k->name = arena_printf(A, "%s_%s", d->kname, sfx);
+    P->attn = d;
+    P->tq = tq;
+    P->split = split;
+    k->block = 32 * tq * (int)d->group;
+    k->smem_floats = (int)flash_smem_floats(d, tq * (int)d->group);
+    P->nsplit = split > 1 ? emin(A, e_i(A, split), ceil_div(A, d->len, FLASH_BC)) : e_i(A, 1);
+    k->grid = E_MUL(A, E_MUL(A, ceil_div(A, d->rows, tq), e_i(A, d->heads / d->group)), P->nsplit);
+    return k;
+}
+/* Calls of more than flash_min_n tokens (prefill) get blocks of several tokens, so a staged K/V tile
+ * serves tq * group rows; shorter calls (decode) a token per block, the keys split into slices until the
+ * grid has about gemv_target_blocks blocks (flash decoding), merged by flash_combine. */
+int flash_choose(const ScheduleChoice *c, TileKernel *k0, TileKernel **out) {
+    if (!c->leaf || c->leaf->k != LS_ATTN) return 0;
+    Arena *A = c->A;
+    const Knobs *kn = c->kn;
+    const AttnDesc *d = c->leaf->attn;
+    const LoopNest *nest = k0->nest;
+    int64_t rmax, r1, lmax, G = d->group, kvh = d->heads / d->group;
+    CHECK(eval_i(d->rows, c->tp->max_batch, c->tp->max_ctx, &rmax) && eval_i(d->rows, 1, 0, &r1) &&
+          eval_i(d->len, c->tp->max_batch, c->tp->max_ctx, &lmax), "attention %s: extents", nest->module);
+    bool rows_const = expr_is_const(d->rows, &r1);
+    int nk = 0;
+    bool prefill = rmax > kn->flash_min_n, decode = !rows_const || !prefill;
+    if (prefill) {
+        /* as many tokens as fit 16 warps (and 48 KiB): each staged K/V tile then serves up to 16 rows */
+        int tq = kn->flash_tokens ? kn->flash_tokens : (int)max_i(1, 16 / G);
+        while (tq > 1 && (tq * G > 32 || flash_smem_floats(d, (int)(tq * G)) * 4 > 48 * 1024)) {
+            if (kn->flash_tokens)
+                die_user(NULL, "--knob", "flash_tokens=%d does not fit %s: %lld warps (at most 32) and %lld bytes of "
+                         "shared memory (at most 49152)", tq, nest->module, (long long)(tq * G),
+                         (long long)flash_smem_floats(d, (int)(tq * G)) * 4);
+            tq--;
+        }
+        TileKernel *k = flash_kernel(A, nest, d, tq, 1, "flash");
+        if (decode) { k->run_if = 1; k->min_n = kn->flash_min_n; }
+        out[nk++] = k;
+    }
+    if (!decode) return nk;
+    int64_t rd = rows_const ? r1 : min_i(rmax, kn->flash_min_n);
+    int64_t S = kn->flash_split, blocks = rows_const ? r1 * kvh : kvh;
+    if (!S) S = blocks >= kn->gemv_target_blocks ? 1 : (kn->gemv_target_blocks + blocks - 1) / blocks;
+    S = max_i(1, min_i(S, (lmax + FLASH_BC - 1) / FLASH_BC));   /* at run time also at most one per 32 keys */
+    TileKernel *k = flash_kernel(A, nest, d, 1, (int)S, "flash_decode");
+    if (prefill) { k->run_if = 2; k->min_n = kn->flash_min_n; }
+    out[nk++] = k;
+    if (S == 1) return nk;
+    k->flash.work = work_buffer(A, d->kname, "partials", rd * d->heads * S, d->hv + 2);
+    TileKernel *m = new_tile_kernel(A, nest);
+    m->kind = SCHED_FLASH_COMBINE;
+    m->name = arena_printf(A, "%s_flash_combine", d->kname);
+    m->flash = k->flash;
+    m->block = kn->flat_block;
+    m->grid = ceil_div(A, E_MUL(A, d->rows, e_i(A, d->heads * d->hv)), m->block);
+    m->run_if = k->run_if; m->min_n = k->min_n;
+    out[nk++] = m;
+    return nk;
+}
+
+void flash_print(Str *o, const TileKernel *k) {
+    const FlashParams *P = &k->flash;
+    const AttnDesc *d = P->attn;
+    long long kvh = (long long)(d->heads / d->group);
+    str_printf(o, " tokens=%d warps=%d split=%d keys_per_tile=%d\n  block (bid/%d/%lld, bid/%d%%%lld, bid%%%d) -> "
+               "(tokens [%s<", P->tq, k->block / 32, P->split, FLASH_BC, P->split, kvh, P->split, kvh, P->split,
+               d->t->name);
+    expr_print(o, d->rows);
+    str_printf(o, "] by %d, kv head, key slice); warp -> a (token, head) row of the kv head's %lld heads\n"
+               "  per %d keys [%s<", P->tq, (long long)d->group, FLASH_BC, d->j->name);
+    expr_print(o, d->len);
+    str_printf(o, "]: K/V tile to shared memory once for the block, lane -> one key's score (dot over %lld from shared "
+               "memory), shfl_xor max tree, online softmax (running max, per-lane sums), lane -> d, d+32, .. of P.V "
+               "(%lld)\n",
+               (long long)d->hd, (long long)d->hv);
+    if (P->work) str_printf(o, "  slices write (o, max, sum) to %s\n", P->work->name);
+}
+void flash_combine_print(Str *o, const TileKernel *k) {
+    str_printf(o, "\n  thread (bid*%d + tid) -> (row, d); merges %d slices of %s: o / sum rescaled to the largest "
+               "max\n",
+               k->block, k->flash.split, k->flash.work->name);
+}
+const char *flash_verify(const TileKernel *k) {
+    const FlashParams *P = &k->flash;
+    bool bad = !P->attn || k->block != 32 * P->tq * P->attn->group || P->split < 1 || (P->split > 1) != !!P->work;
+    return bad ? "flash_attn parameters" : NULL;
+}
+const char *flash_combine_verify(const TileKernel *k) {
+    const FlashParams *P = &k->flash;
+    bool bad = !P->attn || !P->work || P->work->dims[1] != P->attn->hv + 2 || P->split < 2;
+    return bad ? "flash_combine without its partials" : NULL;
+}
+
+/* The block's place (uniform), and a thread's lane variable. */
+typedef struct {
+    Expr *slice;               /* the key slice (0 without split) */
+    Expr *kvh;                 /* the kv head */
+    Expr *t0;                  /* the first token */
+    Var *lane;
+} FlashBlock;
+/* a thread's lane, its row's token t and head h (the attention's own variables, so q, k, v and jmax read
+ * them as they are) */
+static int flash_lets(Arena *A, const AttnDesc *d, const FlashBlock *fb, TStmt **l) {
+    Expr *w = idiv(A, tid(A), 32);
+    l[0] = ts_let(A, fb->lane, imod(A, tid(A), 32));
+    l[1] = ts_let(A, d->t, E_ADD(A, fb->t0, idiv(A, w, d->group)));
+    l[2] = ts_let(A, d->h, E_ADD(A, E_MUL(A, fb->kvh, e_i(A, d->group)), imod(A, w, d->group)));
+    return 3;
+}
+void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
+    Arena *A = B->A;
+    const FlashParams *P = &t->flash;
+    const AttnDesc *d = P->attn;
+    const int64_t G = d->group, KVH = d->heads / G, S = P->split, W = t->block / 32, HD = d->hd, HV = d->hv;
+    const int64_t BC = FLASH_BC;
+    const int no = (int)((HV + 31) / 32), RO = FLASH_R_O;
+    const int R_P = FLASH_R_P, R_TMP = FLASH_R_TMP, R_MAX = FLASH_R_MAX, R_SUM = FLASH_R_SUM, R_NEW = FLASH_R_NEW_MAX;
+    declare_regs(k, RO + no);
+    k->nsmem = 4;
+    k->smem[FLASH_S_Q].size = (int)(W * HD); k->smem[FLASH_S_K].size = (int)(BC * (HD + 1));
+    k->smem[FLASH_S_V].size = (int)(BC * HV); k->smem[FLASH_S_P].size = (int)(W * BC);
+    /* the block's coordinates and key range, computed once (uniform) */
+    Expr *SE = S > 1 ? ulet(B, body, "nsplit", P->nsplit) : e_i(A, 1);
+    Expr *rest = ulet(B, body, "rest", E_DIV(A, bid(A), SE));
+    Expr *slice = S > 1 ? ulet(B, body, "slice", e_bin(A, EX_MOD, bid(A), SE)) : e_i(A, 0);
+    Expr *kvh = ulet(B, body, "kvh", imod(A, rest, KVH));
+    Expr *t0 = ulet(B, body, "t0", E_MUL(A, idiv(A, rest, KVH), e_i(A, P->tq)));
+    FlashBlock fb = {slice, kvh, t0, new_var(A, B->nvars, "lane")};
+    Expr *lane = e_var(A, fb.lane), *w = idiv(A, tid(A), 32), *tv = e_var(A, d->t);
+    Expr *ninf = e_f(A, -1.0 / 0.0);
+    /* debug_flash_mask: the deliberate fault, an off-by-one causal mask (a row sees one key too many) */
+    Expr *jmax = B->kn->debug_flash_mask ? E_ADD(A, d->jmax, e_i(A, 1)) : d->jmax;
+    /* keys the block needs: up to its last token's jmax, within its slice */
+    Expr *tlast = E_SUB(A, emin(A, d->rows, E_ADD(A, fb.t0, e_i(A, P->tq))), e_i(A, 1));
+    Expr *jlo = e_i(A, 0), *jhi = emin(A, d->len, expr_subst(A, jmax, d->t, tlast));
+    if (S > 1) {
+        Expr *per = E_DIV(A, E_ADD(A, d->len, E_SUB(A, SE, e_i(A, 1))), SE);
+        Expr *chunk = ulet(B, body, "chunk", E_MUL(A, idiv(A, E_ADD(A, per, e_i(A, BC - 1)), BC), e_i(A, BC)));
+        jlo = ulet(B, body, "jlo", E_MUL(A, fb.slice, chunk));
+        jhi = emin(A, jhi, E_ADD(A, jlo, chunk));
+    }
+    jhi = ulet(B, body, "jhi", jhi);
+    /* phase 0: the row's q into shared memory (zero for rows past the end), m = -inf, l = 0, o = 0 */
+    TStmt **p0 = tlist(A, 8 + no);
+    int n0 = flash_lets(A, d, &fb, p0);
+    Var *dv = new_var(A, B->nvars, "dq");
+    TStmt *fq = ts_for(A, dv, lane, e_i(A, HD), e_i(A, 32), 2);
+    Expr *qi = E_ADD(A, E_MUL(A, w, e_i(A, HD)), e_var(A, dv));
+    sstore_where(A, fq, FLASH_S_Q, qi, lt(A, tv, d->rows), expr_subst(A, d->q, d->d, e_var(A, dv)));
+    p0[n0++] = fq;
+    p0[n0++] = ts_assign(A, R_MAX, ninf);
+    p0[n0++] = ts_assign(A, R_SUM, e_f(A, 0.0));
+    for (int i = 0; i < no; i++) p0[n0++] = ts_assign(A, RO + i, e_f(A, 0.0));
+    kl_add(A, body, phase_pruned(A, p0, n0, true));
+
+    Var *j0 = new_var(A, B->nvars, "j0");
+    KList ub = {0};
+    /* stage the tile's K and V rows of the kv head (the group's first head reads what every head of it reads) */
+    TStmt **ps = tlist(A, 2);
+    for (int m = 0; m < 2; m++) {
+        int64_t width = m ? HV : HD, ld = m ? HV : HD + 1;
+        Var *xv = new_var(A, B->nvars, m ? "xv" : "xk");
+        TStmt *f = ts_for(A, xv, tid(A), e_i(A, BC * width), e_i(A, t->block), 2);
+        Expr *r = idiv(A, e_var(A, xv), width), *c = imod(A, e_var(A, xv), width);
+        Expr *j = E_ADD(A, e_var(A, j0), r), *si = E_ADD(A, E_MUL(A, r, e_i(A, ld)), c);
+        Expr *val = m ? d->v : d->k;
+        val = expr_subst(A, expr_subst(A, expr_subst(A, val, d->h, E_MUL(A, fb.kvh, e_i(A, G))), d->j, j), d->d, c);
+        sstore_where(A, f, FLASH_S_K + m, si, lt(A, j, jhi), val);
+        ps[m] = f;
+    }
+    kl_add(A, &ub, phase(A, ps, 2, true));
+    /* lane l scores key j0 + l: p = scale * q . k, -inf past the row's keys */
+    TStmt **pq = tlist(A, 8);
+    int nq = flash_lets(A, d, &fb, pq);
+    Var *ev = new_var(A, B->nvars, "e");
+    pq[nq++] = ts_assign(A, R_P, e_f(A, 0.0));
+    TStmt *fd = ts_for(A, ev, e_i(A, 0), e_i(A, HD), e_i(A, 1), 1);
+    Expr *qe = sload(A, FLASH_S_Q, E_ADD(A, E_MUL(A, w, e_i(A, HD)), e_var(A, ev)));
+    Expr *ke = sload(A, FLASH_S_K, E_ADD(A, E_MUL(A, lane, e_i(A, HD + 1)), e_var(A, ev)));
+    ts_add(fd, ts_assign(A, R_P, E_ADD(A, reg(A, R_P), E_MUL(A, qe, ke))));
+    pq[nq++] = fd;
+    Expr *jk = E_ADD(A, e_var(A, j0), lane);
+    Expr *scaled = E_MUL(A, reg(A, R_P), e_f(A, d->scale));
+    pq[nq++] = ts_assign(A, R_P, e_select(A, lt(A, jk, emin(A, jhi, jmax)), scaled, ninf));
+    pq[nq++] = ts_assign(A, R_NEW, reg(A, R_P));
+    kl_add(A, &ub, phase_pruned(A, pq, nq, true));
+    /* the tile's max in every lane */
+    shfl_trees(B, &ub, SHFL_XOR, RED_MAX, 32, 1, (int[]){R_NEW}, (int[]){R_TMP});
+    /* online softmax: m' = max(m, tile max); exp() subtracts m' (0 while every key so far is masked, so
+     * exp(-inf - 0) = 0 instead of NaN); rescale the lane's sum and accumulators by exp(m - m') */
+    TStmt **pu = tlist(A, 12 + no);
+    int nu = flash_lets(A, d, &fb, pu);
+    pu[nu++] = ts_assign(A, R_NEW, e_bin(A, EX_MAX, reg(A, R_MAX), reg(A, R_NEW)));
+    pu[nu++] = ts_assign(A, FLASH_R_SUB, e_select(A, lt(A, ninf, reg(A, R_NEW)), reg(A, R_NEW), e_f(A, 0.0)));
+    pu[nu++] = ts_assign(A, R_P, e_un(A, EX_EXP, E_SUB(A, reg(A, R_P), reg(A, FLASH_R_SUB))));
+    pu[nu++] = ts_assign(A, R_TMP, e_un(A, EX_EXP, E_SUB(A, reg(A, R_MAX), reg(A, FLASH_R_SUB))));
+    pu[nu++] = ts_assign(A, R_SUM, E_ADD(A, E_MUL(A, reg(A, R_SUM), reg(A, R_TMP)), reg(A, R_P)));
+    for (int i = 0; i < no; i++) pu[nu++] = ts_assign(A, RO + i, E_MUL(A, reg(A, RO + i), reg(A, R_TMP)));
+    pu[nu++] = ts_sstore(A, FLASH_S_P, E_ADD(A, E_MUL(A, w, e_i(A, BC)), lane), reg(A, R_P));
+    pu[nu++] = ts_assign(A, R_MAX, reg(A, R_NEW));
+    kl_add(A, &ub, phase_pruned(A, pu, nu, true));
+    /* o[d] += p[jj] * V[jj][d] over the tile */
+    TStmt **pv = tlist(A, 4);
+    int nv = flash_lets(A, d, &fb, pv);
+    Var *jj = new_var(A, B->nvars, "jj");
+    TStmt *fj = ts_for(A, jj, e_i(A, 0), e_i(A, BC), e_i(A, 1), no);
+    Expr *p = sload(A, FLASH_S_P, E_ADD(A, E_MUL(A, w, e_i(A, BC)), e_var(A, jj)));
+    for (int i = 0; i < no; i++) {
+        Expr *dd = E_ADD(A, lane, e_i(A, 32 * i));
+        Expr *v = sload(A, FLASH_S_V, E_ADD(A, E_MUL(A, e_var(A, jj), e_i(A, HV)), dd));
+        TStmt *acc = ts_assign(A, RO + i, E_ADD(A, reg(A, RO + i), E_MUL(A, p, v)));
+        if ((i + 1) * 32 <= HV) { ts_add(fj, acc); continue; }
+        TStmt *in = ts_if(A, lt(A, dd, e_i(A, HV)), 1);
+        ts_add(in, acc);
+        ts_add(fj, in);
+    }
+    pv[nv++] = fj;
+    kl_add(A, &ub, phase_pruned(A, pv, nv, true));
+    kl_ufor(A, body, j0, jlo, jhi, e_i(A, BC), &ub);
+    /* the row's sum over the lanes */
+    shfl_trees(B, body, SHFL_XOR, RED_SUM, 32, 1, (int[]){R_SUM}, (int[]){R_TMP});
+    /* o / l, or the slice's (o, m, l) for flash_combine */
+    TStmt **pe = tlist(A, 4);
+    int ne = flash_lets(A, d, &fb, pe);
+    TStmt *row = ts_if(A, lt(A, tv, d->rows), no + 1);
+    Expr *wrow = E_ADD(A, E_MUL(A, E_ADD(A, E_MUL(A, tv, e_i(A, d->heads)), e_var(A, d->h)), e_i(A, S)), fb.slice);
+    for (int i = 0; i < no; i++) {
+        Expr *dd = E_ADD(A, lane, e_i(A, 32 * i));
+        TStmt *in = ts_if(A, lt(A, dd, e_i(A, HV)), 2);
+        ts_add(in, ts_let(A, d->d, dd));
+        if (S > 1) ts_add(in, ts_store2(A, P->work, wrow, e_var(A, d->d), reg(A, RO + i)));
+        else ts_add(in, ts_store(A, d->out, (Expr **)d->out_idx, E_DIV(A, reg(A, RO + i), reg(A, R_SUM))));
+        ts_add(row, in);
+    }
+    if (S > 1) {
+        TStmt *l0 = ts_if(A, eq(A, lane, e_i(A, 0)), 2);
+        for (int q = 0; q < 2; q++) ts_add(l0, ts_store2(A, P->work, wrow, e_i(A, HV + q), reg(A, q ? R_SUM : R_MAX)));
+        ts_add(row, l0);
+    }
+    pe[ne++] = row;
+    kl_add(A, body, phase_pruned(A, pe, ne, false));
+}
+
+/* out(t, h, d) = sum_s o_s exp(m_s - M) / sum_s l_s exp(m_s - M) over this call's slices, M their largest
+ * max (finite: key 0 is in every row's first slice) */
+void flash_combine_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
+    Arena *A = B->A;
+    const FlashParams *P = &t->flash;
+    const AttnDesc *d = P->attn;
+    const int64_t S = P->split, HV = d->hv;
+    const int R_MAX = COMBINE_R_MAX, R_SUM = COMBINE_R_SUM, R_O = COMBINE_R_O, R_SCALE = COMBINE_R_SCALE;
+    declare_regs(k, 4);
+    Var *g;
+    TStmt *in = thread_element(B, t->block, E_MUL(A, d->rows, e_i(A, d->heads * HV)), body, &g, 10);
+    Var *sv = new_var(A, B->nvars, "s");
+    Expr *ge = e_var(A, g), *rowg = idiv(A, ge, HV);
+    ts_add(in, ts_let(A, d->d, imod(A, ge, HV)));
+    ts_add(in, ts_let(A, d->h, imod(A, rowg, d->heads)));
+    ts_add(in, ts_let(A, d->t, idiv(A, rowg, d->heads)));
+    Expr *wr = E_ADD(A, E_MUL(A, rowg, e_i(A, S)), e_var(A, sv));
+    ts_add(in, ts_assign(A, R_MAX, e_f(A, -1.0 / 0.0)));
+    TStmt *f1 = ts_for(A, sv, e_i(A, 0), P->nsplit, e_i(A, 1), 1);
+    ts_add(f1, ts_assign(A, R_MAX, e_bin(A, EX_MAX, reg(A, R_MAX), e_load2(A, P->work, wr, e_i(A, HV)))));
+    ts_add(in, f1);
+    ts_add(in, ts_assign(A, R_SUM, e_f(A, 0.0)));
+    ts_add(in, ts_assign(A, R_O, e_f(A, 0.0)));
+    TStmt *f2 = ts_for(A, sv, e_i(A, 0), P->nsplit, e_i(A, 1), 3);
+    Expr *m_s = e_load2(A, P->work, wr, e_i(A, HV)), *l_s = e_load2(A, P->work, wr, e_i(A, HV + 1));
+    Expr *o_s = e_load2(A, P->work, wr, e_var(A, d->d));
+    ts_add(f2, ts_assign(A, R_SCALE, e_un(A, EX_EXP, E_SUB(A, m_s, reg(A, R_MAX)))));
+    ts_add(f2, ts_assign(A, R_SUM, E_ADD(A, reg(A, R_SUM), E_MUL(A, l_s, reg(A, R_SCALE)))));
+    ts_add(f2, ts_assign(A, R_O, E_ADD(A, reg(A, R_O), E_MUL(A, o_s, reg(A, R_SCALE)))));
+    ts_add(in, f2);
+    ts_add(in, ts_store(A, d->out, (Expr **)d->out_idx, E_DIV(A, reg(A, R_O), reg(A, R_SUM))));
+}

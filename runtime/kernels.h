@@ -1,0 +1,367 @@
+/* kernels.h: what the code llmcc emits calls beyond C (model.c / model.cu of
+ * `llmcc build`, the harness of `llmcc run -c`; compiler/emit.c writes the
+ * #include): dtype conversions and loads, and the warp-level instructions the
+ * schedules use, as inline PTX for CUDA and, for the CPU, as emulations that
+ * follow the PTX ISA's fragment layouts and fault where the GPU would (a
+ * misaligned vector load, an ldmatrix row or cp.async outside shared memory).
+ * Then, where runtime/model_api.h came first, the host side of a model:
+ * device memory for CUDA, host memory for C; with LLMCC_HARNESS defined,
+ * the harness's.
+ * Everything is static inline: what a model's kernels do not call costs
+ * nothing and draws no warning. */
+#ifndef LLMCC_KERNELS_H
+#define LLMCC_KERNELS_H
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define MINI(a, b) ((a) < (b) ? (a) : (b))
+#define MAXI(a, b) ((a) > (b) ? (a) : (b))
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#define DEVFN static __device__ __forceinline__
+#else
+#define DEVFN static inline
+#endif
+
+/* bf16 / f16 weights are widened to f32 at each load */
+DEVFN float bf16_to_f32(uint32_t h) { uint32_t u = h << 16; float f; memcpy(&f, &u, 4); return f; }
+DEVFN float ld_bf16(const uint16_t *p, int64_t i) { return bf16_to_f32(p[i]); }
+DEVFN float f16_to_f32(uint32_t h) {
+    uint32_t s = (h & 0x8000u) << 16, e = (h >> 10) & 31, m = h & 1023, u;
+    if (e == 31) u = s | 0x7f800000u | (m << 13);
+    else if (e) u = s | ((e + 112) << 23) | (m << 13);
+    else if (!m) u = s;
+    else { e = 113; while (!(m & 1024)) { m <<= 1; e--; } u = s | (e << 23) | ((m & 1023) << 13); }
+    float f; memcpy(&f, &u, 4); return f;
+}
+DEVFN float ld_f16(const uint16_t *p, int64_t i) { return f16_to_f32(p[i]); }
+
+/* activations staged as bf16: round to nearest even (NaN stays NaN) */
+DEVFN uint16_t f32_to_bf16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+/* activations staged as f16 (for f16 weights): round to nearest even; past 65504 -> inf, below 2^-14 subnormal */
+DEVFN uint16_t f32_to_f16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    uint32_t s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(s | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(s | 0x7c00u);   /* rounds past 65504 */
+    if (a < 0x38800000u) {   /* below 2^-14: a subnormal half, m * 2^-24 */
+        if (a < 0x33000000u) return (uint16_t)s;   /* below 2^-25: rounds to 0 */
+        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, sh = 126 - e;   /* value = m * 2^(e - 150) */
+        uint32_t q = m >> sh, r = m & ((1u << sh) - 1), half = 1u << (sh - 1);
+        q += r > half || (r == half && (q & 1));
+        return (uint16_t)(s | q);
+    }
+    uint32_t r = a + 0xfffu + ((a >> 13) & 1);   /* round the 13 dropped bits to nearest even */
+    return (uint16_t)(s | ((r - 0x38000000u) >> 13));
+}
+
+#ifdef __CUDACC__
+/* vload_<dtype>(v, p, o, n): p[o .. o + n) widened to f32, read with 4-, 8- or 16-byte loads */
+template <int F16, typename T> DEVFN void vload_(float *v, const T *p, int64_t o, int n) {
+    const int per = 4 / (int)sizeof *p, words = n / per;   /* elements per 32-bit word */
+    uint32_t w[16];
+    if (words >= 4) {
+#pragma unroll
+        for (int c = 0; c < words / 4; c++) {
+            const uint4 q = ((const uint4 *)(p + o))[c];
+            w[4 * c] = q.x; w[4 * c + 1] = q.y; w[4 * c + 2] = q.z; w[4 * c + 3] = q.w;
+        }
+    } else if (words == 2) {
+        const uint2 q = *(const uint2 *)(p + o);
+        w[0] = q.x; w[1] = q.y;
+    } else w[0] = *(const uint32_t *)(p + o);
+#pragma unroll
+    for (int i = 0; i < words; i++)
+        if (per == 1) v[i] = __uint_as_float(w[i]);
+        else if (F16) { v[2 * i] = f16_to_f32(w[i] & 0xffffu); v[2 * i + 1] = f16_to_f32(w[i] >> 16); }
+        else { v[2 * i] = bf16_to_f32(w[i] & 0xffffu); v[2 * i + 1] = bf16_to_f32(w[i] >> 16); }
+}
+DEVFN void vload_f32(float *v, const float *p, int64_t o, int n) { vload_<0>(v, p, o, n); }
+DEVFN void vload_bf16(float *v, const uint16_t *p, int64_t o, int n) { vload_<0>(v, p, o, n); }
+DEVFN void vload_f16(float *v, const uint16_t *p, int64_t o, int n) { vload_<1>(v, p, o, n); }
+
+/* mma.sync m16n8k16 with f32 accumulators in place (compiler/kernel_ir.h gives the fragments' layout) */
+#define MMA_M16N8K16(ty)                                                                                              \
+    DEVFN void mma_m16n8k16_##ty(float &c0, float &c1, float &c2, float &c3, uint32_t a0, uint32_t a1, uint32_t a2,  \
+                                 uint32_t a3, uint32_t b0, uint32_t b1) {                                            \
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." #ty "." #ty ".f32 {%0, %1, %2, %3}, "                  \
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                                                 \
+                     : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1)); \
+    }
+MMA_M16N8K16(bf16)
+MMA_M16N8K16(f16)
+
+/* ldmatrix_xN(d0, .., dN-1, shared address of this lane's row) */
+DEVFN void ldmatrix_x1(uint32_t &d0, const uint16_t *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
+                 : "=r"(d0) : "r"((unsigned)__cvta_generic_to_shared(row)));
+}
+DEVFN void ldmatrix_x2(uint32_t &d0, uint32_t &d1, const uint16_t *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(d0), "=r"(d1) : "r"((unsigned)__cvta_generic_to_shared(row)));
+}
+DEVFN void ldmatrix_x4(uint32_t &d0, uint32_t &d1, uint32_t &d2, uint32_t &d3, const uint16_t *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(d0), "=r"(d1), "=r"(d2), "=r"(d3) : "r"((unsigned)__cvta_generic_to_shared(row)));
+}
+
+#else /* the CPU */
+/* the GPU's vector loads need aligned addresses: the CPU build checks them */
+static inline void vload_fault(const char *kernel, int64_t at) {
+    fprintf(stderr, "llmcc: %s: misaligned vector load at element %lld\n", kernel, (long long)at);
+    abort();
+}
+/* vload_<dtype>(v, p, o, n, align, kernel): p[o .. o + n) widened to f32 */
+#define VLOAD(name, T, conv)                                                                            \
+    static inline void vload_##name(float *v, const T *p, int64_t o, int n, int align, const char *kernel) { \
+        if ((uintptr_t)(p + o) % align) vload_fault(kernel, o);                                          \
+        for (int j = 0; j < n; j++) v[j] = conv(p[o + j]);                                               \
+    }
+VLOAD(f32, float, )
+VLOAD(bf16, uint16_t, bf16_to_f32)
+VLOAD(f16, uint16_t, f16_to_f32)
+
+/* A warp shuffle over a block's lanes: every lane publishes, then reads its source lane's; a source lane
+ * outside the warp (down, up) gives the lane its own value, as on the GPU */
+enum { SHFL_down, SHFL_up, SHFL_xor, SHFL_idx };
+static inline void shfl_block(float *dst, const float *src, float *lanebuf, int64_t block, int kind, int64_t a) {
+    for (int64_t tid = 0; tid < block; tid++) lanebuf[tid] = src[tid];
+    for (int64_t tid = 0; tid < block; tid++) {
+        const int64_t lane = tid & 31;
+        int64_t s = kind == SHFL_down ? lane + a : kind == SHFL_up ? lane - a : kind == SHFL_xor ? lane ^ a : a & 31;
+        if ((kind == SHFL_down && (a < 0 || s > 31)) || (kind == SHFL_up && (a < 0 || s < 0)) ||
+            (kind == SHFL_xor && (s < 0 || s > 31))) s = lane;
+        dst[tid] = lanebuf[tid - lane + s];
+    }
+}
+
+/* The CPU's tensor core: one warp's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (or f16), gathering
+ * every lane's fragments per the PTX ISA's layouts, so a schedule that puts a value in the wrong register
+ * computes a wrong product here as on the GPU. Products of bf16 are exact in f32; the 16 of one output are
+ * summed in double and added to C with one rounding to f32 (the GPU's adder is at least f32 wide but
+ * unspecified in order and rounding: results can differ in the last bits). */
+static inline float mma_elem(int f16, uint32_t h) { return f16 ? f16_to_f32(h & 0xffffu) : bf16_to_f32(h & 0xffffu); }
+static inline void mma_warp(int64_t w, int f16, const uint32_t *a0, const uint32_t *a1, const uint32_t *a2,
+                            const uint32_t *a3, const uint32_t *b0, const uint32_t *b1, float *c0, float *c1,
+                            float *c2, float *c3) {
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 2, t = l & 3;
+        const int64_t i = w + l;
+        for (int h = 0; h < 2; h++) {
+            A[g][2 * t + h] = mma_elem(f16, a0[i] >> (16 * h));
+            A[g + 8][2 * t + h] = mma_elem(f16, a1[i] >> (16 * h));
+            A[g][2 * t + 8 + h] = mma_elem(f16, a2[i] >> (16 * h));
+            A[g + 8][2 * t + 8 + h] = mma_elem(f16, a3[i] >> (16 * h));
+            B[2 * t + h][g] = mma_elem(f16, b0[i] >> (16 * h));
+            B[2 * t + 8 + h][g] = mma_elem(f16, b1[i] >> (16 * h));
+        }
+    }
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 2, t = l & 3;
+        float *c[4] = {c0 + w + l, c1 + w + l, c2 + w + l, c3 + w + l};
+        for (int q = 0; q < 4; q++) {
+            const int r = g + 8 * (q >> 1), col = 2 * t + (q & 1);
+            double s = 0;
+            for (int k = 0; k < 16; k++) s += (double)A[r][k] * (double)B[k][col];
+            *c[q] = (float)((double)*c[q] + s);
+        }
+    }
+}
+
+/* ldmatrix.sync.aligned.m8n8.xN.shared.b16 for one warp: lanes 8m..8m+7 give the rows of matrix m */
+static inline void ldmatrix_warp(const char *kernel, int64_t w, const uint16_t *s, int64_t size, const int64_t *addr,
+                                 int nmat, uint32_t *d0, uint32_t *d1, uint32_t *d2, uint32_t *d3) {
+    uint32_t *d[4] = {d0, d1, d2, d3};
+    for (int j = 0; j < 8 * nmat; j++) {
+        const int64_t a = addr[w + j];
+        if (a < 0 || a % 8 || a + 8 > size) {
+            fprintf(stderr, "llmcc: %s: ldmatrix row at element %lld is outside shared memory or not 16-byte aligned\n",
+                    kernel, (long long)a);
+            abort();
+        }
+    }
+    for (int l = 0; l < 32; l++)
+        for (int m = 0; m < nmat; m++) {
+            const int64_t o = addr[w + 8 * m + (l >> 2)] + 2 * (l & 3);
+            d[m][w + l] = (uint32_t)s[o] | (uint32_t)s[o + 1] << 16;
+        }
+}
+
+/* cp.async. A copy is queued when a thread issues it (after the alignment and bounds checks the GPU would
+ * fault on) and performed only by the wait_group that completes its group, oldest first; commit and wait
+ * are kernel-level statements, so the block's threads share one group count. A schedule that reads a stage
+ * before waiting for it reads what was there before (the C backend fills shared memory with NaN at block
+ * start), as it may on the GPU. */
+typedef struct { uint8_t *dst; const uint8_t *src; int bytes; int64_t group; } CpCopy;
+typedef struct { CpCopy *q; int n, cap; int64_t groups; } CpQueue;
+static inline void cp_async_issue(CpQueue *c, const char *kernel, void *smem, int64_t size, int64_t off,
+                                  const void *src, int bytes) {
+    if (off < 0 || off + bytes > size || (uintptr_t)((uint8_t *)smem + off) % bytes ||
+        (src && (uintptr_t)src % bytes)) {
+        fprintf(stderr, "llmcc: %s: %d-byte cp.async at shared byte %lld is outside shared memory or misaligned\n",
+                kernel, bytes, (long long)off);
+        abort();
+    }
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 256;
+        c->q = (CpCopy *)realloc(c->q, (size_t)c->cap * sizeof *c->q);
+        if (!c->q) { fprintf(stderr, "llmcc: %s: out of memory\n", kernel); abort(); }
+    }
+    c->q[c->n++] = (CpCopy){(uint8_t *)smem + off, (const uint8_t *)src, bytes, c->groups};
+}
+static inline void cp_async_commit(CpQueue *c) { c->groups++; }
+static inline void cp_async_wait(CpQueue *c, int pending) {
+    int keep = 0;
+    for (int i = 0; i < c->n; i++) {
+        const CpCopy *p = &c->q[i];
+        if (p->group >= c->groups - pending) { c->q[keep++] = *p; continue; }
+        if (p->src) memcpy(p->dst, p->src, (size_t)p->bytes);
+        else memset(p->dst, 0, (size_t)p->bytes);
+    }
+    c->n = keep;
+}
+#endif
+
+/* ---- the host side of a model (after runtime/model_api.h): its buffers on the GPU (CUDA) or in host memory
+ * (C). Each returns NULL or what failed. ---- */
+#ifndef LLMCC_MODEL_API_H
+#elif defined(__CUDACC__)
+#define MEM_CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) return cudaGetErrorString(e_); } while (0)
+static inline const char *mem_device(void) {
+    static char why[160];
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e == cudaSuccess && ndev) return NULL;
+    snprintf(why, sizeof why, "no CUDA GPU is available (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
+    return why;
+}
+/* bytes of zeros */
+static inline const char *mem_zalloc(void *p, size_t bytes) {
+    MEM_CK(cudaMalloc((void **)p, bytes ? bytes : 1));
+    MEM_CK(cudaMemset(*(void **)p, 0, bytes));
+    return NULL;
+}
+static inline const char *mem_const(const float **p, const float *host, size_t bytes) {
+    MEM_CK(cudaMalloc((void **)p, bytes));
+    MEM_CK(cudaMemcpy((void *)*p, host, bytes, cudaMemcpyHostToDevice));
+    return NULL;
+}
+/* the payload's tensors, each at a 256-byte boundary of one allocation *base */
+static inline const char *mem_weights(const void **w, void **base, size_t *bytes, const PayloadTensor *t,
+                                      const uint8_t *data, int n) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) off += (t[i].nbytes + 255) & ~(size_t)255;
+    *bytes = off;
+    MEM_CK(cudaMalloc(base, off ? off : 1));
+    off = 0;
+    for (int i = 0; i < n; i++) {
+        MEM_CK(cudaMemcpy((uint8_t *)*base + off, data + t[i].offset, t[i].nbytes, cudaMemcpyHostToDevice));
+        w[i] = (uint8_t *)*base + off;
+        off += (t[i].nbytes + 255) & ~(size_t)255;
+    }
+    return NULL;
+}
+static inline void mem_put(void *dev, const void *host, size_t bytes) {
+    cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice);
+}
+/* a result back to the host; a CUDA error here (a kernel's, reported late) ends the program */
+static inline void mem_get(void *host, const void *dev, size_t bytes, const char *who) {
+    cudaError_t e = cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) { fprintf(stderr, "%s: CUDA error: %s\n", who, cudaGetErrorString(e)); exit(1); }
+}
+static inline void mem_free(const void *p) { cudaFree((void *)p); }
+static inline void mem_free_const(const float *p) { cudaFree((void *)p); }
+#undef MEM_CK
+#else
+static inline const char *mem_device(void) { return NULL; }
+static inline const char *mem_zalloc(void *p, size_t bytes) {
+    return (*(void **)p = calloc(1, bytes)) ? NULL : "out of memory";
+}
+static inline const char *mem_const(const float **p, const float *host, size_t bytes) {
+    (void)bytes;
+    *p = host;
+    return NULL;
+}
+/* the payload's tensors where they are (mapped or read by runtime/payload_rt.c) */
+static inline const char *mem_weights(const void **w, void **base, size_t *bytes, const PayloadTensor *t,
+                                      const uint8_t *data, int n) {
+    *base = NULL;
+    *bytes = 0;
+    for (int i = 0; i < n; i++) { w[i] = data + t[i].offset; *bytes += t[i].nbytes; }
+    return NULL;
+}
+static inline void mem_put(void *dev, const void *host, size_t bytes) { memcpy(dev, host, bytes); }
+static inline void mem_get(void *host, const void *dev, size_t bytes, const char *who) {
+    (void)who;
+    memcpy(host, dev, bytes);
+}
+static inline void mem_free(const void *p) { free((void *)p); }
+static inline void mem_free_const(const float *p) { (void)p; }
+#endif
+
+/* ---- the host side of llmcc run's harness (compiler/emit_harness.h; LLMCC_HARNESS): buffers padded by 256
+ * bytes, zeroed; any failure ends it ---- */
+#ifdef LLMCC_HARNESS
+#include <time.h>
+#ifdef __CUDACC__
+static inline void ck(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) { fprintf(stderr, "harness: %s: %s\n", what, cudaGetErrorString(e)); exit(1); }
+}
+static inline void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    ck(cudaMalloc(&p, bytes + 256), "cudaMalloc");
+    ck(cudaMemset(p, 0, bytes + 256), "cudaMemset");
+    return p;
+}
+static inline void to_dev(void *d, const void *h, size_t bytes) {
+    ck(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "copy to the GPU");
+}
+static inline void to_host(void *h, const void *d, size_t bytes) {
+    ck(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost), "copy from the GPU");
+}
+static inline void sync_dev(void) { ck(cudaGetLastError(), "kernel launch"); ck(cudaDeviceSynchronize(), "kernel"); }
+#else
+static inline void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 256, bytes + 256)) {
+        fprintf(stderr, "harness: out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    memset(p, 0, bytes + 256);
+    return p;
+}
+static inline void to_dev(void *d, const void *h, size_t bytes) { memcpy(d, h, bytes); }
+static inline void to_host(void *h, const void *d, size_t bytes) { memcpy(h, d, bytes); }
+static inline void sync_dev(void) {}
+#endif
+static inline double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+/* DIR/NAME, bytes long, on the device */
+static inline void *read_leaf(const char *dir, const char *name, size_t bytes) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) { fprintf(stderr, "harness: cannot open %s\n", path); exit(1); }
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h || fread(h, 1, bytes, f) != bytes) {
+        fprintf(stderr, "harness: %s is shorter than %zu bytes\n", path, bytes);
+        exit(1);
+    }
+    fclose(f);
+    void *d = dev_alloc(bytes);
+    to_dev(d, h, bytes);
+    free(h);
+    return d;
+}
+#endif
+#endif
