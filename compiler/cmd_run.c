@@ -12,7 +12,6 @@
 #include "pack.h"
 #include "torch_expr.h"
 #include <errno.h>
-#include <ftw.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -51,11 +50,7 @@ typedef struct {
 } RunOpts;
 
 static const char *g_tmp;
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb; (void)flag; (void)ftw;
-    return remove(p);
-}
-static void cleanup(void) { if (g_tmp) nftw(g_tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
+static void cleanup(void) { if (g_tmp) rm_rf(g_tmp); }
 /* a run stopped by timeout(1) or ^C still removes its temporary directory (a 7B layer's
  * weights are half a gigabyte there); nftw is not async-signal-safe, but nothing else runs */
 static void on_signal(int sig) {
@@ -103,13 +98,7 @@ static void parse(int argc, char **argv, RunOpts *o) {
             if (seed) o->seed = x;
             else o->iters = (int)x;
         }
-        else if (!strcmp(a, "--target")) {
-            NEED();
-            if (!strcmp(v, "cpu")) o->target = TARGET_CPU;
-            else if (!strcmp(v, "cuda")) o->target = TARGET_CUDA;
-            else die_user(NULL, "--target", "'%s' is not a target (cpu, cuda)", v);
-            o->target_set = true;
-        }
+        else if (!strcmp(a, "--target")) { NEED(); o->target = parse_target(v); o->target_set = true; }
         else if (!strcmp(a, "--layer") || !strcmp(a, "--tokens") || !strcmp(a, "--pos")) {
             NEED();
             char *end;

@@ -104,6 +104,12 @@ typedef struct {
     ConfigOptions config;
 } Opts;
 
+Target parse_target(const char *v) {
+    if (!strcmp(v, "cpu")) return TARGET_CPU;
+    if (!strcmp(v, "cuda")) return TARGET_CUDA;
+    die_user(NULL, "--target", "'%s' is not a target (cpu, cuda)", v);
+}
+
 static int parse_int(const char *flag, const char *v, int lo, int hi) {
     char *end;
     errno = 0;
@@ -125,12 +131,7 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
 #define NEED() do { if (!v) die_user(NULL, a, "needs a value"); i++; } while (0)
         if (!strcmp(a, "--ir")) { NEED(); o->ir = v; }
         else if (!strcmp(a, "--print-after")) { NEED(); o->print_after = pipeline_print_after_parse(v); }
-        else if (!strcmp(a, "--target")) {
-            NEED();
-            if (!strcmp(v, "cpu")) o->target = TARGET_CPU;
-            else if (!strcmp(v, "cuda")) o->target = TARGET_CUDA;
-            else die_user(NULL, "--target", "'%s' is not a target (cpu, cuda)", v);
-        }
+        else if (!strcmp(a, "--target")) { NEED(); o->target = parse_target(v); }
         else if (!strcmp(a, "-o")) { NEED(); o->out = v; }
         else if (!strcmp(a, "--name")) {
             NEED();
@@ -274,7 +275,7 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
     (void)sb; (void)flag; (void)ftw;
     return remove(p);
 }
-static void rm_rf(const char *p) { nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
+void rm_rf(const char *p) { nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
 static void cleanup_tmp(void) { if (g_tmpdir) rm_rf(g_tmpdir); }
 
 static void copy_file(const char *from, const char *to) {

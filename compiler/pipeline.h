@@ -49,4 +49,8 @@ IrLevel ir_level_parse(const char *s);
 int pipeline_print_after_parse(const char *name);
 /* the level whose IR stage print_after produces (IR_KERNEL for all) */
 IrLevel pipeline_print_after_level(int print_after);
+
+/* main.c's, shared with cmd_run.c: --target's value (dies on another), and rm -rf */
+Target parse_target(const char *v);
+void rm_rf(const char *path);
 #endif
