@@ -474,18 +474,23 @@ static void host_arg(Str *o, const Names *nm, const Buffer *b, int seg) {
     UNREACHABLE();
 }
 
+void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, int d) {
+    ind(o, d); emit_launch_guard(o, l);
+    str_printf(o, "{ /* %s */\n", mod);
+    ind(o, d + 1); str_printf(o, "int64_t grid = "); emit_host_expr(o, l->grid); str_printf(o, ";\n");
+    ind(o, d + 1);
+    if (cuda) str_printf(o, "%s<<<(unsigned)grid, %d>>>(n, pos", l->k->name, l->k->block);
+    else str_printf(o, "%s(grid, n, pos", l->k->name);
+}
+
 /* One launch at indent d; seg >= 0: it runs in the body of decoder layer seg (l, L), else literal. Arguments
  * wrap at 120 columns. */
 static void emit_launch(Str *o, const Names *nm, const KLaunch *l, int seg, bool cuda, int d) {
     const char *mod = l->module;
     if (seg >= 0) layer_of(mod, &mod);
-    ind(o, d); emit_launch_guard(o, l);
-    str_printf(o, "{ /* %s */\n", mod);
-    ind(o, d + 1); str_printf(o, "int64_t grid = "); emit_host_expr(o, l->grid); str_printf(o, ";\n");
+    emit_launch_open(o, l, mod, cuda, d);
     size_t line = o->len;
-    ind(o, d + 1);
-    if (cuda) str_printf(o, "%s<<<(unsigned)grid, %d>>>(n, pos", l->k->name, l->k->block);
-    else str_printf(o, "%s(grid, n, pos", l->k->name);
+    while (o->s[line - 1] != '\n') line--;
     for (int j = 0; j < l->k->nparams; j++) {
         Str a = {0};
         host_arg(&a, nm, l->args[j], seg);

@@ -31,6 +31,8 @@ void emit_kernels(Str *o, const KProgram *kp, Target t);
 void emit_host_expr(Str *o, const Expr *e);
 /* "if (n > T) " / "if (n <= T) " before a launch the plan runs for some n only (gemm_tc or its gemv) */
 void emit_launch_guard(Str *o, const KLaunch *l);
+/* A launch at indent d up to its arguments: the guard, a brace and comment naming mod, the grid, "call(n, pos" */
+void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, int d);
 
 /* shared by emit_c.c / emit_cuda.c */
 void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t);
