@@ -208,11 +208,10 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
     memset(c, 0, sizeof *c);
     c->expr = o->expr; c->one_layer = o->one_layer; c->layer = o->layer;
     c->print_after = o->print_after;
-    if (o->expr) { c->knobs = o->knobs; c->max_batch = c->max_ctx = 1; return; }
-    const char *root = llmcc_root(&c->A);
-    const char *dir = model_resolve_dir(&c->A, o->model, root);
-    model_config_load(&c->A, dir, &o->config, &c->cfg);
     c->knobs = o->knobs;
+    if (o->expr) { c->max_batch = c->max_ctx = 1; return; }
+    const char *dir = model_resolve_dir(&c->A, o->model, llmcc_root(&c->A));
+    model_config_load(&c->A, dir, &o->config, &c->cfg);
     c->max_batch = o->max_batch;
     c->max_ctx = o->ctx ? o->ctx : (c->cfg.max_position_embeddings < 8192 ? c->cfg.max_position_embeddings : 8192);
     model_config_check_context(&c->cfg, c->max_ctx);
@@ -408,9 +407,8 @@ static int cmd_build(int argc, char **argv) {
     for (int i = 0; i < c.tp.n_weights; i++) {
         const Buffer *b = c.tp.weights[i];
         pt[i].name = b->name; pt[i].dtype = pdt_of(b->dtype); pt[i].ndim = b->ndim;
-        uint64_t count = 1;
-        for (int k = 0; k < b->ndim; k++) { pt[i].shape[k] = b->dims[k]; count *= (uint64_t)b->dims[k]; }
-        pack_bytes += count * (b->dtype == DT_F32 ? 4 : 2);
+        for (int k = 0; k < b->ndim; k++) pt[i].shape[k] = b->dims[k];
+        pack_bytes += (uint64_t)buffer_elems(b) * (b->dtype == DT_F32 ? 4 : 2);
         if (strlen(b->name) >= sizeof(((PayloadTensor *)0)->name))
             die_user(c.cfg.dir, b->name, "tensor name too long for the payload");
         if (o.random_weights) {

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const ir_level_names[] = {
+static const char *const ir_level_names[] = {
 #define X(e, s) s,
     IR_LEVELS(X)
 #undef X

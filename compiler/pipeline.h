@@ -15,7 +15,6 @@ typedef enum {
 #undef X
     IR_COUNT
 } IrLevel;
-extern const char *const ir_level_names[];
 
 typedef struct {
     Arena A;
