@@ -256,18 +256,16 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
     for (int i = 0; i < n; i++) {
         const KStmt *s = b[i];
         ind(o, d);
-        /* a phase of one assignment or store is one line (no declaration needs the block's scope) */
-        bool one = s->k == KS_PHASE && s->nbody == 1 && (s->body[0]->k == TS_ASSIGN || s->body[0]->k == TS_STORE ||
-                                                          s->body[0]->k == TS_SSTORE);
-        if (one) {
-            if (t == TARGET_CPU) str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) /* phase */ ", k->block);
-            emit_tstmts(o, k, s->body, 1, 0, t);
-            if (t == TARGET_CUDA && k->nsmem && s->barrier) { ind(o, d); str_printf(o, "__syncthreads();\n"); }
-        } else if (s->k == KS_PHASE) {
-            if (t == TARGET_CPU) str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) { /* phase */\n", k->block);
-            else str_printf(o, "{ /* phase */\n");
-            emit_tstmts(o, k, s->body, s->nbody, d + 1, t);
-            ind(o, d); str_printf(o, "}\n");
+        if (s->k == KS_PHASE) {
+            /* a phase of one assignment or store is one line (no declaration needs the block's scope) */
+            bool one = s->nbody == 1 && (s->body[0]->k == TS_ASSIGN || s->body[0]->k == TS_STORE ||
+                                         s->body[0]->k == TS_SSTORE);
+            if (t == TARGET_CPU)
+                str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) %s", k->block,
+                           one ? "/* phase */ " : "{ /* phase */\n");
+            else if (!one) str_printf(o, "{ /* phase */\n");
+            emit_tstmts(o, k, s->body, s->nbody, one ? 0 : d + 1, t);
+            if (!one) { ind(o, d); str_printf(o, "}\n"); }
             if (t == TARGET_CUDA && k->nsmem && s->barrier) { ind(o, d); str_printf(o, "__syncthreads();\n"); }
         } else if (s->k == KS_MMA) {
             /* CUDA: C in place, then A, B; C: the warps' fragments A, B, C */
