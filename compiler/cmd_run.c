@@ -46,7 +46,7 @@ typedef struct {
     int64_t perturb;           /* >= 0: (testing) the output value to spoil before the check */
     Knobs knobs;
     const char *ignore_keys[32];  /* --ignore-config-key KEY */
-    int n_ignore_keys;
+    ConfigOptions config;
 } RunOpts;
 
 static const char *g_tmp;
@@ -74,11 +74,7 @@ static void parse(int argc, char **argv, RunOpts *o) {
         else if (!strcmp(a, "--no-check")) o->no_check = true;
         else if (!strcmp(a, "--dump")) { NEED(); o->dump = v; }
         else if (!strcmp(a, "--knob")) { NEED(); knobs_set(&o->knobs, v); }
-        else if (!strcmp(a, "--ignore-config-key")) {
-            NEED();
-            if (o->n_ignore_keys == 32) die_user(NULL, a, "given more than 32 times");
-            o->ignore_keys[o->n_ignore_keys++] = v;
-        }
+        else if (!strcmp(a, "--ignore-config-key")) { NEED(); parse_ignore_key(&o->config, o->ignore_keys, v); }
         else if (!strcmp(a, "--perturb")) {
             NEED();
             char *end;
@@ -348,8 +344,7 @@ int cmd_run(int argc, char **argv) {
     if (o.model) {
         /* one layer over --tokens tokens at position --pos: that many cache rows before them */
         const char *dir = model_resolve_dir(&c.A, o.model, llmcc_root(&c.A));
-        ConfigOptions co = {o.ignore_keys, o.n_ignore_keys};
-        model_config_load(&c.A, dir, &co, &c.cfg);
+        model_config_load(&c.A, dir, &o.config, &c.cfg);
         c.one_layer = true; c.layer = o.layer;
         c.max_batch = o.tokens;
         c.max_ctx = o.tokens + o.pos;

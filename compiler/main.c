@@ -110,6 +110,12 @@ Target parse_target(const char *v) {
     die_user(NULL, "--target", "'%s' is not a target (cpu, cuda)", v);
 }
 
+void parse_ignore_key(ConfigOptions *c, const char **keys, const char *v) {
+    if (c->n_ignore_keys == 32) die_user(NULL, "--ignore-config-key", "given more than 32 times");
+    keys[c->n_ignore_keys++] = v;
+    c->ignore_keys = keys;
+}
+
 static int parse_int(const char *flag, const char *v, int lo, int hi) {
     char *end;
     errno = 0;
@@ -151,12 +157,7 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         else if (!strcmp(a, "--max-batch")) { NEED(); o->max_batch = parse_int(a, v, 1, 4096); }
         else if (!strcmp(a, "--knob")) { NEED(); knobs_set(&o->knobs, v); }
         else if (!strcmp(a, "--no-chat")) o->no_chat = true;
-        else if (!strcmp(a, "--ignore-config-key")) {
-            NEED();
-            if (o->config.n_ignore_keys == 32) die_user(NULL, a, "given more than 32 times");
-            o->ignore_keys[o->config.n_ignore_keys++] = v;
-            o->config.ignore_keys = o->ignore_keys;
-        }
+        else if (!strcmp(a, "--ignore-config-key")) { NEED(); parse_ignore_key(&o->config, o->ignore_keys, v); }
         else if (!strcmp(a, "--dtype")) {
             NEED();
             if (!strcmp(v, "f32")) o->dtype = DT_F32;

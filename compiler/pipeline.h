@@ -49,7 +49,9 @@ int pipeline_print_after_parse(const char *name);
 /* the level whose IR stage print_after produces (IR_KERNEL for all) */
 IrLevel pipeline_print_after_level(int print_after);
 
-/* main.c's, shared with cmd_run.c: --target's value (dies on another), and rm -rf */
+/* main.c's, shared with cmd_run.c: --target's value (dies on another), --ignore-config-key KEY (keys: room
+ * for 32), and rm -rf */
 Target parse_target(const char *v);
+void parse_ignore_key(ConfigOptions *c, const char **keys, const char *v);
 void rm_rf(const char *path);
 #endif
