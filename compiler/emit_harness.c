@@ -74,7 +74,6 @@ void emit_harness(Str *o, const KProgram *kp, const HarnessOptions *ho) {
                       "        }\n    }\n");
     }
     str_printf(o, "}\n\n");
-    /* main */
     const Buffer *out = tp->logits;
     str_printf(o, "int main(int argc, char **argv) {\n"
                   "    if (argc < 4) {\n"

@@ -249,9 +249,8 @@ static int cmd_compile(int argc, char **argv) {
     Str out = {0}, after = {0};
     c.print_out = &after;
     pipeline_run(&c, level, o.ir ? &out : NULL);
-    if (!o.ir) {
-        /* nothing else to print */
-    } else if (level >= IR_CUDA && (c.expr || c.one_layer)) {
+    /* (without --ir, level is at most IR_KERNEL: nothing else to print) */
+    if (level >= IR_CUDA && (c.expr || c.one_layer)) {
         /* not a model: the program llmcc run would build around the kernels */
         const char *title = c.expr ? c.expr : arena_printf(&c.A, "layer %d of %s", c.layer, c.cfg.dir);
         HarnessOptions ho = {o.target, title, c.max_batch, 0, false};
