@@ -192,7 +192,7 @@ static void emit_cp_async(Str *o, const KKernel *k, const TStmt *s, int d, Targe
     ind(o, d); str_printf(o, "}\n");
 }
 
-void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
+static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
     for (int i = 0; i < n; i++) {
         const TStmt *s = b[i];
         ind(o, d);

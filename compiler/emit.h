@@ -36,7 +36,6 @@ void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, int 
 
 /* shared by emit_c.c / emit_cuda.c */
 void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t);
-void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int depth, Target t);
 /* Phases and uniform loops. A phase is a loop over the block's threads in C
  * and a block followed by __syncthreads() in CUDA (when the kernel shares memory). */
 void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int depth, Target t);
