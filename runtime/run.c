@@ -485,19 +485,15 @@ static bool is_eos(int id) {
     return G.tok && tokenizer_chat_eot(G.tok) == id && id >= 0;
 }
 
+/* Frees everything, once, right before a successful exit (an error exit leaves it all reachable from G). */
 static void cleanup(void) {
     if (G.model) model_free(G.model);
-    G.model = NULL;
     if (G.tok) tokenizer_free(G.tok);
-    G.tok = NULL;
     if (G.logits_f) fclose(G.logits_f);
-    G.logits_f = NULL;
     free(G.ids); free(G.logits); free(G.work); free(G.cand); free(G.seen); free(G.uniq); free(G.outbuf);
-    free(G.pending); G.pending = NULL;
+    free(G.pending);
     for (int i = 0; i < G.n_msgs; i++) free((char *)G.msgs[i].content);
-    free(G.msgs); G.msgs = NULL; G.n_msgs = 0;
-    G.outbuf = NULL;
-    G.ids = NULL; G.logits = G.work = NULL; G.cand = NULL; G.seen = NULL; G.uniq = NULL;
+    free(G.msgs);
     payload_close(&G.pl);
 }
 /* The end of a run that only reports (--verify, --info, --tokenize). */
