@@ -47,6 +47,17 @@ static void softmax_rows(double *x, int64_t rows, int64_t len) {
     }
 }
 
+/* o[i N + j] = sum over k < K of a[i ai + k ak] b[k bk + j bj], for i < M, j < N: a strided matrix product */
+static void gemm(double *o, int64_t M, int64_t N, int64_t K, const double *a, int64_t ai, int64_t ak, const double *b,
+                 int64_t bk, int64_t bj) {
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++) s += a[i * ai + k * ak] * b[k * bk + j * bj];
+            o[i * N + j] = s;
+        }
+}
+
 static void matmul(const GNode *n, const double *A, const double *B, double *out) {
     const GNode *a = n->in[0], *b = n->in[1];
     int nb = n->ndim - 2;
@@ -56,13 +67,7 @@ static void matmul(const GNode *n, const double *A, const double *B, double *out
         unravel(bi, nb, n->dims, idx);
         const double *pa = A + bcast_off(a, a->ndim - 2, idx, nb) * M * K;
         const double *pb = B + bcast_off(b, b->ndim - 2, idx, nb) * K * N;
-        double *po = out + bi * M * N;
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) {
-                double s = 0;
-                for (int64_t k = 0; k < K; k++) s += pa[i * K + k] * pb[k * N + j];
-                po[i * N + j] = s;
-            }
+        gemm(out + bi * M * N, M, N, K, pa, K, 1, pb, N, 1);
     }
 }
 
@@ -78,20 +83,11 @@ static void sdpa(const GNode *n, double *const *v, double *out) {
         const double *pq = v[q->id] + bcast_off(q, q->ndim - 2, idx, nb) * L * E;
         const double *pk = v[k->id] + bcast_off(k, k->ndim - 2, idx, nb) * S * E;
         const double *pv = v[vv->id] + bcast_off(vv, vv->ndim - 2, idx, nb) * S * Ev;
+        gemm(p, L, S, E, pq, E, 1, pk, 1, E);
         for (int64_t i = 0; i < L; i++)
-            for (int64_t j = 0; j < S; j++) {
-                double s = 0;
-                for (int64_t e = 0; e < E; e++) s += pq[i * E + e] * pk[j * E + e];
-                p[i * S + j] = n->causal && j > i ? -INFINITY : s * n->scale;
-            }
+            for (int64_t j = 0; j < S; j++) p[i * S + j] = n->causal && j > i ? -INFINITY : p[i * S + j] * n->scale;
         softmax_rows(p, L, S);
-        double *po = out + bi * L * Ev;
-        for (int64_t i = 0; i < L; i++)
-            for (int64_t f = 0; f < Ev; f++) {
-                double s = 0;
-                for (int64_t j = 0; j < S; j++) s += p[i * S + j] * pv[j * Ev + f];
-                po[i * Ev + f] = s;
-            }
+        gemm(out + bi * L * Ev, L, Ev, S, p, S, 1, pv, Ev, 1);
     }
     free(p);
 }
@@ -120,17 +116,10 @@ static void attention(const GNode *n, const double *q, const double *k, const do
         for (int64_t h = 0; h < H; h++) {
             const double *qr = q + t * H * hd + h * hd;
             int64_t kh = h / G, len = pos + t + 1;
-            for (int64_t j = 0; j < len; j++) {
-                double s = 0;
-                for (int64_t e = 0; e < hd; e++) s += qr[e] * k[j * KV * hd + kh * hd + e];
-                p[j] = s / sqrt((double)hd);
-            }
+            gemm(p, 1, len, hd, qr, 0, 1, k + kh * hd, 1, KV * hd);
+            for (int64_t j = 0; j < len; j++) p[j] /= sqrt((double)hd);
             softmax_rows(p, 1, len);
-            for (int64_t e = 0; e < hd; e++) {
-                double s = 0;
-                for (int64_t j = 0; j < len; j++) s += p[j] * v[j * KV * hd + kh * hd + e];
-                out[t * H * hd + h * hd + e] = s;
-            }
+            gemm(out + t * H * hd + h * hd, 1, hd, len, p, 0, 1, v + kh * hd, KV * hd, 1);
         }
     free(p);
 }

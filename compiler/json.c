@@ -163,13 +163,10 @@ bool json_is_bool(const Json *j, int t, bool *v) {
     if (tok_is(j, t, JSON_PRIMITIVE, "false")) { if (v) *v = false; return true; }
     return false;
 }
-bool json_is_number(const Json *j, int t) {
-    if (json_type(j, t) != JSON_PRIMITIVE) return false;
-    char c = j->src[j->tok[t].start];
-    return c == '-' || (c >= '0' && c <= '9');
-}
 bool json_get_double(const Json *j, int t, double *v) {
-    if (!json_is_number(j, t)) return false;
+    if (json_type(j, t) != JSON_PRIMITIVE) return false;
+    char c = j->src[j->tok[t].start];   /* JSON's numbers: no '+', "inf" or "nan", which strtod takes */
+    if (c != '-' && (c < '0' || c > '9')) return false;
     char buf[64];
     int n = j->tok[t].end - j->tok[t].start;
     if (n <= 0 || n >= (int)sizeof buf) return false;

@@ -31,7 +31,6 @@ int json_find(const Json *j, int obj, const char *key);   /* value token, or -1 
 int json_at(const Json *j, int arr, int i);        /* i-th element of an array, or -1 */
 bool json_is_null(const Json *j, int t);
 bool json_is_bool(const Json *j, int t, bool *v);
-bool json_is_number(const Json *j, int t);
 bool json_get_double(const Json *j, int t, double *v);
 bool json_get_int64(const Json *j, int t, int64_t *v);    /* false unless an integral number */
 /* The decoded string (escapes, \uXXXX and surrogate pairs resolved); NULL if not a string.

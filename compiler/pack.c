@@ -99,9 +99,7 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 static uint64_t tensor_seed(uint64_t seed, const char *name) {
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = name; *p; p++) { h ^= (unsigned char)*p; h *= 1099511628211ull; }
-    return mix64(seed ^ mix64(h));
+    return mix64(seed ^ mix64(fnv1a(name, strlen(name))));
 }
 /* elements [first, first + n) of a uniform(-a, a) tensor, a = 0.02 * sqrt(3): std 0.02 */
 static void gen_random(float *dst, uint64_t tseed, uint64_t first, size_t n, float offset) {

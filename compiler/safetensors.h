@@ -94,14 +94,8 @@ static const struct { const char *name; unsigned char size; } st_dtypes[] = {
 const char *st_dtype_name(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].name : "?"; }
 size_t st_dtype_size(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].size : 0; }
 
-static uint64_t st_hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) { h ^= (unsigned char)*s; h *= 1099511628211ull; }
-    return h;
-}
-
 static void st_hash_insert(StModel *m, int idx) {
-    size_t mask = m->hash_cap - 1, i = (size_t)st_hash_str(m->t[idx].name) & mask;
+    size_t mask = m->hash_cap - 1, i = (size_t)fnv1a(m->t[idx].name, strlen(m->t[idx].name)) & mask;
     while (m->hash[i]) i = (i + 1) & mask;
     m->hash[i] = idx + 1;
 }
@@ -118,7 +112,7 @@ static void st_hash_grow(StModel *m, size_t need) {
 
 const StTensor *st_find(const StModel *m, const char *name) {
     if (!m->hash_cap) return NULL;
-    size_t mask = m->hash_cap - 1, i = (size_t)st_hash_str(name) & mask;
+    size_t mask = m->hash_cap - 1, i = (size_t)fnv1a(name, strlen(name)) & mask;
     for (; m->hash[i]; i = (i + 1) & mask)
         if (strcmp(m->t[m->hash[i] - 1].name, name) == 0) return &m->t[m->hash[i] - 1];
     return NULL;

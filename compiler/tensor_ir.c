@@ -85,6 +85,16 @@ static TOp *over(TL *L, TOpKind k, const GNode *n, Buffer *out, const char *suff
     if (!nd) op->out_idx[0] = axis(L, op, "u", e_i(L->A, 1));
     return op;
 }
+/* A reduction red of n's dim lead (extent len, its variable named j) into out, over n's first lead dims:
+ * ax gets those axes, idx them and the reduced one. */
+static TOp *reduce_last(TL *L, const GNode *n, Buffer *out, const char *suffix, int lead, RedOp red, const char *j,
+                        Expr *len, Expr **ax, Expr **idx) {
+    TOp *op = over(L, TOP_REDUCE, n, out, suffix, lead, ax);
+    memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
+    idx[lead] = raxis(L, op, j, len);
+    op->red = red;
+    return op;
+}
 static Expr *lead_load(TL *L, Buffer *b, int nd, Expr **ax) {
     if (!nd) return e_load1(L->A, b, e_i(L->A, 0));
     return e_load(L->A, b, nd, ax);
@@ -149,10 +159,7 @@ static void lower_rmsnorm(TL *L, GNode *n) {
     int64_t D = n->dims[lead];
     Expr *ax[MAX_DIMS], *idx[MAX_DIMS];
     Buffer *inv = lead_buf(L, n, "inv_rms", lead, BUF_ACT, DT_F32);
-    TOp *r = over(L, TOP_REDUCE, n, inv, "inv_rms", lead, ax);
-    memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
-    idx[lead] = raxis(L, r, "d", e_i(A, D));
-    r->red = RED_SUM;
+    TOp *r = reduce_last(L, n, inv, "inv_rms", lead, RED_SUM, "d", e_i(A, D), ax, idx);
     Expr *xv = e_load(A, x->buf, nd, idx);
     r->body = E_MUL(A, xv, xv);
     r->epilogue = e_un(A, EX_RSQRT, E_ADD(A, E_DIV(A, e_acc(A), e_f(A, (double)D)), e_f(A, (float)n->eps)));
@@ -193,15 +200,9 @@ static void softmax_parts(TL *L, const GNode *n, Buffer *s, Buffer *out, const c
     Expr *ax[MAX_DIMS], *idx[MAX_DIMS];
     Buffer *M = lead_buf(L, n, "max", lead, BUF_ACT, DT_F32), *Z = lead_buf(L, n, "sum", lead, BUF_ACT, DT_F32);
     Expr *len = e_i(A, n->dims[lead]);
-    TOp *mx = over(L, TOP_REDUCE, n, M, "max", lead, ax);
-    memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
-    idx[lead] = raxis(L, mx, "j", len);
-    mx->red = RED_MAX;
+    TOp *mx = reduce_last(L, n, M, "max", lead, RED_MAX, "j", len, ax, idx);
     mx->body = e_load(A, s, nd, idx);
-    TOp *sm = over(L, TOP_REDUCE, n, Z, "sum", lead, ax);
-    memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
-    idx[lead] = raxis(L, sm, "j", len);
-    sm->red = RED_SUM;
+    TOp *sm = reduce_last(L, n, Z, "sum", lead, RED_SUM, "j", len, ax, idx);
     sm->body = e_un(A, EX_EXP, E_SUB(A, e_load(A, s, nd, idx), lead_load(L, M, lead, ax)));
     TOp *nm = over(L, TOP_ELEMWISE, n, out, norm_suffix, nd, ax);
     nm->body = E_DIV(A, e_un(A, EX_EXP, E_SUB(A, e_load(A, s, nd, ax), lead_load(L, M, lead, ax))),
@@ -218,10 +219,7 @@ static void lower_select(TL *L, GNode *n) {
     CHECK(x->dims[lead] <= (1 << 24), "%s over %lld values: indices past 2^24 are not exact in f32",
           graph_op_names[n->op], (long long)x->dims[lead]);
     n->buf = lead_buf(L, n, NULL, topk ? n->ndim : lead, BUF_ACT, DT_F32);
-    TOp *op = over(L, TOP_REDUCE, n, n->buf, NULL, lead, ax);
-    memcpy(idx, ax, sizeof(Expr *) * (size_t)lead);
-    idx[lead] = raxis(L, op, "j", e_i(A, x->dims[lead]));
-    op->red = topk ? RED_TOPK : RED_ARGMAX;
+    TOp *op = reduce_last(L, n, n->buf, NULL, lead, topk ? RED_TOPK : RED_ARGMAX, "j", e_i(A, x->dims[lead]), ax, idx);
     op->body = e_load(A, x->buf, x->ndim, idx);
     if (!topk) return;
     op->topk_max = n->topk;

@@ -21,11 +21,6 @@ static const char LLAMA3_RE[] = RE_HEAD "\\p{N}{1,3}" RE_TAIL;
 typedef struct { const char *s; size_t n; int32_t id; } HEnt;
 typedef struct { HEnt *e; size_t mask; } Hash;   /* string -> id, open addressing */
 
-static uint64_t fnv(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
-    return h;
-}
 static void hash_init(Arena *a, Hash *h, size_t n) {
     size_t c = 16; while (c < 2 * n + 1) c <<= 1;
     h->e = ARENA_ARRAY(a, HEnt, c); h->mask = c - 1;
@@ -33,7 +28,7 @@ static void hash_init(Arena *a, Hash *h, size_t n) {
 }
 /* s's entry, or the empty one (id -1) where it goes */
 static HEnt *hash_slot(const Hash *h, const char *s, size_t n) {
-    for (size_t i = fnv(s, n) & h->mask;; i = (i + 1) & h->mask) {
+    for (size_t i = fnv1a(s, n) & h->mask;; i = (i + 1) & h->mask) {
         HEnt *e = &h->e[i];
         if (e->id < 0 || (e->n == n && memcmp(e->s, s, n) == 0)) return e;
     }
@@ -296,11 +291,6 @@ static char *jinja_unescape(Arena *a, const char *s, size_t n, size_t *len) {
 #define LLAMA32_TEMPLATE_HASH 0x08b625b68c2b1d8aull
 /* Qwen3's (the hybrid-thinking release of April 2025: ../shared/assets/tokenizers/qwen3, tests/test_chat.py) */
 #define QWEN3_TEMPLATE_HASH 0x49e04c9ae4138444ull
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-    return h;
-}
 
 /* The ids of a template's n marker tokens, each a token of tokenizer.json; returns the last one's. */
 static int32_t chat_tokens(Pk *p, const char *cpath, const char *family, const char *const *toks, int n) {
@@ -325,7 +315,7 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
 #define REFUSE(...) die_user(cpath, "chat_template", __VA_ARGS__)
     if (HAS("<|im_start|>") && HAS("<|im_end|>") && (HAS("enable_thinking") || HAS("<think>"))) {
         /* Qwen3's template, whole: its tools branches are not rendered, and its reasoning rules are */
-        if (fnv1a(N) != QWEN3_TEMPLATE_HASH)
+        if (fnv1a(N, strlen(N)) != QWEN3_TEMPLATE_HASH)
             REFUSE("a ChatML template with thinking that differs from Qwen3's is not supported yet %s", hint);
         ci->family = TOK_CHAT_QWEN3;
         ci->eot = chat_tokens(p, cpath, "Qwen3", (const char *const[]){"<|im_start|>", "<think>", "</think>",
@@ -377,7 +367,7 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
             if (!HAS(l31[k])) continue;
             /* Meta's templates, whole: their tools branches are not rendered, so
              * any change to them could change the no-tools text unseen */
-            uint64_t h = fnv1a(N);
+            uint64_t h = fnv1a(N, strlen(N));
             if (h != LLAMA31_TEMPLATE_HASH && h != LLAMA32_TEMPLATE_HASH)
                 REFUSE("a Llama 3.1/3.2-style template (with \"%s\") that differs from Meta's "
                        "Llama 3.1 / 3.2 Instruct templates is not supported yet %s", l31[k], hint);

@@ -696,28 +696,23 @@ static Value binary(P *p, char op, Value a, Value b, int col) {
     return tensor(n, t, col);
 }
 
-static Value term(P *p) {
-    Value v = unary(p);
-    while (is_punct(p, '*') || is_punct(p, '/') || is_punct(p, '@')) {
+/* Left-associative operators among ops, between operands parsed by operand. */
+static Value chain(P *p, const char *ops, Value (*operand)(P *)) {
+    Value v = operand(p);
+    while (p->tok.k == TK_PUNCT && strchr(ops, p->tok.s[0])) {
         char op = p->tok.s[0];
         int col = p->tok.col;
         next(p);
-        Value r = unary(p);
+        Value r = operand(p);
         v = binary(p, op, v, r, col);
     }
     return v;
 }
+static Value term(P *p) { return chain(p, "*/@", unary); }
 
 static Value expr(P *p) {
     if (++p->depth > 200) err(p, p->tok.col, "the expression is nested too deeply (more than 200 levels)");
-    Value v = term(p);
-    while (is_punct(p, '+') || is_punct(p, '-')) {
-        char op = p->tok.s[0];
-        int col = p->tok.col;
-        next(p);
-        Value r = term(p);
-        v = binary(p, op, v, r, col);
-    }
+    Value v = chain(p, "+-", term);
     p->depth--;
     return v;
 }

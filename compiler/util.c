@@ -158,3 +158,9 @@ char *path_join(Arena *a, const char *dir, const char *name) {
     if (dl && dir[dl - 1] == '/') return arena_printf(a, "%s%s", dir, name);
     return arena_printf(a, "%s/%s", dir, name);
 }
+
+uint64_t fnv1a(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    return h;
+}

@@ -54,6 +54,9 @@ void write_file_atomic(const char *path, const void *data, size_t len);
 /* path join into arena */
 char *path_join(Arena *a, const char *dir, const char *name);
 
+/* FNV-1a of s[0..n): hash tables keyed by names, and fingerprints of known texts */
+uint64_t fnv1a(const char *s, size_t n);
+
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t m);
 void *xrealloc(void *p, size_t n);

@@ -41,7 +41,7 @@ static struct {
     int32_t *uniq; int n_uniq;
     FILE *logits_f;
     char *outbuf; size_t outcap;
-    int32_t *pending;      /* the ids of the turn being run (freed by cleanup on an error exit) */
+    int32_t *pending;      /* the ids of the prompt or turn at hand: reachable on an error exit */
     char **line;           /* -i's line buffer */
     uint64_t rng;
     ChatMsg *msgs;         /* -i with a template that rewrites history: the conversation so far (owned texts) */
@@ -450,13 +450,11 @@ static void print_info(int ctx) {
         printf("memory: %.1f MiB (weights %.1f MiB, kv cache %.1f MiB, activations %.1f MiB)\n",
                mib(tot), mib(wb), mib(kv), mib(act));
     }
-    out_flush();
 }
 
-static int parse_ids(const char *s, int vocab, int32_t **out) {
-    int n = 0, cap = 16;
-    int32_t *v = malloc((size_t)cap * sizeof *v);
-    if (!v) die("out of memory");
+/* The ids of --prompt-ids, into G.pending. */
+static int parse_ids(const char *s, int vocab) {
+    int n = 0, cap = 0;
     const char *p = s;
     for (;;) {
         while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
@@ -464,25 +462,19 @@ static int parse_ids(const char *s, int vocab, int32_t **out) {
         char *end;
         errno = 0;
         long x = strtol(p, &end, 10);
-        if (end == p || errno || (*end && *end != ',' && *end != ' ' && *end != '\t' && *end != '\n')) {
-            free(v);
+        if (end == p || errno || (*end && *end != ',' && *end != ' ' && *end != '\t' && *end != '\n'))
             die("--prompt-ids: '%s' is not a list of ids like 1,2,3", s);
-        }
-        if (x < 0 || x >= vocab) {
-            free(v);
-            die("--prompt-ids: id %ld is outside the vocabulary (0..%d)", x, vocab - 1);
-        }
+        if (x < 0 || x >= vocab) die("--prompt-ids: id %ld is outside the vocabulary (0..%d)", x, vocab - 1);
         if (n == cap) {
-            cap *= 2;
-            int32_t *nv = realloc(v, (size_t)cap * sizeof *v);
-            if (!nv) { free(v); die("out of memory"); }
-            v = nv;
+            cap = cap ? 2 * cap : 16;
+            int32_t *nv = realloc(G.pending, (size_t)cap * sizeof *nv);
+            if (!nv) die("out of memory");
+            G.pending = nv;
         }
-        v[n++] = (int32_t)x;
+        G.pending[n++] = (int32_t)x;
         p = end;
     }
-    if (n == 0) { free(v); die("--prompt-ids: no ids given"); }
-    *out = v;
+    if (n == 0) die("--prompt-ids: no ids given");
     return n;
 }
 
@@ -493,21 +485,22 @@ static bool is_eos(int id) {
     return G.tok && tokenizer_chat_eot(G.tok) == id && id >= 0;
 }
 
+/* Frees everything, once, right before a successful exit (an error exit leaves it all reachable from G). */
 static void cleanup(void) {
     if (G.model) model_free(G.model);
-    G.model = NULL;
     if (G.tok) tokenizer_free(G.tok);
-    G.tok = NULL;
     if (G.logits_f) fclose(G.logits_f);
-    G.logits_f = NULL;
     free(G.ids); free(G.logits); free(G.work); free(G.cand); free(G.seen); free(G.uniq); free(G.outbuf);
-    free(G.pending); G.pending = NULL;
+    free(G.pending);
     for (int i = 0; i < G.n_msgs; i++) free((char *)G.msgs[i].content);
-    free(G.msgs); G.msgs = NULL; G.n_msgs = 0;
-    if (G.line) { free(*G.line); *G.line = NULL; G.line = NULL; }
-    G.outbuf = NULL;
-    G.ids = NULL; G.logits = G.work = NULL; G.cand = NULL; G.seen = NULL; G.uniq = NULL;
+    free(G.msgs);
     payload_close(&G.pl);
+}
+/* The end of a run that only reports (--verify, --info, --tokenize). */
+static _Noreturn void finish(void) {
+    out_flush();
+    cleanup();
+    exit(0);
 }
 
 /* what (the prompt, the conversation; with: what it counts in) is n tokens, more than the context holds */
@@ -683,13 +676,10 @@ static int chat_ids(const Opts *o, const char *user, size_t len, bool first, int
     return k - keep;
 }
 
-static void check_ids(int32_t *ids, int n) {
+static void check_ids(const int32_t *ids, int n) {
     for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= model_info.vocab_size) {
-            int bad = ids[i];
-            free(ids);
-            die("the tokenizer gave id %d, outside the model's vocabulary (0..%d)", bad, model_info.vocab_size - 1);
-        }
+        if (ids[i] < 0 || ids[i] >= model_info.vocab_size)
+            die("the tokenizer gave id %d, outside the model's vocabulary (0..%d)", ids[i], model_info.vocab_size - 1);
 }
 
 /* ---------------------------------------------------------------- main */
@@ -710,9 +700,7 @@ int main(int argc, char **argv) {
         if (err) die("%s", err);
         printf("%s: payload ok (%llu bytes, checksum %016llx%s)\n", G.name, (unsigned long long)G.pl.size,
                (unsigned long long)sum, G.pl.has_footer ? "" : ", no footer to compare with");
-        out_flush();
-        cleanup();
-        return 0;
+        finish();
     }
     check_tensors();
     if (G.pl.tok_size) {
@@ -721,8 +709,7 @@ int main(int argc, char **argv) {
     }
     if (o.info) {
         print_info(o.ctx);
-        cleanup();
-        return 0;
+        finish();
     }
     if (!G.tok && !o.ids && !o.tokenize) die("this executable has no tokenizer: give --prompt-ids and --ids");
     if (!G.tok && o.prompt) die("this executable has no tokenizer: give --prompt-ids, not --prompt");
@@ -748,42 +735,35 @@ int main(int argc, char **argv) {
     if (o.hide_thinking && (G.think_open < 0 || G.think_close < 0))
         die("--hide-thinking: this model's tokenizer has no <think> and </think> tokens");
 
-    /* the prompt */
-    int32_t *pids = NULL;
+    /* the prompt, in G.pending */
     int np = 0;
-    if (o.prompt_ids) np = parse_ids(o.prompt_ids, V, &pids);
-    else if (chat && o.prompt) np = chat_ids(&o, o.prompt, strlen(o.prompt), true, &pids);
+    if (o.prompt_ids) np = parse_ids(o.prompt_ids, V);
+    else if (chat && o.prompt) np = chat_ids(&o, o.prompt, strlen(o.prompt), true, &G.pending);
     else if (chat) np = 0;          /* -i without --prompt: the first turn comes from stdin */
     else if (G.tok) {
         const char *text = o.prompt ? o.prompt : "";
-        np = tokenizer_encode(G.tok, text, strlen(text), true, &pids);
+        np = tokenizer_encode(G.tok, text, strlen(text), true, &G.pending);
         if (np < 0) die("out of memory");
-        if (np == 0) {
-            free(pids);
-            die("the prompt is empty and this model adds no BOS token: give a --prompt");
-        }
+        if (np == 0) die("the prompt is empty and this model adds no BOS token: give a --prompt");
     } else {
         if (mi->bos_id < 0) die("no prompt: give --prompt-ids");
-        pids = malloc(sizeof *pids);
-        if (!pids) die("out of memory");
-        pids[0] = mi->bos_id;
+        G.pending = malloc(sizeof *G.pending);
+        if (!G.pending) die("out of memory");
+        G.pending[0] = mi->bos_id;
         np = 1;
     }
-    if (pids) check_ids(pids, np);
+    check_ids(G.pending, np);
     if (o.tokenize) {
         char b[16];
         for (int i = 0; i < np; i++) {
-            int l = snprintf(b, sizeof b, i ? " %d" : "%d", pids[i]);
+            int l = snprintf(b, sizeof b, i ? " %d" : "%d", G.pending[i]);
             out_write(b, (size_t)l);
         }
         out_write("\n", 1);
-        out_flush();
-        free(pids);
-        cleanup();
-        return 0;
+        finish();
     }
     G.ctx = o.ctx;
-    if (np > G.ctx) { free(pids); too_long("the prompt", np, ""); }
+    if (np > G.ctx) too_long("the prompt", np, "");
 
     G.cap_ids = G.ctx + 2;
     G.ids = malloc((size_t)G.cap_ids * sizeof *G.ids);
@@ -795,27 +775,22 @@ int main(int argc, char **argv) {
     G.outcap = 1024;
     if (G.tok && tokenizer_max_piece_bytes(G.tok) + 64 > G.outcap) G.outcap = tokenizer_max_piece_bytes(G.tok) + 64;
     G.outbuf = malloc(G.outcap);
-    if (!G.ids || !G.seen || !G.uniq || !G.logits || !G.work || !G.cand || !G.outbuf) {
-        free(pids); die("out of memory");
-    }
+    if (!G.ids || !G.seen || !G.uniq || !G.logits || !G.work || !G.cand || !G.outbuf) die("out of memory");
     rng_seed(o.has_seed ? o.seed
                         : (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32) ^
                           (unsigned long long)(now_s() * 1e9));
     if (o.logits_path) {
         G.logits_f = fopen(o.logits_path, "wb");
-        if (!G.logits_f) { free(pids); die("--logits %s: %s", o.logits_path, strerror(errno)); }
+        if (!G.logits_f) die("--logits %s: %s", o.logits_path, strerror(errno));
     }
 
     err = model_init(&G.model, G.pl.tensors, G.pl.base, G.ctx);
-    if (err) { G.model = NULL; free(pids); die("%s", err); }
+    if (err) { G.model = NULL; die("%s", err); }
 
     Stats st = {0};
-    if (np > 0) {
-        G.pending = pids;
-        turn(&o, pids, np, !chat, &st);   /* chat prints only the reply */
-        G.pending = NULL;
-    }
-    free(pids);
+    if (np > 0) turn(&o, G.pending, np, !chat, &st);   /* chat prints only the reply */
+    free(G.pending);
+    G.pending = NULL;
     if (o.interactive) {
         bool tty = isatty(0);
         char *line = NULL;
@@ -832,13 +807,11 @@ int main(int argc, char **argv) {
             if (len > 0 && line[len - 1] == '\n') line[--len] = 0;
             if (len > 0 && line[len - 1] == '\r') line[--len] = 0;
             if (len == 0) continue;    /* an empty line is no turn */
-            int32_t *ids;
-            int n = chat_ids(&o, line, (size_t)len, st.turns == 0, &ids);
-            check_ids(ids, n);
-            G.pending = ids;
-            turn(&o, ids, n, false, &st);
+            int n = chat_ids(&o, line, (size_t)len, st.turns == 0, &G.pending);
+            check_ids(G.pending, n);
+            turn(&o, G.pending, n, false, &st);
+            free(G.pending);
             G.pending = NULL;
-            free(ids);
         }
         free(line);
         G.line = NULL;

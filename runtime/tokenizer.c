@@ -53,22 +53,28 @@ static uint64_t hash_u64(uint64_t k) { k *= 0x9E3779B97F4A7C15ull; return k ^ (k
 
 static uint32_t pow2_at_least(uint64_t n) { uint32_t p = 16; while (p < n) p <<= 1; return p; }
 
+/* The vocab hash's slot for s[0..n): the one holding its id, or the empty one (NONE) where it goes. */
+static uint32_t *vocab_slot(const Tokenizer *t, const uint8_t *s, size_t n) {
+    for (uint32_t i = (uint32_t)hash_bytes(s, n) & t->vmask;; i = (i + 1) & t->vmask) {
+        uint32_t id = t->vslot[i];
+        if (id == NONE || (t->off[id + 1] - t->off[id] == n && memcmp(t->pool + t->off[id], s, n) == 0))
+            return &t->vslot[i];
+    }
+}
 /* Model-vocabulary lookup (added tokens that are not in model.vocab are not
  * found: BPE must not see them, as in HF). */
 static int32_t vocab_find(const Tokenizer *t, const uint8_t *s, size_t n) {
-    for (uint32_t i = (uint32_t)hash_bytes(s, n) & t->vmask;; i = (i + 1) & t->vmask) {
-        uint32_t id = t->vslot[i];
-        if (id == NONE) return -1;
-        if (t->off[id + 1] - t->off[id] == n && memcmp(t->pool + t->off[id], s, n) == 0) return (int32_t)id;
-    }
+    uint32_t id = *vocab_slot(t, s, n);
+    return id == NONE ? -1 : (int32_t)id;
+}
+/* The merge hash's slot for the pair k: the one holding k, or the empty one (rank NONE) where it goes. */
+static uint32_t merge_slot(const Tokenizer *t, uint64_t k) {
+    uint32_t i = (uint32_t)hash_u64(k) & t->mmask;
+    while (t->mrank[i] != NONE && t->mkey[i] != k) i = (i + 1) & t->mmask;
+    return i;
 }
 static uint32_t merge_rank(const Tokenizer *t, uint32_t a, uint32_t b) {
-    uint64_t k = (uint64_t)a << 32 | b;
-    for (uint32_t i = (uint32_t)hash_u64(k) & t->mmask;; i = (i + 1) & t->mmask) {
-        uint32_t r = t->mrank[i];
-        if (r == NONE) return NONE;
-        if (t->mkey[i] == k) return r;
-    }
+    return t->mrank[merge_slot(t, (uint64_t)a << 32 | b)];
 }
 
 void tokenizer_free(Tokenizer *t) {
@@ -170,13 +176,8 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
         if (len > t->maxlen) t->maxlen = len;
         const uint8_t *s = t->pool + t->off[id];
         if (fl & TOKT_ADDED) t->added[t->nadded++] = id;
-        if (!(fl & TOKT_VOCAB)) continue;
-        uint32_t i = (uint32_t)hash_bytes(s, len) & t->vmask;
-        for (;; i = (i + 1) & t->vmask) {   /* the first id wins */
-            uint32_t o = t->vslot[i];
-            if (o == NONE) { t->vslot[i] = id; break; }
-            if (t->off[o + 1] - t->off[o] == len && memcmp(t->pool + t->off[o], s, len) == 0) break;
-        }
+        uint32_t *slot = fl & TOKT_VOCAB ? vocab_slot(t, s, len) : NULL;
+        if (slot && *slot == NONE) *slot = id;   /* the first id wins */
     }
     /* the ids BPE starts from */
     for (int b = 0; b < 256; b++) {
@@ -193,11 +194,9 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
         if (a >= n || b >= n || c >= n) { err = "tokenizer blob: merge id out of range"; goto fail; }
         t->mleft[r] = a; t->mright[r] = b; t->mres[r] = c;
         uint64_t k = (uint64_t)a << 32 | b;
-        uint32_t i = (uint32_t)hash_u64(k) & t->mmask;
-        for (;; i = (i + 1) & t->mmask) {
-            if (t->mrank[i] == NONE) { t->mkey[i] = k; t->mrank[i] = r; break; }
-            if (t->mkey[i] == k) break;   /* duplicate pair: HF keeps the first (lowest) rank as well */
-        }
+        uint32_t i = merge_slot(t, k);
+        /* a duplicate pair keeps its first (lowest) rank, as in HF */
+        if (t->mrank[i] == NONE) { t->mkey[i] = k; t->mrank[i] = r; }
     }
     /* added tokens grouped by first byte, longest first: the first hit at a
      * position is the leftmost-longest match (HF uses Aho-Corasick LeftmostLongest) */
@@ -228,15 +227,21 @@ int tokenizer_bos_id(const Tokenizer *t) { return t->bos; }
 int tokenizer_eos_id(const Tokenizer *t) { return t->eos; }
 size_t tokenizer_max_piece_bytes(const Tokenizer *t) { return 3 * (t->maxlen + 8); }
 
+/* The longest added token s[0..n) begins with (whole: that is all of it), or NONE; n > 0. */
+static uint32_t added_at(const Tokenizer *t, const uint8_t *s, size_t n, bool whole) {
+    for (uint32_t a = t->afirst[s[0]]; a < t->afirst[s[0] + 1]; a++) {   /* longest first */
+        uint32_t id = t->added[a];
+        size_t l = t->off[id + 1] - t->off[id];
+        if ((whole ? l == n : l <= n) && memcmp(t->pool + t->off[id], s, l) == 0) return id;
+    }
+    return NONE;
+}
+
 int tokenizer_token_id(const Tokenizer *t, const char *s) {
     size_t n = strlen(s);
     if (n == 0) return -1;
-    uint8_t f = (uint8_t)s[0];
-    for (uint32_t i = t->afirst[f]; i < t->afirst[f + 1]; i++) {
-        uint32_t id = t->added[i];
-        if (t->off[id + 1] - t->off[id] == n && memcmp(t->pool + t->off[id], s, n) == 0) return (int)id;
-    }
-    return vocab_find(t, (const uint8_t *)s, n);
+    uint32_t id = added_at(t, (const uint8_t *)s, n, true);
+    return id != NONE ? (int)id : vocab_find(t, (const uint8_t *)s, n);
 }
 
 /* ------------------------------------------------------------------ encode */
@@ -652,30 +657,26 @@ static void encode_word_spm(const Tokenizer *t, Enc *e, const uint8_t *w, size_t
     bpe(t, e, k);
 }
 
+/* The text s[seg..end) between added tokens. */
+static void encode_segment(const Tokenizer *t, Enc *e, const uint8_t *s, size_t seg, size_t end) {
+    if (t->model == TOK_MODEL_BYTELEVEL) encode_segment_bytes(t, e, s + seg, end - seg);
+    else encode_segment_spm(t, e, s + seg, end - seg, seg == 0);
+}
+
 int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids) {
     Enc e = {0};
     const uint8_t *s = (const uint8_t *)text;
     if (add_special && (t->flags & TOKF_ADD_BOS) && t->bos >= 0) emit(&e, t->bos);
     size_t seg = 0;
     for (size_t i = 0; i < len && !e.oom;) {
-        uint8_t f = s[i];
-        uint32_t hit = NONE;
-        for (uint32_t a = t->afirst[f]; a < t->afirst[f + 1]; a++) {   /* longest first */
-            uint32_t id = t->added[a];
-            size_t l = t->off[id + 1] - t->off[id];
-            if (l <= len - i && memcmp(t->pool + t->off[id], s + i, l) == 0) { hit = id; break; }
-        }
+        uint32_t hit = added_at(t, s + i, len - i, false);
         if (hit == NONE) { i++; continue; }
-        if (t->model == TOK_MODEL_BYTELEVEL) encode_segment_bytes(t, &e, s + seg, i - seg);
-        else encode_segment_spm(t, &e, s + seg, i - seg, seg == 0);
+        encode_segment(t, &e, s, seg, i);
         emit(&e, (int32_t)hit);
         i += t->off[hit + 1] - t->off[hit];
         seg = i;
     }
-    if (!e.oom) {
-        if (t->model == TOK_MODEL_BYTELEVEL) encode_segment_bytes(t, &e, s + seg, len - seg);
-        else encode_segment_spm(t, &e, s + seg, len - seg, seg == 0);
-    }
+    if (!e.oom) encode_segment(t, &e, s, seg, len);
     if (add_special && (t->flags & TOKF_ADD_EOS) && t->eos >= 0) emit(&e, t->eos);
     free(e.norm); free(e.pfx); free(e.cp); free(e.cls); free(e.coff); free(e.sym); free(e.rank);
     free(e.prev); free(e.next); free(e.heap); free(e.wc);
@@ -790,16 +791,11 @@ size_t tokdec_flush(TokDecoder *d, char *out, size_t cap) {
 char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, bool show_special) {
     TokDecoder d;
     tokdec_init(&d, t, show_special);
-    size_t piece = tokenizer_max_piece_bytes(t), cap = piece * 2 + 64, len = 0;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
+    size_t piece = tokenizer_max_piece_bytes(t), cap = 0, len = 0;
+    char *buf = NULL;
+    bool oom = false;
     for (int i = 0; i <= n; i++) {
-        if (len + piece + 1 > cap) {
-            cap = cap * 2 + piece;
-            char *q = realloc(buf, cap);
-            if (!q) { free(buf); return NULL; }
-            buf = q;
-        }
+        if (!grow((void **)&buf, &cap, len + piece + 1, 1, &oom)) { free(buf); return NULL; }
         len += i < n ? tokdec_push(&d, ids[i], buf + len, cap - len) : tokdec_flush(&d, buf + len, cap - len);
     }
     buf[len] = 0;
@@ -821,14 +817,7 @@ const char *tokenizer_chat_default_system(const Tokenizer *t, size_t *len) {
 
 typedef struct { char *s; size_t n, cap; bool oom; } Buf;
 static void buf_put(Buf *b, const void *p, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 256;
-        while (c < b->n + n + 1) c *= 2;
-        char *q = realloc(b->s, c);
-        if (!q) { b->oom = true; return; }
-        b->s = q; b->cap = c;
-    }
+    if (b->oom || !grow((void **)&b->s, &b->cap, b->n + n + 1, 1, &b->oom)) return;
     if (n) memcpy(b->s + b->n, p, n);
     b->n += n;
     b->s[b->n] = 0;
