@@ -2,6 +2,7 @@
  * compiler/schedules/; here the parameters they bind and the deduplication of
  * identical kernels), printer and verifier. */
 #include "schedules/schedule.h"
+#include <stdarg.h>
 #include <string.h>
 
 const char *const shfl_names[] = {
@@ -87,82 +88,66 @@ typedef struct {
     const KKernel *k;
 } KernelPrinter;
 static void kexpr(KernelPrinter *p, const Expr *e);
-static void kexpr_args(KernelPrinter *p, const Expr *e) {
-    for (int i = 0; i < e->nargs; i++) { if (i) str_printf(p->o, ", "); kexpr(p, e->a[i]); }
-}
 /* p<i>[idx, ..: elements of parameter b */
 static void kbuf(KernelPrinter *p, const Buffer *b, Expr *const *idx) {
     str_printf(p->o, "p%d[", kernel_param_index(p->k, b));
     for (int i = 0; i < b->ndim; i++) { if (i) str_printf(p->o, ", "); kexpr(p, idx[i]); }
 }
+/* fmt with %s, %d, %E (an expression) and %B (a buffer and its index list: p<i>[idx, ..) */
+static void kfmt(KernelPrinter *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    for (const char *c = fmt; *c; c++) {
+        size_t run = strcspn(c, "%");
+        str_append(p->o, c, run);
+        c += run;
+        if (!*c) break;
+        switch (*++c) {
+        case 's': str_printf(p->o, "%s", va_arg(ap, const char *)); break;
+        case 'd': str_printf(p->o, "%d", va_arg(ap, int)); break;
+        case 'E': kexpr(p, va_arg(ap, const Expr *)); break;
+        default: {
+            const Buffer *b = va_arg(ap, const Buffer *);
+            kbuf(p, b, va_arg(ap, Expr *const *));
+        }
+        }
+    }
+    va_end(ap);
+}
 static void kexpr(KernelPrinter *p, const Expr *e) {
-    Str *o = p->o;
-    if (e->k == EX_LOAD) {
-        kbuf(p, e->buf, e->a);
-        str_printf(o, "]");
-        return;
+    if (e->k == EX_LOAD) kfmt(p, "%B]", e->buf, e->a);
+    else if (e->k == EX_SLOAD) kfmt(p, "smem%d[%E]", (int)e->i, e->a[0]);
+    else if (e->k == EX_VELEM) str_printf(p->o, "%s[%lld]", e->var->name, (long long)e->i);
+    else if (!e->nargs) expr_print(p->o, e);
+    else if (e->nargs == 2 && e->k != EX_MIN && e->k != EX_MAX)
+        kfmt(p, "(%E %s %E)", e->a[0], expr_names[e->k], e->a[1]);
+    else {
+        str_printf(p->o, "%s(", expr_names[e->k]);
+        for (int i = 0; i < e->nargs; i++) kfmt(p, i ? ", %E" : "%E", e->a[i]);
+        str_printf(p->o, ")");
     }
-    if (e->k == EX_SLOAD) {
-        str_printf(o, "smem%lld[", (long long)e->i);
-        kexpr(p, e->a[0]);
-        str_printf(o, "]");
-        return;
-    }
-    if (e->k == EX_VELEM) { str_printf(o, "%s[%lld]", e->var->name, (long long)e->i); return; }
-    if (!e->nargs) { expr_print(o, e); return; }
-    if (e->nargs == 2 && e->k != EX_MIN && e->k != EX_MAX) {
-        str_printf(o, "(");
-        kexpr(p, e->a[0]);
-        str_printf(o, " %s ", expr_names[e->k]);
-        kexpr(p, e->a[1]);
-        str_printf(o, ")");
-        return;
-    }
-    str_printf(o, "%s(", expr_names[e->k]);
-    kexpr_args(p, e);
-    str_printf(o, ")");
 }
 static void ind(Str *o, int d) { for (int i = 0; i < d; i++) str_printf(o, "  "); }
 static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
-    Str *o = p->o;
-    ind(o, d);
+    ind(p->o, d);
     switch (s->k) {
-    case TS_LET: str_printf(o, "let %s = ", s->v->name); kexpr(p, s->e); str_printf(o, "\n"); return;
-    case TS_ASSIGN: str_printf(o, "r%d = ", s->reg); kexpr(p, s->e); str_printf(o, "\n"); return;
-    case TS_SSTORE:
-        str_printf(o, "smem%d[", s->smem); kexpr(p, s->sidx); str_printf(o, "] = ");
-        kexpr(p, s->e); str_printf(o, "\n");
-        return;
-    case TS_STORE:
-        kbuf(p, s->buf, s->idx);
-        str_printf(o, "] = ");
-        kexpr(p, s->e);
-        str_printf(o, "\n");
-        return;
-    case TS_IF:
-        str_printf(o, "if "); kexpr(p, s->e); str_printf(o, ":\n");
-        for (int i = 0; i < s->nbody; i++) print_ts(p, s->body[i], d + 1);
-        return;
+    case TS_LET: kfmt(p, "let %s = %E\n", s->v->name, s->e); return;
+    case TS_ASSIGN: kfmt(p, "r%d = %E\n", s->reg, s->e); return;
+    case TS_SSTORE: kfmt(p, "smem%d[%E] = %E\n", s->smem, s->sidx, s->e); return;
+    case TS_STORE: kfmt(p, "%B] = %E\n", s->buf, s->idx, s->e); return;
+    case TS_IF: kfmt(p, "if %E:\n", s->e); break;
     case TS_FOR:
-        str_printf(o, "for %s = ", s->v->name); kexpr(p, s->lo); str_printf(o, "; %s < ", s->v->name); kexpr(p, s->e);
-        str_printf(o, "; %s += ", s->v->name); kexpr(p, s->step); str_printf(o, ":\n");
-        for (int i = 0; i < s->nbody; i++) print_ts(p, s->body[i], d + 1);
-        return;
-    case TS_VLOAD:
-        str_printf(o, "vload %s[%d] = ", s->v->name, s->vec);
-        kbuf(p, s->buf, s->idx);
-        str_printf(o, " ..+%d]\n", s->vec);
-        return;
+        kfmt(p, "for %s = %E; %s < %E; %s += %E:\n", s->v->name, s->lo, s->v->name, s->e, s->v->name, s->step);
+        break;
+    case TS_VLOAD: kfmt(p, "vload %s[%d] = %B ..+%d]\n", s->v->name, s->vec, s->buf, s->idx, s->vec); return;
     case TS_CP_ASYNC:
-        str_printf(o, "cp_async%d smem%d[", s->vec, s->smem); kexpr(p, s->sidx);
-        str_printf(o, "] <- ");
-        kbuf(p, s->buf, s->idx);
-        str_printf(o, " ..+%dB]", s->vec);
-        if (s->e) { str_printf(o, " if "); kexpr(p, s->e); str_printf(o, " else zero-fill"); }
-        str_printf(o, "\n");
+        kfmt(p, "cp_async%d smem%d[%E] <- %B ..+%dB]", s->vec, s->smem, s->sidx, s->buf, s->idx, s->vec);
+        if (s->e) kfmt(p, " if %E else zero-fill", s->e);
+        str_printf(p->o, "\n");
         return;
     case TS_COUNT: break;
     }
+    for (int i = 0; i < s->nbody; i++) print_ts(p, s->body[i], d + 1);
 }
 static void print_ks(KernelPrinter *p, KStmt **b, int n, int d) {
     for (int i = 0; i < n; i++) {
@@ -178,22 +163,17 @@ static void print_ks(KernelPrinter *p, KStmt **b, int n, int d) {
         } else if (s->k == KS_LDMATRIX) {
             str_printf(p->o, "ldmatrix_x%d {", s->nmat);
             for (int j = 0; j < s->nmat; j++) str_printf(p->o, "%sr%d", j ? ", " : "", s->ldst[j]);
-            str_printf(p->o, "} = smem%d[", s->lsmem);
-            kexpr(p, s->laddr);
-            str_printf(p->o, "]\n");
+            kfmt(p, "} = smem%d[%E]\n", s->lsmem, s->laddr);
         } else if (s->k == KS_CP_COMMIT) {
             str_printf(p->o, "cp_async_commit_group\n");
         } else if (s->k == KS_CP_WAIT) {
             str_printf(p->o, "cp_async_wait_group %d\n", s->wait_n);
         } else if (s->k == KS_SHFL) {
-            str_printf(p->o, "r%d = shfl_%s(r%d, ", s->dst, shfl_names[s->shfl], s->src);
-            kexpr(p, s->arg);
-            str_printf(p->o, ")\n");
+            kfmt(p, "r%d = shfl_%s(r%d, %E)\n", s->dst, shfl_names[s->shfl], s->src, s->arg);
         } else if (s->k == KS_ULET) {
-            str_printf(p->o, "ulet %s = ", s->v->name); kexpr(p, s->init); str_printf(p->o, "\n");
+            kfmt(p, "ulet %s = %E\n", s->v->name, s->init);
         } else {
-            str_printf(p->o, "ufor %s = ", s->v->name); kexpr(p, s->init); str_printf(p->o, "; "); kexpr(p, s->cond);
-            str_printf(p->o, "; %s = ", s->v->name); kexpr(p, s->update); str_printf(p->o, ":\n");
+            kfmt(p, "ufor %s = %E; %E; %s = %E:\n", s->v->name, s->init, s->cond, s->v->name, s->update);
             print_ks(p, s->kbody, s->nk, d + 1);
         }
     }
