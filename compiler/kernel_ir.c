@@ -18,16 +18,19 @@ static void add_param(KKernel *k, Buffer *b, bool written) {
     k->params[k->nparams++] = b;
 }
 static void param_cb(void *ctx, Buffer *b) { add_param(ctx, b, false); }
+int ts_exprs(const TStmt *s, const Expr **out) {
+    const Expr *own[4] = {s->e, s->lo, s->step, s->sidx};
+    int n = 0;
+    for (int i = 0; i < 4; i++) if (own[i]) out[n++] = own[i];
+    for (int d = 0; s->idx && d < s->buf->ndim; d++) out[n++] = s->idx[d];
+    return n;
+}
 static void collect_params(KKernel *k, TStmt **b, int n) {
     for (int i = 0; i < n; i++) {
-        TStmt *s = b[i];
-        if (s->e) expr_visit_loads(s->e, param_cb, k);
-        if (s->lo) expr_visit_loads(s->lo, param_cb, k);
-        if (s->k == TS_STORE || s->k == TS_VLOAD || s->k == TS_CP_ASYNC) {
-            for (int d = 0; d < s->buf->ndim; d++) expr_visit_loads(s->idx[d], param_cb, k);
-            add_param(k, s->buf, s->k == TS_STORE);
-        }
-        collect_params(k, s->body, s->nbody);
+        const Expr *e[TS_MAX_EXPRS];
+        for (int j = 0, ne = ts_exprs(b[i], e); j < ne; j++) expr_visit_loads(e[j], param_cb, k);
+        if (b[i]->idx) add_param(k, b[i]->buf, b[i]->k == TS_STORE);
+        collect_params(k, b[i]->body, b[i]->nbody);
     }
 }
 static void collect_kparams(KKernel *k, KStmt **b, int n) {
@@ -284,13 +287,11 @@ typedef struct { unsigned rd, wr, cp; } SmemUse;
 static void ts_smem(TStmt **b, int n, SmemUse *u) {
     for (int i = 0; i < n; i++) {
         const TStmt *s = b[i];
+        const Expr *e[TS_MAX_EXPRS];
         unsigned bit = s->smem >= 0 && s->smem < 32 ? 1u << s->smem : 0;
         if (s->k == TS_SSTORE) u->wr |= bit;
         if (s->k == TS_CP_ASYNC) u->cp |= bit;
-        if (s->e) u->rd |= smem_reads(s->e);
-        if (s->lo) u->rd |= smem_reads(s->lo);
-        if (s->sidx) u->rd |= smem_reads(s->sidx);
-        for (int d = 0; s->idx && d < s->buf->ndim; d++) u->rd |= smem_reads(s->idx[d]);
+        for (int j = 0, ne = ts_exprs(s, e); j < ne; j++) u->rd |= smem_reads(e[j]);
         ts_smem(s->body, s->nbody, u);
     }
 }
@@ -298,34 +299,33 @@ static bool reg_ok(const KKernel *k, int r, bool b32) { return r >= 0 && r < k->
 static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
     for (int i = 0; i < n; i++) {
         const TStmt *s = b[i];
-        const char *m = s->e ? ver_refs(A, k, s->e) : NULL;
-        if (!m && s->k == TS_VLOAD) {
-            if (kernel_param_index(k, s->buf) < 0) m = "vector load of a non-parameter";
+        const Expr *e[TS_MAX_EXPRS];
+        const char *m = NULL;
+        for (int j = 0, ne = ts_exprs(s, e); !m && j < ne; j++) m = ver_refs(A, k, e[j]);
+        bool param = s->buf && kernel_param_index(k, s->buf) >= 0;
+        int esz = s->buf ? dtype_sizes[s->buf->dtype] : 0;
+        int64_t row = s->buf ? s->buf->dims[s->buf->ndim - 1] : 0;
+        if (m) return m;
+        if (s->k == TS_VLOAD) {
+            if (!param) m = "vector load of a non-parameter";
             else if (s->vec != 1 && s->vec != 2 && s->vec != 4 && s->vec != 8) m = "vector width is not 1, 2, 4 or 8";
-            else if ((s->vec * dtype_sizes[s->buf->dtype]) % 4 || s->vec * dtype_sizes[s->buf->dtype] > 32)
-                m = "vector of an unsupported size";
-            else if (s->buf->dims[s->buf->ndim - 1] % s->vec) m = "vector rows are not aligned";
-            for (int d = 0; !m && d < s->buf->ndim; d++) m = ver_refs(A, k, s->idx[d]);
-        }
-        if (!m && s->k == TS_CP_ASYNC) {
+            else if ((s->vec * esz) % 4 || s->vec * esz > 32) m = "vector of an unsupported size";
+            else if (row % s->vec) m = "vector rows are not aligned";
+        } else if (s->k == TS_CP_ASYNC) {
             /* PTX: cp-size 4, 8 or 16 bytes, source and destination aligned to it (rows of the source
              * must be, so that any element index the schedule computes can be; the C backend checks the addresses) */
-            int esz = s->buf ? dtype_sizes[s->buf->dtype] : 0;
-            if (!s->buf || kernel_param_index(k, s->buf) < 0) m = "cp.async from a non-parameter";
+            if (!param) m = "cp.async from a non-parameter";
             else if (s->vec != 4 && s->vec != 8 && s->vec != 16) m = "cp.async of other than 4, 8 or 16 bytes";
             else if (s->smem < 0 || s->smem >= k->nsmem) m = "cp.async into an undeclared shared array";
-            else if ((s->buf->dims[s->buf->ndim - 1] * esz) % s->vec || s->vec % esz ||
-                     s->vec % (k->smem[s->smem].b16 ? 2 : 4))
+            else if ((row * esz) % s->vec || s->vec % esz || s->vec % (k->smem[s->smem].b16 ? 2 : 4))
                 m = "cp.async rows are not aligned to the copy size";
             else if (s->sidx->t != T_I64) m = "cp.async shared index is not an integer";
             else if (s->e && s->e->t != T_BOOL) m = "cp.async predicate is not boolean";
-            if (!m) m = ver_refs(A, k, s->sidx);
-            for (int d = 0; !m && d < s->buf->ndim; d++) m = ver_refs(A, k, s->idx[d]);
         }
-        if (!m && s->k == TS_ASSIGN && (s->reg < 0 || s->reg >= k->nregs)) m = "assign to undeclared register";
-        if (!m && s->k == TS_SSTORE && (s->smem < 0 || s->smem >= k->nsmem)) m = "store to undeclared shared array";
-        if (!m && s->k == TS_STORE && kernel_param_index(k, s->buf) < 0) m = "store to a non-parameter";
-        if (!m && s->k == TS_IF && s->e->t != T_BOOL) m = "if condition is not boolean";
+        else if (s->k == TS_ASSIGN && (s->reg < 0 || s->reg >= k->nregs)) m = "assign to undeclared register";
+        else if (s->k == TS_SSTORE && (s->smem < 0 || s->smem >= k->nsmem)) m = "store to undeclared shared array";
+        else if (s->k == TS_STORE && !param) m = "store to a non-parameter";
+        else if (s->k == TS_IF && s->e->t != T_BOOL) m = "if condition is not boolean";
         if (!m) m = ver_ts(A, k, s->body, s->nbody);
         if (m) return m;
     }

@@ -141,6 +141,10 @@ void kernel_print_one(Str *o, const KKernel *k, bool header);
 const char *kernel_verify(Arena *A, const KProgram *kp);
 /* Index of b among k's params for this launch's binding, -1 if none. */
 int kernel_param_index(const KKernel *k, const Buffer *b);
+/* The expressions of statement s itself (not its body): e, lo, step, sidx, then the buffer's indices;
+ * returns how many. */
+#define TS_MAX_EXPRS (4 + MAX_DIMS)
+int ts_exprs(const TStmt *s, const Expr **out);
 /* Whether b (or a uniform loop in it) holds a statement of this kind. */
 bool ks_has(KStmt *const *b, int n, KStmtKind kind);
 /* Whether b (phases, uniform loops) holds a per-thread statement of this kind. */

@@ -140,12 +140,9 @@ KStmt *phase(Arena *A, TStmt **body, int n, bool barrier) {
 }
 static bool ts_uses_var(TStmt *const *b, int n, const Var *v) {
     for (int i = 0; i < n; i++) {
-        const TStmt *s = b[i];
-        const Expr *e[4] = {s->e, s->lo, s->step, s->sidx};
-        for (int j = 0; j < 4; j++) if (e[j] && expr_uses_var(e[j], v)) return true;
-        if (s->k == TS_STORE || s->k == TS_VLOAD)
-            for (int d = 0; d < s->buf->ndim; d++) if (expr_uses_var(s->idx[d], v)) return true;
-        if (ts_uses_var(s->body, s->nbody, v)) return true;
+        const Expr *e[TS_MAX_EXPRS];
+        for (int j = 0, ne = ts_exprs(b[i], e); j < ne; j++) if (expr_uses_var(e[j], v)) return true;
+        if (ts_uses_var(b[i]->body, b[i]->nbody, v)) return true;
     }
     return false;
 }
