@@ -1,27 +1,14 @@
 /* kernel_ir.h: kernel IR, the hardware's primitives in a form both emitters
- * print directly (docs/pipeline.md, "Kernel IR primitives"):
+ * print directly (docs/pipeline.md, "Kernel IR primitives": what each means
+ * and how the C and CUDA backends print it):
  *   kernel := params, grid, block, shared arrays, registers, body
- *   body   := phase { per-thread code }   -- a block barrier follows unless
- *                                           the phase is marked warp-level
- *           | ufor v = init; cond; v = update { body }   -- uniform bounds
- *           | ulet v = init                              -- a uniform value, computed once
- *           | shfl_{down,up,xor,idx} rD <- rS, arg      -- warp shuffle
- *           | mma_m16n8k16_bf16 c[4] += a[4] * b[2]     -- tensor core, per warp
- *           | ldmatrix_xN d[N] <- smem[addr]             -- 8x8 b16 tiles, per warp
- *           | cp.async.commit_group | cp.async.wait_group N -- every thread
- * Per-thread code: let (thread-local index), assign (register), store,
- * shared store, vload (a vector of consecutive elements into a thread-local
- * array), cp_async (4, 8 or 16 bytes global -> shared, completed only by a
- * later wait_group), if, for (thread-local loop). Barriers and shuffles sit only
- * between phases, so they are always in block-uniform control flow and
- * every warp is complete and converged (CUDA's full-mask requirement). The
- * C backend runs each phase as a loop over the block's threads and a
- * shuffle as two (every lane writes its value to a lane buffer, then every
- * lane reads its source lane's), with CUDA's semantics exactly: shfl_down /
- * shfl_up from a lane outside the warp returns the caller's own value. CUDA
- * prints __syncthreads() after barrier phases and __shfl_*_sync(0xffffffff)
- * for shuffles. Identical kernels (all layers' q_proj, ...) are compiled
- * once: launches name the kernel and bind its buffers. */
+ *   body   := phase { per-thread code (TStmt) }  -- a block barrier follows unless warp-level
+ *           | ufor v = init; cond; v = update { body } | ulet v = init   -- uniform
+ *           | shfl | mma | ldmatrix | cp.async commit_group / wait_group   -- kernel statements (KStmt)
+ * Barriers and shuffles sit only between phases, so they are always in
+ * block-uniform control flow and every warp is complete and converged (CUDA's
+ * full-mask requirement). Identical kernels (all layers' q_proj, ...) are
+ * compiled once: launches name the kernel and bind its buffers. */
 #ifndef LLMCC_KERNEL_IR_H
 #define LLMCC_KERNEL_IR_H
 #include "tile_ir.h"
