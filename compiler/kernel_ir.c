@@ -350,6 +350,12 @@ static unsigned pending(const Region *r) {
     for (int i = 0; i < r->ng; i++) m |= r->grp[i];
     return m;
 }
+/* the oldest n groups leave the list, their arrays added to *into */
+static void retire(Region *r, int n, unsigned *into) {
+    for (int j = 0; j < n; j++) *into |= r->grp[j];
+    memmove(r->grp, r->grp + n, (size_t)(r->ng - n) * sizeof(unsigned));
+    r->ng -= n;
+}
 static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uvars, int nu, Region *region) {
     for (int i = 0; i < n; i++) {
         const KStmt *s = b[i];
@@ -371,21 +377,12 @@ static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uv
             region->rd |= u.rd; region->wr |= u.wr; region->open |= u.cp;
             if (s->barrier) { region->rd = region->wr = region->waited = 0; }
         } else if (s->k == KS_CP_COMMIT) {
-            if (region->ng == 8) {
-                region->grp[1] |= region->grp[0];
-                memmove(region->grp, region->grp + 1, 7 * sizeof(unsigned));
-                region->ng--;
-            }
+            if (region->ng == 8) retire(region, 1, &region->grp[1]);   /* the oldest two as one */
             region->grp[region->ng++] = region->open;
             region->open = 0;
         } else if (s->k == KS_CP_WAIT) {
             if (s->wait_n < 0) m = "wait_group of a negative count";
-            int done = region->ng - s->wait_n;
-            for (int j = 0; !m && j < done; j++) region->waited |= region->grp[j];
-            if (!m && done > 0) {
-                memmove(region->grp, region->grp + done, (size_t)(region->ng - done) * sizeof(unsigned));
-                region->ng -= done;
-            }
+            else if (region->ng > s->wait_n) retire(region, region->ng - s->wait_n, &region->waited);
         } else if (s->k == KS_MMA) {
             if (k->block % 32) m = "mma in a block that is not whole warps";
             for (int j = 0; !m && j < 4; j++)
