@@ -6,11 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const sched_names[] = {
-#define X(e, s) s,
-    SCHED_KINDS(X)
-#undef X
-};
+const char *const sched_names[] = {SCHED_KINDS(KIND_NAME)};
 
 void knobs_default(Knobs *k) {
 #define X(s, f, d, lo, hi, p2) k->f = d;

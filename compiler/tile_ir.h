@@ -10,15 +10,15 @@
 #define LLMCC_TILE_IR_H
 #include "loop_ir.h"
 
+/* an enum and its name table from one X(e, s) list: typedef enum { KINDS(KIND_ENUM) COUNT } T; and
+ * {KINDS(KIND_NAME)} */
+#define KIND_ENUM(e, s) e,
+#define KIND_NAME(e, s) s,
+
 #define SCHED_KINDS(X) X(SCHED_FLAT, "flat") X(SCHED_BLOCK_REDUCE, "block_reduce") X(SCHED_GEMV, "gemv") \
     X(SCHED_SPLITK_SUM, "splitk_sum") X(SCHED_GEMM_TC, "gemm_tc") X(SCHED_FLASH, "flash_attn") \
     X(SCHED_FLASH_COMBINE, "flash_combine") X(SCHED_TOPK, "top_k") X(SCHED_TOPK_MERGE, "top_k_merge")
-typedef enum {
-#define X(e, s) e,
-    SCHED_KINDS(X)
-#undef X
-    SCHED_COUNT
-} SchedKind;
+typedef enum { SCHED_KINDS(KIND_ENUM) SCHED_COUNT } SchedKind;
 extern const char *const sched_names[];
 
 /* Knobs: name, field, default, min, max, must be a power of two. 0 means
