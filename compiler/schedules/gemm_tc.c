@@ -380,13 +380,11 @@ static void gemm_tc_pipeline(const TcTile *G, KList *body) {
         kl_add(A, body, phase(A, p, n, false));
         kl_add(A, body, kcp(A, KS_CP_COMMIT, 0));
     }
-    TStmt **p = tlist(A, 2);
-    p[0] = gtc_stage(G, 0, 0, e_i(A, 0));
-    if (!cp) p[1] = gtc_stage(G, 1, S, e_i(A, 0));
-    kl_add(A, body, phase(A, p, cp ? 1 : 2, !cp));
+    TStmt *x0 = gtc_stage(G, 0, 0, e_i(A, 0));
+    kl_phase(A, body, !cp, cp ? 1 : 2, x0, cp ? NULL : gtc_stage(G, 1, S, e_i(A, 0)));
     if (cp) {
         kl_add(A, body, gtc_wait(G));
-        kl_add(A, body, phase(A, tlist(A, 1), 0, true));
+        kl_phase(A, body, true, 0);
     }
     if (rounds) {
         Var *kt = new_var(A, G->B->nvars, "kt");
@@ -433,7 +431,7 @@ void gemm_tc_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLis
         for (int w = 0; w < 2; w++) ps[w] = gtc_stage(&G, w, w, e_var(A, kt));
         kl_add(A, &ub, phase(A, ps, 2, true));
         gtc_mma(&G, &ub, 0, 1);
-        kl_add(A, &ub, phase(A, tlist(A, 1), 0, true));
+        kl_phase(A, &ub, true, 0);
         kl_ufor(A, body, kt, e_i(A, 0), e_i(A, K), e_i(A, BK), &ub);
     }
     /* epilogue: accumulator q of tile (mt, nt) is C[g + 8(q/2)][2t + q%2]; a pair's n-tiles nt and nt + 2

@@ -96,7 +96,8 @@ KStmt *phase(Arena *A, TStmt **body, int n, bool barrier);
  * lets; unused ones would be C warnings). */
 KStmt *phase_pruned(Arena *A, TStmt **b, int n, bool barrier);
 void kl_add(Arena *A, KList *l, KStmt *s);
-void kl_phase1(Arena *A, KList *l, TStmt *s, bool barrier);
+/* a phase of the n statements after n, added to l */
+void kl_phase(Arena *A, KList *l, bool barrier, int n, ...);
 /* ufor v = init; v < hi; v += step over the statements in body: added to l */
 void kl_ufor(Arena *A, KList *l, Var *v, Expr *init, Expr *hi, Expr *step, const KList *body);
 /* ulet NAME = e at the kernel's top level: the value as a uniform variable */
