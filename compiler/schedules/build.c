@@ -42,6 +42,13 @@ TileKernel *new_tile_kernel(Arena *A, const LoopNest *nest) {
     k->nest = nest; k->name = nest->kname;
     return k;
 }
+TileKernel *second_kernel(Arena *A, const TileKernel *k, SchedKind kind, const char *name, int block, Expr *grid) {
+    TileKernel *m = ARENA_NEW(A, TileKernel);
+    *m = *k;
+    m->kind = kind; m->name = name;
+    m->block = block; m->grid = grid; m->smem_floats = 0;
+    return m;
+}
 Buffer *work_buffer(Arena *A, const char *kname, const char *what, int64_t rows, int64_t cols) {
     Buffer *w = ARENA_NEW(A, Buffer);
     w->id = -1; w->name = arena_printf(A, "%s.%s", kname, what); w->kind = BUF_WORK; w->dtype = DT_F32;

@@ -82,14 +82,9 @@ int flash_choose(const ScheduleChoice *c, TileKernel *k0, TileKernel **out) {
     out[nk++] = k;
     if (S == 1) return nk;
     k->flash.work = work_buffer(A, d->kname, "partials", rd * d->heads * S, d->hv + 2);
-    TileKernel *m = new_tile_kernel(A, nest);
-    m->kind = SCHED_FLASH_COMBINE;
-    m->name = arena_printf(A, "%s_flash_combine", d->kname);
-    m->flash = k->flash;
-    m->block = kn->flat_block;
-    m->grid = ceil_div(A, E_MUL(A, d->rows, e_i(A, d->heads * d->hv)), m->block);
-    m->run_if = k->run_if; m->min_n = k->min_n;
-    out[nk++] = m;
+    Expr *elems = E_MUL(A, d->rows, e_i(A, d->heads * d->hv));
+    out[nk++] = second_kernel(A, k, SCHED_FLASH_COMBINE, arena_printf(A, "%s_flash_combine", d->kname), kn->flat_block,
+                              ceil_div(A, elems, kn->flat_block));
     return nk;
 }
 

@@ -90,12 +90,8 @@ int gemv_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     out[0] = k;
     if (P->split_k == 1) return 1;
     P->work = work_buffer(A, k->nest->kname, "partials", tmax, (int64_t)P->split_k * b->nacc);
-    TileKernel *s = out[1] = new_tile_kernel(A, k->nest);
-    *s = *k;
-    s->kind = SCHED_SPLITK_SUM;
-    s->name = arena_printf(A, "%s_splitk", k->nest->kname);
-    s->block = kn->flat_block;
-    s->grid = ceil_div(A, c->total, s->block);
+    out[1] = second_kernel(A, k, SCHED_SPLITK_SUM, arena_printf(A, "%s_splitk", k->nest->kname), kn->flat_block,
+                           ceil_div(A, c->total, kn->flat_block));
     return 2;
 }
 

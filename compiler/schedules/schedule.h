@@ -71,6 +71,8 @@ int64_t max_i(int64_t a, int64_t b);
  * bound them). */
 bool eval_i(const Expr *e, int64_t n, int64_t pos, int64_t *out);
 TileKernel *new_tile_kernel(Arena *A, const LoopNest *nest);
+/* A schedule's second pass: k's nest, parameters and run_if, as kind with this name, block and grid */
+TileKernel *second_kernel(Arena *A, const TileKernel *k, SchedKind kind, const char *name, int block, Expr *grid);
 /* A workspace of rows x cols f32, named NEST.what */
 Buffer *work_buffer(Arena *A, const char *kname, const char *what, int64_t rows, int64_t cols);
 /* The smallest power-of-two block (32 .. 1024) of at least this many threads */

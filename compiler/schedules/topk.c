@@ -47,13 +47,7 @@ int topk_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     int64_t r;
     CHECK(expr_is_const(c->total, &r), "top_k %s: rows are not static", nest->module);
     P->work = work_buffer(A, nest->kname, "chunks", r * P->chunks, 2 * op->topk_max);
-    TileKernel *m = new_tile_kernel(A, nest);
-    *m = *k;
-    m->kind = SCHED_TOPK_MERGE;
-    m->name = nest->kname;
-    m->block = pow2_block(P->chunks);
-    m->grid = c->total;
-    out[1] = m;
+    out[1] = second_kernel(A, k, SCHED_TOPK_MERGE, nest->kname, pow2_block(P->chunks), c->total);
     return 2;
 }
 
