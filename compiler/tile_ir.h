@@ -1,17 +1,14 @@
 /* tile_ir.h: tile IR, the mapping of a loop nest onto the GPU's hierarchy:
  * which loops become the grid, which the warps and lanes of a block, what
- * lives in shared memory. One schedule per kind (SCHED_KINDS); each family
- * lives in its own file under compiler/schedules/ (what it is, how its
- * parameters are chosen, its checks and its kernel IR), tied together by
- * the table in compiler/schedules/schedule.h. Parameters are chosen from
- * the shapes; --knob NAME=VALUE pins them (fuse=0 turns off loop IR fusion,
- * which runs before scheduling). */
+ * lives in shared memory. One schedule per kind (SCHED_KINDS), each family
+ * in its own file under compiler/schedules/ (schedule.h). Parameters are
+ * chosen from the shapes; --knob NAME=VALUE pins them (fuse=0 turns off
+ * loop IR fusion, which runs before scheduling). */
 #ifndef LLMCC_TILE_IR_H
 #define LLMCC_TILE_IR_H
 #include "loop_ir.h"
 
-/* an enum and its name table from one X(e, s) list: typedef enum { KINDS(KIND_ENUM) COUNT } T; and
- * {KINDS(KIND_NAME)} */
+/* X(e, s) lists into enums { KINDS(KIND_ENUM) COUNT } and name tables { KINDS(KIND_NAME) } */
 #define KIND_ENUM(e, s) e,
 #define KIND_NAME(e, s) s,
 
