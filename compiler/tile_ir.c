@@ -51,11 +51,10 @@ static const LStmt *nest_shape(const LoopNest *nest, NestBody *b) {
     const char *m = nest->module;
     const LStmt *s = nest->root;
     b->nacc = b->nstore = 1;
-    for (;;) {
+    for (;; s = s->body[0]) {
         CHECK(s->k == LS_FOR && s->lk == LOOP_PARALLEL && b->npar < MAX_AXES, "nest %s: expected a parallel loop", m);
         b->par[b->npar++] = (Axis){s->v, s->extent};
-        if (s->nbody == 1 && s->body[0]->k == LS_FOR && s->body[0]->lk == LOOP_PARALLEL) { s = s->body[0]; continue; }
-        break;
+        if (s->nbody != 1 || s->body[0]->k != LS_FOR || s->body[0]->lk != LOOP_PARALLEL) break;
     }
     if (s->nbody == 1 && s->body[0]->k == LS_STORE) nest_store(&b->store[0], s->body[0]);
     if (s->nbody == 1) return s->body[0];
