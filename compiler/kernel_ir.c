@@ -2,13 +2,10 @@
  * compiler/schedules/; here the parameters they bind and the deduplication of
  * identical kernels), printer and verifier. */
 #include "schedules/schedule.h"
+#include <stdarg.h>
 #include <string.h>
 
-const char *const shfl_names[] = {
-#define X(e, s) s,
-    SHFL_KINDS(X)
-#undef X
-};
+const char *const shfl_names[] = {SHFL_KINDS(KIND_NAME)};
 
 static void add_param(KKernel *k, Buffer *b, bool written) {
     for (int i = 0; i < k->nparams; i++) if (k->params[i] == b) { k->param_written[i] |= written; return; }
@@ -17,16 +14,19 @@ static void add_param(KKernel *k, Buffer *b, bool written) {
     k->params[k->nparams++] = b;
 }
 static void param_cb(void *ctx, Buffer *b) { add_param(ctx, b, false); }
+int ts_exprs(const TStmt *s, const Expr **out) {
+    const Expr *own[4] = {s->e, s->lo, s->step, s->sidx};
+    int n = 0;
+    for (int i = 0; i < 4; i++) if (own[i]) out[n++] = own[i];
+    for (int d = 0; s->idx && d < s->buf->ndim; d++) out[n++] = s->idx[d];
+    return n;
+}
 static void collect_params(KKernel *k, TStmt **b, int n) {
     for (int i = 0; i < n; i++) {
-        TStmt *s = b[i];
-        if (s->e) expr_visit_loads(s->e, param_cb, k);
-        if (s->lo) expr_visit_loads(s->lo, param_cb, k);
-        if (s->k == TS_STORE || s->k == TS_VLOAD || s->k == TS_CP_ASYNC) {
-            for (int d = 0; d < s->buf->ndim; d++) expr_visit_loads(s->idx[d], param_cb, k);
-            add_param(k, s->buf, s->k == TS_STORE);
-        }
-        collect_params(k, s->body, s->nbody);
+        const Expr *e[TS_MAX_EXPRS];
+        for (int j = 0, ne = ts_exprs(b[i], e); j < ne; j++) expr_visit_loads(e[j], param_cb, k);
+        if (b[i]->idx) add_param(k, b[i]->buf, b[i]->k == TS_STORE);
+        collect_params(k, b[i]->body, b[i]->nbody);
     }
 }
 static void collect_kparams(KKernel *k, KStmt **b, int n) {
@@ -87,82 +87,66 @@ typedef struct {
     const KKernel *k;
 } KernelPrinter;
 static void kexpr(KernelPrinter *p, const Expr *e);
-static void kexpr_args(KernelPrinter *p, const Expr *e) {
-    for (int i = 0; i < e->nargs; i++) { if (i) str_printf(p->o, ", "); kexpr(p, e->a[i]); }
-}
 /* p<i>[idx, ..: elements of parameter b */
 static void kbuf(KernelPrinter *p, const Buffer *b, Expr *const *idx) {
     str_printf(p->o, "p%d[", kernel_param_index(p->k, b));
     for (int i = 0; i < b->ndim; i++) { if (i) str_printf(p->o, ", "); kexpr(p, idx[i]); }
 }
+/* fmt with %s, %d, %E (an expression) and %B (a buffer and its index list: p<i>[idx, ..) */
+static void kfmt(KernelPrinter *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    for (const char *c = fmt; *c; c++) {
+        size_t run = strcspn(c, "%");
+        str_append(p->o, c, run);
+        c += run;
+        if (!*c) break;
+        switch (*++c) {
+        case 's': str_printf(p->o, "%s", va_arg(ap, const char *)); break;
+        case 'd': str_printf(p->o, "%d", va_arg(ap, int)); break;
+        case 'E': kexpr(p, va_arg(ap, const Expr *)); break;
+        default: {
+            const Buffer *b = va_arg(ap, const Buffer *);
+            kbuf(p, b, va_arg(ap, Expr *const *));
+        }
+        }
+    }
+    va_end(ap);
+}
 static void kexpr(KernelPrinter *p, const Expr *e) {
-    Str *o = p->o;
-    if (e->k == EX_LOAD) {
-        kbuf(p, e->buf, e->a);
-        str_printf(o, "]");
-        return;
+    if (e->k == EX_LOAD) kfmt(p, "%B]", e->buf, e->a);
+    else if (e->k == EX_SLOAD) kfmt(p, "smem%d[%E]", (int)e->i, e->a[0]);
+    else if (e->k == EX_VELEM) str_printf(p->o, "%s[%lld]", e->var->name, (long long)e->i);
+    else if (!e->nargs) expr_print(p->o, e);
+    else if (e->nargs == 2 && e->k != EX_MIN && e->k != EX_MAX)
+        kfmt(p, "(%E %s %E)", e->a[0], expr_names[e->k], e->a[1]);
+    else {
+        str_printf(p->o, "%s(", expr_names[e->k]);
+        for (int i = 0; i < e->nargs; i++) kfmt(p, i ? ", %E" : "%E", e->a[i]);
+        str_printf(p->o, ")");
     }
-    if (e->k == EX_SLOAD) {
-        str_printf(o, "smem%lld[", (long long)e->i);
-        kexpr(p, e->a[0]);
-        str_printf(o, "]");
-        return;
-    }
-    if (e->k == EX_VELEM) { str_printf(o, "%s[%lld]", e->var->name, (long long)e->i); return; }
-    if (!e->nargs) { expr_print(o, e); return; }
-    if (e->nargs == 2 && e->k != EX_MIN && e->k != EX_MAX) {
-        str_printf(o, "(");
-        kexpr(p, e->a[0]);
-        str_printf(o, " %s ", expr_names[e->k]);
-        kexpr(p, e->a[1]);
-        str_printf(o, ")");
-        return;
-    }
-    str_printf(o, "%s(", expr_names[e->k]);
-    kexpr_args(p, e);
-    str_printf(o, ")");
 }
 static void ind(Str *o, int d) { for (int i = 0; i < d; i++) str_printf(o, "  "); }
 static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
-    Str *o = p->o;
-    ind(o, d);
+    ind(p->o, d);
     switch (s->k) {
-    case TS_LET: str_printf(o, "let %s = ", s->v->name); kexpr(p, s->e); str_printf(o, "\n"); return;
-    case TS_ASSIGN: str_printf(o, "r%d = ", s->reg); kexpr(p, s->e); str_printf(o, "\n"); return;
-    case TS_SSTORE:
-        str_printf(o, "smem%d[", s->smem); kexpr(p, s->sidx); str_printf(o, "] = ");
-        kexpr(p, s->e); str_printf(o, "\n");
-        return;
-    case TS_STORE:
-        kbuf(p, s->buf, s->idx);
-        str_printf(o, "] = ");
-        kexpr(p, s->e);
-        str_printf(o, "\n");
-        return;
-    case TS_IF:
-        str_printf(o, "if "); kexpr(p, s->e); str_printf(o, ":\n");
-        for (int i = 0; i < s->nbody; i++) print_ts(p, s->body[i], d + 1);
-        return;
+    case TS_LET: kfmt(p, "let %s = %E\n", s->v->name, s->e); return;
+    case TS_ASSIGN: kfmt(p, "r%d = %E\n", s->reg, s->e); return;
+    case TS_SSTORE: kfmt(p, "smem%d[%E] = %E\n", s->smem, s->sidx, s->e); return;
+    case TS_STORE: kfmt(p, "%B] = %E\n", s->buf, s->idx, s->e); return;
+    case TS_IF: kfmt(p, "if %E:\n", s->e); break;
     case TS_FOR:
-        str_printf(o, "for %s = ", s->v->name); kexpr(p, s->lo); str_printf(o, "; %s < ", s->v->name); kexpr(p, s->e);
-        str_printf(o, "; %s += ", s->v->name); kexpr(p, s->step); str_printf(o, ":\n");
-        for (int i = 0; i < s->nbody; i++) print_ts(p, s->body[i], d + 1);
-        return;
-    case TS_VLOAD:
-        str_printf(o, "vload %s[%d] = ", s->v->name, s->vec);
-        kbuf(p, s->buf, s->idx);
-        str_printf(o, " ..+%d]\n", s->vec);
-        return;
+        kfmt(p, "for %s = %E; %s < %E; %s += %E:\n", s->v->name, s->lo, s->v->name, s->e, s->v->name, s->step);
+        break;
+    case TS_VLOAD: kfmt(p, "vload %s[%d] = %B ..+%d]\n", s->v->name, s->vec, s->buf, s->idx, s->vec); return;
     case TS_CP_ASYNC:
-        str_printf(o, "cp_async%d smem%d[", s->vec, s->smem); kexpr(p, s->sidx);
-        str_printf(o, "] <- ");
-        kbuf(p, s->buf, s->idx);
-        str_printf(o, " ..+%dB]", s->vec);
-        if (s->e) { str_printf(o, " if "); kexpr(p, s->e); str_printf(o, " else zero-fill"); }
-        str_printf(o, "\n");
+        kfmt(p, "cp_async%d smem%d[%E] <- %B ..+%dB]", s->vec, s->smem, s->sidx, s->buf, s->idx, s->vec);
+        if (s->e) kfmt(p, " if %E else zero-fill", s->e);
+        str_printf(p->o, "\n");
         return;
     case TS_COUNT: break;
     }
+    for (int i = 0; i < s->nbody; i++) print_ts(p, s->body[i], d + 1);
 }
 static void print_ks(KernelPrinter *p, KStmt **b, int n, int d) {
     for (int i = 0; i < n; i++) {
@@ -178,22 +162,17 @@ static void print_ks(KernelPrinter *p, KStmt **b, int n, int d) {
         } else if (s->k == KS_LDMATRIX) {
             str_printf(p->o, "ldmatrix_x%d {", s->nmat);
             for (int j = 0; j < s->nmat; j++) str_printf(p->o, "%sr%d", j ? ", " : "", s->ldst[j]);
-            str_printf(p->o, "} = smem%d[", s->lsmem);
-            kexpr(p, s->laddr);
-            str_printf(p->o, "]\n");
+            kfmt(p, "} = smem%d[%E]\n", s->lsmem, s->laddr);
         } else if (s->k == KS_CP_COMMIT) {
             str_printf(p->o, "cp_async_commit_group\n");
         } else if (s->k == KS_CP_WAIT) {
             str_printf(p->o, "cp_async_wait_group %d\n", s->wait_n);
         } else if (s->k == KS_SHFL) {
-            str_printf(p->o, "r%d = shfl_%s(r%d, ", s->dst, shfl_names[s->shfl], s->src);
-            kexpr(p, s->arg);
-            str_printf(p->o, ")\n");
+            kfmt(p, "r%d = shfl_%s(r%d, %E)\n", s->dst, shfl_names[s->shfl], s->src, s->arg);
         } else if (s->k == KS_ULET) {
-            str_printf(p->o, "ulet %s = ", s->v->name); kexpr(p, s->init); str_printf(p->o, "\n");
+            kfmt(p, "ulet %s = %E\n", s->v->name, s->init);
         } else {
-            str_printf(p->o, "ufor %s = ", s->v->name); kexpr(p, s->init); str_printf(p->o, "; "); kexpr(p, s->cond);
-            str_printf(p->o, "; %s = ", s->v->name); kexpr(p, s->update); str_printf(p->o, ":\n");
+            kfmt(p, "ufor %s = %E; %E; %s = %E:\n", s->v->name, s->init, s->cond, s->v->name, s->update);
             print_ks(p, s->kbody, s->nk, d + 1);
         }
     }
@@ -304,13 +283,11 @@ typedef struct { unsigned rd, wr, cp; } SmemUse;
 static void ts_smem(TStmt **b, int n, SmemUse *u) {
     for (int i = 0; i < n; i++) {
         const TStmt *s = b[i];
+        const Expr *e[TS_MAX_EXPRS];
         unsigned bit = s->smem >= 0 && s->smem < 32 ? 1u << s->smem : 0;
         if (s->k == TS_SSTORE) u->wr |= bit;
         if (s->k == TS_CP_ASYNC) u->cp |= bit;
-        if (s->e) u->rd |= smem_reads(s->e);
-        if (s->lo) u->rd |= smem_reads(s->lo);
-        if (s->sidx) u->rd |= smem_reads(s->sidx);
-        for (int d = 0; s->idx && d < s->buf->ndim; d++) u->rd |= smem_reads(s->idx[d]);
+        for (int j = 0, ne = ts_exprs(s, e); j < ne; j++) u->rd |= smem_reads(e[j]);
         ts_smem(s->body, s->nbody, u);
     }
 }
@@ -318,34 +295,33 @@ static bool reg_ok(const KKernel *k, int r, bool b32) { return r >= 0 && r < k->
 static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
     for (int i = 0; i < n; i++) {
         const TStmt *s = b[i];
-        const char *m = s->e ? ver_refs(A, k, s->e) : NULL;
-        if (!m && s->k == TS_VLOAD) {
-            if (kernel_param_index(k, s->buf) < 0) m = "vector load of a non-parameter";
+        const Expr *e[TS_MAX_EXPRS];
+        const char *m = NULL;
+        for (int j = 0, ne = ts_exprs(s, e); !m && j < ne; j++) m = ver_refs(A, k, e[j]);
+        bool param = s->buf && kernel_param_index(k, s->buf) >= 0;
+        int esz = s->buf ? dtype_sizes[s->buf->dtype] : 0;
+        int64_t row = s->buf ? s->buf->dims[s->buf->ndim - 1] : 0;
+        if (m) return m;
+        if (s->k == TS_VLOAD) {
+            if (!param) m = "vector load of a non-parameter";
             else if (s->vec != 1 && s->vec != 2 && s->vec != 4 && s->vec != 8) m = "vector width is not 1, 2, 4 or 8";
-            else if ((s->vec * dtype_sizes[s->buf->dtype]) % 4 || s->vec * dtype_sizes[s->buf->dtype] > 32)
-                m = "vector of an unsupported size";
-            else if (s->buf->dims[s->buf->ndim - 1] % s->vec) m = "vector rows are not aligned";
-            for (int d = 0; !m && d < s->buf->ndim; d++) m = ver_refs(A, k, s->idx[d]);
-        }
-        if (!m && s->k == TS_CP_ASYNC) {
+            else if ((s->vec * esz) % 4 || s->vec * esz > 32) m = "vector of an unsupported size";
+            else if (row % s->vec) m = "vector rows are not aligned";
+        } else if (s->k == TS_CP_ASYNC) {
             /* PTX: cp-size 4, 8 or 16 bytes, source and destination aligned to it (rows of the source
              * must be, so that any element index the schedule computes can be; the C backend checks the addresses) */
-            int esz = s->buf ? dtype_sizes[s->buf->dtype] : 0;
-            if (!s->buf || kernel_param_index(k, s->buf) < 0) m = "cp.async from a non-parameter";
+            if (!param) m = "cp.async from a non-parameter";
             else if (s->vec != 4 && s->vec != 8 && s->vec != 16) m = "cp.async of other than 4, 8 or 16 bytes";
             else if (s->smem < 0 || s->smem >= k->nsmem) m = "cp.async into an undeclared shared array";
-            else if ((s->buf->dims[s->buf->ndim - 1] * esz) % s->vec || s->vec % esz ||
-                     s->vec % (k->smem[s->smem].b16 ? 2 : 4))
+            else if ((row * esz) % s->vec || s->vec % esz || s->vec % (k->smem[s->smem].b16 ? 2 : 4))
                 m = "cp.async rows are not aligned to the copy size";
             else if (s->sidx->t != T_I64) m = "cp.async shared index is not an integer";
             else if (s->e && s->e->t != T_BOOL) m = "cp.async predicate is not boolean";
-            if (!m) m = ver_refs(A, k, s->sidx);
-            for (int d = 0; !m && d < s->buf->ndim; d++) m = ver_refs(A, k, s->idx[d]);
         }
-        if (!m && s->k == TS_ASSIGN && (s->reg < 0 || s->reg >= k->nregs)) m = "assign to undeclared register";
-        if (!m && s->k == TS_SSTORE && (s->smem < 0 || s->smem >= k->nsmem)) m = "store to undeclared shared array";
-        if (!m && s->k == TS_STORE && kernel_param_index(k, s->buf) < 0) m = "store to a non-parameter";
-        if (!m && s->k == TS_IF && s->e->t != T_BOOL) m = "if condition is not boolean";
+        else if (s->k == TS_ASSIGN && (s->reg < 0 || s->reg >= k->nregs)) m = "assign to undeclared register";
+        else if (s->k == TS_SSTORE && (s->smem < 0 || s->smem >= k->nsmem)) m = "store to undeclared shared array";
+        else if (s->k == TS_STORE && !param) m = "store to a non-parameter";
+        else if (s->k == TS_IF && s->e->t != T_BOOL) m = "if condition is not boolean";
         if (!m) m = ver_ts(A, k, s->body, s->nbody);
         if (m) return m;
     }
@@ -370,6 +346,12 @@ static unsigned pending(const Region *r) {
     for (int i = 0; i < r->ng; i++) m |= r->grp[i];
     return m;
 }
+/* the oldest n groups leave the list, their arrays added to *into */
+static void retire(Region *r, int n, unsigned *into) {
+    for (int j = 0; j < n; j++) *into |= r->grp[j];
+    memmove(r->grp, r->grp + n, (size_t)(r->ng - n) * sizeof(unsigned));
+    r->ng -= n;
+}
 static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uvars, int nu, Region *region) {
     for (int i = 0; i < n; i++) {
         const KStmt *s = b[i];
@@ -391,21 +373,12 @@ static const char *ver_ks(Arena *A, const KKernel *k, KStmt **b, int n, Var **uv
             region->rd |= u.rd; region->wr |= u.wr; region->open |= u.cp;
             if (s->barrier) { region->rd = region->wr = region->waited = 0; }
         } else if (s->k == KS_CP_COMMIT) {
-            if (region->ng == 8) {
-                region->grp[1] |= region->grp[0];
-                memmove(region->grp, region->grp + 1, 7 * sizeof(unsigned));
-                region->ng--;
-            }
+            if (region->ng == 8) retire(region, 1, &region->grp[1]);   /* the oldest two as one */
             region->grp[region->ng++] = region->open;
             region->open = 0;
         } else if (s->k == KS_CP_WAIT) {
             if (s->wait_n < 0) m = "wait_group of a negative count";
-            int done = region->ng - s->wait_n;
-            for (int j = 0; !m && j < done; j++) region->waited |= region->grp[j];
-            if (!m && done > 0) {
-                memmove(region->grp, region->grp + done, (size_t)(region->ng - done) * sizeof(unsigned));
-                region->ng -= done;
-            }
+            else if (region->ng > s->wait_n) retire(region, region->ng - s->wait_n, &region->waited);
         } else if (s->k == KS_MMA) {
             if (k->block % 32) m = "mma in a block that is not whole warps";
             for (int j = 0; !m && j < 4; j++)

@@ -1,39 +1,21 @@
 /* kernel_ir.h: kernel IR, the hardware's primitives in a form both emitters
- * print directly (docs/pipeline.md, "Kernel IR primitives"):
+ * print directly (docs/pipeline.md, "Kernel IR primitives": what each means
+ * and how the C and CUDA backends print it):
  *   kernel := params, grid, block, shared arrays, registers, body
- *   body   := phase { per-thread code }   -- a block barrier follows unless
- *                                           the phase is marked warp-level
- *           | ufor v = init; cond; v = update { body }   -- uniform bounds
- *           | ulet v = init                              -- a uniform value, computed once
- *           | shfl_{down,up,xor,idx} rD <- rS, arg      -- warp shuffle
- *           | mma_m16n8k16_bf16 c[4] += a[4] * b[2]     -- tensor core, per warp
- *           | ldmatrix_xN d[N] <- smem[addr]             -- 8x8 b16 tiles, per warp
- *           | cp.async.commit_group | cp.async.wait_group N -- every thread
- * Per-thread code: let (thread-local index), assign (register), store,
- * shared store, vload (a vector of consecutive elements into a thread-local
- * array), cp_async (4, 8 or 16 bytes global -> shared, completed only by a
- * later wait_group), if, for (thread-local loop). Barriers and shuffles sit only
- * between phases, so they are always in block-uniform control flow and
- * every warp is complete and converged (CUDA's full-mask requirement). The
- * C backend runs each phase as a loop over the block's threads and a
- * shuffle as two (every lane writes its value to a lane buffer, then every
- * lane reads its source lane's), with CUDA's semantics exactly: shfl_down /
- * shfl_up from a lane outside the warp returns the caller's own value. CUDA
- * prints __syncthreads() after barrier phases and __shfl_*_sync(0xffffffff)
- * for shuffles. Identical kernels (all layers' q_proj, ...) are compiled
- * once: launches name the kernel and bind its buffers. */
+ *   body   := phase { per-thread code (TStmt) }  -- a block barrier follows unless warp-level
+ *           | ufor v = init; cond; v = update { body } | ulet v = init   -- uniform
+ *           | shfl | mma | ldmatrix | cp.async commit_group / wait_group   -- kernel statements (KStmt)
+ * Barriers and shuffles sit only between phases, so they are always in
+ * block-uniform control flow and every warp is complete and converged (CUDA's
+ * full-mask requirement). Identical kernels (all layers' q_proj, ...) are
+ * compiled once: launches name the kernel and bind its buffers. */
 #ifndef LLMCC_KERNEL_IR_H
 #define LLMCC_KERNEL_IR_H
 #include "tile_ir.h"
 
 #define TSTMT_KINDS(X) X(TS_LET, "let") X(TS_ASSIGN, "assign") X(TS_STORE, "store") X(TS_SSTORE, "sstore") \
     X(TS_IF, "if") X(TS_FOR, "for") X(TS_VLOAD, "vload") X(TS_CP_ASYNC, "cp_async")
-typedef enum {
-#define X(e, s) e,
-    TSTMT_KINDS(X)
-#undef X
-    TS_COUNT
-} TStmtKind;
+typedef enum { TSTMT_KINDS(KIND_ENUM) TS_COUNT } TStmtKind;
 
 typedef struct TStmt {
     TStmtKind k;
@@ -52,20 +34,10 @@ typedef struct TStmt {
 #define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor") X(KS_SHFL, "shfl") X(KS_MMA, "mma") \
     X(KS_LDMATRIX, "ldmatrix") X(KS_CP_COMMIT, "cp_async_commit_group") X(KS_CP_WAIT, "cp_async_wait_group") \
     X(KS_ULET, "ulet")
-typedef enum {
-#define X(e, s) e,
-    KSTMT_KINDS(X)
-#undef X
-    KS_COUNT
-} KStmtKind;
+typedef enum { KSTMT_KINDS(KIND_ENUM) KS_COUNT } KStmtKind;
 
 #define SHFL_KINDS(X) X(SHFL_DOWN, "down") X(SHFL_UP, "up") X(SHFL_XOR, "xor") X(SHFL_IDX, "idx")
-typedef enum {
-#define X(e, s) e,
-    SHFL_KINDS(X)
-#undef X
-    SHFL_COUNT
-} ShflKind;
+typedef enum { SHFL_KINDS(KIND_ENUM) SHFL_COUNT } ShflKind;
 extern const char *const shfl_names[];
 
 typedef struct KStmt {
@@ -141,6 +113,10 @@ void kernel_print_one(Str *o, const KKernel *k, bool header);
 const char *kernel_verify(Arena *A, const KProgram *kp);
 /* Index of b among k's params for this launch's binding, -1 if none. */
 int kernel_param_index(const KKernel *k, const Buffer *b);
+/* The expressions of statement s itself (not its body): e, lo, step, sidx, then the buffer's indices;
+ * returns how many. */
+#define TS_MAX_EXPRS (4 + MAX_DIMS)
+int ts_exprs(const TStmt *s, const Expr **out);
 /* Whether b (or a uniform loop in it) holds a statement of this kind. */
 bool ks_has(KStmt *const *b, int n, KStmtKind kind);
 /* Whether b (phases, uniform loops) holds a per-thread statement of this kind. */

@@ -2,15 +2,10 @@
  * to the schedules (compiler/schedules/) in turn; the printer and verifier
  * around theirs; knobs. */
 #include "schedules/schedule.h"
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-const char *const sched_names[] = {
-#define X(e, s) s,
-    SCHED_KINDS(X)
-#undef X
-};
+const char *const sched_names[] = {SCHED_KINDS(KIND_NAME)};
 
 void knobs_default(Knobs *k) {
 #define X(s, f, d, lo, hi, p2) k->f = d;
@@ -36,12 +31,10 @@ void knobs_set(Knobs *k, const char *assign) {
     }
     KNOBS(X)
 #undef X
-    static char known[1024];
-    size_t kl = 0;
-#define X(s, f, d, lo, hi, p2) kl += (size_t)snprintf(known + kl, sizeof known - kl, "%s%s", kl ? ", " : "", s);
-    KNOBS(X)
+    /* the names as one literal: ", a, b, .." from its third character */
+#define X(s, f, d, lo, hi, p2) ", " s
+    die_user(NULL, "--knob", "unknown knob '%.*s' (known: %s)", (int)nl, assign, KNOBS(X) + 2);
 #undef X
-    die_user(NULL, "--knob", "unknown knob '%.*s' (known: %s)", (int)nl, assign, known);
 }
 void knobs_print(Str *o, const Knobs *k) {
     const char *sep = "";
@@ -58,11 +51,10 @@ static const LStmt *nest_shape(const LoopNest *nest, NestBody *b) {
     const char *m = nest->module;
     const LStmt *s = nest->root;
     b->nacc = b->nstore = 1;
-    for (;;) {
+    for (;; s = s->body[0]) {
         CHECK(s->k == LS_FOR && s->lk == LOOP_PARALLEL && b->npar < MAX_AXES, "nest %s: expected a parallel loop", m);
         b->par[b->npar++] = (Axis){s->v, s->extent};
-        if (s->nbody == 1 && s->body[0]->k == LS_FOR && s->body[0]->lk == LOOP_PARALLEL) { s = s->body[0]; continue; }
-        break;
+        if (s->nbody != 1 || s->body[0]->k != LS_FOR || s->body[0]->lk != LOOP_PARALLEL) break;
     }
     if (s->nbody == 1 && s->body[0]->k == LS_STORE) nest_store(&b->store[0], s->body[0]);
     if (s->nbody == 1) return s->body[0];

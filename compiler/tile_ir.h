@@ -1,24 +1,21 @@
 /* tile_ir.h: tile IR, the mapping of a loop nest onto the GPU's hierarchy:
  * which loops become the grid, which the warps and lanes of a block, what
- * lives in shared memory. One schedule per kind (SCHED_KINDS); each family
- * lives in its own file under compiler/schedules/ (what it is, how its
- * parameters are chosen, its checks and its kernel IR), tied together by
- * the table in compiler/schedules/schedule.h. Parameters are chosen from
- * the shapes; --knob NAME=VALUE pins them (fuse=0 turns off loop IR fusion,
- * which runs before scheduling). */
+ * lives in shared memory. One schedule per kind (SCHED_KINDS), each family
+ * in its own file under compiler/schedules/ (schedule.h). Parameters are
+ * chosen from the shapes; --knob NAME=VALUE pins them (fuse=0 turns off
+ * loop IR fusion, which runs before scheduling). */
 #ifndef LLMCC_TILE_IR_H
 #define LLMCC_TILE_IR_H
 #include "loop_ir.h"
 
+/* X(e, s) lists into enums { KINDS(KIND_ENUM) COUNT } and name tables { KINDS(KIND_NAME) } */
+#define KIND_ENUM(e, s) e,
+#define KIND_NAME(e, s) s,
+
 #define SCHED_KINDS(X) X(SCHED_FLAT, "flat") X(SCHED_BLOCK_REDUCE, "block_reduce") X(SCHED_GEMV, "gemv") \
     X(SCHED_SPLITK_SUM, "splitk_sum") X(SCHED_GEMM_TC, "gemm_tc") X(SCHED_FLASH, "flash_attn") \
     X(SCHED_FLASH_COMBINE, "flash_combine") X(SCHED_TOPK, "top_k") X(SCHED_TOPK_MERGE, "top_k_merge")
-typedef enum {
-#define X(e, s) e,
-    SCHED_KINDS(X)
-#undef X
-    SCHED_COUNT
-} SchedKind;
+typedef enum { SCHED_KINDS(KIND_ENUM) SCHED_COUNT } SchedKind;
 extern const char *const sched_names[];
 
 /* Knobs: name, field, default, min, max, must be a power of two. 0 means

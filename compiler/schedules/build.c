@@ -1,6 +1,7 @@
 /* build.c: the schedule table, and the tile- and kernel-IR builders several
  * schedules share (schedule.h). */
 #include "schedules/schedule.h"
+#include <stdarg.h>
 
 const Schedule schedules[SCHED_COUNT] = {
 #define X(kind, p, choose, verify, rule) [kind] = {choose, p##_print, verify, p##_materialise, rule},
@@ -40,6 +41,13 @@ TileKernel *new_tile_kernel(Arena *A, const LoopNest *nest) {
     TileKernel *k = ARENA_NEW(A, TileKernel);
     k->nest = nest; k->name = nest->kname;
     return k;
+}
+TileKernel *second_kernel(Arena *A, const TileKernel *k, SchedKind kind, const char *name, int block, Expr *grid) {
+    TileKernel *m = ARENA_NEW(A, TileKernel);
+    *m = *k;
+    m->kind = kind; m->name = name;
+    m->block = block; m->grid = grid; m->smem_floats = 0;
+    return m;
 }
 Buffer *work_buffer(Arena *A, const char *kname, const char *what, int64_t rows, int64_t cols) {
     Buffer *w = ARENA_NEW(A, Buffer);
@@ -140,12 +148,9 @@ KStmt *phase(Arena *A, TStmt **body, int n, bool barrier) {
 }
 static bool ts_uses_var(TStmt *const *b, int n, const Var *v) {
     for (int i = 0; i < n; i++) {
-        const TStmt *s = b[i];
-        const Expr *e[4] = {s->e, s->lo, s->step, s->sidx};
-        for (int j = 0; j < 4; j++) if (e[j] && expr_uses_var(e[j], v)) return true;
-        if (s->k == TS_STORE || s->k == TS_VLOAD)
-            for (int d = 0; d < s->buf->ndim; d++) if (expr_uses_var(s->idx[d], v)) return true;
-        if (ts_uses_var(s->body, s->nbody, v)) return true;
+        const Expr *e[TS_MAX_EXPRS];
+        for (int j = 0, ne = ts_exprs(b[i], e); j < ne; j++) if (expr_uses_var(e[j], v)) return true;
+        if (ts_uses_var(b[i]->body, b[i]->nbody, v)) return true;
     }
     return false;
 }
@@ -159,10 +164,13 @@ void kl_add(Arena *A, KList *l, KStmt *s) {
     arena_grow(A, (void **)&l->s, l->n, &l->cap, sizeof(KStmt *));
     l->s[l->n++] = s;
 }
-void kl_phase1(Arena *A, KList *l, TStmt *s, bool barrier) {
-    TStmt **b = tlist(A, 1);
-    b[0] = s;
-    kl_add(A, l, phase(A, b, 1, barrier));
+void kl_phase(Arena *A, KList *l, bool barrier, int n, ...) {
+    TStmt **b = tlist(A, n);
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) b[i] = va_arg(ap, TStmt *);
+    va_end(ap);
+    kl_add(A, l, phase(A, b, n, barrier));
 }
 void kl_ufor(Arena *A, KList *l, Var *v, Expr *init, Expr *hi, Expr *step, const KList *body) {
     KStmt *uf = ARENA_NEW(A, KStmt);
@@ -204,18 +212,15 @@ void argmax_step(KernelBuilder *B, KList *l, int64_t d, ExprKind tie) {
     kl_add(A, l, shfl(B, SHFL_DOWN, ARGMAX_R_PARTNER_IDX, ARGMAX_R_IDX, d));
     Expr *v = reg(A, ARGMAX_R_VAL), *pv = reg(A, ARGMAX_R_PARTNER_VAL);
     Expr *i = reg(A, ARGMAX_R_IDX), *pi = reg(A, ARGMAX_R_PARTNER_IDX);
-    TStmt **b = tlist(A, 2);
-    b[0] = ts_assign(A, ARGMAX_R_IDX, e_select(A, lt(A, v, pv), pi,
-                                               e_select(A, eq(A, v, pv), e_bin(A, tie, i, pi), i)));
-    b[1] = ts_assign(A, ARGMAX_R_VAL, e_bin(A, EX_MAX, v, pv));
-    kl_add(A, l, phase(A, b, 2, false));
+    Expr *idx = e_select(A, lt(A, v, pv), pi, e_select(A, eq(A, v, pv), e_bin(A, tie, i, pi), i));
+    kl_phase(A, l, false, 2, ts_assign(A, ARGMAX_R_IDX, idx), ts_assign(A, ARGMAX_R_VAL, e_bin(A, EX_MAX, v, pv)));
 }
 void gather_warp_values(KernelBuilder *B, KList *l, int nw, Expr *lane, int n, const int *regs, Expr *const *init) {
     Arena *A = B->A;
     TStmt *w0 = ts_if(A, eq(A, imod(A, tid(A), 32), e_i(A, 0)), n);
     for (int h = 0; h < n; h++)
         ts_add(w0, ts_sstore(A, 0, E_ADD(A, idiv(A, tid(A), 32), e_i(A, h * nw)), reg(A, regs[h])));
-    kl_phase1(A, l, w0, true);
+    kl_phase(A, l, true, 1, w0);
     TStmt **p1 = tlist(A, n + 1), *in = ts_if(A, lt(A, lane, e_i(A, nw)), n);
     for (int h = 0; h < n; h++) {
         p1[h] = ts_assign(A, regs[h], init[h]);

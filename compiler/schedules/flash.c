@@ -82,14 +82,9 @@ int flash_choose(const ScheduleChoice *c, TileKernel *k0, TileKernel **out) {
     out[nk++] = k;
     if (S == 1) return nk;
     k->flash.work = work_buffer(A, d->kname, "partials", rd * d->heads * S, d->hv + 2);
-    TileKernel *m = new_tile_kernel(A, nest);
-    m->kind = SCHED_FLASH_COMBINE;
-    m->name = arena_printf(A, "%s_flash_combine", d->kname);
-    m->flash = k->flash;
-    m->block = kn->flat_block;
-    m->grid = ceil_div(A, E_MUL(A, d->rows, e_i(A, d->heads * d->hv)), m->block);
-    m->run_if = k->run_if; m->min_n = k->min_n;
-    out[nk++] = m;
+    Expr *elems = E_MUL(A, d->rows, e_i(A, d->heads * d->hv));
+    out[nk++] = second_kernel(A, k, SCHED_FLASH_COMBINE, arena_printf(A, "%s_flash_combine", d->kname), kn->flat_block,
+                              ceil_div(A, elems, kn->flat_block));
     return nk;
 }
 
@@ -133,14 +128,16 @@ typedef struct {
     Expr *t0;                  /* the first token */
     Var *lane;
 } FlashBlock;
-/* a thread's lane, its row's token t and head h (the attention's own variables, so q, k, v and jmax read
- * them as they are) */
-static int flash_lets(Arena *A, const AttnDesc *d, const FlashBlock *fb, TStmt **l) {
+/* A phase's statements (*n of them, room for cap more), starting with the lets of a thread's lane, its row's
+ * token t and head h (the attention's own variables, so q, k, v and jmax read them as they are) */
+static TStmt **flash_lets(Arena *A, const AttnDesc *d, const FlashBlock *fb, int cap, int *n) {
+    TStmt **l = tlist(A, 3 + cap);
     Expr *w = idiv(A, tid(A), 32);
     l[0] = ts_let(A, fb->lane, imod(A, tid(A), 32));
     l[1] = ts_let(A, d->t, E_ADD(A, fb->t0, idiv(A, w, d->group)));
     l[2] = ts_let(A, d->h, E_ADD(A, E_MUL(A, fb->kvh, e_i(A, d->group)), imod(A, w, d->group)));
-    return 3;
+    *n = 3;
+    return l;
 }
 void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = B->A;
@@ -175,18 +172,18 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
         jhi = emin(A, jhi, E_ADD(A, jlo, chunk));
     }
     jhi = ulet(B, body, "jhi", jhi);
+    int n;                     /* statements in the phase being built */
     /* phase 0: the row's q into shared memory (zero for rows past the end), m = -inf, l = 0, o = 0 */
-    TStmt **p0 = tlist(A, 8 + no);
-    int n0 = flash_lets(A, d, &fb, p0);
+    TStmt **p0 = flash_lets(A, d, &fb, 5 + no, &n);
     Var *dv = new_var(A, B->nvars, "dq");
     TStmt *fq = ts_for(A, dv, lane, e_i(A, HD), e_i(A, 32), 2);
     Expr *qi = E_ADD(A, E_MUL(A, w, e_i(A, HD)), e_var(A, dv));
     sstore_where(A, fq, FLASH_S_Q, qi, lt(A, tv, d->rows), expr_subst(A, d->q, d->d, e_var(A, dv)));
-    p0[n0++] = fq;
-    p0[n0++] = ts_assign(A, R_MAX, ninf);
-    p0[n0++] = ts_assign(A, R_SUM, e_f(A, 0.0));
-    for (int i = 0; i < no; i++) p0[n0++] = ts_assign(A, RO + i, e_f(A, 0.0));
-    kl_add(A, body, phase_pruned(A, p0, n0, true));
+    p0[n++] = fq;
+    p0[n++] = ts_assign(A, R_MAX, ninf);
+    p0[n++] = ts_assign(A, R_SUM, e_f(A, 0.0));
+    for (int i = 0; i < no; i++) p0[n++] = ts_assign(A, RO + i, e_f(A, 0.0));
+    kl_add(A, body, phase_pruned(A, p0, n, true));
 
     Var *j0 = new_var(A, B->nvars, "j0");
     KList ub = {0};
@@ -205,38 +202,35 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
     }
     kl_add(A, &ub, phase(A, ps, 2, true));
     /* lane l scores key j0 + l: p = scale * q . k, -inf past the row's keys */
-    TStmt **pq = tlist(A, 8);
-    int nq = flash_lets(A, d, &fb, pq);
+    TStmt **pq = flash_lets(A, d, &fb, 5, &n);
     Var *ev = new_var(A, B->nvars, "e");
-    pq[nq++] = ts_assign(A, R_P, e_f(A, 0.0));
+    pq[n++] = ts_assign(A, R_P, e_f(A, 0.0));
     TStmt *fd = ts_for(A, ev, e_i(A, 0), e_i(A, HD), e_i(A, 1), 1);
     Expr *qe = sload(A, FLASH_S_Q, E_ADD(A, E_MUL(A, w, e_i(A, HD)), e_var(A, ev)));
     Expr *ke = sload(A, FLASH_S_K, E_ADD(A, E_MUL(A, lane, e_i(A, HD + 1)), e_var(A, ev)));
     ts_add(fd, ts_assign(A, R_P, E_ADD(A, reg(A, R_P), E_MUL(A, qe, ke))));
-    pq[nq++] = fd;
+    pq[n++] = fd;
     Expr *jk = E_ADD(A, e_var(A, j0), lane);
     Expr *scaled = E_MUL(A, reg(A, R_P), e_f(A, d->scale));
-    pq[nq++] = ts_assign(A, R_P, e_select(A, lt(A, jk, emin(A, jhi, jmax)), scaled, ninf));
-    pq[nq++] = ts_assign(A, R_NEW, reg(A, R_P));
-    kl_add(A, &ub, phase_pruned(A, pq, nq, true));
+    pq[n++] = ts_assign(A, R_P, e_select(A, lt(A, jk, emin(A, jhi, jmax)), scaled, ninf));
+    pq[n++] = ts_assign(A, R_NEW, reg(A, R_P));
+    kl_add(A, &ub, phase_pruned(A, pq, n, true));
     /* the tile's max in every lane */
     shfl_trees(B, &ub, SHFL_XOR, RED_MAX, 32, 1, (int[]){R_NEW}, (int[]){R_TMP});
     /* online softmax: m' = max(m, tile max); exp() subtracts m' (0 while every key so far is masked, so
      * exp(-inf - 0) = 0 instead of NaN); rescale the lane's sum and accumulators by exp(m - m') */
-    TStmt **pu = tlist(A, 12 + no);
-    int nu = flash_lets(A, d, &fb, pu);
-    pu[nu++] = ts_assign(A, R_NEW, e_bin(A, EX_MAX, reg(A, R_MAX), reg(A, R_NEW)));
-    pu[nu++] = ts_assign(A, FLASH_R_SUB, e_select(A, lt(A, ninf, reg(A, R_NEW)), reg(A, R_NEW), e_f(A, 0.0)));
-    pu[nu++] = ts_assign(A, R_P, e_un(A, EX_EXP, E_SUB(A, reg(A, R_P), reg(A, FLASH_R_SUB))));
-    pu[nu++] = ts_assign(A, R_TMP, e_un(A, EX_EXP, E_SUB(A, reg(A, R_MAX), reg(A, FLASH_R_SUB))));
-    pu[nu++] = ts_assign(A, R_SUM, E_ADD(A, E_MUL(A, reg(A, R_SUM), reg(A, R_TMP)), reg(A, R_P)));
-    for (int i = 0; i < no; i++) pu[nu++] = ts_assign(A, RO + i, E_MUL(A, reg(A, RO + i), reg(A, R_TMP)));
-    pu[nu++] = ts_sstore(A, FLASH_S_P, E_ADD(A, E_MUL(A, w, e_i(A, BC)), lane), reg(A, R_P));
-    pu[nu++] = ts_assign(A, R_MAX, reg(A, R_NEW));
-    kl_add(A, &ub, phase_pruned(A, pu, nu, true));
+    TStmt **pu = flash_lets(A, d, &fb, 9 + no, &n);
+    pu[n++] = ts_assign(A, R_NEW, e_bin(A, EX_MAX, reg(A, R_MAX), reg(A, R_NEW)));
+    pu[n++] = ts_assign(A, FLASH_R_SUB, e_select(A, lt(A, ninf, reg(A, R_NEW)), reg(A, R_NEW), e_f(A, 0.0)));
+    pu[n++] = ts_assign(A, R_P, e_un(A, EX_EXP, E_SUB(A, reg(A, R_P), reg(A, FLASH_R_SUB))));
+    pu[n++] = ts_assign(A, R_TMP, e_un(A, EX_EXP, E_SUB(A, reg(A, R_MAX), reg(A, FLASH_R_SUB))));
+    pu[n++] = ts_assign(A, R_SUM, E_ADD(A, E_MUL(A, reg(A, R_SUM), reg(A, R_TMP)), reg(A, R_P)));
+    for (int i = 0; i < no; i++) pu[n++] = ts_assign(A, RO + i, E_MUL(A, reg(A, RO + i), reg(A, R_TMP)));
+    pu[n++] = ts_sstore(A, FLASH_S_P, E_ADD(A, E_MUL(A, w, e_i(A, BC)), lane), reg(A, R_P));
+    pu[n++] = ts_assign(A, R_MAX, reg(A, R_NEW));
+    kl_add(A, &ub, phase_pruned(A, pu, n, true));
     /* o[d] += p[jj] * V[jj][d] over the tile */
-    TStmt **pv = tlist(A, 4);
-    int nv = flash_lets(A, d, &fb, pv);
+    TStmt **pv = flash_lets(A, d, &fb, 1, &n);
     Var *jj = new_var(A, B->nvars, "jj");
     TStmt *fj = ts_for(A, jj, e_i(A, 0), e_i(A, BC), e_i(A, 1), no);
     Expr *p = sload(A, FLASH_S_P, E_ADD(A, E_MUL(A, w, e_i(A, BC)), e_var(A, jj)));
@@ -249,14 +243,13 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
         ts_add(in, acc);
         ts_add(fj, in);
     }
-    pv[nv++] = fj;
-    kl_add(A, &ub, phase_pruned(A, pv, nv, true));
+    pv[n++] = fj;
+    kl_add(A, &ub, phase_pruned(A, pv, n, true));
     kl_ufor(A, body, j0, jlo, jhi, e_i(A, BC), &ub);
     /* the row's sum over the lanes */
     shfl_trees(B, body, SHFL_XOR, RED_SUM, 32, 1, (int[]){R_SUM}, (int[]){R_TMP});
     /* o / l, or the slice's (o, m, l) for flash_combine */
-    TStmt **pe = tlist(A, 4);
-    int ne = flash_lets(A, d, &fb, pe);
+    TStmt **pe = flash_lets(A, d, &fb, 1, &n);
     TStmt *row = ts_if(A, lt(A, tv, d->rows), no + 1);
     Expr *wrow = E_ADD(A, E_MUL(A, E_ADD(A, E_MUL(A, tv, e_i(A, d->heads)), e_var(A, d->h)), e_i(A, S)), fb.slice);
     for (int i = 0; i < no; i++) {
@@ -272,8 +265,8 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
         for (int q = 0; q < 2; q++) ts_add(l0, ts_store2(A, P->work, wrow, e_i(A, HV + q), reg(A, q ? R_SUM : R_MAX)));
         ts_add(row, l0);
     }
-    pe[ne++] = row;
-    kl_add(A, body, phase_pruned(A, pe, ne, false));
+    pe[n++] = row;
+    kl_add(A, body, phase_pruned(A, pe, n, false));
 }
 
 /* out(t, h, d) = sum_s o_s exp(m_s - M) / sum_s l_s exp(m_s - M) over this call's slices, M their largest

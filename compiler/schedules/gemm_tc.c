@@ -170,23 +170,17 @@ static Expr *gtc_wrow(Arena *A, const TcTile *G, Expr *r) {
     return E_ADD(A, G->o0, E_ADD(A, E_MUL(A, idiv(A, r, 32), e_i(A, 16)), imod(A, r, 16)));
 }
 static Expr *gtc_slot1(Arena *A, Expr *r) { return lt(A, e_i(A, 15), imod(A, r, 32)); }
-static Expr *gtc_w_at(Arena *A, const TileKernel *t, Expr *wop, Expr *o, Expr *kk) {
-    return expr_subst(A, expr_subst(A, wop, t->body.par[1].v, o), t->body.red[0].v, kk);
-}
-/* e (X or one of its indices) at X tile row r, K column kk */
-static Expr *gtc_x_at(Arena *A, const TcTile *G, Expr *e, Expr *r, Expr *kk) {
-    return expr_subst(A, expr_subst(A, e, G->t->body.par[0].v, E_ADD(A, G->t0, r)), G->t->body.red[0].v, kk);
+/* e (an operand or one of X's indices) with the token (axis 0) or output (axis 1) at `at`, K at kk */
+static Expr *gtc_at(Arena *A, const TcTile *G, Expr *e, int axis, Expr *at, Expr *kk) {
+    return expr_subst(A, expr_subst(A, e, G->t->body.par[axis].v, at), G->t->body.red[0].v, kk);
 }
 /* the element of operand w (0: X, 1: W) at tile row r, K column kk */
 static Expr *gtc_value(Arena *A, const TcTile *G, int w, Expr *r, Expr *kk) {
-    const TileKernel *t = G->t;
-    if (w) {
-        Expr *o = gtc_wrow(A, G, r), *ws[2] = {gtc_w_at(A, t, G->P->wop[0], o, kk), NULL};
-        if (!G->pair) return ws[0];
-        ws[1] = gtc_w_at(A, t, G->P->wop[1], o, kk);
-        return e_select(A, gtc_slot1(A, r), ws[!G->swap], ws[G->swap]);
-    }
-    return gtc_x_at(A, G, G->P->xop, r, kk);
+    if (!w) return gtc_at(A, G, G->P->xop, 0, E_ADD(A, G->t0, r), kk);
+    Expr *o = gtc_wrow(A, G, r), *ws[2] = {gtc_at(A, G, G->P->wop[0], 1, o, kk), NULL};
+    if (!G->pair) return ws[0];
+    ws[1] = gtc_at(A, G, G->P->wop[1], 1, o, kk);
+    return e_select(A, gtc_slot1(A, r), ws[!G->swap], ws[G->swap]);
 }
 /* then[0..n), only where operand w's row r and column kk are inside */
 static TStmt *gtc_guard(Arena *A, const TcTile *G, int w, Expr *r, Expr *kk, TStmt *const *then, int n) {
@@ -245,8 +239,7 @@ static void gtc_regs(const TcTile *G, int w, int r0, Expr *kt, int sm, bool stor
         TStmt *vl = ts(A, TS_VLOAD), *ld[5] = {vl};
         vl->v = new_var(A, G->B->nvars, "xv"); vl->vec = 4; vl->buf = X->buf;
         vl->idx = ARENA_ARRAY(A, Expr *, X->nargs);
-        for (int d = 0; d < X->nargs; d++)
-            vl->idx[d] = gtc_x_at(A, G, X->a[d], r, kk);
+        for (int d = 0; d < X->nargs; d++) vl->idx[d] = gtc_at(A, G, X->a[d], 0, E_ADD(A, G->t0, r), kk);
         for (int i = 0; i < 4; i++) ld[1 + i] = ts_assign(A, r0 + 4 * j + i, e_velem(A, vl->v, i));
         out[(*n)++] = gtc_guard(A, G, 0, r, kk, ld, 5);
     }
@@ -274,11 +267,9 @@ static void gtc_cp_w(const TcTile *G, int sm, Expr *kt, TStmt **out, int *n) {
             s->idx[0] = expr_subst(A, W->a[0], t->body.par[1].v, o); s->idx[1] = kk;
             /* o < M and kk < K */
             s->e = lt(A, e_bin(A, EX_MAX, E_SUB(A, o, e_i(A, G->M)), E_SUB(A, kk, e_i(A, G->K))), e_i(A, 0));
-            if (!G->pair) { out[(*n)++] = s; continue; }
-            Expr *slot = gtc_slot1(A, r);
-            TStmt *in = ts_if(A, w ? slot : lt(A, imod(A, r, 32), e_i(A, 16)), 1);
-            ts_add(in, s);
-            out[(*n)++] = in;
+            TStmt *in = G->pair ? ts_if(A, w ? gtc_slot1(A, r) : lt(A, imod(A, r, 32), e_i(A, 16)), 1) : NULL;
+            if (in) ts_add(in, s);
+            out[(*n)++] = in ? in : s;
         }
     }
 }
@@ -380,13 +371,11 @@ static void gemm_tc_pipeline(const TcTile *G, KList *body) {
         kl_add(A, body, phase(A, p, n, false));
         kl_add(A, body, kcp(A, KS_CP_COMMIT, 0));
     }
-    TStmt **p = tlist(A, 2);
-    p[0] = gtc_stage(G, 0, 0, e_i(A, 0));
-    if (!cp) p[1] = gtc_stage(G, 1, S, e_i(A, 0));
-    kl_add(A, body, phase(A, p, cp ? 1 : 2, !cp));
+    TStmt *x0 = gtc_stage(G, 0, 0, e_i(A, 0));
+    kl_phase(A, body, !cp, cp ? 1 : 2, x0, cp ? NULL : gtc_stage(G, 1, S, e_i(A, 0)));
     if (cp) {
         kl_add(A, body, gtc_wait(G));
-        kl_add(A, body, phase(A, tlist(A, 1), 0, true));
+        kl_phase(A, body, true, 0);
     }
     if (rounds) {
         Var *kt = new_var(A, G->B->nvars, "kt");
@@ -433,7 +422,7 @@ void gemm_tc_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLis
         for (int w = 0; w < 2; w++) ps[w] = gtc_stage(&G, w, w, e_var(A, kt));
         kl_add(A, &ub, phase(A, ps, 2, true));
         gtc_mma(&G, &ub, 0, 1);
-        kl_add(A, &ub, phase(A, tlist(A, 1), 0, true));
+        kl_phase(A, &ub, true, 0);
         kl_ufor(A, body, kt, e_i(A, 0), e_i(A, K), e_i(A, BK), &ub);
     }
     /* epilogue: accumulator q of tile (mt, nt) is C[g + 8(q/2)][2t + q%2]; a pair's n-tiles nt and nt + 2

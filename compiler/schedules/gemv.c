@@ -90,12 +90,8 @@ int gemv_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     out[0] = k;
     if (P->split_k == 1) return 1;
     P->work = work_buffer(A, k->nest->kname, "partials", tmax, (int64_t)P->split_k * b->nacc);
-    TileKernel *s = out[1] = new_tile_kernel(A, k->nest);
-    *s = *k;
-    s->kind = SCHED_SPLITK_SUM;
-    s->name = arena_printf(A, "%s_splitk", k->nest->kname);
-    s->block = kn->flat_block;
-    s->grid = ceil_div(A, c->total, s->block);
+    out[1] = second_kernel(A, k, SCHED_SPLITK_SUM, arena_printf(A, "%s_splitk", k->nest->kname), kn->flat_block,
+                           ceil_div(A, c->total, kn->flat_block));
     return 2;
 }
 
@@ -171,8 +167,8 @@ static Expr *vec_rewrite(VectorLoads *V, Expr *e, int j) {
     return n;
 }
 
-/* The lets every gemv phase starts with; v: warp, lane, K slice ks (split-K only), output element g. */
-enum { GEMV_V_WARP, GEMV_V_LANE, GEMV_V_SLICE, GEMV_V_OUT };
+/* The lets every gemv phase starts with; v: warp, lane, output element g, K slice ks (split-K only). */
+enum { GEMV_V_WARP, GEMV_V_LANE, GEMV_V_OUT, GEMV_V_SLICE };
 static int gemv_head(Arena *A, const GemvParams *P, TStmt **list, Var *const *v) {
     int n = 0;
     list[n++] = ts_let(A, v[GEMV_V_WARP], idiv(A, tid(A), 32));
@@ -194,10 +190,7 @@ void gemv_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
     int64_t K;
     CHECK(expr_is_const(b->red[0].extent, &K), "gemv over a runtime extent");
     Var *hv[4];
-    hv[GEMV_V_WARP] = new_var(A, B->nvars, "warp");
-    hv[GEMV_V_LANE] = new_var(A, B->nvars, "lane");
-    hv[GEMV_V_OUT] = new_var(A, B->nvars, "g");
-    hv[GEMV_V_SLICE] = new_var(A, B->nvars, "ks");
+    for (int i = 0; i < 4; i++) hv[i] = new_var(A, B->nvars, (const char *[]){"warp", "lane", "g", "ks"}[i]);
     Expr *lane = e_var(A, hv[GEMV_V_LANE]), *ks = e_var(A, hv[GEMV_V_SLICE]), *g = e_var(A, hv[GEMV_V_OUT]);
     TStmt **p0 = tlist(A, 7);
     int n0 = gemv_head(A, P, p0, hv);

@@ -22,11 +22,9 @@ void flat_print(Str *o, const TileKernel *k) {
 TStmt *thread_element(KernelBuilder *B, int block, Expr *total, KList *body, Var **g, int cap) {
     Arena *A = B->A;
     *g = new_var(A, B->nvars, "g");
-    TStmt **pb = tlist(A, 2);
-    pb[0] = ts_let(A, *g, E_ADD(A, E_MUL(A, bid(A), e_i(A, block)), tid(A)));
-    pb[1] = ts_if(A, lt(A, e_var(A, *g), total), cap);
-    kl_add(A, body, phase(A, pb, 2, false));
-    return pb[1];
+    TStmt *in = ts_if(A, lt(A, e_var(A, *g), total), cap);
+    kl_phase(A, body, false, 2, ts_let(A, *g, E_ADD(A, E_MUL(A, bid(A), e_i(A, block)), tid(A))), in);
+    return in;
 }
 TStmt *flat_element(KernelBuilder *B, const TileKernel *t, KList *body, Var **g, int extra) {
     const NestBody *nb = &t->body;

@@ -108,7 +108,7 @@ void block_reduce_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k,
         ts_add(last, ts_sstore(A, rs, e_i(A, 0), reg(A, R1)));
     }
     ts_add(last, ts_store(A, b->store[0].buf, b->store[0].idx, res));
-    kl_phase1(A, body, last, b->tail_store.buf != NULL);
+    kl_phase(A, body, b->tail_store.buf != NULL, 1, last);
     if (!b->tail_store.buf) return;
     /* the row op over its last axis, every thread a strided part, the row's result read from shared memory */
     TStmt **pt = tlist(A, b->npar + 1);

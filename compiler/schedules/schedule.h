@@ -71,6 +71,8 @@ int64_t max_i(int64_t a, int64_t b);
  * bound them). */
 bool eval_i(const Expr *e, int64_t n, int64_t pos, int64_t *out);
 TileKernel *new_tile_kernel(Arena *A, const LoopNest *nest);
+/* A schedule's second pass: k's nest, parameters and run_if, as kind with this name, block and grid */
+TileKernel *second_kernel(Arena *A, const TileKernel *k, SchedKind kind, const char *name, int block, Expr *grid);
 /* A workspace of rows x cols f32, named NEST.what */
 Buffer *work_buffer(Arena *A, const char *kname, const char *what, int64_t rows, int64_t cols);
 /* The smallest power-of-two block (32 .. 1024) of at least this many threads */
@@ -96,7 +98,8 @@ KStmt *phase(Arena *A, TStmt **body, int n, bool barrier);
  * lets; unused ones would be C warnings). */
 KStmt *phase_pruned(Arena *A, TStmt **b, int n, bool barrier);
 void kl_add(Arena *A, KList *l, KStmt *s);
-void kl_phase1(Arena *A, KList *l, TStmt *s, bool barrier);
+/* a phase of the n statements after n, added to l */
+void kl_phase(Arena *A, KList *l, bool barrier, int n, ...);
 /* ufor v = init; v < hi; v += step over the statements in body: added to l */
 void kl_ufor(Arena *A, KList *l, Var *v, Expr *init, Expr *hi, Expr *step, const KList *body);
 /* ulet NAME = e at the kernel's top level: the value as a uniform variable */

@@ -47,13 +47,7 @@ int topk_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     int64_t r;
     CHECK(expr_is_const(c->total, &r), "top_k %s: rows are not static", nest->module);
     P->work = work_buffer(A, nest->kname, "chunks", r * P->chunks, 2 * op->topk_max);
-    TileKernel *m = new_tile_kernel(A, nest);
-    *m = *k;
-    m->kind = SCHED_TOPK_MERGE;
-    m->name = nest->kname;
-    m->block = pow2_block(P->chunks);
-    m->grid = c->total;
-    out[1] = m;
+    out[1] = second_kernel(A, k, SCHED_TOPK_MERGE, nest->kname, pow2_block(P->chunks), c->total);
     return 2;
 }
 
@@ -182,16 +176,13 @@ void topk_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
 
     Var *q = new_var(A, B->nvars, "q");
     KList ub = {0};
-    TStmt **pa = tlist(A, 2);
-    pa[0] = ts_assign(A, ARGMAX_R_VAL, reg(A, TOPK_R_CAND_VAL));
-    pa[1] = ts_assign(A, ARGMAX_R_IDX, reg(A, TOPK_R_CAND_IDX));
-    kl_add(A, &ub, phase(A, pa, 2, false));
+    kl_phase(A, &ub, false, 2, ts_assign(A, ARGMAX_R_VAL, reg(A, TOPK_R_CAND_VAL)),
+             ts_assign(A, ARGMAX_R_IDX, reg(A, TOPK_R_CAND_IDX)));
     for (int d = 16; d >= 1; d /= 2) argmax_step(B, &ub, d, tie);
     if (nw > 1) argmax_across_warps(B, &ub, nw, imod(A, tid(A), 32), TOPK_NONE, tie);
     /* every lane: the round's pair in the partner registers */
     kl_add(A, &ub, shfl(B, SHFL_IDX, ARGMAX_R_PARTNER_VAL, ARGMAX_R_VAL, 0));
     kl_add(A, &ub, shfl(B, SHFL_IDX, ARGMAX_R_PARTNER_IDX, ARGMAX_R_IDX, 0));
-    TStmt **pb = tlist(A, 2);
     TStmt *st = ts_if(A, eq(A, tid(A), e_i(A, 0)), MAX_AXES + 3);
     /* the op's own store (its selector and rank bound), or a chunk's row of the workspace */
     bool own = merge || !chunked;
@@ -204,11 +195,10 @@ void topk_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
             idx[d] = expr_subst(A, expr_subst(A, op->out_idx[d], op->topk_sel, e_i(A, h)), op->topk_rank, e_var(A, q));
         ts_add(st, ts_store(A, op->out, idx, v));
     }
-    pb[0] = st;
     /* the winner gives its candidate and takes the next */
-    pb[1] = ts_if(A, eq(A, reg(A, TOPK_R_CAND_IDX), reg(A, ARGMAX_R_PARTNER_IDX)), 5);
-    topk_next(&src, pb[1], false);
+    TStmt *win = ts_if(A, eq(A, reg(A, TOPK_R_CAND_IDX), reg(A, ARGMAX_R_PARTNER_IDX)), 5);
+    topk_next(&src, win, false);
     /* a barrier before the next round's shared stores (with one warp, none is needed) */
-    kl_add(A, &ub, phase(A, pb, 2, nw > 1));
+    kl_phase(A, &ub, nw > 1, 2, st, win);
     kl_ufor(A, body, q, e_i(A, 0), op->topk_count, e_i(A, 1), &ub);
 }
