@@ -91,7 +91,12 @@ def check_rows(bits, n, ref, tol, what):
     """rows < n match ref within tol (array or scalar); rows >= n are untouched (0xffffffff)"""
     got = bits[:n].view(np.float32).astype(np.float64)
     assert np.all(bits[n:] == 0xFFFFFFFF), "%s: rows past n=%d were written" % (what, n)
-    assert np.all(np.isfinite(got)), "%s: non-finite outputs (unwritten elements?)" % what
+    check_close(got, ref, tol, what + " (unwritten elements?)")
+
+
+def check_close(got, ref, tol, what):
+    """got matches ref within tol (array or scalar); names the worst element otherwise"""
+    assert np.all(np.isfinite(got)), "%s: non-finite outputs" % what
     err = np.abs(got - ref)
     bad = err > tol
     if np.any(bad):

@@ -27,7 +27,7 @@ import shutil
 
 import numpy as np
 
-from oplib import HARNESS_SRCS, U, ptxas_report, tile_params
+from oplib import HARNESS_SRCS, U, check_close, ptxas_report, tile_params
 from testlib import LLMCC, ROOT, Skip, build_c, run, tmpdir
 
 DT = {"f32": "torch.float32", "bf16": "torch.bfloat16", "f16": "torch.float16"}
@@ -57,13 +57,7 @@ def run_expr(expr, knobs=(), match=True):
 
 def check(got, ref, tol, what):
     assert got.shape == ref.shape, (what, got.shape, ref.shape)
-    assert np.all(np.isfinite(got)), "%s: non-finite outputs" % what
-    err = np.abs(got - ref)
-    bad = err > tol
-    if np.any(bad):
-        i = np.unravel_index(np.argmax(err - tol), err.shape)
-        raise AssertionError("%s: %d of %d elements off; worst at %s: got %.9g, want %.9g (tol %.3g)" % (
-            what, int(bad.sum()), bad.size, i, got[i], ref[i], np.broadcast_to(tol, err.shape)[i]))
+    check_close(got, ref, tol, what)
 
 
 def wrong(got, ref, tol):
