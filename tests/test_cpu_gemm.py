@@ -1,0 +1,31 @@
+"""test_cpu_gemm: runtime/cpu_gemm.h, the CPU target's packed GEMM
+micro-kernel, against a double-precision triple loop (tests/c/test_cpu_gemm.c
+says what it covers and why its tolerance). Built twice, since the same
+vector-extension C becomes different code per target: at baseline x86-64
+(SSE2) with -O2, and with -O2 -march=x86-64-v3 (AVX2 + FMA, the tuned
+target) under ASan + UBSan."""
+import platform
+
+from testlib import Skip, build_c, run
+
+SRC = ["tests/c/test_cpu_gemm.c"]
+SAN = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all")
+
+
+def check(exe):
+    p = run([exe])
+    assert "0 failed" in p.stdout, p.stdout + p.stderr
+
+
+def test_cpu_gemm_baseline():
+    check(build_c("test_cpu_gemm_O2", SRC, extra=("-O2",)))
+
+
+def test_cpu_gemm_avx2_sanitized():
+    if platform.machine() not in ("x86_64", "AMD64"):
+        raise Skip("x86-64-v3 is an x86-64 target")
+    with open("/proc/cpuinfo") as f:
+        flags = f.read().split()
+    if "avx2" not in flags or "fma" not in flags:
+        raise Skip("this CPU has no AVX2 + FMA to run an x86-64-v3 build on")
+    check(build_c("test_cpu_gemm_v3_san", SRC, extra=("-O2", "-march=x86-64-v3") + SAN))
