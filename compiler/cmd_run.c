@@ -329,16 +329,17 @@ int cmd_run(int argc, char **argv) {
     RunOpts o;
     parse(argc, argv, &o);
     Gpu gpu = {0};
-    bool have_gpu = !(o.target_set && o.target == TARGET_CPU) && detect_gpu(&gpu);
+    bool have_gpu = !(o.target_set && o.target != TARGET_CUDA) && detect_gpu(&gpu);
     Target target = o.target_set ? o.target : have_gpu ? TARGET_CUDA : TARGET_CPU;
     if (target == TARGET_CUDA && !have_gpu)
         die_user(NULL, "--target", "cuda needs an NVIDIA GPU and nvcc (nvidia-smi finds no GPU here): "
-                 "use --target cpu");
+                 "use --target cpu (or cuda-emu: the GPU's schedules run on the CPU)");
 
     Compilation c;
     memset(&c, 0, sizeof c);
     c.expr = o.expr;
     c.knobs = o.knobs;
+    c.target = target;
     c.max_batch = c.max_ctx = 1;
     const char *title = o.expr;
     if (o.model) {
@@ -417,8 +418,8 @@ int cmd_run(int argc, char **argv) {
     const char *inc = shell_quote(A, root);
     const char *cc = cuda ? arena_printf(A, "nvcc -O2 -arch=%s -I%s -o %s %s > %s 2>&1", gpu.arch, inc, qexe, qsrc,
                                          qlog)
-                          : arena_printf(A, "cc %s -fopenmp -std=c11 -I%s -o %s %s -lm > %s 2>&1", opt, inc, qexe, qsrc,
-                                         qlog);
+                          : arena_printf(A, "cc %s %s -fopenmp -std=c11 -I%s -o %s %s -lm > %s 2>&1", opt,
+                                         emit_cflags(target), inc, qexe, qsrc, qlog);
     if (system(cc) != 0) {
         char *msg = read_file(log, NULL);
         fprintf(stderr, "%s\n", msg ? msg : "");
@@ -453,7 +454,7 @@ int cmd_run(int argc, char **argv) {
     if (o.perturb >= 0) got[o.perturb] += 1.0f + fabsf(got[o.perturb]);
     /* a model layer's bf16 linears run on tensor cores (gemm_tc) when the call has more than
      * gemm_min_n tokens; tile_ir.c makes the same choice */
-    bool tc = o.model && c.knobs.gemm_tc && o.tokens > c.knobs.gemm_min_n;
+    bool tc = o.model && target != TARGET_CPU && c.knobs.gemm_tc && o.tokens > c.knobs.gemm_min_n;
     InterpOptions io = {tc, o.pos, cache};
     /* --no-check: no reference (its double loops would take minutes at full size); what is
      * left is that every value is finite, which a random-input run of a sound kernel gives */
@@ -481,7 +482,8 @@ int cmd_run(int argc, char **argv) {
     shape_format(shp, sizeof shp, on->ndim, on->dims);
     printf("llmcc run: %s\n", title);
     if (cuda) printf("  target: cuda on %s (%s), %d kernels, %d launches\n", gpu.name, gpu.arch, c.kp.nk, c.kp.nl);
-    else printf("  target: cpu (C backend, the GPU schedule run by OpenMP), %d kernels, %d launches\n",
+    else printf("  target: %s (%s), %d kernels, %d launches\n", target_names[target],
+                target == TARGET_CPU ? "the CPU's schedules, C + OpenMP" : "the GPU's schedules run exactly on the CPU",
                 c.kp.nk, c.kp.nl);
     printf("  output: f32%s, seed %llu; reference: %s\n", shp, (unsigned long long)o.seed,
            ref ? "the graph evaluated directly in double precision" : "none (--no-check)");
@@ -563,7 +565,7 @@ int cmd_run(int argc, char **argv) {
         /* one line of NAME=VALUE for scripts (scripts/bench_ops.sh); peaks 0 where unknown */
         printf("bench: name=total ms=%.6g iters=%d bytes=%.6g gbs=%.6g flops=%.6g tflops=%.6g target=%s peak_gbs=%g "
                "peak_bf16_tflops=%g check=%s nonfinite=%lld kernels=%d launches=%d\n",
-               t_iter * 1e3, iters, bytes, bytes / t_iter * 1e-9, flops, flops / t_iter * 1e-12, cuda ? "cuda" : "cpu",
+               t_iter * 1e3, iters, bytes, bytes / t_iter * 1e-9, flops, flops / t_iter * 1e-12, target_names[target],
                cuda ? gpu.gbs : 0.0, cuda ? gpu.bf16_tflops : 0.0, !ref ? "skipped" : bad ? "mismatch" : "match", nf,
                c.kp.nk, c.kp.nl);
     }

@@ -103,7 +103,7 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t) {
     case EX_PARAM: str_printf(o, "%s", param_names[e->i]); return;
     case EX_TID: str_printf(o, "tid"); return;
     case EX_BID: str_printf(o, "bid"); return;
-    case EX_REG: str_printf(o, t == TARGET_CPU ? "r%lld[tid]" : "r%lld", (long long)e->i); return;
+    case EX_REG: str_printf(o, t != TARGET_CUDA && !k->task ? "r%lld[tid]" : "r%lld", (long long)e->i); return;
     case EX_SLOAD: str_printf(o, "smem%lld[", (long long)e->i); emit_expr(o, k, a[0], t); str_printf(o, "]"); return;
     case EX_VELEM: var_name(o, e->var); str_printf(o, "[%lld]", (long long)e->i); return;
     case EX_LOAD: {
@@ -157,7 +157,7 @@ static void emit_vload(Str *o, const KKernel *k, const TStmt *s, Target t) {
     var_name(o, s->v); str_printf(o, ", ");
     param_name(o, k, kernel_param_index(k, s->buf));
     str_printf(o, ", "); lin_index(o, k, s->buf, s->idx, t);
-    if (t == TARGET_CPU) str_printf(o, ", %d, %d, \"%s\");\n", s->vec, chunk, k->name);
+    if (t != TARGET_CUDA) str_printf(o, ", %d, %d, \"%s\");\n", s->vec, chunk, k->name);
     else str_printf(o, ", %d);\n", s->vec);
 }
 
@@ -178,10 +178,10 @@ static void emit_cp_async(Str *o, const KKernel *k, const TStmt *s, int d, Targe
     ind(o, d + 1);
     str_printf(o, "const void *src_ = ok_ ? (const void *)(%s + ", pn.s);
     lin_index(o, k, s->buf, s->idx, t);
-    str_printf(o, t == TARGET_CPU ? ") : NULL;\n" : ") : (const void *)%s;\n", pn.s);
+    str_printf(o, t != TARGET_CUDA ? ") : NULL;\n" : ") : (const void *)%s;\n", pn.s);
     str_free(&pn);
     ind(o, d + 1);
-    if (t == TARGET_CPU) {
+    if (t != TARGET_CUDA) {
         str_printf(o, "cp_async_issue(&cpq_, \"%s\", smem%d, sizeof smem%d, so_ * %d, src_, %d);\n", k->name, s->smem,
                    s->smem, esz, s->vec);
     } else {
@@ -202,7 +202,7 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             emit_expr(o, k, s->e, t); str_printf(o, ";\n");
             break;
         case TS_ASSIGN:
-            str_printf(o, t == TARGET_CPU ? "r%d[tid] = " : "r%d = ", s->reg);
+            str_printf(o, t != TARGET_CUDA && !k->task ? "r%d[tid] = " : "r%d = ", s->reg);
             emit_expr(o, k, s->e, t); str_printf(o, ";\n");
             break;
         case TS_SSTORE:
@@ -246,6 +246,17 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             ind(o, d); str_printf(o, "}\n");
             break;
         case TS_VLOAD: emit_vload(o, k, s, t); break;
+        case TS_GEMM:
+            /* runtime/cpu_gemm.h; the tile's rows are gn apart */
+            CHECK(t != TARGET_CUDA, "gemm in CUDA");
+            str_printf(o, "cpu_gemm_packed(");
+            emit_expr(o, k, s->e, t);
+            str_printf(o, ", %lld, ", (long long)s->gn);
+            emit_expr(o, k, s->lo, t);
+            str_printf(o, ", smem%d, smem%d, smem%d, %lld, ", s->gsmem[0], s->gsmem[1], s->gsmem[2], (long long)s->gn);
+            emit_expr(o, k, s->step, t);
+            str_printf(o, " != 0);\n");
+            break;
         case TS_CP_ASYNC: emit_cp_async(o, k, s, d, t); break;
         case TS_COUNT: UNREACHABLE();
         }
@@ -260,7 +271,9 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
             /* a phase of one assignment or store is one line (no declaration needs the block's scope) */
             bool one = s->nbody == 1 && (s->body[0]->k == TS_ASSIGN || s->body[0]->k == TS_STORE ||
                                          s->body[0]->k == TS_SSTORE);
-            if (t == TARGET_CPU)
+            if (k->task)
+                str_printf(o, "%s", one ? "" : "{\n");
+            else if (t != TARGET_CUDA)
                 str_printf(o, "for (int64_t tid = 0; tid < %d; tid++) %s", k->block,
                            one ? "/* phase */ " : "{ /* phase */\n");
             else if (!one) str_printf(o, "{ /* phase */\n");
@@ -273,8 +286,8 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
             if (t == TARGET_CUDA) str_printf(o, "mma_m16n8k16_%s(", s->mf16 ? "f16" : "bf16");
             else str_printf(o, "for (int64_t w_ = 0; w_ < %d; w_ += 32) mma_warp(w_, %d, ", k->block, s->mf16);
             for (int g = 0; g < 3; g++)
-                for (int j = 0; j < cnt[ord[t == TARGET_CPU][g]]; j++)
-                    str_printf(o, "%sr%d", g || j ? ", " : "", r[ord[t == TARGET_CPU][g]][j]);
+                for (int j = 0; j < cnt[ord[t != TARGET_CUDA][g]]; j++)
+                    str_printf(o, "%sr%d", g || j ? ", " : "", r[ord[t != TARGET_CUDA][g]][j]);
             str_printf(o, ");\n");
         } else if (s->k == KS_LDMATRIX) {
             if (t == TARGET_CUDA) {
@@ -338,7 +351,7 @@ void emit_params(Str *o, const KKernel *k, Target t) {
     for (int i = 0; i < k->nparams; i++) {
         const Buffer *b = k->params[i];
         str_printf(o, ",\n        %s%s *%s ", k->param_written[i] ? "" : "const ", ctype_of(b->dtype),
-                   t == TARGET_CPU ? "restrict" : "__restrict__");
+                   t != TARGET_CUDA ? "restrict" : "__restrict__");
         param_name(o, k, i);
         str_printf(o, " /* %s[", dtype_names[b->dtype]);
         for (int d = 0; d < b->ndim; d++) str_printf(o, "%s%lld", d ? ", " : "", (long long)b->dims[d]);
@@ -472,10 +485,11 @@ static void host_arg(Str *o, const Names *nm, const Buffer *b, int seg) {
     UNREACHABLE();
 }
 
-void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, int d) {
+void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, bool team, int d) {
     ind(o, d); emit_launch_guard(o, l);
     str_printf(o, "{ /* %s */\n", mod);
     ind(o, d + 1); str_printf(o, "int64_t grid = "); emit_host_expr(o, l->grid); str_printf(o, ";\n");
+    if (team) { ind(o, d + 1); str_printf(o, "#pragma omp parallel\n"); }
     ind(o, d + 1);
     if (cuda) str_printf(o, "%s<<<(unsigned)grid, %d>>>(n, pos", l->k->name, l->k->block);
     else str_printf(o, "%s(grid, n, pos", l->k->name);
@@ -486,7 +500,7 @@ void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, int 
 static void emit_launch(Str *o, const Names *nm, const KLaunch *l, int seg, bool cuda, int d) {
     const char *mod = l->module;
     if (seg >= 0) layer_of(mod, &mod);
-    emit_launch_open(o, l, mod, cuda, d);
+    emit_launch_open(o, l, mod, cuda, false, d);
     size_t line = o->len;
     while (o->s[line - 1] != '\n') line--;
     for (int j = 0; j < l->k->nparams; j++) {
@@ -626,6 +640,7 @@ void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header) 
     if (api_header)
         str_printf(o, t == TARGET_CUDA ? "extern \"C\" {\n#include \"%s\"\n}\n" : "#include \"%s\"\n", api_header);
     str_printf(o, "#include \"runtime/kernels.h\"\n");
+    if (t == TARGET_CPU) str_printf(o, "#include \"runtime/cpu_gemm.h\"  /* cpu_gemm's register-tile kernel */\n");
 }
 
 /* Short statements (a register's zero, a vector element moved to a register) run to hundreds of lines in an
@@ -661,7 +676,7 @@ void emit_kernels(Str *o, const KProgram *kp, Target t) {
     for (int i = 0; i < kp->nk; i++) {
         Str k = {0};
         if (t == TARGET_CUDA) emit_kernel_cuda(&k, kp->kernels[i]);
-        else emit_kernel_c(&k, kp->kernels[i]);
+        else emit_kernel_c(&k, kp->kernels[i], t);
         pack_lines(o, k.s);
         str_free(&k);
     }
@@ -788,9 +803,9 @@ static void emit_model_init(Str *o, const Names *nm, const KProgram *kp, const M
 }
 
 /* model_info, from the caller's ModelInfo and the program's tensors */
-static void emit_model_info(Str *o, const TProgram *tp, const ModelInfo *mi, bool cuda) {
+static void emit_model_info(Str *o, const TProgram *tp, const ModelInfo *mi, Target t) {
     str_printf(o, "const ModelInfo model_info = {\n    \"%s\", \"%s\", \"%s\",\n    %d, %d, %d, %d,\n    %d, %d, %d,\n"
-                  "    %d, %d,\n    %d,\n    %d, {", mi->name, mi->architecture, cuda ? "cuda" : "cpu", mi->vocab_size,
+                  "    %d, %d,\n    %d,\n    %d, {", mi->name, mi->architecture, target_names[t], mi->vocab_size,
                mi->hidden_size, mi->intermediate_size, mi->n_layers, mi->n_heads, mi->n_kv_heads, mi->head_dim,
                mi->max_ctx, mi->max_batch, mi->bos_id, mi->n_eos);
     for (int i = 0; i < mi->n_eos; i++) str_printf(o, "%s%d", i ? ", " : "", mi->eos_ids[i]);
@@ -835,7 +850,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     }
     str_printf(o, "#define NAME_OF(name, dtype, ndim, d0, d1) name,\n"
                   "static const char *const tensor_names[%d] = {TENSORS(NAME_OF)};\n", tp->n_weights);
-    emit_model_info(o, tp, mi, cuda);
+    emit_model_info(o, tp, mi, eo->target);
     str_printf(o, "#define SHAPE_OF(name, dtype, ndim, d0, d1) {dtype, ndim, {d0, d1}},\n"
                   "static const struct { uint32_t dtype, ndim; uint64_t shape[2]; } tensor_shapes[%d] = "
                   "{TENSORS(SHAPE_OF)};\n\n", tp->n_weights);
@@ -849,19 +864,30 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     CHECK(tk && tk->kind == BUF_ACT && tk->act_offset >= 0 && tk->ndim == 3, "the model has no topk of its logits");
     str_printf(o, "int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {\n"
                   "    mem_put(m->ids, ids, (size_t)n * sizeof(int32_t));\n");
+    /* cpu: one team for the whole plan; each kernel shares its blocks among the team (omp for), whose
+     * implied barrier orders the launches */
+    const char *team = eo->target == TARGET_CPU ? "    #pragma omp parallel\n    {\n" : "";
+    str_printf(o, "%s", team);
     emit_forward(o, &nm, kp, cuda);
+    if (*team) str_printf(o, "    }\n");
     str_printf(o, "    float next;\n    mem_get(&next, ACT(%s), sizeof next, model_info.name);\n"
                   "    if (logits) mem_get(logits, m->logits, %lld * sizeof(float), model_info.name);\n"
                   "    return (int)next;\n}\n\n", nm.act[nt->id], V);
     /* model_topk: the sampler's kernels, with n = k */
     long long KM = tk->dims[2];
     str_printf(o, "int model_topk(Model *m, int k, float *vals, int32_t *ids) {\n"
-                  "    if (k < 1 || k > %lld) return -1;\n    const int n = k, pos = 0;\n    (void)pos;\n", KM);
+                  "    if (k < 1 || k > %lld) return -1;\n    const int n = k, pos = 0;\n    (void)pos;\n%s", KM, team);
     for (int i = 0; i < kp->nl; i++)
         if (kernel_is_sampling(&kp->launches[i])) emit_launch(o, &nm, &kp->launches[i], -1, cuda, 1);
+    if (*team) str_printf(o, "    }\n");
     str_printf(o, "    float out[%lld];\n    mem_get(out, ACT(%s), sizeof out, model_info.name);\n"
                   "    for (int i = 0; i < k; i++) { vals[i] = out[i]; ids[i] = (int32_t)out[%lld + i]; }\n"
                   "    return 0;\n}\n\n", 2 * KM, nm.act[tk->id], KM);
+    if (cuda)
+        str_printf(o, "int model_threads(int n, char *desc, size_t size) {\n    (void)n;\n"
+                      "    snprintf(desc, size, \"the GPU (CUDA)\");\n    return 0;\n}\n\n");
+    else
+        str_printf(o, "int model_threads(int n, char *desc, size_t size) { return cpu_threads(n, desc, size); }\n\n");
     str_printf(o, "void model_logits(Model *m, float *logits) {\n"
                   "    mem_get(logits, m->logits, %lld * sizeof(float), model_info.name);\n}\n\n", V);
     str_printf(o, "size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {\n"

@@ -9,8 +9,6 @@
 #include "kernel_ir.h"
 #include "model_api.h"
 
-typedef enum { TARGET_CPU, TARGET_CUDA } Target;
-
 /* What the host code says beyond the kernels, filled once by the caller: info is model_info as emitted
  * (the executable's name, the config's sizes and sampling defaults, max_ctx, max_batch) less what the
  * program gives (target, n_tensors, tensor_names, max_top_k); n_layers also sizes the KV caches. */
@@ -31,8 +29,9 @@ void emit_kernels(Str *o, const KProgram *kp, Target t);
 void emit_host_expr(Str *o, const Expr *e);
 /* "if (n > T) " / "if (n <= T) " before a launch the plan runs for some n only (gemm_tc or its gemv) */
 void emit_launch_guard(Str *o, const KLaunch *l);
-/* A launch at indent d up to its arguments: the guard, a brace and comment naming mod, the grid, "call(n, pos" */
-void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, int d);
+/* A launch at indent d up to its arguments: the guard, a brace and comment naming mod, the grid, "call(n, pos";
+ * team: the call in an OpenMP team of its own (a cpu kernel shares its blocks among the calling team) */
+void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, bool team, int d);
 
 /* shared by emit_c.c / emit_cuda.c */
 void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t);
@@ -40,7 +39,9 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t);
  * and a block followed by __syncthreads() in CUDA (when the kernel shares memory). */
 void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int depth, Target t);
 void emit_params(Str *o, const KKernel *k, Target t);
-void emit_kernel_c(Str *o, const KKernel *k);
+void emit_kernel_c(Str *o, const KKernel *k, Target t);
 void emit_kernel_cuda(Str *o, const KKernel *k);
 const char *ctype_of(DType d);
+/* What a C compiler needs beyond -std=c11 -O2 -fopenmp for target t's kernels (model.c, a harness) */
+const char *emit_cflags(Target t);
 #endif

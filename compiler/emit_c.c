@@ -9,20 +9,27 @@
  * per block and performed by the wait_group that completes them. */
 #include "emit.h"
 
-void emit_kernel_c(Str *o, const KKernel *k) {
-    str_printf(o, "\n/* %s: from %s, %s, %d threads per block */\n", k->name, k->module, sched_names[k->sched],
-               k->block);
-    str_printf(o, "static void %s(int64_t grid, ", k->name);
-    emit_params(o, k, TARGET_CPU);
-    str_printf(o, ") {\n    (void)n; (void)pos;\n    #pragma omp parallel for schedule(static)\n"
-                  "    for (int64_t bid = 0; bid < grid; bid++) {\n");
-    for (int i = 0; i < k->nsmem; i++)
+void emit_kernel_c(Str *o, const KKernel *k, Target t) {
+    if (k->task)
+        str_printf(o, "\n/* %s: from %s, %s, a task per block */\n", k->name, k->module, sched_names[k->sched]);
+    else str_printf(o, "\n/* %s: from %s, %s, %d threads per block */\n", k->name, k->module, sched_names[k->sched],
+                    k->block);
+    /* cpu: compiled for each instruction set, one chosen at start (CPU_KERNEL, runtime/cpu_gemm.h) */
+    str_printf(o, "%sstatic void %s(int64_t grid, ", t == TARGET_CPU ? "CPU_KERNEL " : "", k->name);
+    emit_params(o, k, t);
+    /* cpu: called by every thread of model_forward's team, which share the blocks; cuda-emu: a team per call */
+    str_printf(o, ") {\n    (void)n; (void)pos;\n    #pragma omp %sfor schedule(static)\n"
+                  "    for (int64_t bid = 0; bid < grid; bid++) {\n", t == TARGET_CPU ? "" : "parallel ");
+    for (int i = 0; k->task && i < k->nsmem; i++)
+        str_printf(o, "        _Alignas(32) float smem%d[%d]; /* scratch */\n", i, k->smem[i].size);
+    for (int i = 0; i < k->nregs && k->task; i++) str_printf(o, "        float r%d = 0;\n", i);
+    for (int i = 0; !k->task && i < k->nsmem; i++)
         /* a one-float broadcast slot (a block_reduce tail) starts at 0: gcc cannot see that thread 0's
          * phase writes it before the next phase reads it */
         str_printf(o, "        %s%s smem%d[%d]%s;\n", k->smem[i].b16 || k->has_cp_async ? "_Alignas(16) " : "",
                    k->smem[i].b16 ? "uint16_t" : "float", i, k->smem[i].size,
                    !k->smem[i].b16 && !k->has_cp_async && k->smem[i].size == 1 ? " = {0}" : "");
-    for (int i = 0; i < k->nregs; i++)
+    for (int i = 0; !k->task && i < k->nregs; i++)
         str_printf(o, "        %s r%d[%d];\n", k->regs[i].b32 ? "uint32_t" : "float", i, k->block);
     if (k->has_shfl)
         str_printf(o, "        float lanebuf[%d]; /* shuffles: the values the lanes publish */\n", k->block);
@@ -33,7 +40,14 @@ void emit_kernel_c(Str *o, const KKernel *k) {
         str_printf(o, "        CpQueue cpq_ = {0}; /* cp.async: the block's pending copies */\n");
         for (int i = 0; i < k->nsmem; i++) str_printf(o, "        memset(smem%d, 0xff, sizeof smem%d);\n", i, i);
     }
-    emit_kstmts(o, k, k->body, k->nbody, 2, TARGET_CPU);
+    emit_kstmts(o, k, k->body, k->nbody, 2, t);
     if (k->has_cp_async) str_printf(o, "        free(cpq_.q);\n");
     str_printf(o, "    }\n}\n");
+}
+
+const char *emit_cflags(Target t) {
+    /* cpu: reductions vectorised (reassociated, a * b + c fused; NaN and infinities keep their meaning);
+     * cuda-emu: the GPU schedule's arithmetic as written */
+    return t == TARGET_CPU ? "-O3 -ffp-contract=fast -fno-math-errno -fassociative-math -fno-signed-zeros "
+                             "-fno-trapping-math" : "";
 }

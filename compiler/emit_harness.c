@@ -60,7 +60,7 @@ void emit_harness(Str *o, const KProgram *kp, const HarnessOptions *ho) {
         const KLaunch *l = &kp->launches[i];
         /* the event is recorded even when the dispatch on n skips the launch, so every launch's time is its own */
         if (cuda) str_printf(o, "    if (kt) cudaEventRecord(ev[%d]);\n", i);
-        emit_launch_open(o, l, l->module, cuda, 1);
+        emit_launch_open(o, l, l->module, cuda, ho->target == TARGET_CPU, 1);
         for (int j = 0; j < l->k->nparams; j++) { str_printf(o, ", "); ptr(o, l->args[j]); }
         str_printf(o, ");\n");
         if (!cuda) str_printf(o, "        if (kt) { double t1 = now_s(); kt[%d] += t1 - t0; t0 = t1; }\n", i);

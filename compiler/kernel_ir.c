@@ -70,6 +70,7 @@ static KKernel *materialise(KernelBuilder *B, const TileKernel *t) {
     k->sched = t->kind;
     k->block = t->block;
     k->grid = t->grid;
+    k->task = schedules[t->kind].block_rule & BLOCK_TASK;
     KList body = {0};
     schedules[t->kind].materialise(B, t, k, &body);
     k->body = body.s; k->nbody = body.n;
@@ -144,6 +145,10 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
         if (s->e) kfmt(p, " if %E else zero-fill", s->e);
         str_printf(p->o, "\n");
         return;
+    case TS_GEMM:
+        kfmt(p, "gemm smem%d[%E x %d] = (%E ? smem%d : 0) + smem%d (packed rows) x smem%d (packed columns)^T, K %E\n",
+             s->gsmem[2], s->e, (int)s->gn, s->step, s->gsmem[2], s->gsmem[0], s->gsmem[1], s->lo);
+        return;
     case TS_COUNT: break;
     }
     for (int i = 0; i < s->nbody; i++) print_ts(p, s->body[i], d + 1);
@@ -217,7 +222,7 @@ int kernel_param_index(const KKernel *k, const Buffer *b) {
 
 void kernel_lower(Arena *A, const TileProgram *tp, KProgram *kp) {
     int nvars = tp->lp->tp->nvars;
-    KernelBuilder B = {A, &nvars, &tp->knobs};
+    KernelBuilder B = {A, &nvars, &tp->knobs, tp->max_batch, tp->max_ctx};
     kp->tp = tp->lp->tp;
     kp->sampler = tp->lp->sampler;
     kp->kernels = ARENA_ARRAY(A, KKernel *, tp->n);
@@ -317,6 +322,12 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
                 m = "cp.async rows are not aligned to the copy size";
             else if (s->sidx->t != T_I64) m = "cp.async shared index is not an integer";
             else if (s->e && s->e->t != T_BOOL) m = "cp.async predicate is not boolean";
+        }
+        else if (s->k == TS_GEMM) {
+            if (!k->task) m = "gemm outside a CPU task kernel";
+            for (int j = 0; j < 3 && !m; j++)
+                if (s->gsmem[j] < 0 || s->gsmem[j] >= k->nsmem || k->smem[s->gsmem[j]].b16)
+                    m = "gemm on undeclared shared arrays";
         }
         else if (s->k == TS_ASSIGN && (s->reg < 0 || s->reg >= k->nregs)) m = "assign to undeclared register";
         else if (s->k == TS_SSTORE && (s->smem < 0 || s->smem >= k->nsmem)) m = "store to undeclared shared array";
@@ -436,6 +447,9 @@ const char *kernel_verify(Arena *A, const KProgram *kp) {
         Region region = {0};
         const char *m = ver_ks(A, k, k->body, k->nbody, uvars, 0, &region);
         if (!m && k->grid->t != T_I64) m = "grid is not an integer";
+        /* a CPU task is one thread's plain code: one phase, nothing that needs lanes */
+        if (!m && k->task && (k->block != 1 || k->nbody != 1 || k->body[0]->k != KS_PHASE))
+            m = "a CPU task kernel of more than one phase or thread";
         if (m) return arena_printf(A, "kernel %s: %s", k->name, m);
     }
     for (int i = 0; i < kp->nl; i++) {

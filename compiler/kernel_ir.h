@@ -14,7 +14,7 @@
 #include "tile_ir.h"
 
 #define TSTMT_KINDS(X) X(TS_LET, "let") X(TS_ASSIGN, "assign") X(TS_STORE, "store") X(TS_SSTORE, "sstore") \
-    X(TS_IF, "if") X(TS_FOR, "for") X(TS_VLOAD, "vload") X(TS_CP_ASYNC, "cp_async")
+    X(TS_IF, "if") X(TS_FOR, "for") X(TS_VLOAD, "vload") X(TS_CP_ASYNC, "cp_async") X(TS_GEMM, "gemm")
 typedef enum { TSTMT_KINDS(KIND_ENUM) TS_COUNT } TStmtKind;
 
 typedef struct TStmt {
@@ -29,6 +29,10 @@ typedef struct TStmt {
     Expr *sidx;                /* sstore, cp_async: shared element index (cp_async: of the first element) */
     Buffer *buf; Expr **idx;   /* store; vload, cp_async: the first element */
     struct TStmt **body; int nbody;
+    /* gemm (CPU tasks only; runtime/cpu_gemm.h): smem[gsmem[2]][m x gn] (+)= A x B^T over K, m = e, K = lo,
+     * accumulate when step != 0, from the packed panels A = smem[gsmem[0]] (m rows) and B = smem[gsmem[1]]
+     * (gn columns) */
+    int gsmem[3]; int64_t gn;
 } TStmt;
 
 #define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor") X(KS_SHFL, "shfl") X(KS_MMA, "mma") \
@@ -83,6 +87,7 @@ typedef struct KKernel {
     bool has_shfl;             /* the C backend keeps a lane buffer */
     bool has_ldm;              /* the C backend keeps a lane address buffer */
     bool has_cp_async;         /* the C backend keeps the block's pending copies */
+    bool task;                 /* a CPU schedule's (BLOCK_TASK): a block is a task of one thread, plain C */
     KStmt **body; int nbody;
     int uses;                  /* launches */
 } KKernel;

@@ -39,8 +39,8 @@ static const char USAGE[] =
     "                             --profile: time per kernel; both add `bench: name=... ms=...` lines;\n"
     "                             --no-check: skip the reference (only checks the output is finite),\n"
     "                             for shapes where it would take minutes; --seed N, --iters N, --dump DIR\n"
-    "                             (inputs, weights and output as .npy), --target cpu|cuda (default: cuda\n"
-    "                             when nvidia-smi finds a GPU, else cpu), --knob NAME=VALUE\n"
+    "                             (inputs, weights and output as .npy), --target cpu|cuda-emu|cuda\n"
+    "                             (default: cuda when nvidia-smi finds a GPU, else cpu), --knob NAME=VALUE\n"
     "  run MODEL --layer N [--tokens N] [--pos P]   the same for decoder layer N over N tokens\n"
     "                             (default 5) at position P (default 0; the KV cache rows before P are\n"
     "                             seeded random values, the reference reads the same), with the\n"
@@ -61,7 +61,9 @@ static const char USAGE[] =
     "Hugging Face cache ($HF_HOME/hub or ~/.cache/huggingface/hub).\n"
     "\n"
     "compile / build options:\n"
-    "  --target cpu|cuda          code for the CPU (C + OpenMP) or for NVIDIA GPUs (default: cuda)\n"
+    "  --target cpu|cuda-emu|cuda code for the CPU (its own schedules, C + OpenMP), the GPU's schedules run\n"
+    "                             exactly on the CPU (C; the tool that checks them without a GPU), or NVIDIA\n"
+    "                             GPUs (CUDA) (default: cuda; --ir c: cpu)\n"
     "  --name NAME                executable name (default: the family: llama, qwen, qwen3, mistral)\n"
     "  --arch SM                  CUDA architecture (default: sm_90)\n"
     "  --ctx N                    KV-cache positions (default: min(max_position_embeddings, 8192))\n"
@@ -105,9 +107,8 @@ typedef struct {
 } Opts;
 
 Target parse_target(const char *v) {
-    if (!strcmp(v, "cpu")) return TARGET_CPU;
-    if (!strcmp(v, "cuda")) return TARGET_CUDA;
-    die_user(NULL, "--target", "'%s' is not a target (cpu, cuda)", v);
+    for (int t = 0; t < TARGET_COUNT; t++) if (!strcmp(v, target_names[t])) return (Target)t;
+    die_user(NULL, "--target", "'%s' is not a target (cpu, cuda-emu, cuda)", v);
 }
 
 void parse_ignore_key(ConfigOptions *c, const char **keys, const char *v) {
@@ -210,6 +211,7 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
     c->expr = o->expr; c->one_layer = o->one_layer; c->layer = o->layer;
     c->print_after = o->print_after;
     c->knobs = o->knobs;
+    c->target = o->target;
     if (o->expr) { c->max_batch = c->max_ctx = 1; return; }
     const char *dir = model_resolve_dir(&c->A, o->model, llmcc_root(&c->A));
     model_config_load(&c->A, dir, &o->config, &c->cfg);
@@ -242,10 +244,11 @@ static int cmd_compile(int argc, char **argv) {
     parse_opts(argc, argv, &o, false);
     /* --print-after alone: the stages up to that one (all of them for `all`), no --ir printout */
     IrLevel level = o.ir ? ir_level_parse(o.ir) : pipeline_print_after_level(o.print_after);
+    /* --ir c prints C for the CPU (cpu, or cuda-emu when asked), --ir cuda for the GPU */
+    if (level == IR_C && o.target == TARGET_CUDA) o.target = TARGET_CPU;
+    if (level == IR_CUDA) o.target = TARGET_CUDA;
     Compilation c;
     setup(&c, &o, false);
-    if (level == IR_C) o.target = TARGET_CPU;
-    if (level == IR_CUDA) o.target = TARGET_CUDA;
     Str out = {0}, after = {0};
     c.print_out = &after;
     pipeline_run(&c, level, o.ir ? &out : NULL);
@@ -388,13 +391,16 @@ static int cmd_build(int argc, char **argv) {
         path_join(A, root, o.target == TARGET_CUDA ? "templates/Makefile.cuda" : "templates/Makefile.cpu");
     char *tpl = read_file(tpl_path, NULL);
     if (!tpl) die_user(tpl_path, NULL, "cannot read: %s", strerror(errno));
+    const char *model_cflags = emit_cflags(o.target);
     char *m1 = replace_all(tpl, "@NAME@", name), *m2 = replace_all(m1, "@ARCH@", o.arch);
-    write_file_atomic(path_join(A, tmp, "Makefile"), m2, strlen(m2));
+    char *m3 = replace_all(m2, "@TARGET@", target_names[o.target]);
+    char *m4 = replace_all(m3, "@MODEL_CFLAGS@", model_cflags);
+    write_file_atomic(path_join(A, tmp, "Makefile"), m4, strlen(m4));
     if (o.compress) {
         const char *mk = arena_printf(A, "# written by llmcc build --compress\nCOMPRESS ?= %d\n", o.compress);
         write_file_atomic(path_join(A, tmp, "options.mk"), mk, strlen(mk));
     }
-    free(tpl); free(m1); free(m2);
+    free(tpl); free(m1); free(m2); free(m3); free(m4);
 
     double t_codegen = now_s() - t_cg0;
     /* the payload: weights in the order the generated code expects, and the tokenizer */
@@ -457,7 +463,7 @@ static int cmd_build(int argc, char **argv) {
         fputc('\n', stderr);
     }
     fprintf(stderr, "llmcc: wrote %s (%s, %d kernels, %d launches per step, %d tensors); build it with: make -C %s\n",
-            out, o.target == TARGET_CUDA ? "cuda" : "cpu", c.kp.nk, c.kp.nl - kernel_sampling_launches(&c.kp),
+            out, target_names[o.target], c.kp.nk, c.kp.nl - kernel_sampling_launches(&c.kp),
             c.tp.n_weights, out);
     st_close(&c.st);
     arena_free(A);

@@ -33,10 +33,12 @@ static void st_select_layer(Compilation *c) { if (c->one_layer) graph_select_lay
 static void st_decompose(Compilation *c) { tensor_lower(&c->A, &c->g, &c->tp); }
 static void st_plan_memory(Compilation *c) { tensor_plan_memory(&c->A, &c->tp); }
 static void st_loops(Compilation *c) { loop_lower(&c->A, &c->tp, &c->lp); }
-static void st_flash(Compilation *c) { loop_flash(&c->A, &c->lp, c->knobs.fuse && c->knobs.flash, flash_fits); }
+static void st_flash(Compilation *c) {
+    loop_flash(&c->A, &c->lp, c->knobs.fuse && c->knobs.flash, c->target == TARGET_CPU ? cpu_attn_fits : flash_fits);
+}
 static void st_fuse(Compilation *c) { loop_fuse(&c->A, &c->lp, c->knobs.fuse); }
 static void st_epilogues(Compilation *c) { loop_fuse_epilogues(&c->A, &c->lp, c->knobs.fuse); }
-static void st_schedule(Compilation *c) { tile_schedule(&c->A, &c->lp, &c->knobs, &c->tip); }
+static void st_schedule(Compilation *c) { tile_schedule(&c->A, &c->lp, c->target, &c->knobs, &c->tip); }
 static void st_materialise(Compilation *c) { kernel_lower(&c->A, &c->tip, &c->kp); }
 static void st_cleanup(Compilation *c) { kernel_cleanup(&c->A, &c->kp); }
 

@@ -24,6 +24,7 @@ typedef struct {
     bool force_dtype;          /* --dtype: every weight is converted to weight_dtype */
     DType weight_dtype;
     Knobs knobs;
+    Target target;             /* which schedules tile IR offers (tile_ir.h) */
     const char *expr;          /* -c: a PyTorch expression instead of a model (torch_expr.c) */
     bool one_layer;            /* --layer: keep decoder layer `layer` only */
     int layer;

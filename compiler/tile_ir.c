@@ -6,6 +6,7 @@
 #include <string.h>
 
 const char *const sched_names[] = {SCHED_KINDS(KIND_NAME)};
+const char *const target_names[] = {TARGETS(KIND_NAME)};
 
 void knobs_default(Knobs *k) {
 #define X(s, f, d, lo, hi, p2) k->f = d;
@@ -98,8 +99,8 @@ static const LStmt *nest_shape(const LoopNest *nest, NestBody *b) {
     return NULL;
 }
 
-void tile_schedule(Arena *A, const LProgram *lp, const Knobs *kn, TileProgram *tp) {
-    tp->lp = lp; tp->knobs = *kn; tp->n = 0;
+void tile_schedule(Arena *A, const LProgram *lp, Target target, const Knobs *kn, TileProgram *tp) {
+    tp->lp = lp; tp->target = target; tp->knobs = *kn; tp->n = 0;
     tp->max_batch = lp->max_batch; tp->max_ctx = lp->max_ctx;
     tp->k = ARENA_ARRAY(A, TileKernel *, 3 * lp->n);
     for (int i = 0; i < lp->n; i++) {
@@ -109,7 +110,8 @@ void tile_schedule(Arena *A, const LProgram *lp, const Knobs *kn, TileProgram *t
         int n = 0;
         for (int j = 0; j < SCHED_COUNT && !n; j++) {
             const Schedule *s = &schedules[schedule_order[j]];
-            if (s->choose) n = s->choose(&c, new_tile_kernel(A, lp->nests[i]), tp->k + tp->n);
+            if (s->choose && (target == TARGET_CPU || !(s->block_rule & BLOCK_TASK)))
+                n = s->choose(&c, new_tile_kernel(A, lp->nests[i]), tp->k + tp->n);
         }
         CHECK(n, "nest %s: no schedule", lp->nests[i]->module);
         tp->n += n;
@@ -117,7 +119,7 @@ void tile_schedule(Arena *A, const LProgram *lp, const Knobs *kn, TileProgram *t
 }
 
 void tile_print(Str *o, const TileProgram *tp) {
-    str_printf(o, "# tile IR: %d kernels; knobs: ", tp->n);
+    str_printf(o, "# tile IR (target %s): %d kernels; knobs: ", target_names[tp->target], tp->n);
     knobs_print(o, &tp->knobs);
     str_printf(o, "\n");
     for (int i = 0; i < tp->n; i++) {
@@ -136,6 +138,8 @@ const char *tile_verify(Arena *A, const TileProgram *tp) {
         const Schedule *s = &schedules[k->kind];
         const char *m = NULL;
         if (k->block < 1 || k->block > 1024) m = "block size is outside 1..1024";
+        else if (s->block_rule & BLOCK_TASK && (k->block != 1 || tp->target != TARGET_CPU))
+            m = "CPU task schedule with threads or outside the CPU target";
         else if (s->block_rule & BLOCK_POW2 && k->block & (k->block - 1)) m = "block size is not a power of two";
         else if (s->block_rule & BLOCK_WARPS && k->block % 32) m = "warp schedule with a partial warp";
         else if (s->verify && (m = s->verify(k))) {}

@@ -12,9 +12,17 @@
 #define KIND_ENUM(e, s) e,
 #define KIND_NAME(e, s) s,
 
+/* What the code is for: the CPU's own schedules (cpu_* below; C + OpenMP), the GPU's schedules run exactly
+ * on the CPU (the C backend's emulation of blocks, threads, shuffles and mma: the tool that tests them
+ * without a GPU), or NVIDIA GPUs (CUDA). */
+#define TARGETS(X) X(TARGET_CPU, "cpu") X(TARGET_CUDA_EMU, "cuda-emu") X(TARGET_CUDA, "cuda")
+typedef enum { TARGETS(KIND_ENUM) TARGET_COUNT } Target;
+extern const char *const target_names[];
+
 #define SCHED_KINDS(X) X(SCHED_FLAT, "flat") X(SCHED_BLOCK_REDUCE, "block_reduce") X(SCHED_GEMV, "gemv") \
     X(SCHED_SPLITK_SUM, "splitk_sum") X(SCHED_GEMM_TC, "gemm_tc") X(SCHED_FLASH, "flash_attn") \
-    X(SCHED_FLASH_COMBINE, "flash_combine") X(SCHED_TOPK, "top_k") X(SCHED_TOPK_MERGE, "top_k_merge")
+    X(SCHED_FLASH_COMBINE, "flash_combine") X(SCHED_TOPK, "top_k") X(SCHED_TOPK_MERGE, "top_k_merge") \
+    X(SCHED_CPU_ROWS, "cpu_rows") X(SCHED_CPU_GEMM, "cpu_gemm") X(SCHED_CPU_ATTN, "cpu_attn")
 typedef enum { SCHED_KINDS(KIND_ENUM) SCHED_COUNT } SchedKind;
 extern const char *const sched_names[];
 
@@ -24,7 +32,10 @@ extern const char *const sched_names[];
  * a wrong lane is caught; debug_cp_async=1 makes gemm_tc wait for one
  * cp.async group fewer than it reads; debug_pair_swap=1 stages a gemm_tc
  * pair's two weights in each other's rows of the W tile; debug_topk_order=1
- * breaks top_k's ties towards the larger index. */
+ * breaks top_k's ties towards the larger index. The cpu_* knobs: rows of a
+ * linear that one CPU task computes together (cpu_group; 0: chosen), tasks
+ * a kernel is split into at n = 1 (cpu_tasks), the packed GEMM for calls of
+ * more than cpu_gemm_min_n tokens (cpu_gemm). */
 #define KNOBS(X) \
     X("flat_block", flat_block, 256, 32, 1024, true) \
     X("reduce_block_max", reduce_block_max, 256, 32, 1024, true) \
@@ -50,7 +61,11 @@ extern const char *const sched_names[];
     X("debug_flash_mask", debug_flash_mask, 0, 0, 1, false) \
     X("debug_pair_swap", debug_pair_swap, 0, 0, 1, false) \
     X("topk_chunks", topk_chunks, 0, 0, 256, false) \
-    X("debug_topk_order", debug_topk_order, 0, 0, 1, false)
+    X("debug_topk_order", debug_topk_order, 0, 0, 1, false) \
+    X("cpu_group", cpu_group, 0, 0, 8, false) \
+    X("cpu_tasks", cpu_tasks, 96, 1, 1 << 20, false) \
+    X("cpu_gemm", cpu_gemm, 1, 0, 1, false) \
+    X("cpu_gemm_min_n", cpu_gemm_min_n, 3, 0, 1 << 20, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;
     KNOBS(X)
@@ -88,6 +103,18 @@ typedef struct {
     Expr *nsplit;              /* slices at run time: min(split, one per 32 keys), so none is empty */
     Buffer *work;              /* split > 1: the slices' partials [rows*heads*split, hv + 2]: o, max, sum */
 } FlashParams;
+/* cpu_rows (compiler/schedules/cpu_rows.c): tasks of consecutive output elements */
+typedef struct {
+    int64_t chunk;             /* output elements per task (a multiple of group) */
+    int group;                 /* elements of a linear whose K loop runs together (1: one at a time) */
+} CpuRowsParams;
+/* cpu_gemm (compiler/schedules/cpu_gemm.c): y[t, o] = sum_k xop(t, k) * wop(o, k), packed panels and
+ * runtime/cpu_gemm.h's register-tile kernel */
+typedef struct {
+    Expr *xop, *wop[2];        /* as gemm_tc's: the activation operand, each accumulator's weight operand */
+    int nb;                    /* outputs per task (a multiple of CPU_GEMM_NR); a pair packs 2 x nb columns */
+    int mc, kc;                /* tokens per A panel, K per packed step */
+} CpuGemmParams;
 /* top_k and top_k_merge (compiler/schedules/topk.c) */
 typedef struct {
     const TOp *op;             /* the top-k op */
@@ -114,6 +141,8 @@ typedef struct {
     union {
         GemvParams gemv;       /* gemv, splitk_sum */
         GemmTcParams gemm;     /* gemm_tc */
+        CpuRowsParams cpu;     /* cpu_rows */
+        CpuGemmParams cpug;    /* cpu_gemm */
     };
 } NestBody;
 
@@ -127,14 +156,15 @@ typedef struct {
     int smem_floats;           /* f32 shared scratch per block (gemm_tc and flash_attn declare their own) */
     int run_if, min_n;         /* 0: always; 1: when n > min_n; 2: when n <= min_n (gemm_tc / gemv, flash) */
     union {
-        NestBody body;         /* flat, block_reduce, gemv, splitk_sum, gemm_tc */
-        FlashParams flash;     /* flash_attn, flash_combine */
+        NestBody body;         /* flat, block_reduce, gemv, splitk_sum, gemm_tc, cpu_rows, cpu_gemm */
+        FlashParams flash;     /* flash_attn, flash_combine, cpu_attn (attn only) */
         TopkParams topk;       /* top_k, top_k_merge */
     };
 } TileKernel;
 
 typedef struct {
     const LProgram *lp;
+    Target target;             /* TARGET_CPU: the cpu_* schedules first, the GPU's for what they leave */
     Knobs knobs;
     int64_t max_batch, max_ctx;   /* bounds of n and pos (from lp), for extents that grow with them */
     TileKernel **k; int n;     /* in launch order (a split-K nest gives two) */
@@ -143,7 +173,8 @@ typedef struct {
 /* Whether flash_attn has a schedule for this attention (warps, registers,
  * shared memory); loop_flash fuses only those. */
 bool flash_fits(const AttnDesc *d);
-void tile_schedule(Arena *A, const LProgram *lp, const Knobs *kn, TileProgram *tp);
+bool cpu_attn_fits(const AttnDesc *d);
+void tile_schedule(Arena *A, const LProgram *lp, Target target, const Knobs *kn, TileProgram *tp);
 void tile_print(Str *o, const TileProgram *tp);
 const char *tile_verify(Arena *A, const TileProgram *tp);
 #endif

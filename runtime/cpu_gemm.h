@@ -57,11 +57,24 @@
  * k is (the header comment says why not an L1-sized block) */
 #define CPU_GEMM_KC 2048
 
+/* A kernel of the cpu target (model.c's k_*, cpu_gemm_packed): on x86-64 with GCC compiled three times, for
+ * x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and the baseline (SSE2), the best the CPU runs chosen once when
+ * the program starts (an ifunc: GCC's target_clones); elsewhere (aarch64: NEON is the baseline) once. The
+ * kernels call no function of another instruction set, and their OpenMP loops are `omp for` inside the
+ * caller's parallel region, so no code of theirs is outlined out of the clones. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(LLMCC_NO_CLONES)
+#define CPU_KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CPU_KERNEL
+#endif
+
+/* CPU_GEMM_SIZES_ONLY: the tile's sizes alone (the compiler's cpu_gemm schedule packs for them) */
+#ifndef CPU_GEMM_SIZES_ONLY
 #if defined(__GNUC__) && !defined(__clang__)
 /* contract c += a * b into one FMA despite -std=c11 (see the header comment) */
-#define CPU_GEMM_FN static __attribute__((optimize("fp-contract=fast")))
+#define CPU_GEMM_FN static __attribute__((optimize("fp-contract=fast"), unused))
 #else
-#define CPU_GEMM_FN static
+#define CPU_GEMM_FN static __attribute__((unused))
 #endif
 
 typedef float cpu_gemm_f32x8 __attribute__((vector_size(32)));
@@ -133,7 +146,7 @@ CPU_GEMM_FN void cpu_gemm_tile(int64_t k, const float *a, const float *b, float 
  *   bpack: n columns in slivers of NR: element (j, kk) at bpack[(j / NR) * NR * k + kk * NR + j % NR]
  * c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0) + sum_kk apack(i, kk) * bpack(j, kk), for i < m, j < n.
  * Only the m x n corner of c is written (edge tiles go through a local tile). */
-CPU_GEMM_FN void cpu_gemm_packed(int64_t m, int64_t n, int64_t k, const float *apack, const float *bpack,
+CPU_KERNEL CPU_GEMM_FN void cpu_gemm_packed(int64_t m, int64_t n, int64_t k, const float *apack, const float *bpack,
                                  float *c, int64_t ldc, int accumulate)
 {
     /* k = 0 still has to clear c when not accumulating, so the block loop runs at least once */
@@ -166,4 +179,5 @@ CPU_GEMM_FN void cpu_gemm_packed(int64_t m, int64_t n, int64_t k, const float *a
 #undef CPU_GEMM_FN
 #undef CPU_GEMM_LD8
 #undef CPU_GEMM_ST8
+#endif /* CPU_GEMM_SIZES_ONLY */
 #endif

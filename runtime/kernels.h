@@ -12,6 +12,7 @@
 #ifndef LLMCC_KERNELS_H
 #define LLMCC_KERNELS_H
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,6 +305,69 @@ static inline void mem_get(void *host, const void *dev, size_t bytes, const char
 }
 static inline void mem_free(const void *p) { free((void *)p); }
 static inline void mem_free_const(const float *p) { (void)p; }
+
+/* ---- the CPU's threads (model_threads, runtime/model_api.h) ---- */
+#include <omp.h>
+#include <sched.h>
+/* CPU c's core as "package:core" from sysfs, or "" where it cannot be read */
+static inline void cpu_core_of(int c, char *out, size_t size) {
+    char path[128], pkg[32] = "", core[32] = "";
+    const char *names[2] = {"physical_package_id", "core_id"};
+    char *dst[2] = {pkg, core};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s", c, names[i]);
+        FILE *f = fopen(path, "r");
+        if (!f) { out[0] = 0; return; }
+        if (!fgets(dst[i], 32, f)) dst[i][0] = 0;
+        fclose(f);
+        dst[i][strcspn(dst[i], "\n")] = 0;
+    }
+    snprintf(out, size, "%s:%s", pkg, core);
+}
+/* n threads (0: one per physical core this process may run on), each pinned to the first CPU of a distinct
+ * core unless OMP_PROC_BIND or OMP_PLACES say otherwise, no nested teams (a kernel's `omp for` shares the
+ * caller's team); desc gets what runs. Returns the thread count. */
+static inline int cpu_threads(int n, char *desc, size_t size) {
+    cpu_set_t allowed;
+    int cores[1024], ncores = 0;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+        char seen[1024][24];
+        for (int c = 0; c < CPU_SETSIZE && ncores < 1024; c++) {
+            if (!CPU_ISSET(c, &allowed)) continue;
+            char id[24];
+            cpu_core_of(c, id, sizeof id);
+            bool dup = false;
+            for (int j = 0; j < ncores && id[0]; j++) dup |= !strcmp(seen[j], id);
+            if (dup) continue;   /* an SMT sibling of a core already counted */
+            memcpy(seen[ncores], id, sizeof id);
+            cores[ncores++] = c;
+        }
+    }
+    if (!ncores) cores[ncores++] = 0;
+    if (n <= 0) n = ncores;
+    omp_set_max_active_levels(1);
+    omp_set_num_threads(n);
+    bool pin = !getenv("OMP_PROC_BIND") && !getenv("OMP_PLACES") && n <= ncores;
+    if (pin) {
+        #pragma omp parallel num_threads(n)
+        {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cores[omp_get_thread_num()], &one);
+            sched_setaffinity(0, sizeof one, &one);   /* 0: the calling thread */
+        }
+    }
+    const char *isa = "the baseline (no vector extension beyond the architecture's)";
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    isa = __builtin_cpu_supports("x86-64-v4") ? "x86-64-v4 (AVX-512)"
+          : __builtin_cpu_supports("x86-64-v3") ? "x86-64-v3 (AVX2 + FMA)" : "x86-64 (SSE2)";
+#elif defined(__aarch64__)
+    isa = "aarch64 (NEON)";
+#endif
+    snprintf(desc, size, "%d thread%s (%d physical core%s%s), kernels for %s", n, n == 1 ? "" : "s", ncores,
+             ncores == 1 ? "" : "s", pin ? ", one pinned to each" : "", isa);
+    return n;
+}
 #endif
 
 /* ---- the host side of llmcc run's harness (compiler/emit_harness.h; LLMCC_HARNESS): buffers padded by 256

@@ -33,6 +33,12 @@ extern const ModelInfo model_info;
 
 typedef struct Model Model;
 
+/* The threads the kernels run on (cpu and cuda-emu targets), called before model_init: n > 0 threads, or 0
+ * for one per physical core the process may run on, pinned one to each core (unless OMP_PROC_BIND or
+ * OMP_PLACES choose). Writes what runs into desc (the threads, the instruction set the kernels use) and
+ * returns the thread count; CUDA: describes the GPU path and returns 0. */
+int model_threads(int n, char *desc, size_t size);
+
 /* Binds the weights. tensors[i] describes model_info.tensor_names[i];
  * data is the payload's base address (tensor bytes at data + tensors[i].offset).
  * ctx (<= max_ctx) sizes the KV cache. Returns NULL on success, else a

@@ -48,6 +48,7 @@ static struct {
     int n_msgs;
     int think_open, think_close;   /* <think> / </think> ids, -1 when the tokenizer has none */
     int reply_start;       /* ids[reply_start..n_ids): the last turn's reply */
+    char compute[256];     /* model_threads: what runs the kernels */
 } G;
 
 static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -99,6 +100,7 @@ typedef struct {
     int think;                     /* enable_thinking: 0, 1, or TOK_THINK_DEFAULT (the template's) */
     bool hide_thinking;
     int ctx;
+    int threads;                   /* --threads (0: one per physical core) */
 } Opts;
 
 static void usage(void) {
@@ -139,6 +141,7 @@ static void usage(void) {
            "  --ignore-eos            keep generating past end-of-sequence tokens\n"
            "  --tokenize              print the prompt's ids (after the chat template) and exit\n"
            "  --ctx N                 KV-cache length (default and most: %d)\n"
+           "  --threads N             CPU threads (default: one per physical core, each pinned to it)\n"
            "  --info                  describe the model and exit\n"
            "  --verify                check the built-in payload's checksum and exit\n"
            "  -h, --help              this text\n",
@@ -231,6 +234,7 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--tokenize")) { NOVAL(); o->tokenize = true; }
         else if (IS("--info")) { NOVAL(); o->info = true; }
         else if (IS("--ctx")) o->ctx = (int)parse_int(flag, VAL(), 1, mi->max_ctx, NULL);
+        else if (IS("--threads")) o->threads = (int)parse_int(flag, VAL(), 1, 1024, NULL);
         else if (IS("--verify")) { NOVAL(); o->verify = true; }
         else die("unknown option '%s' (see --help)", a);
 #undef IS
@@ -403,7 +407,8 @@ static double mib(size_t b) { return b / 1048576.0; }
 static void print_info(int ctx) {
     const ModelInfo *mi = &model_info;
     const PayloadHeader *h = G.pl.hdr;
-    printf("name: %s\narchitecture: %s\ntarget: %s\n", mi->name, mi->architecture, mi->target);
+    printf("name: %s\narchitecture: %s\ntarget: %s\ncompute: %s\n", mi->name, mi->architecture, mi->target,
+           G.compute);
     printf("vocab size: %d\nhidden size: %d\nintermediate size: %d\nlayers: %d\n",
            mi->vocab_size, mi->hidden_size, mi->intermediate_size, mi->n_layers);
     printf("heads: %d\nkv heads: %d\nhead dim: %d\n", mi->n_heads, mi->n_kv_heads, mi->head_dim);
@@ -689,6 +694,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     Opts o;
     parse_args(argc, argv, &o);
+    model_threads(o.threads, G.compute, sizeof G.compute);
     const int V = mi->vocab_size;
     if (V <= 0) die("the model has no vocabulary");
 
@@ -824,6 +830,7 @@ int main(int argc, char **argv) {
     }
     if (o.stats) {
         double tp = st.t_prefill, td = st.t_decode;
+        fprintf(stderr, "compute: %s\n", G.compute);
         fprintf(stderr, "prompt tokens: %ld\n", st.n_prompt);
         fprintf(stderr, "prompt: %.2f tok/s (%.1f ms)\n", tp > 0 ? st.n_prompt / tp : 0.0, tp * 1e3);
         fprintf(stderr, "generated tokens: %ld\n", st.n_gen);

@@ -3,12 +3,12 @@
 
 For a set of tiny fixtures (scripts/make_fixture.py) and knob settings that
 reach every schedule (gemv, split-K, gemm_tc with 1-3 stages, flash prefill and
-decode, top-k on the device, f16 and bf16 weights), it builds the CPU
-executable, runs greedy decoding over a prompt longer than one prefill chunk,
+decode, top-k on the device, f16 and bf16 weights), it builds the executable
+of a CPU target (--target: cuda-emu, the GPU's schedules, by default; or cpu), runs greedy decoding over a prompt longer than one prefill chunk,
 and keeps the generated ids and the sha256 of the logits file. It also keeps
 the sha256 of `llmcc run -c EXPR` outputs (--dump) for a few expressions.
 
-    scripts/snapshot_outputs.py OUT [--llmcc build/llmcc] [--quick]
+    scripts/snapshot_outputs.py OUT [--llmcc build/llmcc] [--quick] [--target cuda-emu|cpu]
     diff -r OUT_BEFORE OUT_AFTER      # empty: bit-identical
 
 A refactor of the compiler's passes or emitters runs it before and after (on a
@@ -68,6 +68,7 @@ def main():
     ap.add_argument("--llmcc", default=os.path.join(ROOT, "build", "llmcc"))
     ap.add_argument("--work", default="/tmp/llmcc-snapshot")
     ap.add_argument("--quick", action="store_true", help="four of the model cases")
+    ap.add_argument("--target", default="cuda-emu", choices=("cuda-emu", "cpu"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.work, exist_ok=True)
@@ -80,7 +81,7 @@ def main():
                  "--seed", "7"])
         proj = os.path.join(a.work, "case%d" % i)
         shutil.rmtree(proj, ignore_errors=True)
-        run([a.llmcc, "build", fx, "-o", proj, "--target", "cpu", "--name", "m"] + flags)
+        run([a.llmcc, "build", fx, "-o", proj, "--target", a.target, "--name", "m"] + flags)
         run(["make", "-s", "-C", proj, "-j2"])
         lp = os.path.join(a.work, "case%d.logits" % i)
         p = run([os.path.join(proj, "m"), "--prompt-ids", PROMPT, "-n", "24", "--temperature", "0",
@@ -91,7 +92,7 @@ def main():
     for i, e in enumerate(EXPRS):
         d = os.path.join(a.work, "expr%d" % i)
         shutil.rmtree(d, ignore_errors=True)
-        run([a.llmcc, "run", "-c", e, "--target", "cpu", "--seed", "3", "--dump", d])
+        run([a.llmcc, "run", "-c", e, "--target", a.target, "--seed", "3", "--dump", d])
         with open(os.path.join(a.out, "expr%d.txt" % i), "w") as f:
             f.write(e + "\n")
             for name in sorted(os.listdir(d)):

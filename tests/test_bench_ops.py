@@ -36,7 +36,7 @@ def test_pos_against_numpy():
     for layer, tokens, pos in ((1, 3, 7), (0, 1, 40)):
         out = os.path.join(tmpdir("bench_ops"), "pos-%d-%d" % (tokens, pos))
         shutil.rmtree(out, ignore_errors=True)
-        p = run([LLMCC, "run", d, "--layer", str(layer), "--tokens", str(tokens), "--pos", str(pos), "--dump", out])
+        p = run([LLMCC, "run", "--target", "cuda-emu", d, "--layer", str(layer), "--tokens", str(tokens), "--pos", str(pos), "--dump", out])
         assert "matches the reference" in p.stdout and "at position %d" % pos in p.stdout, p.stdout
         pre = "model.layers.%d.self_attn." % layer
         kc, vc = np.load(os.path.join(out, pre + "k_cache.npy")), np.load(os.path.join(out, pre + "v_cache.npy"))
@@ -58,9 +58,9 @@ def test_pos_on_tensor_cores_and_mismatch():
     d = os.path.join(tmpdir("bench_ops"), "llama-gqa-bf16")
     if not os.path.exists(os.path.join(d, "config.json")):
         run(["python3", os.path.join(ROOT, "scripts", "make_fixture.py"), "llama-gqa", d, "--dtype", "bf16"])
-    p = run([LLMCC, "run", d, "--layer", "0", "--tokens", "20", "--pos", "9"])
+    p = run([LLMCC, "run", "--target", "cuda-emu", d, "--layer", "0", "--tokens", "20", "--pos", "9"])
     assert "matches the reference" in p.stdout, p.stdout
-    p = subprocess.run([LLMCC, "run", d, "--layer", "0", "--tokens", "2", "--pos", "9", "--perturb", "5"], capture_output=True, text=True)
+    p = subprocess.run([LLMCC, "run", "--target", "cuda-emu", d, "--layer", "0", "--tokens", "2", "--pos", "9", "--perturb", "5"], capture_output=True, text=True)
     assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, (p.returncode, p.stdout)
 
 
@@ -72,12 +72,12 @@ def test_pos_errors():
 
 
 def test_bench_lines():
-    p = run([LLMCC, "run", fixture("llama-gqa"), "--layer", "0", "--tokens", "2", "--pos", "5", "--bench", "--profile", "--iters", "2"])
+    p = run([LLMCC, "run", "--target", "cuda-emu", fixture("llama-gqa"), "--layer", "0", "--tokens", "2", "--pos", "5", "--bench", "--profile", "--iters", "2"])
     b = bench_lines(p.stdout)
     t = b["total"]
     for k in ("ms", "iters", "bytes", "gbs", "flops", "tflops", "target", "peak_gbs", "peak_bf16_tflops", "check", "nonfinite", "kernels", "launches"):
         assert k in t, "bench: total lacks %s: %s" % (k, t)
-    assert t["check"] == "match" and t["nonfinite"] == "0" and t["iters"] == "2" and t["target"] in ("cpu", "cuda"), t
+    assert t["check"] == "match" and t["nonfinite"] == "0" and t["iters"] == "2" and t["target"] in ("cpu", "cuda-emu", "cuda"), t
     ms, byt, fl = float(t["ms"]), float(t["bytes"]), float(t["flops"])
     assert ms > 0 and abs(float(t["gbs"]) - byt / ms * 1e-6) <= 1e-4 * float(t["gbs"]), t
     assert abs(float(t["tflops"]) - fl / ms * 1e-9) <= 1e-4 * float(t["tflops"]), t
@@ -97,7 +97,7 @@ def test_bench_lines():
 
 
 def test_no_check():
-    p = run([LLMCC, "run", "-c", "nn.Linear(64, 32)(torch.randn(4, 64))", "--no-check", "--bench", "--iters", "1"])
+    p = run([LLMCC, "run", "--target", "cuda-emu", "-c", "nn.Linear(64, 32)(torch.randn(4, 64))", "--no-check", "--bench", "--iters", "1"])
     assert "reference: none (--no-check)" in p.stdout and "0 of 128 values are not finite" in p.stdout, p.stdout
     assert "matches the reference" not in p.stdout and bench_lines(p.stdout)["total"]["check"] == "skipped", p.stdout
     # 0 / 0: not finite, which --no-check still catches

@@ -107,7 +107,7 @@ def test_pair_swap_knob_leaves_single_linears_alone():
     d = fixture("llama-gqa", "bf16")
     p = run([LLMCC, "compile", d, "--layer", "0", "--ir", "kernel", "--knob", "debug_pair_swap=1"], check=False)
     assert p.returncode == 0 and "k_self_attn_o_proj_tc" in p.stdout and "k_mlp_gate_proj_up_proj_tc" in p.stdout, p.stderr[-500:]
-    p = run([LLMCC, "run", d, "--layer", "0", "--tokens", "32", "--knob", "debug_pair_swap=1"], check=False)
+    p = run([LLMCC, "run", "--target", "cuda-emu", d, "--layer", "0", "--tokens", "32", "--knob", "debug_pair_swap=1"], check=False)
     assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, p.stdout + p.stderr
 
 
@@ -213,5 +213,5 @@ def test_model_nests_and_layers():
     # tests above check gemm_tc pairs against a reference that rounds the same way)
     for dd, T in ((d, "1"), (d, "5"), (fixture("qwen2-tied", "f32"), "40"), (fixture("llama-gqa", "f32"), "40"), (fixture("llama-gqa", "bf16"), "3")):
         for kn in ((), ("--knob", "gemv_split_k=2")):
-            out = run([LLMCC, "run", dd, "--layer", "1", "--tokens", T, "--pos", "3"] + list(kn)).stdout
+            out = run([LLMCC, "run", "--target", "cuda-emu", dd, "--layer", "1", "--tokens", T, "--pos", "3"] + list(kn)).stdout
             assert "matches the reference" in out, out

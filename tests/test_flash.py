@@ -75,9 +75,9 @@ def test_wrong_mask_is_caught():
     # which the shifted ones are, still reduces all 32 lanes.)
     expr = SDPA % ("1, 2, 40, 32", "1, 2, 40, 32", "1, 2, 40, 32", ", is_causal=True")
     for knobs in ([], ["--knob", "flash_split=2", "--knob", "flash_min_n=64"]):
-        p = run([LLMCC, "run", "-c", expr, "--knob", "debug_flash_mask=1"] + knobs, check=False)
+        p = run([LLMCC, "run", "--target", "cuda-emu", "-c", expr, "--knob", "debug_flash_mask=1"] + knobs, check=False)
         assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, p.stdout + p.stderr
-        p = run([LLMCC, "run", "-c", expr] + knobs)
+        p = run([LLMCC, "run", "--target", "cuda-emu", "-c", expr] + knobs)
         assert "matches the reference" in p.stdout
 
 
@@ -103,7 +103,7 @@ def test_model_prefill_and_decode_against_reference():
     ref_ids, ref_logits = ref_forward.greedy(model, prompt, 20)
     ref = np.asarray(ref_logits, dtype=np.float32)
     for knobs in ([], ["--knob", "flash_split=3"], ["--knob", "flash_min_n=0", "--knob", "flash_tokens=2"]):
-        out = build(d, "cpu", knobs)
+        out = build(d, "cuda-emu", knobs)
         lp = out + ".logits"
         p = run([os.path.join(out, "m"), "--prompt-ids", ",".join(map(str, prompt)), "-n", "20", "--temperature", "0",
                  "--repeat-penalty", "1", "--ids", "--ignore-eos", "--logits", lp])

@@ -380,7 +380,7 @@ def test_bf16_model_prefill_on_gemm_tc():
             ref_forward.linear = plain
         f32_ids, f32_logits = ref_forward.greedy(model, LONG_PROMPT, 6)
         assert f32_ids == ref_ids, "the bf16 staging changes the fixture's greedy ids: pick another prompt"
-        exe = os.path.join(build(d, "cpu", extra), "m")
+        exe = os.path.join(build(d, "cuda-emu", extra), "m")
         tile = run([LLMCC, "compile", d, "--ir", "tile"] + list(extra)).stdout
         assert "schedule gemm_tc" in tile
         lp = os.path.join(tmpdir("e2e"), "tc-%d.logits" % chunk)

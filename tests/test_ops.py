@@ -1,5 +1,5 @@
-"""Per-op tests of the schedules, through `llmcc run -c EXPR --target cpu` (the same pipeline and the
-same C kernels a model build gets): each case is a PyTorch-style expression; llmcc's own check
+"""Per-op tests of the GPU schedules, through `llmcc run -c EXPR --target cuda-emu` (the same pipeline
+and the same kernels a model build gets, run exactly on the CPU by the C backend): each case is a PyTorch-style expression; llmcc's own check
 against its double-precision evaluator must pass, and independently the test reads the inputs,
 weights and output --dump writes and compares them with numpy (float64 on the same inputs) under
 a bound derived from the schedule, tighter than llmcc's. Covered: flat (elementwise),
@@ -41,17 +41,17 @@ def knob_args(knobs):
 
 
 def run_expr(expr, knobs=(), match=True):
-    """`llmcc run -c EXPR --target cpu --dump`: (the dumped arrays as float64, tile IR text). match: llmcc's
+    """`llmcc run -c EXPR --target cuda-emu --dump`: (the dumped arrays as float64, tile IR text). match: llmcc's
     own check must pass (True) or must report a mismatch (False)."""
     d = os.path.join(tmpdir("ops"), "c_" + hashlib.sha1((expr + "|" + "|".join(knobs)).encode()).hexdigest()[:16])
     shutil.rmtree(d, ignore_errors=True)
-    p = run([LLMCC, "run", "-c", expr, "--target", "cpu", "--dump", d] + knob_args(knobs), check=False)
+    p = run([LLMCC, "run", "-c", expr, "--target", "cuda-emu", "--dump", d] + knob_args(knobs), check=False)
     if match:
         assert p.returncode == 0 and "matches the reference" in p.stdout, (expr, knobs, p.stdout, p.stderr)
     else:
         assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, (expr, knobs, p.stdout, p.stderr)
     t = {f[:-4]: np.load(os.path.join(d, f)).astype(np.float64) for f in os.listdir(d) if f.endswith(".npy")}
-    tile = run([LLMCC, "compile", "-c", expr, "--ir", "tile"] + knob_args(knobs)).stdout
+    tile = run([LLMCC, "compile", "-c", expr, "--ir", "tile", "--target", "cuda-emu"] + knob_args(knobs)).stdout
     return t, tile
 
 

@@ -85,7 +85,7 @@ def test_build_prints_after_a_stage():
     d = fixture()
     out = os.path.join(tmpdir("print_after"), "proj")
     p = run([LLMCC, "build", d, "-o", out, "--target", "cpu", "--print-after", "schedule"])
-    assert p.stdout == compile_(d, "--ir", "tile").stdout
+    assert p.stdout == compile_(d, "--ir", "tile", "--target", "cpu").stdout
     assert os.path.exists(os.path.join(out, "model.c")) and "llmcc: wrote" in p.stderr
 
 

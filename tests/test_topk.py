@@ -89,16 +89,16 @@ def test_topk_schedule_printed_and_pinned():
 def test_wrong_tie_order_is_caught():
     """debug_topk_order breaks ties towards the larger index: on rows with ties the check must fail."""
     for expr in ("torch.topk(torch.zeros(2, 5000), 10)", "torch.topk(torch.randn(4, 3000, dtype=torch.bfloat16), 100)"):
-        p = run([LLMCC, "run", "-c", expr, "--knob", "debug_topk_order=1"], check=False)
+        p = run([LLMCC, "run", "--target", "cuda-emu", "-c", expr, "--knob", "debug_topk_order=1"], check=False)
         assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, expr + "\n" + p.stdout + p.stderr
     # and a wrong shuffle lane likewise
-    p = run([LLMCC, "run", "-c", "torch.topk(torch.randn(3, 5000), 20)", "--knob", "debug_shfl_offset=1"], check=False)
+    p = run([LLMCC, "run", "--target", "cuda-emu", "-c", "torch.topk(torch.randn(3, 5000), 20)", "--knob", "debug_shfl_offset=1"], check=False)
     assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, p.stdout + p.stderr
 
 
 def test_index_check_is_exact():
     """--perturb of one index by a small amount must fail although the values' tolerance is loose"""
-    p = run([LLMCC, "run", "-c", "torch.topk(torch.randn(1, 30000), 4)", "--perturb", "4"], check=False)
+    p = run([LLMCC, "run", "--target", "cuda-emu", "-c", "torch.topk(torch.randn(1, 30000), 4)", "--perturb", "4"], check=False)
     assert p.returncode == 1 and "first at [0, 1, 0]" in p.stdout, p.stdout
 
 

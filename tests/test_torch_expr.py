@@ -246,9 +246,13 @@ def test_run_layer_tensor_cores():
         run(["python3", os.path.join(ROOT, "scripts", "make_fixture.py"), "llama-gqa", d, "--dtype", "bf16"])
     p = run([LLMCC, "compile", d, "--layer", "1", "--ir", "tile"])
     assert "gemm_tc" in p.stdout, "the layer's linears are not on the tensor-core schedule"
-    p = run([LLMCC, "run", d, "--layer", "1", "--tokens", "24"])
+    p = run([LLMCC, "run", d, "--layer", "1", "--tokens", "24", "--target", "cuda-emu"])
     assert "matches the reference" in p.stdout, p.stdout
-    p = subprocess.run([LLMCC, "run", d, "--layer", "1", "--tokens", "24", "--knob", "debug_mma_layout=1"],
+    p = run([LLMCC, "run", d, "--layer", "1", "--tokens", "24", "--target", "cpu"])
+    assert "matches the reference" in p.stdout and "cpu_gemm" in run([LLMCC, "compile", d, "--layer", "1", "--ir", "tile",
+                                                                         "--target", "cpu"]).stdout, p.stdout
+    p = subprocess.run([LLMCC, "run", d, "--layer", "1", "--tokens", "24", "--target", "cuda-emu", "--knob",
+                        "debug_mma_layout=1"],
                        capture_output=True, text=True)
     assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, (p.returncode, p.stdout)
 

@@ -49,6 +49,16 @@ TileKernel *second_kernel(Arena *A, const TileKernel *k, SchedKind kind, const c
     m->block = block; m->grid = grid; m->smem_floats = 0;
     return m;
 }
+int with_fallback(const ScheduleChoice *c, TileKernel *g, int min_n,
+                  int (*choose)(const ScheduleChoice *, TileKernel *, TileKernel **), TileKernel **out) {
+    g->run_if = 1; g->min_n = min_n;
+    out[0] = g;
+    TileKernel *k = new_tile_kernel(c->A, g->nest);
+    k->run_if = 2; k->min_n = min_n;
+    int n = choose(c, k, out + 1);
+    CHECK(n, "nest %s: %s without its fallback", k->nest->module, sched_names[g->kind]);
+    return 1 + n;
+}
 Buffer *work_buffer(Arena *A, const char *kname, const char *what, int64_t rows, int64_t cols) {
     Buffer *w = ARENA_NEW(A, Buffer);
     w->id = -1; w->name = arena_printf(A, "%s.%s", kname, what); w->kind = BUF_WORK; w->dtype = DT_F32;
@@ -110,6 +120,15 @@ int decompose(Arena *A, TStmt **out, const Axis *ax, int n, Expr *g) {
         if (i) rest = E_DIV(A, rest, ax[i].extent);
     }
     return n;
+}
+void reduce_update(Arena *A, const NestBody *b, TStmt *loop, int acc, int side) {
+    Expr *term = b->acc[0];
+    if (b->side.buf) {
+        ts_add(loop, ts_assign(A, side, b->side.value));
+        ts_add(loop, ts_store(A, b->side.buf, b->side.idx, reg(A, side)));
+        term = replace_expr(A, term, b->side.value, reg(A, side));
+    }
+    ts_add(loop, ts_assign(A, acc, combine(A, b->redop, reg(A, acc), term)));
 }
 int epi_stores(Arena *A, const NestBody *b, Expr *a0, Expr *a1, TStmt **out) {
     Expr *acc[2] = {a0, a1};

@@ -16,13 +16,13 @@ enum { GTC_R_ACC = 0, GTC_R_A = 32, GTC_R_B = 40, GTC_R_PREFETCH = 48 };
 
 /* gemm_tc applies to y[t, o] = sum_k X(t, k) * W[o, k] (+ epilogue) with W a 16-bit weight, t the runtime
  * token axis and o the weight's row: the form tensor_ir.c gives every linear. */
-static bool gemm_tc_term(const NestBody *b, Expr *term, Expr **xop, Expr **wop) {
+static bool gemm_tc_term(const NestBody *b, Expr *term, bool any_dtype, Expr **xop, Expr **wop) {
     if (term->k != EX_MUL) return false;
     const Var *t = b->par[0].v, *o = b->par[1].v, *kv = b->red[0].v;
     for (int w = 0; w < 2; w++) {
         Expr *W = term->a[w], *X = term->a[1 - w];
         if (W->k != EX_LOAD || W->buf->kind != BUF_WEIGHT || W->nargs != 2) continue;
-        if (W->buf->dtype != DT_BF16 && W->buf->dtype != DT_F16) continue;
+        if (W->buf->dtype != DT_BF16 && W->buf->dtype != DT_F16 && (!any_dtype || W->buf->dtype != DT_F32)) continue;
         /* the weight's row a function of o alone (a pair's halves: of the flattened head and element) */
         if (!expr_uses_var(W->a[0], o) || expr_uses_var(W->a[0], t) || expr_uses_var(W->a[0], kv)) continue;
         if (W->a[1]->k != EX_VAR || W->a[1]->var != kv || expr_uses_var(X, o) || !expr_uses_var(X, t)) continue;
@@ -32,17 +32,16 @@ static bool gemm_tc_term(const NestBody *b, Expr *term, Expr **xop, Expr **wop) 
     return false;
 }
 /* a pair: one activation operand for both, weights of one dtype */
-static bool gemm_tc_form(NestBody *b, int64_t *K) {
-    GemmTcParams *P = &b->gemm;
+bool gemm_form(const NestBody *b, bool cpu, int64_t *K, Expr **xop, Expr **wop) {
     int64_t rows;
     if (b->npar != 2 || b->nred != 1 || b->side.buf || b->tail_store.buf || b->redop != RED_SUM) return false;
     if (!expr_is_const(b->red[0].extent, K)) return false;
-    if (expr_is_const(b->par[0].extent, &rows) || !expr_is_const(b->par[1].extent, &rows)) return false;
+    if ((!cpu && expr_is_const(b->par[0].extent, &rows)) || !expr_is_const(b->par[1].extent, &rows)) return false;
     for (int a = 0; a < b->nacc; a++) {
         Expr *x;
-        if (!gemm_tc_term(b, b->acc[a], &x, &P->wop[a])) return false;
-        if (a && (!expr_equal(x, P->xop) || P->wop[1]->buf->dtype != P->wop[0]->buf->dtype)) return false;
-        P->xop = x;
+        if (!gemm_tc_term(b, b->acc[a], cpu, &x, &wop[a])) return false;
+        if (a && (!expr_equal(x, *xop) || wop[1]->buf->dtype != wop[0]->buf->dtype)) return false;
+        *xop = x;
     }
     return true;
 }
@@ -94,20 +93,14 @@ int gemm_tc_choose(const ScheduleChoice *c, TileKernel *g, TileKernel **out) {
     const NestBody *b = &g->body;
     g->body = *c->shape;
     int64_t K, maxrows;
-    if (!kn->gemm_tc || !gemm_tc_form(&g->body, &K) || !eval_i(b->par[0].extent, c->tp->max_batch, c->tp->max_ctx,
-                                                                &maxrows) || maxrows <= kn->gemm_min_n)
+    if (!kn->gemm_tc || !gemm_form(&g->body, false, &K, &g->body.gemm.xop, g->body.gemm.wop) ||
+        !eval_i(b->par[0].extent, c->tp->max_batch, c->tp->max_ctx, &maxrows) || maxrows <= kn->gemm_min_n)
         return 0;
     g->name = arena_printf(A, "%s_tc", g->nest->kname);
     g->kind = SCHED_GEMM_TC;
     gemm_tc_tiles(g, kn, K);
-    g->run_if = 1; g->min_n = kn->gemm_min_n;
     g->grid = E_MUL(A, ceil_div(A, b->par[0].extent, b->gemm.bm), ceil_div(A, b->par[1].extent, b->gemm.bn / b->nacc));
-    out[0] = g;
-    TileKernel *k = new_tile_kernel(A, g->nest);
-    k->run_if = 2; k->min_n = kn->gemm_min_n;
-    int n = gemv_choose(c, k, out + 1);
-    CHECK(n, "nest %s: gemm_tc without its gemv", k->nest->module);
-    return 1 + n;
+    return with_fallback(c, g, kn->gemm_min_n, gemv_choose, out);
 }
 void gemm_tc_print(Str *o, const TileKernel *k) {
     const NestBody *b = &k->body;

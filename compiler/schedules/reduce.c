@@ -76,14 +76,7 @@ void block_reduce_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k,
         ts_add(better, ts_assign(A, ARGMAX_R_IDX, e_un(A, EX_TOF, e_var(A, r))));
         ts_add(f, better);
     } else {
-        Expr *term = b->acc[0];
-        if (b->side.buf) {
-            /* the fused producer's value: computed once into R1, stored, and read by the update */
-            ts_add(f, ts_assign(A, R1, b->side.value));
-            ts_add(f, ts_store(A, b->side.buf, b->side.idx, reg(A, R1)));
-            term = replace_expr(A, term, b->side.value, reg(A, R1));
-        }
-        ts_add(f, ts_assign(A, ACC, combine(A, b->redop, reg(A, ACC), term)));
+        reduce_update(A, b, f, ACC, R1);
     }
     p0[n0++] = f;
     kl_add(A, body, phase(A, p0, n0, false));

@@ -22,6 +22,7 @@ typedef struct {
     Arena *A;
     int *nvars;                /* the program's variable counter (new_var) */
     const Knobs *kn;           /* the debug_* faults */
+    int64_t max_batch, max_ctx;   /* bounds of n and pos (scratch sized for the longest row) */
 } KernelBuilder;
 
 /* A kernel body being built: a growable list of kernel statements. */
@@ -39,11 +40,17 @@ typedef struct {
     void (*materialise)(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body);
     int block_rule;            /* what the block size must be: bits of BLOCK_POW2, BLOCK_WARPS */
 } Schedule;
-enum { BLOCK_POW2 = 1, BLOCK_WARPS = 2 };
+/* BLOCK_TASK: a CPU schedule (TARGET_CPU only, offered before the GPU's): a block of one, each block a
+ * task that one CPU thread runs as plain C (registers are scalars, no barriers, no lanes). */
+enum { BLOCK_POW2 = 1, BLOCK_WARPS = 2, BLOCK_TASK = 4 };
 /* Kind, the prefix of its print and materialise functions (p_print ...), its choose and verify, its block
  * rule: in the order tile_schedule offers a nest, the first choose that takes it wins (block_reduce takes
- * any reduction, so it is last; gemm_tc makes the gemv it falls back to, the others their second pass). */
+ * any reduction, so it is last; gemm_tc makes the gemv it falls back to, the others their second pass;
+ * cpu_rows takes every nest of stores and reductions, leaving the CPU target only top_k to the GPU's). */
 #define SCHEDULES(X) \
+    X(SCHED_CPU_ATTN, cpu_attn, cpu_attn_choose, NULL, BLOCK_TASK) \
+    X(SCHED_CPU_GEMM, cpu_gemm, cpu_gemm_choose, cpu_gemm_verify, BLOCK_TASK) \
+    X(SCHED_CPU_ROWS, cpu_rows, cpu_rows_choose, cpu_rows_verify, BLOCK_TASK) \
     X(SCHED_FLASH, flash, flash_choose, flash_verify, BLOCK_WARPS) \
     X(SCHED_FLASH_COMBINE, flash_combine, NULL, flash_combine_verify, BLOCK_POW2) \
     X(SCHED_TOPK, topk, topk_choose, topk_verify, BLOCK_POW2 | BLOCK_WARPS) \
@@ -64,6 +71,10 @@ extern const Schedule schedules[SCHED_COUNT];
 extern const SchedKind schedule_order[SCHED_COUNT];
 
 /* ---- tile IR helpers ---- */
+/* gemm_tc's form y[t, o] = sum_k X(t, k) * W[row(o), k] with W a weight of a 16-bit type and t the runtime
+ * token axis (cpu: W also f32, t also of a constant extent): the operands into xop and wop[0..nacc), K into
+ * *K; false where the nest has another form. */
+bool gemm_form(const NestBody *b, bool cpu, int64_t *K, Expr **xop, Expr **wop);
 Expr *ceil_div(Arena *A, Expr *x, int64_t d);
 int64_t min_i(int64_t a, int64_t b);
 int64_t max_i(int64_t a, int64_t b);
@@ -73,6 +84,10 @@ bool eval_i(const Expr *e, int64_t n, int64_t pos, int64_t *out);
 TileKernel *new_tile_kernel(Arena *A, const LoopNest *nest);
 /* A schedule's second pass: k's nest, parameters and run_if, as kind with this name, block and grid */
 TileKernel *second_kernel(Arena *A, const TileKernel *k, SchedKind kind, const char *name, int block, Expr *grid);
+/* g (out[0]) runs when n > min_n, and the kernels choose makes for the same nest when n <= min_n follow it in
+ * out; returns how many in all (prefill schedules with their decode fallback) */
+int with_fallback(const ScheduleChoice *c, TileKernel *g, int min_n,
+                  int (*choose)(const ScheduleChoice *, TileKernel *, TileKernel **), TileKernel **out);
 /* A workspace of rows x cols f32, named NEST.what */
 Buffer *work_buffer(Arena *A, const char *kname, const char *what, int64_t rows, int64_t cols);
 /* The smallest power-of-two block (32 .. 1024) of at least this many threads */
@@ -107,6 +122,9 @@ Expr *ulet(KernelBuilder *B, KList *body, const char *name, Expr *e);
 KStmt *shfl(KernelBuilder *B, ShflKind kind, int dst, int src, int64_t arg);
 /* lets that decompose a flat index g into the axes (row-major, last fastest); returns how many */
 int decompose(Arena *A, TStmt **out, const Axis *ax, int n, Expr *g);
+/* A reduction's update into loop: register acc = acc op the term; a fused side store's value is computed
+ * once into register side, stored, and read by the term */
+void reduce_update(Arena *A, const NestBody *b, TStmt *loop, int acc, int side);
 /* the nest's stores (two for a halves pair) with the accumulators' values a0 and, for a pair, a1 */
 int epi_stores(Arena *A, const NestBody *b, Expr *a0, Expr *a1, TStmt **out);
 Expr *replace_expr(Arena *A, Expr *e, const Expr *what, Expr *with);

@@ -1,0 +1,130 @@
+/* cpu_gemm.c: the cpu_gemm schedule, the CPU target's linears for calls of
+ * more than cpu_gemm_min_n tokens (prefill), the BLIS way: a task per nb
+ * outputs; for each block of mc tokens and each K step of kc, the task
+ * packs its weight panel (nb rows of W, f32, in slivers of CPU_GEMM_NR) and
+ * the activation panel (mc rows, in slivers of CPU_GEMM_MR) into scratch,
+ * and runtime/cpu_gemm.h's register-tile kernel accumulates the mc x nb
+ * tile over K; then the epilogue (the nest's stores, a pair's SiLU * up, a
+ * rotary pair's halves) reads the tile. Packing converts bf16 / f16 weights
+ * once per K step, so the kernel's inner loop is only FMAs. A pair packs
+ * both weights side by side: one tile of 2 x nb columns. Calls of at most
+ * cpu_gemm_min_n tokens run the cpu_rows schedule, made here too.
+ * Tests: tests/test_cpu_target.py (linear, pairs, halves over the shape matrix; the fixtures' logits). */
+#include "schedules/schedule.h"
+#define CPU_GEMM_SIZES_ONLY
+#include "cpu_gemm.h"
+
+/* scratch: the activation panel [mc][kc], the weight panel [columns][kc], the tile [mc][columns] */
+enum { CG_S_X, CG_S_W, CG_S_TILE, CG_NSMEM };
+
+int cpu_gemm_choose(const ScheduleChoice *c, TileKernel *g, TileKernel **out) {
+    Arena *A = c->A;
+    const Knobs *kn = c->kn;
+    int64_t K, maxrows;
+    g->body = *c->shape;
+    CpuGemmParams *P = &g->body.cpug;
+    if (!kn->cpu_gemm || !gemm_form(&g->body, true, &K, &P->xop, P->wop) ||
+        !eval_i(g->body.par[0].extent, c->tp->max_batch, c->tp->max_ctx, &maxrows) || maxrows <= kn->cpu_gemm_min_n)
+        return 0;
+    g->kind = SCHED_CPU_GEMM;
+    g->name = arena_printf(A, "%s_gemm", g->nest->kname);
+    g->block = 1;
+    P->nb = 4 * CPU_GEMM_NR;
+    P->mc = 8 * CPU_GEMM_MR;
+    P->kc = 512;   /* panels of (mc + 2 nb) x kc floats, 352 KiB, on the task's stack; longer K steps run faster
+                    * (runtime/cpu_gemm.h), these fit any thread's stack */
+    g->grid = ceil_div(A, g->body.par[1].extent, P->nb);
+    out[0] = g;
+    /* a constant token count (llmcc run -c): this kernel alone */
+    if (expr_is_const(g->body.par[0].extent, &maxrows)) return 1;
+    return with_fallback(c, g, kn->cpu_gemm_min_n, cpu_rows_choose, out);
+}
+void cpu_gemm_print(Str *o, const TileKernel *k) {
+    const NestBody *b = &k->body;
+    const CpuGemmParams *P = &b->cpug;
+    str_printf(o, " nb=%d mc=%d kc=%d\n  task bid -> %s [bid*%d, +%d) x all %s, in blocks of %d tokens; K [",
+               P->nb, P->mc, P->kc, b->par[1].v->name, P->nb, P->nb, b->par[0].v->name, P->mc);
+    print_axes(o, b->red, b->nred);
+    str_printf(o, "] in steps of %d: pack %s (f32, slivers of %d) and the activations (slivers of %d), then the "
+               "%dx%d register-tile kernel (f32 accumulation)", P->kc, P->wop[0]->buf->name, CPU_GEMM_NR,
+               CPU_GEMM_MR, CPU_GEMM_MR, CPU_GEMM_NR);
+    str_printf(o, k->run_if ? "; runs when n > %d\n" : "\n", k->min_n);
+    if (b->nacc == 2)
+        str_printf(o, "  a pair: %s packed beside it, one tile of %d columns\n", P->wop[1]->buf->name, 2 * P->nb);
+}
+const char *cpu_gemm_verify(const TileKernel *k) {
+    const CpuGemmParams *P = &k->body.cpug;
+    if (!P->xop || !P->wop[0] || (k->body.nacc == 2 && !P->wop[1])) return "cpu_gemm without its operands";
+    if (P->nb < 1 || P->nb % CPU_GEMM_NR || P->mc < 1 || P->mc % CPU_GEMM_MR || P->kc < 1) return "cpu_gemm tiles";
+    return NULL;
+}
+
+/* element (row, kk) of a panel packed in slivers of w rows, kc long: (row / w) * w * kc + kk * w + row % w */
+static Expr *sliver_at(Arena *A, Expr *row, int w, Expr *kk, Expr *kc) {
+    Expr *sliver = E_MUL(A, E_MUL(A, idiv(A, row, w), e_i(A, w)), kc);
+    return E_ADD(A, E_ADD(A, sliver, E_MUL(A, kk, e_i(A, w))), imod(A, row, w));
+}
+/* for (v = 0; v < hi; v++) with room for cap statements */
+static TStmt *count(Arena *A, Var *v, Expr *hi, int cap) { return ts_for(A, v, e_i(A, 0), hi, e_i(A, 1), cap); }
+
+void cpu_gemm_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
+    Arena *A = B->A;
+    const NestBody *b = &t->body;
+    const CpuGemmParams *P = &b->cpug;
+    const int MR = CPU_GEMM_MR, NR = CPU_GEMM_NR, cols = b->nacc * P->nb;
+    Var *tv = b->par[0].v, *ov = b->par[1].v, *kv = b->red[0].v;
+    Expr *rows = b->par[0].extent, *outs = b->par[1].extent, *K = b->red[0].extent;
+    k->nsmem = CG_NSMEM;
+    k->smem[CG_S_X].size = P->mc * P->kc;
+    k->smem[CG_S_W].size = cols * P->kc;
+    k->smem[CG_S_TILE].size = P->mc * cols;
+    Var *o0 = new_var(A, B->nvars, "o0"), *t0 = new_var(A, B->nvars, "t0"), *m = new_var(A, B->nvars, "m");
+    Var *k0 = new_var(A, B->nvars, "k0"), *kc = new_var(A, B->nvars, "kc"), *i = new_var(A, B->nvars, "i");
+    Var *kk = new_var(A, B->nvars, "kk"), *j = new_var(A, B->nvars, "j");
+    Expr *ev_i = e_var(A, i), *ev_kk = e_var(A, kk), *ev_j = e_var(A, j), *ev_kc = e_var(A, kc);
+    TStmt **p = tlist(A, 2);
+    p[0] = ts_let(A, o0, E_MUL(A, bid(A), e_i(A, P->nb)));
+    /* for t0 in steps of mc: m tokens */
+    TStmt *tb = ts_for(A, t0, e_i(A, 0), rows, e_i(A, P->mc), 3);
+    p[1] = tb;
+    ts_add(tb, ts_let(A, m, emin(A, E_SUB(A, rows, e_var(A, t0)), e_i(A, P->mc))));
+    TStmt *kb = ts_for(A, k0, e_i(A, 0), K, e_i(A, P->kc), 2 + b->nacc + 2);
+    ts_add(tb, kb);
+    ts_add(kb, ts_let(A, kc, emin(A, E_SUB(A, K, e_var(A, k0)), e_i(A, P->kc))));
+    /* weight panel: column a * nb + j of accumulator a is W row(o0 + j), zero past the outputs */
+    for (int a = 0; a < b->nacc; a++) {
+        TStmt *fj = count(A, j, e_i(A, P->nb), 2);
+        ts_add(fj, ts_let(A, ov, E_ADD(A, e_var(A, o0), ev_j)));
+        TStmt *fk = count(A, kk, ev_kc, 2);
+        ts_add(fk, ts_let(A, kv, E_ADD(A, e_var(A, k0), ev_kk)));
+        Expr *col = E_ADD(A, ev_j, e_i(A, a * P->nb));
+        Expr *w = e_select(A, lt(A, e_var(A, ov), outs), P->wop[a], e_f(A, 0.0));
+        ts_add(fk, ts_sstore(A, CG_S_W, sliver_at(A, col, NR, ev_kk, ev_kc), w));
+        ts_add(fj, fk);
+        ts_add(kb, fj);
+    }
+    /* activation panel: rows i < m, zero up to the sliver's end */
+    TStmt *fi = count(A, i, E_MUL(A, idiv(A, E_ADD(A, e_var(A, m), e_i(A, MR - 1)), MR), e_i(A, MR)), 2);
+    ts_add(fi, ts_let(A, tv, E_ADD(A, e_var(A, t0), ev_i)));
+    TStmt *fk = count(A, kk, ev_kc, 2);
+    ts_add(fk, ts_let(A, kv, E_ADD(A, e_var(A, k0), ev_kk)));
+    Expr *x = e_select(A, lt(A, ev_i, e_var(A, m)), P->xop, e_f(A, 0.0));
+    ts_add(fk, ts_sstore(A, CG_S_X, sliver_at(A, ev_i, MR, ev_kk, ev_kc), x));
+    ts_add(fi, fk);
+    ts_add(kb, fi);
+    TStmt *mm = ts(A, TS_GEMM);
+    mm->gsmem[0] = CG_S_X; mm->gsmem[1] = CG_S_W; mm->gsmem[2] = CG_S_TILE; mm->gn = cols;
+    mm->e = e_var(A, m); mm->lo = ev_kc; mm->step = e_var(A, k0);
+    ts_add(kb, mm);
+    /* the epilogue: output o0 + j of token t0 + i reads column j (and nb + j) of row i */
+    TStmt *ei = count(A, i, e_var(A, m), 2);
+    ts_add(ei, ts_let(A, tv, E_ADD(A, e_var(A, t0), ev_i)));
+    TStmt *ej = count(A, j, emin(A, e_i(A, P->nb), E_SUB(A, outs, e_var(A, o0))), 1 + b->nstore);
+    ts_add(ej, ts_let(A, ov, E_ADD(A, e_var(A, o0), ev_j)));
+    Expr *cell = E_ADD(A, E_MUL(A, ev_i, e_i(A, cols)), ev_j);
+    Expr *a1 = b->nacc > 1 ? sload(A, CG_S_TILE, E_ADD(A, cell, e_i(A, P->nb))) : NULL;
+    ej->nbody += epi_stores(A, b, sload(A, CG_S_TILE, cell), a1, ej->body + ej->nbody);
+    ts_add(ei, ej);
+    ts_add(tb, ei);
+    kl_add(A, body, phase(A, p, 2, true));
+}

@@ -1,0 +1,184 @@
+/* cpu_rows.c: the cpu_rows schedule, the CPU target's schedule for every
+ * nest of stores and reductions (elementwise ops, norms, softmax, argmax,
+ * the linears at decode). The output elements, flattened, are cut into
+ * tasks of consecutive elements; OpenMP hands each thread a contiguous run
+ * of tasks (model_forward's one parallel region, `omp for` per kernel).
+ * A task computes its elements in order as plain C: the reduction is an
+ * inner loop the C compiler vectorises (contiguous along K, the weight
+ * widened to f32 at each load). A linear computes `group` consecutive
+ * elements together, their K loops fused into one: each activation load
+ * then serves group rows, and group independent sums keep the vector units
+ * busy while the weights stream from memory (decode is bandwidth-bound).
+ * A fused side store and tail run as written, in the same task.
+ * Tests: tests/test_cpu_target.py (ops over the shape matrix, the fixtures' logits), tests/test_families.py. */
+#include "schedules/schedule.h"
+
+/* whether e reads a weight along v (a load of a weight whose last index is v): a linear's term */
+static bool reads_weight_along(const Expr *e, const Var *v) {
+    if (e->k == EX_LOAD && e->buf->kind == BUF_WEIGHT) {
+        const Expr *last = e->a[e->nargs - 1];
+        if (last->k == EX_VAR && last->var == v) return true;
+    }
+    for (int i = 0; i < e->nargs; i++) if (reads_weight_along(e->a[i], v)) return true;
+    return false;
+}
+/* a linear whose elements can share the K loop: one sum over one axis, no fused side store or tail */
+static bool groupable(const NestBody *b) {
+    if (b->nred != 1 || b->redop != RED_SUM || b->side.buf || b->tail_store.buf) return false;
+    for (int a = 0; a < b->nacc; a++) if (!reads_weight_along(b->acc[a], b->red[0].v)) return false;
+    return true;
+}
+
+int cpu_rows_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
+    if (c->leaf && c->leaf->k != LS_STORE) return 0;   /* an attention or a top-k */
+    const Knobs *kn = c->kn;
+    k->kind = SCHED_CPU_ROWS;
+    k->body = *c->shape;
+    k->block = 1;
+    CpuRowsParams *P = &k->body.cpu;
+    P->group = !groupable(&k->body) ? 1 : kn->cpu_group ? kn->cpu_group : 4;
+    int64_t t1;
+    CHECK(eval_i(c->total, 1, 0, &t1), "nest %s: extents", k->nest->module);
+    /* cpu_tasks tasks at n = 1 (more for larger n): enough to balance any thread count */
+    P->chunk = max_i((t1 + kn->cpu_tasks - 1) / kn->cpu_tasks, 1);
+    P->chunk = (P->chunk + P->group - 1) / P->group * P->group;
+    k->grid = ceil_div(c->A, c->total, P->chunk);
+    out[0] = k;
+    return 1;
+}
+void cpu_rows_print(Str *o, const TileKernel *k) {
+    const NestBody *b = &k->body;
+    const CpuRowsParams *P = &b->cpu;
+    str_printf(o, " chunk=%lld group=%d\n  task bid -> elements [bid*%lld, +%lld) of [", (long long)P->chunk, P->group,
+               (long long)P->chunk, (long long)P->chunk);
+    print_axes(o, b->par, b->npar);
+    str_printf(o, "] in order");
+    if (b->nred) {
+        str_printf(o, ", each a loop over [");
+        print_axes(o, b->red, b->nred);
+        str_printf(o, "] (%s)", red_op_names[b->redop]);
+    }
+    if (P->group > 1)
+        str_printf(o, ", %d elements' K loops as one (each activation load serves %d)", P->group, P->group);
+    if (b->side.buf) str_printf(o, ", storing the fused %s on the way", b->side.buf->name);
+    if (b->tail_store.buf) str_printf(o, ", then %s over its row", b->tail_store.buf->name);
+    str_printf(o, "\n");
+}
+const char *cpu_rows_verify(const TileKernel *k) {
+    const CpuRowsParams *P = &k->body.cpu;
+    if (P->group < 1 || P->chunk < 1 || P->chunk % P->group) return "cpu_rows parameters";
+    return P->group > 1 && !groupable(&k->body) ? "cpu_rows group of a nest that is not a linear" : NULL;
+}
+
+/* registers: one element's accumulator (argmax: the best value), its side value (argmax: the best index);
+ * a group's accumulators instead (element r, accumulator a in register r * nacc + a) */
+enum { ROWS_R_ACC, ROWS_R_AUX };
+
+/* element g's statements into f (the loop over g): decompose, the reduction (with a side store), the
+ * stores, the tail */
+static void one_element(KernelBuilder *B, const NestBody *b, Var *g, TStmt *f) {
+    Arena *A = B->A;
+    f->nbody = decompose(A, f->body, b->par, b->npar, e_var(A, g));
+    Expr *res = NULL, *acc = reg(A, ROWS_R_ACC);
+    if (b->nred) {
+        const bool am = b->redop == RED_ARGMAX;
+        CHECK(!am || (b->nred == 1 && !b->side.buf), "argmax over %d axes or with a side store", b->nred);
+        ts_add(f, ts_assign(A, ROWS_R_ACC, am ? e_f(A, -1.0 / 0.0) : red_init(A, b->redop)));
+        if (am) ts_add(f, ts_assign(A, ROWS_R_AUX, e_f(A, 0.0)));
+        /* one axis: its own variable is the loop's; two: a flat loop decomposed */
+        Var *r = b->nred == 1 ? b->red[0].v : new_var(A, B->nvars, "r");
+        TStmt *loop = ts_for(A, r, e_i(A, 0), product(A, b->red, b->nred), e_i(A, 1), b->nred + 3);
+        if (b->nred > 1) loop->nbody = decompose(A, loop->body, b->red, b->nred, e_var(A, r));
+        if (am) {
+            /* the first maximum: only a strictly larger value wins; NaN never does */
+            TStmt *better = ts_if(A, lt(A, reg(A, ROWS_R_ACC), b->acc[0]), 2);
+            ts_add(better, ts_assign(A, ROWS_R_ACC, b->acc[0]));
+            ts_add(better, ts_assign(A, ROWS_R_AUX, e_un(A, EX_TOF, e_var(A, r))));
+            ts_add(loop, better);
+            acc = reg(A, ROWS_R_AUX);
+        } else {
+            reduce_update(A, b, loop, ROWS_R_ACC, ROWS_R_AUX);
+        }
+        ts_add(f, loop);
+        res = acc;
+    }
+    CHECK(b->nacc == 1 || !b->nred, "two accumulators outside a group");
+    f->nbody += epi_stores(A, b, res, NULL, f->body + f->nbody);
+    if (b->tail_store.buf) {
+        /* the row op reads the row's result back: this task stored it just now */
+        TStmt *tail = ts_for(A, b->tail.v, e_i(A, 0), b->tail.extent, e_i(A, 1), 1);
+        ts_add(tail, ts_store(A, b->tail_store.buf, b->tail_store.idx, b->tail_store.value));
+        ts_add(f, tail);
+    }
+}
+
+/* The stores of a statement list with the parallel axes' variables replaced (a group's element r) */
+static TStmt *store_for_element(Arena *A, const TStmt *s, Var *const *from, Expr *const *to, int n) {
+    TStmt *c = ARENA_NEW(A, TStmt);
+    *c = *s;
+    c->e = expr_subst_vars(A, s->e, from, to, n);
+    c->idx = ARENA_ARRAY(A, Expr *, s->buf->ndim);
+    for (int d = 0; d < s->buf->ndim; d++) c->idx[d] = expr_subst_vars(A, s->idx[d], from, to, n);
+    return c;
+}
+
+/* elements g .. g+G-1 of a linear into f (the loop over g): each element's axes as its own variables,
+ * the accumulators zeroed, one K loop summing every element's terms, then each element's stores */
+static void element_group(KernelBuilder *B, const NestBody *b, int G, Var *g, TStmt *f) {
+    Arena *A = B->A;
+    const int np = b->npar, na = b->nacc;
+    Var *from[MAX_AXES];
+    for (int i = 0; i < np; i++) from[i] = b->par[i].v;
+    Expr *to[8][MAX_AXES];
+    TStmt *loop = ts_for(A, b->red[0].v, e_i(A, 0), b->red[0].extent, e_i(A, 1), G * na);
+    for (int r = 0; r < G; r++) {
+        Axis ax[MAX_AXES];
+        for (int i = 0; i < np; i++) {
+            ax[i] = (Axis){new_var(A, B->nvars, arena_printf(A, "%s%d", b->par[i].v->name, r)), b->par[i].extent};
+            to[r][i] = e_var(A, ax[i].v);
+        }
+        f->nbody += decompose(A, f->body + f->nbody, ax, np, E_ADD(A, e_var(A, g), e_i(A, r)));
+        for (int a = 0; a < na; a++) {
+            int acc = r * na + a;
+            ts_add(f, ts_assign(A, acc, e_f(A, 0.0)));
+            ts_add(loop, ts_assign(A, acc, E_ADD(A, reg(A, acc), expr_subst_vars(A, b->acc[a], from, to[r], np))));
+        }
+    }
+    ts_add(f, loop);
+    for (int r = 0; r < G; r++) {
+        TStmt *st[2];
+        int ns = epi_stores(A, b, reg(A, r * na), na > 1 ? reg(A, r * na + 1) : NULL, st);
+        for (int i = 0; i < ns; i++) ts_add(f, store_for_element(A, st[i], from, to[r], np));
+    }
+}
+
+/* lo = bid * chunk, hi = min(lo + chunk, total); whole groups from lo to mid, then one at a time to hi */
+void cpu_rows_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
+    Arena *A = B->A;
+    const NestBody *b = &t->body;
+    const CpuRowsParams *P = &b->cpu;
+    const int G = P->group;
+    CHECK(G <= 8, "cpu_rows group %d", G);
+    declare_regs(k, groupable(b) ? G * b->nacc : b->nred && (b->redop == RED_ARGMAX || b->side.buf) ? 2 : b->nred);
+    Var *lo = new_var(A, B->nvars, "lo"), *hi = new_var(A, B->nvars, "hi"), *mid = new_var(A, B->nvars, "mid");
+    TStmt **p = tlist(A, 5);
+    int n = 0;
+    p[n++] = ts_let(A, lo, E_MUL(A, bid(A), e_i(A, P->chunk)));
+    p[n++] = ts_let(A, hi, emin(A, E_ADD(A, e_var(A, lo), e_i(A, P->chunk)), product(A, b->par, b->npar)));
+    Expr *start = e_var(A, lo);
+    if (G > 1) {
+        p[n++] = ts_let(A, mid, E_ADD(A, e_var(A, lo), E_MUL(A, idiv(A, E_SUB(A, e_var(A, hi), e_var(A, lo)), G),
+                                                               e_i(A, G))));
+        Var *g = new_var(A, B->nvars, "g");
+        TStmt *groups = ts_for(A, g, e_var(A, lo), e_var(A, mid), e_i(A, G), G * (b->npar + b->nacc + 2) + 1);
+        element_group(B, b, G, g, groups);
+        p[n++] = groups;
+        start = e_var(A, mid);
+    }
+    Var *g = new_var(A, B->nvars, "g");
+    TStmt *each = ts_for(A, g, start, e_var(A, hi), e_i(A, 1), b->npar + b->nacc + 8);
+    if (groupable(b)) element_group(B, b, 1, g, each);   /* a linear's elements left over */
+    else one_element(B, b, g, each);
+    p[n++] = each;
+    kl_add(A, body, phase(A, p, n, true));
+}

@@ -1,0 +1,153 @@
+"""The CPU target's own schedules (cpu_rows, cpu_gemm, cpu_attn; compiler/schedules/cpu_*.c) against
+independent references, as the GPU schedules are checked through cuda-emu elsewhere:
+- the op harness (tests/oplib.py, --target cpu): linears at decode (cpu_rows: a group of outputs per K
+  loop and the elements left over) and at prefill (cpu_gemm: packed panels, token blocks past mc, K steps
+  past kc, outputs past a task's nb), the fused pair (SiLU(gate) * up), halves (RoPE) and residual
+  epilogues, top-k in the CPU team; every buffer between guard regions, rows past n left unwritten;
+- `llmcc run -c EXPR --target cpu` for norms, softmax, attention (causal or not), argmax with NaN, and the
+  elementwise ops (llmcc's double-precision check);
+- a model fixture: both CPU targets' greedy ids and logits against the numpy reference, --threads 1 and
+  the default giving the same ids, --info naming what runs.
+Tolerances: a sum of K terms computed in f32 in any order (vector lanes, K steps) is within
+(K + 4) * 2^-24 * sum |terms| of the exact one; a wrong or missing term is far outside it."""
+import os
+
+import numpy as np
+
+import ref_forward
+from oplib import U, check_rows, compile_op, run_op, weight
+from test_e2e import PROMPT, build, fixture, read_logits
+from test_epilogues import rope_ref, silu
+from testlib import LLMCC, run
+
+CPU = ("--target", "cpu")
+
+
+def lin_tol(x, w, K, b=0):
+    return (K + 4) * U * (np.abs(x) @ np.abs(w).T + np.abs(b)) + 1e-30
+
+
+def schedules(tile):
+    return {l.split()[1]: l.split()[1] for l in tile.splitlines() if l.strip().startswith("schedule ")}
+
+
+def test_linear_decode_and_prefill():
+    # (maxn, M, K, dtype, bias, n): n <= 3 takes cpu_rows (groups of 4 and the rest), larger n cpu_gemm
+    cases = [(2, 1, 5, "f32", True, 1), (3, 33, 96, "bf16", False, 3), (3, 37, 1000, "f16", True, 2),
+             (64, 130, 600, "bf16", True, 37), (64, 100, 96, "f32", False, 64), (100, 70, 257, "f16", True, 97),
+             (8, 64, 64, "bf16", False, 4)]
+    rng = np.random.default_rng(5)
+    for maxn, M, K, dt, bias, n in cases:
+        exe, tile, d = compile_op(["linear", maxn, M, K, dt, 1 if bias else 0] + list(CPU))
+        sch = schedules(tile)
+        assert set(sch) <= {"cpu_rows", "cpu_gemm"} and "cpu_rows" in sch, tile
+        assert ("cpu_gemm" in sch) == (maxn > 3), tile
+        x = rng.standard_normal((maxn, K)).astype(np.float32)
+        wb, w = weight(rng.standard_normal((M, K)), dt)
+        ins, b = [x.tobytes(), wb], 0
+        if bias:
+            bb, b = weight(rng.standard_normal(M), dt)
+            ins.append(bb)
+        (y,) = run_op(exe, d, ins, n, [(maxn, M)])
+        xs = x[:n].astype(np.float64)
+        check_rows(y, n, xs @ w.T + b, lin_tol(xs, w, K, b), "linear %s" % ((maxn, M, K, dt, bias, n),))
+
+
+def test_fused_pair_halves_and_residual():
+    rng = np.random.default_rng(9)
+    for maxn, M, K, dt, n in ((3, 172, 96, "f32", 2), (2, 64, 1000, "bf16", 1), (64, 100, 300, "bf16", 40),
+                              (64, 70, 64, "f16", 5)):
+        exe, tile, d = compile_op(["mlp", maxn, M, K, dt] + list(CPU))
+        assert "gate_proj_up_proj" in tile, tile
+        x = rng.standard_normal((maxn, K)).astype(np.float32)
+        wgb, wg = weight(rng.standard_normal((M, K)) * 0.2, dt)
+        wub, wu = weight(rng.standard_normal((M, K)) * 0.2, dt)
+        (y,) = run_op(exe, d, [x.tobytes(), wgb, wub], n, [(maxn, M)])
+        xs = x[:n].astype(np.float64)
+        g, u = xs @ wg.T, xs @ wu.T
+        ref = silu(g) * u
+        tol = 1.1 * lin_tol(xs, wg, K) * np.abs(u) + np.abs(silu(g)) * lin_tol(xs, wu, K) + 8 * U * np.abs(ref)
+        check_rows(y, n, ref, tol, "mlp %s" % ((maxn, M, K, dt, n),))
+    for maxn, H, D, K, dt, n, pos in ((2, 3, 32, 96, "f32", 1, 0), (3, 4, 6, 64, "bf16", 3, 1000),
+                                      (64, 4, 32, 200, "bf16", 37, 3), (64, 2, 128, 300, "f16", 64, 60)):
+        exe, tile, d = compile_op(["rope_proj", maxn, H, D, K, dt] + list(CPU))
+        assert "q_proj_rotary_q" in tile, tile
+        x = rng.standard_normal((maxn, K)).astype(np.float32)
+        wb, w = weight(rng.standard_normal((H * D, K)) * 0.2, dt)
+        inv_freq = (10000.0 ** (-np.arange(0, D, 2) / D)).astype(np.float32)
+        (y,) = run_op(exe, d, [x.tobytes(), wb, inv_freq.tobytes()], n, [(maxn, H * D)], pos=pos)
+        xs = x[:n].astype(np.float64)
+        q = xs @ w.T
+        e = lin_tol(xs, w, K).reshape(n, H, 2, D // 2)
+        m = np.abs(q).reshape(n, H, 2, D // 2)
+        both = e[:, :, 0] + e[:, :, 1] + 8 * U * (m[:, :, 0] + m[:, :, 1])
+        check_rows(y, n, rope_ref(q, pos, inv_freq, H, D), np.concatenate([both, both], axis=2).reshape(n, H * D),
+                   "rope_proj %s" % ((maxn, H, D, K, dt, n, pos),))
+    for maxn, M, K, dt, n in ((2, 64, 96, "f32", 2), (64, 70, 130, "bf16", 38)):
+        exe, tile, d = compile_op(["linear_residual", maxn, M, K, dt] + list(CPU))
+        assert "down_proj_residual" in tile, tile
+        x = rng.standard_normal((maxn, K)).astype(np.float32)
+        wb, w = weight(rng.standard_normal((M, K)) * 0.2, dt)
+        r = rng.standard_normal((maxn, M)).astype(np.float32)
+        (y,) = run_op(exe, d, [x.tobytes(), wb, r.tobytes()], n, [(maxn, M)])
+        xs = x[:n].astype(np.float64)
+        ref = r[:n].astype(np.float64) + xs @ w.T
+        check_rows(y, n, ref, lin_tol(xs, w, K) + 2 * U * np.abs(ref), "linear_residual %s" % ((maxn, M, K, dt, n),))
+
+
+def test_topk_in_the_cpu_team():
+    from test_topk import numpy_topk
+    rng = np.random.default_rng(2)
+    for R, L, K in ((1, 152064, 21), (3, 10007, 128)):
+        exe, tile, d = compile_op(["topk", R, L, K] + list(CPU))
+        x = rng.standard_normal((R, L)).astype(np.float32)
+        x[:, ::97] = 0.5
+        (y,) = run_op(exe, d, [x.tobytes()], R, [(R, 2, K)])
+        got = y.view(np.float32).astype(np.float64)
+        assert np.array_equal(got, numpy_topk(x.astype(np.float64), K)), "topk %s" % ((R, L, K),)
+
+
+def test_ops_through_run():
+    exprs = ["nn.RMSNorm(2048)(torch.randn(3, 2048))", "nn.RMSNorm(896, dtype=torch.bfloat16)(torch.randn(1, 896))",
+             "F.softmax(torch.randn(4, 3000), dim=-1)", "F.silu(torch.randn(2, 1000)) * torch.randn(2, 1000)",
+             "torch.argmax(torch.randn(3, 70000), dim=-1)",
+             "F.scaled_dot_product_attention(torch.randn(1, 4, 37, 64), torch.randn(1, 4, 37, 64), "
+             "torch.randn(1, 4, 37, 64), is_causal=True)",
+             "F.scaled_dot_product_attention(torch.randn(2, 2, 5, 16), torch.randn(2, 2, 9, 16), "
+             "torch.randn(2, 2, 9, 24))",
+             "x = torch.randn(2, 300); F.silu(nn.Linear(300, 40)(x)) * nn.Linear(300, 40)(x)"]
+    for e in exprs:
+        p = run([LLMCC, "run", "-c", e] + list(CPU))
+        assert "matches the reference" in p.stdout and "target: cpu (the CPU's schedules" in p.stdout, (e, p.stdout)
+        tile = run([LLMCC, "compile", "-c", e, "--ir", "tile"] + list(CPU)).stdout
+        assert all(s.startswith("cpu_") for s in schedules(tile)), (e, tile)
+
+
+def test_fixture_both_targets_and_threads():
+    """Greedy ids and every step's logits of both CPU targets against the numpy reference; the cpu build's
+    ids with one thread and with the default; --info names the threads and the instruction set."""
+    d = fixture("qwen2-tied", "bf16")
+    model = ref_forward.load(d)
+    ref_ids, ref_logits = ref_forward.greedy(model, PROMPT, 16)
+    ref = np.asarray(ref_logits, dtype=np.float64)
+    for target in ("cpu", "cuda-emu"):
+        out = build(d, target)
+        exe = os.path.join(out, "m")
+        lp = exe + ".logits"
+        base = [exe, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "16", "--temperature", "0", "--repeat-penalty", "1",
+                "--ids", "--ignore-eos"]
+        ids = [int(x) for x in run(base + ["--logits", lp]).stdout.split()]
+        assert ids == list(ref_ids), "%s: ids %s, reference %s" % (target, ids, list(ref_ids))
+        got = read_logits(lp, ref.shape[1])
+        err = np.abs(got - ref[:len(got)]).max()
+        assert err < 2e-3 * np.abs(ref).max(), "%s: logits off by %g" % (target, err)
+        tile = run([LLMCC, "compile", d, "--ir", "tile", "--target", target]).stdout
+        kinds = set(schedules(tile))
+        if target == "cpu":
+            assert kinds <= {"cpu_rows", "cpu_gemm", "cpu_attn", "top_k", "top_k_merge"} and "cpu_gemm" in kinds, kinds
+            one = [int(x) for x in run(base + ["--threads", "1"]).stdout.split()]
+            assert one == ids, "one thread: %s, default: %s" % (one, ids)
+            info = run([exe, "--info"]).stdout
+            assert "target: cpu" in info and "compute: " in info and "kernels for " in info, info
+        else:
+            assert not any(k.startswith("cpu_") for k in kinds) and "gemv" in kinds, kinds
