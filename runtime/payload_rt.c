@@ -25,7 +25,6 @@ const char *payload_dtype_name(uint32_t dtype) {
     static const char *const names[] = {[PDT_F32] = "f32", [PDT_F16] = "f16", [PDT_BF16] = "bf16", [PDT_I32] = "i32"};
     return dtype <= PDT_I32 ? names[dtype] : "?";
 }
-size_t payload_dtype_size(uint32_t dtype) { return payload_dtype_bytes(dtype); }
 
 /* argv[0] resolution when /proc is not mounted: a path, or a PATH search. */
 static int open_argv0(const char *argv0, char *path, size_t cap) {
@@ -82,7 +81,7 @@ static const char *check_header(Payload *p) {
     for (uint32_t i = 0; i < h->n_tensors; i++) {
         const PayloadTensor *e = &t[i];
         if (memchr(e->name, 0, sizeof e->name) == NULL) return msg(DAMAGED "tensor %u has no valid name)", i);
-        size_t es = payload_dtype_size(e->dtype);
+        size_t es = payload_dtype_bytes(e->dtype);
         if (es == 0 || e->ndim > 4) return msg(DAMAGED "tensor %s has dtype %u, ndim %u)", e->name, e->dtype, e->ndim);
         uint64_t count = 1;
         for (uint32_t d = 0; d < e->ndim; d++) {
