@@ -189,6 +189,12 @@ static const char *unpack(Payload *p) {
 #endif
 }
 
+/* Closes fd (its errno already read into the message) and returns the message. */
+static const char *close_fd(int fd, const char *m) {
+    close(fd);
+    return m;
+}
+
 const char *payload_open(Payload *p, const char *argv0) {
     memset(p, 0, sizeof *p);
     const char *env = getenv("LLMCC_PAYLOAD");
@@ -204,37 +210,25 @@ const char *payload_open(Payload *p, const char *argv0) {
         if (fd < 0) return msg("cannot open the executable to read its weights (/proc/self/exe: %s)", strerror(errno));
     }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        msg("%s: %s", p->path, strerror(errno));
-        close(fd);
-        return g_msg;
-    }
+    if (fstat(fd, &st) != 0) return close_fd(fd, msg("%s: %s", p->path, strerror(errno)));
     uint64_t fsize = (uint64_t)st.st_size, off = 0, size = fsize;
     if (!env || !*env) {
         PayloadFooter f;
         if (fsize < sizeof f || pread(fd, &f, sizeof f, (off_t)(fsize - sizeof f)) != (ssize_t)sizeof f ||
-            memcmp(f.magic, FOOTER_MAGIC, 8) != 0) {
-            close(fd);
-            return DAMAGED "footer not found at the end of the file)";
-        }
-        if (f.version != PAYLOAD_VERSION) {
-            close(fd);
-            return msg("the payload footer is version %u, this runtime reads version %u", f.version, PAYLOAD_VERSION);
-        }
+            memcmp(f.magic, FOOTER_MAGIC, 8) != 0)
+            return close_fd(fd, DAMAGED "footer not found at the end of the file)");
+        if (f.version != PAYLOAD_VERSION)
+            return close_fd(fd, msg("the payload footer is version %u, this runtime reads version %u", f.version,
+                                    PAYLOAD_VERSION));
         if (f.payload_offset % PAYLOAD_ALIGN != 0 || f.payload_offset > fsize - sizeof f ||
-            f.payload_size != fsize - sizeof f - f.payload_offset) {
-            close(fd);
-            return DAMAGED "offset or size in the footer does not match the file)";
-        }
+            f.payload_size != fsize - sizeof f - f.payload_offset)
+            return close_fd(fd, DAMAGED "offset or size in the footer does not match the file)");
         off = f.payload_offset;
         size = f.payload_size;
         p->has_footer = true;
         p->checksum = f.checksum;
     }
-    if (size == 0) {
-        close(fd);
-        return DAMAGED "is empty)";
-    }
+    if (size == 0) return close_fd(fd, DAMAGED "is empty)");
     void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, (off_t)off);
     int e = errno;
     close(fd);
