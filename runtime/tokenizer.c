@@ -827,11 +827,8 @@ static void buf_tok(Buf *b, const Tokenizer *t, int32_t id) {
     if (id >= 0) buf_put(b, t->pool + t->off[id], t->off[id + 1] - t->off[id]);
 }
 
-/* Python's str.isspace, which Jinja's |trim (str.strip) uses. */
-static bool py_space(uint32_t c) {
-    return (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
+/* Python's str.isspace, which Jinja's |trim (str.strip) uses: White_Space and the separators U+001C..U+001F. */
+static bool py_space(uint32_t c) { return is_white(c) || (c >= 0x1C && c <= 0x1F); }
 static void buf_content(Buf *b, const Tokenizer *t, const ChatMsg *m) {
     const uint8_t *s = (const uint8_t *)m->content;
     size_t n = m->len, lo = 0, hi = n;
