@@ -940,10 +940,6 @@ static void render_qwen3(Buf *b, const ChatMsg *m, int n, bool add_gen, int thin
     }
 }
 
-char *tokenizer_chat_render(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, size_t *len) {
-    return tokenizer_chat_render_think(t, m, n, add_gen, cont, TOK_THINK_DEFAULT, len);
-}
-
 char *tokenizer_chat_render_think(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, int think,
                                   size_t *len) {
     Buf b = {0};
