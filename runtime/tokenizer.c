@@ -862,15 +862,12 @@ static void buf_turn(Buf *b, const Tokenizer *t, const char *open, const ChatMsg
 static void chat_date(const Tokenizer *t, Buf *b) {
     const char *e = getenv(TOK_CHAT_DATE_ENV);
     if (e && *e) { buf_str(b, e); return; }
-    if (!(t->chat_flags & TOKC_TODAY)) { buf_str(b, "26 Jul 2024"); return; }
     static const char mon[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
-    time_t now = time(NULL);
+    time_t now = t->chat_flags & TOKC_TODAY ? time(NULL) : (time_t)-1;   /* -1: the fixed date */
     struct tm tm;
-    char s[32];
-    if (now == (time_t)-1 || !localtime_r(&now, &tm) || tm.tm_mon < 0 || tm.tm_mon > 11) {
-        buf_str(b, "26 Jul 2024"); return;
-    }
-    snprintf(s, sizeof s, "%02d %.3s %04d", tm.tm_mday, mon + 3 * tm.tm_mon, tm.tm_year + 1900);
+    char s[32] = "26 Jul 2024";
+    if (now != (time_t)-1 && localtime_r(&now, &tm) && tm.tm_mon >= 0 && tm.tm_mon <= 11)
+        snprintf(s, sizeof s, "%02d %.3s %04d", tm.tm_mday, mon + 3 * tm.tm_mon, tm.tm_year + 1900);
     buf_str(b, s);
 }
 
