@@ -265,11 +265,6 @@ static void write_tensor(Writer *w, const PackTensor *t, const PackSource *src, 
     }
 }
 
-void pack_payload(const char *out_path, const PackTensor *tensors, int n,
-                  const uint8_t *tok_blob, size_t tok_size) {
-    pack_payload_ex(out_path, tensors, NULL, n, tok_blob, tok_size);
-}
-
 void pack_payload_ex(const char *out_path, const PackTensor *tensors, const PackSource *srcs, int n,
                      const uint8_t *tok_blob, size_t tok_size) {
     CHECK(n >= 0, "n = %d", n);
@@ -321,10 +316,8 @@ void pack_payload_ex(const char *out_path, const PackTensor *tensors, const Pack
     }
     h.total_size = end;
 
-    size_t tl = strlen(out_path);
-    char *tmp = xmalloc(tl + 5);
-    memcpy(tmp, out_path, tl);
-    memcpy(tmp + tl, ".tmp", 5);
+    char *tmp = xmalloc(strlen(out_path) + 5);
+    sprintf(tmp, "%s.tmp", out_path);
     Writer w = { .fd = -1, .out = out_path, .tmp = tmp, .total = h.total_size, .tty = isatty(2) != 0 };
     w.t0 = w.last = now_s();
     w.buf = xmalloc(WBUF);

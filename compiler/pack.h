@@ -55,8 +55,6 @@ typedef struct {
  * is) or has n entries. */
 void pack_payload_ex(const char *out_path, const PackTensor *tensors, const PackSource *src, int n,
                      const uint8_t *tok_blob, size_t tok_size);
-void pack_payload(const char *out_path, const PackTensor *tensors, int n,
-                  const uint8_t *tok_blob, size_t tok_size);
 
 /* Element conversions the packer uses (round to nearest even; NaN stays NaN). */
 uint16_t pack_f32_to_bf16(float f);

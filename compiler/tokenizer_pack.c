@@ -302,13 +302,12 @@ static int32_t chat_tokens(Pk *p, const char *cpath, const char *family, const c
     return id;
 }
 
+/* Fills *ci, which comes with no family, flags 0 and every id -1. */
 static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, int32_t bos, int32_t eos,
                            ChatInfo *ci) {
     Arena *a = p->a;
     bool text;
     const char *N = chat_normalise(a, tpl, n, &text);
-    memset(ci, 0, sizeof *ci);
-    ci->eot = ci->bos = ci->eos = -1;
     const char *hint = "(known: Qwen2/Qwen2.5/SmolLM2 ChatML, Qwen3, Llama 3 / 3.1 / 3.2 Instruct, Zephyr/TinyLlama); "
                        "build with --no-chat to leave chat out";
 #define HAS(x) (strstr(N, x) != NULL)

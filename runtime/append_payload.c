@@ -41,6 +41,13 @@ static _Noreturn void die(const char *fmt, ...) {
 
 static unsigned char buf[4 << 20];
 
+/* Writes n bytes to g_out; hashes them into *sum when sum. */
+static void put(const void *p, size_t n, PayloadSum *sum) {
+    errno = 0;
+    if (n && fwrite(p, 1, n, g_out) != n) die("cannot write %s", g_tmp);
+    if (sum) payload_sum_update(sum, p, n);
+}
+
 /* Copies all of in to g_out; returns the byte count; hashes into *h when h. */
 static uint64_t copy(FILE *in, const char *name, PayloadSum *h) {
     uint64_t total = 0;
@@ -51,9 +58,7 @@ static uint64_t copy(FILE *in, const char *name, PayloadSum *h) {
             if (ferror(in)) die("cannot read %s", name);
             break;
         }
-        if (h) payload_sum_update(h, buf, n);
-        errno = 0;
-        if (fwrite(buf, 1, n, g_out) != n) die("cannot write %s", g_tmp);
+        put(buf, n, h);
         total += n;
     }
     return total;
@@ -161,12 +166,6 @@ static void *zjob_run(void *arg) {
     return NULL;
 }
 
-static void put(const void *p, size_t n, PayloadSum *sum) {
-    errno = 0;
-    if (n && fwrite(p, 1, n, g_out) != n) die("cannot write %s", g_tmp);
-    payload_sum_update(sum, p, n);
-}
-
 /* Writes the compressed payload to g_out; returns its size. */
 static uint64_t compress_payload(const char *pay, int level, PayloadSum *sum) {
     errno = 0;
@@ -255,11 +254,8 @@ int main(int argc, char **argv) {
     if (move) argv++;
     const char *elf = argv[1], *pay = argv[2], *out = argv[3];
     if (move && move_into(elf, pay, out)) return 0;
-    size_t ol = strlen(out);
-    char *tmp = malloc(ol + 5);
-    if (!tmp) die("out of memory");
-    memcpy(tmp, out, ol);
-    memcpy(tmp + ol, ".tmp", 5);
+    char *tmp;
+    if (asprintf(&tmp, "%s.tmp", out) < 0) die("out of memory");
 
     errno = 0;
     FILE *fe = fopen(elf, "rb");
@@ -277,8 +273,7 @@ int main(int argc, char **argv) {
     fclose(fe);
     uint64_t pad = (PAYLOAD_ALIGN - off % PAYLOAD_ALIGN) % PAYLOAD_ALIGN;
     memset(buf, 0, sizeof buf);
-    errno = 0;
-    if (pad && fwrite(buf, 1, (size_t)pad, g_out) != pad) die("cannot write %s", tmp);
+    put(buf, (size_t)pad, NULL);
     off += pad;
     PayloadSum sum;
     payload_sum_init(&sum);

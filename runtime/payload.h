@@ -14,6 +14,7 @@
  */
 #ifndef LLMCC_PAYLOAD_H
 #define LLMCC_PAYLOAD_H
+#include <assert.h>             /* static_assert, in C11 as in C++ */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -59,13 +60,8 @@ typedef struct {
     uint64_t reserved[3];
 } PayloadFooter;               /* 64 bytes, the last bytes of the file */
 
-#ifdef __cplusplus
 static_assert(sizeof(PayloadFooter) == 64, "footer is 64 bytes");
 static_assert(sizeof(PayloadTensor) == 168, "tensor entry size");
-#else
-_Static_assert(sizeof(PayloadFooter) == 64, "footer is 64 bytes");
-_Static_assert(sizeof(PayloadTensor) == 168, "tensor entry size");
-#endif
 
 /* A compressed payload (llmcc build --compress; append_payload --compress)
  * stands where the raw one would, and decompresses to it, byte for byte:
@@ -91,11 +87,7 @@ typedef struct {
     uint32_t planes;           /* 1: bytes as they are; 2: low-byte plane, then high-byte plane */
     uint32_t reserved;
 } ZFrame;                      /* 24 bytes */
-#ifdef __cplusplus
 static_assert(sizeof(ZPayloadHeader) == 64 && sizeof(ZFrame) == 24, "compressed payload layout");
-#else
-_Static_assert(sizeof(ZPayloadHeader) == 64 && sizeof(ZFrame) == 24, "compressed payload layout");
-#endif
 
 /* The footer's checksum: four lanes over little-endian 64-bit words, each
  * step xor, rotate (so high bits reach low ones) and multiply by the FNV-1a

@@ -25,7 +25,6 @@ const char *payload_dtype_name(uint32_t dtype) {
     static const char *const names[] = {[PDT_F32] = "f32", [PDT_F16] = "f16", [PDT_BF16] = "bf16", [PDT_I32] = "i32"};
     return dtype <= PDT_I32 ? names[dtype] : "?";
 }
-size_t payload_dtype_size(uint32_t dtype) { return payload_dtype_bytes(dtype); }
 
 /* argv[0] resolution when /proc is not mounted: a path, or a PATH search. */
 static int open_argv0(const char *argv0, char *path, size_t cap) {
@@ -82,7 +81,7 @@ static const char *check_header(Payload *p) {
     for (uint32_t i = 0; i < h->n_tensors; i++) {
         const PayloadTensor *e = &t[i];
         if (memchr(e->name, 0, sizeof e->name) == NULL) return msg(DAMAGED "tensor %u has no valid name)", i);
-        size_t es = payload_dtype_size(e->dtype);
+        size_t es = payload_dtype_bytes(e->dtype);
         if (es == 0 || e->ndim > 4) return msg(DAMAGED "tensor %s has dtype %u, ndim %u)", e->name, e->dtype, e->ndim);
         uint64_t count = 1;
         for (uint32_t d = 0; d < e->ndim; d++) {
@@ -190,6 +189,12 @@ static const char *unpack(Payload *p) {
 #endif
 }
 
+/* Closes fd (its errno already read into the message) and returns the message. */
+static const char *close_fd(int fd, const char *m) {
+    close(fd);
+    return m;
+}
+
 const char *payload_open(Payload *p, const char *argv0) {
     memset(p, 0, sizeof *p);
     const char *env = getenv("LLMCC_PAYLOAD");
@@ -205,37 +210,25 @@ const char *payload_open(Payload *p, const char *argv0) {
         if (fd < 0) return msg("cannot open the executable to read its weights (/proc/self/exe: %s)", strerror(errno));
     }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        msg("%s: %s", p->path, strerror(errno));
-        close(fd);
-        return g_msg;
-    }
+    if (fstat(fd, &st) != 0) return close_fd(fd, msg("%s: %s", p->path, strerror(errno)));
     uint64_t fsize = (uint64_t)st.st_size, off = 0, size = fsize;
     if (!env || !*env) {
         PayloadFooter f;
         if (fsize < sizeof f || pread(fd, &f, sizeof f, (off_t)(fsize - sizeof f)) != (ssize_t)sizeof f ||
-            memcmp(f.magic, FOOTER_MAGIC, 8) != 0) {
-            close(fd);
-            return DAMAGED "footer not found at the end of the file)";
-        }
-        if (f.version != PAYLOAD_VERSION) {
-            close(fd);
-            return msg("the payload footer is version %u, this runtime reads version %u", f.version, PAYLOAD_VERSION);
-        }
+            memcmp(f.magic, FOOTER_MAGIC, 8) != 0)
+            return close_fd(fd, DAMAGED "footer not found at the end of the file)");
+        if (f.version != PAYLOAD_VERSION)
+            return close_fd(fd, msg("the payload footer is version %u, this runtime reads version %u", f.version,
+                                    PAYLOAD_VERSION));
         if (f.payload_offset % PAYLOAD_ALIGN != 0 || f.payload_offset > fsize - sizeof f ||
-            f.payload_size != fsize - sizeof f - f.payload_offset) {
-            close(fd);
-            return DAMAGED "offset or size in the footer does not match the file)";
-        }
+            f.payload_size != fsize - sizeof f - f.payload_offset)
+            return close_fd(fd, DAMAGED "offset or size in the footer does not match the file)");
         off = f.payload_offset;
         size = f.payload_size;
         p->has_footer = true;
         p->checksum = f.checksum;
     }
-    if (size == 0) {
-        close(fd);
-        return DAMAGED "is empty)";
-    }
+    if (size == 0) return close_fd(fd, DAMAGED "is empty)");
     void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, (off_t)off);
     int e = errno;
     close(fd);

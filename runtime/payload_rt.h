@@ -41,5 +41,4 @@ const char *payload_verify(const Payload *p, uint64_t *sum);
 void payload_close(Payload *p);
 
 const char *payload_dtype_name(uint32_t dtype);
-size_t payload_dtype_size(uint32_t dtype);   /* 0 for an unknown dtype */
 #endif

@@ -827,11 +827,8 @@ static void buf_tok(Buf *b, const Tokenizer *t, int32_t id) {
     if (id >= 0) buf_put(b, t->pool + t->off[id], t->off[id + 1] - t->off[id]);
 }
 
-/* Python's str.isspace, which Jinja's |trim (str.strip) uses. */
-static bool py_space(uint32_t c) {
-    return (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
+/* Python's str.isspace, which Jinja's |trim (str.strip) uses: White_Space and the separators U+001C..U+001F. */
+static bool py_space(uint32_t c) { return is_white(c) || (c >= 0x1C && c <= 0x1F); }
 static void buf_content(Buf *b, const Tokenizer *t, const ChatMsg *m) {
     const uint8_t *s = (const uint8_t *)m->content;
     size_t n = m->len, lo = 0, hi = n;
@@ -865,15 +862,12 @@ static void buf_turn(Buf *b, const Tokenizer *t, const char *open, const ChatMsg
 static void chat_date(const Tokenizer *t, Buf *b) {
     const char *e = getenv(TOK_CHAT_DATE_ENV);
     if (e && *e) { buf_str(b, e); return; }
-    if (!(t->chat_flags & TOKC_TODAY)) { buf_str(b, "26 Jul 2024"); return; }
     static const char mon[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
-    time_t now = time(NULL);
+    time_t now = t->chat_flags & TOKC_TODAY ? time(NULL) : (time_t)-1;   /* -1: the fixed date */
     struct tm tm;
-    char s[32];
-    if (now == (time_t)-1 || !localtime_r(&now, &tm) || tm.tm_mon < 0 || tm.tm_mon > 11) {
-        buf_str(b, "26 Jul 2024"); return;
-    }
-    snprintf(s, sizeof s, "%02d %.3s %04d", tm.tm_mday, mon + 3 * tm.tm_mon, tm.tm_year + 1900);
+    char s[32] = "26 Jul 2024";
+    if (now != (time_t)-1 && localtime_r(&now, &tm) && tm.tm_mon >= 0 && tm.tm_mon <= 11)
+        snprintf(s, sizeof s, "%02d %.3s %04d", tm.tm_mday, mon + 3 * tm.tm_mon, tm.tm_year + 1900);
     buf_str(b, s);
 }
 
@@ -941,10 +935,6 @@ static void render_qwen3(Buf *b, const ChatMsg *m, int n, bool add_gen, int thin
         buf_str(b, "<|im_start|>assistant\n");
         if (think == 0) buf_str(b, "<think>\n\n</think>\n\n");
     }
-}
-
-char *tokenizer_chat_render(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, size_t *len) {
-    return tokenizer_chat_render_think(t, m, n, add_gen, cont, TOK_THINK_DEFAULT, len);
 }
 
 char *tokenizer_chat_render_think(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, int think,

@@ -91,9 +91,8 @@ const char *tokenizer_chat_default_system(const Tokenizer *t, size_t *len);
  * cont: the messages continue a conversation right after an assistant reply
  * whose end-of-turn token was sampled but not kept: the text starts with what
  * the template puts after an assistant's content and leaves out what comes
- * only once (BOS, the default system prompt). */
-char *tokenizer_chat_render(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, size_t *len);
-/* The same with the template's thinking switch (enable_thinking): think 0 off, 1 on, -1 the template's
+ * only once (BOS, the default system prompt).
+ * think: the template's thinking switch (enable_thinking): 0 off, 1 on, -1 the template's
  * default (on); only QWEN3 has one. cont is not supported for QWEN3, whose template rewrites earlier turns:
  * render the whole conversation instead (tokenizer_chat_rewrites_history). */
 #define TOK_THINK_DEFAULT (-1)

@@ -1,4 +1,4 @@
-"""test_chat: chat templates (runtime/tokenizer.c tokenizer_chat_render, recognised by
+"""test_chat: chat templates (runtime/tokenizer.c tokenizer_chat_render_think, recognised by
 compiler/tokenizer_pack.c) against transformers' apply_chat_template(messages,
 add_generation_prompt=True, tokenize=True), id for id, for the real Qwen2.5 and Llama 3
 Instruct tokenizers in ../shared/assets/tokenizers, for Meta's Llama 3.1 / 3.2 Instruct
@@ -678,7 +678,7 @@ static int try_blob(const uint8_t *b, size_t n) {
     ChatMsg m[3] = { { "system", "s", 1 }, { "user", " u\n", 3 }, { "assistant", "a", 1 } };
     for (int cont = 0; cont < 2; cont++) {
         size_t len;
-        char *s = tokenizer_chat_render(t, m, 3, true, cont, &len);
+        char *s = tokenizer_chat_render_think(t, m, 3, true, cont, TOK_THINK_DEFAULT, &len);
         if (tokenizer_chat_family(t) != TOK_CHAT_NONE && (!s || strlen(s) != len)) { fprintf(stderr, "render\n"); exit(3); }
         free(s);
     }

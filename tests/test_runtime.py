@@ -313,7 +313,7 @@ def test_make_clean_and_missing_compiler():
 
 
 def test_pack_small_cases():
-    """pack_payload layout with several tensors of different dtypes and a tokenizer blob."""
+    """pack_payload_ex layout with several tensors of different dtypes and a tokenizer blob."""
     src = os.path.join(tmpdir("runtime"), "pack_multi.c")
     with open(src, "w") as f:
         f.write(r'''
@@ -333,7 +333,7 @@ int main(int argc, char **argv) {
         { "scalar", PDT_I32, 0, { 0 }, c, sizeof c },
     };
     const uint8_t blob[] = "tokenizer-bytes";
-    pack_payload(argv[1], t, 4, blob, sizeof blob);
+    pack_payload_ex(argv[1], t, NULL, 4, blob, sizeof blob);
     return 0;
 }
 ''')

@@ -1,4 +1,4 @@
-/* mk_payload.c: writes the payload of the mock bigram model with pack_payload.
+/* mk_payload.c: writes the payload of the mock bigram model with pack_payload_ex.
  *   mk_payload OUT [TOKBLOB]
  * The table is pseudo-random (fixed LCG) with a few forced transitions the
  * tests rely on: 5 -> 6 -> 7 -> EOS (2). */
@@ -27,7 +27,7 @@ int main(int argc, char **argv) {
     }
     PackTensor t = { .name = "bigram.weight", .dtype = PDT_F32, .ndim = 2, .shape = { V, V },
                      .data = w, .nbytes = (size_t)V * V * sizeof *w };
-    pack_payload(argv[1], &t, 1, blob, blen);
+    pack_payload_ex(argv[1], &t, NULL, 1, blob, blen);
     free(w);
     free(blob);
     return 0;
