@@ -5,36 +5,15 @@
 #include <math.h>
 #include <string.h>
 
-const char *const dtype_names[] = {
-#define X(e, s, n) s,
-    DTYPES(X)
-#undef X
-};
-const int dtype_sizes[] = {
-#define X(e, s, n) n,
-    DTYPES(X)
-#undef X
-};
-const char *const param_names[] = {
-#define X(e, s) s,
-    PARAMS(X)
-#undef X
-};
-const char *const bufkind_names[] = {
-#define X(e, s) s,
-    BUFKINDS(X)
-#undef X
-};
-const char *const expr_names[] = {
-#define X(e, s, n) s,
-    EXPR_KINDS(X)
-#undef X
-};
-const int expr_arity[] = {
-#define X(e, s, n) n,
-    EXPR_KINDS(X)
-#undef X
-};
+const char *const dtype_names[] = {DTYPES(X_NAME)};
+/* the third entry of DTYPES (bytes) and EXPR_KINDS (arity) */
+#define X_THIRD(e, s, n) n,
+const int dtype_sizes[] = {DTYPES(X_THIRD)};
+const char *const param_names[] = {PARAMS(X_NAME)};
+const char *const bufkind_names[] = {BUFKINDS(X_NAME)};
+const char *const expr_names[] = {EXPR_KINDS(X_NAME)};
+const int expr_arity[] = {EXPR_KINDS(X_THIRD)};
+#undef X_THIRD
 
 static Expr *mk(Arena *A, ExprKind k, EType t, int nargs) {
     Expr *e = ARENA_NEW(A, Expr);

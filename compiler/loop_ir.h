@@ -36,14 +36,7 @@
 #define LLMCC_LOOP_IR_H
 #include "tensor_ir.h"
 
-#define LSTMT_KINDS(X) X(LS_FOR, "for") X(LS_ACC_INIT, "acc_init") X(LS_ACC, "acc_update") X(LS_STORE, "store") \
-    X(LS_ATTN, "online_softmax") X(LS_TOPK, "top_k")
-typedef enum {
-#define X(e, s) e,
-    LSTMT_KINDS(X)
-#undef X
-    LS_COUNT
-} LStmtKind;
+typedef enum { LS_FOR, LS_ACC_INIT, LS_ACC, LS_STORE, LS_ATTN, LS_TOPK, LS_COUNT } LStmtKind;
 typedef enum { LOOP_PARALLEL, LOOP_REDUCE } LoopKind;
 
 /* A reduction loop's body is its acc_update, optionally preceded by one

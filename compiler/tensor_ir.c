@@ -4,16 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-const char *const top_kind_names[] = {
-#define X(e, s) s,
-    TOP_KINDS(X)
-#undef X
-};
-const char *const red_op_names[] = {
-#define X(e, s) s,
-    RED_OPS(X)
-#undef X
-};
+const char *const top_kind_names[] = {TOP_KINDS(X_NAME)};
+const char *const red_op_names[] = {RED_OPS(X_NAME)};
 
 Var *new_var(Arena *A, int *counter, const char *name) {
     Var *v = ARENA_NEW(A, Var);
