@@ -139,22 +139,30 @@ static bool writes(const LStmt *s, const Buffer *b) {
     return false;
 }
 
-/* the buffers e loads (*n = -1: more than 16) */
-static void collect_inputs(const Expr *e, Buffer **out, int *n) {
-    if (*n < 0) return;
+/* The buffers expressions load, each once (n = -1: more than 16); collect_inputs adds e's (a stmt_walk visitor). */
+typedef struct { Buffer *b[16]; int n; } Inputs;
+static void collect_inputs(void *ctx, const Expr *e) {
+    Inputs *s = ctx;
+    if (s->n < 0) return;
     if (e->k == EX_LOAD) {
         int i = 0;
-        while (i < *n && out[i] != e->buf) i++;
-        if (i == *n) { if (*n == 16) { *n = -1; return; } out[(*n)++] = e->buf; }
+        while (i < s->n && s->b[i] != e->buf) i++;
+        if (i == s->n) { if (s->n == 16) { s->n = -1; return; } s->b[s->n++] = e->buf; }
     }
-    for (int i = 0; i < e->nargs; i++) collect_inputs(e->a[i], out, n);
+    for (int i = 0; i < e->nargs; i++) collect_inputs(s, e->a[i]);
+}
+/* whether e loads a weight (-1: it loads more than 16 buffers) */
+static int weight_read(const Expr *e) {
+    Inputs in = {0};
+    collect_inputs(&in, e);
+    for (int i = 0; i < in.n; i++) if (in.b[i]->kind == BUF_WEIGHT) return 1;
+    return in.n < 0 ? -1 : 0;
 }
 
-/* The producer's value at the consumer's load point: its loop variables
- * replaced by the load's indices. */
-static Expr *value_at(Arena *A, const Shape *p, const Expr *load) {
-    Expr *v = p->store->value;
-    for (int d = 0; d < p->npar; d++) v = expr_subst(A, v, p->par[d]->v, load->a[d]);
+/* v, an expression of sh's loop variables, at the point another nest loads: the variables replaced by the load's
+ * indices (a producer's value where its consumer reads it) */
+static Expr *at_point(Arena *A, const Shape *sh, Expr *v, const Expr *load) {
+    for (int d = 0; d < sh->npar; d++) v = expr_subst(A, v, sh->par[d]->v, load->a[d]);
     return v;
 }
 static Expr *replace_load(Arena *A, Expr *e, const Expr *load, Expr *with) {
@@ -196,13 +204,12 @@ static bool try_inline(Arena *A, LProgram *lp, bool *dead, int pi, int ci) {
         if (i == ci && w.n != 1) return false;   /* one load: more would evaluate P's value twice */
     }
     /* P's inputs must still hold what P read when C runs */
-    Buffer *in[16];
-    int nin = 0;
-    collect_inputs(p.store->value, in, &nin);
-    if (nin < 0) return false;
+    Inputs in = {0};
+    collect_inputs(&in, p.store->value);
+    if (in.n < 0) return false;
     for (int i = pi + 1; i < ci; i++)
-        for (int j = 0; !dead[i] && j < nin; j++) if (writes(lp->nests[i]->root, in[j])) return false;
-    c.store->value = replace_load(A, c.store->value, u.first, value_at(A, &p, u.first));
+        for (int j = 0; !dead[i] && j < in.n; j++) if (writes(lp->nests[i]->root, in.b[j])) return false;
+    c.store->value = replace_load(A, c.store->value, u.first, at_point(A, &p, p.store->value, u.first));
     return true;
 }
 
@@ -231,7 +238,7 @@ static bool try_side_store(Arena *A, LProgram *lp, int pi, int ri) {
     Uses us = {b, 0, NULL, false};
     count_stmt(&us, r.store);
     if (us.n) return false;
-    Expr *v = value_at(A, &p, u.first);
+    Expr *v = at_point(A, &p, p.store->value, u.first);
     LStmt *side = ARENA_NEW(A, LStmt);
     side->k = LS_STORE; side->buf = p.store->buf;
     side->idx = ARENA_ARRAY(A, Expr *, b->ndim);
@@ -263,12 +270,9 @@ static bool try_tail(Arena *A, LProgram *lp, int ri, int ci) {
     if (!shape_of(lp->nests[ri], &r) || !r.red || !shape_of(lp->nests[ci], &c) || c.red || c.npar != r.npar + 1)
         return false;
     if (r.red->body[r.red->nbody - 1]->red == RED_ARGMAX || r.leaf->nbody != 3) return false;
-    Buffer *in[16];
-    int nin = 0;
-    collect_inputs(r.red->body[r.red->nbody - 1]->value, in, &nin);
     /* (tile_ir.c never makes a gemv of a side store) */
-    for (int i = 0; i < nin && !r.side; i++) if (in[i]->kind == BUF_WEIGHT) return false;
-    if (nin < 0) return false;
+    int w = weight_read(r.red->body[r.red->nbody - 1]->value);
+    if (w < 0 || (w && !r.side)) return false;
     const Buffer *b = r.store->buf;
     if (b->kind != BUF_ACT || !identity_store(&r) || c.store->buf == b) return false;
     for (int d = 0; d < r.npar; d++) if (!expr_equal(r.par[d]->extent, c.par[d]->extent)) return false;
@@ -351,10 +355,9 @@ static bool try_retarget(Arena *A, LProgram *lp, const bool *dead, int pi, int c
         if (touches(lp->nests[i], b) || (i > pi && i < ci && touches(lp->nests[i], c.store->buf))) return false;
     }
     if (writes(lp->nests[pi]->root, c.store->buf)) return false;
-    Buffer *in[16];
-    int nin = 0;
-    for (int k = 0; k < c.store->buf->ndim; k++) collect_inputs(c.store->idx[k], in, &nin);
-    if (nin) return false;   /* the target index reads nothing (P runs earlier than C did) */
+    Inputs in = {0};
+    for (int k = 0; k < c.store->buf->ndim; k++) collect_inputs(&in, c.store->idx[k]);
+    if (in.n) return false;   /* the target index reads nothing (P runs earlier than C did) */
     /* C's variables as expressions of P's */
     Var *cv[MAX_AXES];
     Expr *to[MAX_AXES] = {0};
@@ -450,11 +453,7 @@ static bool linear_shape(const LoopNest *n, Shape *sh) {
     if (!shape_of(n, sh) || !sh->red || sh->side || sh->leaf->nbody != 3 || sh->red->body[0]->red != RED_SUM ||
         !expr_is_const(sh->red->extent, &K) || sh->store->buf->kind != BUF_ACT || !identity_store(sh))
         return false;
-    Buffer *in[16];
-    int nin = 0;
-    collect_inputs(sh->red->body[0]->value, in, &nin);
-    for (int i = 0; i < nin; i++) if (in[i]->kind == BUF_WEIGHT) return true;
-    return false;
+    return weight_read(sh->red->body[0]->value) == 1;
 }
 static bool expr_uses_buf(const Expr *e, const Buffer *b) {
     if (e->k == EX_LOAD && e->buf == b) return true;
@@ -482,15 +481,11 @@ static bool at_own_point(const Shape *c, const Shape *r, const Expr *ld) {
 }
 /* R's store value at the point ld (R's loop variables replaced by ld's indices), its acc as slot */
 static Expr *linear_at(Arena *A, const Shape *r, const Expr *ld, int slot) {
-    Expr *acc = e_acc_slot(A, slot);
-    Expr *v = expr_subst_acc(A, r->store->value, acc);
-    for (int d = 0; d < r->npar; d++) v = expr_subst(A, v, r->par[d]->v, ld->a[d]);
-    return v;
+    return at_point(A, r, expr_subst_acc(A, r->store->value, e_acc_slot(A, slot)), ld);
 }
+/* R's accumulated term at the point ld, its reduction variable kv */
 static Expr *acc_term_at(Arena *A, const Shape *r, const Expr *ld, Var *kv) {
-    Expr *v = expr_subst(A, r->red->body[0]->value, r->red->v, e_var(A, kv));
-    for (int d = 0; d < r->npar; d++) v = expr_subst(A, v, r->par[d]->v, ld->a[d]);
-    return v;
+    return at_point(A, r, expr_subst(A, r->red->body[0]->value, r->red->v, e_var(A, kv)), ld);
 }
 /* a's kernel name joined with b's past their common prefix: mlp_gate_proj + mlp_up_proj -> mlp_gate_proj_up_proj */
 static const char *joined_name(Arena *A, const char *a, const char *b) {
@@ -498,18 +493,18 @@ static const char *joined_name(Arena *A, const char *a, const char *b) {
     while (a[i] && a[i] == b[i]) { if (a[i] == '_') p = i + 1; i++; }
     return arena_printf(A, "%s_%s", a, b + p);
 }
-/* the nests strictly between lo and hi write none of C's inputs (but skip) and do not touch out */
-static bool quiet_between(const LProgram *lp, const bool *dead, int lo, int hi, const Expr *const *vals, int nv,
+/* the nests strictly between lo and hi write none of the buffers the nest `reader` reads (but skip) and do not
+ * touch out */
+static bool quiet_between(const LProgram *lp, const bool *dead, int lo, int hi, const LoopNest *reader,
                           const Buffer *skip0, const Buffer *skip1, const Buffer *out) {
-    Buffer *in[16];
-    int nin = 0;
-    for (int v = 0; v < nv; v++) collect_inputs(vals[v], in, &nin);
-    if (nin < 0) return false;
+    Inputs in = {0};
+    stmt_walk(reader->root, collect_inputs, NULL, &in);
+    if (in.n < 0) return false;
     for (int i = lo + 1; i < hi; i++) {
         if (dead[i]) continue;
         if (touches(lp->nests[i], out)) return false;
-        for (int j = 0; j < nin; j++)
-            if (in[j] != skip0 && in[j] != skip1 && writes(lp->nests[i]->root, in[j])) return false;
+        for (int j = 0; j < in.n; j++)
+            if (in.b[j] != skip0 && in.b[j] != skip1 && writes(lp->nests[i]->root, in.b[j])) return false;
     }
     return true;
 }
@@ -542,9 +537,7 @@ static bool try_epilogue(Arena *A, LProgram *lp, const bool *dead, int ri, int c
     Shape r, c;
     if (!linear_shape(lp->nests[ri], &r) || !shape_of(lp->nests[ci], &c) || !at_own_point(&c, &r, ld)) return false;
     Buffer *out = c.store->buf;
-    const Expr *vals[1 + MAX_DIMS] = {c.store->value};
-    for (int d = 0; d < out->ndim; d++) vals[1 + d] = c.store->idx[d];
-    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, vals, 1 + out->ndim, r.store->buf, NULL, out))
+    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, lp->nests[ci], r.store->buf, NULL, out))
         return false;
     Var *cv[MAX_AXES];
     Expr *rv[MAX_AXES];
@@ -565,13 +558,10 @@ static bool try_pair(Arena *A, LProgram *lp, const bool *dead, int r1i, int r2i,
         !at_own_point(&c, &r1, ld1) || !at_own_point(&c, &r2, ld2) || !expr_equal(r1.red->extent, r2.red->extent))
         return false;
     Buffer *out = c.store->buf;
-    const Expr *vals[1 + MAX_DIMS] = {c.store->value};
-    for (int d = 0; d < out->ndim; d++) vals[1 + d] = c.store->idx[d];
     /* R1 runs at R2's place: what it reads must not change in between */
-    const Expr *t1[2] = {r1.red->body[0]->value, r1.store->value};
     if (touches(lp->nests[r1i], out) || touches(lp->nests[r2i], out) ||
-        !quiet_between(lp, dead, r1i, r2i, t1, 2, NULL, NULL, r1.store->buf) ||
-        !quiet_between(lp, dead, r2i, ci, vals, 1 + out->ndim, r1.store->buf, r2.store->buf, out))
+        !quiet_between(lp, dead, r1i, r2i, lp->nests[r1i], NULL, NULL, r1.store->buf) ||
+        !quiet_between(lp, dead, r2i, ci, lp->nests[ci], r1.store->buf, r2.store->buf, out))
         return false;
     Var *kv = r1.red->v;
     Axis ax[MAX_AXES];
@@ -609,9 +599,7 @@ static bool try_halves(Arena *A, LProgram *lp, const bool *dead, int ri, int ci)
     if (!same_count(&c, &r)) return false;
     int64_t x;
     Buffer *b = r.store->buf, *out = c.store->buf;
-    const Expr *vals[1 + MAX_DIMS] = {c.store->value};
-    for (int d = 0; d < out->ndim; d++) vals[1 + d] = c.store->idx[d];
-    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, vals, 1 + out->ndim, b, NULL, out))
+    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, lp->nests[ci], b, NULL, out))
         return false;
     /* the halves, over ranges: C's constant loops and e' < E/2 */
     Var *eh = new_var(A, &lp->tp->nvars, c.par[c.npar - 1]->v->name);
@@ -692,21 +680,20 @@ void loop_fuse_epilogues(Arena *A, LProgram *lp, bool enable) {
         Shape c, r;
         if (!shape_of(lp->nests[ci], &c) || c.red) continue;
         /* the linears C reads (each written by one earlier nest and read by C alone) and their points */
-        Buffer *in[16];
-        int nin = 0;
-        collect_inputs(c.store->value, in, &nin);
-        if (nin < 0) continue;
+        Inputs in = {0};
+        collect_inputs(&in, c.store->value);
+        if (in.n < 0) continue;
         int ri[2], nl = 0, np[2] = {0, 0};
         const Expr *pt[2][4];
         bool ok = true;
-        for (int i = 0; i < nin && ok; i++) {
-            if (in[i]->kind != BUF_ACT) continue;
-            int w = sole_writer(lp, dead, in[i], ci);
-            if (w < 0 || w > ci || w == ci || !linear_shape(lp->nests[w], &r) || r.store->buf != in[i]) continue;
-            for (int d = 0; d < c.store->buf->ndim; d++) if (expr_uses_buf(c.store->idx[d], in[i])) ok = false;
+        for (int i = 0; i < in.n && ok; i++) {
+            if (in.b[i]->kind != BUF_ACT) continue;
+            int w = sole_writer(lp, dead, in.b[i], ci);
+            if (w < 0 || w > ci || w == ci || !linear_shape(lp->nests[w], &r) || r.store->buf != in.b[i]) continue;
+            for (int d = 0; d < c.store->buf->ndim; d++) if (expr_uses_buf(c.store->idx[d], in.b[i])) ok = false;
             if (nl == 2) { ok = false; break; }
             ri[nl] = w;
-            points_of(c.store->value, in[i], pt[nl], &np[nl]);
+            points_of(c.store->value, in.b[i], pt[nl], &np[nl]);
             nl++;
         }
         if (!ok || !nl) continue;
@@ -758,18 +745,17 @@ void loop_flash(Arena *A, LProgram *lp, bool enable, bool (*fits)(const AttnDesc
             ok = at[p] >= 0 && (!p || at[p] > at[p - 1]);
         }
         /* the scores, max and sum have no other users, and the inputs still hold what the scores read */
-        Buffer *in[16];
-        int nin = 0;
-        collect_inputs(d->q, in, &nin);
-        collect_inputs(d->k, in, &nin);
-        collect_inputs(d->v, in, &nin);
-        if (nin < 0) ok = false;
+        Inputs in = {0};
+        collect_inputs(&in, d->q);
+        collect_inputs(&in, d->k);
+        collect_inputs(&in, d->v);
+        if (in.n < 0) ok = false;
         for (int i = 0; i < lp->n && ok; i++) {
             bool part = false;
             for (int p = 0; p < 5; p++) part |= i == at[p];
             if (dead[i] || part) continue;
             for (int p = 0; p < 3 && ok; p++) ok = !touches(lp->nests[i], d->parts[p]->out);
-            for (int b = 0; b < nin && ok && i > at[0] && i < pv; b++) ok = !writes(lp->nests[i]->root, in[b]);
+            for (int b = 0; b < in.n && ok && i > at[0] && i < pv; b++) ok = !writes(lp->nests[i]->root, in.b[b]);
         }
         if (!ok) continue;
         for (int p = 0; p < 4; p++) dead[at[p]] = true;
