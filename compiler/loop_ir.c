@@ -182,6 +182,25 @@ static Expr *extent_product(Arena *A, const Shape *sh, bool with_red) {
     return p;
 }
 
+static LStmt *store_stmt(Arena *A, Buffer *b, Expr **idx, Expr *value) {
+    LStmt *s = stmt(A, LS_STORE);
+    s->buf = b; s->idx = idx; s->value = value;
+    return s;
+}
+/* a store of value to b at idx, from[i] replaced by to[i] in both */
+static LStmt *store_subst(Arena *A, Buffer *b, Expr *const *idx, Expr *value, Var *const *from, Expr *const *to,
+                          int n) {
+    Expr **ni = ARENA_ARRAY(A, Expr *, b->ndim);
+    for (int d = 0; d < b->ndim; d++) ni[d] = expr_subst_vars(A, idx[d], from, to, n);
+    return store_stmt(A, b, ni, expr_subst_vars(A, value, from, to, n));
+}
+/* C's store, of value, moved into R's loops: C's first n loop variables become R's (rv[0..n): R's, as expressions) */
+static LStmt *store_in(Arena *A, const Shape *c, const Shape *r, int n, Expr *value, Expr **rv) {
+    Var *cv[MAX_AXES];
+    for (int d = 0; d < n; d++) { cv[d] = c->par[d]->v; rv[d] = e_var(A, r->par[d]->v); }
+    return store_subst(A, c->store->buf, c->store->idx, value, cv, rv, n);
+}
+
 /* Inlining P (the only writer of B) into the flat nest C: allowed when C
  * is B's only reader, reads it at one point, and has as many elements as
  * P (one evaluation of P's value per element either way: nothing is
@@ -283,17 +302,8 @@ static bool try_tail(Arena *A, LProgram *lp, int ri, int ci) {
     if (!u.n || u.other) return false;
     for (int d = 0; d < r.npar; d++) if (u.first->a[d]->k != EX_VAR || u.first->a[d]->var != c.par[d]->v) return false;
     /* R's variables for C's leading ones; C's last loop becomes R's tail */
-    Expr *val = c.store->value;
-    Expr **idx = ARENA_ARRAY(A, Expr *, c.store->buf->ndim);
-    for (int k = 0; k < c.store->buf->ndim; k++) idx[k] = c.store->idx[k];
-    for (int d = 0; d < r.npar; d++) {
-        Expr *rv = e_var(A, r.par[d]->v);
-        val = expr_subst(A, val, c.par[d]->v, rv);
-        for (int k = 0; k < c.store->buf->ndim; k++) idx[k] = expr_subst(A, idx[k], c.par[d]->v, rv);
-    }
-    LStmt *st = ARENA_NEW(A, LStmt);
-    *st = *c.store;
-    st->value = val; st->idx = idx;
+    Expr *rv[MAX_AXES];
+    LStmt *st = store_in(A, &c, &r, r.npar, c.store->value, rv);
     Axis ax = {c.par[c.npar - 1]->v, c.par[c.npar - 1]->extent};
     LStmt *tail = loop(A, &ax, LOOP_PARALLEL, 1);
     tail->body[0] = st;
@@ -406,13 +416,11 @@ static void life_load(void *ctx, Buffer *b) {
     l->last[b->id] = l->i;
 }
 static void life_expr(void *l, const Expr *e) { expr_visit_loads(e, life_load, l); }
-/* Drops the nests fusion emptied (dead). */
-static void drop_dead(LProgram *lp, const bool *dead) {
+/* Drops the nests fusion emptied (dead), then plans the arena again. */
+static void replan(Arena *A, LProgram *lp, const bool *dead) {
     int n = 0;
     for (int i = 0; i < lp->n; i++) if (!dead[i]) lp->nests[n++] = lp->nests[i];
     lp->n = n;
-}
-static void replan(Arena *A, LProgram *lp) {
     TProgram *tp = lp->tp;
     Life l = {ARENA_ARRAY(A, int, tp->nbufs), ARENA_ARRAY(A, int, tp->nbufs), 0};
     for (int i = 0; i < tp->nbufs; i++) l.first[i] = l.last[i] = -1;
@@ -440,8 +448,7 @@ void loop_fuse(Arena *A, LProgram *lp, bool enable) {
             if (pi >= 0 && try_retarget(A, lp, dead, pi, ci)) { dead[ci] = true; lp->n_retargeted++; }
         }
     }
-    drop_dead(lp, dead);
-    replan(A, lp);
+    replan(A, lp, dead);
 }
 
 /* ---- epilogues: elementwise consumers into the linears they read ---- */
@@ -508,11 +515,6 @@ static bool quiet_between(const LProgram *lp, const bool *dead, int lo, int hi, 
     }
     return true;
 }
-static LStmt *store_stmt(Arena *A, Buffer *b, Expr **idx, Expr *value) {
-    LStmt *s = stmt(A, LS_STORE);
-    s->buf = b; s->idx = idx; s->value = value;
-    return s;
-}
 /* parallel loops over ax around acc_init x2, for kv < K { slot 0 += t0; slot 1 += t1 }, the stores */
 static LStmt *pair_root(Arena *A, const Axis *ax, int npar, Var *kv, Expr *K, Expr *t0, Expr *t1, LStmt **st,
                         int nst) {
@@ -539,13 +541,8 @@ static bool try_epilogue(Arena *A, LProgram *lp, const bool *dead, int ri, int c
     Buffer *out = c.store->buf;
     if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, lp->nests[ci], r.store->buf, NULL, out))
         return false;
-    Var *cv[MAX_AXES];
-    Expr *rv[MAX_AXES];
-    for (int d = 0; d < c.npar; d++) { cv[d] = c.par[d]->v; rv[d] = e_var(A, r.par[d]->v); }
-    Expr *v = replace_load(A, c.store->value, ld, r.store->value);
-    Expr **idx = ARENA_ARRAY(A, Expr *, out->ndim);
-    for (int d = 0; d < out->ndim; d++) idx[d] = expr_subst_vars(A, c.store->idx[d], cv, rv, c.npar);
-    r.store->buf = out; r.store->idx = idx; r.store->value = expr_subst_vars(A, v, cv, rv, c.npar);
+    Expr *rv[MAX_AXES], *v = replace_load(A, c.store->value, ld, r.store->value);
+    *r.store = *store_in(A, &c, &r, c.npar, v, rv);
     lp->nests[ri]->kname = joined_name(A, lp->nests[ri]->kname, lp->nests[ci]->kname);
     return true;
 }
@@ -567,14 +564,9 @@ static bool try_pair(Arena *A, LProgram *lp, const bool *dead, int r1i, int r2i,
     Axis ax[MAX_AXES];
     for (int d = 0; d < r1.npar; d++) ax[d] = (Axis){r1.par[d]->v, r1.par[d]->extent};
     /* C's value with both loads replaced, at R1's variables */
-    Var *cv[MAX_AXES];
-    Expr *rv[MAX_AXES];
-    for (int d = 0; d < c.npar; d++) { cv[d] = c.par[d]->v; rv[d] = e_var(A, ax[d].v); }
-    Expr *val = replace_load(A, c.store->value, ld1, linear_at(A, &r1, ld1, 0));
+    Expr *rv[MAX_AXES], *val = replace_load(A, c.store->value, ld1, linear_at(A, &r1, ld1, 0));
     val = replace_load(A, val, ld2, linear_at(A, &r2, ld2, 1));
-    Expr **idx = ARENA_ARRAY(A, Expr *, out->ndim);
-    for (int d = 0; d < out->ndim; d++) idx[d] = expr_subst_vars(A, c.store->idx[d], cv, rv, c.npar);
-    LStmt *st = store_stmt(A, out, idx, expr_subst_vars(A, val, cv, rv, c.npar));
+    LStmt *st = store_in(A, &c, &r1, c.npar, val, rv);
     Expr *p1 = e_load(A, r1.store->buf, r1.npar, rv), *p2 = e_load(A, r2.store->buf, r2.npar, rv);
     LoopNest *n = ARENA_NEW(A, LoopNest);
     *n = *lp->nests[r1i];
@@ -647,9 +639,7 @@ static bool try_halves(Arena *A, LProgram *lp, const bool *dead, int ri, int ci)
     for (int h = 0; h < 2; h++) {
         Expr *v = hval[h];
         for (int j = 0; j < 2; j++) v = replace_load(A, v, P[j], linear_at(A, &r, P[j], j));
-        Expr **idx = ARENA_ARRAY(A, Expr *, out->ndim);
-        for (int d = 0; d < out->ndim; d++) idx[d] = expr_subst_vars(A, hidx[h][d], from, to, nf);
-        st[h] = store_stmt(A, out, idx, expr_subst_vars(A, v, from, to, nf));
+        st[h] = store_subst(A, out, hidx[h], v, from, to, nf);
     }
     Axis ax[2] = {{c.par[0]->v, c.par[0]->extent}, {pv, e_i(A, total)}};
     Var *kv = r.red->v;
@@ -710,8 +700,7 @@ void loop_fuse_epilogues(Arena *A, LProgram *lp, bool enable) {
         }
         if (nl == 1 && np[0] == 2 && try_halves(A, lp, dead, ri[0], ci)) { dead[ci] = true; lp->n_halves++; }
     }
-    drop_dead(lp, dead);
-    replan(A, lp);
+    replan(A, lp, dead);
 }
 
 /* ---- online softmax (flash attention) ---- */
@@ -762,8 +751,7 @@ void loop_flash(Arena *A, LProgram *lp, bool enable, bool (*fits)(const AttnDesc
         lp->nests[pv] = attn_nest(A, lp->nests[pv], d);
         lp->n_flash++;
     }
-    drop_dead(lp, dead);
-    if (lp->n_flash) replan(A, lp);
+    if (lp->n_flash) replan(A, lp, dead);   /* (nothing is dead otherwise) */
 }
 
 static void indent(Str *o, int d) { for (int i = 0; i < d; i++) str_printf(o, "  "); }
