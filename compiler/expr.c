@@ -220,6 +220,11 @@ static bool infix(ExprKind k) {
     return k == EX_ADD || k == EX_SUB || k == EX_MUL || k == EX_DIV || k == EX_MOD
            || k == EX_LT || k == EX_LE || k == EX_EQ;
 }
+void expr_print_ref(Str *o, const char *name, int n, Expr *const *idx) {
+    str_printf(o, "%s[", name);
+    for (int i = 0; i < n; i++) { if (i) str_printf(o, ", "); expr_print(o, idx[i]); }
+    str_printf(o, "]");
+}
 void expr_print(Str *o, const Expr *e) {
     switch (e->k) {
     case EX_FCONST:
@@ -244,11 +249,11 @@ void expr_print(Str *o, const Expr *e) {
             str_printf(o, ")");
             return;
         }
-        /* a load as name[i, j], a function as name(x, y) */
-        bool load = e->k == EX_LOAD;
-        str_printf(o, "%s%c", load ? e->buf->name : expr_names[e->k], load ? '[' : '(');
+        if (e->k == EX_LOAD) { expr_print_ref(o, e->buf->name, e->nargs, e->a); return; }
+        /* a function as name(x, y) */
+        str_printf(o, "%s(", expr_names[e->k]);
         for (int i = 0; i < e->nargs; i++) { if (i) str_printf(o, ", "); expr_print(o, e->a[i]); }
-        str_printf(o, load ? "]" : ")");
+        str_printf(o, ")");
     }
 }
 

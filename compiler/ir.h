@@ -111,6 +111,8 @@ void expr_visit_loads(const Expr *e, void (*f)(void *ctx, Buffer *b), void *ctx)
 
 /* Debug printer used by every IR printer: loads as name[i, j]. */
 void expr_print(Str *o, const Expr *e);
+/* name[idx[0], ..., idx[n-1]]: a store's target, printed as a load of it would be */
+void expr_print_ref(Str *o, const char *name, int n, Expr *const *idx);
 /* Verifies types and arities; returns NULL or a message. */
 const char *expr_verify(Arena *A, const Expr *e);
 #endif

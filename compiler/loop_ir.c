@@ -777,9 +777,8 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
         return;
     }
     case LS_STORE:
-        str_printf(o, "%s[", s->buf->name);
-        for (int i = 0; i < s->buf->ndim; i++) { if (i) str_printf(o, ", "); expr_print(o, s->idx[i]); }
-        str_printf(o, "] = ");
+        expr_print_ref(o, s->buf->name, s->buf->ndim, s->idx);
+        str_printf(o, " = ");
         expr_print(o, s->value);
         str_printf(o, "\n");
         return;
@@ -801,9 +800,8 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
         expr_print(o, a->v);
         str_printf(o, " for d in 0..%lld; m = m'\n", (long long)a->hv);
         indent(o, d);
-        str_printf(o, "%s[", a->out->name);
-        for (int i = 0; i < a->out->ndim; i++) { if (i) str_printf(o, ", "); expr_print(o, a->out_idx[i]); }
-        str_printf(o, "] = o[d] / l for d in 0..%lld\n", (long long)a->hv);
+        expr_print_ref(o, a->out->name, a->out->ndim, a->out_idx);
+        str_printf(o, " = o[d] / l for d in 0..%lld\n", (long long)a->hv);
         return;
     }
     case LS_TOPK: {
@@ -818,9 +816,8 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
         str_printf(o, " (at most %lld; value descending, then %s ascending, NaN as -inf):\n", (long long)t->topk_max,
                    j);
         indent(o, d + 1);
-        str_printf(o, "%s[", t->out->name);
-        for (int i = 0; i < t->out->ndim; i++) { if (i) str_printf(o, ", "); expr_print(o, t->out_idx[i]); }
-        str_printf(o, "] = (%s == 0 ? value : %s) of rank %s, for %s < k\n", t->topk_sel->name, j, t->topk_rank->name,
+        expr_print_ref(o, t->out->name, t->out->ndim, t->out_idx);
+        str_printf(o, " = (%s == 0 ? value : %s) of rank %s, for %s < k\n", t->topk_sel->name, j, t->topk_rank->name,
                    t->topk_rank->name);
         return;
     }

@@ -531,9 +531,9 @@ void tensor_print(Str *o, const TProgram *tp) {
             str_printf(o, " %s over [", red_op_names[op->red]);
             print_axes(o, op->raxes, op->nraxes); str_printf(o, "]");
         }
-        str_printf(o, "  # %s\n    %s[", op->module, op->out->name);
-        for (int d = 0; d < op->out->ndim; d++) { if (d) str_printf(o, ", "); expr_print(o, op->out_idx[d]); }
-        str_printf(o, "] = ");
+        str_printf(o, "  # %s\n    ", op->module);
+        expr_print_ref(o, op->out->name, op->out->ndim, op->out_idx);
+        str_printf(o, " = ");
         if (op->red == RED_TOPK && op->kind == TOP_REDUCE) {
             str_printf(o, "(%s == 0 ? the value : the %s) of the %s-th largest of ", op->topk_sel->name,
                        op->raxes[0].v->name, op->topk_rank->name);
