@@ -69,11 +69,12 @@ static bool get_bool(Arena *a, const Json *j, int obj, const char *key, bool def
     return b;
 }
 
-static const char *get_str(Arena *a, const Json *j, int obj, const char *key) {
-    int v = present(j, obj, key);
+static const char *get_str(Arena *a, const Json *j, int obj, const char *prefix, const char *key) {
+    const char *name;
+    int v = lookup(a, j, obj, prefix, key, false, &name);
     if (v < 0) return NULL;
     const char *s = json_get_str(a, j, v, NULL);
-    if (!s) die_user(j->path, key, "must be a string, got %s", json_raw(a, j, v));
+    if (!s) die_user(j->path, name, "must be a string, got %s", json_raw(a, j, v));
     return s;
 }
 
@@ -153,16 +154,12 @@ static void rope_check_keys(Arena *a, const Json *j, int obj, const char *name, 
 static void read_rope_object(Arena *a, const Json *j, int obj, const char *name, bool theta_inside, RopeSpec *s) {
     if (json_type(j, obj) != JSON_OBJECT)
         die_user(j->path, name, "must be an object or null, got %s", json_raw(a, j, obj));
-    const char *tkey = arena_printf(a, "%s.rope_type", name);
-    int tv = present(j, obj, "rope_type");
-    if (tv < 0) { tv = present(j, obj, "type"); if (tv >= 0) tkey = arena_printf(a, "%s.type", name); }
-    const char *type = "default";
-    if (tv >= 0) {
-        type = json_get_str(a, j, tv, NULL);
-        if (!type) die_user(j->path, tkey, "must be a string, got %s", json_raw(a, j, tv));
-    } else if (!theta_inside) {
-        die_user(j->path, tkey, "missing");
-    }
+    /* the type: rope_type, or the older type */
+    const char *tkey = present(j, obj, "rope_type") < 0 && present(j, obj, "type") >= 0 ? "type" : "rope_type";
+    const char *type = get_str(a, j, obj, name, tkey);
+    tkey = arena_printf(a, "%s.%s", name, tkey);
+    if (!type && !theta_inside) die_user(j->path, tkey, "missing");
+    if (!type) type = "default";
     if (theta_inside && present(j, obj, "rope_theta") >= 0) {
         s->has_theta = true;
         s->theta = get_num(a, j, obj, name, "rope_theta", true, 0, 0, true, -1);
@@ -409,7 +406,7 @@ void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, Mod
     c->tie_word_embeddings = get_bool(a, &j, 0, "tie_word_embeddings", false);
     read_rope(a, &j, c);
 
-    const char *act = get_str(a, &j, 0, "hidden_act");
+    const char *act = get_str(a, &j, 0, NULL, "hidden_act");
     if (act && strcmp(act, "silu") != 0) die_user(path, "hidden_act", "\"%s\" is not supported (supported: silu)", act);
     require_false(a, &j, opts, "is_encoder_decoder", "llmcc builds decoder-only models");
     require_false(a, &j, opts, "rope_interleaved", "RoPE over interleaved pairs; llmcc rotates halves as transformers");
@@ -440,8 +437,8 @@ void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, Mod
     case ARCH_COUNT: CHECK(0, "no architecture");
     }
 
-    c->torch_dtype = get_str(a, &j, 0, "torch_dtype");
-    if (!c->torch_dtype) c->torch_dtype = get_str(a, &j, 0, "dtype");   /* transformers >= 4.56 */
+    c->torch_dtype = get_str(a, &j, 0, NULL, "torch_dtype");
+    if (!c->torch_dtype) c->torch_dtype = get_str(a, &j, 0, NULL, "dtype");   /* transformers >= 4.56 */
 
     c->bos_token_id = -1;
     read_bos(a, &j, 0, c->vocab_size, &c->bos_token_id);
