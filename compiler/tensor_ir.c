@@ -294,7 +294,7 @@ static void lower_sdpa(TL *L, GNode *n) {
     pv->red = RED_SUM;
     pv->body = E_MUL(A, e_load(A, S, nd, is), e_load(A, v->buf, v->ndim, iv));
     /* the whole attention, its batch dims flattened into one head axis (a runtime row count only in the query axis) */
-    for (int b = 0; b < nb; b++) if (b == 0 && n->rows_n) return;
+    if (nb && n->rows_n) return;
     AttnDesc *d = new_attn(L, kernel_base_name(A, n->name), (float)n->scale);
     Var *fs[MAX_DIMS + 1], *fp[MAX_DIMS + 1];
     Expr *tq[MAX_DIMS + 1], *tk[MAX_DIMS + 1], *tv[MAX_DIMS + 1];
