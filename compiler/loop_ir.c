@@ -138,6 +138,21 @@ static bool writes(const LStmt *s, const Buffer *b) {
     for (int i = 0; i < s->nbody; i++) if (writes(s->body[i], b)) return true;
     return false;
 }
+static bool touches(const LoopNest *n, const Buffer *b) {
+    Uses u = {b, 0, NULL, false};
+    count_stmt(&u, n->root);
+    return u.n || writes(n->root, b);
+}
+/* the live nest that writes b (-1: none or several) and whether only `reader` reads it */
+static int sole_writer(const LProgram *lp, const bool *dead, const Buffer *b, int reader) {
+    int w = -1;
+    for (int i = 0; i < lp->n; i++) {
+        if (dead[i]) continue;
+        if (writes(lp->nests[i]->root, b)) { if (w >= 0) return -1; w = i; }
+        else if (i != reader && touches(lp->nests[i], b)) return -1;
+    }
+    return w;
+}
 
 /* The buffers expressions load, each once (n = -1: more than 16); collect_inputs adds e's (a stmt_walk visitor). */
 typedef struct { Buffer *b[16]; int n; } Inputs;
@@ -214,14 +229,10 @@ static bool try_inline(Arena *A, LProgram *lp, bool *dead, int pi, int ci) {
     Uses u = {b, 0, NULL, false};
     count_loads(&u, c.store->value);
     if (u.n != 1 || !expr_equal(extent_product(A, &p, false), extent_product(A, &c, false))) return false;
-    for (int i = 0; i < lp->n; i++) {
-        if (dead[i] || i == pi) continue;
-        if (writes(lp->nests[i]->root, b)) return false;
-        Uses w = {b, 0, NULL, false};
-        count_stmt(&w, lp->nests[i]->root);
-        if (i != ci && w.n) return false;
-        if (i == ci && w.n != 1) return false;   /* one load: more would evaluate P's value twice */
-    }
+    if (sole_writer(lp, dead, b, ci) != pi) return false;
+    Uses w = {b, 0, NULL, false};
+    count_stmt(&w, lp->nests[ci]->root);
+    if (w.n != 1) return false;   /* one load: more would evaluate P's value twice */
     /* P's inputs must still hold what P read when C runs */
     Inputs in = {0};
     collect_inputs(&in, p.store->value);
@@ -270,12 +281,6 @@ static bool try_side_store(Arena *A, LProgram *lp, int pi, int ri) {
     r.red->body = ARENA_ARRAY(A, LStmt *, 2);
     r.red->body[0] = side; r.red->body[1] = nacc;
     return true;
-}
-
-static bool touches(const LoopNest *n, const Buffer *b) {
-    Uses u = {b, 0, NULL, false};
-    count_stmt(&u, n->root);
-    return u.n || writes(n->root, b);
 }
 
 /* Tail: C, a flat nest over [t.., c] right after the reduction R over [t..] whose result B[t..] it
@@ -650,17 +655,6 @@ static bool try_halves(Arena *A, LProgram *lp, const bool *dead, int ri, int ci)
                         st, 2);
     lp->nests[ri] = n;
     return true;
-}
-
-/* the live nest that writes b (-1: none or several) and whether only `reader` reads it */
-static int sole_writer(const LProgram *lp, const bool *dead, const Buffer *b, int reader) {
-    int w = -1;
-    for (int i = 0; i < lp->n; i++) {
-        if (dead[i]) continue;
-        if (writes(lp->nests[i]->root, b)) { if (w >= 0) return -1; w = i; }
-        else if (i != reader && touches(lp->nests[i], b)) return -1;
-    }
-    return w;
 }
 
 void loop_fuse_epilogues(Arena *A, LProgram *lp, bool enable) {
