@@ -24,13 +24,21 @@ static int present(const Json *j, int obj, const char *key) {
     return (v < 0 || json_is_null(j, v)) ? -1 : v;
 }
 
-static int get_int(Arena *a, const Json *j, int obj, const char *key, const char *name, bool required, int def,
-                   int min) {
+/* The value of obj's key (-1: absent); messages name it `prefix.key` (prefix NULL: key). A required key is
+ * an error when absent. */
+static int lookup(Arena *a, const Json *j, int obj, const char *prefix, const char *key, bool required,
+                  const char **name) {
+    *name = prefix ? arena_printf(a, "%s.%s", prefix, key) : key;
     int v = present(j, obj, key);
-    if (v < 0) {
-        if (required) die_user(j->path, name, "missing (required)");
-        return def;
-    }
+    if (v < 0 && required) die_user(j->path, *name, "missing (required)");
+    return v;
+}
+
+static int get_int(Arena *a, const Json *j, int obj, const char *prefix, const char *key, bool required, int def,
+                   int min) {
+    const char *name;
+    int v = lookup(a, j, obj, prefix, key, required, &name);
+    if (v < 0) return def;
     int64_t x;
     if (!json_get_int64(j, v, &x))
         die_user(j->path, name, "must be an integer, got %s", json_raw(a, j, v));
@@ -40,13 +48,11 @@ static int get_int(Arena *a, const Json *j, int obj, const char *key, const char
 }
 
 /* lo_open: value must be > lo (else >= lo); hi < 0: no upper bound. */
-static double get_num(Arena *a, const Json *j, int obj, const char *key, const char *name, bool required, double def,
-                      double lo, bool lo_open, double hi) {
-    int v = present(j, obj, key);
-    if (v < 0) {
-        if (required) die_user(j->path, name, "missing (required)");
-        return def;
-    }
+static double get_num(Arena *a, const Json *j, int obj, const char *prefix, const char *key, bool required,
+                      double def, double lo, bool lo_open, double hi) {
+    const char *name;
+    int v = lookup(a, j, obj, prefix, key, required, &name);
+    if (v < 0) return def;
     double x;
     if (!json_get_double(j, v, &x)) die_user(j->path, name, "must be a number, got %s", json_raw(a, j, v));
     if (lo_open ? !(x > lo) : !(x >= lo))
@@ -63,11 +69,12 @@ static bool get_bool(Arena *a, const Json *j, int obj, const char *key, bool def
     return b;
 }
 
-static const char *get_str(Arena *a, const Json *j, int obj, const char *key) {
-    int v = present(j, obj, key);
+static const char *get_str(Arena *a, const Json *j, int obj, const char *prefix, const char *key) {
+    const char *name;
+    int v = lookup(a, j, obj, prefix, key, false, &name);
     if (v < 0) return NULL;
     const char *s = json_get_str(a, j, v, NULL);
-    if (!s) die_user(j->path, key, "must be a string, got %s", json_raw(a, j, v));
+    if (!s) die_user(j->path, name, "must be a string, got %s", json_raw(a, j, v));
     return s;
 }
 
@@ -147,39 +154,34 @@ static void rope_check_keys(Arena *a, const Json *j, int obj, const char *name, 
 static void read_rope_object(Arena *a, const Json *j, int obj, const char *name, bool theta_inside, RopeSpec *s) {
     if (json_type(j, obj) != JSON_OBJECT)
         die_user(j->path, name, "must be an object or null, got %s", json_raw(a, j, obj));
-    const char *tkey = arena_printf(a, "%s.rope_type", name);
-    int tv = present(j, obj, "rope_type");
-    if (tv < 0) { tv = present(j, obj, "type"); if (tv >= 0) tkey = arena_printf(a, "%s.type", name); }
-    const char *type = "default";
-    if (tv >= 0) {
-        type = json_get_str(a, j, tv, NULL);
-        if (!type) die_user(j->path, tkey, "must be a string, got %s", json_raw(a, j, tv));
-    } else if (!theta_inside) {
-        die_user(j->path, tkey, "missing");
-    }
+    /* the type: rope_type, or the older type */
+    const char *tkey = present(j, obj, "rope_type") < 0 && present(j, obj, "type") >= 0 ? "type" : "rope_type";
+    const char *type = get_str(a, j, obj, name, tkey);
+    tkey = arena_printf(a, "%s.%s", name, tkey);
+    if (!type && !theta_inside) die_user(j->path, tkey, "missing");
+    if (!type) type = "default";
     if (theta_inside && present(j, obj, "rope_theta") >= 0) {
         s->has_theta = true;
-        s->theta = get_num(a, j, obj, "rope_theta", arena_printf(a, "%s.rope_theta", name), true, 0, 0, true, -1);
+        s->theta = get_num(a, j, obj, name, "rope_theta", true, 0, 0, true, -1);
     }
     s->has_type = true;
     s->type = ROPE_NONE;
     s->factor = 1.0;
     if (strcmp(type, "linear") == 0 || strcmp(type, "llama3") == 0) {
         s->type = strcmp(type, "linear") == 0 ? ROPE_LINEAR : ROPE_LLAMA3;
-        s->factor = get_num(a, j, obj, "factor", arena_printf(a, "%s.factor", name), true, 1, 0, true, -1);
+        s->factor = get_num(a, j, obj, name, "factor", true, 1, 0, true, -1);
     } else if (strcmp(type, "default") != 0) {
         die_user(j->path, tkey, "\"%s\" is not supported (supported: default, linear, llama3)", type);
     }
     rope_check_keys(a, j, obj, name, type, theta_inside);
     if (s->type != ROPE_LLAMA3) return;
-    const char *low = arena_printf(a, "%s.low_freq_factor", name), *high = arena_printf(a, "%s.high_freq_factor", name);
-    s->low = get_num(a, j, obj, "low_freq_factor", low, true, 1, 0, true, -1);
-    s->high = get_num(a, j, obj, "high_freq_factor", high, true, 4, 0, true, -1);
-    s->orig = get_int(a, j, obj, "original_max_position_embeddings",
-                      arena_printf(a, "%s.original_max_position_embeddings", name), true, 0, 1);
+    s->low = get_num(a, j, obj, name, "low_freq_factor", true, 1, 0, true, -1);
+    s->high = get_num(a, j, obj, name, "high_freq_factor", true, 4, 0, true, -1);
+    s->orig = get_int(a, j, obj, name, "original_max_position_embeddings", true, 0, 1);
     /* the llama3 ramp divides by (high - low) */
     if (!(s->high > s->low))
-        die_user(j->path, high, "must be greater than low_freq_factor (%g), got %g", s->low, s->high);
+        die_user(j->path, arena_printf(a, "%s.high_freq_factor", name), "must be greater than low_freq_factor (%g), "
+                 "got %g", s->low, s->high);
 }
 
 static bool rope_same_scaling(const RopeSpec *x, const RopeSpec *y) {
@@ -193,7 +195,7 @@ static void read_rope(Arena *a, const Json *j, ModelConfig *c) {
     RopeSpec top = {0}, params = {0};
     if (present(j, 0, "rope_theta") >= 0) {
         top.has_theta = true;
-        top.theta = get_num(a, j, 0, "rope_theta", "rope_theta", true, 0, 0, true, -1);
+        top.theta = get_num(a, j, 0, NULL, "rope_theta", true, 0, 0, true, -1);
     }
     int rs = present(j, 0, "rope_scaling");
     if (rs >= 0) read_rope_object(a, j, rs, "rope_scaling", false, &top);
@@ -225,11 +227,11 @@ static void read_generation_config(Arena *a, const char *dir, ModelConfig *c) {
     if (json_type(&j, 0) != JSON_OBJECT) die_user(path, NULL, "not a JSON object");
     read_bos(a, &j, 0, c->vocab_size, &c->bos_token_id);
     read_eos(a, &j, 0, c->vocab_size, c);
-    c->temperature = get_num(a, &j, 0, "temperature", "temperature", false, 1.0, 0, false, -1);
-    c->top_p = get_num(a, &j, 0, "top_p", "top_p", false, 1.0, 0, true, 1.0);
-    c->top_k = get_int(a, &j, 0, "top_k", "top_k", false, 0, 0);
-    c->min_p = get_num(a, &j, 0, "min_p", "min_p", false, 0.0, 0, false, 1.0);
-    c->repetition_penalty = get_num(a, &j, 0, "repetition_penalty", "repetition_penalty", false, 1.0, 0, true, -1);
+    c->temperature = get_num(a, &j, 0, NULL, "temperature", false, 1.0, 0, false, -1);
+    c->top_p = get_num(a, &j, 0, NULL, "top_p", false, 1.0, 0, true, 1.0);
+    c->top_k = get_int(a, &j, 0, NULL, "top_k", false, 0, 0);
+    c->min_p = get_num(a, &j, 0, NULL, "min_p", false, 0.0, 0, false, 1.0);
+    c->repetition_penalty = get_num(a, &j, 0, NULL, "repetition_penalty", false, 1.0, 0, true, -1);
     c->do_sample = get_bool(a, &j, 0, "do_sample", false);
     if (!c->do_sample) c->temperature = 0.0;   /* HF generate() is greedy unless do_sample */
 }
@@ -379,18 +381,17 @@ void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, Mod
     c->family = archs[c->arch].name;
     check_keys(a, &j, opts, c);
 
-    c->hidden_size = get_int(a, &j, 0, "hidden_size", "hidden_size", true, 0, 1);
-    c->intermediate_size = get_int(a, &j, 0, "intermediate_size", "intermediate_size", true, 0, 1);
-    c->num_hidden_layers = get_int(a, &j, 0, "num_hidden_layers", "num_hidden_layers", true, 0, 1);
-    c->num_attention_heads = get_int(a, &j, 0, "num_attention_heads", "num_attention_heads", true, 0, 1);
-    c->vocab_size = get_int(a, &j, 0, "vocab_size", "vocab_size", true, 0, 1);
-    c->num_key_value_heads = get_int(a, &j, 0, "num_key_value_heads", "num_key_value_heads", false,
-                                     c->num_attention_heads, 1);
+    c->hidden_size = get_int(a, &j, 0, NULL, "hidden_size", true, 0, 1);
+    c->intermediate_size = get_int(a, &j, 0, NULL, "intermediate_size", true, 0, 1);
+    c->num_hidden_layers = get_int(a, &j, 0, NULL, "num_hidden_layers", true, 0, 1);
+    c->num_attention_heads = get_int(a, &j, 0, NULL, "num_attention_heads", true, 0, 1);
+    c->vocab_size = get_int(a, &j, 0, NULL, "vocab_size", true, 0, 1);
+    c->num_key_value_heads = get_int(a, &j, 0, NULL, "num_key_value_heads", false, c->num_attention_heads, 1);
     if (c->num_attention_heads % c->num_key_value_heads)
         die_user(path, "num_key_value_heads", "%d does not divide num_attention_heads %d", c->num_key_value_heads,
                  c->num_attention_heads);
     if (present(&j, 0, "head_dim") >= 0) {
-        c->head_dim = get_int(a, &j, 0, "head_dim", "head_dim", true, 0, 1);
+        c->head_dim = get_int(a, &j, 0, NULL, "head_dim", true, 0, 1);
     } else {
         if (c->hidden_size % c->num_attention_heads)
             die_user(path, "num_attention_heads", "%d does not divide hidden_size %d (and there is no head_dim)",
@@ -400,13 +401,12 @@ void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, Mod
     /* rotary embeddings rotate pairs of dimensions */
     if (c->head_dim % 2) die_user(path, "head_dim", "must be even for rotary embeddings, got %d", c->head_dim);
 
-    c->rms_norm_eps = get_num(a, &j, 0, "rms_norm_eps", "rms_norm_eps", false, 1e-6, 0, true, -1);
-    c->max_position_embeddings = get_int(a, &j, 0, "max_position_embeddings", "max_position_embeddings", false,
-                                         2048, 1);
+    c->rms_norm_eps = get_num(a, &j, 0, NULL, "rms_norm_eps", false, 1e-6, 0, true, -1);
+    c->max_position_embeddings = get_int(a, &j, 0, NULL, "max_position_embeddings", false, 2048, 1);
     c->tie_word_embeddings = get_bool(a, &j, 0, "tie_word_embeddings", false);
     read_rope(a, &j, c);
 
-    const char *act = get_str(a, &j, 0, "hidden_act");
+    const char *act = get_str(a, &j, 0, NULL, "hidden_act");
     if (act && strcmp(act, "silu") != 0) die_user(path, "hidden_act", "\"%s\" is not supported (supported: silu)", act);
     require_false(a, &j, opts, "is_encoder_decoder", "llmcc builds decoder-only models");
     require_false(a, &j, opts, "rope_interleaved", "RoPE over interleaved pairs; llmcc rotates halves as transformers");
@@ -432,13 +432,13 @@ void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, Mod
         break;
     case ARCH_MISTRAL:
         /* checked against the compiled context in model_config_check_context */
-        c->sliding_window = get_int(a, &j, 0, "sliding_window", "sliding_window", false, 0, 1);
+        c->sliding_window = get_int(a, &j, 0, NULL, "sliding_window", false, 0, 1);
         break;
     case ARCH_COUNT: CHECK(0, "no architecture");
     }
 
-    c->torch_dtype = get_str(a, &j, 0, "torch_dtype");
-    if (!c->torch_dtype) c->torch_dtype = get_str(a, &j, 0, "dtype");   /* transformers >= 4.56 */
+    c->torch_dtype = get_str(a, &j, 0, NULL, "torch_dtype");
+    if (!c->torch_dtype) c->torch_dtype = get_str(a, &j, 0, NULL, "dtype");   /* transformers >= 4.56 */
 
     c->bos_token_id = -1;
     read_bos(a, &j, 0, c->vocab_size, &c->bos_token_id);

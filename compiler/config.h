@@ -14,12 +14,7 @@ typedef enum { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 } RopeScalingType;
     X(ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", "qwen") \
     X(ARCH_QWEN3, "Qwen3ForCausalLM", "qwen3", "qwen3") \
     X(ARCH_MISTRAL, "MistralForCausalLM", "mistral", "mistral")
-typedef enum {
-#define X(e, cls, type, name) e,
-    ARCHITECTURES(X)
-#undef X
-    ARCH_COUNT
-} Arch;
+typedef enum { ARCHITECTURES(X_ENUM) ARCH_COUNT } Arch;
 
 /* What the user said about config.json: keys to accept although llmcc does not know them
  * (--ignore-config-key KEY, repeatable). */

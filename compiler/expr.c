@@ -5,36 +5,15 @@
 #include <math.h>
 #include <string.h>
 
-const char *const dtype_names[] = {
-#define X(e, s, n) s,
-    DTYPES(X)
-#undef X
-};
-const int dtype_sizes[] = {
-#define X(e, s, n) n,
-    DTYPES(X)
-#undef X
-};
-const char *const param_names[] = {
-#define X(e, s) s,
-    PARAMS(X)
-#undef X
-};
-const char *const bufkind_names[] = {
-#define X(e, s) s,
-    BUFKINDS(X)
-#undef X
-};
-const char *const expr_names[] = {
-#define X(e, s, n) s,
-    EXPR_KINDS(X)
-#undef X
-};
-const int expr_arity[] = {
-#define X(e, s, n) n,
-    EXPR_KINDS(X)
-#undef X
-};
+const char *const dtype_names[] = {DTYPES(X_NAME)};
+/* the third entry of DTYPES (bytes) and EXPR_KINDS (arity) */
+#define X_THIRD(e, s, n) n,
+const int dtype_sizes[] = {DTYPES(X_THIRD)};
+const char *const param_names[] = {PARAMS(X_NAME)};
+const char *const bufkind_names[] = {BUFKINDS(X_NAME)};
+const char *const expr_names[] = {EXPR_KINDS(X_NAME)};
+const int expr_arity[] = {EXPR_KINDS(X_THIRD)};
+#undef X_THIRD
 
 static Expr *mk(Arena *A, ExprKind k, EType t, int nargs) {
     Expr *e = ARENA_NEW(A, Expr);
@@ -241,6 +220,11 @@ static bool infix(ExprKind k) {
     return k == EX_ADD || k == EX_SUB || k == EX_MUL || k == EX_DIV || k == EX_MOD
            || k == EX_LT || k == EX_LE || k == EX_EQ;
 }
+void expr_print_ref(Str *o, const char *name, int n, Expr *const *idx) {
+    str_printf(o, "%s[", name);
+    for (int i = 0; i < n; i++) { if (i) str_printf(o, ", "); expr_print(o, idx[i]); }
+    str_printf(o, "]");
+}
 void expr_print(Str *o, const Expr *e) {
     switch (e->k) {
     case EX_FCONST:
@@ -265,11 +249,11 @@ void expr_print(Str *o, const Expr *e) {
             str_printf(o, ")");
             return;
         }
-        /* a load as name[i, j], a function as name(x, y) */
-        bool load = e->k == EX_LOAD;
-        str_printf(o, "%s%c", load ? e->buf->name : expr_names[e->k], load ? '[' : '(');
+        if (e->k == EX_LOAD) { expr_print_ref(o, e->buf->name, e->nargs, e->a); return; }
+        /* a function as name(x, y) */
+        str_printf(o, "%s(", expr_names[e->k]);
         for (int i = 0; i < e->nargs; i++) { if (i) str_printf(o, ", "); expr_print(o, e->a[i]); }
-        str_printf(o, load ? "]" : ")");
+        str_printf(o, ")");
     }
 }
 

@@ -4,16 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const graph_op_names[] = {
-#define X(e, s) s,
-    GRAPH_OPS(X)
-#undef X
-};
-const char *const fill_names[] = {
-#define X(e, s) s,
-    FILL_KINDS(X)
-#undef X
-};
+const char *const graph_op_names[] = {GRAPH_OPS(X_NAME)};
+const char *const fill_names[] = {FILL_KINDS(X_NAME)};
 
 const char *kernel_base_name(Arena *A, const char *module) {
     const char *s = module;

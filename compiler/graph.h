@@ -23,24 +23,14 @@
     X(G_SILU, "silu") X(G_MUL, "mul") X(G_ADD, "add") X(G_LAST_TOKEN, "last_token") \
     X(G_INPUT, "input") X(G_CONST, "const") X(G_SUB, "sub") X(G_DIV, "div") X(G_SOFTMAX, "softmax") \
     X(G_MATMUL, "matmul") X(G_SDPA, "scaled_dot_product_attention") X(G_ARGMAX, "argmax") X(G_TOPK, "topk")
-typedef enum {
-#define X(e, s) e,
-    GRAPH_OPS(X)
-#undef X
-    G_COUNT
-} GraphOp;
+typedef enum { GRAPH_OPS(X_ENUM) G_COUNT } GraphOp;
 extern const char *const graph_op_names[];
 
 /* How a leaf is filled when llmcc runs it (llmcc run): inputs as torch.randn /
  * zeros / ones, weights uniform in [lo, hi]. */
 #define FILL_KINDS(X) X(FILL_NONE, "none") X(FILL_RANDN, "randn") X(FILL_ZEROS, "zeros") X(FILL_ONES, "ones") \
     X(FILL_UNIFORM, "uniform")
-typedef enum {
-#define X(e, s) e,
-    FILL_KINDS(X)
-#undef X
-    FILL_COUNT
-} FillKind;
+typedef enum { FILL_KINDS(X_ENUM) FILL_COUNT } FillKind;
 extern const char *const fill_names[];
 
 typedef struct GNode {

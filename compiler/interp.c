@@ -76,8 +76,7 @@ static void sdpa(const GNode *n, double *const *v, double *out) {
     int nb = n->ndim - 2;
     int64_t L = q->dims[q->ndim - 2], E = q->dims[q->ndim - 1], S = k->dims[k->ndim - 2], Ev = vv->dims[vv->ndim - 1];
     int64_t batches = dims_elems(n->dims, nb), idx[MAX_DIMS];
-    double *p = malloc(sizeof(double) * (size_t)(L * S));
-    CHECK(p, "out of memory");
+    double *p = xmalloc(sizeof(double) * (size_t)(L * S));
     for (int64_t bi = 0; bi < batches; bi++) {
         unravel(bi, nb, n->dims, idx);
         const double *pq = v[q->id] + bcast_off(q, q->ndim - 2, idx, nb) * L * E;
@@ -110,8 +109,7 @@ static void rope(const GNode *n, const double *x, double *out, int64_t pos) {
  * reading kv head h / (heads / kv_heads) */
 static void attention(const GNode *n, const double *q, const double *k, const double *v, double *out, int64_t pos) {
     int64_t T = n->dims[0], H = n->heads, KV = n->kv_heads, hd = n->head_dim, G = H / KV;
-    double *p = malloc(sizeof(double) * (size_t)(pos + T));
-    CHECK(p, "out of memory");
+    double *p = xmalloc(sizeof(double) * (size_t)(pos + T));
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < H; h++) {
             const double *qr = q + t * H * hd + h * hd;
@@ -133,8 +131,7 @@ static int ranked_cmp(const void *pa, const void *pb) {
 }
 static void topk_rows(const GNode *n, const double *x, double *o) {
     int64_t len = n->in[0]->dims[n->in[0]->ndim - 1], k = n->topk, rows = gnode_elems(n->in[0]) / len;
-    Ranked *r = malloc(sizeof(Ranked) * (size_t)len);
-    CHECK(r, "out of memory");
+    Ranked *r = xmalloc(sizeof(Ranked) * (size_t)len);
     for (int64_t t = 0; t < rows; t++) {
         for (int64_t j = 0; j < len; j++) r[j] = (Ranked){isnan(x[t * len + j]) ? -INFINITY : x[t * len + j], j};
         qsort(r, (size_t)len, sizeof *r, ranked_cmp);
@@ -145,8 +142,7 @@ static void topk_rows(const GNode *n, const double *x, double *o) {
 
 double *interp_run(const Graph *g, double *const *leaves, const InterpOptions *io) {
     int64_t pos = io->pos;
-    double **v = calloc((size_t)g->n, sizeof(double *));
-    CHECK(v, "out of memory");
+    double **v = xcalloc((size_t)g->n, sizeof(double *));
     for (int i = 0; i < g->n; i++) {
         const GNode *n = g->nodes[i];
         if (n->op == G_INPUT || n->op == G_WEIGHT) {
@@ -157,8 +153,7 @@ double *interp_run(const Graph *g, double *const *leaves, const InterpOptions *i
         int64_t N = gnode_elems(n);
         /* a cache holds the rows before pos too */
         int64_t alloc = n->op == G_KV_WRITE ? N + pos * n->dims[1] : N;
-        double *o = calloc((size_t)alloc, sizeof(double));
-        CHECK(o, "out of memory (%lld values)", (long long)N);
+        double *o = xcalloc((size_t)alloc, sizeof(double));
         v[i] = o;
         const GNode *x = n->nin ? n->in[0] : NULL;
         int64_t last = n->ndim ? n->dims[n->ndim - 1] : 1;

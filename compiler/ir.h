@@ -8,35 +8,20 @@
 
 /* Storage types of buffers. Arithmetic is f32 (values) and i64 (indices). */
 #define DTYPES(X) X(DT_F32, "f32", 4) X(DT_F16, "f16", 2) X(DT_BF16, "bf16", 2) X(DT_I32, "i32", 4)
-typedef enum {
-#define X(e, s, n) e,
-    DTYPES(X)
-#undef X
-    DT_COUNT
-} DType;
+typedef enum { DTYPES(X_ENUM) DT_COUNT } DType;
 extern const char *const dtype_names[];
 extern const int dtype_sizes[];
 
 /* Runtime scalars every kernel receives: tokens in this call, and the
  * position of the first of them. */
 #define PARAMS(X) X(P_N, "n") X(P_POS, "pos")
-typedef enum {
-#define X(e, s) e,
-    PARAMS(X)
-#undef X
-    P_COUNT
-} ParamId;
+typedef enum { PARAMS(X_ENUM) P_COUNT } ParamId;
 extern const char *const param_names[];
 
 #define BUFKINDS(X) X(BUF_WEIGHT, "weight") X(BUF_INPUT, "input") X(BUF_ACT, "act") \
     X(BUF_KCACHE, "kcache") X(BUF_VCACHE, "vcache") X(BUF_CONST, "const") X(BUF_OUTPUT, "output") \
     X(BUF_WORK, "workspace")
-typedef enum {
-#define X(e, s) e,
-    BUFKINDS(X)
-#undef X
-    BUF_KIND_COUNT
-} BufKind;
+typedef enum { BUFKINDS(X_ENUM) BUF_KIND_COUNT } BufKind;
 extern const char *const bufkind_names[];
 
 #define MAX_DIMS 4
@@ -66,12 +51,7 @@ typedef struct Var { int id; const char *name; } Var;
     X(EX_TOF, "f32", 1) X(EX_TOI, "i64", 1) X(EX_SELECT, "select", 3) \
     X(EX_TID, "tid", 0) X(EX_BID, "bid", 0) X(EX_REG, "reg", 0) X(EX_SLOAD, "sload", 1) \
     X(EX_VELEM, "velem", 0)
-typedef enum {
-#define X(e, s, n) e,
-    EXPR_KINDS(X)
-#undef X
-    EX_COUNT
-} ExprKind;
+typedef enum { EXPR_KINDS(X_ENUM) EX_COUNT } ExprKind;
 extern const char *const expr_names[];
 extern const int expr_arity[];
 
@@ -131,6 +111,8 @@ void expr_visit_loads(const Expr *e, void (*f)(void *ctx, Buffer *b), void *ctx)
 
 /* Debug printer used by every IR printer: loads as name[i, j]. */
 void expr_print(Str *o, const Expr *e);
+/* name[idx[0], ..., idx[n-1]]: a store's target, printed as a load of it would be */
+void expr_print_ref(Str *o, const char *name, int n, Expr *const *idx);
 /* Verifies types and arities; returns NULL or a message. */
 const char *expr_verify(Arena *A, const Expr *e);
 #endif

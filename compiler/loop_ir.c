@@ -138,23 +138,46 @@ static bool writes(const LStmt *s, const Buffer *b) {
     for (int i = 0; i < s->nbody; i++) if (writes(s->body[i], b)) return true;
     return false;
 }
-
-/* the buffers e loads (*n = -1: more than 16) */
-static void collect_inputs(const Expr *e, Buffer **out, int *n) {
-    if (*n < 0) return;
-    if (e->k == EX_LOAD) {
-        int i = 0;
-        while (i < *n && out[i] != e->buf) i++;
-        if (i == *n) { if (*n == 16) { *n = -1; return; } out[(*n)++] = e->buf; }
+static bool touches(const LoopNest *n, const Buffer *b) {
+    Uses u = {b, 0, NULL, false};
+    count_stmt(&u, n->root);
+    return u.n || writes(n->root, b);
+}
+/* the live nest that writes b (-1: none or several) and whether only `reader` reads it */
+static int sole_writer(const LProgram *lp, const bool *dead, const Buffer *b, int reader) {
+    int w = -1;
+    for (int i = 0; i < lp->n; i++) {
+        if (dead[i]) continue;
+        if (writes(lp->nests[i]->root, b)) { if (w >= 0) return -1; w = i; }
+        else if (i != reader && touches(lp->nests[i], b)) return -1;
     }
-    for (int i = 0; i < e->nargs; i++) collect_inputs(e->a[i], out, n);
+    return w;
 }
 
-/* The producer's value at the consumer's load point: its loop variables
- * replaced by the load's indices. */
-static Expr *value_at(Arena *A, const Shape *p, const Expr *load) {
-    Expr *v = p->store->value;
-    for (int d = 0; d < p->npar; d++) v = expr_subst(A, v, p->par[d]->v, load->a[d]);
+/* The buffers expressions load, each once (n = -1: more than 16); collect_inputs adds e's (a stmt_walk visitor). */
+typedef struct { Buffer *b[16]; int n; } Inputs;
+static void collect_inputs(void *ctx, const Expr *e) {
+    Inputs *s = ctx;
+    if (s->n < 0) return;
+    if (e->k == EX_LOAD) {
+        int i = 0;
+        while (i < s->n && s->b[i] != e->buf) i++;
+        if (i == s->n) { if (s->n == 16) { s->n = -1; return; } s->b[s->n++] = e->buf; }
+    }
+    for (int i = 0; i < e->nargs; i++) collect_inputs(s, e->a[i]);
+}
+/* whether e loads a weight (-1: it loads more than 16 buffers) */
+static int weight_read(const Expr *e) {
+    Inputs in = {0};
+    collect_inputs(&in, e);
+    for (int i = 0; i < in.n; i++) if (in.b[i]->kind == BUF_WEIGHT) return 1;
+    return in.n < 0 ? -1 : 0;
+}
+
+/* v, an expression of sh's loop variables, at the point another nest loads: the variables replaced by the load's
+ * indices (a producer's value where its consumer reads it) */
+static Expr *at_point(Arena *A, const Shape *sh, Expr *v, const Expr *load) {
+    for (int d = 0; d < sh->npar; d++) v = expr_subst(A, v, sh->par[d]->v, load->a[d]);
     return v;
 }
 static Expr *replace_load(Arena *A, Expr *e, const Expr *load, Expr *with) {
@@ -174,6 +197,25 @@ static Expr *extent_product(Arena *A, const Shape *sh, bool with_red) {
     return p;
 }
 
+static LStmt *store_stmt(Arena *A, Buffer *b, Expr **idx, Expr *value) {
+    LStmt *s = stmt(A, LS_STORE);
+    s->buf = b; s->idx = idx; s->value = value;
+    return s;
+}
+/* a store of value to b at idx, from[i] replaced by to[i] in both */
+static LStmt *store_subst(Arena *A, Buffer *b, Expr *const *idx, Expr *value, Var *const *from, Expr *const *to,
+                          int n) {
+    Expr **ni = ARENA_ARRAY(A, Expr *, b->ndim);
+    for (int d = 0; d < b->ndim; d++) ni[d] = expr_subst_vars(A, idx[d], from, to, n);
+    return store_stmt(A, b, ni, expr_subst_vars(A, value, from, to, n));
+}
+/* C's store, of value, moved into R's loops: C's first n loop variables become R's (rv[0..n): R's, as expressions) */
+static LStmt *store_in(Arena *A, const Shape *c, const Shape *r, int n, Expr *value, Expr **rv) {
+    Var *cv[MAX_AXES];
+    for (int d = 0; d < n; d++) { cv[d] = c->par[d]->v; rv[d] = e_var(A, r->par[d]->v); }
+    return store_subst(A, c->store->buf, c->store->idx, value, cv, rv, n);
+}
+
 /* Inlining P (the only writer of B) into the flat nest C: allowed when C
  * is B's only reader, reads it at one point, and has as many elements as
  * P (one evaluation of P's value per element either way: nothing is
@@ -187,22 +229,17 @@ static bool try_inline(Arena *A, LProgram *lp, bool *dead, int pi, int ci) {
     Uses u = {b, 0, NULL, false};
     count_loads(&u, c.store->value);
     if (u.n != 1 || !expr_equal(extent_product(A, &p, false), extent_product(A, &c, false))) return false;
-    for (int i = 0; i < lp->n; i++) {
-        if (dead[i] || i == pi) continue;
-        if (writes(lp->nests[i]->root, b)) return false;
-        Uses w = {b, 0, NULL, false};
-        count_stmt(&w, lp->nests[i]->root);
-        if (i != ci && w.n) return false;
-        if (i == ci && w.n != 1) return false;   /* one load: more would evaluate P's value twice */
-    }
+    if (sole_writer(lp, dead, b, ci) != pi) return false;
+    Uses w = {b, 0, NULL, false};
+    count_stmt(&w, lp->nests[ci]->root);
+    if (w.n != 1) return false;   /* one load: more would evaluate P's value twice */
     /* P's inputs must still hold what P read when C runs */
-    Buffer *in[16];
-    int nin = 0;
-    collect_inputs(p.store->value, in, &nin);
-    if (nin < 0) return false;
+    Inputs in = {0};
+    collect_inputs(&in, p.store->value);
+    if (in.n < 0) return false;
     for (int i = pi + 1; i < ci; i++)
-        for (int j = 0; !dead[i] && j < nin; j++) if (writes(lp->nests[i]->root, in[j])) return false;
-    c.store->value = replace_load(A, c.store->value, u.first, value_at(A, &p, u.first));
+        for (int j = 0; !dead[i] && j < in.n; j++) if (writes(lp->nests[i]->root, in.b[j])) return false;
+    c.store->value = replace_load(A, c.store->value, u.first, at_point(A, &p, p.store->value, u.first));
     return true;
 }
 
@@ -231,7 +268,7 @@ static bool try_side_store(Arena *A, LProgram *lp, int pi, int ri) {
     Uses us = {b, 0, NULL, false};
     count_stmt(&us, r.store);
     if (us.n) return false;
-    Expr *v = value_at(A, &p, u.first);
+    Expr *v = at_point(A, &p, p.store->value, u.first);
     LStmt *side = ARENA_NEW(A, LStmt);
     side->k = LS_STORE; side->buf = p.store->buf;
     side->idx = ARENA_ARRAY(A, Expr *, b->ndim);
@@ -246,12 +283,6 @@ static bool try_side_store(Arena *A, LProgram *lp, int pi, int ri) {
     return true;
 }
 
-static bool touches(const LoopNest *n, const Buffer *b) {
-    Uses u = {b, 0, NULL, false};
-    count_stmt(&u, n->root);
-    return u.n || writes(n->root, b);
-}
-
 /* Tail: C, a flat nest over [t.., c] right after the reduction R over [t..] whose result B[t..] it
  * reads (RMSNorm's scale after its sum of squares, softmax's normalise after its sum), goes into R as
  * a loop after R's store: `for c: C's store`, its loads of B[t..] now of the value R just stored.
@@ -263,12 +294,9 @@ static bool try_tail(Arena *A, LProgram *lp, int ri, int ci) {
     if (!shape_of(lp->nests[ri], &r) || !r.red || !shape_of(lp->nests[ci], &c) || c.red || c.npar != r.npar + 1)
         return false;
     if (r.red->body[r.red->nbody - 1]->red == RED_ARGMAX || r.leaf->nbody != 3) return false;
-    Buffer *in[16];
-    int nin = 0;
-    collect_inputs(r.red->body[r.red->nbody - 1]->value, in, &nin);
     /* (tile_ir.c never makes a gemv of a side store) */
-    for (int i = 0; i < nin && !r.side; i++) if (in[i]->kind == BUF_WEIGHT) return false;
-    if (nin < 0) return false;
+    int w = weight_read(r.red->body[r.red->nbody - 1]->value);
+    if (w < 0 || (w && !r.side)) return false;
     const Buffer *b = r.store->buf;
     if (b->kind != BUF_ACT || !identity_store(&r) || c.store->buf == b) return false;
     for (int d = 0; d < r.npar; d++) if (!expr_equal(r.par[d]->extent, c.par[d]->extent)) return false;
@@ -279,17 +307,8 @@ static bool try_tail(Arena *A, LProgram *lp, int ri, int ci) {
     if (!u.n || u.other) return false;
     for (int d = 0; d < r.npar; d++) if (u.first->a[d]->k != EX_VAR || u.first->a[d]->var != c.par[d]->v) return false;
     /* R's variables for C's leading ones; C's last loop becomes R's tail */
-    Expr *val = c.store->value;
-    Expr **idx = ARENA_ARRAY(A, Expr *, c.store->buf->ndim);
-    for (int k = 0; k < c.store->buf->ndim; k++) idx[k] = c.store->idx[k];
-    for (int d = 0; d < r.npar; d++) {
-        Expr *rv = e_var(A, r.par[d]->v);
-        val = expr_subst(A, val, c.par[d]->v, rv);
-        for (int k = 0; k < c.store->buf->ndim; k++) idx[k] = expr_subst(A, idx[k], c.par[d]->v, rv);
-    }
-    LStmt *st = ARENA_NEW(A, LStmt);
-    *st = *c.store;
-    st->value = val; st->idx = idx;
+    Expr *rv[MAX_AXES];
+    LStmt *st = store_in(A, &c, &r, r.npar, c.store->value, rv);
     Axis ax = {c.par[c.npar - 1]->v, c.par[c.npar - 1]->extent};
     LStmt *tail = loop(A, &ax, LOOP_PARALLEL, 1);
     tail->body[0] = st;
@@ -351,10 +370,9 @@ static bool try_retarget(Arena *A, LProgram *lp, const bool *dead, int pi, int c
         if (touches(lp->nests[i], b) || (i > pi && i < ci && touches(lp->nests[i], c.store->buf))) return false;
     }
     if (writes(lp->nests[pi]->root, c.store->buf)) return false;
-    Buffer *in[16];
-    int nin = 0;
-    for (int k = 0; k < c.store->buf->ndim; k++) collect_inputs(c.store->idx[k], in, &nin);
-    if (nin) return false;   /* the target index reads nothing (P runs earlier than C did) */
+    Inputs in = {0};
+    for (int k = 0; k < c.store->buf->ndim; k++) collect_inputs(&in, c.store->idx[k]);
+    if (in.n) return false;   /* the target index reads nothing (P runs earlier than C did) */
     /* C's variables as expressions of P's */
     Var *cv[MAX_AXES];
     Expr *to[MAX_AXES] = {0};
@@ -403,13 +421,11 @@ static void life_load(void *ctx, Buffer *b) {
     l->last[b->id] = l->i;
 }
 static void life_expr(void *l, const Expr *e) { expr_visit_loads(e, life_load, l); }
-/* Drops the nests fusion emptied (dead). */
-static void drop_dead(LProgram *lp, const bool *dead) {
+/* Drops the nests fusion emptied (dead), then plans the arena again. */
+static void replan(Arena *A, LProgram *lp, const bool *dead) {
     int n = 0;
     for (int i = 0; i < lp->n; i++) if (!dead[i]) lp->nests[n++] = lp->nests[i];
     lp->n = n;
-}
-static void replan(Arena *A, LProgram *lp) {
     TProgram *tp = lp->tp;
     Life l = {ARENA_ARRAY(A, int, tp->nbufs), ARENA_ARRAY(A, int, tp->nbufs), 0};
     for (int i = 0; i < tp->nbufs; i++) l.first[i] = l.last[i] = -1;
@@ -437,8 +453,7 @@ void loop_fuse(Arena *A, LProgram *lp, bool enable) {
             if (pi >= 0 && try_retarget(A, lp, dead, pi, ci)) { dead[ci] = true; lp->n_retargeted++; }
         }
     }
-    drop_dead(lp, dead);
-    replan(A, lp);
+    replan(A, lp, dead);
 }
 
 /* ---- epilogues: elementwise consumers into the linears they read ---- */
@@ -450,11 +465,7 @@ static bool linear_shape(const LoopNest *n, Shape *sh) {
     if (!shape_of(n, sh) || !sh->red || sh->side || sh->leaf->nbody != 3 || sh->red->body[0]->red != RED_SUM ||
         !expr_is_const(sh->red->extent, &K) || sh->store->buf->kind != BUF_ACT || !identity_store(sh))
         return false;
-    Buffer *in[16];
-    int nin = 0;
-    collect_inputs(sh->red->body[0]->value, in, &nin);
-    for (int i = 0; i < nin; i++) if (in[i]->kind == BUF_WEIGHT) return true;
-    return false;
+    return weight_read(sh->red->body[0]->value) == 1;
 }
 static bool expr_uses_buf(const Expr *e, const Buffer *b) {
     if (e->k == EX_LOAD && e->buf == b) return true;
@@ -482,15 +493,11 @@ static bool at_own_point(const Shape *c, const Shape *r, const Expr *ld) {
 }
 /* R's store value at the point ld (R's loop variables replaced by ld's indices), its acc as slot */
 static Expr *linear_at(Arena *A, const Shape *r, const Expr *ld, int slot) {
-    Expr *acc = e_acc_slot(A, slot);
-    Expr *v = expr_subst_acc(A, r->store->value, acc);
-    for (int d = 0; d < r->npar; d++) v = expr_subst(A, v, r->par[d]->v, ld->a[d]);
-    return v;
+    return at_point(A, r, expr_subst_acc(A, r->store->value, e_acc_slot(A, slot)), ld);
 }
+/* R's accumulated term at the point ld, its reduction variable kv */
 static Expr *acc_term_at(Arena *A, const Shape *r, const Expr *ld, Var *kv) {
-    Expr *v = expr_subst(A, r->red->body[0]->value, r->red->v, e_var(A, kv));
-    for (int d = 0; d < r->npar; d++) v = expr_subst(A, v, r->par[d]->v, ld->a[d]);
-    return v;
+    return at_point(A, r, expr_subst(A, r->red->body[0]->value, r->red->v, e_var(A, kv)), ld);
 }
 /* a's kernel name joined with b's past their common prefix: mlp_gate_proj + mlp_up_proj -> mlp_gate_proj_up_proj */
 static const char *joined_name(Arena *A, const char *a, const char *b) {
@@ -498,25 +505,20 @@ static const char *joined_name(Arena *A, const char *a, const char *b) {
     while (a[i] && a[i] == b[i]) { if (a[i] == '_') p = i + 1; i++; }
     return arena_printf(A, "%s_%s", a, b + p);
 }
-/* the nests strictly between lo and hi write none of C's inputs (but skip) and do not touch out */
-static bool quiet_between(const LProgram *lp, const bool *dead, int lo, int hi, const Expr *const *vals, int nv,
+/* the nests strictly between lo and hi write none of the buffers the nest `reader` reads (but skip) and do not
+ * touch out */
+static bool quiet_between(const LProgram *lp, const bool *dead, int lo, int hi, const LoopNest *reader,
                           const Buffer *skip0, const Buffer *skip1, const Buffer *out) {
-    Buffer *in[16];
-    int nin = 0;
-    for (int v = 0; v < nv; v++) collect_inputs(vals[v], in, &nin);
-    if (nin < 0) return false;
+    Inputs in = {0};
+    stmt_walk(reader->root, collect_inputs, NULL, &in);
+    if (in.n < 0) return false;
     for (int i = lo + 1; i < hi; i++) {
         if (dead[i]) continue;
         if (touches(lp->nests[i], out)) return false;
-        for (int j = 0; j < nin; j++)
-            if (in[j] != skip0 && in[j] != skip1 && writes(lp->nests[i]->root, in[j])) return false;
+        for (int j = 0; j < in.n; j++)
+            if (in.b[j] != skip0 && in.b[j] != skip1 && writes(lp->nests[i]->root, in.b[j])) return false;
     }
     return true;
-}
-static LStmt *store_stmt(Arena *A, Buffer *b, Expr **idx, Expr *value) {
-    LStmt *s = stmt(A, LS_STORE);
-    s->buf = b; s->idx = idx; s->value = value;
-    return s;
 }
 /* parallel loops over ax around acc_init x2, for kv < K { slot 0 += t0; slot 1 += t1 }, the stores */
 static LStmt *pair_root(Arena *A, const Axis *ax, int npar, Var *kv, Expr *K, Expr *t0, Expr *t1, LStmt **st,
@@ -542,17 +544,10 @@ static bool try_epilogue(Arena *A, LProgram *lp, const bool *dead, int ri, int c
     Shape r, c;
     if (!linear_shape(lp->nests[ri], &r) || !shape_of(lp->nests[ci], &c) || !at_own_point(&c, &r, ld)) return false;
     Buffer *out = c.store->buf;
-    const Expr *vals[1 + MAX_DIMS] = {c.store->value};
-    for (int d = 0; d < out->ndim; d++) vals[1 + d] = c.store->idx[d];
-    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, vals, 1 + out->ndim, r.store->buf, NULL, out))
+    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, lp->nests[ci], r.store->buf, NULL, out))
         return false;
-    Var *cv[MAX_AXES];
-    Expr *rv[MAX_AXES];
-    for (int d = 0; d < c.npar; d++) { cv[d] = c.par[d]->v; rv[d] = e_var(A, r.par[d]->v); }
-    Expr *v = replace_load(A, c.store->value, ld, r.store->value);
-    Expr **idx = ARENA_ARRAY(A, Expr *, out->ndim);
-    for (int d = 0; d < out->ndim; d++) idx[d] = expr_subst_vars(A, c.store->idx[d], cv, rv, c.npar);
-    r.store->buf = out; r.store->idx = idx; r.store->value = expr_subst_vars(A, v, cv, rv, c.npar);
+    Expr *rv[MAX_AXES], *v = replace_load(A, c.store->value, ld, r.store->value);
+    *r.store = *store_in(A, &c, &r, c.npar, v, rv);
     lp->nests[ri]->kname = joined_name(A, lp->nests[ri]->kname, lp->nests[ci]->kname);
     return true;
 }
@@ -565,26 +560,18 @@ static bool try_pair(Arena *A, LProgram *lp, const bool *dead, int r1i, int r2i,
         !at_own_point(&c, &r1, ld1) || !at_own_point(&c, &r2, ld2) || !expr_equal(r1.red->extent, r2.red->extent))
         return false;
     Buffer *out = c.store->buf;
-    const Expr *vals[1 + MAX_DIMS] = {c.store->value};
-    for (int d = 0; d < out->ndim; d++) vals[1 + d] = c.store->idx[d];
     /* R1 runs at R2's place: what it reads must not change in between */
-    const Expr *t1[2] = {r1.red->body[0]->value, r1.store->value};
     if (touches(lp->nests[r1i], out) || touches(lp->nests[r2i], out) ||
-        !quiet_between(lp, dead, r1i, r2i, t1, 2, NULL, NULL, r1.store->buf) ||
-        !quiet_between(lp, dead, r2i, ci, vals, 1 + out->ndim, r1.store->buf, r2.store->buf, out))
+        !quiet_between(lp, dead, r1i, r2i, lp->nests[r1i], NULL, NULL, r1.store->buf) ||
+        !quiet_between(lp, dead, r2i, ci, lp->nests[ci], r1.store->buf, r2.store->buf, out))
         return false;
     Var *kv = r1.red->v;
     Axis ax[MAX_AXES];
     for (int d = 0; d < r1.npar; d++) ax[d] = (Axis){r1.par[d]->v, r1.par[d]->extent};
     /* C's value with both loads replaced, at R1's variables */
-    Var *cv[MAX_AXES];
-    Expr *rv[MAX_AXES];
-    for (int d = 0; d < c.npar; d++) { cv[d] = c.par[d]->v; rv[d] = e_var(A, ax[d].v); }
-    Expr *val = replace_load(A, c.store->value, ld1, linear_at(A, &r1, ld1, 0));
+    Expr *rv[MAX_AXES], *val = replace_load(A, c.store->value, ld1, linear_at(A, &r1, ld1, 0));
     val = replace_load(A, val, ld2, linear_at(A, &r2, ld2, 1));
-    Expr **idx = ARENA_ARRAY(A, Expr *, out->ndim);
-    for (int d = 0; d < out->ndim; d++) idx[d] = expr_subst_vars(A, c.store->idx[d], cv, rv, c.npar);
-    LStmt *st = store_stmt(A, out, idx, expr_subst_vars(A, val, cv, rv, c.npar));
+    LStmt *st = store_in(A, &c, &r1, c.npar, val, rv);
     Expr *p1 = e_load(A, r1.store->buf, r1.npar, rv), *p2 = e_load(A, r2.store->buf, r2.npar, rv);
     LoopNest *n = ARENA_NEW(A, LoopNest);
     *n = *lp->nests[r1i];
@@ -609,9 +596,7 @@ static bool try_halves(Arena *A, LProgram *lp, const bool *dead, int ri, int ci)
     if (!same_count(&c, &r)) return false;
     int64_t x;
     Buffer *b = r.store->buf, *out = c.store->buf;
-    const Expr *vals[1 + MAX_DIMS] = {c.store->value};
-    for (int d = 0; d < out->ndim; d++) vals[1 + d] = c.store->idx[d];
-    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, vals, 1 + out->ndim, b, NULL, out))
+    if (touches(lp->nests[ri], out) || !quiet_between(lp, dead, ri, ci, lp->nests[ci], b, NULL, out))
         return false;
     /* the halves, over ranges: C's constant loops and e' < E/2 */
     Var *eh = new_var(A, &lp->tp->nvars, c.par[c.npar - 1]->v->name);
@@ -659,9 +644,7 @@ static bool try_halves(Arena *A, LProgram *lp, const bool *dead, int ri, int ci)
     for (int h = 0; h < 2; h++) {
         Expr *v = hval[h];
         for (int j = 0; j < 2; j++) v = replace_load(A, v, P[j], linear_at(A, &r, P[j], j));
-        Expr **idx = ARENA_ARRAY(A, Expr *, out->ndim);
-        for (int d = 0; d < out->ndim; d++) idx[d] = expr_subst_vars(A, hidx[h][d], from, to, nf);
-        st[h] = store_stmt(A, out, idx, expr_subst_vars(A, v, from, to, nf));
+        st[h] = store_subst(A, out, hidx[h], v, from, to, nf);
     }
     Axis ax[2] = {{c.par[0]->v, c.par[0]->extent}, {pv, e_i(A, total)}};
     Var *kv = r.red->v;
@@ -674,17 +657,6 @@ static bool try_halves(Arena *A, LProgram *lp, const bool *dead, int ri, int ci)
     return true;
 }
 
-/* the live nest that writes b (-1: none or several) and whether only `reader` reads it */
-static int sole_writer(const LProgram *lp, const bool *dead, const Buffer *b, int reader) {
-    int w = -1;
-    for (int i = 0; i < lp->n; i++) {
-        if (dead[i]) continue;
-        if (writes(lp->nests[i]->root, b)) { if (w >= 0) return -1; w = i; }
-        else if (i != reader && touches(lp->nests[i], b)) return -1;
-    }
-    return w;
-}
-
 void loop_fuse_epilogues(Arena *A, LProgram *lp, bool enable) {
     if (!enable) return;
     bool *dead = ARENA_ARRAY(A, bool, lp->n);
@@ -692,21 +664,20 @@ void loop_fuse_epilogues(Arena *A, LProgram *lp, bool enable) {
         Shape c, r;
         if (!shape_of(lp->nests[ci], &c) || c.red) continue;
         /* the linears C reads (each written by one earlier nest and read by C alone) and their points */
-        Buffer *in[16];
-        int nin = 0;
-        collect_inputs(c.store->value, in, &nin);
-        if (nin < 0) continue;
+        Inputs in = {0};
+        collect_inputs(&in, c.store->value);
+        if (in.n < 0) continue;
         int ri[2], nl = 0, np[2] = {0, 0};
         const Expr *pt[2][4];
         bool ok = true;
-        for (int i = 0; i < nin && ok; i++) {
-            if (in[i]->kind != BUF_ACT) continue;
-            int w = sole_writer(lp, dead, in[i], ci);
-            if (w < 0 || w > ci || w == ci || !linear_shape(lp->nests[w], &r) || r.store->buf != in[i]) continue;
-            for (int d = 0; d < c.store->buf->ndim; d++) if (expr_uses_buf(c.store->idx[d], in[i])) ok = false;
+        for (int i = 0; i < in.n && ok; i++) {
+            if (in.b[i]->kind != BUF_ACT) continue;
+            int w = sole_writer(lp, dead, in.b[i], ci);
+            if (w < 0 || w > ci || w == ci || !linear_shape(lp->nests[w], &r) || r.store->buf != in.b[i]) continue;
+            for (int d = 0; d < c.store->buf->ndim; d++) if (expr_uses_buf(c.store->idx[d], in.b[i])) ok = false;
             if (nl == 2) { ok = false; break; }
             ri[nl] = w;
-            points_of(c.store->value, in[i], pt[nl], &np[nl]);
+            points_of(c.store->value, in.b[i], pt[nl], &np[nl]);
             nl++;
         }
         if (!ok || !nl) continue;
@@ -723,8 +694,7 @@ void loop_fuse_epilogues(Arena *A, LProgram *lp, bool enable) {
         }
         if (nl == 1 && np[0] == 2 && try_halves(A, lp, dead, ri[0], ci)) { dead[ci] = true; lp->n_halves++; }
     }
-    drop_dead(lp, dead);
-    replan(A, lp);
+    replan(A, lp, dead);
 }
 
 /* ---- online softmax (flash attention) ---- */
@@ -758,26 +728,24 @@ void loop_flash(Arena *A, LProgram *lp, bool enable, bool (*fits)(const AttnDesc
             ok = at[p] >= 0 && (!p || at[p] > at[p - 1]);
         }
         /* the scores, max and sum have no other users, and the inputs still hold what the scores read */
-        Buffer *in[16];
-        int nin = 0;
-        collect_inputs(d->q, in, &nin);
-        collect_inputs(d->k, in, &nin);
-        collect_inputs(d->v, in, &nin);
-        if (nin < 0) ok = false;
+        Inputs in = {0};
+        collect_inputs(&in, d->q);
+        collect_inputs(&in, d->k);
+        collect_inputs(&in, d->v);
+        if (in.n < 0) ok = false;
         for (int i = 0; i < lp->n && ok; i++) {
             bool part = false;
             for (int p = 0; p < 5; p++) part |= i == at[p];
             if (dead[i] || part) continue;
             for (int p = 0; p < 3 && ok; p++) ok = !touches(lp->nests[i], d->parts[p]->out);
-            for (int b = 0; b < nin && ok && i > at[0] && i < pv; b++) ok = !writes(lp->nests[i]->root, in[b]);
+            for (int b = 0; b < in.n && ok && i > at[0] && i < pv; b++) ok = !writes(lp->nests[i]->root, in.b[b]);
         }
         if (!ok) continue;
         for (int p = 0; p < 4; p++) dead[at[p]] = true;
         lp->nests[pv] = attn_nest(A, lp->nests[pv], d);
         lp->n_flash++;
     }
-    drop_dead(lp, dead);
-    if (lp->n_flash) replan(A, lp);
+    if (lp->n_flash) replan(A, lp, dead);   /* (nothing is dead otherwise) */
 }
 
 static void indent(Str *o, int d) { for (int i = 0; i < d; i++) str_printf(o, "  "); }
@@ -803,9 +771,8 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
         return;
     }
     case LS_STORE:
-        str_printf(o, "%s[", s->buf->name);
-        for (int i = 0; i < s->buf->ndim; i++) { if (i) str_printf(o, ", "); expr_print(o, s->idx[i]); }
-        str_printf(o, "] = ");
+        expr_print_ref(o, s->buf->name, s->buf->ndim, s->idx);
+        str_printf(o, " = ");
         expr_print(o, s->value);
         str_printf(o, "\n");
         return;
@@ -827,9 +794,8 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
         expr_print(o, a->v);
         str_printf(o, " for d in 0..%lld; m = m'\n", (long long)a->hv);
         indent(o, d);
-        str_printf(o, "%s[", a->out->name);
-        for (int i = 0; i < a->out->ndim; i++) { if (i) str_printf(o, ", "); expr_print(o, a->out_idx[i]); }
-        str_printf(o, "] = o[d] / l for d in 0..%lld\n", (long long)a->hv);
+        expr_print_ref(o, a->out->name, a->out->ndim, a->out_idx);
+        str_printf(o, " = o[d] / l for d in 0..%lld\n", (long long)a->hv);
         return;
     }
     case LS_TOPK: {
@@ -844,9 +810,8 @@ static void print_stmt(Str *o, const LStmt *s, int d) {
         str_printf(o, " (at most %lld; value descending, then %s ascending, NaN as -inf):\n", (long long)t->topk_max,
                    j);
         indent(o, d + 1);
-        str_printf(o, "%s[", t->out->name);
-        for (int i = 0; i < t->out->ndim; i++) { if (i) str_printf(o, ", "); expr_print(o, t->out_idx[i]); }
-        str_printf(o, "] = (%s == 0 ? value : %s) of rank %s, for %s < k\n", t->topk_sel->name, j, t->topk_rank->name,
+        expr_print_ref(o, t->out->name, t->out->ndim, t->out_idx);
+        str_printf(o, " = (%s == 0 ? value : %s) of rank %s, for %s < k\n", t->topk_sel->name, j, t->topk_rank->name,
                    t->topk_rank->name);
         return;
     }

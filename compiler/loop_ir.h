@@ -1,49 +1,19 @@
 /* loop_ir.h: loop IR, one loop nest per kernel: parallel loops over the
  * output, an accumulator with its reduction loops, and stores. Each tensor
- * op is lifted to its own nest; loop_fuse then merges nests where that
- * saves memory traffic and recomputes nothing:
- *   inline      an elementwise producer read by one elementwise consumer at
- *               the point it wrote (SiLU(gate) into SiLU(gate) * up): the
- *               consumer computes the value, the producer's nest goes
- *   side store  an elementwise producer whose every element the next
- *               reduction reads exactly once (the residual add before
- *               RMSNorm's sum of squares): the reduction computes it, stores
- *               it for later readers from inside its loop, and accumulates it
- *   tail        an elementwise row op right after the reduction it reads (the
- *               scale of RMSNorm, softmax's normalise) becomes a loop after
- *               that nest's store: one kernel per row op
- *   retarget    a copy of an activation into another buffer (the KV-cache
- *               writes): the activation's writer stores to the copy's target
- * and plans the activation arena again over the nests that remain. Then
- * loop_fuse_epilogues puts elementwise consumers of linears into the
- * linears' stores:
- *   epilogue    a consumer reading one linear's output at its own point (the
- *               MLP's residual add after down_proj): the linear stores the
- *               consumer's value
- *   pair        a consumer of two linears over the same input and K, each read
- *               at its own point (SiLU(gate) * up): one nest, two accumulators
- *               over one reduction loop
- *   halves      a consumer reading one linear at two points (rotary: x[e] with
- *               x[e +- half]): its last loop is split in halves, simplified over
- *               their ranges, and each (e, e + half) pair of outputs is one
- *               iteration with two accumulators and two stores
- * Every output element of the linears is still computed once. Before
- * them, loop_flash replaces each attention's five nests (scores, max, sum of
- * exp, normalise, P.V) by one: an online softmax over the keys (a running
- * max and sum per row, each score computed once and never stored).
+ * op is lifted to its own nest; three passes then merge nests where a
+ * structural guard shows that nothing is recomputed (each rewrite's guard is
+ * at its try_* in loop_ir.c; docs/pipeline.md, "Fusion", has the examples
+ * from a decoder layer):
+ *   loop_flash           an attention's five nests -> one online softmax over the keys
+ *   loop_fuse            inline, side store, tail, retarget
+ *   loop_fuse_epilogues  elementwise consumers of linears into the linears' stores: epilogue, pair, halves
+ * and each plans the activation arena again over the nests that remain.
  * A top_k is one statement inside its parallel loops (no fusion takes it). */
 #ifndef LLMCC_LOOP_IR_H
 #define LLMCC_LOOP_IR_H
 #include "tensor_ir.h"
 
-#define LSTMT_KINDS(X) X(LS_FOR, "for") X(LS_ACC_INIT, "acc_init") X(LS_ACC, "acc_update") X(LS_STORE, "store") \
-    X(LS_ATTN, "online_softmax") X(LS_TOPK, "top_k")
-typedef enum {
-#define X(e, s) e,
-    LSTMT_KINDS(X)
-#undef X
-    LS_COUNT
-} LStmtKind;
+typedef enum { LS_FOR, LS_ACC_INIT, LS_ACC, LS_STORE, LS_ATTN, LS_TOPK, LS_COUNT } LStmtKind;
 typedef enum { LOOP_PARALLEL, LOOP_REDUCE } LoopKind;
 
 /* A reduction loop's body is its acc_update, optionally preceded by one

@@ -4,16 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-const char *const top_kind_names[] = {
-#define X(e, s) s,
-    TOP_KINDS(X)
-#undef X
-};
-const char *const red_op_names[] = {
-#define X(e, s) s,
-    RED_OPS(X)
-#undef X
-};
+const char *const top_kind_names[] = {TOP_KINDS(X_NAME)};
+const char *const red_op_names[] = {RED_OPS(X_NAME)};
 
 Var *new_var(Arena *A, int *counter, const char *name) {
     Var *v = ARENA_NEW(A, Var);
@@ -61,6 +53,13 @@ static Expr *raxis(TL *L, TOp *op, const char *name, Expr *e) { return add_axis(
 /* dim d of n: the runtime row count n where it is that */
 static Expr *ext(TL *L, const GNode *n, int d) {
     return d == 0 && n->rows_n ? e_param(L->A, P_N) : e_i(L->A, n->dims[d]);
+}
+/* An op over the rows t of n and its heads h (its first two axes and store indices): a per-head op of a model */
+static TOp *head_op(TL *L, TOpKind k, const GNode *n, Buffer *out, const char *suffix, Expr **t, Expr **h) {
+    TOp *op = new_op_part(L, k, n, out, suffix);
+    *t = op->out_idx[0] = axis(L, op, "t", ext(L, n, 0));
+    *h = op->out_idx[1] = axis(L, op, "h", e_i(L->A, n->heads));
+    return op;
 }
 /* A buffer for the first nd dims of n (rows sized for max_batch); [1] when nd is 0. */
 static Buffer *lead_buf(TL *L, const GNode *n, const char *suffix, int nd, BufKind kind, DType dt) {
@@ -134,19 +133,17 @@ static void lower_head_rmsnorm(TL *L, GNode *n) {
     int hd = n->head_dim;
     Buffer *inv = new_buf(L, arena_printf(A, "%s.inv_rms", n->name), BUF_ACT, DT_F32, 2, L->tp->g->max_batch,
                           n->heads, 0);
-    TOp *r = new_op_part(L, TOP_REDUCE, n, inv, "inv_rms");
-    Expr *t = axis(L, r, "t", ext(L, n, 0)), *h = axis(L, r, "h", e_i(A, n->heads));
+    Expr *t, *h;
+    TOp *r = head_op(L, TOP_REDUCE, n, inv, "inv_rms", &t, &h);
     Expr *e = raxis(L, r, "e", e_i(A, hd));
-    r->out_idx[0] = t; r->out_idx[1] = h;
     r->red = RED_SUM;
     Expr *xv = e_load2(A, x->buf, t, E_ADD(A, E_MUL(A, h, e_i(A, hd)), e));
     r->body = E_MUL(A, xv, xv);
     r->epilogue = e_un(A, EX_RSQRT, E_ADD(A, E_DIV(A, e_acc(A), e_f(A, (double)hd)), e_f(A, (float)n->eps)));
     n->buf = lead_buf(L, n, NULL, 2, BUF_ACT, DT_F32);
-    TOp *op = new_op(L, TOP_ELEMWISE, n, n->buf);
-    t = axis(L, op, "t", ext(L, n, 0)); h = axis(L, op, "h", e_i(A, n->heads)); e = axis(L, op, "e", e_i(A, hd));
-    Expr *c = E_ADD(A, E_MUL(A, h, e_i(A, hd)), e);
-    op->out_idx[0] = t; op->out_idx[1] = c;
+    TOp *op = head_op(L, TOP_ELEMWISE, n, n->buf, NULL, &t, &h);
+    e = axis(L, op, "e", e_i(A, hd));
+    Expr *c = op->out_idx[1] = E_ADD(A, E_MUL(A, h, e_i(A, hd)), e);
     op->body = E_MUL(A, E_MUL(A, e_load2(A, x->buf, t, c), e_load2(A, inv, t, h)), e_load1(A, n->in[1]->buf, e));
 }
 
@@ -297,7 +294,7 @@ static void lower_sdpa(TL *L, GNode *n) {
     pv->red = RED_SUM;
     pv->body = E_MUL(A, e_load(A, S, nd, is), e_load(A, v->buf, v->ndim, iv));
     /* the whole attention, its batch dims flattened into one head axis (a runtime row count only in the query axis) */
-    for (int b = 0; b < nb; b++) if (b == 0 && n->rows_n) return;
+    if (nb && n->rows_n) return;
     AttnDesc *d = new_attn(L, kernel_base_name(A, n->name), (float)n->scale);
     Var *fs[MAX_DIMS + 1], *fp[MAX_DIMS + 1];
     Expr *tq[MAX_DIMS + 1], *tk[MAX_DIMS + 1], *tv[MAX_DIMS + 1];
@@ -354,12 +351,11 @@ static void lower_node(TL *L, GNode *n) {
         Buffer *f = new_buf(L, arena_printf(A, "%s.inv_freq", n->name), BUF_CONST, DT_F32, 1, half, 0, 0);
         f->const_data = n->inv_freq;
         n->buf = lead_buf(L, n, NULL, 2, BUF_ACT, DT_F32);
-        TOp *op = new_op(L, TOP_ELEMWISE, n, n->buf);
-        t = axis(L, op, "t", ext(L, n, 0));
-        Expr *h = axis(L, op, "h", e_i(A, n->heads));
+        Expr *h;
+        TOp *op = head_op(L, TOP_ELEMWISE, n, n->buf, NULL, &t, &h);
         Expr *e = axis(L, op, "e", e_i(A, hd));
         Expr *base = E_MUL(A, h, e_i(A, hd));
-        op->out_idx[0] = t; op->out_idx[1] = E_ADD(A, base, e);
+        op->out_idx[1] = E_ADD(A, base, e);
         Expr *ang = E_MUL(A, e_un(A, EX_TOF, E_ADD(A, e_param(A, P_POS), t)),
                           e_load1(A, f, e_bin(A, EX_MOD, e, e_i(A, half))));
         Expr *xv = e_load2(A, x, t, E_ADD(A, base, e));
@@ -389,37 +385,34 @@ static void lower_node(TL *L, GNode *n) {
         Buffer *M = new_buf(L, arena_printf(A, "%s.max", n->name), BUF_ACT, DT_F32, 2, g->max_batch, H, 0);
         Buffer *Z = new_buf(L, arena_printf(A, "%s.sum", n->name), BUF_ACT, DT_F32, 2, g->max_batch, H, 0);
         /* scores = q k^T * head_dim^-0.5, causal */
-        TOp *s = new_op_part(L, TOP_REDUCE, n, S, "scores");
-        t = axis(L, s, "t", e_param(A, P_N));
-        Expr *h = axis(L, s, "h", e_i(A, H));
-        Expr *j = axis(L, s, "j", len);
+        Expr *h;
+        TOp *s = head_op(L, TOP_REDUCE, n, S, "scores", &t, &h);
+        Expr *j = s->out_idx[2] = axis(L, s, "j", len);
         Expr *e = raxis(L, s, "e", e_i(A, hd));
-        s->out_idx[0] = t; s->out_idx[1] = h; s->out_idx[2] = j;
         s->red = RED_SUM;
         s->body = E_MUL(A, e_load2(A, q, t, E_ADD(A, E_MUL(A, h, e_i(A, hd)), e)),
                         e_load3(A, kc, j, E_DIV(A, h, e_i(A, G)), e));
         s->epilogue = e_select(A, e_bin(A, EX_LE, j, E_ADD(A, e_param(A, P_POS), t)),
                                E_MUL(A, e_acc(A), e_f(A, (float)(1.0 / sqrt((double)hd)))), e_f(A, -INFINITY));
         /* softmax over j: max, sum of exp, normalise in place */
-        TOp *mx = new_op_part(L, TOP_REDUCE, n, M, "max");
-        t = axis(L, mx, "t", e_param(A, P_N)); h = axis(L, mx, "h", e_i(A, H)); j = raxis(L, mx, "j", len);
-        mx->out_idx[0] = t; mx->out_idx[1] = h; mx->red = RED_MAX;
+        TOp *mx = head_op(L, TOP_REDUCE, n, M, "max", &t, &h);
+        j = raxis(L, mx, "j", len);
+        mx->red = RED_MAX;
         mx->body = e_load3(A, S, t, h, j);
-        TOp *sm = new_op_part(L, TOP_REDUCE, n, Z, "sum");
-        t = axis(L, sm, "t", e_param(A, P_N)); h = axis(L, sm, "h", e_i(A, H)); j = raxis(L, sm, "j", len);
-        sm->out_idx[0] = t; sm->out_idx[1] = h; sm->red = RED_SUM;
+        TOp *sm = head_op(L, TOP_REDUCE, n, Z, "sum", &t, &h);
+        j = raxis(L, sm, "j", len);
+        sm->red = RED_SUM;
         sm->body = e_un(A, EX_EXP, E_SUB(A, e_load3(A, S, t, h, j), e_load2(A, M, t, h)));
-        TOp *nm = new_op_part(L, TOP_ELEMWISE, n, S, "softmax");
-        t = axis(L, nm, "t", e_param(A, P_N)); h = axis(L, nm, "h", e_i(A, H)); j = axis(L, nm, "j", len);
-        nm->out_idx[0] = t; nm->out_idx[1] = h; nm->out_idx[2] = j;
+        TOp *nm = head_op(L, TOP_ELEMWISE, n, S, "softmax", &t, &h);
+        j = nm->out_idx[2] = axis(L, nm, "j", len);
         nm->body = E_DIV(A, e_un(A, EX_EXP, E_SUB(A, e_load3(A, S, t, h, j), e_load2(A, M, t, h))),
                          e_load2(A, Z, t, h));
         /* out = p v */
         n->buf = lead_buf(L, n, NULL, 2, BUF_ACT, DT_F32);
-        TOp *pv = new_op_part(L, TOP_REDUCE, n, n->buf, "pv");
-        t = axis(L, pv, "t", e_param(A, P_N)); h = axis(L, pv, "h", e_i(A, H)); e = axis(L, pv, "e", e_i(A, hd));
+        TOp *pv = head_op(L, TOP_REDUCE, n, n->buf, "pv", &t, &h);
+        e = axis(L, pv, "e", e_i(A, hd));
         j = raxis(L, pv, "j", len);
-        pv->out_idx[0] = t; pv->out_idx[1] = E_ADD(A, E_MUL(A, h, e_i(A, hd)), e);
+        pv->out_idx[1] = E_ADD(A, E_MUL(A, h, e_i(A, hd)), e);
         pv->red = RED_SUM;
         pv->body = E_MUL(A, e_load3(A, S, t, h, j), e_load3(A, vc, j, E_DIV(A, h, e_i(A, G)), e));
         AttnDesc *d = new_attn(L, kernel_base_name(A, n->name), (float)(1.0 / sqrt((double)hd)));
@@ -539,9 +532,9 @@ void tensor_print(Str *o, const TProgram *tp) {
             str_printf(o, " %s over [", red_op_names[op->red]);
             print_axes(o, op->raxes, op->nraxes); str_printf(o, "]");
         }
-        str_printf(o, "  # %s\n    %s[", op->module, op->out->name);
-        for (int d = 0; d < op->out->ndim; d++) { if (d) str_printf(o, ", "); expr_print(o, op->out_idx[d]); }
-        str_printf(o, "] = ");
+        str_printf(o, "  # %s\n    ", op->module);
+        expr_print_ref(o, op->out->name, op->out->ndim, op->out_idx);
+        str_printf(o, " = ");
         if (op->red == RED_TOPK && op->kind == TOP_REDUCE) {
             str_printf(o, "(%s == 0 ? the value : the %s) of the %s-th largest of ", op->topk_sel->name,
                        op->raxes[0].v->name, op->topk_rank->name);

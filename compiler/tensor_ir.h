@@ -9,24 +9,14 @@
 #include "graph.h"
 
 #define TOP_KINDS(X) X(TOP_ELEMWISE, "elementwise") X(TOP_REDUCE, "reduction") X(TOP_INDEXMAP, "index_map")
-typedef enum {
-#define X(e, s) e,
-    TOP_KINDS(X)
-#undef X
-    TOP_COUNT
-} TOpKind;
+typedef enum { TOP_KINDS(X_ENUM) TOP_COUNT } TOpKind;
 extern const char *const top_kind_names[];
 
 /* argmax: acc is the index (a float) of the first maximum over the one
  * reduction axis; NaN never wins, so a row of NaN and -inf gives 0.
  * top_k: the op's result is a list, not an acc: see TOp's topk fields. */
 #define RED_OPS(X) X(RED_SUM, "sum") X(RED_MAX, "max") X(RED_ARGMAX, "argmax") X(RED_TOPK, "top_k")
-typedef enum {
-#define X(e, s) e,
-    RED_OPS(X)
-#undef X
-    RED_COUNT
-} RedOp;
+typedef enum { RED_OPS(X_ENUM) RED_COUNT } RedOp;
 extern const char *const red_op_names[];
 
 typedef struct { Var *v; Expr *extent; } Axis;

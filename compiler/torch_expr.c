@@ -5,6 +5,7 @@
  * (RMSNorm's default eps is finfo(input dtype).eps). Every error is one line
  * naming the 1-based column where the offending construct starts. */
 #include "torch_expr.h"
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -70,22 +71,18 @@ static void next(P *p) {
     Tok t = {TK_END, p->pos + 1, s + p->pos, 0, 0, false};
     char c = s[p->pos];
     if (!c) { p->tok = t; return; }
-    if ((c >= '0' && c <= '9') || (c == '.' && s[p->pos + 1] >= '0' && s[p->pos + 1] <= '9')) {
+    if (isdigit((unsigned char)c) || (c == '.' && isdigit((unsigned char)s[p->pos + 1]))) {
         char *end;
         t.k = TK_NUM;
         t.num = strtod(s + p->pos, &end);
         t.len = (int)(end - (s + p->pos));
         t.is_int = true;
         for (int i = 0; i < t.len; i++) if (strchr(".eE", s[p->pos + i])) t.is_int = false;
-        if ((end[0] >= 'a' && end[0] <= 'z') || (end[0] >= 'A' && end[0] <= 'Z') || end[0] == '_')
+        if (isalpha((unsigned char)end[0]) || end[0] == '_')
             err(p, t.col, "'%.*s' is not a number", t.len + 1, s + p->pos);
-    } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_') {
+    } else if (isalpha((unsigned char)c) || c == '_') {
         t.k = TK_NAME;
-        while (true) {
-            char d = s[p->pos + t.len];
-            if ((d >= 'a' && d <= 'z') || (d >= 'A' && d <= 'Z') || (d >= '0' && d <= '9') || d == '_') t.len++;
-            else break;
-        }
+        while (isalnum((unsigned char)s[p->pos + t.len]) || s[p->pos + t.len] == '_') t.len++;
     } else if (c == '"' || c == '\'') {
         t.k = TK_STR;
         int i = 1;
@@ -166,6 +163,17 @@ static void need_last_dim(P *p, int col, const char *op, int64_t dim, int nd) {
     if (dim != -1 && dim != nd - 1)
         err(p, col, "%s over dim %lld of a %d-D tensor is not supported yet (only the last dim, dim=-1)", op,
             (long long)dim, nd);
+}
+/* the argument dim= of op over x: a dim of x, and its last */
+static void need_dim_last(P *p, const Value *d, const char *op, const GNode *x) {
+    need_last_dim(p, d->col, op, need_int(p, d, "dim", -x->ndim, x->ndim - 1), x->ndim);
+}
+/* x's batch dims (all but the last two) as a shape */
+static GNode batch_of(const GNode *x) {
+    GNode b = {0};
+    b.ndim = x->ndim - 2;
+    memcpy(b.dims, x->dims, sizeof(int64_t) * (size_t)b.ndim);
+    return b;
 }
 
 /* ---- arguments: positional, then keywords, bound to a parameter list ---- */
@@ -322,10 +330,7 @@ static Value matmul(P *p, const Value *va, const Value *vb, int col) {
     if (a->dims[a->ndim - 1] != b->dims[b->ndim - 2])
         err(p, col, "matmul shapes %s and %s: inner dimensions %lld and %lld differ", shape_str(p, a), shape_str(p, b),
             (long long)a->dims[a->ndim - 1], (long long)b->dims[b->ndim - 2]);
-    GNode ba = {0}, bb = {0};
-    ba.ndim = a->ndim - 2; bb.ndim = b->ndim - 2;
-    memcpy(ba.dims, a->dims, sizeof(int64_t) * (size_t)ba.ndim);
-    memcpy(bb.dims, b->dims, sizeof(int64_t) * (size_t)bb.ndim);
+    GNode ba = batch_of(a), bb = batch_of(b);
     int nb;
     int64_t bd[MAX_DIMS];
     if (!shape_broadcast(&ba, &bb, &nb, bd))
@@ -360,10 +365,7 @@ static Value sdpa(P *p, const Args *a, const char *fname) {
     if (vv->dims[vv->ndim - 2] != S)
         err(p, v[2]->col, "value has %lld positions, key has %lld (shapes %s, %s)", (long long)vv->dims[vv->ndim - 2],
             (long long)S, shape_str(p, k), shape_str(p, vv));
-    GNode b[3] = {{0}};
-    for (int i = 0; i < 3; i++) {
-        b[i].ndim = v[i]->t->ndim - 2; memcpy(b[i].dims, v[i]->t->dims, sizeof(int64_t) * (size_t)b[i].ndim);
-    }
+    GNode b[3] = {batch_of(q), batch_of(k), batch_of(vv)};
     GNode qk = {0}, all = {0};
     if (!shape_broadcast(&b[0], &b[1], &qk.ndim, qk.dims) || !shape_broadcast(&qk, &b[2], &all.ndim, all.dims))
         err(p, a->col, "the batch dimensions of query %s, key %s and value %s do not broadcast", shape_str(p, q),
@@ -385,13 +387,6 @@ static Value sdpa(P *p, const Args *a, const char *fname) {
         n->scale = v[6]->num;
     }
     return tensor(n, promote(promote(v[0]->tdt, v[1]->tdt), v[2]->tdt), a->col);
-}
-
-static int softmax_dim(P *p, const Value *d, const GNode *x, const char *fname, int col) {
-    if (is_none(d)) err(p, col, "%s needs dim= (only dim=-1, the last dim, is supported yet)", fname);
-    int64_t dim = need_int(p, d, "dim", -x->ndim, x->ndim - 1);
-    need_last_dim(p, d->col, "softmax", dim, x->ndim);
-    return (int)dim;
 }
 
 /* bind() to the parameters named (the first `required` of them must be given) */
@@ -417,7 +412,8 @@ static Value call(P *p, const Value *f, const Args *a) {
     if (!strcmp(nm, "F.softmax") || !strcmp(nm, "torch.softmax")) {
         BIND(1, "input", "dim");
         const GNode *x = need_tensor(p, v[0], nm);
-        softmax_dim(p, v[1], x, nm, a->col);
+        if (is_none(v[1])) err(p, a->col, "%s needs dim= (only dim=-1, the last dim, is supported yet)", nm);
+        need_dim_last(p, v[1], "softmax", x);
         return tensor(result_like(p, G_SOFTMAX, "softmax", x), v[0]->tdt, f->col);
     }
     if (!strcmp(nm, "F.scaled_dot_product_attention")) return sdpa(p, a, nm);
@@ -425,8 +421,7 @@ static Value call(P *p, const Value *f, const Args *a) {
         BIND(2, "input", "dim", "keepdim");
         const GNode *x = need_tensor(p, v[0], nm);
         if (is_none(v[1])) err(p, a->col, "torch.argmax needs dim=-1 (the index over the last dim; no flattening yet)");
-        int64_t dim = need_int(p, v[1], "dim", -x->ndim, x->ndim - 1);
-        need_last_dim(p, v[1]->col, "argmax", dim, x->ndim);
+        need_dim_last(p, v[1], "argmax", x);
         if (v[2] && !is_none(v[2]) && (v[2]->k != V_BOOL || v[2]->b))
             err(p, v[2]->col, "keepdim=True is not supported yet");
         GNode *n = result_like(p, G_ARGMAX, "argmax", x);
@@ -445,8 +440,7 @@ static Value call(P *p, const Value *f, const Args *a) {
         if (kk > len)
             err(p, v[1]->col, "k=%lld is more than the %lld values of the last dim", (long long)kk, (long long)len);
         if (kk > 128) err(p, v[1]->col, "k=%lld: topk supports k up to 128", (long long)kk);
-        if (v[2] && !is_none(v[2]))
-            need_last_dim(p, v[2]->col, "topk", need_int(p, v[2], "dim", -x->ndim, x->ndim - 1), x->ndim);
+        if (v[2] && !is_none(v[2])) need_dim_last(p, v[2], "topk", x);
         if (v[3] && (v[3]->k != V_BOOL || !v[3]->b)) err(p, v[3]->col, "largest=False is not supported yet");
         if (v[4] && (v[4]->k != V_BOOL || !v[4]->b))
             err(p, v[4]->col, "sorted=False is not supported (the result is always sorted)");

@@ -37,6 +37,13 @@ _Noreturn void die_internal(const char *srcfile, int line, const char *fmt, ...)
     do { if (!(cond)) die_internal(__FILE__, __LINE__, "CHECK(" #cond ") failed: " __VA_ARGS__); } while (0)
 #define UNREACHABLE() die_internal(__FILE__, __LINE__, "unreachable")
 
+/* ---- X-macro lists: LIST(X) calls X(ENUM, "name", ...) once per member ----
+ * `typedef enum { LIST(X_ENUM) COUNT } T;` and `const char *const names[] = {LIST(X_NAME)};`
+ * (X_NAME_ takes the name apart from the rest: a list may carry more than the name) */
+#define X_ENUM(e, ...) e,
+#define X_NAME(e, ...) X_NAME_(__VA_ARGS__, 0)
+#define X_NAME_(s, ...) s,
+
 /* ---- growable string buffer (malloc'd, not arena) ---- */
 typedef struct { char *s; size_t len, cap; } Str;
 void str_printf(Str *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
