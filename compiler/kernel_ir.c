@@ -5,7 +5,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-const char *const shfl_names[] = {SHFL_KINDS(KIND_NAME)};
+const char *const shfl_names[] = {SHFL_KINDS(X_NAME)};
 
 static void add_param(KKernel *k, Buffer *b, bool written) {
     for (int i = 0; i < k->nparams; i++) if (k->params[i] == b) { k->param_written[i] |= written; return; }

@@ -15,7 +15,7 @@
 
 #define TSTMT_KINDS(X) X(TS_LET, "let") X(TS_ASSIGN, "assign") X(TS_STORE, "store") X(TS_SSTORE, "sstore") \
     X(TS_IF, "if") X(TS_FOR, "for") X(TS_VLOAD, "vload") X(TS_CP_ASYNC, "cp_async") X(TS_GEMM, "gemm")
-typedef enum { TSTMT_KINDS(KIND_ENUM) TS_COUNT } TStmtKind;
+typedef enum { TSTMT_KINDS(X_ENUM) TS_COUNT } TStmtKind;
 
 typedef struct TStmt {
     TStmtKind k;
@@ -38,10 +38,10 @@ typedef struct TStmt {
 #define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor") X(KS_SHFL, "shfl") X(KS_MMA, "mma") \
     X(KS_LDMATRIX, "ldmatrix") X(KS_CP_COMMIT, "cp_async_commit_group") X(KS_CP_WAIT, "cp_async_wait_group") \
     X(KS_ULET, "ulet")
-typedef enum { KSTMT_KINDS(KIND_ENUM) KS_COUNT } KStmtKind;
+typedef enum { KSTMT_KINDS(X_ENUM) KS_COUNT } KStmtKind;
 
 #define SHFL_KINDS(X) X(SHFL_DOWN, "down") X(SHFL_UP, "up") X(SHFL_XOR, "xor") X(SHFL_IDX, "idx")
-typedef enum { SHFL_KINDS(KIND_ENUM) SHFL_COUNT } ShflKind;
+typedef enum { SHFL_KINDS(X_ENUM) SHFL_COUNT } ShflKind;
 extern const char *const shfl_names[];
 
 typedef struct KStmt {

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const sched_names[] = {SCHED_KINDS(KIND_NAME)};
-const char *const target_names[] = {TARGETS(KIND_NAME)};
+const char *const sched_names[] = {SCHED_KINDS(X_NAME)};
+const char *const target_names[] = {TARGETS(X_NAME)};
 
 void knobs_default(Knobs *k) {
 #define X(s, f, d, lo, hi, p2) k->f = d;

@@ -8,22 +8,19 @@
 #define LLMCC_TILE_IR_H
 #include "loop_ir.h"
 
-/* X(e, s) lists into enums { KINDS(KIND_ENUM) COUNT } and name tables { KINDS(KIND_NAME) } */
-#define KIND_ENUM(e, s) e,
-#define KIND_NAME(e, s) s,
 
 /* What the code is for: the CPU's own schedules (cpu_* below; C + OpenMP), the GPU's schedules run exactly
  * on the CPU (the C backend's emulation of blocks, threads, shuffles and mma: the tool that tests them
  * without a GPU), or NVIDIA GPUs (CUDA). */
 #define TARGETS(X) X(TARGET_CPU, "cpu") X(TARGET_CUDA_EMU, "cuda-emu") X(TARGET_CUDA, "cuda")
-typedef enum { TARGETS(KIND_ENUM) TARGET_COUNT } Target;
+typedef enum { TARGETS(X_ENUM) TARGET_COUNT } Target;
 extern const char *const target_names[];
 
 #define SCHED_KINDS(X) X(SCHED_FLAT, "flat") X(SCHED_BLOCK_REDUCE, "block_reduce") X(SCHED_GEMV, "gemv") \
     X(SCHED_SPLITK_SUM, "splitk_sum") X(SCHED_GEMM_TC, "gemm_tc") X(SCHED_FLASH, "flash_attn") \
     X(SCHED_FLASH_COMBINE, "flash_combine") X(SCHED_TOPK, "top_k") X(SCHED_TOPK_MERGE, "top_k_merge") \
     X(SCHED_CPU_ROWS, "cpu_rows") X(SCHED_CPU_GEMM, "cpu_gemm") X(SCHED_CPU_ATTN, "cpu_attn")
-typedef enum { SCHED_KINDS(KIND_ENUM) SCHED_COUNT } SchedKind;
+typedef enum { SCHED_KINDS(X_ENUM) SCHED_COUNT } SchedKind;
 extern const char *const sched_names[];
 
 /* Knobs: name, field, default, min, max, must be a power of two. 0 means
