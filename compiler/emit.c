@@ -253,7 +253,9 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             emit_expr(o, k, s->e, t);
             str_printf(o, ", %lld, ", (long long)s->gn);
             emit_expr(o, k, s->lo, t);
-            str_printf(o, ", smem%d, smem%d, smem%d, %lld, ", s->gsmem[0], s->gsmem[1], s->gsmem[2], (long long)s->gn);
+            str_printf(o, ", smem%d, smem%d, smem%d + ", s->gsmem[0], s->gsmem[1], s->gsmem[2]);
+            emit_expr(o, k, s->sidx, t);
+            str_printf(o, ", %lld, ", (long long)s->gn);
             emit_expr(o, k, s->step, t);
             str_printf(o, " != 0);\n");
             break;

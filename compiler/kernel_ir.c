@@ -146,8 +146,8 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
         str_printf(p->o, "\n");
         return;
     case TS_GEMM:
-        kfmt(p, "gemm smem%d[%E x %d] = (%E ? smem%d : 0) + smem%d (packed rows) x smem%d (packed columns)^T, K %E\n",
-             s->gsmem[2], s->e, (int)s->gn, s->step, s->gsmem[2], s->gsmem[0], s->gsmem[1], s->lo);
+        kfmt(p, "gemm smem%d[%E ..][%E x %d] = (%E ? itself : 0) + smem%d (packed rows) x smem%d (packed columns)^T, "
+             "K %E\n", s->gsmem[2], s->sidx, s->e, (int)s->gn, s->step, s->gsmem[0], s->gsmem[1], s->lo);
         return;
     case TS_COUNT: break;
     }

@@ -29,9 +29,9 @@ typedef struct TStmt {
     Expr *sidx;                /* sstore, cp_async: shared element index (cp_async: of the first element) */
     Buffer *buf; Expr **idx;   /* store; vload, cp_async: the first element */
     struct TStmt **body; int nbody;
-    /* gemm (CPU tasks only; runtime/cpu_gemm.h): smem[gsmem[2]][m x gn] (+)= A x B^T over K, m = e, K = lo,
-     * accumulate when step != 0, from the packed panels A = smem[gsmem[0]] (m rows) and B = smem[gsmem[1]]
-     * (gn columns) */
+    /* gemm (CPU tasks only; runtime/cpu_gemm.h): the m x gn tile at element sidx of smem[gsmem[2]] (rows gn
+     * apart) (+)= A x B^T over K, m = e, K = lo, accumulate when step != 0, from the packed panels
+     * A = smem[gsmem[0]] (m rows) and B = smem[gsmem[1]] (gn columns) */
     int gsmem[3]; int64_t gn;
 } TStmt;
 

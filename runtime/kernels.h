@@ -328,8 +328,10 @@ static inline void cpu_core_of(int c, char *out, size_t size) {
  * core unless OMP_PROC_BIND or OMP_PLACES say otherwise, no nested teams (a kernel's `omp for` shares the
  * caller's team); desc gets what runs. Returns the thread count. */
 static inline int cpu_threads(int n, char *desc, size_t size) {
+    int ncores = 0;
+#ifdef CPU_SETSIZE   /* sched.h's affinity calls (_GNU_SOURCE, as the project's Makefile builds) */
+    int cores[1024];
     cpu_set_t allowed;
-    int cores[1024], ncores = 0;
     if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
         char seen[1024][24];
         for (int c = 0; c < CPU_SETSIZE && ncores < 1024; c++) {
@@ -343,11 +345,15 @@ static inline int cpu_threads(int n, char *desc, size_t size) {
             cores[ncores++] = c;
         }
     }
-    if (!ncores) cores[ncores++] = 0;
+    bool pin = !getenv("OMP_PROC_BIND") && !getenv("OMP_PLACES") && ncores && (n <= 0 || n <= ncores);
+#else
+    bool pin = false;
+#endif
+    if (!ncores) ncores = omp_get_num_procs();
     if (n <= 0) n = ncores;
     omp_set_max_active_levels(1);
     omp_set_num_threads(n);
-    bool pin = !getenv("OMP_PROC_BIND") && !getenv("OMP_PLACES") && n <= ncores;
+#ifdef CPU_SETSIZE
     if (pin) {
         #pragma omp parallel num_threads(n)
         {
@@ -357,6 +363,7 @@ static inline int cpu_threads(int n, char *desc, size_t size) {
             sched_setaffinity(0, sizeof one, &one);   /* 0: the calling thread */
         }
     }
+#endif
     const char *isa = "the baseline (no vector extension beyond the architecture's)";
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
     isa = __builtin_cpu_supports("x86-64-v4") ? "x86-64-v4 (AVX-512)"

@@ -151,3 +151,20 @@ def test_fixture_both_targets_and_threads():
             assert "target: cpu" in info and "compute: " in info and "kernels for " in info, info
         else:
             assert not any(k.startswith("cpu_") for k in kinds) and "gemv" in kinds, kinds
+
+
+def test_aarch64_builds_with_neon():
+    """The same model.c compiles for aarch64 (a cross gcc, where installed: apt-get install gcc-aarch64-linux-gnu)
+    and its kernels' loops become NEON vector FMAs (fmla on .4s lanes)."""
+    import shutil
+    from testlib import Skip
+    cc = shutil.which("aarch64-linux-gnu-gcc")
+    if not cc:
+        raise Skip("no aarch64-linux-gnu-gcc (apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross)")
+    out = build(fixture("qwen2-tied", "bf16"), "cpu")
+    flags = [l.split("=", 1)[1].split() for l in open(os.path.join(out, "Makefile")) if l.startswith("MODEL_CFLAGS ?=")][0]
+    asm = os.path.join(out, "model.aarch64.s")
+    run([cc, "-std=c11", "-D_GNU_SOURCE", "-fopenmp", "-Wall", "-Werror", "-I" + os.path.join(out, "runtime"), "-S",
+         os.path.join(out, "model.c"), "-o", asm] + flags)
+    text = open(asm).read()
+    assert text.count(".4s") > 100 and "fmla\tv" in text, "no NEON vector FMAs in the aarch64 build"

@@ -1,10 +1,10 @@
 /* cpu_gemm.c: the cpu_gemm schedule, the CPU target's linears for calls of
  * more than cpu_gemm_min_n tokens (prefill), the BLIS way: a task per nb
- * outputs; for each block of mc tokens and each K step of kc, the task
- * packs its weight panel (nb rows of W, f32, in slivers of CPU_GEMM_NR) and
- * the activation panel (mc rows, in slivers of CPU_GEMM_MR) into scratch,
- * and runtime/cpu_gemm.h's register-tile kernel accumulates the mc x nb
- * tile over K; then the epilogue (the nest's stores, a pair's SiLU * up, a
+ * outputs; for each K step of kc the task packs its weight panel (nb rows
+ * of W, f32, in slivers of CPU_GEMM_NR) once, then for each block of mc
+ * tokens the activation panel (in slivers of CPU_GEMM_MR), and
+ * runtime/cpu_gemm.h's register-tile kernel accumulates those rows of the
+ * task's tile (every token x nb) over K; then the epilogue (the nest's stores, a pair's SiLU * up, a
  * rotary pair's halves) reads the tile. Packing converts bf16 / f16 weights
  * once per K step, so the kernel's inner loop is only FMAs. A pair packs
  * both weights side by side: one tile of 2 x nb columns. Calls of at most
@@ -14,7 +14,7 @@
 #define CPU_GEMM_SIZES_ONLY
 #include "cpu_gemm.h"
 
-/* scratch: the activation panel [mc][kc], the weight panel [columns][kc], the tile [mc][columns] */
+/* scratch: the activation panel [mc][kc], the weight panel [columns][kc], the tile [tokens][columns] */
 enum { CG_S_X, CG_S_W, CG_S_TILE, CG_NSMEM };
 
 int cpu_gemm_choose(const ScheduleChoice *c, TileKernel *g, TileKernel **out) {
@@ -74,22 +74,21 @@ void cpu_gemm_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLi
     const int MR = CPU_GEMM_MR, NR = CPU_GEMM_NR, cols = b->nacc * P->nb;
     Var *tv = b->par[0].v, *ov = b->par[1].v, *kv = b->red[0].v;
     Expr *rows = b->par[0].extent, *outs = b->par[1].extent, *K = b->red[0].extent;
+    int64_t most;
+    CHECK(eval_i(rows, B->max_batch, B->max_ctx, &most), "cpu_gemm over an unbounded token count");
     k->nsmem = CG_NSMEM;
     k->smem[CG_S_X].size = P->mc * P->kc;
     k->smem[CG_S_W].size = cols * P->kc;
-    k->smem[CG_S_TILE].size = P->mc * cols;
+    k->smem[CG_S_TILE].size = (int)((most + MR - 1) / MR * MR * cols);
     Var *o0 = new_var(A, B->nvars, "o0"), *t0 = new_var(A, B->nvars, "t0"), *m = new_var(A, B->nvars, "m");
     Var *k0 = new_var(A, B->nvars, "k0"), *kc = new_var(A, B->nvars, "kc"), *i = new_var(A, B->nvars, "i");
     Var *kk = new_var(A, B->nvars, "kk"), *j = new_var(A, B->nvars, "j");
     Expr *ev_i = e_var(A, i), *ev_kk = e_var(A, kk), *ev_j = e_var(A, j), *ev_kc = e_var(A, kc);
-    TStmt **p = tlist(A, 2);
+    TStmt **p = tlist(A, 3);
     p[0] = ts_let(A, o0, E_MUL(A, bid(A), e_i(A, P->nb)));
-    /* for t0 in steps of mc: m tokens */
-    TStmt *tb = ts_for(A, t0, e_i(A, 0), rows, e_i(A, P->mc), 3);
-    p[1] = tb;
-    ts_add(tb, ts_let(A, m, emin(A, E_SUB(A, rows, e_var(A, t0)), e_i(A, P->mc))));
-    TStmt *kb = ts_for(A, k0, e_i(A, 0), K, e_i(A, P->kc), 2 + b->nacc + 2);
-    ts_add(tb, kb);
+    /* for each K step: the weight panel once, then every block of mc tokens */
+    TStmt *kb = ts_for(A, k0, e_i(A, 0), K, e_i(A, P->kc), 2 + b->nacc);
+    p[1] = kb;
     ts_add(kb, ts_let(A, kc, emin(A, E_SUB(A, K, e_var(A, k0)), e_i(A, P->kc))));
     /* weight panel: column a * nb + j of accumulator a is W row(o0 + j), zero past the outputs */
     for (int a = 0; a < b->nacc; a++) {
@@ -103,6 +102,9 @@ void cpu_gemm_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLi
         ts_add(fj, fk);
         ts_add(kb, fj);
     }
+    TStmt *tb = ts_for(A, t0, e_i(A, 0), rows, e_i(A, P->mc), 3);
+    ts_add(kb, tb);
+    ts_add(tb, ts_let(A, m, emin(A, E_SUB(A, rows, e_var(A, t0)), e_i(A, P->mc))));
     /* activation panel: rows i < m, zero up to the sliver's end */
     TStmt *fi = count(A, i, E_MUL(A, idiv(A, E_ADD(A, e_var(A, m), e_i(A, MR - 1)), MR), e_i(A, MR)), 2);
     ts_add(fi, ts_let(A, tv, E_ADD(A, e_var(A, t0), ev_i)));
@@ -111,20 +113,22 @@ void cpu_gemm_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLi
     Expr *x = e_select(A, lt(A, ev_i, e_var(A, m)), P->xop, e_f(A, 0.0));
     ts_add(fk, ts_sstore(A, CG_S_X, sliver_at(A, ev_i, MR, ev_kk, ev_kc), x));
     ts_add(fi, fk);
-    ts_add(kb, fi);
+    ts_add(tb, fi);
+    /* rows t0 .. t0 + m of the tile, accumulated over the K steps after the first */
     TStmt *mm = ts(A, TS_GEMM);
     mm->gsmem[0] = CG_S_X; mm->gsmem[1] = CG_S_W; mm->gsmem[2] = CG_S_TILE; mm->gn = cols;
     mm->e = e_var(A, m); mm->lo = ev_kc; mm->step = e_var(A, k0);
-    ts_add(kb, mm);
-    /* the epilogue: output o0 + j of token t0 + i reads column j (and nb + j) of row i */
-    TStmt *ei = count(A, i, e_var(A, m), 2);
-    ts_add(ei, ts_let(A, tv, E_ADD(A, e_var(A, t0), ev_i)));
+    mm->sidx = E_MUL(A, e_var(A, t0), e_i(A, cols));
+    ts_add(tb, mm);
+    /* the epilogue: output o0 + j of token i reads column j (and nb + j) of row i */
+    TStmt *ei = count(A, i, rows, 2);
+    ts_add(ei, ts_let(A, tv, ev_i));
     TStmt *ej = count(A, j, emin(A, e_i(A, P->nb), E_SUB(A, outs, e_var(A, o0))), 1 + b->nstore);
     ts_add(ej, ts_let(A, ov, E_ADD(A, e_var(A, o0), ev_j)));
     Expr *cell = E_ADD(A, E_MUL(A, ev_i, e_i(A, cols)), ev_j);
     Expr *a1 = b->nacc > 1 ? sload(A, CG_S_TILE, E_ADD(A, cell, e_i(A, P->nb))) : NULL;
     ej->nbody += epi_stores(A, b, sload(A, CG_S_TILE, cell), a1, ej->body + ej->nbody);
     ts_add(ei, ej);
-    ts_add(tb, ei);
-    kl_add(A, body, phase(A, p, 2, true));
+    p[2] = ei;
+    kl_add(A, body, phase(A, p, 3, true));
 }
