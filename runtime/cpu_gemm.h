@@ -113,8 +113,8 @@ typedef float cpu_gemm_f32x8 __attribute__((vector_size(32)));
 
 /* The whole 6 x 16 tile: c (row stride ldc) = (accumulate ? c : 0) + a sliver (k x MR) times a b sliver
  * (k x NR). Writes all MR x NR elements: the caller routes edge tiles through a local tile. */
-CPU_KERNEL CPU_GEMM_FN void cpu_gemm_tile(int64_t k, const float *a, const float *b, float *c, int64_t ldc, int accumulate)
-{
+CPU_KERNEL CPU_GEMM_FN void cpu_gemm_tile(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
+                                          int accumulate) {
     cpu_gemm_f32x8 acc00 = {0}, acc01 = {0}, acc10 = {0}, acc11 = {0}, acc20 = {0}, acc21 = {0};
     cpu_gemm_f32x8 acc30 = {0}, acc31 = {0}, acc40 = {0}, acc41 = {0}, acc50 = {0}, acc51 = {0};
     int64_t kk = 0;
