@@ -37,7 +37,7 @@ def project():
         mf = f.read()
     assert "@NAME@" in mf
     with open(os.path.join(d, "Makefile"), "w") as f:
-        f.write(mf.replace("@NAME@", NAME))
+        f.write(mf.replace("@NAME@", NAME).replace("@TARGET@", "cpu").replace("@MODEL_CFLAGS@", ""))
     args = ["make", "-C", d, "-j8", "-s"]
     if SANITIZE:
         san = "-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"

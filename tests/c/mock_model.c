@@ -37,6 +37,11 @@ const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data,
     return NULL;
 }
 
+int model_threads(int n, char *desc, size_t size) {
+    snprintf(desc, size, "the mock model's one thread");
+    return n > 0 ? n : 1;
+}
+
 int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {
     if (n < 1 || n > model_info.max_batch || pos != m->next_pos || pos + n > m->ctx) {
         fprintf(stderr, "mock_model: bad call n=%d pos=%d (expected pos %d, ctx %d)\n", n, pos, m->next_pos, m->ctx);

@@ -50,6 +50,12 @@ extern "C" const char *model_init(Model **out, const PayloadTensor *t, const uin
     return NULL;
 }
 
+extern "C" int model_threads(int n, char *desc, size_t size) {
+    (void)n;
+    snprintf(desc, size, "the GPU (CUDA)");
+    return 0;
+}
+
 extern "C" int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {
     if (n < 1 || n > model_info.max_batch || pos != m->next_pos || pos + n > m->ctx) {
         fprintf(stderr, "mock_model: bad call n=%d pos=%d\n", n, pos);
