@@ -161,10 +161,9 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         else if (!strcmp(a, "--ignore-config-key")) { NEED(); parse_ignore_key(&o->config, o->ignore_keys, v); }
         else if (!strcmp(a, "--dtype")) {
             NEED();
-            if (!strcmp(v, "f32")) o->dtype = DT_F32;
-            else if (!strcmp(v, "f16")) o->dtype = DT_F16;
-            else if (!strcmp(v, "bf16")) o->dtype = DT_BF16;
-            else die_user(NULL, "--dtype", "'%s' is not a weight dtype (f32, f16, bf16)", v);
+            o->dtype = DT_F32;
+            while (o->dtype < DT_I32 && strcmp(v, dtype_names[o->dtype])) o->dtype++;
+            if (o->dtype == DT_I32) die_user(NULL, "--dtype", "'%s' is not a weight dtype (f32, f16, bf16)", v);
             o->force_dtype = true;
         }
         else if (!strcmp(a, "--random-weights")) {
