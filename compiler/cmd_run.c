@@ -520,18 +520,15 @@ int cmd_run(int argc, char **argv) {
     if (o.dump) {
         mkdir(o.dump, 0755);
         if (!dir_exists(o.dump)) die_user(o.dump, "--dump", "cannot create the directory: %s", strerror(errno));
-        for (int i = 0; i < g->n; i++)
-            if (leaves[i])
-                dump_f32(path_join(A, o.dump, arena_printf(A, "%s.npy", g->nodes[i]->name)), g->nodes[i], leaves[i]);
-        /* --pos: the cache rows before the call, [pos, kv_heads * head_dim] */
-        for (int i = 0; i < g->n; i++)
-            if (cache[i]) {
-                const GNode *n = g->nodes[i];
-                int64_t dims[2] = {o.pos, n->dims[1]};
-                GNode rows = *n;
-                rows.ndim = 2; rows.dims[0] = dims[0]; rows.dims[1] = dims[1];
-                dump_f32(path_join(A, o.dump, arena_printf(A, "%s.npy", n->name)), &rows, cache[i]);
-            }
+        for (int i = 0; i < g->n; i++) {
+            const char *path = path_join(A, o.dump, arena_printf(A, "%s.npy", g->nodes[i]->name));
+            if (leaves[i]) dump_f32(path, g->nodes[i], leaves[i]);
+            /* --pos: a KV write's cache rows before the call, [pos, kv_heads * head_dim] */
+            GNode rows = *g->nodes[i];
+            rows.ndim = 2;
+            rows.dims[0] = o.pos;
+            if (cache[i]) dump_f32(path, &rows, cache[i]);
+        }
         write_npy(path_join(A, o.dump, "output.npy"), "<f4", on->ndim, on->dims, got, (size_t)N * 4);
         if (ref) write_npy(path_join(A, o.dump, "reference.npy"), "<f8", on->ndim, on->dims, ref, (size_t)N * 8);
         printf("  dumped inputs, weights%s, output.npy%s to %s\n", o.pos ? ", the cache rows before --pos" : "",
