@@ -59,6 +59,15 @@ static void on_signal(int sig) {
     raise(sig);
 }
 
+/* v as an integer in lo..hi, else the error "FLAG: expects WHAT, got 'v'" */
+static int run_int(const char *flag, const char *v, long lo, long hi, const char *what) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) die_user(NULL, flag, "expects %s, got '%s'", what, v);
+    return (int)x;
+}
+
 static void parse(int argc, char **argv, RunOpts *o) {
     memset(o, 0, sizeof *o);
     o->iters = -1;
@@ -82,34 +91,22 @@ static void parse(int argc, char **argv, RunOpts *o) {
             if (!*v || *end || x < 0) die_user(NULL, a, "expects an output index >= 0, got '%s'", v);
             o->perturb = x;
         }
-        else if (!strcmp(a, "--seed") || !strcmp(a, "--iters")) {
+        else if (!strcmp(a, "--seed")) {
             NEED();
             char *end;
             errno = 0;
-            unsigned long long x = strtoull(v, &end, 10);
-            bool seed = a[2] == 's';
-            if (!*v || *end || errno || v[0] == '-' || (!seed && (x < 1 || x > 1000000)))
-                die_user(NULL, a, seed ? "expects a whole number >= 0, got '%s'"
-                                       : "expects an integer in 1..1000000, got '%s'", v);
-            if (seed) o->seed = x;
-            else o->iters = (int)x;
+            o->seed = strtoull(v, &end, 10);
+            if (!*v || *end || errno || v[0] == '-') die_user(NULL, a, "expects a whole number >= 0, got '%s'", v);
         }
+        else if (!strcmp(a, "--iters")) { NEED(); o->iters = run_int(a, v, 1, 1000000, "an integer in 1..1000000"); }
         else if (!strcmp(a, "--target")) { NEED(); o->target = parse_target(v); o->target_set = true; }
-        else if (!strcmp(a, "--layer") || !strcmp(a, "--tokens") || !strcmp(a, "--pos")) {
+        else if (!strcmp(a, "--layer")) {
             NEED();
-            char *end;
-            errno = 0;
-            long x = strtol(v, &end, 10);
-            bool layer = a[2] == 'l', pos = a[2] == 'p';
-            bool bad = !*v || *end || errno || x < (layer || pos ? 0 : 1)
-                       || x > (layer ? 1 << 20 : pos ? MAX_POS : 4096);
-            if (bad && pos) die_user(NULL, a, "expects a position in 0..%d, got '%s'", MAX_POS, v);
-            if (bad) die_user(NULL, a, layer ? "expects a layer index >= 0, got '%s'"
-                                             : "expects an integer in 1..4096, got '%s'", v);
-            if (layer) { o->one_layer = true; o->layer = (int)x; }
-            else if (pos) o->pos = (int)x;
-            else o->tokens = (int)x;
+            o->one_layer = true;
+            o->layer = run_int(a, v, 0, 1 << 20, "a layer index >= 0");
         }
+        else if (!strcmp(a, "--tokens")) { NEED(); o->tokens = run_int(a, v, 1, 4096, "an integer in 1..4096"); }
+        else if (!strcmp(a, "--pos")) { NEED(); o->pos = run_int(a, v, 0, MAX_POS, "a position in 0..131072"); }
         else if (a[0] == '-')
             die_user(NULL, a, "unknown option for run (-c EXPR | MODEL --layer N [--tokens N] [--pos P], --bench, "
                      "--profile, --no-check, --seed N, --iters N, --target cpu|cuda, --dump DIR, --knob NAME=VALUE, "
@@ -523,18 +520,15 @@ int cmd_run(int argc, char **argv) {
     if (o.dump) {
         mkdir(o.dump, 0755);
         if (!dir_exists(o.dump)) die_user(o.dump, "--dump", "cannot create the directory: %s", strerror(errno));
-        for (int i = 0; i < g->n; i++)
-            if (leaves[i])
-                dump_f32(path_join(A, o.dump, arena_printf(A, "%s.npy", g->nodes[i]->name)), g->nodes[i], leaves[i]);
-        /* --pos: the cache rows before the call, [pos, kv_heads * head_dim] */
-        for (int i = 0; i < g->n; i++)
-            if (cache[i]) {
-                const GNode *n = g->nodes[i];
-                int64_t dims[2] = {o.pos, n->dims[1]};
-                GNode rows = *n;
-                rows.ndim = 2; rows.dims[0] = dims[0]; rows.dims[1] = dims[1];
-                dump_f32(path_join(A, o.dump, arena_printf(A, "%s.npy", n->name)), &rows, cache[i]);
-            }
+        for (int i = 0; i < g->n; i++) {
+            const char *path = path_join(A, o.dump, arena_printf(A, "%s.npy", g->nodes[i]->name));
+            if (leaves[i]) dump_f32(path, g->nodes[i], leaves[i]);
+            /* --pos: a KV write's cache rows before the call, [pos, kv_heads * head_dim] */
+            GNode rows = *g->nodes[i];
+            rows.ndim = 2;
+            rows.dims[0] = o.pos;
+            if (cache[i]) dump_f32(path, &rows, cache[i]);
+        }
         write_npy(path_join(A, o.dump, "output.npy"), "<f4", on->ndim, on->dims, got, (size_t)N * 4);
         if (ref) write_npy(path_join(A, o.dump, "reference.npy"), "<f8", on->ndim, on->dims, ref, (size_t)N * 8);
         printf("  dumped inputs, weights%s, output.npy%s to %s\n", o.pos ? ", the cache rows before --pos" : "",

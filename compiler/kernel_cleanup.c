@@ -15,17 +15,12 @@
  * arithmetic only loses a copy), so outputs stay bit-identical. Statements
  * are copied before they change: kernel_lower may share them. */
 #include "kernel_cleanup.h"
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct { TStmt **s; int n, cap; } List;
 
-static void push(List *l, TStmt *s) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 8;
-        l->s = realloc(l->s, sizeof *l->s * (size_t)l->cap);
-        CHECK(l->s, "out of memory");
-    }
+static void push(Arena *A, List *l, TStmt *s) {
+    arena_grow(A, (void **)&l->s, l->n, &l->cap, sizeof *l->s);
     l->s[l->n++] = s;
 }
 
@@ -78,7 +73,7 @@ static TStmt **tidy_ts(Arena *A, const KKernel *k, TStmt **b, int *n) {
         int64_t hi, step;
         if (s->k != TS_FOR || s->lo->k != EX_TID || !expr_is_const(s->e, &hi) || !expr_is_const(s->step, &step) ||
             step < hi) {
-            push(&out, s);
+            push(A, &out, s);
             continue;
         }
         /* one trip, r = tid, where tid < hi */
@@ -93,18 +88,15 @@ static TStmt **tidy_ts(Arena *A, const KKernel *k, TStmt **b, int *n) {
             clash = v && (declared_in(v, b, *n, s) || declared_in(v, out.s, out.n, NULL));
         }
         if (!clash) {
-            for (int j = 0; j <= s->nbody; j++) push(&out, body[j]);
+            for (int j = 0; j <= s->nbody; j++) push(A, &out, body[j]);
             continue;
         }
         Expr *guard = e_bin(A, EX_LT, s->lo, s->e);
         *s = (TStmt){.k = TS_IF, .e = guard, .body = body, .nbody = s->nbody + 1};
-        push(&out, s);
+        push(A, &out, s);
     }
-    TStmt **r = ARENA_ARRAY(A, TStmt *, out.n + 1);
-    if (out.n) memcpy(r, out.s, sizeof *r * (size_t)out.n);
-    free(out.s);
     *n = out.n;
-    return r;
+    return out.n ? out.s : ARENA_ARRAY(A, TStmt *, 1);
 }
 
 /* b[0..*n) tidied into a new list; top: the kernel's own body (a barrier that opens or closes it orders

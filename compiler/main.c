@@ -161,10 +161,9 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         else if (!strcmp(a, "--ignore-config-key")) { NEED(); parse_ignore_key(&o->config, o->ignore_keys, v); }
         else if (!strcmp(a, "--dtype")) {
             NEED();
-            if (!strcmp(v, "f32")) o->dtype = DT_F32;
-            else if (!strcmp(v, "f16")) o->dtype = DT_F16;
-            else if (!strcmp(v, "bf16")) o->dtype = DT_BF16;
-            else die_user(NULL, "--dtype", "'%s' is not a weight dtype (f32, f16, bf16)", v);
+            o->dtype = DT_F32;
+            while (o->dtype < DT_I32 && strcmp(v, dtype_names[o->dtype])) o->dtype++;
+            if (o->dtype == DT_I32) die_user(NULL, "--dtype", "'%s' is not a weight dtype (f32, f16, bf16)", v);
             o->force_dtype = true;
         }
         else if (!strcmp(a, "--random-weights")) {
@@ -323,14 +322,9 @@ static double peak_memory_mib(void) {
     return kib < 0 ? -1 : kib / 1024.0;
 }
 
-static uint32_t pdt_of(DType d) {
-    switch (d) {
-    case DT_F32: return PDT_F32;
-    case DT_F16: return PDT_F16;
-    case DT_BF16: return PDT_BF16;
-    default: return PDT_I32;
-    }
-}
+/* a payload tensor's dtype is its buffer's DType */
+_Static_assert((int)DT_F32 == PDT_F32 && (int)DT_F16 == PDT_F16 && (int)DT_BF16 == PDT_BF16 &&
+               (int)DT_I32 == PDT_I32, "DType and the payload's dtype codes agree");
 
 static int cmd_build(int argc, char **argv) {
     Opts o;
@@ -412,7 +406,7 @@ static int cmd_build(int argc, char **argv) {
     uint64_t pack_bytes = 0;
     for (int i = 0; i < c.tp.n_weights; i++) {
         const Buffer *b = c.tp.weights[i];
-        pt[i].name = b->name; pt[i].dtype = pdt_of(b->dtype); pt[i].ndim = b->ndim;
+        pt[i].name = b->name; pt[i].dtype = (uint32_t)b->dtype; pt[i].ndim = b->ndim;
         for (int k = 0; k < b->ndim; k++) pt[i].shape[k] = b->dims[k];
         pack_bytes += (uint64_t)buffer_elems(b) * (b->dtype == DT_F32 ? 4 : 2);
         if (strlen(b->name) >= sizeof(((PayloadTensor *)0)->name))
