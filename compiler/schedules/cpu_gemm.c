@@ -31,8 +31,10 @@ int cpu_gemm_choose(const ScheduleChoice *c, TileKernel *g, TileKernel **out) {
     g->block = 1;
     P->nb = 4 * CPU_GEMM_NR;
     P->mc = 8 * CPU_GEMM_MR;
-    P->kc = 512;   /* panels of (mc + 2 nb) x kc floats, 352 KiB, on the task's stack; longer K steps run faster
-                    * (runtime/cpu_gemm.h), these fit any thread's stack */
+    /* K whole up to 1024: then packing reads the task's weight rows (contiguous in memory) as one stream,
+     * which the prefetcher follows (K steps of 512 cut it into 2 KiB runs, one per row); longer K in steps
+     * of 512. The panels, (mc + 2 nb) x kc floats, at most 704 KiB, are the task's stack arrays. */
+    P->kc = K <= 1024 ? (int)K : 512;
     g->grid = ceil_div(A, g->body.par[1].extent, P->nb);
     out[0] = g;
     /* a constant token count (llmcc run -c): this kernel alone */
