@@ -253,7 +253,16 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             emit_expr(o, k, s->e, t);
             str_printf(o, ", %lld, ", (long long)s->gn);
             emit_expr(o, k, s->lo, t);
-            str_printf(o, ", smem%d, smem%d, smem%d + ", s->gsmem[0], s->gsmem[1], s->gsmem[2]);
+            if (s->buf) {
+                str_printf(o, ", ");
+                param_name(o, k, kernel_param_index(k, s->buf));
+                str_printf(o, " + (");
+                lin_index(o, k, s->buf, s->idx, t);
+                str_printf(o, "), %lld", (long long)s->buf->dims[s->buf->ndim - 1]);
+            } else {
+                str_printf(o, ", smem%d, 0", s->gsmem[0]);
+            }
+            str_printf(o, ", smem%d, smem%d + ", s->gsmem[1], s->gsmem[2]);
             emit_expr(o, k, s->sidx, t);
             str_printf(o, ", %lld, ", (long long)s->gn);
             emit_expr(o, k, s->step, t);

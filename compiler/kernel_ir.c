@@ -146,8 +146,10 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
         str_printf(p->o, "\n");
         return;
     case TS_GEMM:
-        kfmt(p, "gemm smem%d[%E ..][%E x %d] = (%E ? itself : 0) + smem%d (packed rows) x smem%d (packed columns)^T, "
-             "K %E\n", s->gsmem[2], s->sidx, s->e, (int)s->gn, s->step, s->gsmem[0], s->gsmem[1], s->lo);
+        kfmt(p, "gemm smem%d[%E ..][%E x %d] = (%E ? itself : 0) + ", s->gsmem[2], s->sidx, s->e, (int)s->gn, s->step);
+        if (s->buf) kfmt(p, "%B ..] (rows in place)", s->buf, s->idx);
+        else kfmt(p, "smem%d (packed rows)", s->gsmem[0]);
+        kfmt(p, " x smem%d (packed columns)^T, K %E\n", s->gsmem[1], s->lo);
         return;
     case TS_COUNT: break;
     }
@@ -325,7 +327,8 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
         }
         else if (s->k == TS_GEMM) {
             if (!k->task) m = "gemm outside a CPU task kernel";
-            for (int j = 0; j < 3 && !m; j++)
+            if (s->buf && (!param || s->buf->dtype != DT_F32 || s->buf->ndim != 2)) m = "gemm A is not an f32 matrix";
+            for (int j = s->buf ? 1 : 0; j < 3 && !m; j++)
                 if (s->gsmem[j] < 0 || s->gsmem[j] >= k->nsmem || k->smem[s->gsmem[j]].b16)
                     m = "gemm on undeclared shared arrays";
         }

@@ -30,8 +30,9 @@ typedef struct TStmt {
     Buffer *buf; Expr **idx;   /* store; vload, cp_async: the first element */
     struct TStmt **body; int nbody;
     /* gemm (CPU tasks only; runtime/cpu_gemm.h): the m x gn tile at element sidx of smem[gsmem[2]] (rows gn
-     * apart) (+)= A x B^T over K, m = e, K = lo, accumulate when step != 0, from the packed panels
-     * A = smem[gsmem[0]] (m rows) and B = smem[gsmem[1]] (gn columns) */
+     * apart) (+)= A x B^T over K, m = e, K = lo, accumulate when step != 0, from the packed panel
+     * B = smem[gsmem[1]] (gn columns) and A: with buf, the f32 row-major buffer in place from element idx
+     * (rows its last dimension apart; gsmem[0] unused), else the packed panel smem[gsmem[0]] (m rows) */
     int gsmem[3]; int64_t gn;
 } TStmt;
 

@@ -111,6 +111,7 @@ typedef struct {
     Expr *xop, *wop[2];        /* as gemm_tc's: the activation operand, each accumulator's weight operand */
     int nb;                    /* outputs per task (a multiple of CPU_GEMM_NR); a pair packs 2 x nb columns */
     int mc, kc;                /* tokens per A panel, K per packed step */
+    bool x_in_place;           /* xop is a plain f32 row X[t, k]: the kernel reads it in place, no A panel */
 } CpuGemmParams;
 /* top_k and top_k_merge (compiler/schedules/topk.c) */
 typedef struct {

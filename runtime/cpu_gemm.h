@@ -87,7 +87,7 @@ typedef float cpu_gemm_f32x8 __attribute__((vector_size(32)));
 /* One k step of the 6 x 16 tile: row r's broadcast A value times both B vectors. Kept a macro, not an
  * array of accumulators, so that nothing depends on the compiler turning an array into registers. */
 #define CPU_GEMM_ROW(r, A, B0, B1) do { \
-        float a_ = (A)[r]; \
+        float a_ = (A)[(r) * rs]; \
         acc##r##0 += a_ * (B0); \
         acc##r##1 += a_ * (B1); \
     } while (0)
@@ -111,10 +111,12 @@ typedef float cpu_gemm_f32x8 __attribute__((vector_size(32)));
         CPU_GEMM_ST8(c_ + 8, acc##r##1); \
     } while (0)
 
-/* The whole 6 x 16 tile: c (row stride ldc) = (accumulate ? c : 0) + a sliver (k x MR) times a b sliver
- * (k x NR). Writes all MR x NR elements: the caller routes edge tiles through a local tile. */
-CPU_KERNEL CPU_GEMM_FN void cpu_gemm_tile(int64_t k, const float *a, const float *b, float *c, int64_t ldc,
-                                          int accumulate) {
+/* The whole 6 x 16 tile: c (row stride ldc) = (accumulate ? c : 0) + MR rows of A (element (r, kk) at
+ * a[r * rs + kk * ks]: a packed sliver has rs = 1, ks = MR; rows of a row-major matrix rs = lda, ks = 1)
+ * times a b sliver (k x NR). Writes all MR x NR elements: the caller routes edge tiles through a local
+ * tile. */
+CPU_KERNEL CPU_GEMM_FN void cpu_gemm_tile(int64_t k, const float *a, int64_t rs, int64_t ks, const float *b,
+                                          float *c, int64_t ldc, int accumulate) {
     cpu_gemm_f32x8 acc00 = {0}, acc01 = {0}, acc10 = {0}, acc11 = {0}, acc20 = {0}, acc21 = {0};
     cpu_gemm_f32x8 acc30 = {0}, acc31 = {0}, acc40 = {0}, acc41 = {0}, acc50 = {0}, acc51 = {0};
     int64_t kk = 0;
@@ -126,13 +128,13 @@ CPU_KERNEL CPU_GEMM_FN void cpu_gemm_tile(int64_t k, const float *a, const float
     }
     /* unrolled by 4: a quarter of the loop counter and pointer updates, and more freedom to schedule
      * the next step's loads under this step's FMAs */
-    for (; kk + 4 <= k; kk += 4, a += 4 * CPU_GEMM_MR, b += 4 * CPU_GEMM_NR) {
+    for (; kk + 4 <= k; kk += 4, a += 4 * ks, b += 4 * CPU_GEMM_NR) {
         CPU_GEMM_STEP(a, b);
-        CPU_GEMM_STEP(a + CPU_GEMM_MR, b + CPU_GEMM_NR);
-        CPU_GEMM_STEP(a + 2 * CPU_GEMM_MR, b + 2 * CPU_GEMM_NR);
-        CPU_GEMM_STEP(a + 3 * CPU_GEMM_MR, b + 3 * CPU_GEMM_NR);
+        CPU_GEMM_STEP(a + ks, b + CPU_GEMM_NR);
+        CPU_GEMM_STEP(a + 2 * ks, b + 2 * CPU_GEMM_NR);
+        CPU_GEMM_STEP(a + 3 * ks, b + 3 * CPU_GEMM_NR);
     }
-    for (; kk < k; kk++, a += CPU_GEMM_MR, b += CPU_GEMM_NR)
+    for (; kk < k; kk++, a += ks, b += CPU_GEMM_NR)
         CPU_GEMM_STEP(a, b);
     CPU_GEMM_OUT(0); CPU_GEMM_OUT(1); CPU_GEMM_OUT(2);
     CPU_GEMM_OUT(3); CPU_GEMM_OUT(4); CPU_GEMM_OUT(5);
@@ -141,14 +143,15 @@ CPU_KERNEL CPU_GEMM_FN void cpu_gemm_tile(int64_t k, const float *a, const float
 #undef CPU_GEMM_STEP
 #undef CPU_GEMM_OUT
 
-/* Packed layouts (the caller writes them, zero-padded to whole slivers):
- *   apack: m rows in slivers of MR: element (i, kk) at apack[(i / MR) * MR * k + kk * MR + i % MR]
+/* Layouts (the caller writes the packed ones, zero-padded to whole slivers):
+ *   a, lda = 0: m rows packed in slivers of MR: element (i, kk) at a[(i / MR) * MR * k + kk * MR + i % MR]
+ *   a, lda > 0: a row-major matrix read in place: element (i, kk) at a[i * lda + kk] (the cpu_gemm schedule
+ *               passes its activations so: no panel to pack in every task)
  *   bpack: n columns in slivers of NR: element (j, kk) at bpack[(j / NR) * NR * k + kk * NR + j % NR]
- * c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0) + sum_kk apack(i, kk) * bpack(j, kk), for i < m, j < n.
+ * c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0) + sum_kk a(i, kk) * bpack(j, kk), for i < m, j < n.
  * Only the m x n corner of c is written (edge tiles go through a local tile). */
-CPU_KERNEL CPU_GEMM_FN void cpu_gemm_packed(int64_t m, int64_t n, int64_t k, const float *apack, const float *bpack,
-                                 float *c, int64_t ldc, int accumulate)
-{
+CPU_KERNEL CPU_GEMM_FN void cpu_gemm_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                            const float *bpack, float *c, int64_t ldc, int accumulate) {
     /* k = 0 still has to clear c when not accumulating, so the block loop runs at least once */
     for (int64_t p0 = 0; p0 < k || p0 == 0; p0 += CPU_GEMM_KC) {
         int64_t kc = k - p0 < CPU_GEMM_KC ? k - p0 : CPU_GEMM_KC;
@@ -159,16 +162,26 @@ CPU_KERNEL CPU_GEMM_FN void cpu_gemm_packed(int64_t m, int64_t n, int64_t k, con
             const float *b = bpack + j0 * k + p0 * CPU_GEMM_NR;
             int64_t nr = n - j0 < CPU_GEMM_NR ? n - j0 : CPU_GEMM_NR;
             for (int64_t i0 = 0; i0 < m; i0 += CPU_GEMM_MR) {
-                const float *a = apack + i0 * k + p0 * CPU_GEMM_MR;
+                const float *ai = lda ? a + i0 * lda + p0 : a + i0 * k + p0 * CPU_GEMM_MR;
+                int64_t rs = lda ? lda : 1, ks = lda ? 1 : CPU_GEMM_MR;
                 int64_t mr = m - i0 < CPU_GEMM_MR ? m - i0 : CPU_GEMM_MR;
                 float *ct = c + i0 * ldc + j0;
                 if (mr == CPU_GEMM_MR && nr == CPU_GEMM_NR) {
-                    cpu_gemm_tile(kc, a, b, ct, ldc, acc);
+                    cpu_gemm_tile(kc, ai, rs, ks, b, ct, ldc, acc);
                     continue;
                 }
-                /* an edge tile: the full tile into a local one, then only its mr x nr corner into c */
+                /* an edge tile: the full tile into a local one, then only its mr x nr corner into c. An
+                 * in-place A has no rows past m: each of its mr rows then goes alone (rs = 0 reads it
+                 * MR times; row 0 of that tile is the one kept) */
                 float t[CPU_GEMM_MR * CPU_GEMM_NR];
-                cpu_gemm_tile(kc, a, b, t, CPU_GEMM_NR, 0);
+                if (lda && mr < CPU_GEMM_MR)
+                    for (int64_t i = 0; i < mr; i++) {
+                        float one[CPU_GEMM_MR * CPU_GEMM_NR];
+                        cpu_gemm_tile(kc, ai + i * lda, 0, ks, b, one, CPU_GEMM_NR, 0);
+                        for (int64_t j = 0; j < CPU_GEMM_NR; j++) t[i * CPU_GEMM_NR + j] = one[j];
+                    }
+                else
+                    cpu_gemm_tile(kc, ai, rs, ks, b, t, CPU_GEMM_NR, 0);
                 for (int64_t i = 0; i < mr; i++)
                     for (int64_t j = 0; j < nr; j++)
                         ct[i * ldc + j] = (acc ? ct[i * ldc + j] : 0.0f) + t[i * CPU_GEMM_NR + j];

@@ -69,17 +69,17 @@ int main(int argc, char **argv)
         int64_t np = (n + CPU_GEMM_NR - 1) / CPU_GEMM_NR * CPU_GEMM_NR;
         float *a = filled(mp * k), *b = filled(np * k), *c = filled(m * n);
         double flops = 2.0 * m * n * k, best = 1e30;
-        cpu_gemm_packed(m, n, k, a, b, c, n, 0); /* warm the caches and the page tables */
+        cpu_gemm_packed(m, n, k, a, 0, b, c, n, 0); /* warm the caches and the page tables */
         double t0 = now();
         int reps = 1;
-        cpu_gemm_packed(m, n, k, a, b, c, n, 0);
+        cpu_gemm_packed(m, n, k, a, 0, b, c, n, 0);
         double once = now() - t0;
         if (once < 0.03)
             reps = (int)(0.03 / (once > 1e-7 ? once : 1e-7));
         for (int run = 0; run < 30; run++) {
             t0 = now();
             for (int r = 0; r < reps; r++)
-                cpu_gemm_packed(m, n, k, a, b, c, n, 0);
+                cpu_gemm_packed(m, n, k, a, 0, b, c, n, 0);
             double t = (now() - t0) / reps;
             best = t < best ? t : best;
         }

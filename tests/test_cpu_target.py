@@ -121,6 +121,12 @@ def test_ops_through_run():
         assert "matches the reference" in p.stdout and "target: cpu (the CPU's schedules" in p.stdout, (e, p.stdout)
         tile = run([LLMCC, "compile", "-c", e, "--ir", "tile"] + list(CPU)).stdout
         assert all(s.startswith("cpu_") for s in schedules(tile)), (e, tile)
+    # cpu_gemm's two ways to take the activations: an f32 matrix read in place, anything else packed
+    for e, way in (("nn.Linear(300, 70)(torch.randn(13, 300))", "read in place"),
+                   ("nn.Linear(300, 70)(torch.randn(13, 300, dtype=torch.bfloat16))", "slivers of 6")):
+        p = run([LLMCC, "run", "-c", e] + list(CPU))
+        assert "matches the reference" in p.stdout, (e, p.stdout)
+        assert way in run([LLMCC, "compile", "-c", e, "--ir", "tile"] + list(CPU)).stdout, e
 
 
 def test_fixture_both_targets_and_threads():

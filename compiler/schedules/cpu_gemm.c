@@ -14,8 +14,9 @@
 #define CPU_GEMM_SIZES_ONLY
 #include "cpu_gemm.h"
 
-/* scratch: the activation panel [mc][kc], the weight panel [columns][kc], the tile [tokens][columns] */
-enum { CG_S_X, CG_S_W, CG_S_TILE, CG_NSMEM };
+/* scratch: the weight panel [columns][kc], the tile [tokens][columns], the activation panel [mc][kc] (none
+ * when the activations are read in place) */
+enum { CG_S_W, CG_S_TILE, CG_S_X, CG_NSMEM };
 
 int cpu_gemm_choose(const ScheduleChoice *c, TileKernel *g, TileKernel **out) {
     Arena *A = c->A;
@@ -35,6 +36,11 @@ int cpu_gemm_choose(const ScheduleChoice *c, TileKernel *g, TileKernel **out) {
      * which the prefetcher follows (K steps of 512 cut it into 2 KiB runs, one per row); longer K in steps
      * of 512. The panels, (mc + 2 nb) x kc floats, at most 704 KiB, are the task's stack arrays. */
     P->kc = K <= 1024 ? (int)K : 512;
+    /* X[t, k] of an f32 matrix (every activation a model's linears read): the kernel reads its rows in
+     * place; a panel per task (packed 2 x 76 times for Qwen2.5-0.5B's gate/up) cost as much as the FMAs */
+    const Expr *X = P->xop;
+    P->x_in_place = X->k == EX_LOAD && X->buf->dtype == DT_F32 && X->nargs == 2 && X->a[0]->k == EX_VAR &&
+                    X->a[0]->var == g->body.par[0].v && X->a[1]->k == EX_VAR && X->a[1]->var == g->body.red[0].v;
     g->grid = ceil_div(A, g->body.par[1].extent, P->nb);
     out[0] = g;
     /* a constant token count (llmcc run -c): this kernel alone */
@@ -47,9 +53,10 @@ void cpu_gemm_print(Str *o, const TileKernel *k) {
     str_printf(o, " nb=%d mc=%d kc=%d\n  task bid -> %s [bid*%d, +%d) x all %s, in blocks of %d tokens; K [",
                P->nb, P->mc, P->kc, b->par[1].v->name, P->nb, P->nb, b->par[0].v->name, P->mc);
     print_axes(o, b->red, b->nred);
-    str_printf(o, "] in steps of %d: pack %s (f32, slivers of %d) and the activations (slivers of %d), then the "
-               "%dx%d register-tile kernel (f32 accumulation)", P->kc, P->wop[0]->buf->name, CPU_GEMM_NR,
-               CPU_GEMM_MR, CPU_GEMM_MR, CPU_GEMM_NR);
+    str_printf(o, "] in steps of %d: pack %s (f32, slivers of %d)", P->kc, P->wop[0]->buf->name, CPU_GEMM_NR);
+    if (P->x_in_place) str_printf(o, ", the activations read in place (rows of %s)", P->xop->buf->name);
+    else str_printf(o, " and the activations (slivers of %d)", CPU_GEMM_MR);
+    str_printf(o, ", then the %dx%d register-tile kernel (f32 accumulation)", CPU_GEMM_MR, CPU_GEMM_NR);
     str_printf(o, k->run_if ? "; runs when n > %d\n" : "\n", k->min_n);
     if (b->nacc == 2)
         str_printf(o, "  a pair: %s packed beside it, one tile of %d columns\n", P->wop[1]->buf->name, 2 * P->nb);
@@ -78,7 +85,7 @@ void cpu_gemm_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLi
     Expr *rows = b->par[0].extent, *outs = b->par[1].extent, *K = b->red[0].extent;
     int64_t most;
     CHECK(eval_i(rows, B->max_batch, B->max_ctx, &most), "cpu_gemm over an unbounded token count");
-    k->nsmem = CG_NSMEM;
+    k->nsmem = P->x_in_place ? CG_S_X : CG_NSMEM;
     k->smem[CG_S_X].size = P->mc * P->kc;
     k->smem[CG_S_W].size = cols * P->kc;
     k->smem[CG_S_TILE].size = (int)((most + MR - 1) / MR * MR * cols);
@@ -107,18 +114,25 @@ void cpu_gemm_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLi
     TStmt *tb = ts_for(A, t0, e_i(A, 0), rows, e_i(A, P->mc), 3);
     ts_add(kb, tb);
     ts_add(tb, ts_let(A, m, emin(A, E_SUB(A, rows, e_var(A, t0)), e_i(A, P->mc))));
-    /* activation panel: rows i < m, zero up to the sliver's end */
-    TStmt *fi = count(A, i, E_MUL(A, idiv(A, E_ADD(A, e_var(A, m), e_i(A, MR - 1)), MR), e_i(A, MR)), 2);
-    ts_add(fi, ts_let(A, tv, E_ADD(A, e_var(A, t0), ev_i)));
-    TStmt *fk = count(A, kk, ev_kc, 2);
-    ts_add(fk, ts_let(A, kv, E_ADD(A, e_var(A, k0), ev_kk)));
-    Expr *x = e_select(A, lt(A, ev_i, e_var(A, m)), P->xop, e_f(A, 0.0));
-    ts_add(fk, ts_sstore(A, CG_S_X, sliver_at(A, ev_i, MR, ev_kk, ev_kc), x));
-    ts_add(fi, fk);
-    ts_add(tb, fi);
-    /* rows t0 .. t0 + m of the tile, accumulated over the K steps after the first */
     TStmt *mm = ts(A, TS_GEMM);
-    mm->gsmem[0] = CG_S_X; mm->gsmem[1] = CG_S_W; mm->gsmem[2] = CG_S_TILE; mm->gn = cols;
+    if (P->x_in_place) {
+        /* the activations' rows t0 .. from column k0, as they are */
+        mm->buf = P->xop->buf;
+        mm->idx = ARENA_ARRAY(A, Expr *, 2);
+        mm->idx[0] = e_var(A, t0); mm->idx[1] = e_var(A, k0);
+    } else {
+        /* activation panel: rows i < m, zero up to the sliver's end */
+        TStmt *fi = count(A, i, E_MUL(A, idiv(A, E_ADD(A, e_var(A, m), e_i(A, MR - 1)), MR), e_i(A, MR)), 2);
+        ts_add(fi, ts_let(A, tv, E_ADD(A, e_var(A, t0), ev_i)));
+        TStmt *fk = count(A, kk, ev_kc, 2);
+        ts_add(fk, ts_let(A, kv, E_ADD(A, e_var(A, k0), ev_kk)));
+        Expr *x = e_select(A, lt(A, ev_i, e_var(A, m)), P->xop, e_f(A, 0.0));
+        ts_add(fk, ts_sstore(A, CG_S_X, sliver_at(A, ev_i, MR, ev_kk, ev_kc), x));
+        ts_add(fi, fk);
+        ts_add(tb, fi);
+    }
+    /* rows t0 .. t0 + m of the tile, accumulated over the K steps after the first */
+    mm->gsmem[0] = P->x_in_place ? -1 : CG_S_X; mm->gsmem[1] = CG_S_W; mm->gsmem[2] = CG_S_TILE; mm->gn = cols;
     mm->e = e_var(A, m); mm->lo = ev_kc; mm->step = e_var(A, k0);
     mm->sidx = E_MUL(A, e_var(A, t0), e_i(A, cols));
     ts_add(tb, mm);

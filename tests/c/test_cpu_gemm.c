@@ -50,8 +50,9 @@ static void *xmalloc(size_t bytes)
     return p;
 }
 
-/* one case; returns the number of bad elements (printing the first few) */
-static int check(int64_t m, int64_t n, int64_t k, int64_t ldc, int accumulate)
+/* one case; returns the number of bad elements (printing the first few). inplace: A passed as a row-major
+ * matrix (lda = k + 3, the 3 columns past k NaN; exactly m rows, so that ASan sees a read past them) */
+static int check(int64_t m, int64_t n, int64_t k, int64_t ldc, int accumulate, int inplace)
 {
     const int64_t MR = CPU_GEMM_MR, NR = CPU_GEMM_NR;
     int64_t mp = (m + MR - 1) / MR * MR, np = (n + NR - 1) / NR * NR;
@@ -71,6 +72,11 @@ static int check(int64_t m, int64_t n, int64_t k, int64_t ldc, int accumulate)
     for (int64_t i = 0; i < m; i++)
         for (int64_t kk = 0; kk < k; kk++)
             ap[(i / MR) * MR * k + kk * MR + i % MR] = a[i * k + kk];
+    const int64_t lda = k + 3;
+    float *arow = xmalloc(m * lda * sizeof *arow);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t kk = 0; kk < lda; kk++)
+            arow[i * lda + kk] = kk < k ? a[i * k + kk] : NAN;
     for (int64_t j = 0; j < n; j++)
         for (int64_t kk = 0; kk < k; kk++)
             bp[(j / NR) * NR * k + kk * NR + j % NR] = b[j * k + kk];
@@ -80,7 +86,8 @@ static int check(int64_t m, int64_t n, int64_t k, int64_t ldc, int accumulate)
         for (int64_t j = 0; j < n; j++)
             c[i * ldc + j] = c0[i * n + j] = accumulate ? rnd() : NAN; /* NaN: must be overwritten, not added */
 
-    cpu_gemm_packed(m, n, k, ap, bp, c, ldc, accumulate);
+    if (inplace) cpu_gemm_packed(m, n, k, arow, lda, bp, c, ldc, accumulate);
+    else cpu_gemm_packed(m, n, k, ap, 0, bp, c, ldc, accumulate);
 
     int bad = 0;
     const double u = 1.0 / (1 << 24);
@@ -93,10 +100,9 @@ static int check(int64_t m, int64_t n, int64_t k, int64_t ldc, int accumulate)
             }
             double got = c[i * ldc + j], tol = (k + 2) * u * mag + 1e-30;
             if (!(fabs(got - ref) <= tol) && bad++ < 5)
-                fprintf(stderr, "m=%lld n=%lld k=%lld ldc=%lld acc=%d: c[%lld][%lld] = %.9g, reference %.9g"
-                        " (tol %.3g)\n",
-                        (long long)m, (long long)n, (long long)k, (long long)ldc, accumulate, (long long)i,
-                        (long long)j, got, ref, tol);
+                fprintf(stderr, "m=%lld n=%lld k=%lld ldc=%lld acc=%d inplace=%d: c[%lld][%lld] = %.9g, "
+                        "reference %.9g (tol %.3g)\n", (long long)m, (long long)n, (long long)k, (long long)ldc,
+                        accumulate, inplace, (long long)i, (long long)j, got, ref, tol);
         }
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < ldc; j++) {
@@ -111,6 +117,7 @@ static int check(int64_t m, int64_t n, int64_t k, int64_t ldc, int accumulate)
     free(a);
     free(b);
     free(ap);
+    free(arow);
     free(bp);
     free(buf);
     free(c0);
@@ -128,11 +135,12 @@ int main(void)
     int cases = 0, failed = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int accumulate = 0; accumulate < 2; accumulate++)
-            for (int64_t pad = 0; pad <= 3; pad += 3) {
-                int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
-                cases++;
-                failed += check(m, n, k, n + pad, accumulate) != 0;
-            }
+            for (int64_t pad = 0; pad <= 3; pad += 3)
+                for (int inplace = 0; inplace < 2; inplace++) {
+                    int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+                    cases++;
+                    failed += check(m, n, k, n + pad, accumulate, inplace) != 0;
+                }
     printf("test_cpu_gemm: %d cases, %d failed (MR %d, NR %d, KC %d)\n", cases, failed, CPU_GEMM_MR, CPU_GEMM_NR,
            CPU_GEMM_KC);
     return failed != 0;
