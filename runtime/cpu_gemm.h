@@ -171,17 +171,17 @@ CPU_KERNEL CPU_GEMM_FN void cpu_gemm_packed(int64_t m, int64_t n, int64_t k, con
                     continue;
                 }
                 /* an edge tile: the full tile into a local one, then only its mr x nr corner into c. An
-                 * in-place A has no rows past m: each of its mr rows then goes alone (rs = 0 reads it
-                 * MR times; row 0 of that tile is the one kept) */
+                 * in-place A has no rows past m: its mr rows are packed into a zero-padded sliver first */
                 float t[CPU_GEMM_MR * CPU_GEMM_NR];
-                if (lda && mr < CPU_GEMM_MR)
-                    for (int64_t i = 0; i < mr; i++) {
-                        float one[CPU_GEMM_MR * CPU_GEMM_NR];
-                        cpu_gemm_tile(kc, ai + i * lda, 0, ks, b, one, CPU_GEMM_NR, 0);
-                        for (int64_t j = 0; j < CPU_GEMM_NR; j++) t[i * CPU_GEMM_NR + j] = one[j];
-                    }
-                else
+                if (lda && mr < CPU_GEMM_MR) {
+                    float sliver[CPU_GEMM_MR * CPU_GEMM_KC];
+                    for (int64_t kk = 0; kk < kc; kk++)
+                        for (int64_t r = 0; r < CPU_GEMM_MR; r++)
+                            sliver[kk * CPU_GEMM_MR + r] = r < mr ? ai[r * lda + kk] : 0.0f;
+                    cpu_gemm_tile(kc, sliver, 1, CPU_GEMM_MR, b, t, CPU_GEMM_NR, 0);
+                } else {
                     cpu_gemm_tile(kc, ai, rs, ks, b, t, CPU_GEMM_NR, 0);
+                }
                 for (int64_t i = 0; i < mr; i++)
                     for (int64_t j = 0; j < nr; j++)
                         ct[i * ldc + j] = (acc ? ct[i * ldc + j] : 0.0f) + t[i * CPU_GEMM_NR + j];
