@@ -452,6 +452,11 @@ int cmd_run(int argc, char **argv) {
     /* a model layer's bf16 linears run on tensor cores (gemm_tc) when the call has more than
      * gemm_min_n tokens; tile_ir.c makes the same choice */
     bool tc = o.model && target != TARGET_CPU && c.knobs.gemm_tc && o.tokens > c.knobs.gemm_min_n;
+    /* so do the cpu target's bf16 dot products (cpu_gemm with dot), where the call's tokens run them */
+    for (int i = 0; i < c.tip.n; i++) {
+        const TileKernel *t = c.tip.k[i];
+        tc |= t->kind == SCHED_CPU_GEMM && t->body.cpug.dot && (!t->run_if || !o.model || o.tokens > t->min_n);
+    }
     InterpOptions io = {tc, o.pos, cache};
     /* --no-check: no reference (its double loops would take minutes at full size); what is
      * left is that every value is finite, which a random-input run of a sound kernel gives */

@@ -249,11 +249,17 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
         case TS_GEMM:
             /* runtime/cpu_gemm.h; the tile's rows are gn apart */
             CHECK(t != TARGET_CUDA, "gemm in CUDA");
-            str_printf(o, "cpu_gemm_packed(");
+            str_printf(o, s->dot ? "cpu_gemm_dot(" : "cpu_gemm_packed(");
             emit_expr(o, k, s->e, t);
             str_printf(o, ", %lld, ", (long long)s->gn);
             emit_expr(o, k, s->lo, t);
-            if (s->buf) {
+            if (s->dot) {
+                str_printf(o, ", ");
+                param_name(o, k, kernel_param_index(k, s->buf));
+                str_printf(o, " + (");
+                lin_index(o, k, s->buf, s->idx, t);
+                str_printf(o, "), %lld, smem%d", (long long)s->buf->dims[s->buf->ndim - 1], s->gsmem[0]);
+            } else if (s->buf) {
                 str_printf(o, ", ");
                 param_name(o, k, kernel_param_index(k, s->buf));
                 str_printf(o, " + (");
@@ -267,6 +273,24 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             str_printf(o, ", %lld, ", (long long)s->gn);
             emit_expr(o, k, s->step, t);
             str_printf(o, " != 0);\n");
+            break;
+        case TS_PACK:
+            /* runtime/cpu_gemm.h: weight rows into the panel */
+            CHECK(t != TARGET_CUDA, "pack in CUDA");
+            str_printf(o, "cpu_gemm_pack_%s(", s->buf->dtype == DT_BF16 ? "bf16" : "f32");
+            emit_expr(o, k, s->e, t);
+            str_printf(o, ", %lld, ", (long long)s->gn);
+            emit_expr(o, k, s->lo, t);
+            str_printf(o, ", ");
+            param_name(o, k, kernel_param_index(k, s->buf));
+            str_printf(o, " + (");
+            lin_index(o, k, s->buf, s->idx, t);
+            str_printf(o, "), %lld, %lld, %lld, ", (long long)s->buf->dims[s->buf->ndim - 1], (long long)s->run_rows,
+                       (long long)s->run_gap);
+            if (s->buf->dtype == DT_BF16) str_printf(o, "%d, ", s->dot);
+            str_printf(o, "smem%d, ", s->smem);
+            emit_expr(o, k, s->sidx, t);
+            str_printf(o, ");\n");
             break;
         case TS_CP_ASYNC: emit_cp_async(o, k, s, d, t); break;
         case TS_COUNT: UNREACHABLE();

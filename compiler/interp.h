@@ -8,7 +8,8 @@
 
 typedef struct {
     /* round a linear's input to bf16 where its weight is bf16, as the
-     * tensor-core schedule (gemm_tc) stages it: that rounding is part of the
+     * tensor-core schedule (gemm_tc) stages it, and so does the cpu target's
+     * bf16 dot product (cpu_gemm with dot): that rounding is part of the
      * schedule's numerical contract, so the reference models it rather than
      * the check widening its tolerance for every op */
     bool bf16_linear_x;

@@ -2,6 +2,8 @@
  * compiler/schedules/; here the parameters they bind and the deduplication of
  * identical kernels), printer and verifier. */
 #include "schedules/schedule.h"
+#define CPU_GEMM_SIZES_ONLY
+#include "cpu_gemm.h"
 #include <stdarg.h>
 #include <string.h>
 
@@ -147,9 +149,18 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
         return;
     case TS_GEMM:
         kfmt(p, "gemm smem%d[%E ..][%E x %d] = (%E ? itself : 0) + ", s->gsmem[2], s->sidx, s->e, (int)s->gn, s->step);
-        if (s->buf) kfmt(p, "%B ..] (rows in place)", s->buf, s->idx);
+        if (s->dot) kfmt(p, "bf16(%B ..]) (rounded into smem%d)", s->buf, s->idx, s->gsmem[0]);
+        else if (s->buf) kfmt(p, "%B ..] (rows in place)", s->buf, s->idx);
         else kfmt(p, "smem%d (packed rows)", s->gsmem[0]);
         kfmt(p, " x smem%d (packed columns)^T, K %E\n", s->gsmem[1], s->lo);
+        return;
+    case TS_PACK:
+        kfmt(p, "pack smem%d columns %E.. <- %B ..], %E rows of %d (the rest zero), K %E", s->smem, s->sidx,
+             s->buf, s->idx, s->e, (int)s->gn, s->lo);
+        if (s->run_gap) str_printf(p->o, ", in runs of %lld rows %lld apart", (long long)s->run_rows,
+                                   (long long)s->run_gap);
+        str_printf(p->o, ": %s\n",
+                   s->dot ? "bf16 pairs for the bf16 dot product (f32 slivers where the CPU lacks it)" : "f32 slivers");
         return;
     case TS_COUNT: break;
     }
@@ -292,7 +303,7 @@ static void ts_smem(TStmt **b, int n, SmemUse *u) {
         const TStmt *s = b[i];
         const Expr *e[TS_MAX_EXPRS];
         unsigned bit = s->smem >= 0 && s->smem < 32 ? 1u << s->smem : 0;
-        if (s->k == TS_SSTORE) u->wr |= bit;
+        if (s->k == TS_SSTORE || s->k == TS_PACK) u->wr |= bit;
         if (s->k == TS_CP_ASYNC) u->cp |= bit;
         for (int j = 0, ne = ts_exprs(s, e); j < ne; j++) u->rd |= smem_reads(e[j]);
         ts_smem(s->body, s->nbody, u);
@@ -328,9 +339,19 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
         else if (s->k == TS_GEMM) {
             if (!k->task) m = "gemm outside a CPU task kernel";
             if (s->buf && (!param || s->buf->dtype != DT_F32 || s->buf->ndim != 2)) m = "gemm A is not an f32 matrix";
-            for (int j = s->buf ? 1 : 0; j < 3 && !m; j++)
+            if (s->dot && !s->buf) m = "gemm's bf16 dot product without its activations";
+            for (int j = s->buf && !s->dot ? 1 : 0; j < 3 && !m; j++)
                 if (s->gsmem[j] < 0 || s->gsmem[j] >= k->nsmem || k->smem[s->gsmem[j]].b16)
                     m = "gemm on undeclared shared arrays";
+        }
+        else if (s->k == TS_PACK) {
+            if (!k->task) m = "pack outside a CPU task kernel";
+            else if (!param || s->buf->ndim != 2 || (s->buf->dtype != DT_F32 && s->buf->dtype != DT_BF16))
+                m = "pack of other than an f32 or bf16 matrix parameter";
+            else if (s->dot && s->buf->dtype != DT_BF16) m = "pack for the bf16 dot product of non-bf16 weights";
+            else if (s->smem < 0 || s->smem >= k->nsmem || k->smem[s->smem].b16) m = "pack into an undeclared array";
+            else if (s->gn % (s->dot ? CPU_GEMM_DOT_NR : CPU_GEMM_NR)) m = "pack of a partial sliver";
+            else if (s->run_rows < 1 || s->run_gap < 0) m = "pack in runs of no rows";
         }
         else if (s->k == TS_ASSIGN && (s->reg < 0 || s->reg >= k->nregs)) m = "assign to undeclared register";
         else if (s->k == TS_SSTORE && (s->smem < 0 || s->smem >= k->nsmem)) m = "store to undeclared shared array";

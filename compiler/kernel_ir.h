@@ -14,7 +14,8 @@
 #include "tile_ir.h"
 
 #define TSTMT_KINDS(X) X(TS_LET, "let") X(TS_ASSIGN, "assign") X(TS_STORE, "store") X(TS_SSTORE, "sstore") \
-    X(TS_IF, "if") X(TS_FOR, "for") X(TS_VLOAD, "vload") X(TS_CP_ASYNC, "cp_async") X(TS_GEMM, "gemm")
+    X(TS_IF, "if") X(TS_FOR, "for") X(TS_VLOAD, "vload") X(TS_CP_ASYNC, "cp_async") X(TS_GEMM, "gemm") \
+    X(TS_PACK, "pack")
 typedef enum { TSTMT_KINDS(X_ENUM) TS_COUNT } TStmtKind;
 
 typedef struct TStmt {
@@ -32,8 +33,16 @@ typedef struct TStmt {
     /* gemm (CPU tasks only; runtime/cpu_gemm.h): the m x gn tile at element sidx of smem[gsmem[2]] (rows gn
      * apart) (+)= A x B^T over K, m = e, K = lo, accumulate when step != 0, from the packed panel
      * B = smem[gsmem[1]] (gn columns) and A: with buf, the f32 row-major buffer in place from element idx
-     * (rows its last dimension apart; gsmem[0] unused), else the packed panel smem[gsmem[0]] (m rows) */
+     * (rows its last dimension apart; gsmem[0] unused), else the packed panel smem[gsmem[0]] (m rows).
+     * dot: B is bf16 weights packed by a pack statement with dot; A, the f32 buffer in place, is rounded to
+     * bf16 into the scratch smem[gsmem[0]] (runtime/cpu_gemm.h's cpu_gemm_dot: bf16 dot products).
+     * pack (CPU tasks only; runtime/cpu_gemm.h's cpu_gemm_pack_*): gn rows of the weight buf from element idx,
+     * e of them real (the rest zero), lo elements each, into the panel smem[smem] as its columns sidx.. (a
+     * constant); dot: bf16 weights in pairs for the bf16 dot product where the CPU has it; the rows come in
+     * runs of run_rows consecutive rows, run_gap rows apart (a RoPE pair's halves; else one run) */
     int gsmem[3]; int64_t gn;
+    bool dot;
+    int64_t run_rows, run_gap;
 } TStmt;
 
 #define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor") X(KS_SHFL, "shfl") X(KS_MMA, "mma") \

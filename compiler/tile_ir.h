@@ -62,7 +62,8 @@ extern const char *const sched_names[];
     X("cpu_group", cpu_group, 0, 0, 8, false) \
     X("cpu_tasks", cpu_tasks, 96, 1, 1 << 20, false) \
     X("cpu_gemm", cpu_gemm, 1, 0, 1, false) \
-    X("cpu_gemm_min_n", cpu_gemm_min_n, 3, 0, 1 << 20, false)
+    X("cpu_gemm_min_n", cpu_gemm_min_n, 3, 0, 1 << 20, false) \
+    X("cpu_gemm_bf16", cpu_gemm_bf16, 0, 0, 1, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;
     KNOBS(X)
@@ -112,6 +113,10 @@ typedef struct {
     int nb;                    /* outputs per task (a multiple of CPU_GEMM_NR); a pair packs 2 x nb columns */
     int mc, kc;                /* tokens per A panel, K per packed step */
     bool x_in_place;           /* xop is a plain f32 row X[t, k]: the kernel reads it in place, no A panel */
+    bool w_rows[2];            /* wop[a] is an f32 / bf16 row W[f(o), k], f(o) in runs of consecutive rows that
+                                * no task splits: packed by the runtime's pack */
+    int64_t run_rows[2], run_gap[2];   /* f's runs: run_rows rows each, their starts run_gap rows apart */
+    bool dot;                  /* bf16 weights, activations in place: bf16 dot products (knob cpu_gemm_bf16) */
 } CpuGemmParams;
 /* top_k and top_k_merge (compiler/schedules/topk.c) */
 typedef struct {

@@ -56,6 +56,8 @@
 /* k block: a B sliver's block (16 x 2048 x 4 = 128 KiB) and an A sliver's (48 KiB) stay in L2 however large
  * k is (the header comment says why not an L1-sized block) */
 #define CPU_GEMM_KC 2048
+#define CPU_GEMM_DOT_MR 8  /* rows of the dot16 tile: 8 x 2 accumulators of 16 lanes, + 2 for B, + 1 for A */
+#define CPU_GEMM_DOT_NR 32 /* columns of the dot16 tile: two vectors of 16 pairs */
 
 /* A kernel of the cpu target (model.c's k_*, cpu_gemm_packed): on x86-64 with GCC compiled three times, for
  * x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and the baseline (SSE2), the best the CPU runs chosen once when
@@ -189,6 +191,236 @@ CPU_KERNEL CPU_GEMM_FN void cpu_gemm_packed(int64_t m, int64_t n, int64_t k, con
         }
     }
 }
+
+/* ---- the weight panel, packed by the runtime (the cpu_gemm schedule's `pack` statement) ----
+ * Packing turns nb rows of W (row-major, contiguous in k) into slivers whose k-th line holds one element of
+ * each of the sliver's columns: a transposition. Done element by element (row outer) every store lands in
+ * another cache line of a panel larger than L1; here 8 rows x 8 elements are loaded as 8 vectors, transposed
+ * in registers (3 rounds of 8 two-vector shuffles, vunpck / vshufps / vperm2f128 on AVX2) and stored as 8
+ * whole vectors, each the next 8 columns of one line. Rows past the weights' end (the last task's) are zero. */
+typedef uint32_t cpu_gemm_u32x8 __attribute__((vector_size(32)));
+typedef uint16_t cpu_gemm_u16x8 __attribute__((vector_size(16)));
+#define CPU_GEMM_SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+/* r[0..7] (8 rows of 8 32-bit words) become their transpose in place */
+#define CPU_GEMM_TRANSPOSE8(r) do { \
+        cpu_gemm_u32x8 t_[8], u_[8]; \
+        for (int q_ = 0; q_ < 8; q_ += 2) { \
+            t_[q_] = CPU_GEMM_SHUF(r[q_], r[q_ + 1], 0, 8, 1, 9, 4, 12, 5, 13); \
+            t_[q_ + 1] = CPU_GEMM_SHUF(r[q_], r[q_ + 1], 2, 10, 3, 11, 6, 14, 7, 15); \
+        } \
+        for (int q_ = 0; q_ < 8; q_ += 4) \
+            for (int h_ = 0; h_ < 2; h_++) { \
+                u_[q_ + 2 * h_] = CPU_GEMM_SHUF(t_[q_ + h_], t_[q_ + h_ + 2], 0, 1, 8, 9, 4, 5, 12, 13); \
+                u_[q_ + 2 * h_ + 1] = CPU_GEMM_SHUF(t_[q_ + h_], t_[q_ + h_ + 2], 2, 3, 10, 11, 6, 7, 14, 15); \
+            } \
+        for (int q_ = 0; q_ < 4; q_++) { \
+            r[q_] = CPU_GEMM_SHUF(u_[q_], u_[q_ + 4], 0, 1, 2, 3, 8, 9, 10, 11); \
+            r[q_ + 4] = CPU_GEMM_SHUF(u_[q_], u_[q_ + 4], 4, 5, 6, 7, 12, 13, 14, 15); \
+        } \
+    } while (0)
+
+/* Row r's 32-bit word q of the block at word kk, as f32 bits: f32 weights as they are, bf16 widened (its
+ * bits are an f32's upper half), bf16 pairs (the dot16 layout: words of two bf16) as they are. A word past
+ * the row's end (an odd bf16 row in pairs) or a row past n is 0. */
+enum { CPU_GEMM_W_F32, CPU_GEMM_W_BF16, CPU_GEMM_W_BF16_PAIRS };
+static inline uint32_t cpu_gemm_word(int form, const void *row, int64_t q, int64_t k) {
+    if (form == CPU_GEMM_W_F32) { uint32_t v; __builtin_memcpy(&v, (const float *)row + q, 4); return v; }
+    if (form == CPU_GEMM_W_BF16) return (uint32_t)((const uint16_t *)row)[q] << 16;
+    const uint16_t *h = (const uint16_t *)row + 2 * q;
+    return h[0] | (2 * q + 1 < k ? (uint32_t)h[1] << 16 : 0u);
+}
+/* Row r of the weights, in runs of `run` consecutive rows whose starts are `gap` rows apart (a RoPE pair's
+ * halves: runs of head_dim / 2 rows, every head_dim; else one run) */
+#define CPU_GEMM_ROW_AT(w, r) ((const char *)(w) + (((r) / run) * gap + (r) % run) * ldw_bytes)
+/* The 8 x 8 block of rows r0.. and words kk.. into v (whole rows of 8 words within the row's end) */
+static inline void cpu_gemm_load8(int form, const char *w, int64_t ldw_bytes, int64_t run, int64_t gap, int64_t r0,
+                                  int64_t n, int64_t kk, cpu_gemm_u32x8 *v) {
+    for (int q = 0; q < 8; q++) {
+        const char *row = CPU_GEMM_ROW_AT(w, r0 + q);
+        if (r0 + q >= n) { cpu_gemm_u32x8 z = {0}; v[q] = z; }
+        else if (form == CPU_GEMM_W_F32) __builtin_memcpy(&v[q], (const float *)row + kk, 32);
+        else if (form == CPU_GEMM_W_BF16) {
+            cpu_gemm_u16x8 h;
+            __builtin_memcpy(&h, (const uint16_t *)row + kk, 16);
+            v[q] = __builtin_convertvector(h, cpu_gemm_u32x8) << 16;
+        } else __builtin_memcpy(&v[q], (const uint16_t *)row + 2 * kk, 32);
+    }
+}
+/* Slivers of `width` columns (16: the f32 tile's NR; 32: the dot16 tile's two vectors of pairs), words words
+ * long: word (j, q) at panel[(j / width) * width * words + q * width + j % width], j < rows (rows past n zero).
+ * w: row 0's first element, rows ldw elements apart, in runs (CPU_GEMM_ROW_AT); k: elements per row; words: k
+ * (f32 layouts) or (k + 1) / 2 (pairs). */
+CPU_KERNEL CPU_GEMM_FN void cpu_gemm_pack_rows(int form, int64_t n, int64_t rows, int64_t k, const void *w,
+                                               int64_t ldw, int64_t run, int64_t gap, int width, uint32_t *panel) {
+    int64_t words = form == CPU_GEMM_W_BF16_PAIRS ? (k + 1) / 2 : k, esz = form == CPU_GEMM_W_F32 ? 4 : 2;
+    int64_t ldw_bytes = ldw * esz;
+    /* whole blocks of 8 words only where the row holds all their elements */
+    int64_t whole = form == CPU_GEMM_W_BF16_PAIRS ? k / 2 / 8 * 8 : k / 8 * 8;
+    for (int64_t j0 = 0; j0 < rows; j0 += width) {
+        uint32_t *sl = panel + j0 * words;
+        for (int64_t r0 = j0; r0 < j0 + width; r0 += 8) {
+            for (int64_t kk = 0; kk < whole; kk += 8) {
+                cpu_gemm_u32x8 v[8];
+                cpu_gemm_load8(form, (const char *)w, ldw_bytes, run, gap, r0, n, kk, v);
+                CPU_GEMM_TRANSPOSE8(v);
+                for (int q = 0; q < 8; q++) __builtin_memcpy(sl + (kk + q) * width + (r0 - j0), &v[q], 32);
+            }
+            for (int64_t q = whole; q < words; q++)
+                for (int64_t r = r0; r < r0 + 8; r++) {
+                    /* memcpy: the panel is a float array, written here as words */
+                    uint32_t v = r < n ? cpu_gemm_word(form, CPU_GEMM_ROW_AT(w, r), q, k) : 0;
+                    __builtin_memcpy(sl + q * width + (r - j0), &v, 4);
+                }
+        }
+    }
+}
+#undef CPU_GEMM_TRANSPOSE8
+#undef CPU_GEMM_SHUF
+#undef CPU_GEMM_ROW_AT
+
+/* The cpu_gemm schedule's pack statement: W's rows [n, k) (rows ldw apart from w, in runs of run rows gap
+ * apart) as accumulator columns col0 .. col0 + rows of the panel. f32: slivers of NR. bf16: the same, widened, or for the bf16 dot product
+ * (dot, where the CPU has it: cpu_gemm_dot16_ok) pairs in slivers of CPU_GEMM_DOT_NR. */
+static int cpu_gemm_dot16_ok(void);
+static inline void cpu_gemm_pack_f32(int64_t n, int64_t rows, int64_t k, const float *w, int64_t ldw, int64_t run,
+                                     int64_t gap, float *panel, int64_t col0) {
+    cpu_gemm_pack_rows(CPU_GEMM_W_F32, n, rows, k, w, ldw, run, gap, CPU_GEMM_NR,
+                       (uint32_t *)(void *)(panel + col0 * k));
+}
+static inline void cpu_gemm_pack_bf16(int64_t n, int64_t rows, int64_t k, const uint16_t *w, int64_t ldw,
+                                      int64_t run, int64_t gap, int dot, float *panel, int64_t col0) {
+    if (dot && cpu_gemm_dot16_ok())
+        cpu_gemm_pack_rows(CPU_GEMM_W_BF16_PAIRS, n, rows, k, w, ldw, run, gap, CPU_GEMM_DOT_NR,
+                           (uint32_t *)(void *)(panel + col0 * ((k + 1) / 2)));
+    else
+        cpu_gemm_pack_rows(CPU_GEMM_W_BF16, n, rows, k, w, ldw, run, gap, CPU_GEMM_NR,
+                           (uint32_t *)(void *)(panel + col0 * k));
+}
+
+/* ---- bf16 dot products: prefill at twice the multiply-adds of f32 FMAs ----
+ * vdpbf16ps (AVX512_BF16: AMD Zen 4 on, Intel Cooper Lake and Sapphire Rapids on) multiplies 16 pairs of bf16
+ * by 16 pairs and adds both products to each f32 lane: 32 multiply-adds per instruction where an f32 FMA does
+ * 16. bf16 weights are exact in it; the activations are rounded to bf16 (to nearest even) first, as
+ * PyTorch's bf16 matmul and llama.cpp's bf16 dot products do; accumulation stays f32 (the instruction
+ * flushes subnormal inputs and results to zero). The cpu_gemm schedule uses it for bf16 weights at prefill
+ * (knob cpu_gemm_bf16, on by default); a CPU without the instruction, or LLMCC_CPU_BF16_DOT=0 in the
+ * environment, computes the same rounded activations with the f32 kernel above, so results agree within f32
+ * accumulation on every machine. */
+static inline uint16_t cpu_gemm_to_bf16(float f) {
+    uint32_t b;
+    __builtin_memcpy(&b, &f, 4);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40); /* NaN stays a (quiet) NaN */
+    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+static inline float cpu_gemm_round_bf16(float f) {
+    uint32_t b = (uint32_t)cpu_gemm_to_bf16(f) << 16;
+    __builtin_memcpy(&f, &b, 4);
+    return f;
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+static int cpu_gemm_dot16_ok(void) {
+    static int ok = -1; /* once: every thread computes the same value */
+    int v = __atomic_load_n(&ok, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("LLMCC_CPU_BF16_DOT");
+        __builtin_cpu_init();
+        v = (!e || strcmp(e, "0") != 0) && __builtin_cpu_supports("avx512bf16");
+        __atomic_store_n(&ok, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+#define CPU_GEMM_DOT_FN static __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), unused))
+#define CPU_GEMM_DOT_ROW(r) do { \
+        int ai_; \
+        __builtin_memcpy(&ai_, a + (r) * lda + p, 4); /* the scratch is a float array holding pairs */ \
+        __m512bh a_ = (__m512bh)_mm512_set1_epi32(ai_); \
+        acc##r##0 = _mm512_dpbf16_ps(acc##r##0, a_, b0); \
+        acc##r##1 = _mm512_dpbf16_ps(acc##r##1, a_, b1); \
+    } while (0)
+#define CPU_GEMM_DOT_OUT(r) do { \
+        if (accumulate) { \
+            acc##r##0 = _mm512_add_ps(acc##r##0, _mm512_loadu_ps(c + (r) * ldc)); \
+            acc##r##1 = _mm512_add_ps(acc##r##1, _mm512_loadu_ps(c + (r) * ldc + 16)); \
+        } \
+        _mm512_storeu_ps(c + (r) * ldc, acc##r##0); \
+        _mm512_storeu_ps(c + (r) * ldc + 16, acc##r##1); \
+    } while (0)
+/* The 8 x 32 tile: c (+)= 8 rows of pairs a (rows lda words apart) times a sliver b of kp lines of 32 pairs */
+CPU_GEMM_DOT_FN void cpu_gemm_dot_tile(int64_t kp, const int *a, int64_t lda, const uint32_t *b, float *c,
+                                       int64_t ldc, int accumulate) {
+    __m512 acc00 = _mm512_setzero_ps(), acc01 = acc00, acc10 = acc00, acc11 = acc00, acc20 = acc00, acc21 = acc00;
+    __m512 acc30 = acc00, acc31 = acc00, acc40 = acc00, acc41 = acc00, acc50 = acc00, acc51 = acc00;
+    __m512 acc60 = acc00, acc61 = acc00, acc70 = acc00, acc71 = acc00;
+    for (int64_t p = 0; p < kp; p++, b += CPU_GEMM_DOT_NR) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 16);
+        CPU_GEMM_DOT_ROW(0); CPU_GEMM_DOT_ROW(1); CPU_GEMM_DOT_ROW(2); CPU_GEMM_DOT_ROW(3);
+        CPU_GEMM_DOT_ROW(4); CPU_GEMM_DOT_ROW(5); CPU_GEMM_DOT_ROW(6); CPU_GEMM_DOT_ROW(7);
+    }
+    CPU_GEMM_DOT_OUT(0); CPU_GEMM_DOT_OUT(1); CPU_GEMM_DOT_OUT(2); CPU_GEMM_DOT_OUT(3);
+    CPU_GEMM_DOT_OUT(4); CPU_GEMM_DOT_OUT(5); CPU_GEMM_DOT_OUT(6); CPU_GEMM_DOT_OUT(7);
+}
+#undef CPU_GEMM_DOT_ROW
+#undef CPU_GEMM_DOT_OUT
+/* c[m x n] (+)= bf16(x[m x k]) x panel^T: x's rows (ldx apart) into pairs in xs (rows padded to 8 with zeros,
+ * (k + 1) / 2 words each), then the tiles, j outer as cpu_gemm_packed's */
+CPU_GEMM_DOT_FN void cpu_gemm_dot_avx512(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx, int *xs,
+                                         const uint32_t *panel, float *c, int64_t ldc, int accumulate) {
+    int64_t kp = (k + 1) / 2, mp = (m + CPU_GEMM_DOT_MR - 1) / CPU_GEMM_DOT_MR * CPU_GEMM_DOT_MR;
+    for (int64_t i = 0; i < mp; i++) {
+        int *row = xs + i * kp;
+        int64_t p = 0;
+        if (i < m)
+            for (; p + 16 <= k / 2; p += 16) /* 32 floats -> 32 bf16 in order: 16 pairs */
+                _mm512_storeu_si512(row + p, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i * ldx + 2 * p + 16),
+                                                                         _mm512_loadu_ps(x + i * ldx + 2 * p)));
+        for (; p < kp; p++) {
+            uint32_t lo = i < m ? cpu_gemm_to_bf16(x[i * ldx + 2 * p]) : 0;
+            uint32_t hi = i < m && 2 * p + 1 < k ? cpu_gemm_to_bf16(x[i * ldx + 2 * p + 1]) : 0;
+            uint32_t pair = lo | hi << 16;
+            __builtin_memcpy(row + p, &pair, 4);
+        }
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += CPU_GEMM_DOT_NR) {
+        const uint32_t *b = panel + j0 * kp;
+        int64_t nr = n - j0 < CPU_GEMM_DOT_NR ? n - j0 : CPU_GEMM_DOT_NR;
+        for (int64_t i0 = 0; i0 < m; i0 += CPU_GEMM_DOT_MR) {
+            int64_t mr = m - i0 < CPU_GEMM_DOT_MR ? m - i0 : CPU_GEMM_DOT_MR;
+            if (mr == CPU_GEMM_DOT_MR && nr == CPU_GEMM_DOT_NR) {
+                cpu_gemm_dot_tile(kp, xs + i0 * kp, kp, b, c + i0 * ldc + j0, ldc, accumulate);
+                continue;
+            }
+            float t[CPU_GEMM_DOT_MR * CPU_GEMM_DOT_NR];
+            cpu_gemm_dot_tile(kp, xs + i0 * kp, kp, b, t, CPU_GEMM_DOT_NR, 0);
+            for (int64_t i = 0; i < mr; i++)
+                for (int64_t j = 0; j < nr; j++)
+                    c[(i0 + i) * ldc + j0 + j] = (accumulate ? c[(i0 + i) * ldc + j0 + j] : 0.0f) +
+                                                 t[i * CPU_GEMM_DOT_NR + j];
+        }
+    }
+}
+#undef CPU_GEMM_DOT_FN
+#else
+static int cpu_gemm_dot16_ok(void) { return 0; }
+#endif
+/* The cpu_gemm schedule's gemm statement for bf16 weights (dot): c[m x n] (+)= bf16(x) x panel^T, the
+ * panel as cpu_gemm_pack_bf16 wrote it. xs: scratch of 8 * ceil(m / 8) x k floats. */
+static inline void cpu_gemm_dot(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx, float *xs,
+                                const float *panel, float *c, int64_t ldc, int accumulate) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (cpu_gemm_dot16_ok()) {
+        cpu_gemm_dot_avx512(m, n, k, x, ldx, (int *)(void *)xs, (const uint32_t *)(const void *)panel, c, ldc,
+                            accumulate);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t kk = 0; kk < k; kk++) xs[i * k + kk] = cpu_gemm_round_bf16(x[i * ldx + kk]);
+    cpu_gemm_packed(m, n, k, xs, k, panel, c, ldc, accumulate);
+}
+
 #undef CPU_GEMM_FN
 #undef CPU_GEMM_LD8
 #undef CPU_GEMM_ST8

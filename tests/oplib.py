@@ -69,13 +69,13 @@ def weight(a, dt):
     return bits.tobytes(), vals.astype(np.float64)
 
 
-def run_op(exe, d, inputs, n, out_shapes, pos=0):
+def run_op(exe, d, inputs, n, out_shapes, pos=0, env=None):
     inp = os.path.join(d, "in.bin")
     outp = os.path.join(d, "out.bin")
     with open(inp, "wb") as f:
         for b in inputs:
             f.write(b)
-    p = run([exe, inp, outp, str(n), str(pos)], check=False)
+    p = run([exe, inp, outp, str(n), str(pos)], check=False, env=env)
     assert p.returncode == 0, "op run failed (rc=%d): %s" % (p.returncode, p.stderr)
     raw = np.fromfile(outp, dtype=np.uint32)
     outs, off = [], 0

@@ -3,7 +3,8 @@ micro-kernel, against a double-precision triple loop (tests/c/test_cpu_gemm.c
 says what it covers and why its tolerance). Built twice, since the same
 vector-extension C becomes different code per target: at baseline x86-64
 (SSE2) with -O2, and with -O2 -march=x86-64-v3 (AVX2 + FMA, the tuned
-target) under ASan + UBSan."""
+target) under ASan + UBSan. Each runs the bf16 dot product as the CPU has it (AVX512_BF16 where present)
+and once more with LLMCC_CPU_BF16_DOT=0, the f32 stand-in every other CPU runs."""
 import platform
 
 from testlib import Skip, build_c, run
@@ -13,8 +14,11 @@ SAN = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize
 
 
 def check(exe):
-    p = run([exe])
-    assert "0 failed" in p.stdout, p.stdout + p.stderr
+    for env in ({}, {"LLMCC_CPU_BF16_DOT": "0"}):
+        p = run([exe], env=env)
+        assert " 0 failed" in p.stdout, p.stdout + p.stderr
+        if env:
+            assert "f32 stand-in" in p.stdout, p.stdout
 
 
 def test_cpu_gemm_baseline():

@@ -8,6 +8,10 @@ independent references, as the GPU schedules are checked through cuda-emu elsewh
   elementwise ops (llmcc's double-precision check);
 - a model fixture: both CPU targets' greedy ids and logits against the numpy reference, --threads 1 and
   the default giving the same ids, --info naming what runs.
+bf16 weights at prefill (cpu_gemm, n > 3) are also run with the bf16 dot product (knob cpu_gemm_bf16=1):
+the activations are rounded to bf16 first (runtime/cpu_gemm.h), and the references round them the same way
+(xs_of); those runs go through AVX512_BF16 where this CPU has it and, with LLMCC_CPU_BF16_DOT=0, through the
+f32 stand-in.
 Tolerances: a sum of K terms computed in f32 in any order (vector lanes, K steps) is within
 (K + 4) * 2^-24 * sum |terms| of the exact one; a wrong or missing term is far outside it."""
 import os
@@ -15,7 +19,7 @@ import os
 import numpy as np
 
 import ref_forward
-from oplib import U, check_rows, compile_op, run_op, weight
+from oplib import U, check_rows, compile_op, run_op, to_bf16, weight
 from test_e2e import PROMPT, build, fixture, read_logits
 from test_epilogues import rope_ref, silu
 from testlib import LLMCC, run
@@ -25,6 +29,27 @@ CPU = ("--target", "cpu")
 
 def lin_tol(x, w, K, b=0):
     return (K + 4) * U * (np.abs(x) @ np.abs(w).T + np.abs(b)) + 1e-30
+
+
+def dots(dt, maxn):
+    """cpu_gemm_bf16 knob values to build with: both where a bf16 prefill can take the dot product."""
+    return (0, 1) if dt == "bf16" and maxn > 3 else (0,)
+
+
+def xs_of(x, n, dot):
+    """The activations a linear multiplies, in f64: the bf16 dot product (at n > 3) sees them rounded."""
+    return (to_bf16(x[:n])[1] if dot and n > 3 else x[:n]).astype(np.float64)
+
+
+def each_dot_path(dot):
+    """The environments that run the bf16 dot product each way: as this CPU has it, and the f32 stand-in."""
+    return ({}, {"LLMCC_CPU_BF16_DOT": "0"}) if dot else ({},)
+
+
+def compile_cpu(args, dot):
+    exe, tile, d = compile_op(args + list(CPU), knobs=("cpu_gemm_bf16=1",) if dot else ())
+    assert ("bf16-dot-product" in tile) == bool(dot), tile
+    return exe, tile, d
 
 
 def schedules(tile):
@@ -37,8 +62,8 @@ def test_linear_decode_and_prefill():
              (64, 130, 600, "bf16", True, 37), (64, 100, 96, "f32", False, 64), (100, 70, 257, "f16", True, 97),
              (8, 64, 64, "bf16", False, 4)]
     rng = np.random.default_rng(5)
-    for maxn, M, K, dt, bias, n in cases:
-        exe, tile, d = compile_op(["linear", maxn, M, K, dt, 1 if bias else 0] + list(CPU))
+    for maxn, M, K, dt, bias, n, dot in [c + (dot,) for c in cases for dot in dots(c[3], c[0])]:
+        exe, tile, d = compile_cpu(["linear", maxn, M, K, dt, 1 if bias else 0], dot)
         sch = schedules(tile)
         assert set(sch) <= {"cpu_rows", "cpu_gemm"} and "cpu_rows" in sch, tile
         assert ("cpu_gemm" in sch) == (maxn > 3), tile
@@ -48,51 +73,59 @@ def test_linear_decode_and_prefill():
         if bias:
             bb, b = weight(rng.standard_normal(M), dt)
             ins.append(bb)
-        (y,) = run_op(exe, d, ins, n, [(maxn, M)])
-        xs = x[:n].astype(np.float64)
-        check_rows(y, n, xs @ w.T + b, lin_tol(xs, w, K, b), "linear %s" % ((maxn, M, K, dt, bias, n),))
+        xs = xs_of(x, n, dot)
+        for env in each_dot_path(dot):
+            (y,) = run_op(exe, d, ins, n, [(maxn, M)], env=env)
+            check_rows(y, n, xs @ w.T + b, lin_tol(xs, w, K, b), "linear %s %s" % ((maxn, M, K, dt, bias, n), env))
 
 
 def test_fused_pair_halves_and_residual():
     rng = np.random.default_rng(9)
-    for maxn, M, K, dt, n in ((3, 172, 96, "f32", 2), (2, 64, 1000, "bf16", 1), (64, 100, 300, "bf16", 40),
-                              (64, 70, 64, "f16", 5)):
-        exe, tile, d = compile_op(["mlp", maxn, M, K, dt] + list(CPU))
+    mlps = ((3, 172, 96, "f32", 2), (2, 64, 1000, "bf16", 1), (64, 100, 300, "bf16", 40), (64, 70, 64, "f16", 5))
+    for (maxn, M, K, dt, n), dot in [(c, dot) for c in mlps for dot in dots(c[3], c[0])]:
+        exe, tile, d = compile_cpu(["mlp", maxn, M, K, dt], dot)
         assert "gate_proj_up_proj" in tile, tile
         x = rng.standard_normal((maxn, K)).astype(np.float32)
         wgb, wg = weight(rng.standard_normal((M, K)) * 0.2, dt)
         wub, wu = weight(rng.standard_normal((M, K)) * 0.2, dt)
-        (y,) = run_op(exe, d, [x.tobytes(), wgb, wub], n, [(maxn, M)])
-        xs = x[:n].astype(np.float64)
+        xs = xs_of(x, n, dot)
         g, u = xs @ wg.T, xs @ wu.T
         ref = silu(g) * u
         tol = 1.1 * lin_tol(xs, wg, K) * np.abs(u) + np.abs(silu(g)) * lin_tol(xs, wu, K) + 8 * U * np.abs(ref)
-        check_rows(y, n, ref, tol, "mlp %s" % ((maxn, M, K, dt, n),))
-    for maxn, H, D, K, dt, n, pos in ((2, 3, 32, 96, "f32", 1, 0), (3, 4, 6, 64, "bf16", 3, 1000),
-                                      (64, 4, 32, 200, "bf16", 37, 3), (64, 2, 128, 300, "f16", 64, 60)):
-        exe, tile, d = compile_op(["rope_proj", maxn, H, D, K, dt] + list(CPU))
+        for env in each_dot_path(dot):
+            (y,) = run_op(exe, d, [x.tobytes(), wgb, wub], n, [(maxn, M)], env=env)
+            check_rows(y, n, ref, tol, "mlp %s %s" % ((maxn, M, K, dt, n), env))
+    # the pair's halves are W's rows in runs of D / 2, D apart: runs shorter than a task (16), longer (64)
+    ropes = ((2, 3, 32, 96, "f32", 1, 0), (3, 4, 6, 64, "bf16", 3, 1000), (64, 4, 32, 200, "bf16", 37, 3),
+             (64, 2, 128, 300, "f16", 64, 60), (64, 3, 128, 100, "f32", 20, 5), (16, 2, 256, 64, "bf16", 9, 1))
+    for (maxn, H, D, K, dt, n, pos), dot in [(c, dot) for c in ropes for dot in dots(c[4], c[0])]:
+        exe, tile, d = compile_cpu(["rope_proj", maxn, H, D, K, dt], dot)
         assert "q_proj_rotary_q" in tile, tile
         x = rng.standard_normal((maxn, K)).astype(np.float32)
         wb, w = weight(rng.standard_normal((H * D, K)) * 0.2, dt)
         inv_freq = (10000.0 ** (-np.arange(0, D, 2) / D)).astype(np.float32)
-        (y,) = run_op(exe, d, [x.tobytes(), wb, inv_freq.tobytes()], n, [(maxn, H * D)], pos=pos)
-        xs = x[:n].astype(np.float64)
+        xs = xs_of(x, n, dot)
         q = xs @ w.T
         e = lin_tol(xs, w, K).reshape(n, H, 2, D // 2)
         m = np.abs(q).reshape(n, H, 2, D // 2)
         both = e[:, :, 0] + e[:, :, 1] + 8 * U * (m[:, :, 0] + m[:, :, 1])
-        check_rows(y, n, rope_ref(q, pos, inv_freq, H, D), np.concatenate([both, both], axis=2).reshape(n, H * D),
-                   "rope_proj %s" % ((maxn, H, D, K, dt, n, pos),))
-    for maxn, M, K, dt, n in ((2, 64, 96, "f32", 2), (64, 70, 130, "bf16", 38)):
-        exe, tile, d = compile_op(["linear_residual", maxn, M, K, dt] + list(CPU))
+        for env in each_dot_path(dot):
+            (y,) = run_op(exe, d, [x.tobytes(), wb, inv_freq.tobytes()], n, [(maxn, H * D)], pos=pos, env=env)
+            check_rows(y, n, rope_ref(q, pos, inv_freq, H, D), np.concatenate([both, both], axis=2).reshape(n, H * D),
+                       "rope_proj %s %s" % ((maxn, H, D, K, dt, n, pos), env))
+    for (maxn, M, K, dt, n), dot in [(c, dot) for c in ((2, 64, 96, "f32", 2), (64, 70, 130, "bf16", 38))
+                                     for dot in dots(c[3], c[0])]:
+        exe, tile, d = compile_cpu(["linear_residual", maxn, M, K, dt], dot)
         assert "down_proj_residual" in tile, tile
         x = rng.standard_normal((maxn, K)).astype(np.float32)
         wb, w = weight(rng.standard_normal((M, K)) * 0.2, dt)
         r = rng.standard_normal((maxn, M)).astype(np.float32)
-        (y,) = run_op(exe, d, [x.tobytes(), wb, r.tobytes()], n, [(maxn, M)])
-        xs = x[:n].astype(np.float64)
+        xs = xs_of(x, n, dot)
         ref = r[:n].astype(np.float64) + xs @ w.T
-        check_rows(y, n, ref, lin_tol(xs, w, K) + 2 * U * np.abs(ref), "linear_residual %s" % ((maxn, M, K, dt, n),))
+        for env in each_dot_path(dot):
+            (y,) = run_op(exe, d, [x.tobytes(), wb, r.tobytes()], n, [(maxn, M)], env=env)
+            check_rows(y, n, ref, lin_tol(xs, w, K) + 2 * U * np.abs(ref),
+                       "linear_residual %s %s" % ((maxn, M, K, dt, n), env))
 
 
 def test_topk_in_the_cpu_team():

@@ -18,6 +18,26 @@
  * when the activations are read in place) */
 enum { CG_S_W, CG_S_TILE, CG_S_X, CG_NSMEM };
 
+/* Whether the weight operand W is an f32 / bf16 matrix read as W[f(o), k] with f, over every output o, in runs
+ * of consecutive rows (*run rows each, their starts *gap apart: a RoPE pair's halves; a plain W[o, k] is one
+ * run) that tasks of nb outputs do not split. f is evaluated, not matched: any index of that shape qualifies. */
+static bool weight_rows(Arena *A, const Expr *W, Var *ov, Var *kv, int64_t outs, int nb, int64_t *run, int64_t *gap) {
+    if (W->k != EX_LOAD || (W->buf->dtype != DT_F32 && W->buf->dtype != DT_BF16) || W->nargs != 2 ||
+        W->buf->ndim != 2 || W->a[1]->k != EX_VAR || W->a[1]->var != kv)
+        return false;
+    *run = nb, *gap = 0;
+    if (W->a[0]->k == EX_VAR && W->a[0]->var == ov) return true;
+    int64_t *f = ARENA_ARRAY(A, int64_t, outs);
+    for (int64_t o = 0; o < outs; o++)
+        if (!eval_i(expr_subst(A, W->a[0], ov, e_i(A, o)), 0, 0, &f[o])) return false;
+    int64_t r = 1;
+    while (r < outs && f[r] == f[0] + r) r++;
+    *run = r, *gap = r < outs ? f[r] - f[0] : 0;
+    for (int64_t o = 0; o < outs; o++)
+        if (f[o] != f[0] + o / r * *gap + o % r) return false;
+    return nb % r == 0 || r % nb == 0;
+}
+
 int cpu_gemm_choose(const ScheduleChoice *c, TileKernel *g, TileKernel **out) {
     Arena *A = c->A;
     const Knobs *kn = c->kn;
@@ -41,6 +61,16 @@ int cpu_gemm_choose(const ScheduleChoice *c, TileKernel *g, TileKernel **out) {
     const Expr *X = P->xop;
     P->x_in_place = X->k == EX_LOAD && X->buf->dtype == DT_F32 && X->nargs == 2 && X->a[0]->k == EX_VAR &&
                     X->a[0]->var == g->body.par[0].v && X->a[1]->k == EX_VAR && X->a[1]->var == g->body.red[0].v;
+    /* W[o, k] of an f32 or bf16 matrix: packed by the runtime (a vectorised transposition), and with bf16
+     * weights and activations in place, multiplied in bf16 dot products (runtime/cpu_gemm.h says why) */
+    P->dot = kn->cpu_gemm_bf16 && P->x_in_place;
+    int64_t outs;
+    bool outs_known = eval_i(g->body.par[1].extent, 0, 0, &outs);
+    for (int a = 0; a < g->body.nacc; a++) {
+        P->w_rows[a] = outs_known && weight_rows(A, P->wop[a], g->body.par[1].v, g->body.red[0].v, outs, P->nb,
+                                                 &P->run_rows[a], &P->run_gap[a]);
+        P->dot = P->dot && P->w_rows[a] && P->wop[a]->buf->dtype == DT_BF16;
+    }
     g->grid = ceil_div(A, g->body.par[1].extent, P->nb);
     out[0] = g;
     /* a constant token count (llmcc run -c): this kernel alone */
@@ -53,10 +83,17 @@ void cpu_gemm_print(Str *o, const TileKernel *k) {
     str_printf(o, " nb=%d mc=%d kc=%d\n  task bid -> %s [bid*%d, +%d) x all %s, in blocks of %d tokens; K [",
                P->nb, P->mc, P->kc, b->par[1].v->name, P->nb, P->nb, b->par[0].v->name, P->mc);
     print_axes(o, b->red, b->nred);
-    str_printf(o, "] in steps of %d: pack %s (f32, slivers of %d)", P->kc, P->wop[0]->buf->name, CPU_GEMM_NR);
-    if (P->x_in_place) str_printf(o, ", the activations read in place (rows of %s)", P->xop->buf->name);
-    else str_printf(o, " and the activations (slivers of %d)", CPU_GEMM_MR);
-    str_printf(o, ", then the %dx%d register-tile kernel (f32 accumulation)", CPU_GEMM_MR, CPU_GEMM_NR);
+    str_printf(o, "] in steps of %d: pack %s", P->kc, P->wop[0]->buf->name);
+    if (P->dot)
+        str_printf(o, " (bf16 pairs, slivers of %d), the activations (rows of %s) rounded to bf16, then the %dx%d "
+                   "bf16-dot-product tile (f32 accumulation; where the CPU lacks AVX512_BF16, the same rounding on "
+                   "the f32 kernel)", CPU_GEMM_DOT_NR, P->xop->buf->name, CPU_GEMM_DOT_MR, CPU_GEMM_DOT_NR);
+    else {
+        str_printf(o, " (f32, slivers of %d%s)", CPU_GEMM_NR, P->w_rows[0] ? ", by the runtime" : "");
+        if (P->x_in_place) str_printf(o, ", the activations read in place (rows of %s)", P->xop->buf->name);
+        else str_printf(o, " and the activations (slivers of %d)", CPU_GEMM_MR);
+        str_printf(o, ", then the %dx%d register-tile kernel (f32 accumulation)", CPU_GEMM_MR, CPU_GEMM_NR);
+    }
     str_printf(o, k->run_if ? "; runs when n > %d\n" : "\n", k->min_n);
     if (b->nacc == 2)
         str_printf(o, "  a pair: %s packed beside it, one tile of %d columns\n", P->wop[1]->buf->name, 2 * P->nb);
@@ -65,6 +102,8 @@ const char *cpu_gemm_verify(const TileKernel *k) {
     const CpuGemmParams *P = &k->body.cpug;
     if (!P->xop || !P->wop[0] || (k->body.nacc == 2 && !P->wop[1])) return "cpu_gemm without its operands";
     if (P->nb < 1 || P->nb % CPU_GEMM_NR || P->mc < 1 || P->mc % CPU_GEMM_MR || P->kc < 1) return "cpu_gemm tiles";
+    if (P->dot && (P->nb % CPU_GEMM_DOT_NR || P->mc % CPU_GEMM_DOT_MR || !P->x_in_place))
+        return "cpu_gemm's bf16 dot product on other tiles";
     return NULL;
 }
 
@@ -85,7 +124,7 @@ void cpu_gemm_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLi
     Expr *rows = b->par[0].extent, *outs = b->par[1].extent, *K = b->red[0].extent;
     int64_t most;
     CHECK(eval_i(rows, B->max_batch, B->max_ctx, &most), "cpu_gemm over an unbounded token count");
-    k->nsmem = P->x_in_place ? CG_S_X : CG_NSMEM;
+    k->nsmem = P->x_in_place && !P->dot ? CG_S_X : CG_NSMEM;   /* dot: the rounded activations' scratch */
     k->smem[CG_S_X].size = P->mc * P->kc;
     k->smem[CG_S_W].size = cols * P->kc;
     k->smem[CG_S_TILE].size = (int)((most + MR - 1) / MR * MR * cols);
@@ -101,6 +140,18 @@ void cpu_gemm_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLi
     ts_add(kb, ts_let(A, kc, emin(A, E_SUB(A, K, e_var(A, k0)), e_i(A, P->kc))));
     /* weight panel: column a * nb + j of accumulator a is W row(o0 + j), zero past the outputs */
     for (int a = 0; a < b->nacc; a++) {
+        if (P->w_rows[a]) {
+            /* the runtime's: rows o0 .. of W from column k0, those past the outputs zero */
+            TStmt *pk = ts(A, TS_PACK);
+            pk->smem = CG_S_W; pk->sidx = e_i(A, a * P->nb); pk->gn = P->nb; pk->lo = ev_kc; pk->dot = P->dot;
+            pk->e = emin(A, e_i(A, P->nb), E_SUB(A, outs, e_var(A, o0)));
+            pk->buf = P->wop[a]->buf;
+            pk->idx = ARENA_ARRAY(A, Expr *, 2);
+            pk->idx[0] = expr_subst(A, P->wop[a]->a[0], ov, e_var(A, o0)); pk->idx[1] = e_var(A, k0);
+            pk->run_rows = P->run_rows[a]; pk->run_gap = P->run_gap[a];
+            ts_add(kb, pk);
+            continue;
+        }
         TStmt *fj = count(A, j, e_i(A, P->nb), 2);
         ts_add(fj, ts_let(A, ov, E_ADD(A, e_var(A, o0), ev_j)));
         TStmt *fk = count(A, kk, ev_kc, 2);
@@ -132,7 +183,8 @@ void cpu_gemm_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLi
         ts_add(tb, fi);
     }
     /* rows t0 .. t0 + m of the tile, accumulated over the K steps after the first */
-    mm->gsmem[0] = P->x_in_place ? -1 : CG_S_X; mm->gsmem[1] = CG_S_W; mm->gsmem[2] = CG_S_TILE; mm->gn = cols;
+    mm->gsmem[0] = P->x_in_place && !P->dot ? -1 : CG_S_X; mm->gsmem[1] = CG_S_W; mm->gsmem[2] = CG_S_TILE;
+    mm->gn = cols; mm->dot = P->dot;
     mm->e = e_var(A, m); mm->lo = ev_kc; mm->step = e_var(A, k0);
     mm->sidx = E_MUL(A, e_var(A, t0), e_i(A, cols));
     ts_add(tb, mm);

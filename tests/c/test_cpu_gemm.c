@@ -12,6 +12,16 @@
  * - the padding of the packed slivers is NaN, not zero, so a corner element
  *   that read padding would show up as NaN.
  *
+ * The runtime's own packing (the cpu_gemm schedule's pack statement) is checked
+ * the same way: cpu_gemm_pack_f32, and for bf16 weights cpu_gemm_pack_bf16
+ * followed by cpu_gemm_packed (activations f32) or by cpu_gemm_dot (activations
+ * rounded to bf16 to nearest even, the reference rounding them the same way:
+ * the bf16 dot product where the CPU has AVX512_BF16, else its f32 stand-in;
+ * run once more with LLMCC_CPU_BF16_DOT=0 for the stand-in). The weight rows
+ * sit ldw = k + 5 apart with NaN between them, so a packed word read past a
+ * row's end shows up, and in runs of RUN rows GAP rows apart (as a RoPE
+ * pair's halves), NaN rows between the runs.
+ *
  * Tolerance: |got - ref| <= (k + 2) * 2^-24 * (sum_kk |a * b| + |c before|)
  * + 1e-30. The kernel sums in f32 in its own order (an FMA chain per k block,
  * blocks added in turn, then the accumulate add), the reference in double;
@@ -50,9 +60,30 @@ static void *xmalloc(size_t bytes)
     return p;
 }
 
-/* one case; returns the number of bad elements (printing the first few). inplace: A passed as a row-major
- * matrix (lda = k + 3, the 3 columns past k NaN; exactly m rows, so that ASan sees a read past them) */
-static int check(int64_t m, int64_t n, int64_t k, int64_t ldc, int accumulate, int inplace)
+static uint16_t to_bf16(float f) /* round to nearest even, independent of cpu_gemm.h's */
+{
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    b += 0x7fff + ((b >> 16) & 1);
+    return (uint16_t)(b >> 16);
+}
+static float from_bf16(uint16_t h)
+{
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+/* How the operands reach the kernel: the test's own packing (A packed or in place), or the runtime's pack
+ * statement for f32 weights, bf16 weights with f32 activations, bf16 weights and bf16-rounded activations */
+enum { OWN_PACKED, OWN_IN_PLACE, PACK_F32, PACK_BF16, PACK_BF16_DOT, VARIANTS };
+static const char *const variant_names[] = {"packed", "in place", "pack_f32", "pack_bf16", "pack_bf16 dot"};
+
+/* one case; returns the number of bad elements (printing the first few). OWN_IN_PLACE and the pack variants
+ * pass A as a row-major matrix (lda = k + 3, the 3 columns past k NaN; exactly m rows, so that ASan sees a
+ * read past them) */
+static int check(int64_t m, int64_t n, int64_t k, int64_t ldc, int accumulate, int variant)
 {
     const int64_t MR = CPU_GEMM_MR, NR = CPU_GEMM_NR;
     int64_t mp = (m + MR - 1) / MR * MR, np = (n + NR - 1) / NR * NR;
@@ -65,6 +96,24 @@ static int check(int64_t m, int64_t n, int64_t k, int64_t ldc, int accumulate, i
         a[i] = rnd();
     for (int64_t i = 0; i < n * k; i++)
         b[i] = rnd();
+    enum { RUN = 5, GAP = 7 };
+    const int64_t ldw = k + 5, phys = n ? (n - 1) / RUN * GAP + (n - 1) % RUN + 1 : 0;
+    uint16_t *wb = xmalloc(phys * ldw * sizeof *wb); /* bf16 weights, NaN between rows and runs */
+    float *wf = xmalloc(phys * ldw * sizeof *wf);    /* f32 weights, likewise */
+    for (int64_t i = 0; i < phys * ldw; i++) {
+        wb[i] = 0x7fc0;
+        wf[i] = NAN;
+    }
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t kk = 0; kk < k; kk++) {
+            int64_t at = (j / RUN * GAP + j % RUN) * ldw + kk;
+            if (variant >= PACK_BF16) b[j * k + kk] = from_bf16(to_bf16(b[j * k + kk]));
+            wb[at] = to_bf16(b[j * k + kk]);
+            wf[at] = b[j * k + kk];
+        }
+    /* a panel large enough for either layout (slivers of 16 f32, or of 32 bf16 pairs) */
+    int64_t panel_floats = ((n + 31) / 32 * 32) * k + 1;
+    float *panel = xmalloc(panel_floats * sizeof *panel), *scratch = xmalloc(((m + 7) / 8 * 8) * k * sizeof *scratch + 1);
     for (int64_t i = 0; i < mp * k; i++)
         ap[i] = NAN;
     for (int64_t i = 0; i < np * k; i++)
@@ -86,8 +135,23 @@ static int check(int64_t m, int64_t n, int64_t k, int64_t ldc, int accumulate, i
         for (int64_t j = 0; j < n; j++)
             c[i * ldc + j] = c0[i * n + j] = accumulate ? rnd() : NAN; /* NaN: must be overwritten, not added */
 
-    if (inplace) cpu_gemm_packed(m, n, k, arow, lda, bp, c, ldc, accumulate);
-    else cpu_gemm_packed(m, n, k, ap, 0, bp, c, ldc, accumulate);
+    int64_t rows16 = (n + NR - 1) / NR * NR, rows32 = (n + 31) / 32 * 32;
+    for (int64_t i = 0; i < panel_floats; i++)
+        panel[i] = NAN;
+    if (variant == OWN_PACKED) cpu_gemm_packed(m, n, k, ap, 0, bp, c, ldc, accumulate);
+    else if (variant == OWN_IN_PLACE) cpu_gemm_packed(m, n, k, arow, lda, bp, c, ldc, accumulate);
+    else if (variant == PACK_F32) {
+        cpu_gemm_pack_f32(n, rows16, k, wf, ldw, RUN, GAP, panel, 0);
+        cpu_gemm_packed(m, n, k, arow, lda, panel, c, ldc, accumulate);
+    } else if (variant == PACK_BF16) {
+        cpu_gemm_pack_bf16(n, rows16, k, wb, ldw, RUN, GAP, 0, panel, 0);
+        cpu_gemm_packed(m, n, k, arow, lda, panel, c, ldc, accumulate);
+    } else {
+        cpu_gemm_pack_bf16(n, rows32, k, wb, ldw, RUN, GAP, 1, panel, 0);
+        cpu_gemm_dot(m, n, k, arow, lda, scratch, panel, c, ldc, accumulate);
+        for (int64_t i = 0; i < m * k; i++) /* the reference's activations: rounded as the kernel's */
+            a[i] = from_bf16(to_bf16(a[i]));
+    }
 
     int bad = 0;
     const double u = 1.0 / (1 << 24);
@@ -100,9 +164,9 @@ static int check(int64_t m, int64_t n, int64_t k, int64_t ldc, int accumulate, i
             }
             double got = c[i * ldc + j], tol = (k + 2) * u * mag + 1e-30;
             if (!(fabs(got - ref) <= tol) && bad++ < 5)
-                fprintf(stderr, "m=%lld n=%lld k=%lld ldc=%lld acc=%d inplace=%d: c[%lld][%lld] = %.9g, "
+                fprintf(stderr, "m=%lld n=%lld k=%lld ldc=%lld acc=%d %s: c[%lld][%lld] = %.9g, "
                         "reference %.9g (tol %.3g)\n", (long long)m, (long long)n, (long long)k, (long long)ldc,
-                        accumulate, inplace, (long long)i, (long long)j, got, ref, tol);
+                        accumulate, variant_names[variant], (long long)i, (long long)j, got, ref, tol);
         }
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < ldc; j++) {
@@ -121,6 +185,10 @@ static int check(int64_t m, int64_t n, int64_t k, int64_t ldc, int accumulate, i
     free(bp);
     free(buf);
     free(c0);
+    free(wb);
+    free(wf);
+    free(panel);
+    free(scratch);
     return bad;
 }
 
@@ -136,12 +204,12 @@ int main(void)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int accumulate = 0; accumulate < 2; accumulate++)
             for (int64_t pad = 0; pad <= 3; pad += 3)
-                for (int inplace = 0; inplace < 2; inplace++) {
+                for (int variant = 0; variant < VARIANTS; variant++) {
                     int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
                     cases++;
-                    failed += check(m, n, k, n + pad, accumulate, inplace) != 0;
+                    failed += check(m, n, k, n + pad, accumulate, variant) != 0;
                 }
-    printf("test_cpu_gemm: %d cases, %d failed (MR %d, NR %d, KC %d)\n", cases, failed, CPU_GEMM_MR, CPU_GEMM_NR,
-           CPU_GEMM_KC);
+    printf("test_cpu_gemm: %d cases, %d failed (MR %d, NR %d, KC %d; bf16 dot products: %s)\n", cases, failed,
+           CPU_GEMM_MR, CPU_GEMM_NR, CPU_GEMM_KC, cpu_gemm_dot16_ok() ? "AVX512_BF16" : "f32 stand-in");
     return failed != 0;
 }
