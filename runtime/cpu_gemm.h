@@ -279,8 +279,9 @@ CPU_KERNEL CPU_GEMM_FN void cpu_gemm_pack_rows(int form, int64_t n, int64_t rows
 #undef CPU_GEMM_ROW_AT
 
 /* The cpu_gemm schedule's pack statement: W's rows [n, k) (rows ldw apart from w, in runs of run rows gap
- * apart) as accumulator columns col0 .. col0 + rows of the panel. f32: slivers of NR. bf16: the same, widened, or for the bf16 dot product
- * (dot, where the CPU has it: cpu_gemm_dot16_ok) pairs in slivers of CPU_GEMM_DOT_NR. */
+ * apart) as accumulator columns col0 .. col0 + rows of the panel. f32: slivers of NR. bf16: the same,
+ * widened, or for the bf16 dot product (dot, where the CPU has it: cpu_gemm_dot16_ok) pairs in slivers of
+ * CPU_GEMM_DOT_NR. */
 static int cpu_gemm_dot16_ok(void);
 static inline void cpu_gemm_pack_f32(int64_t n, int64_t rows, int64_t k, const float *w, int64_t ldw, int64_t run,
                                      int64_t gap, float *panel, int64_t col0) {
