@@ -851,6 +851,21 @@ static void emit_model_info(Str *o, const TProgram *tp, const ModelInfo *mi, Tar
                tp->top_k ? (long long)tp->top_k->dims[2] : 0LL);
 }
 
+/* whether a gemm statement in b takes bf16 dot products (runtime/cpu_gemm.h's cpu_gemm_dot) */
+static bool has_bf16_dot(TStmt *const *b, int n) {
+    for (int i = 0; i < n; i++)
+        if ((b[i]->k == TS_GEMM && b[i]->dot) || has_bf16_dot(b[i]->body, b[i]->nbody)) return true;
+    return false;
+}
+static bool program_has_bf16_dot(const KProgram *kp) {
+    for (int i = 0; i < kp->nk; i++)
+        for (int j = 0; j < kp->kernels[i]->nbody; j++) {
+            const KStmt *s = kp->kernels[i]->body[j];
+            if (s->k == KS_PHASE && has_bf16_dot(s->body, s->nbody)) return true;
+        }
+    return false;
+}
+
 void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     const TProgram *tp = kp->tp;
     const ModelInfo *mi = &eo->info;
@@ -921,6 +936,13 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     if (cuda)
         str_printf(o, "int model_threads(int n, char *desc, size_t size) {\n    (void)n;\n"
                       "    snprintf(desc, size, \"the GPU (CUDA)\");\n    return 0;\n}\n\n");
+    else if (program_has_bf16_dot(kp))
+        /* --info names how the prompt's bf16 linears multiply on this CPU */
+        str_printf(o, "int model_threads(int n, char *desc, size_t size) {\n"
+                      "    int threads = cpu_threads(n, desc, size);\n    size_t len = strlen(desc);\n"
+                      "    snprintf(desc + len, size - len, \"; a prompt's bf16 linears: %%s\", cpu_gemm_dot16_ok() ?\n"
+                      "             \"bf16 dot products (AVX512_BF16)\" : \"f32 FMAs on bf16-rounded activations\");\n"
+                      "    return threads;\n}\n\n");
     else
         str_printf(o, "int model_threads(int n, char *desc, size_t size) { return cpu_threads(n, desc, size); }\n\n");
     str_printf(o, "void model_logits(Model *m, float *logits) {\n"

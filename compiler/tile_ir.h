@@ -63,7 +63,7 @@ extern const char *const sched_names[];
     X("cpu_tasks", cpu_tasks, 96, 1, 1 << 20, false) \
     X("cpu_gemm", cpu_gemm, 1, 0, 1, false) \
     X("cpu_gemm_min_n", cpu_gemm_min_n, 3, 0, 1 << 20, false) \
-    X("cpu_gemm_bf16", cpu_gemm_bf16, 0, 0, 1, false)
+    X("cpu_gemm_bf16", cpu_gemm_bf16, 1, 0, 1, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;
     KNOBS(X)

@@ -372,14 +372,14 @@ CPU_GEMM_DOT_FN void cpu_gemm_dot_avx512(int64_t m, int64_t n, int64_t k, const 
     int64_t kp = (k + 1) / 2, mp = (m + CPU_GEMM_DOT_MR - 1) / CPU_GEMM_DOT_MR * CPU_GEMM_DOT_MR;
     for (int64_t i = 0; i < mp; i++) {
         int *row = xs + i * kp;
-        int64_t p = 0;
-        if (i < m)
-            for (; p + 16 <= k / 2; p += 16) /* 32 floats -> 32 bf16 in order: 16 pairs */
-                _mm512_storeu_si512(row + p, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i * ldx + 2 * p + 16),
-                                                                         _mm512_loadu_ps(x + i * ldx + 2 * p)));
-        for (; p < kp; p++) {
-            uint32_t lo = i < m ? cpu_gemm_to_bf16(x[i * ldx + 2 * p]) : 0;
-            uint32_t hi = i < m && 2 * p + 1 < k ? cpu_gemm_to_bf16(x[i * ldx + 2 * p + 1]) : 0;
+        const float *xr = x + i * ldx;
+        int64_t whole = i < m ? k / 32 * 16 : 0; /* pairs converted 16 at a time */
+        for (int64_t p = 0; p < whole; p += 16) /* 32 floats -> 32 bf16 in order: 16 pairs */
+            _mm512_storeu_si512(row + p, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(xr + 2 * p + 16),
+                                                                     _mm512_loadu_ps(xr + 2 * p)));
+        for (int64_t p = whole; p < kp; p++) {
+            uint32_t lo = i < m ? cpu_gemm_to_bf16(xr[2 * p]) : 0;
+            uint32_t hi = i < m && 2 * p + 1 < k ? cpu_gemm_to_bf16(xr[2 * p + 1]) : 0;
             uint32_t pair = lo | hi << 16;
             __builtin_memcpy(row + p, &pair, 4);
         }

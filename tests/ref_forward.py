@@ -10,10 +10,18 @@ RoPE tables are f32 too (HF computes them in f32 as well).
 
 API:
     model = load(dir)
-    logits_all(model, ids) -> np.ndarray [n, vocab]   (full causal forward)
-    greedy(model, prompt_ids, n_new) -> (ids, logits_per_step)
+    logits_all(model, ids, bf16_x_rows=0) -> np.ndarray [n, vocab]   (full causal forward)
+    greedy(model, prompt_ids, n_new, bf16_prefill=False) -> (ids, logits_per_step)
         ids: the n_new generated ids; logits_per_step[k]: the [vocab] logits
         that produced ids[k] (incremental decode with a KV cache).
+
+bf16 prefill: llmcc's cpu target multiplies bf16 weights in calls of more than
+CPU_BF16_DOT_ABOVE tokens (a prompt) with bf16 dot products, the activations
+rounded to bf16 (to nearest even) first (runtime/cpu_gemm.h). bf16_x_rows=k
+rounds the inputs of every decoder layer's linears (not the lm_head: llmcc
+computes the prompt's logits for its last token alone) in the first k rows of
+the call; greedy(bf16_prefill=True) does so for a prompt of more than
+CPU_BF16_DOT_ABOVE tokens, as one call.
 
 CLI:
     python3 tests/ref_forward.py DIR --prompt-ids 1,2,3 -n 32 [--logits OUT.f32]
@@ -30,6 +38,7 @@ import sys
 import numpy as np
 
 F32 = np.float32
+CPU_BF16_DOT_ABOVE = 3   # llmcc's knob cpu_gemm_min_n: calls of more tokens run cpu_gemm
 
 
 # ---------------------------------------------------------------- safetensors
@@ -198,6 +207,17 @@ def linear(x, wt, b):
     return y.astype(F32)
 
 
+def bf16_rows(x, rows):
+    """x with its first rows rounded to bf16 (nearest even), as the bf16 dot product takes them."""
+    if rows <= 0:
+        return x
+    x = np.array(x, dtype=F32, copy=True)
+    bits = x[:rows].view(np.uint32).astype(np.uint64)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32)
+    x[:rows] = bits.view(F32)
+    return x
+
+
 def silu(x):
     return (x / (F32(1.0) + np.exp(-x))).astype(F32)
 
@@ -206,9 +226,11 @@ def new_cache(model):
     return [{"k": None, "v": None} for _ in range(model["L"])]
 
 
-def forward(model, ids, cache=None, start=0):
+def forward(model, ids, cache=None, start=0, bf16_x_rows=0):
     """Causal forward of ids at positions start..start+n-1. cache: from
-    new_cache (extended in place) or None (no history). Returns [n, vocab]."""
+    new_cache (extended in place) or None (no history). bf16_x_rows: see the
+    module's doc. Returns [n, vocab]."""
+    rx = bf16_x_rows
     ids = np.asarray(ids, dtype=np.int64)
     n = len(ids)
     nh, nkv, hd = model["nh"], model["nkv"], model["hd"]
@@ -217,7 +239,7 @@ def forward(model, ids, cache=None, start=0):
     cos, sin = rope_cos_sin(model, np.arange(start, start + n))
     scale = F32(hd ** -0.5)
     for li, lay in enumerate(model["layers"]):
-        h = rmsnorm(x, lay["input_layernorm.weight"], model["eps"])
+        h = bf16_rows(rmsnorm(x, lay["input_layernorm.weight"], model["eps"]), rx)
         q = linear(h, lay["q_proj"], lay["q_proj.b"]).reshape(n, nh, hd).transpose(1, 0, 2)
         k = linear(h, lay["k_proj"], lay["k_proj.b"]).reshape(n, nkv, hd).transpose(1, 0, 2)
         v = linear(h, lay["v_proj"], lay["v_proj.b"]).reshape(n, nkv, hd).transpose(1, 0, 2)
@@ -250,26 +272,27 @@ def forward(model, ids, cache=None, start=0):
         p = (p / p.sum(axis=-1, keepdims=True, dtype=F32)).astype(F32)
         o = (p @ vr).astype(F32)  # [nh, n, hd]
         o = o.transpose(1, 0, 2).reshape(n, nh * hd)
-        x = (x + linear(o, lay["o_proj"], lay["o_proj.b"])).astype(F32)
-        h = rmsnorm(x, lay["post_attention_layernorm.weight"], model["eps"])
+        x = (x + linear(bf16_rows(o, rx), lay["o_proj"], lay["o_proj.b"])).astype(F32)
+        h = bf16_rows(rmsnorm(x, lay["post_attention_layernorm.weight"], model["eps"]), rx)
         g = linear(h, lay["gate_proj"], lay["gate_proj.b"])
         u = linear(h, lay["up_proj"], lay["up_proj.b"])
-        x = (x + linear(silu(g) * u, lay["down_proj"], lay["down_proj.b"])).astype(F32)
+        x = (x + linear(bf16_rows(silu(g) * u, rx), lay["down_proj"], lay["down_proj.b"])).astype(F32)
     x = rmsnorm(x, model["norm"], model["eps"])
     return (x @ model["lm_head"].T).astype(F32)
 
 
-def logits_all(model, ids):
-    return forward(model, ids, None, 0)
+def logits_all(model, ids, bf16_x_rows=0):
+    return forward(model, ids, None, 0, bf16_x_rows)
 
 
-def greedy(model, prompt_ids, n_new):
-    """Greedy decode n_new tokens after prompt_ids (incremental, KV cache)."""
+def greedy(model, prompt_ids, n_new, bf16_prefill=False):
+    """Greedy decode n_new tokens after prompt_ids (incremental, KV cache); bf16_prefill: the module's doc."""
     cache = new_cache(model)
     prompt_ids = list(prompt_ids)
     if not prompt_ids:
         raise ValueError("empty prompt")
-    lg = forward(model, prompt_ids, cache, 0)[-1]
+    rows = len(prompt_ids) if bf16_prefill and len(prompt_ids) > CPU_BF16_DOT_ABOVE else 0
+    lg = forward(model, prompt_ids, cache, 0, rows)[-1]
     pos = len(prompt_ids)
     ids, steps = [], []
     for k in range(n_new):

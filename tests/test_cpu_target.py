@@ -47,7 +47,7 @@ def each_dot_path(dot):
 
 
 def compile_cpu(args, dot):
-    exe, tile, d = compile_op(args + list(CPU), knobs=("cpu_gemm_bf16=1",) if dot else ())
+    exe, tile, d = compile_op(args + list(CPU), knobs=("cpu_gemm_bf16=%d" % dot,))
     assert ("bf16-dot-product" in tile) == bool(dot), tile
     return exe, tile, d
 
@@ -167,9 +167,14 @@ def test_fixture_both_targets_and_threads():
     ids with one thread and with the default; --info names the threads and the instruction set."""
     d = fixture("qwen2-tied", "bf16")
     model = ref_forward.load(d)
-    ref_ids, ref_logits = ref_forward.greedy(model, PROMPT, 16)
-    ref = np.asarray(ref_logits, dtype=np.float64)
     for target in ("cpu", "cuda-emu"):
+        # cpu: the prompt through the bf16 dot products, modelled by the reference; the tolerance adds what the
+        # rounding moves the logits (test_fullsize.check_against_ref says why)
+        ref_ids, ref_logits = ref_forward.greedy(model, PROMPT, 16, bf16_prefill=target == "cpu")
+        ref = np.asarray(ref_logits, dtype=np.float64)
+        plain_ids, plain_logits = ref_forward.greedy(model, PROMPT, 16)
+        assert plain_ids == ref_ids, "the bf16 rounding changes the reference's greedy ids: the slack is moot"
+        slack = np.abs(ref - np.asarray(plain_logits, dtype=np.float64)).max()
         out = build(d, target)
         exe = os.path.join(out, "m")
         lp = exe + ".logits"
@@ -179,7 +184,7 @@ def test_fixture_both_targets_and_threads():
         assert ids == list(ref_ids), "%s: ids %s, reference %s" % (target, ids, list(ref_ids))
         got = read_logits(lp, ref.shape[1])
         err = np.abs(got - ref[:len(got)]).max()
-        assert err < 2e-3 * np.abs(ref).max(), "%s: logits off by %g" % (target, err)
+        assert err < 2e-3 * np.abs(ref).max() + slack, "%s: logits off by %g" % (target, err)
         tile = run([LLMCC, "compile", d, "--ir", "tile", "--target", target]).stdout
         kinds = set(schedules(tile))
         if target == "cpu":
