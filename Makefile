@@ -88,11 +88,12 @@ endif
 # One process, one core (libFuzzer's -jobs/-workers would fork and log to fuzz-N.log in the cwd).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= safetensors config tokenizer_json encoder tokblob
+FUZZ_TARGETS ?= safetensors config tokenizer_json encoder tokblob gguf
 FUZZ_FLAGS   ?=
 FUZZ_GPT2     = $(BUILD)/fuzz/gpt2_digits $(BUILD)/fuzz/gpt2_prefix_space
 FUZZ_TOKDIRS ?= $(abspath ../shared/assets/tokenizers/qwen2.5-instruct):$(abspath ../shared/assets/tokenizers/llama3-instruct):$(abspath $(BUILD))/fuzz/spm:$(abspath $(BUILD))/fuzz/gpt2_digits:$(abspath $(BUILD))/fuzz/gpt2_prefix_space
-FUZZ_SRCS := compiler/util.c compiler/json.c compiler/safetensors.c compiler/config.c compiler/tokenizer_pack.c runtime/tokenizer.c
+FUZZ_SRCS := compiler/util.c compiler/json.c compiler/safetensors.c compiler/config.c compiler/tokenizer_pack.c \
+             runtime/tokenizer.c compiler/gguf.c
 FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 .PHONY: fuzz fuzz-build
 

@@ -1,6 +1,8 @@
 /* cmd_inspect.c: `llmcc inspect MODEL [--config-only]`: prints what llmcc
  * understood of a checkpoint (every ModelConfig field, then the tensors), so
  * a user can see why a model compiles the way it does before compiling it.
+ * `llmcc inspect FILE.gguf` is main.c's cmd_inspect_gguf (gguf_print), so that
+ * this file links without the GGUF reader (tests/c/st_dump.c).
  * argv[0] is the subcommand name ("inspect"). */
 #include "config.h"
 #include "json.h"
@@ -40,7 +42,8 @@ static void print_config(const ModelConfig *c) {
 #undef B
 }
 
-#define INSPECT_USAGE "usage: llmcc inspect MODEL [--config-only] [--config-keys] [--ignore-config-key KEY]..."
+#define INSPECT_USAGE \
+    "usage: llmcc inspect MODEL|FILE.gguf [--config-only] [--config-keys] [--ignore-config-key KEY]..."
 
 /* --config-keys: how each key of config.json is treated (docs/errors.md, "Keys of config.json") */
 static void print_config_keys(Arena *a, const ModelConfig *c) {
@@ -68,6 +71,7 @@ int cmd_inspect(int argc, char **argv) {
         else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             printf(INSPECT_USAGE "\n"
                    "Prints the parsed config.json / generation_config.json and the weight tensors.\n"
+                   "For a GGUF file: its version, alignment, metadata, tensor table and totals per ggml type.\n"
                    "--config-keys prints how each key of config.json is treated (read, default-only, inert, ignored).\n"
                    "--ignore-config-key KEY accepts a key of config.json llmcc does not know (docs/errors.md).\n");
             return 0;
@@ -76,6 +80,10 @@ int cmd_inspect(int argc, char **argv) {
         else model = argv[i];
     }
     if (!model) die_user(NULL, NULL, INSPECT_USAGE);
+    size_t n = strlen(model);
+    if (n >= 5 && strcmp(model + n - 5, ".gguf") == 0)   /* main.c took FILE.gguf alone */
+        die_user(model, NULL, "--config-only, --config-keys and --ignore-config-key are for Hugging Face model "
+                 "directories, not GGUF files");
 
     Arena a = {0};
     const char *dir = model_resolve_dir(&a, model, llmcc_root(&a));

@@ -2,10 +2,12 @@
  *   llmcc compile MODEL --ir LEVEL      print one IR level (config.json only)
  *   llmcc build MODEL -o DIR            write a self-contained project
  *   llmcc inspect MODEL                 config and tensors of a checkpoint
+ *   llmcc inspect FILE.gguf             header, metadata and tensors of a GGUF file
  *   llmcc tokenize DIR [TEXT] / detokenize DIR ID...
  */
 #include "pipeline.h"
 #include "emit_harness.h"
+#include "gguf.h"
 #include "pack.h"
 #include "tokenizer_pack.h"
 #include "../runtime/payload.h"
@@ -21,6 +23,17 @@
 
 int cmd_inspect(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+
+/* `llmcc inspect FILE.gguf`: here, not in cmd_inspect.c, which tests/c/st_dump.c links without gguf.c. */
+static int cmd_inspect_gguf(const char *path) {
+    Arena a = {0};
+    GgufFile g;
+    gguf_open(&a, path, &g);
+    gguf_print(&g, stdout);
+    gguf_close(&g);
+    arena_free(&a);
+    return 0;
+}
 
 #define LLMCC_VERSION "0.1.0"
 #define PROJECT_MARKER ".llmcc-project"
@@ -474,7 +487,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2);
     if (!strcmp(cmd, "build")) return cmd_build(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
-    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect"))
+        return argc == 3 && gguf_is_gguf_path(argv[2]) ? cmd_inspect_gguf(argv[2]) : cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
     die_user(NULL, cmd, "unknown command (compile, build, run, inspect, tokenize, detokenize; see llmcc --help)");

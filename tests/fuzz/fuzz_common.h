@@ -39,7 +39,7 @@ static char fz_dirbuf[256] __attribute__((unused));
 
 static inline void fz_cleanup(void) {
     static const char *const names[] = {"model.safetensors", "config.json", "generation_config.json",
-                                        "tokenizer.json", "tokenizer_config.json"};
+                                        "tokenizer.json", "tokenizer_config.json", "model.gguf"};
     char p[512];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", fz_dirbuf, names[i]);

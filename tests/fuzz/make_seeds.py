@@ -8,8 +8,11 @@ Seeds are small valid inputs (a fuzzer mutates from them): safetensors files
 built with struct, the fixture configs and tokenizers of
 scripts/make_fixture.py, a hand-written SentencePiece-style tokenizer, the
 GPT-2-style fixture of tests/test_tokenizer.py with SmolLM2's chat template, texts
-for the encoder, and packed blobs for the blob parser (packed by a throwaway
-C program linked with compiler/tokenizer_pack.c)."""
+for the encoder, packed blobs for the blob parser (packed by a throwaway
+C program linked with compiler/tokenizer_pack.c), and GGUF files written with
+struct by tests/test_gguf.py's raw writer.
+
+    python3 tests/fuzz/make_seeds.py gguf     rewrites only the GGUF seeds"""
 import json
 import os
 import shutil
@@ -174,8 +177,38 @@ def seeds_tokblob(tmp, dirs):
         subprocess.check_call([exe, d, out])
 
 
+def seeds_gguf():
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import test_gguf as g
+    put("gguf", "small", g.small_raw())
+    put("gguf", "empty", g.raw_gguf())
+    put("gguf", "v2", g.raw_gguf([g.u32("general.alignment", 16)], [g.raw_tensor("x", [2], 0, 0)],
+                                 struct.pack("<2f", 1, 2), version=2, alignment=16))
+    scalars = [(0, "<B", 255), (1, "<b", -1), (2, "<H", 7), (3, "<h", -7), (4, "<I", 9), (5, "<i", -9),
+               (6, "<f", 0.5), (7, "<B", 1), (10, "<Q", 2 ** 64 - 1), (11, "<q", -2), (12, "<d", 0.25)]
+    kvs = [g.raw_kv("s%d" % t, t, struct.pack(f, v)) for t, f, v in scalars]
+    kvs += [g.raw_kv("a%d" % t, 9, struct.pack("<IQ", t, 3) + struct.pack(f[0] + "3" + f[1], v, v, v))
+            for t, f, v in scalars]
+    kvs += [g.raw_kv("str", 8, g.raw_str("h\u00e9llo")), g.u32("general.alignment", 64),
+            g.raw_kv("tokens", 9, struct.pack("<IQ", 8, 3) + g.raw_str("<s>") + g.raw_str("") + g.raw_str("ab"))]
+    put("gguf", "kv_types", g.raw_gguf(kvs, [g.raw_tensor("w", [2, 2], 30, 0)], b"\0" * 8, alignment=64))
+    # quantized and plain types, each at an aligned offset: (name, ne, ggml type, bytes)
+    specs = [("q4_0", [32, 2], 2, 36), ("q8_0", [64], 8, 68), ("q4_k", [256], 12, 144), ("f16", [3, 1, 2], 1, 12),
+             ("i32", [1, 1, 1, 3], 26, 12), ("iq2_xxs", [256], 16, 66), ("mxfp4", [32], 39, 17)]
+    tensors, data = [], b""
+    for name, ne, t, n in specs:
+        tensors.append(g.raw_tensor(name, ne, t, len(data)))
+        data += bytes(range(n % 256)) + b"\0" * (-n % 32)
+    put("gguf", "quant", g.raw_gguf([g.raw_kv("general.architecture", 8, g.raw_str("llama"))], tensors, data))
+
+
 def main():
+    if sys.argv[1:] == ["gguf"]:
+        shutil.rmtree(os.path.join(CORPUS, "gguf"), ignore_errors=True)
+        seeds_gguf()
+        return
     shutil.rmtree(CORPUS, ignore_errors=True)
+    seeds_gguf()
     seeds_safetensors()
     seeds_config()
     seeds_encoder()
