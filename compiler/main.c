@@ -60,6 +60,7 @@ static const char USAGE[] =
     "                             checkpoint's weights (random without them)\n"
     "  build MODEL -o DIR         write a self-contained project to DIR; `make -C DIR` builds it\n"
     "  inspect MODEL              print the parsed config and the checkpoint's tensors\n"
+    "  inspect FILE.gguf          print a GGUF file's header, metadata and tensors\n"
     "  tokenize DIR [TEXT]        print the ids of TEXT (or of standard input)\n"
     "                             (--chat [--system S], --chat-messages F.json: after the chat template)\n"
     "  detokenize DIR ID...       print the text of the ids\n"
