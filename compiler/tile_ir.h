@@ -32,7 +32,8 @@ extern const char *const sched_names[];
  * breaks top_k's ties towards the larger index. The cpu_* knobs: rows of a
  * linear that one CPU task computes together (cpu_group; 0: chosen), tasks
  * a kernel is split into at n = 1 (cpu_tasks), the packed GEMM for calls of
- * more than cpu_gemm_min_n tokens (cpu_gemm). */
+ * more than cpu_gemm_min_n tokens (cpu_gemm), bf16 dot products for its bf16
+ * weights, the activations rounded to bf16 (cpu_gemm_bf16). */
 #define KNOBS(X) \
     X("flat_block", flat_block, 256, 32, 1024, true) \
     X("reduce_block_max", reduce_block_max, 256, 32, 1024, true) \
