@@ -154,10 +154,17 @@ CPU_KERNEL CPU_GEMM_FN void cpu_gemm_tile(int64_t k, const float *a, int64_t rs,
  * Only the m x n corner of c is written (edge tiles go through a local tile). */
 CPU_KERNEL CPU_GEMM_FN void cpu_gemm_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                                             const float *bpack, float *c, int64_t ldc, int accumulate) {
+    /* an in-place A has no rows past m: its last, partial sliver of rows is packed (zero-padded) once per k block
+     * here, for every B sliver to use */
+    int64_t edge = lda ? m % CPU_GEMM_MR : 0, edge0 = m - edge;
+    float sliver[CPU_GEMM_MR * CPU_GEMM_KC];
     /* k = 0 still has to clear c when not accumulating, so the block loop runs at least once */
     for (int64_t p0 = 0; p0 < k || p0 == 0; p0 += CPU_GEMM_KC) {
         int64_t kc = k - p0 < CPU_GEMM_KC ? k - p0 : CPU_GEMM_KC;
         int acc = accumulate || p0 > 0; /* later k blocks add to what the earlier ones wrote */
+        for (int64_t kk = 0; edge && kk < kc; kk++)
+            for (int64_t r = 0; r < CPU_GEMM_MR; r++)
+                sliver[kk * CPU_GEMM_MR + r] = r < edge ? a[(edge0 + r) * lda + p0 + kk] : 0.0f;
         /* j outer, i inner: a B sliver's block, hot in L1 / L2 after the first tile, serves every A sliver
          * in turn; A's block (m x kc) is walked once per B sliver from L2 or L3 */
         for (int64_t j0 = 0; j0 < n; j0 += CPU_GEMM_NR) {
@@ -172,14 +179,10 @@ CPU_KERNEL CPU_GEMM_FN void cpu_gemm_packed(int64_t m, int64_t n, int64_t k, con
                     cpu_gemm_tile(kc, ai, rs, ks, b, ct, ldc, acc);
                     continue;
                 }
-                /* an edge tile: the full tile into a local one, then only its mr x nr corner into c. An
-                 * in-place A has no rows past m: its mr rows are packed into a zero-padded sliver first */
+                /* an edge tile: the full tile into a local one, then only its mr x nr corner into c (an in-place
+                 * A's partial rows from the sliver packed above) */
                 float t[CPU_GEMM_MR * CPU_GEMM_NR];
                 if (lda && mr < CPU_GEMM_MR) {
-                    float sliver[CPU_GEMM_MR * CPU_GEMM_KC];
-                    for (int64_t kk = 0; kk < kc; kk++)
-                        for (int64_t r = 0; r < CPU_GEMM_MR; r++)
-                            sliver[kk * CPU_GEMM_MR + r] = r < mr ? ai[r * lda + kk] : 0.0f;
                     cpu_gemm_tile(kc, sliver, 1, CPU_GEMM_MR, b, t, CPU_GEMM_NR, 0);
                 } else {
                     cpu_gemm_tile(kc, ai, rs, ks, b, t, CPU_GEMM_NR, 0);
