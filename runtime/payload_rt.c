@@ -267,6 +267,18 @@ const char *payload_verify(const Payload *p, uint64_t *sum) {
     return NULL;
 }
 
+/* Demand paging maps a file mapping's pages a fault at a time (64 KiB around each): for Qwen2.5-0.5B's 1 GB
+ * of bf16 weights that made its first 64-token prompt 278 ms against 236 ms prefaulted (medians of 6, the
+ * 2-core VM this was measured on), the whole run no slower. One madvise maps them all in the kernel, in
+ * the load time. A compressed payload was decoded into anonymous memory that is touched already. */
+void payload_prefault(const Payload *p) {
+#ifdef MADV_POPULATE_READ
+    if (!p->compressed && p->base) (void)madvise((void *)p->base, (size_t)p->size, MADV_POPULATE_READ);
+#else
+    (void)p;
+#endif
+}
+
 void payload_close(Payload *p) {
     if (p->base) munmap((void *)p->base, (size_t)p->size);
     if (p->zbase) munmap((void *)p->zbase, (size_t)p->zsize);

@@ -38,6 +38,9 @@ const char *payload_open(Payload *p, const char *argv0);
  * NULL when it matches (or, without a footer, always), else a message.
  * *sum gets the computed checksum when sum is not NULL. */
 const char *payload_verify(const Payload *p, uint64_t *sum);
+/* Maps every page of the weights before the model runs (MADV_POPULATE_READ, Linux 5.14 on; elsewhere, or
+ * when it fails, a no-op: the first forward call faults them in as before). */
+void payload_prefault(const Payload *p);
 void payload_close(Payload *p);
 
 const char *payload_dtype_name(uint32_t dtype);

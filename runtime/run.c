@@ -790,6 +790,7 @@ int main(int argc, char **argv) {
         if (!G.logits_f) die("--logits %s: %s", o.logits_path, strerror(errno));
     }
 
+    payload_prefault(&G.pl);   /* the weights' pages mapped now, not a fault at a time in the first prompt */
     err = model_init(&G.model, G.pl.tensors, G.pl.base, G.ctx);
     if (err) { G.model = NULL; die("%s", err); }
 
