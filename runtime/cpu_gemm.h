@@ -257,6 +257,11 @@ CPU_KERNEL CPU_GEMM_FN void cpu_gemm_pack_rows(int form, int64_t n, int64_t rows
                                                int64_t ldw, int64_t run, int64_t gap, int width, uint32_t *panel) {
     int64_t words = form == CPU_GEMM_W_BF16_PAIRS ? (k + 1) / 2 : k, esz = form == CPU_GEMM_W_F32 ? 4 : 2;
     int64_t ldw_bytes = ldw * esz;
+    /* The transposition reads 8 rows at once, 8 short interleaved streams that the hardware prefetchers follow
+     * poorly; asked for first, row after row (one stream per run of rows), the panel's lines come from DRAM at
+     * its bandwidth and wait in L2 */
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t off = 0; off < k * esz; off += 64) __builtin_prefetch(CPU_GEMM_ROW_AT(w, r) + off, 0, 2);
     /* whole blocks of 8 words only where the row holds all their elements */
     int64_t whole = form == CPU_GEMM_W_BF16_PAIRS ? k / 2 / 8 * 8 : k / 8 * 8;
     for (int64_t j0 = 0; j0 < rows; j0 += width) {
