@@ -236,7 +236,14 @@ static inline void cp_async_wait(CpQueue *c, int pending) {
 #elif defined(__CUDACC__)
 #define MEM_CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) return cudaGetErrorString(e_); } while (0)
 static inline const char *mem_device(void) {
-    static char why[160];
+    static char why[200];
+    /* the runtime is linked in (static cudart); the driver must be at least as new (CUDA 13: R580 or later) */
+    int drv = 0;
+    if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0 && drv < CUDART_VERSION) {
+        snprintf(why, sizeof why, "the NVIDIA driver supports CUDA %d.%d, this executable was built with CUDA %d.%d: "
+                 "update the driver", drv / 1000, drv % 1000 / 10, CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+        return why;
+    }
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e == cudaSuccess && ndev) return NULL;
@@ -272,9 +279,11 @@ static inline const char *mem_weights(const void **w, void **base, size_t *bytes
 static inline void mem_put(void *dev, const void *host, size_t bytes) {
     cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice);
 }
-/* a result back to the host; a CUDA error here (a kernel's, reported late) ends the program */
+/* a result back to the host; a CUDA error here (a kernel's, reported late) ends the program. A launch that never
+ * started (a bad configuration, too much shared memory) leaves no error for the copy to report: asked first */
 static inline void mem_get(void *host, const void *dev, size_t bytes, const char *who) {
-    cudaError_t e = cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) { fprintf(stderr, "%s: CUDA error: %s\n", who, cudaGetErrorString(e)); exit(1); }
 }
 static inline void mem_free(const void *p) { cudaFree((void *)p); }
