@@ -47,6 +47,7 @@ deps:
 	apt-get update -qq && apt-get install -y -qq $(DEB_PKGS)
 	@$(PYTHON) -c "import numpy" 2>/dev/null || pip install numpy
 	@$(PYTHON) -c "import tokenizers" 2>/dev/null || pip install tokenizers || echo "llmcc: tokenizers (PyPI) not installed: the tokenizer parity tests will skip"
+	@$(PYTHON) -m pip show -q nvidia-cuda-nvdisasm >/dev/null 2>&1 || pip install nvidia-cuda-nvdisasm || echo "llmcc: nvidia-cuda-nvdisasm (PyPI) not installed: scripts/sass_report and its tests will skip"
 
 test: llmcc
 	$(PYTHON) tests/run.py
