@@ -10,6 +10,7 @@
 #include "emit_harness.h"
 #include "interp.h"
 #include "pack.h"
+#include "quant.h"
 #include "torch_expr.h"
 #include <errno.h>
 #include <math.h>
@@ -174,10 +175,12 @@ static float randn(uint64_t *s) {   /* Box-Muller */
 /* Fills leaf n; returns its values as the kernels will see them, and writes
  * the bytes the harness reads. Each leaf has its own stream, so adding an op
  * leaves the other leaves' values alone. */
-static double *fill_leaf(const GNode *n, uint64_t seed, const char *path) {
+static double *fill_leaf(const GNode *n, uint64_t seed, const char *path, uint8_t **blocks) {
     int64_t N = gnode_elems(n);
     double *v = malloc(sizeof(double) * (size_t)N);
-    void *raw = malloc((size_t)N * (size_t)dtype_sizes[n->dtype]);
+    const bool quant = dtype_is_quant(n->dtype);
+    /* a block type: the values drawn as f32, then quantized as llama.cpp does (ggml's reference quantizers) */
+    void *raw = malloc(quant ? (size_t)N * 4 : (size_t)dtype_bytes(n->dtype, N));
     CHECK(v && raw, "out of memory (%lld values)", (long long)N);
     uint64_t s = seed * 0x100000001b3ULL + (uint64_t)n->id * 0x9e3779b97f4a7c15ULL;
     for (int64_t i = 0; i < N; i++) {
@@ -189,7 +192,7 @@ static double *fill_leaf(const GNode *n, uint64_t seed, const char *path) {
         case FILL_UNIFORM: x = (float)(n->fill_lo + (n->fill_hi - n->fill_lo) * uniform01(&s)); break;
         default: UNREACHABLE();
         }
-        switch (n->dtype) {
+        switch (quant ? DT_F32 : n->dtype) {
         case DT_F32: ((float *)raw)[i] = x; break;
         case DT_BF16: ((uint16_t *)raw)[i] = pack_f32_to_bf16(x); x = pack_bf16_to_f32(((uint16_t *)raw)[i]); break;
         case DT_F16: ((uint16_t *)raw)[i] = pack_f32_to_f16(x); x = pack_f16_to_f32(((uint16_t *)raw)[i]); break;
@@ -197,10 +200,19 @@ static double *fill_leaf(const GNode *n, uint64_t seed, const char *path) {
         }
         v[i] = x;
     }
+    if (quant) {
+        uint8_t *q = malloc((size_t)dtype_bytes(n->dtype, N));
+        CHECK(q, "out of memory (%lld values)", (long long)N);
+        quant_row(n->dtype, raw, N, q);
+        dequant_row(n->dtype, q, N, raw);
+        for (int64_t i = 0; i < N; i++) v[i] = ((float *)raw)[i];
+        free(raw);
+        raw = *blocks = q;
+    }
     FILE *f = fopen(path, "wb");
-    if (!f || fwrite(raw, (size_t)dtype_sizes[n->dtype], (size_t)N, f) != (size_t)N || fclose(f))
-        die_user(path, NULL, "cannot write: %s", strerror(errno));
-    free(raw);
+    size_t bytes = (size_t)dtype_bytes(n->dtype, N);
+    if (!f || fwrite(raw, 1, bytes, f) != bytes || fclose(f)) die_user(path, NULL, "cannot write: %s", strerror(errno));
+    if (!quant) free(raw);
     return v;
 }
 
@@ -227,11 +239,18 @@ static double *fill_cache(const Buffer *b, int64_t pos, uint64_t seed, const cha
 /* A checkpoint's tensor, as stored (the kernels read its dtype). */
 static double *copy_leaf(const GNode *n, const StTensor *t, const char *path) {
     int64_t N = gnode_elems(n);
-    CHECK(t->nbytes == (size_t)N * (size_t)dtype_sizes[n->dtype], "%s: %zu bytes for %lld values",
+    CHECK(t->nbytes == (size_t)dtype_bytes(n->dtype, N), "%s: %zu bytes for %lld values",
           n->name, t->nbytes, (long long)N);
     double *v = malloc(sizeof(double) * (size_t)N);
     CHECK(v, "out of memory");
-    for (int64_t i = 0; i < N; i++) {
+    if (dtype_is_quant(n->dtype)) {
+        float *f = malloc(sizeof(float) * (size_t)N);
+        CHECK(f, "out of memory");
+        dequant_row(n->dtype, t->data, N, f);
+        for (int64_t i = 0; i < N; i++) v[i] = f[i];
+        free(f);
+    }
+    for (int64_t i = 0; i < N && !dtype_is_quant(n->dtype); i++) {
         uint16_t h;
         float f;
         switch (n->dtype) {
@@ -299,7 +318,7 @@ static void traffic(const Graph *g, int64_t pos, double *bytes, double *flops) {
     *bytes = *flops = 0;
     for (int i = 0; i < g->n; i++) {
         const GNode *n = g->nodes[i];
-        if (n->op == G_INPUT || n->op == G_WEIGHT) *bytes += (double)gnode_elems(n) * dtype_sizes[n->dtype];
+        if (n->op == G_INPUT || n->op == G_WEIGHT) *bytes += (double)dtype_bytes(n->dtype, gnode_elems(n));
         if (n->op == G_KV_WRITE) *bytes += (double)pos * (double)n->dims[1] * 4;
         if (n->op == G_LINEAR) *flops += 2.0 * (double)gnode_elems(n) * (double)n->in[1]->dims[1];
         if (n->op == G_MATMUL) *flops += 2.0 * (double)gnode_elems(n) * (double)n->in[0]->dims[n->in[0]->ndim - 1];
@@ -378,14 +397,15 @@ int cmd_run(int argc, char **argv) {
 
     /* inputs and weights */
     double **leaves = calloc((size_t)g->n, sizeof(double *));
-    CHECK(leaves, "out of memory");
+    uint8_t **blocks = calloc((size_t)g->n, sizeof(uint8_t *));   /* block-type weights as quantized */
+    CHECK(leaves && blocks, "out of memory");
     for (int i = 0; i < g->n; i++) {
         const GNode *n = g->nodes[i];
         if (n->op != G_INPUT && n->op != G_WEIGHT) continue;
         CHECK(n->buf, "leaf %s has no buffer", n->name);
         const char *path = path_join(A, tmp, harness_leaf_file(A, n->buf));
         const StTensor *t = c.have_weights && n->op == G_WEIGHT ? st_find(&c.st, n->name) : NULL;
-        leaves[i] = t ? copy_leaf(n, t, path) : fill_leaf(n, o.seed, path);
+        leaves[i] = t ? copy_leaf(n, t, path) : fill_leaf(n, o.seed, path, &blocks[i]);
     }
     /* --pos: the cache rows before the call */
     double **cache = calloc((size_t)g->n, sizeof(double *));
@@ -527,7 +547,11 @@ int cmd_run(int argc, char **argv) {
         if (!dir_exists(o.dump)) die_user(o.dump, "--dump", "cannot create the directory: %s", strerror(errno));
         for (int i = 0; i < g->n; i++) {
             const char *path = path_join(A, o.dump, arena_printf(A, "%s.npy", g->nodes[i]->name));
-            if (leaves[i]) dump_f32(path, g->nodes[i], leaves[i]);
+            const GNode *n = g->nodes[i];
+            /* a block-type weight: its blocks as they are, [rows, bytes per row] of uint8 (gguf-py dequantizes) */
+            int64_t qdims[2] = {n->dims[0], n->ndim == 2 ? dtype_bytes(n->dtype, n->dims[1]) : 0};
+            if (blocks[i]) write_npy(path, "|u1", 2, qdims, blocks[i], (size_t)(qdims[0] * qdims[1]));
+            else if (leaves[i]) dump_f32(path, n, leaves[i]);
             /* --pos: a KV write's cache rows before the call, [pos, kv_heads * head_dim] */
             GNode rows = *g->nodes[i];
             rows.ndim = 2;
@@ -593,8 +617,8 @@ int cmd_run(int argc, char **argv) {
             printf("bench: name=module:%s ms=%.6g launches=%d\n", m, t * 1e3, uses);
         }
     }
-    for (int i = 0; i < g->n; i++) { free(leaves[i]); free(cache[i]); }
-    free(leaves); free(cache); free(ref); free(got); free(lt);
+    for (int i = 0; i < g->n; i++) { free(leaves[i]); free(cache[i]); free(blocks[i]); }
+    free(leaves); free(cache); free(blocks); free(ref); free(got); free(lt);
     if (c.have_weights) st_close(&c.st);
     cleanup();
     g_tmp = NULL;

@@ -9,6 +9,7 @@ const char *ctype_of(DType d) {
     switch (d) {
     case DT_F32: return "float";
     case DT_F16: case DT_BF16: return "uint16_t";
+    case DT_Q8_0: case DT_Q4_0: case DT_Q4_1: return "uint8_t";   /* blocks: runtime/kernels.h's ld_q* read them */
     case DT_I32: return "int32_t";
     case DT_COUNT: break;
     }
@@ -109,13 +110,15 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t) {
     case EX_LOAD: {
         int p = kernel_param_index(k, e->buf);
         CHECK(p >= 0, "load of a non-parameter");
-        static const char *const open[DT_COUNT] = {[DT_F32] = "", [DT_BF16] = "ld_bf16(", [DT_F16] = "ld_f16(",
-                                                   [DT_I32] = "(int64_t)"};
-        str_printf(o, "%s", open[e->buf->dtype]);
+        /* f32 and i32 are indexed; the others widened (bf16, f16) or dequantized (q*) by a load function */
+        const DType dt = e->buf->dtype;
+        const bool fn = dt != DT_F32 && dt != DT_I32;
+        if (fn) str_printf(o, "ld_%s(", dtype_names[dt]);
+        else if (dt == DT_I32) str_printf(o, "(int64_t)");
         param_name(o, k, p);
-        str_printf(o, (e->buf->dtype == DT_BF16 || e->buf->dtype == DT_F16) ? ", " : "[");
+        str_printf(o, fn ? ", " : "[");
         lin_index(o, k, e->buf, e->a, t);
-        str_printf(o, (e->buf->dtype == DT_BF16 || e->buf->dtype == DT_F16) ? ")" : "]");
+        str_printf(o, fn ? ")" : "]");
         return;
     }
     case EX_ACC: UNREACHABLE();
@@ -402,7 +405,8 @@ void emit_launch_guard(Str *o, const KLaunch *l) {
 
 static const char *pdt(DType d) {
     static const char *const n[DT_COUNT] = {[DT_F32] = "PDT_F32", [DT_F16] = "PDT_F16", [DT_BF16] = "PDT_BF16",
-                                            [DT_I32] = "PDT_I32"};
+                                            [DT_I32] = "PDT_I32", [DT_Q8_0] = "PDT_Q8_0", [DT_Q4_0] = "PDT_Q4_0",
+                                            [DT_Q4_1] = "PDT_Q4_1"};
     return n[d];
 }
 

@@ -89,7 +89,7 @@ void emit_harness(Str *o, const KProgram *kp, const HarnessOptions *ho) {
                (long long)tp->act_bytes, (long long)kernel_work_bytes(kp));
     for (int i = 0; i < tp->nbufs; i++) {
         const Buffer *b = tp->bufs[i];
-        int64_t bytes = buffer_elems(b) * dtype_sizes[b->dtype];
+        int64_t bytes = dtype_bytes(b->dtype, buffer_elems(b));
         if (is_leaf(b, ho))
             str_printf(o, "    buf%d = read_leaf(dir, \"%s\", %lld);\n", b->id, harness_leaf_file(&A, b),
                        (long long)bytes);

@@ -6,9 +6,17 @@
 #include <string.h>
 
 const char *const dtype_names[] = {DTYPES(X_NAME)};
-/* the third entry of DTYPES (bytes) and EXPR_KINDS (arity) */
-#define X_THIRD(e, s, n) n,
+/* the third entry of DTYPES (bytes) and EXPR_KINDS (arity); DTYPES' fourth (elements per block) */
+#define X_THIRD(e, s, n, ...) n,
+#define X_FOURTH(e, s, n, b) b,
 const int dtype_sizes[] = {DTYPES(X_THIRD)};
+const int dtype_block[] = {DTYPES(X_FOURTH)};
+#undef X_FOURTH
+int64_t dtype_bytes(DType d, int64_t elems) {
+    const bool whole = elems % dtype_block[d] == 0;   /* (a % in CHECK's condition would be read as a format) */
+    CHECK(whole, "%lld values of %s: not whole blocks", (long long)elems, dtype_names[d]);
+    return elems / dtype_block[d] * dtype_sizes[d];
+}
 const char *const param_names[] = {PARAMS(X_NAME)};
 const char *const bufkind_names[] = {BUFKINDS(X_NAME)};
 const char *const expr_names[] = {EXPR_KINDS(X_NAME)};

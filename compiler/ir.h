@@ -6,11 +6,19 @@
 #define LLMCC_IR_H
 #include "util.h"
 
-/* Storage types of buffers. Arithmetic is f32 (values) and i64 (indices). */
-#define DTYPES(X) X(DT_F32, "f32", 4) X(DT_F16, "f16", 2) X(DT_BF16, "bf16", 2) X(DT_I32, "i32", 4)
+/* Storage types of buffers: name, bytes per block, elements per block. Arithmetic is f32 (values) and i64
+ * (indices). The block types are GGUF's (llama.cpp's ggml): a row of a weight is blocks of 32 values, each
+ * block its f16 scale (and minimum) and 8- or 4-bit integers, dequantized to f32 where an element is loaded
+ * (runtime/kernels.h ld_q8_0 ..., docs/gguf.md "Quantized weights"); only weights have them. */
+#define DTYPES(X) X(DT_F32, "f32", 4, 1) X(DT_F16, "f16", 2, 1) X(DT_BF16, "bf16", 2, 1) X(DT_I32, "i32", 4, 1) \
+    X(DT_Q8_0, "q8_0", 34, 32) X(DT_Q4_0, "q4_0", 18, 32) X(DT_Q4_1, "q4_1", 20, 32)
 typedef enum { DTYPES(X_ENUM) DT_COUNT } DType;
 extern const char *const dtype_names[];
-extern const int dtype_sizes[];
+extern const int dtype_sizes[];   /* bytes per block (per element for the scalar types) */
+extern const int dtype_block[];   /* elements per block: 1 for the scalar types */
+static inline bool dtype_is_quant(DType d) { return d >= DT_Q8_0 && d < DT_COUNT; }
+/* bytes of elems values of d (for a block type, a whole number of blocks: CHECKed) */
+int64_t dtype_bytes(DType d, int64_t elems);
 
 /* Runtime scalars every kernel receives: tokens in this call, and the
  * position of the first of them. */

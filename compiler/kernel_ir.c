@@ -322,6 +322,7 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
         if (m) return m;
         if (s->k == TS_VLOAD) {
             if (!param) m = "vector load of a non-parameter";
+            else if (dtype_is_quant(s->buf->dtype)) m = "vector load of a block type";
             else if (s->vec != 1 && s->vec != 2 && s->vec != 4 && s->vec != 8) m = "vector width is not 1, 2, 4 or 8";
             else if ((s->vec * esz) % 4 || s->vec * esz > 32) m = "vector of an unsupported size";
             else if (row % s->vec) m = "vector rows are not aligned";

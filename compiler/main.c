@@ -69,7 +69,8 @@ static const char USAGE[] =
     "  bias=True), nn.RMSNorm(dim, eps=None), nn.Softmax(dim=-1), nn.SiLU(), F.silu, F.softmax(x, dim=-1),\n"
     "  F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=None), torch.matmul, + - * / @,\n"
     "  numbers, parentheses, variables (NAME = EXPR; ... EXPR: a tensor or module bound once and used again);\n"
-    "  torch.nn.functional. may be written F., torch.nn. nn.\n"
+    "  torch.nn.functional. may be written F., torch.nn. nn.; nn.Linear(..., dtype=llmcc.q8_0|q4_0|q4_1): the\n"
+    "  weight in GGUF's blocks of 32 (llama.cpp's Q8_0, Q4_0, Q4_1)\n"
     "\n"
     "MODEL is a directory with config.json, a name under models/, or ORG/NAME in the\n"
     "Hugging Face cache ($HF_HOME/hub or ~/.cache/huggingface/hub).\n"
@@ -338,7 +339,8 @@ static double peak_memory_mib(void) {
 
 /* a payload tensor's dtype is its buffer's DType */
 _Static_assert((int)DT_F32 == PDT_F32 && (int)DT_F16 == PDT_F16 && (int)DT_BF16 == PDT_BF16 &&
-               (int)DT_I32 == PDT_I32, "DType and the payload's dtype codes agree");
+               (int)DT_I32 == PDT_I32 && (int)DT_Q8_0 == PDT_Q8_0 && (int)DT_Q4_0 == PDT_Q4_0 &&
+               (int)DT_Q4_1 == PDT_Q4_1, "DType and the payload's dtype codes agree");
 
 static int cmd_build(int argc, char **argv) {
     Opts o;
@@ -422,7 +424,7 @@ static int cmd_build(int argc, char **argv) {
         const Buffer *b = c.tp.weights[i];
         pt[i].name = b->name; pt[i].dtype = (uint32_t)b->dtype; pt[i].ndim = b->ndim;
         for (int k = 0; k < b->ndim; k++) pt[i].shape[k] = b->dims[k];
-        pack_bytes += (uint64_t)buffer_elems(b) * (b->dtype == DT_F32 ? 4 : 2);
+        pack_bytes += (uint64_t)dtype_bytes(b->dtype, buffer_elems(b));
         if (strlen(b->name) >= sizeof(((PayloadTensor *)0)->name))
             die_user(c.cfg.dir, b->name, "tensor name too long for the payload");
         if (o.random_weights) {

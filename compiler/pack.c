@@ -299,18 +299,24 @@ void pack_payload_ex(const char *out_path, const PackTensor *tensors, const Pack
         }
         if (src->fill != PACK_DATA || src->convert)
             CHECK(is_float(t->dtype), "tensor %s: generated or converted into dtype %u", t->name, t->dtype);
+        int overflow;
         if (src->fill == PACK_DATA) {
             uint32_t sdt = src->convert ? src->src_dtype : t->dtype;
             if (src->convert) CHECK(is_float(sdt), "tensor %s: converted from dtype %u", t->name, sdt);
-            if (count * payload_dtype_bytes(sdt) != t->nbytes)
+            uint64_t need = payload_tensor_bytes(sdt, count, &overflow);
+            CHECK(!overflow && (need || !count), "tensor %s: %llu values of dtype %u", t->name,
+                  (unsigned long long)count, sdt);
+            if (need != t->nbytes)
                 die_user(NULL, t->name, "tensor has %zu bytes of data, its shape and dtype need %llu",
-                         t->nbytes, (unsigned long long)(count * payload_dtype_bytes(sdt)));
+                         t->nbytes, (unsigned long long)need);
             CHECK(t->data || t->nbytes == 0, "tensor %s: no data", t->name);
         }
         e->dtype = t->dtype;
         e->ndim = (uint32_t)t->ndim;
         e->offset = off;
-        e->nbytes = count * payload_dtype_bytes(t->dtype);
+        e->nbytes = payload_tensor_bytes(t->dtype, count, &overflow);
+        CHECK(!overflow && (e->nbytes || !count), "tensor %s: %llu values of dtype %u", t->name,
+              (unsigned long long)count, t->dtype);
         end = off + e->nbytes;
         off = align_up(end);
     }

@@ -471,7 +471,7 @@ void tensor_place_buffers(Arena *A, TProgram *tp, const int *first, const int *l
         for (int bi = 0; bi < tp->nbufs; bi++) {
             Buffer *b = tp->bufs[bi];
             if (b->kind != BUF_ACT || first[bi] != i) continue;
-            int64_t need = (buffer_elems(b) * dtype_sizes[b->dtype] + 255) & ~(int64_t)255;
+            int64_t need = (dtype_bytes(b->dtype, buffer_elems(b)) + 255) & ~(int64_t)255;
             int best = -1;
             for (int s = 0; s < nslots; s++)
                 if (slots[s].owner < 0 && slots[s].size >= need && (best < 0 || slots[s].size < slots[best].size))

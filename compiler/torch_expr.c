@@ -13,8 +13,8 @@
 #include <string.h>
 
 const char torch_expr_supported[] =
-    "torch.randn/zeros/ones(*size, dtype=torch.float32|bfloat16|float16), nn.Linear(in, out, bias=True), "
-    "nn.RMSNorm(dim, eps=None), nn.Softmax(dim=-1), nn.SiLU(), F.silu, F.softmax(x, dim=-1), "
+    "torch.randn/zeros/ones(*size, dtype=torch.float32|bfloat16|float16), nn.Linear(in, out, bias=True, "
+    "dtype=...|llmcc.q8_0|q4_0|q4_1: GGUF's block types), nn.RMSNorm(dim, eps=None), nn.Softmax(dim=-1), nn.SiLU(), F.silu, F.softmax(x, dim=-1), "
     "F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=None), torch.matmul, "
     "torch.argmax(x, dim=-1) (the index as a float), torch.topk(x, k, dim=-1) (k <= 128; one tensor [..., 2, k]: "
     "the values, then their indices as floats), and + - * / @ "
@@ -157,6 +157,9 @@ static DType need_dtype(P *p, const Value *v, const char *what) {
     if (v->k != V_DTYPE)
         err(p, v->col, "%s expects a dtype (torch.float32, torch.bfloat16, torch.float16), got %s", what,
             vkind_name(v));
+    if (dtype_is_quant(v->dtype))
+        err(p, v->col, "%s: llmcc.%s is a block type of weights: only nn.Linear's dtype= takes it", what,
+            dtype_names[v->dtype]);
     return v->dtype;
 }
 static void need_last_dim(P *p, int col, const char *op, int64_t dim, int nd) {
@@ -280,7 +283,8 @@ static Value apply_module(P *p, const Value *m, const Args *a) {
         GNode *w = m->params ? m->params[0] : NULL, *b = m->params ? m->params[1] : NULL;
         if (!w) {
             w = weight(p, col, base, "weight", m->out, m->in, m->wdt, FILL_UNIFORM, -bound, bound);
-            b = m->bias ? weight(p, col, base, "bias", m->out, 0, m->wdt, FILL_UNIFORM, -bound, bound) : NULL;
+            DType bdt = dtype_is_quant(m->wdt) ? DT_F32 : m->wdt;
+            b = m->bias ? weight(p, col, base, "bias", m->out, 0, bdt, FILL_UNIFORM, -bound, bound) : NULL;
             if (m->params) { m->params[0] = w; m->params[1] = b; }
         }
         GNode *n = result_like(p, G_LINEAR, "linear", x);
@@ -456,7 +460,15 @@ static Value call(P *p, const Value *f, const Args *a) {
         m.in = need_int(p, v[0], "in_features", 1, (int64_t)1 << 31);
         m.out = need_int(p, v[1], "out_features", 1, (int64_t)1 << 31);
         if (v[2]) m.bias = need_bool(p, v[2], "bias");
-        if (!is_none(v[4])) m.wdt = need_dtype(p, v[4], "dtype=");
+        if (!is_none(v[4]) && v[4]->k == V_DTYPE && dtype_is_quant(v[4]->dtype)) {
+            /* GGUF's blocks of 32 along each row of the weight; the bias stays f32 */
+            m.wdt = v[4]->dtype;
+            if (m.in % dtype_block[m.wdt])
+                err(p, v[0]->col, "in_features=%lld: llmcc.%s weights need a multiple of %d", (long long)m.in,
+                    dtype_names[m.wdt], dtype_block[m.wdt]);
+        } else if (!is_none(v[4])) {
+            m.wdt = need_dtype(p, v[4], "dtype=");
+        }
         m.name = arena_printf(p->A, "nn.Linear(%lld, %lld)", (long long)m.in, (long long)m.out);
         return m;
     }
@@ -509,6 +521,8 @@ static Value name_value(P *p, const char *s, int col) {
     static const struct { const char *name; DType dt; } dts[] = {
         {"torch.float32", DT_F32}, {"torch.float", DT_F32}, {"torch.bfloat16", DT_BF16}, {"torch.float16", DT_F16},
         {"torch.half", DT_F16},
+        /* not torch's: GGUF's block types, for nn.Linear's weights (llama.cpp's names) */
+        {"llmcc.q8_0", DT_Q8_0}, {"llmcc.q4_0", DT_Q4_0}, {"llmcc.q4_1", DT_Q4_1},
     };
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
         if (!strcmp(s, dts[i].name)) { v.k = V_DTYPE; v.dtype = dts[i].dt; return v; }

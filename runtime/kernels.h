@@ -39,6 +39,28 @@ DEVFN float f16_to_f32(uint32_t h) {
 }
 DEVFN float ld_f16(const uint16_t *p, int64_t i) { return f16_to_f32(p[i]); }
 
+/* GGUF's block types (ggml-common.h's block_q8_0, block_q4_0, block_q4_1), dequantized in registers: the value at
+ * flat index i of a weight whose rows are whole blocks of 32 is value i % 32 of block i / 32. A block's f16 scale
+ * (and minimum) is read byte by byte: blocks of 34 or 18 bytes leave it unaligned. */
+DEVFN float f16_at(const uint8_t *b) { return f16_to_f32((uint32_t)b[0] | (uint32_t)b[1] << 8); }
+/* {f16 d; int8 qs[32]}: d * qs[j] */
+DEVFN float ld_q8_0(const uint8_t *p, int64_t i) {
+    const uint8_t *b = p + (i >> 5) * 34;
+    return f16_at(b) * (float)(int8_t)b[2 + (i & 31)];
+}
+/* {f16 d; uint8 qs[16]}: value j < 16 is qs[j]'s low nibble, value j >= 16 qs[j - 16]'s high one; d * (q - 8) */
+DEVFN float ld_q4_0(const uint8_t *p, int64_t i) {
+    const uint8_t *b = p + (i >> 5) * 18;
+    const int j = (int)(i & 31), q = (b[2 + (j & 15)] >> (j & 16 ? 4 : 0)) & 15;
+    return f16_at(b) * (float)(q - 8);
+}
+/* {f16 d; f16 m; uint8 qs[16]}: the nibbles as q4_0's, unsigned; d * q + m */
+DEVFN float ld_q4_1(const uint8_t *p, int64_t i) {
+    const uint8_t *b = p + (i >> 5) * 20;
+    const int j = (int)(i & 31), q = (b[4 + (j & 15)] >> (j & 16 ? 4 : 0)) & 15;
+    return f16_at(b) * (float)q + f16_at(b + 2);
+}
+
 /* activations staged as bf16: round to nearest even (NaN stays NaN) */
 DEVFN uint16_t f32_to_bf16(float f) {
     uint32_t u; memcpy(&u, &f, 4);

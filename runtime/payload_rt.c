@@ -22,8 +22,9 @@ static char g_msg[4400];
 #define DAMAGED "the executable is truncated or damaged (payload "
 
 const char *payload_dtype_name(uint32_t dtype) {
-    static const char *const names[] = {[PDT_F32] = "f32", [PDT_F16] = "f16", [PDT_BF16] = "bf16", [PDT_I32] = "i32"};
-    return dtype <= PDT_I32 ? names[dtype] : "?";
+    static const char *const names[] = {[PDT_F32] = "f32", [PDT_F16] = "f16", [PDT_BF16] = "bf16", [PDT_I32] = "i32",
+                                        [PDT_Q8_0] = "q8_0", [PDT_Q4_0] = "q4_0", [PDT_Q4_1] = "q4_1"};
+    return dtype <= PDT_Q4_1 ? names[dtype] : "?";
 }
 
 /* argv[0] resolution when /proc is not mounted: a path, or a PATH search. */
@@ -81,14 +82,16 @@ static const char *check_header(Payload *p) {
     for (uint32_t i = 0; i < h->n_tensors; i++) {
         const PayloadTensor *e = &t[i];
         if (memchr(e->name, 0, sizeof e->name) == NULL) return msg(DAMAGED "tensor %u has no valid name)", i);
-        size_t es = payload_dtype_bytes(e->dtype);
-        if (es == 0 || e->ndim > 4) return msg(DAMAGED "tensor %s has dtype %u, ndim %u)", e->name, e->dtype, e->ndim);
+        if (payload_dtype_bytes(e->dtype) == 0 || e->ndim > 4)
+            return msg(DAMAGED "tensor %s has dtype %u, ndim %u)", e->name, e->dtype, e->ndim);
         uint64_t count = 1;
+        int overflow = 0;
         for (uint32_t d = 0; d < e->ndim; d++) {
-            if (e->shape[d] != 0 && count > UINT64_MAX / e->shape[d]) { count = UINT64_MAX; break; }
+            if (e->shape[d] != 0 && count > UINT64_MAX / e->shape[d]) { overflow = 1; break; }
             count *= e->shape[d];
         }
-        if (count > UINT64_MAX / es || count * es != e->nbytes || e->offset % PAYLOAD_ALIGN != 0 ||
+        uint64_t bytes = overflow ? 0 : payload_tensor_bytes(e->dtype, count, &overflow);
+        if (overflow || (bytes == 0 && count != 0) || bytes != e->nbytes || e->offset % PAYLOAD_ALIGN != 0 ||
             e->offset < h->data_off || e->offset > size || e->nbytes > size - e->offset)
             return msg(DAMAGED "tensor %s lies outside the payload or has a wrong size)", e->name);
     }

@@ -26,7 +26,7 @@ static bool reads_weight_along(const Expr *e, const Var *v) {
 static int64_t weight_row_bytes(const Expr *e, const Var *v) {
     if (e->k == EX_LOAD && e->buf->kind == BUF_WEIGHT) {
         const Expr *last = e->a[e->nargs - 1];
-        if (last->k == EX_VAR && last->var == v) return e->buf->dims[e->buf->ndim - 1] * dtype_sizes[e->buf->dtype];
+        if (last->k == EX_VAR && last->var == v) return dtype_bytes(e->buf->dtype, e->buf->dims[e->buf->ndim - 1]);
     }
     for (int i = 0; i < e->nargs; i++) {
         int64_t b = weight_row_bytes(e->a[i], v);

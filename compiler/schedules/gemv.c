@@ -29,8 +29,9 @@ static void gemv_scan(GemvScan *s, const Expr *e) {
         bool plain = last->k == EX_VAR && last->var == s->k;
         for (int d = 0; d + 1 < e->nargs; d++) if (expr_uses_var(e->a[d], s->k)) plain = false;
         if (plain && b->kind == BUF_WEIGHT) { s->weight = true; s->wsize = dtype_sizes[b->dtype]; }
-        /* a vector load covers [c, c + vec) of the last dimension: rows must stay vector aligned */
-        if (!plain) s->ok = false;
+        /* a vector load covers [c, c + vec) of the last dimension: rows must stay vector aligned. Block
+         * types are loaded an element at a time (dequantized by ld_q*) */
+        if (!plain || dtype_is_quant(b->dtype)) s->ok = false;
         while (s->vec > 1 && b->dims[b->ndim - 1] % s->vec) s->vec /= 2;
         return;
     }

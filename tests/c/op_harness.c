@@ -65,7 +65,8 @@ static DType dtype_arg(const char *s) {
     if (!strcmp(s, "f32")) return DT_F32;
     if (!strcmp(s, "bf16")) return DT_BF16;
     if (!strcmp(s, "f16")) return DT_F16;
-    die_user(NULL, "dtype", "'%s' is not f32, bf16 or f16", s);
+    for (int d = DT_Q8_0; d < DT_COUNT; d++) if (!strcmp(s, dtype_names[d])) return (DType)d;   /* linear's weight */
+    die_user(NULL, "dtype", "'%s' is not f32, bf16, f16, q8_0, q4_0 or q4_1", s);
 }
 static int64_t num(const char *s) { return strtoll(s, NULL, 10); }
 static Expr *N(void) { return e_param(&A, P_N); }
@@ -90,7 +91,7 @@ static void build(int argc, char **argv) {
         int64_t R = num(argv[1]), M = num(argv[2]), K = num(argv[3]);
         DType wd = dtype_arg(argv[4]);
         Buffer *x = buf("x", BUF_INPUT, DT_F32, 2, R, K), *w = buf("w", BUF_WEIGHT, wd, 2, M, K);
-        Buffer *b = num(argv[5]) ? buf("b", BUF_WEIGHT, wd, 1, M, 0) : NULL;
+        Buffer *b = num(argv[5]) ? buf("b", BUF_WEIGHT, dtype_is_quant(wd) ? DT_F32 : wd, 1, M, 0) : NULL;
         Buffer *y = buf("y", BUF_OUTPUT, DT_F32, 2, R, M);
         TOp *o = op(TOP_REDUCE, "proj", y);
         Expr *t = axis(o, "t", N()), *oo = axis(o, "o", e_i(&A, M)), *i = raxis(o, "i", e_i(&A, K));
@@ -333,7 +334,8 @@ emit:
         str_printf(&o, "\nstruct HBuf { const char *name; int esize; long long elems; int role; };\n"
                        "const int nbufs = %d;\nconst struct HBuf hbufs[] = {\n", tp.nbufs + (work != NULL));
         for (int i = 0; i < tp.nbufs; i++)
-            str_printf(&o, "    {\"%s\", %d, %lld, %d},\n", tp.bufs[i]->name, dtype_sizes[tp.bufs[i]->dtype], (long long)buffer_elems(tp.bufs[i]), role_of(tp.bufs[i]));
+            str_printf(&o, "    {\"%s\", 1, %lld, %d},\n", tp.bufs[i]->name,   /* bytes: block types have no element size */
+                       (long long)dtype_bytes(tp.bufs[i]->dtype, buffer_elems(tp.bufs[i])), role_of(tp.bufs[i]));
         if (work) str_printf(&o, "    {\"%s\", 4, %lld, 2},\n", work->name, (long long)buffer_elems(work));
         str_printf(&o, "};\nvoid run_ops(void **B, int64_t n, int64_t pos) {\n");
         for (int i = 0; i < kp.nl; i++) {

@@ -1,0 +1,107 @@
+"""Quantized weights (GGUF's block types Q8_0, Q4_0, Q4_1), read in place by the linears' schedules.
+
+The reference is gguf-py (PyPI `gguf`, llama.cpp's own Python package): it quantizes the test's
+weights and dequantizes them, independently of llmcc's C (runtime/kernels.h ld_q*, compiler/quant.c).
+Each case runs a linear through the op harness (tests/oplib.py: guard regions around every buffer,
+rows past n left unwritten) on the CPU target's schedules (cpu_rows: a task's rows, the K loop in C)
+and on the GPU schedules emulated (gemv, scalar loads of the blocks), at n = 1 (decode) and n > 16
+(a prompt: where bf16 weights would take gemm_tc / the packed CPU GEMM, block types stay on
+gemv / cpu_rows), with K of one block and of several, and output counts that are not multiples of
+any tile. Then `llmcc run -c` with `--dump`: the blocks llmcc quantized are dequantized by gguf-py.
+
+Tolerance: the dequantized weights are exact in f32 on both sides (a scale times a small integer, plus
+Q4_1's minimum: one f32 rounding, the same in numpy), so what remains is f32 summation:
+|err| <= K * 2^-24 * sum |x w| for any order (the classic bound, depth at most K)."""
+import os
+
+import numpy as np
+
+from oplib import U, check_close, compile_op, run_op
+from testlib import LLMCC, Skip, run, tmpdir
+
+TYPES = ("q8_0", "q4_0", "q4_1")
+
+
+def gguf_or_skip():
+    try:
+        from gguf import GGMLQuantizationType, quants
+    except ImportError:
+        raise Skip("gguf (gguf-py, the reference) is not installed")
+    return quants, GGMLQuantizationType
+
+
+def qtype(T, dt):
+    return getattr(T, dt.upper())
+
+
+def linear_case(dt, target, maxn, M, K, n, bias=True, seed=5):
+    quants, T = gguf_or_skip()
+    rng = np.random.default_rng(seed + 13 * M + K)
+    knobs = ()
+    exe, tile, d = compile_op(["linear", maxn, M, K, dt, 1 if bias else 0, "--target", target], knobs)
+    x = rng.standard_normal((maxn, K)).astype(np.float32)
+    blocks = quants.quantize(rng.standard_normal((M, K)).astype(np.float32), qtype(T, dt))
+    w = quants.dequantize(blocks, qtype(T, dt)).astype(np.float64)
+    ins = [x.tobytes(), blocks.tobytes()]
+    b = np.zeros(M)
+    if bias:
+        b = rng.standard_normal(M).astype(np.float32)
+        ins.append(b.tobytes())
+    (y,) = run_op(exe, d, ins, n, [(maxn, M)])
+    assert np.all(y[n:] == 0xFFFFFFFF), "%s: rows past n=%d were written" % (dt, n)
+    got = y[:n].view(np.float32).astype(np.float64)
+    xs = x[:n].astype(np.float64)
+    ref = xs @ w.T + b.astype(np.float64)
+    tol = (K + 2) * U * (np.abs(xs) @ np.abs(w).T + np.abs(b)) + 1e-30
+    check_close(got, ref, tol, "%s linear %s n=%d M=%d K=%d on %s" % (dt, maxn, n, M, K, target))
+    return tile
+
+
+def test_linear_blocks_vs_gguf():
+    """every block type through both CPU-side targets' schedules, decode and prompt shapes"""
+    for target in ("cpu", "cuda-emu"):
+        for dt in TYPES:
+            for maxn, M, K, ns in ((1, 37, 32, (1,)), (4, 64, 320, (1, 3)), (40, 19, 96, (1, 17, 40))):
+                for n in ns:
+                    tile = linear_case(dt, target, maxn, M, K, n, bias=(M != 64))
+            # the schedules: the CPU target's rows, the GPU's gemv with scalar loads (no vector of blocks)
+            if target == "cpu":
+                assert "cpu_rows" in tile, tile
+            else:
+                assert "gemv" in tile and "vec=1" in tile, tile
+
+
+def test_run_c_dump_vs_gguf():
+    """`llmcc run -c` quantizes its random weights as llama.cpp does; gguf-py dequantizes what it dumped"""
+    quants, T = gguf_or_skip()
+    for dt in TYPES:
+        for target in ("cpu", "cuda-emu"):
+            d = tmpdir(os.path.join("quant_dump", dt + "_" + target))
+            expr = "x = torch.randn(3, 96); nn.Linear(96, 21, dtype=llmcc.%s)(x)" % dt
+            p = run([LLMCC, "run", "-c", expr, "--target", target, "--dump", d])
+            assert "matches the reference" in p.stdout, p.stdout
+            files = {f[:-4]: np.load(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".npy")}
+            wname = [k for k in files if k.endswith("weight")]
+            bname = [k for k in files if k.endswith("bias")]
+            assert len(wname) == 1 and len(bname) == 1, sorted(files)
+            blocks = files[wname[0]]
+            assert blocks.dtype == np.uint8 and blocks.shape == (21, 96 // 32 * {"q8_0": 34, "q4_0": 18, "q4_1": 20}[dt])
+            w = quants.dequantize(blocks, qtype(T, dt)).astype(np.float64)
+            x = [v for k, v in files.items() if k not in (wname[0], bname[0], "output", "reference")]
+            assert len(x) == 1, sorted(files)
+            xs = x[0].astype(np.float64)
+            ref = xs @ w.T + files[bname[0]].astype(np.float64)
+            tol = (96 + 2) * U * (np.abs(xs) @ np.abs(w).T + np.abs(files[bname[0]])) + 1e-30
+            check_close(files["output"].astype(np.float64), ref, tol, "run -c %s on %s" % (dt, target))
+            # the blocks are what llama.cpp's quantizer makes of some values: requantizing gguf-py's
+            # dequantization of them gives them back (a fixed point of the reference quantizer)
+            assert np.array_equal(quants.quantize(w.astype(np.float32), qtype(T, dt)), blocks), dt
+
+
+def test_block_types_refused_where_they_do_not_apply():
+    """block types are for nn.Linear's weights, with in_features whole blocks"""
+    for expr, want in (("torch.randn(4, 32, dtype=llmcc.q4_0)", "only nn.Linear's dtype= takes it"),
+                       ("nn.Linear(40, 8, dtype=llmcc.q8_0)(torch.randn(1, 40))", "need a multiple of 32"),
+                       ("nn.RMSNorm(32, dtype=llmcc.q4_1)(torch.randn(1, 32))", "only nn.Linear's dtype= takes it")):
+        p = run([LLMCC, "run", "-c", expr, "--target", "cpu"], check=False)
+        assert p.returncode == 1 and want in p.stderr and len(p.stderr.strip().splitlines()) == 1, (expr, p.stderr)
