@@ -14,7 +14,8 @@
 
 const char torch_expr_supported[] =
     "torch.randn/zeros/ones(*size, dtype=torch.float32|bfloat16|float16), nn.Linear(in, out, bias=True, "
-    "dtype=...|llmcc.q8_0|q4_0|q4_1: GGUF's block types), nn.RMSNorm(dim, eps=None), nn.Softmax(dim=-1), nn.SiLU(), F.silu, F.softmax(x, dim=-1), "
+    "dtype=...|llmcc.q8_0|q4_0|q4_1: GGUF's block types), nn.RMSNorm(dim, eps=None), nn.Softmax(dim=-1), "
+    "nn.SiLU(), F.silu, F.softmax(x, dim=-1), "
     "F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=None), torch.matmul, "
     "torch.argmax(x, dim=-1) (the index as a float), torch.topk(x, k, dim=-1) (k <= 128; one tensor [..., 2, k]: "
     "the values, then their indices as floats), and + - * / @ "
