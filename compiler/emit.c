@@ -295,6 +295,21 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             emit_expr(o, k, s->sidx, t);
             str_printf(o, ");\n");
             break;
+        case TS_QDOT:
+            /* runtime/cpu_quant.h: type 0 q8_0, 1 q4_0, 2 q4_1; the activations from the load's element on */
+            CHECK(t != TARGET_CUDA && s->e->k == EX_LOAD, "qdot in CUDA or of a non-load");
+            str_printf(o, "r%d = cpu_qdot(%d, ", s->reg, (int)(s->buf->dtype - DT_Q8_0));
+            param_name(o, k, kernel_param_index(k, s->buf));
+            str_printf(o, ", ");
+            lin_index(o, k, s->buf, s->idx, t);
+            str_printf(o, ", ");
+            param_name(o, k, kernel_param_index(k, s->e->buf));
+            str_printf(o, " + (");
+            lin_index(o, k, s->e->buf, s->e->a, t);
+            str_printf(o, "), ");
+            emit_expr(o, k, s->lo, t);
+            str_printf(o, ");\n");
+            break;
         case TS_CP_ASYNC: emit_cp_async(o, k, s, d, t); break;
         case TS_COUNT: UNREACHABLE();
         }
@@ -679,7 +694,8 @@ void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header) 
     if (api_header)
         str_printf(o, t == TARGET_CUDA ? "extern \"C\" {\n#include \"%s\"\n}\n" : "#include \"%s\"\n", api_header);
     str_printf(o, "#include \"runtime/kernels.h\"\n");
-    if (t == TARGET_CPU) str_printf(o, "#include \"runtime/cpu_gemm.h\"  /* cpu_gemm's register-tile kernel */\n");
+    if (t == TARGET_CPU) str_printf(o, "#include \"runtime/cpu_gemm.h\"  /* cpu_gemm's register-tile kernel */\n"
+                                    "#include \"runtime/cpu_quant.h\"  /* block-type weights' dot products */\n");
 }
 
 /* Short statements (a register's zero, a vector element moved to a register) run to hundreds of lines in an
@@ -855,17 +871,19 @@ static void emit_model_info(Str *o, const TProgram *tp, const ModelInfo *mi, Tar
                tp->top_k ? (long long)tp->top_k->dims[2] : 0LL);
 }
 
-/* whether a gemm statement in b takes bf16 dot products (runtime/cpu_gemm.h's cpu_gemm_dot) */
-static bool has_bf16_dot(TStmt *const *b, int n) {
+/* whether a statement in b takes bf16 dot products (a gemm's: runtime/cpu_gemm.h's cpu_gemm_dot) or, with
+ * qdot, block-type dot products (runtime/cpu_quant.h) */
+static bool has_dot(TStmt *const *b, int n, bool qdot) {
     for (int i = 0; i < n; i++)
-        if ((b[i]->k == TS_GEMM && b[i]->dot) || has_bf16_dot(b[i]->body, b[i]->nbody)) return true;
+        if ((qdot ? b[i]->k == TS_QDOT : b[i]->k == TS_GEMM && b[i]->dot) || has_dot(b[i]->body, b[i]->nbody, qdot))
+            return true;
     return false;
 }
-static bool program_has_bf16_dot(const KProgram *kp) {
+static bool program_has_dot(const KProgram *kp, bool qdot) {
     for (int i = 0; i < kp->nk; i++)
         for (int j = 0; j < kp->kernels[i]->nbody; j++) {
             const KStmt *s = kp->kernels[i]->body[j];
-            if (s->k == KS_PHASE && has_bf16_dot(s->body, s->nbody)) return true;
+            if (s->k == KS_PHASE && has_dot(s->body, s->nbody, qdot)) return true;
         }
     return false;
 }
@@ -940,15 +958,19 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     if (cuda)
         str_printf(o, "int model_threads(int n, char *desc, size_t size) {\n    (void)n;\n"
                       "    snprintf(desc, size, \"the GPU (CUDA)\");\n    return 0;\n}\n\n");
-    else if (program_has_bf16_dot(kp))
-        /* --info names how the prompt's bf16 linears multiply on this CPU */
+    else {
+        /* --info names how the prompt's bf16 linears and the block-type weights multiply on this CPU */
         str_printf(o, "int model_threads(int n, char *desc, size_t size) {\n"
-                      "    int threads = cpu_threads(n, desc, size);\n    size_t len = strlen(desc);\n"
-                      "    snprintf(desc + len, size - len, \"; a prompt's bf16 linears: %%s\", cpu_gemm_dot16_ok() ?\n"
-                      "             \"bf16 dot products (AVX512_BF16)\" : \"f32 FMAs on bf16-rounded activations\");\n"
-                      "    return threads;\n}\n\n");
-    else
-        str_printf(o, "int model_threads(int n, char *desc, size_t size) { return cpu_threads(n, desc, size); }\n\n");
+                      "    int threads = cpu_threads(n, desc, size);\n    size_t len = strlen(desc);\n");
+        if (program_has_dot(kp, false))
+            str_printf(o, "    len += (size_t)snprintf(desc + len, size - len, \"; a prompt's bf16 linears: %%s\",\n"
+                          "        cpu_gemm_dot16_ok() ? \"bf16 dot products (AVX512_BF16)\"\n"
+                          "                            : \"f32 FMAs on bf16-rounded activations\");\n");
+        if (program_has_dot(kp, true))
+            str_printf(o, "    if (len < size)\n        snprintf(desc + len, size - len, "
+                          "\"; block-type weights: dot products (%%s)\", cpu_quant_isa_name());\n");
+        str_printf(o, "    (void)len;\n    return threads;\n}\n\n");
+    }
     str_printf(o, "void model_logits(Model *m, float *logits) {\n"
                   "    mem_get(logits, m->logits, %lld * sizeof(float), model_info.name);\n}\n\n", V);
     str_printf(o, "size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {\n"

@@ -162,6 +162,10 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
         str_printf(p->o, ": %s\n",
                    s->dot ? "bf16 pairs for the bf16 dot product (f32 slivers where the CPU lacks it)" : "f32 slivers");
         return;
+    case TS_QDOT:
+        kfmt(p, "r%d = qdot(%B ..] (%s blocks), %E .., K %E)\n", s->reg, s->buf, s->idx, dtype_names[s->buf->dtype],
+             s->e, s->lo);
+        return;
     case TS_COUNT: break;
     }
     for (int i = 0; i < s->nbody; i++) print_ts(p, s->body[i], d + 1);
@@ -353,6 +357,15 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
             else if (s->smem < 0 || s->smem >= k->nsmem || k->smem[s->smem].b16) m = "pack into an undeclared array";
             else if (s->gn % (s->dot ? CPU_GEMM_DOT_NR : CPU_GEMM_NR)) m = "pack of a partial sliver";
             else if (s->run_rows < 1 || s->run_gap < 0) m = "pack in runs of no rows";
+        }
+        else if (s->k == TS_QDOT) {
+            int64_t K;
+            if (!k->task) m = "qdot outside a CPU task kernel";
+            else if (!param || s->buf->ndim != 2 || !dtype_is_quant(s->buf->dtype)) m = "qdot of a non-block weight";
+            else if (s->e->k != EX_LOAD || s->e->buf->dtype != DT_F32) m = "qdot of other than f32 activations";
+            else if (!expr_is_const(s->lo, &K) || K % dtype_block[s->buf->dtype] || K > row)
+                m = "qdot of partial blocks";
+            else if (s->reg < 0 || s->reg >= k->nregs) m = "qdot into an undeclared register";
         }
         else if (s->k == TS_ASSIGN && (s->reg < 0 || s->reg >= k->nregs)) m = "assign to undeclared register";
         else if (s->k == TS_SSTORE && (s->smem < 0 || s->smem >= k->nsmem)) m = "store to undeclared shared array";

@@ -15,7 +15,7 @@
 
 #define TSTMT_KINDS(X) X(TS_LET, "let") X(TS_ASSIGN, "assign") X(TS_STORE, "store") X(TS_SSTORE, "sstore") \
     X(TS_IF, "if") X(TS_FOR, "for") X(TS_VLOAD, "vload") X(TS_CP_ASYNC, "cp_async") X(TS_GEMM, "gemm") \
-    X(TS_PACK, "pack")
+    X(TS_PACK, "pack") X(TS_QDOT, "qdot")
 typedef enum { TSTMT_KINDS(X_ENUM) TS_COUNT } TStmtKind;
 
 typedef struct TStmt {
@@ -39,7 +39,10 @@ typedef struct TStmt {
      * pack (CPU tasks only; runtime/cpu_gemm.h's cpu_gemm_pack_*): gn rows of the weight buf from element idx,
      * e of them real (the rest zero), lo elements each, into the panel smem[smem] as its columns sidx.. (a
      * constant); dot: bf16 weights in pairs for the bf16 dot product where the CPU has it; the rows come in
-     * runs of run_rows consecutive rows, run_gap rows apart (a RoPE pair's halves; else one run) */
+     * runs of run_rows consecutive rows, run_gap rows apart (a RoPE pair's halves; else one run)
+     * qdot (CPU tasks only; runtime/cpu_quant.h): register reg = sum over k < lo of x[k] * w[k], w the lo
+     * elements of the block-type weight buf from element idx (whole blocks, dequantized in registers), x those
+     * of the f32 load e (the activation row's first element) on */
     int gsmem[3]; int64_t gn;
     bool dot;
     int64_t run_rows, run_gap;

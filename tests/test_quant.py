@@ -3,7 +3,8 @@
 The reference is gguf-py (PyPI `gguf`, llama.cpp's own Python package): it quantizes the test's
 weights and dequantizes them, independently of llmcc's C (runtime/kernels.h ld_q*, compiler/quant.c).
 Each case runs a linear through the op harness (tests/oplib.py: guard regions around every buffer,
-rows past n left unwritten) on the CPU target's schedules (cpu_rows: a task's rows, the K loop in C)
+rows past n left unwritten) on the CPU target's schedules (cpu_rows' qdot: runtime/cpu_quant.h's dot
+products, each of its three implementations, AVX-512, AVX2 and portable C, chosen by LLMCC_CPU_QDOT)
 and on the GPU schedules emulated (gemv, scalar loads of the blocks), at n = 1 (decode) and n > 16
 (a prompt: where bf16 weights would take gemm_tc / the packed CPU GEMM, block types stay on
 gemv / cpu_rows), with K of one block and of several, and output counts that are not multiples of
@@ -34,10 +35,9 @@ def qtype(T, dt):
     return getattr(T, dt.upper())
 
 
-def linear_case(dt, target, maxn, M, K, n, bias=True, seed=5):
+def linear_case(dt, target, maxn, M, K, n, bias=True, seed=5, knobs=(), isa=None, fault=False):
     quants, T = gguf_or_skip()
     rng = np.random.default_rng(seed + 13 * M + K)
-    knobs = ()
     exe, tile, d = compile_op(["linear", maxn, M, K, dt, 1 if bias else 0, "--target", target], knobs)
     x = rng.standard_normal((maxn, K)).astype(np.float32)
     blocks = quants.quantize(rng.standard_normal((M, K)).astype(np.float32), qtype(T, dt))
@@ -47,28 +47,40 @@ def linear_case(dt, target, maxn, M, K, n, bias=True, seed=5):
     if bias:
         b = rng.standard_normal(M).astype(np.float32)
         ins.append(b.tobytes())
-    (y,) = run_op(exe, d, ins, n, [(maxn, M)])
+    env = dict(os.environ, LLMCC_CPU_QDOT=isa) if isa else None
+    (y,) = run_op(exe, d, ins, n, [(maxn, M)], env=env)
     assert np.all(y[n:] == 0xFFFFFFFF), "%s: rows past n=%d were written" % (dt, n)
     got = y[:n].view(np.float32).astype(np.float64)
     xs = x[:n].astype(np.float64)
     ref = xs @ w.T + b.astype(np.float64)
     tol = (K + 2) * U * (np.abs(xs) @ np.abs(w).T + np.abs(b)) + 1e-30
-    check_close(got, ref, tol, "%s linear %s n=%d M=%d K=%d on %s" % (dt, maxn, n, M, K, target))
+    what = "%s linear %s n=%d M=%d K=%d on %s%s" % (dt, maxn, n, M, K, target, " (%s)" % isa if isa else "")
+    if fault:
+        assert np.any(np.abs(got - ref) > tol), what + ": the deliberate fault went unnoticed"
+    else:
+        check_close(got, ref, tol, what)
     return tile
 
 
 def test_linear_blocks_vs_gguf():
     """every block type through both CPU-side targets' schedules, decode and prompt shapes"""
-    for target in ("cpu", "cuda-emu"):
+    for target, isas in (("cpu", (None, "avx2", "c")), ("cuda-emu", (None,))):
         for dt in TYPES:
-            for maxn, M, K, ns in ((1, 37, 32, (1,)), (4, 64, 320, (1, 3)), (40, 19, 96, (1, 17, 40))):
-                for n in ns:
-                    tile = linear_case(dt, target, maxn, M, K, n, bias=(M != 64))
-            # the schedules: the CPU target's rows, the GPU's gemv with scalar loads (no vector of blocks)
+            for isa in isas:
+                for maxn, M, K, ns in ((1, 37, 32, (1,)), (4, 64, 320, (1, 3)), (40, 19, 96, (1, 17, 40))):
+                    for n in ns:
+                        tile = linear_case(dt, target, maxn, M, K, n, bias=(M != 64), isa=isa)
+            # the schedules: the CPU target's dot products, the GPU's gemv with scalar loads (no vector of blocks)
             if target == "cpu":
-                assert "cpu_rows" in tile, tile
+                assert "cpu_rows" in tile and "a dot product of w's %s blocks" % dt in tile, tile
             else:
                 assert "gemv" in tile and "vec=1" in tile, tile
+
+
+def test_qdot_fault_knob():
+    """debug_qdot_row=1 (each dot product reads the next weight row) must fail, on every block type"""
+    for dt in TYPES:
+        linear_case(dt, "cpu", 4, 24, 64, 3, knobs=("debug_qdot_row=1",), fault=True)
 
 
 def test_run_c_dump_vs_gguf():

@@ -9,7 +9,10 @@
  * elements together, their K loops fused into one: each activation load
  * then serves group rows, and group independent sums keep the vector units
  * busy while the weights stream from memory (decode is bandwidth-bound).
- * A fused side store and tail run as written, in the same task.
+ * A fused side store and tail run as written, in the same task. A linear
+ * of block-type weights (GGUF's Q8_0, Q4_0, Q4_1) computes each element by
+ * one runtime/cpu_quant.h dot product (qdot: the blocks dequantized in
+ * vector registers, a loop the C compiler would not vectorise).
  * Tests: tests/test_cpu_target.py (ops over the shape matrix, the fixtures' logits), tests/test_families.py. */
 #include "schedules/schedule.h"
 
@@ -41,6 +44,28 @@ static bool groupable(const NestBody *b) {
     return true;
 }
 
+/* A linear of block-type weights read in place: every accumulator's term X[.., k] * W[f(o), k], W a block-type
+ * weight whose row does not depend on k, X one f32 activation load along k (the same for a pair) */
+static bool qdot_form(const NestBody *b, Expr **xop, Expr **wop) {
+    if (!groupable(b)) return false;
+    const Var *kv = b->red[0].v;
+    for (int a = 0; a < b->nacc; a++) {
+        const Expr *t = b->acc[a];
+        if (t->k != EX_MUL) return false;
+        int w = t->a[0]->k == EX_LOAD && dtype_is_quant(t->a[0]->buf->dtype) ? 0 : 1;
+        Expr *W = t->a[w], *X = t->a[1 - w];
+        if (W->k != EX_LOAD || !dtype_is_quant(W->buf->dtype) || W->nargs != 2 || W->a[1]->k != EX_VAR ||
+            W->a[1]->var != kv || expr_uses_var(W->a[0], kv))
+            return false;
+        if (X->k != EX_LOAD || X->buf->dtype != DT_F32 || X->a[X->nargs - 1]->k != EX_VAR ||
+            X->a[X->nargs - 1]->var != kv || (a && !expr_equal(X, *xop)))
+            return false;
+        for (int d = 0; d + 1 < X->nargs; d++) if (expr_uses_var(X->a[d], kv)) return false;
+        *xop = X; wop[a] = W;
+    }
+    return true;
+}
+
 int cpu_rows_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     if (c->leaf && c->leaf->k != LS_STORE) return 0;   /* an attention or a top-k */
     const Knobs *kn = c->kn;
@@ -53,6 +78,9 @@ int cpu_rows_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
      * K = 896 rows: 19 GB/s with 4, 32 with 1 on this 2-core machine; K = 4864: 30 and 28) */
     int64_t row = groupable(&k->body) ? weight_row_bytes(k->body.acc[0], k->body.red[0].v) : 0;
     P->group = !row ? 1 : kn->cpu_group ? kn->cpu_group : row >= 8192 ? 4 : 1;
+    P->qdot = qdot_form(&k->body, &P->xop, P->wop);
+    if (P->qdot) P->group = 1;   /* one dot product per element: each reads its row once */
+    P->debug_row = kn->debug_qdot_row;
     int64_t t1;
     CHECK(eval_i(c->total, 1, 0, &t1), "nest %s: extents", k->nest->module);
     /* cpu_tasks tasks at n = 1 (more for larger n): enough to balance any thread count */
@@ -76,6 +104,9 @@ void cpu_rows_print(Str *o, const TileKernel *k) {
     }
     if (P->group > 1)
         str_printf(o, ", %d elements' K loops as one (each activation load serves %d)", P->group, P->group);
+    if (P->qdot)
+        str_printf(o, ", each a dot product of %s's %s blocks (dequantized in registers) and a row of %s",
+                   P->wop[0]->buf->name, dtype_names[P->wop[0]->buf->dtype], P->xop->buf->name);
     if (b->side.buf) str_printf(o, ", storing the fused %s on the way", b->side.buf->name);
     if (b->tail_store.buf) str_printf(o, ", then %s over its row", b->tail_store.buf->name);
     str_printf(o, "\n");
@@ -83,6 +114,8 @@ void cpu_rows_print(Str *o, const TileKernel *k) {
 const char *cpu_rows_verify(const TileKernel *k) {
     const CpuRowsParams *P = &k->body.cpu;
     if (P->group < 1 || P->chunk < 1 || P->chunk % P->group) return "cpu_rows parameters";
+    if (P->qdot && (P->group != 1 || !P->xop || !P->wop[0] || (k->body.nacc == 2 && !P->wop[1])))
+        return "cpu_rows qdot without its operands or in a group";
     return P->group > 1 && !groupable(&k->body) ? "cpu_rows group of a nest that is not a linear" : NULL;
 }
 
@@ -147,6 +180,7 @@ static void element_group(KernelBuilder *B, const NestBody *b, int G, Var *g, TS
     for (int i = 0; i < np; i++) from[i] = b->par[i].v;
     Expr *to[8][MAX_AXES];
     TStmt *loop = ts_for(A, b->red[0].v, e_i(A, 0), b->red[0].extent, e_i(A, 1), G * na);
+    const CpuRowsParams *P = &b->cpu;
     for (int r = 0; r < G; r++) {
         Axis ax[MAX_AXES];
         for (int i = 0; i < np; i++) {
@@ -156,11 +190,23 @@ static void element_group(KernelBuilder *B, const NestBody *b, int G, Var *g, TS
         f->nbody += decompose(A, f->body + f->nbody, ax, np, E_ADD(A, e_var(A, g), e_i(A, r)));
         for (int a = 0; a < na; a++) {
             int acc = r * na + a;
+            if (P->qdot) {
+                /* the element's weight row and activation row, from k = 0 */
+                TStmt *q = ts(A, TS_QDOT);
+                q->reg = acc; q->buf = P->wop[a]->buf; q->lo = b->red[0].extent;
+                q->idx = ARENA_ARRAY(A, Expr *, 2);
+                q->idx[0] = expr_subst_vars(A, P->wop[a]->a[0], from, to[r], np); q->idx[1] = e_i(A, 0);
+                if (P->debug_row)   /* the deliberate fault: the next row */
+                    q->idx[0] = imod(A, E_ADD(A, q->idx[0], e_i(A, 1)), P->wop[a]->buf->dims[0]);
+                q->e = expr_subst(A, expr_subst_vars(A, P->xop, from, to[r], np), b->red[0].v, e_i(A, 0));
+                ts_add(f, q);
+                continue;
+            }
             ts_add(f, ts_assign(A, acc, e_f(A, 0.0)));
             ts_add(loop, ts_assign(A, acc, E_ADD(A, reg(A, acc), expr_subst_vars(A, b->acc[a], from, to[r], np))));
         }
     }
-    ts_add(f, loop);
+    if (!P->qdot) ts_add(f, loop);
     for (int r = 0; r < G; r++) {
         TStmt *st[2];
         int ns = epi_stores(A, b, reg(A, r * na), na > 1 ? reg(A, r * na + 1) : NULL, st);
