@@ -22,18 +22,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* a block's f16 at b (unaligned), widened */
-static inline float cpu_quant_f16(const uint8_t *b) {
-    uint32_t h = (uint32_t)b[0] | (uint32_t)b[1] << 8, s = (h & 0x8000u) << 16, e = (h >> 10) & 31, m = h & 1023, u;
-    if (e == 31) u = s | 0x7f800000u | (m << 13);
-    else if (e) u = s | ((e + 112) << 23) | (m << 13);
-    else if (!m) u = s;
-    else { e = 113; while (!(m & 1024)) { m <<= 1; e--; } u = s | (e << 23) | ((m & 1023) << 13); }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+#include "kernels.h"   /* f16_at: a block's f16 scale, widened */
 
 /* portable: one block at a time, the 32 products summed in f32 */
 static inline float cpu_qdot_c(int type, const uint8_t *b, const float *x, int64_t nblocks) {
@@ -42,7 +31,7 @@ static inline float cpu_qdot_c(int type, const uint8_t *b, const float *x, int64
         float s = 0, sx = 0;
         if (type == 0) {   /* q8_0 */
             for (int j = 0; j < 32; j++) s += x[j] * (float)(int8_t)b[2 + j];
-            acc += cpu_quant_f16(b) * s;
+            acc += f16_at(b) * s;
             b += 34;
             continue;
         }
@@ -52,7 +41,7 @@ static inline float cpu_qdot_c(int type, const uint8_t *b, const float *x, int64
             s += x[j] * (float)((q[j] & 15) - off) + x[j + 16] * (float)((q[j] >> 4) - off);
             sx += x[j] + x[j + 16];
         }
-        acc += cpu_quant_f16(b) * s + (type == 2 ? cpu_quant_f16(b + 2) * sx : 0.0f);
+        acc += f16_at(b) * s + (type == 2 ? f16_at(b + 2) * sx : 0.0f);
         b += type == 2 ? 20 : 18;
     }
     return acc;
