@@ -280,6 +280,22 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
         case TS_PACK:
             /* runtime/cpu_gemm.h: weight rows into the panel */
             CHECK(t != TARGET_CUDA, "pack in CUDA");
+            if (dtype_is_quant(s->buf->dtype)) {
+                /* block types: the weight and its first element's index (the runtime finds the block) */
+                str_printf(o, "cpu_gemm_pack_q(%d, ", (int)(s->buf->dtype - DT_Q8_0));
+                emit_expr(o, k, s->e, t);
+                str_printf(o, ", %lld, ", (long long)s->gn);
+                emit_expr(o, k, s->lo, t);
+                str_printf(o, ", ");
+                param_name(o, k, kernel_param_index(k, s->buf));
+                str_printf(o, ", ");
+                lin_index(o, k, s->buf, s->idx, t);
+                str_printf(o, ", %lld, %lld, %lld, smem%d, ", (long long)s->buf->dims[s->buf->ndim - 1],
+                           (long long)s->run_rows, (long long)s->run_gap, s->smem);
+                emit_expr(o, k, s->sidx, t);
+                str_printf(o, ");\n");
+                break;
+            }
             str_printf(o, "cpu_gemm_pack_%s(", s->buf->dtype == DT_BF16 ? "bf16" : "f32");
             emit_expr(o, k, s->e, t);
             str_printf(o, ", %lld, ", (long long)s->gn);

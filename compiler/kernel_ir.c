@@ -351,8 +351,9 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
         }
         else if (s->k == TS_PACK) {
             if (!k->task) m = "pack outside a CPU task kernel";
-            else if (!param || s->buf->ndim != 2 || (s->buf->dtype != DT_F32 && s->buf->dtype != DT_BF16))
-                m = "pack of other than an f32 or bf16 matrix parameter";
+            else if (!param || s->buf->ndim != 2 ||
+                     (s->buf->dtype != DT_F32 && s->buf->dtype != DT_BF16 && !dtype_is_quant(s->buf->dtype)))
+                m = "pack of other than an f32, bf16 or block-type matrix parameter";
             else if (s->dot && s->buf->dtype != DT_BF16) m = "pack for the bf16 dot product of non-bf16 weights";
             else if (s->smem < 0 || s->smem >= k->nsmem || k->smem[s->smem].b16) m = "pack into an undeclared array";
             else if (s->gn % (s->dot ? CPU_GEMM_DOT_NR : CPU_GEMM_NR)) m = "pack of a partial sliver";

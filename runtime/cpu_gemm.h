@@ -72,6 +72,7 @@
 
 /* CPU_GEMM_SIZES_ONLY: the tile's sizes alone (the compiler's cpu_gemm schedule packs for them) */
 #ifndef CPU_GEMM_SIZES_ONLY
+#include "kernels.h"   /* f16_at: a GGUF block's f16 scale, widened */
 #if defined(__GNUC__) && !defined(__clang__)
 /* contract c += a * b into one FMA despite -std=c11 (see the header comment) */
 #define CPU_GEMM_FN static __attribute__((optimize("fp-contract=fast"), unused))
@@ -203,6 +204,8 @@ CPU_KERNEL CPU_GEMM_FN void cpu_gemm_packed(int64_t m, int64_t n, int64_t k, con
  * whole vectors, each the next 8 columns of one line. Rows past the weights' end (the last task's) are zero. */
 typedef uint32_t cpu_gemm_u32x8 __attribute__((vector_size(32)));
 typedef uint16_t cpu_gemm_u16x8 __attribute__((vector_size(16)));
+typedef int8_t cpu_gemm_i8x8 __attribute__((vector_size(8)));
+typedef uint8_t cpu_gemm_u8x8 __attribute__((vector_size(8)));
 #define CPU_GEMM_SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 /* r[0..7] (8 rows of 8 32-bit words) become their transpose in place */
 #define CPU_GEMM_TRANSPOSE8(r) do { \
@@ -223,12 +226,31 @@ typedef uint16_t cpu_gemm_u16x8 __attribute__((vector_size(16)));
     } while (0)
 
 /* Row r's 32-bit word q of the block at word kk, as f32 bits: f32 weights as they are, bf16 widened (its
- * bits are an f32's upper half), bf16 pairs (the dot16 layout: words of two bf16) as they are. A word past
- * the row's end (an odd bf16 row in pairs) or a row past n is 0. */
-enum { CPU_GEMM_W_F32, CPU_GEMM_W_BF16, CPU_GEMM_W_BF16_PAIRS };
+ * bits are an f32's upper half), bf16 pairs (the dot16 layout: words of two bf16) as they are, GGUF's block
+ * types (runtime/kernels.h gives their layout) dequantized (exactly: a scale times a small integer, plus
+ * Q4_1's minimum, in f32). A word past the row's end (an odd bf16 row in pairs) or a row past n is 0. */
+enum { CPU_GEMM_W_F32, CPU_GEMM_W_BF16, CPU_GEMM_W_BF16_PAIRS, CPU_GEMM_W_Q8_0, CPU_GEMM_W_Q4_0, CPU_GEMM_W_Q4_1 };
+static inline int64_t cpu_gemm_row_bytes(int form, int64_t k) {   /* bytes of k elements (block types: whole) */
+    return form == CPU_GEMM_W_F32 ? 4 * k : form <= CPU_GEMM_W_BF16_PAIRS ? 2 * k
+           : k / 32 * (form == CPU_GEMM_W_Q8_0 ? 34 : form == CPU_GEMM_W_Q4_0 ? 18 : 20);
+}
+/* element q of a block-type row, dequantized */
+static inline float cpu_gemm_block_elem(int form, const uint8_t *row, int64_t q) {
+    const uint8_t *b = row + cpu_gemm_row_bytes(form, q / 32 * 32);
+    const int j = (int)(q % 32), qs = form == CPU_GEMM_W_Q4_1 ? 4 : 2;
+    if (form == CPU_GEMM_W_Q8_0) return f16_at(b) * (float)(int8_t)b[2 + j];
+    const int nib = (b[qs + j % 16] >> (j < 16 ? 0 : 4)) & 15;
+    return form == CPU_GEMM_W_Q4_0 ? f16_at(b) * (float)(nib - 8) : f16_at(b) * (float)nib + f16_at(b + 2);
+}
 static inline uint32_t cpu_gemm_word(int form, const void *row, int64_t q, int64_t k) {
     if (form == CPU_GEMM_W_F32) { uint32_t v; __builtin_memcpy(&v, (const float *)row + q, 4); return v; }
     if (form == CPU_GEMM_W_BF16) return (uint32_t)((const uint16_t *)row)[q] << 16;
+    if (form >= CPU_GEMM_W_Q8_0) {
+        float f = cpu_gemm_block_elem(form, (const uint8_t *)row, q);
+        uint32_t v;
+        __builtin_memcpy(&v, &f, 4);
+        return v;
+    }
     const uint16_t *h = (const uint16_t *)row + 2 * q;
     return h[0] | (2 * q + 1 < k ? (uint32_t)h[1] << 16 : 0u);
 }
@@ -242,6 +264,22 @@ static inline void cpu_gemm_load8(int form, const char *w, int64_t ldw_bytes, in
         const char *row = CPU_GEMM_ROW_AT(w, r0 + q);
         if (r0 + q >= n) { cpu_gemm_u32x8 z = {0}; v[q] = z; }
         else if (form == CPU_GEMM_W_F32) __builtin_memcpy(&v[q], (const float *)row + kk, 32);
+        else if (form >= CPU_GEMM_W_Q8_0) {
+            /* 8 values of one block (kk is a multiple of 8): 8 int8, or 8 nibbles of the low or high half */
+            const uint8_t *b = (const uint8_t *)row + cpu_gemm_row_bytes(form, kk / 32 * 32);
+            const int j = (int)(kk % 32);
+            cpu_gemm_i8x8 q8;
+            if (form == CPU_GEMM_W_Q8_0) __builtin_memcpy(&q8, b + 2 + j, 8);
+            else {
+                cpu_gemm_i8x8 nib;
+                __builtin_memcpy(&nib, b + (form == CPU_GEMM_W_Q4_1 ? 4 : 2) + j % 16, 8);
+                q8 = (cpu_gemm_i8x8)(((cpu_gemm_u8x8)nib >> (j < 16 ? 0 : 4)) & 15);
+                if (form == CPU_GEMM_W_Q4_0) q8 -= 8;
+            }
+            cpu_gemm_f32x8 f = __builtin_convertvector(q8, cpu_gemm_f32x8) * f16_at(b);
+            if (form == CPU_GEMM_W_Q4_1) f += f16_at(b + 2);
+            __builtin_memcpy(&v[q], &f, 32);
+        }
         else if (form == CPU_GEMM_W_BF16) {
             cpu_gemm_u16x8 h;
             __builtin_memcpy(&h, (const uint16_t *)row + kk, 16);
@@ -255,13 +293,13 @@ static inline void cpu_gemm_load8(int form, const char *w, int64_t ldw_bytes, in
  * (f32 layouts) or (k + 1) / 2 (pairs). */
 CPU_KERNEL CPU_GEMM_FN void cpu_gemm_pack_rows(int form, int64_t n, int64_t rows, int64_t k, const void *w,
                                                int64_t ldw, int64_t run, int64_t gap, int width, uint32_t *panel) {
-    int64_t words = form == CPU_GEMM_W_BF16_PAIRS ? (k + 1) / 2 : k, esz = form == CPU_GEMM_W_F32 ? 4 : 2;
-    int64_t ldw_bytes = ldw * esz;
+    int64_t words = form == CPU_GEMM_W_BF16_PAIRS ? (k + 1) / 2 : k, row_bytes = cpu_gemm_row_bytes(form, k);
+    int64_t ldw_bytes = cpu_gemm_row_bytes(form, ldw);
     /* The transposition reads 8 rows at once, 8 short interleaved streams that the hardware prefetchers follow
      * poorly; asked for first, row after row (one stream per run of rows), the panel's lines come from DRAM at
      * its bandwidth and wait in L2 */
     for (int64_t r = 0; r < n; r++)
-        for (int64_t off = 0; off < k * esz; off += 64) __builtin_prefetch(CPU_GEMM_ROW_AT(w, r) + off, 0, 2);
+        for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(CPU_GEMM_ROW_AT(w, r) + off, 0, 2);
     /* whole blocks of 8 words only where the row holds all their elements */
     int64_t whole = form == CPU_GEMM_W_BF16_PAIRS ? k / 2 / 8 * 8 : k / 8 * 8;
     for (int64_t j0 = 0; j0 < rows; j0 += width) {
@@ -294,6 +332,14 @@ static int cpu_gemm_dot16_ok(void);
 static inline void cpu_gemm_pack_f32(int64_t n, int64_t rows, int64_t k, const float *w, int64_t ldw, int64_t run,
                                      int64_t gap, float *panel, int64_t col0) {
     cpu_gemm_pack_rows(CPU_GEMM_W_F32, n, rows, k, w, ldw, run, gap, CPU_GEMM_NR,
+                       (uint32_t *)(void *)(panel + col0 * k));
+}
+/* GGUF's block types (type 0 q8_0, 1 q4_0, 2 q4_1), dequantized into f32 slivers; w + first: row 0's first
+ * element (whole blocks), k whole blocks */
+static inline void cpu_gemm_pack_q(int type, int64_t n, int64_t rows, int64_t k, const uint8_t *w, int64_t first,
+                                   int64_t ldw, int64_t run, int64_t gap, float *panel, int64_t col0) {
+    int form = CPU_GEMM_W_Q8_0 + type;
+    cpu_gemm_pack_rows(form, n, rows, k, w + cpu_gemm_row_bytes(form, first), ldw, run, gap, CPU_GEMM_NR,
                        (uint32_t *)(void *)(panel + col0 * k));
 }
 static inline void cpu_gemm_pack_bf16(int64_t n, int64_t rows, int64_t k, const uint16_t *w, int64_t ldw,

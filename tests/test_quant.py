@@ -3,8 +3,9 @@
 The reference is gguf-py (PyPI `gguf`, llama.cpp's own Python package): it quantizes the test's
 weights and dequantizes them, independently of llmcc's C (runtime/kernels.h ld_q*, compiler/quant.c).
 Each case runs a linear through the op harness (tests/oplib.py: guard regions around every buffer,
-rows past n left unwritten) on the CPU target's schedules (cpu_rows' qdot: runtime/cpu_quant.h's dot
-products, each of its three implementations, AVX-512, AVX2 and portable C, chosen by LLMCC_CPU_QDOT)
+rows past n left unwritten) on the CPU target's schedules (at most cpu_gemm_min_n tokens, cpu_rows' qdot:
+runtime/cpu_quant.h's dot products, each of its three implementations, AVX-512, AVX2 and portable C,
+chosen by LLMCC_CPU_QDOT; more, cpu_gemm: the blocks dequantized into its packed f32 panel)
 and on the GPU schedules emulated (gemv, scalar loads of the blocks), at n = 1 (decode) and n > 16
 (a prompt: where bf16 weights would take gemm_tc / the packed CPU GEMM, block types stay on
 gemv / cpu_rows), with K of one block and of several, and output counts that are not multiples of
@@ -67,12 +68,15 @@ def test_linear_blocks_vs_gguf():
     for target, isas in (("cpu", (None, "avx2", "c")), ("cuda-emu", (None,))):
         for dt in TYPES:
             for isa in isas:
-                for maxn, M, K, ns in ((1, 37, 32, (1,)), (4, 64, 320, (1, 3)), (40, 19, 96, (1, 17, 40))):
+                for maxn, M, K, ns in ((1, 37, 32, (1,)), (4, 64, 320, (1, 3)), (40, 19, 96, (1, 17, 40)),
+                                       (6, 40, 1088, (2, 6))):
                     for n in ns:
                         tile = linear_case(dt, target, maxn, M, K, n, bias=(M != 64), isa=isa)
-            # the schedules: the CPU target's dot products, the GPU's gemv with scalar loads (no vector of blocks)
+            # the schedules: the CPU target's dot products (n <= 3) and packed GEMM (K in steps of 512: 1088 is
+            # three), the GPU's gemv with scalar loads (no vector of blocks)
             if target == "cpu":
-                assert "cpu_rows" in tile and "a dot product of w's %s blocks" % dt in tile, tile
+                assert "a dot product of w's %s blocks" % dt in tile and "the blocks dequantized" in tile, tile
+                assert "kc=512" in tile, tile
             else:
                 assert "gemv" in tile and "vec=1" in tile, tile
 

@@ -18,11 +18,12 @@
  * when the activations are read in place) */
 enum { CG_S_W, CG_S_TILE, CG_S_X, CG_NSMEM };
 
-/* Whether the weight operand W is an f32 / bf16 matrix read as W[f(o), k] with f, over every output o, in runs
- * of consecutive rows (*run rows each, their starts *gap apart: a RoPE pair's halves; a plain W[o, k] is one
- * run) that tasks of nb outputs do not split. f is evaluated, not matched: any index of that shape qualifies. */
+/* Whether the weight operand W is an f32, bf16 or block-type matrix read as W[f(o), k] with f, over every output
+ * o, in runs of consecutive rows (*run rows each, their starts *gap apart: a RoPE pair's halves; a plain W[o, k]
+ * is one run) that tasks of nb outputs do not split. f is evaluated, not matched: any index of that shape qualifies. */
 static bool weight_rows(Arena *A, const Expr *W, Var *ov, Var *kv, int64_t outs, int nb, int64_t *run, int64_t *gap) {
-    if (W->k != EX_LOAD || (W->buf->dtype != DT_F32 && W->buf->dtype != DT_BF16) || W->nargs != 2 ||
+    if (W->k != EX_LOAD || (W->buf->dtype != DT_F32 && W->buf->dtype != DT_BF16 && !dtype_is_quant(W->buf->dtype)) ||
+        W->nargs != 2 ||
         W->buf->ndim != 2 || W->a[1]->k != EX_VAR || W->a[1]->var != kv)
         return false;
     *run = nb, *gap = 0;
@@ -89,7 +90,8 @@ void cpu_gemm_print(Str *o, const TileKernel *k) {
                    "bf16-dot-product tile (f32 accumulation; where the CPU lacks AVX512_BF16, the same rounding on "
                    "the f32 kernel)", CPU_GEMM_DOT_NR, P->xop->buf->name, CPU_GEMM_DOT_MR, CPU_GEMM_DOT_NR);
     else {
-        str_printf(o, " (f32, slivers of %d%s)", CPU_GEMM_NR, P->w_rows[0] ? ", by the runtime" : "");
+        str_printf(o, " (f32, slivers of %d%s%s)", CPU_GEMM_NR, P->w_rows[0] ? ", by the runtime" : "",
+                   dtype_is_quant(P->wop[0]->buf->dtype) ? ", the blocks dequantized" : "");
         if (P->x_in_place) str_printf(o, ", the activations read in place (rows of %s)", P->xop->buf->name);
         else str_printf(o, " and the activations (slivers of %d)", CPU_GEMM_MR);
         str_printf(o, ", then the %dx%d register-tile kernel (f32 accumulation)", CPU_GEMM_MR, CPU_GEMM_NR);

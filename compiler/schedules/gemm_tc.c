@@ -22,7 +22,10 @@ static bool gemm_tc_term(const NestBody *b, Expr *term, bool any_dtype, Expr **x
     for (int w = 0; w < 2; w++) {
         Expr *W = term->a[w], *X = term->a[1 - w];
         if (W->k != EX_LOAD || W->buf->kind != BUF_WEIGHT || W->nargs != 2) continue;
-        if (W->buf->dtype != DT_BF16 && W->buf->dtype != DT_F16 && (!any_dtype || W->buf->dtype != DT_F32)) continue;
+        /* any_dtype (the CPU's GEMM): f32 and the block types too */
+        if (W->buf->dtype != DT_BF16 && W->buf->dtype != DT_F16 &&
+            (!any_dtype || (W->buf->dtype != DT_F32 && !dtype_is_quant(W->buf->dtype))))
+            continue;
         /* the weight's row a function of o alone (a pair's halves: of the flattened head and element) */
         if (!expr_uses_var(W->a[0], o) || expr_uses_var(W->a[0], t) || expr_uses_var(W->a[0], kv)) continue;
         if (W->a[1]->k != EX_VAR || W->a[1]->var != kv || expr_uses_var(X, o) || !expr_uses_var(X, t)) continue;
