@@ -72,12 +72,29 @@ float pack_f16_to_f32(uint16_t h) {
     return f;
 }
 
+void pack_dequant_blocks(uint32_t dt, const uint8_t *in, size_t n, float *out) {
+    const bool whole = n % 32 == 0;   /* (a % in CHECK's condition would be read as a format) */
+    CHECK(dt >= PDT_Q8_0 && dt <= PDT_Q4_1 && whole, "dequantize %zu values of dtype %u", n, dt);
+    const size_t bytes = payload_dtype_bytes(dt), qs = dt == PDT_Q4_1 ? 4 : 2;
+    for (size_t i = 0; i < n; i += 32) {
+        const uint8_t *b = in + i / 32 * bytes;
+        const float d = pack_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
+        const float m = dt == PDT_Q4_1 ? pack_f16_to_f32((uint16_t)(b[2] | b[3] << 8)) : 0.0f;
+        for (int j = 0; j < 32; j++) {
+            const int nib = (b[qs + j % 16] >> (j < 16 ? 0 : 4)) & 15;
+            out[i + j] = dt == PDT_Q8_0 ? d * (float)(int8_t)b[2 + j] : dt == PDT_Q4_0 ? d * (float)(nib - 8)
+                                                                                     : d * (float)nib + m;
+        }
+    }
+}
+
 static void to_f32(float *dst, const void *src, uint32_t dt, size_t n) {
     const uint16_t *h = src;
     switch (dt) {
     case PDT_F32: memcpy(dst, src, n * 4); return;
     case PDT_BF16: for (size_t i = 0; i < n; i++) dst[i] = pack_bf16_to_f32(h[i]); return;
     case PDT_F16: for (size_t i = 0; i < n; i++) dst[i] = pack_f16_to_f32(h[i]); return;
+    case PDT_Q8_0: case PDT_Q4_0: case PDT_Q4_1: pack_dequant_blocks(dt, src, n, dst); return;
     default: CHECK(0, "convert from dtype %u", dt);
     }
 }
@@ -250,13 +267,13 @@ static void write_tensor(Writer *w, const PackTensor *t, const PackSource *src, 
         return;
     }
     uint64_t tseed = tensor_seed(src->seed, t->name);
-    size_t ses = payload_dtype_bytes(src->src_dtype);
-    for (uint64_t e0 = 0; e0 < count; e0 += CHUNK_ELEMS) {
+    int overflow;
+    for (uint64_t e0 = 0; e0 < count; e0 += CHUNK_ELEMS) {   /* CHUNK_ELEMS: whole blocks of any block type */
         size_t k = count - e0 < CHUNK_ELEMS ? (size_t)(count - e0) : CHUNK_ELEMS;
         if (src->fill == PACK_DATA) {
-            const uint8_t *p = (const uint8_t *)t->data + e0 * ses;
+            const uint8_t *p = (const uint8_t *)t->data + payload_tensor_bytes(src->src_dtype, e0, &overflow);
             to_f32(fbuf, p, src->src_dtype, k);
-            if (src->src_path) drop_pages(p, k * ses);
+            if (src->src_path) drop_pages(p, payload_tensor_bytes(src->src_dtype, k, &overflow));
         } else {
             gen_random(fbuf, tseed, e0, k, src->fill == PACK_RANDOM_NORM ? 1.0f : 0.0f);
         }
@@ -302,7 +319,9 @@ void pack_payload_ex(const char *out_path, const PackTensor *tensors, const Pack
         int overflow;
         if (src->fill == PACK_DATA) {
             uint32_t sdt = src->convert ? src->src_dtype : t->dtype;
-            if (src->convert) CHECK(is_float(sdt), "tensor %s: converted from dtype %u", t->name, sdt);
+            if (src->convert)   /* from a float or a block type (dequantized) */
+                CHECK(is_float(sdt) || (sdt >= PDT_Q8_0 && sdt <= PDT_Q4_1), "tensor %s: converted from dtype %u",
+                      t->name, sdt);
             uint64_t need = payload_tensor_bytes(sdt, count, &overflow);
             CHECK(!overflow && (need || !count), "tensor %s: %llu values of dtype %u", t->name,
                   (unsigned long long)count, sdt);

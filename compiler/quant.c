@@ -6,7 +6,6 @@
 #include <math.h>
 #include <string.h>
 
-static uint16_t get16(const uint8_t *b) { return (uint16_t)(b[0] | b[1] << 8); }
 static void put16(uint8_t *b, uint16_t v) { b[0] = (uint8_t)v; b[1] = (uint8_t)(v >> 8); }
 
 /* one block of 32: q8_0 {f16 d; int8 qs[32]}, q4_0 {f16 d; uint8 qs[16]}, q4_1 {f16 d; f16 m; uint8 qs[16]};
@@ -54,15 +53,6 @@ void quant_row(DType d, const float *x, int64_t n, uint8_t *out) {
 }
 
 void dequant_row(DType d, const uint8_t *in, int64_t n, float *out) {
-    const bool whole = n % 32 == 0;
-    CHECK(dtype_is_quant(d) && whole, "dequant_row(%s, %lld)", dtype_names[d], (long long)n);
-    for (int64_t i = 0; i < n; i += 32) {
-        const uint8_t *b = in + i / 32 * dtype_sizes[d];
-        const float s = pack_f16_to_f32(get16(b));
-        for (int j = 0; j < 32; j++) {
-            const int nib = j < 16 ? b[(d == DT_Q4_1 ? 4 : 2) + j] & 15 : b[(d == DT_Q4_1 ? 4 : 2) + j - 16] >> 4;
-            out[i + j] = d == DT_Q8_0 ? s * (float)(int8_t)b[2 + j]
-                         : d == DT_Q4_0 ? s * (float)(nib - 8) : s * (float)nib + pack_f16_to_f32(get16(b + 2));
-        }
-    }
+    CHECK(dtype_is_quant(d), "dequant_row(%s)", dtype_names[d]);
+    pack_dequant_blocks((uint32_t)d, in, (size_t)n, out);   /* the payload's codes are DType's (main.c) */
 }
