@@ -2,7 +2,8 @@
  * --system, --chat-messages: through the chat template) and
  * `llmcc detokenize DIR [--show-special] ID...`, through the same packed blob
  * and runtime code that the emitted binaries use, so what these print is
- * what a compiled model will see. */
+ * what a compiled model will see. DIR may be a GGUF file instead (chosen by
+ * its magic or a .gguf name, as `llmcc inspect` chooses). */
 #include "tokenizer_pack.h"
 #include "tokenizer.h"
 #include "json.h"
@@ -11,20 +12,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* chat: pack the chat template too (otherwise an unknown template does not matter here). */
-static Tokenizer *load_dir(Arena *a, const char *dir, bool chat) {
-    if (!dir_exists(dir)) die_user(dir, NULL, "not a directory");
+/* chat: pack the chat template too (otherwise an unknown template does not matter here).
+ * *tpl_where: the file and key a chat template would be read from, for "there is none". */
+static Tokenizer *load_dir(Arena *a, const char *dir, bool chat, const char **tpl_file, const char **tpl_key) {
     size_t size;
     TokPackOpts po = { .no_chat = !chat };
-    uint8_t *blob = tokenizer_pack_opts(a, dir, &po, &size);
-    if (!blob) die_user(dir, NULL, "no tokenizer.json in this model directory");
+    uint8_t *blob;
+    if (gguf_is_gguf_path(dir)) {
+        GgufFile g = {0};
+        gguf_open(a, dir, &g);
+        /* the blob holds copies of the strings it needs: the mapping can go */
+        blob = tokenizer_pack_gguf(a, &g, dir, &po, &size);
+        gguf_close(&g);
+        if (!blob) die_user(dir, "tokenizer.ggml.model", "absent: this GGUF file has no tokenizer");
+        *tpl_file = dir; *tpl_key = "tokenizer.chat_template";
+    } else {
+        if (!dir_exists(dir)) die_user(dir, NULL, "not a directory or a GGUF file");
+        blob = tokenizer_pack_opts(a, dir, &po, &size);
+        if (!blob) die_user(dir, NULL, "no tokenizer.json in this model directory");
+        *tpl_file = path_join(a, dir, "tokenizer_config.json"); *tpl_key = "chat_template";
+    }
     Tokenizer *t;
     const char *err = tokenizer_load(&t, blob, size);
     if (err) die_internal(__FILE__, __LINE__, "packed tokenizer does not load: %s", err);
     return t;
 }
 
-#define TOKENIZE_USAGE "usage: llmcc tokenize DIR [--no-special] [--chat [--system TEXT] | " \
+#define TOKENIZE_USAGE "usage: llmcc tokenize DIR|FILE.gguf [--no-special] [--chat [--system TEXT] | " \
                        "--chat-messages FILE.json] [--think | --no-think] [--text] [TEXT]"
 
 /* One conversation at token t of j: [{"role": "system"|"user"|"assistant", "content": "..."}, ...],
@@ -107,10 +121,10 @@ int cmd_tokenize(int argc, char **argv) {
         die_user(NULL, "--no-special", "does not go with the chat template, whose special tokens are the point");
     if (print_text && !chat) die_user(NULL, "--text", "prints the chat template's text: give --chat too");
     Arena a = {0};
-    Tokenizer *t = load_dir(&a, dir, chat);
+    const char *tpl_file, *tpl_key;
+    Tokenizer *t = load_dir(&a, dir, chat, &tpl_file, &tpl_key);
     if (chat && tokenizer_chat_family(t) == TOK_CHAT_NONE)
-        die_user(path_join(&a, dir, "tokenizer_config.json"), "chat_template",
-                 "none: this tokenizer has no chat template");
+        die_user(tpl_file, tpl_key, "none: this tokenizer has no chat template");
     if (think != TOK_THINK_DEFAULT && !tokenizer_chat_has_thinking(t))
         die_user(NULL, think ? "--think" : "--no-think", "this chat template (%s) has no thinking switch",
                  tokenizer_chat_family_name(tokenizer_chat_family(t)));
@@ -164,9 +178,10 @@ int cmd_detokenize(int argc, char **argv) {
             die_user(NULL, NULL, "detokenize: \"%s\" is not a token id", argv[i]);
         ids[nid++] = (int32_t)v;
     }
-    if (!dir) die_user(NULL, NULL, "usage: llmcc detokenize DIR [--show-special] ID...");
+    if (!dir) die_user(NULL, NULL, "usage: llmcc detokenize DIR|FILE.gguf [--show-special] ID...");
     Arena a = {0};
-    Tokenizer *t = load_dir(&a, dir, false);
+    const char *tpl_file, *tpl_key;
+    Tokenizer *t = load_dir(&a, dir, false, &tpl_file, &tpl_key);
     int vs = tokenizer_vocab_size(t);
     for (int i = 0; i < nid; i++)
         if (ids[i] >= vs) die_user(NULL, NULL, "detokenize: id %d is outside the vocabulary (size %d)", ids[i], vs);

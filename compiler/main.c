@@ -3,7 +3,7 @@
  *   llmcc build MODEL -o DIR            write a self-contained project
  *   llmcc inspect MODEL                 config and tensors of a checkpoint
  *   llmcc inspect FILE.gguf             header, metadata and tensors of a GGUF file
- *   llmcc tokenize DIR [TEXT] / detokenize DIR ID...
+ *   llmcc tokenize DIR [TEXT] / detokenize DIR ID...   (DIR or FILE.gguf)
  */
 #include "pipeline.h"
 #include "emit_harness.h"
@@ -61,9 +61,9 @@ static const char USAGE[] =
     "  build MODEL -o DIR         write a self-contained project to DIR; `make -C DIR` builds it\n"
     "  inspect MODEL              print the parsed config and the checkpoint's tensors\n"
     "  inspect FILE.gguf          print a GGUF file's header, metadata and tensors\n"
-    "  tokenize DIR [TEXT]        print the ids of TEXT (or of standard input)\n"
+    "  tokenize DIR [TEXT]        print the ids of TEXT (or of standard input); DIR may be FILE.gguf\n"
     "                             (--chat [--system S], --chat-messages F.json: after the chat template)\n"
-    "  detokenize DIR ID...       print the text of the ids\n"
+    "  detokenize DIR ID...       print the text of the ids (DIR or FILE.gguf)\n"
     "\n"
     "EXPR: torch.randn/zeros/ones(*size, dtype=torch.float32|bfloat16|float16), nn.Linear(in, out,\n"
     "  bias=True), nn.RMSNorm(dim, eps=None), nn.Softmax(dim=-1), nn.SiLU(), F.silu, F.softmax(x, dim=-1),\n"

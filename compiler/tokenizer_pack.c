@@ -9,6 +9,7 @@
 #include "tokenizer_pack.h"
 #include "json.h"
 #include "tokenizer.h"
+#include "tokenizer_pack_internal.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,22 +19,18 @@ static const char QWEN2_RE[] = RE_HEAD "\\p{N}" RE_TAIL;
 static const char LLAMA3_RE[] = RE_HEAD "\\p{N}{1,3}" RE_TAIL;
 #define SPM_SPACE "\xE2\x96\x81"   /* U+2581 */
 
-typedef struct { const char *s; size_t n; int32_t id; } HEnt;
-typedef struct { HEnt *e; size_t mask; } Hash;   /* string -> id, open addressing */
-
-static void hash_init(Arena *a, Hash *h, size_t n) {
+void tokhash_init(Arena *a, Hash *h, size_t n) {
     size_t c = 16; while (c < 2 * n + 1) c <<= 1;
     h->e = ARENA_ARRAY(a, HEnt, c); h->mask = c - 1;
     for (size_t i = 0; i < c; i++) h->e[i].id = -1;
 }
-/* s's entry, or the empty one (id -1) where it goes */
-static HEnt *hash_slot(const Hash *h, const char *s, size_t n) {
+HEnt *tokhash_slot(const Hash *h, const char *s, size_t n) {
     for (size_t i = fnv1a(s, n) & h->mask;; i = (i + 1) & h->mask) {
         HEnt *e = &h->e[i];
         if (e->id < 0 || (e->n == n && memcmp(e->s, s, n) == 0)) return e;
     }
 }
-static int32_t hash_get(const Hash *h, const char *s, size_t n) { return hash_slot(h, s, n)->id; }
+int32_t tokhash_get(const Hash *h, const char *s, size_t n) { return tokhash_slot(h, s, n)->id; }
 
 typedef struct {
     Arena *a;
@@ -72,12 +69,12 @@ static bool empty_or_null_str(Pk *p, int obj, const char *k) {
 static int32_t token_lookup(Pk *p, const char *s, size_t n) {
     for (int32_t i = 0; i < p->nadd; i++)
         if (p->add[i].n == n && memcmp(p->add[i].s, s, n) == 0) return p->add[i].id;
-    return hash_get(&p->vocab, s, n);
+    return tokhash_get(&p->vocab, s, n);
 }
+static int32_t token_lookup_cb(const void *ctx, const char *s, size_t n) { return token_lookup((Pk *)ctx, s, n); }
 
-/* GPT-2 bytes_to_unicode, inverted: code point -> byte, or -1. */
-static void gpt2_unmap_table(int16_t *tab /* [324] */) {
-    for (int i = 0; i < 324; i++) tab[i] = -1;
+void gpt2_unmap_table(int16_t *tab) {
+    for (int i = 0; i < GPT2_UNMAP_SIZE; i++) tab[i] = -1;
     int n = 0;
     for (int b = 0; b < 256; b++) {
         bool self = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
@@ -85,9 +82,7 @@ static void gpt2_unmap_table(int16_t *tab /* [324] */) {
         else tab[256 + n++] = (int16_t)b;
     }
 }
-/* Converts a byte-level vocab spelling to raw bytes; false when some char is
- * not in the byte map (such a token cannot come out of BPE; we keep its text). */
-static bool gpt2_unmap(const int16_t *tab, const char *s, size_t n, char *out, size_t *on) {
+bool gpt2_unmap(const int16_t *tab, const char *s, size_t n, char *out, size_t *on) {
     size_t k = 0;
     for (size_t i = 0; i < n;) {
         uint8_t c = (uint8_t)s[i];
@@ -97,7 +92,7 @@ static bool gpt2_unmap(const int16_t *tab, const char *s, size_t n, char *out, s
             cp = (uint32_t)(c & 0x1F) << 6 | ((uint8_t)s[i + 1] & 0x3F); l = 2;
         }
         else return false;
-        if (cp >= 324 || tab[cp] < 0) return false;
+        if (cp >= GPT2_UNMAP_SIZE || tab[cp] < 0) return false;
         out[k++] = (char)tab[cp];
         i += l;
     }
@@ -158,12 +153,6 @@ static void template_single(Pk *p, int tp, const char *key, int32_t *bos, int32_
  * recognised by markers of the families runtime/tokenizer.c renders. A
  * template that shows an unknown construct is refused, never rendered
  * differently from transformers. */
-typedef struct {
-    uint32_t family, flags;
-    int32_t eot, bos, eos;
-    const char *sys; size_t sys_len;   /* sys NULL: no default system prompt */
-} ChatInfo;
-
 /* alignment-handbook's Zephyr template, which TinyLlama-1.1B-Chat-v1.0 ships */
 static const char ZEPHYR_TEMPLATE[] =
     "{% for message in messages %}\n{% if message['role'] == 'user' %}\n"
@@ -292,33 +281,31 @@ static char *jinja_unescape(Arena *a, const char *s, size_t n, size_t *len) {
 /* Qwen3's (the hybrid-thinking release of April 2025: ../shared/assets/tokenizers/qwen3, tests/test_chat.py) */
 #define QWEN3_TEMPLATE_HASH 0x49e04c9ae4138444ull
 
-/* The ids of a template's n marker tokens, each a token of tokenizer.json; returns the last one's. */
-static int32_t chat_tokens(Pk *p, const char *cpath, const char *family, const char *const *toks, int n) {
+/* The ids of a template's n marker tokens, each a token of the vocabulary; returns the last one's. */
+static int32_t chat_tokens(const ChatSource *src, const char *family, const char *const *toks, int n) {
     int32_t id = -1;
     for (int i = 0; i < n; i++)
-        if ((id = token_lookup(p, toks[i], strlen(toks[i]))) < 0)
-            die_user(cpath, "chat_template", "a %s template, but \"%s\" is not a token of tokenizer.json", family,
-                     toks[i]);
+        if ((id = src->lookup(src->ctx, toks[i], strlen(toks[i]))) < 0)
+            die_user(src->path, src->tpl_key, "a %s template, but \"%s\" is not a token of %s", family, toks[i],
+                     src->vocab_name);
     return id;
 }
 
-/* Fills *ci, which comes with no family, flags 0 and every id -1. */
-static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, int32_t bos, int32_t eos,
-                           ChatInfo *ci) {
-    Arena *a = p->a;
+void chat_recognise(const ChatSource *src, const char *tpl, size_t n, int32_t bos, int32_t eos, ChatInfo *ci) {
+    Arena *a = src->a;
     bool text;
     const char *N = chat_normalise(a, tpl, n, &text);
     const char *hint = "(known: Qwen2/Qwen2.5/SmolLM2 ChatML, Qwen3, Llama 3 / 3.1 / 3.2 Instruct, Zephyr/TinyLlama); "
                        "build with --no-chat to leave chat out";
 #define HAS(x) (strstr(N, x) != NULL)
-#define REFUSE(...) die_user(cpath, "chat_template", __VA_ARGS__)
+#define REFUSE(...) die_user(src->path, src->tpl_key, __VA_ARGS__)
     if (HAS("<|im_start|>") && HAS("<|im_end|>") && (HAS("enable_thinking") || HAS("<think>"))) {
         /* Qwen3's template, whole: its tools branches are not rendered, and its reasoning rules are */
         if (fnv1a(N, strlen(N)) != QWEN3_TEMPLATE_HASH)
             REFUSE("a ChatML template with thinking that differs from Qwen3's is not supported yet %s", hint);
         ci->family = TOK_CHAT_QWEN3;
-        ci->eot = chat_tokens(p, cpath, "Qwen3", (const char *const[]){"<|im_start|>", "<think>", "</think>",
-                                                                      "<|im_end|>"}, 4);
+        ci->eot = chat_tokens(src, "Qwen3", (const char *const[]){"<|im_start|>", "<think>", "</think>",
+                                                                  "<|im_end|>"}, 4);
     } else if (HAS("<|im_start|>") && HAS("<|im_end|>")) {
         static const char *const bad[] = { "<think>", "enable_thinking", "reasoning_content", "bos_token", "|trim",
                                            ".strip(" };
@@ -328,7 +315,7 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
             !HAS("{{'<|im_start|>assistant\\n'}}"))
             REFUSE("a ChatML-like template that differs from Qwen's is not supported yet %s", hint);
         ci->family = TOK_CHAT_CHATML;
-        ci->eot = chat_tokens(p, cpath, "ChatML", (const char *const[]){"<|im_start|>", "<|im_end|>"}, 2);
+        ci->eot = chat_tokens(src, "ChatML", (const char *const[]){"<|im_start|>", "<|im_end|>"}, 2);
         /* the default system prompt: '<|im_start|>system\nTEXT<|im_end|>\n' in one literal, given
          * where the messages bring none, as Qwen2.5 writes it (an else branch before the loop) or
          * Qwen2 and SmolLM2 do (at the loop's first message). The two render alike: the renderer
@@ -372,9 +359,10 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
                        "Llama 3.1 / 3.2 Instruct templates is not supported yet %s", l31[k], hint);
             ci->family = TOK_CHAT_LLAMA31;
             ci->flags = TOKC_TRIM | (h == LLAMA32_TEMPLATE_HASH ? TOKC_TODAY : 0);
-            ci->eot = chat_tokens(p, cpath, "Llama 3.1", LLAMA3_TOKENS, 3);
+            ci->eot = chat_tokens(src, "Llama 3.1", LLAMA3_TOKENS, 3);
             if (bos < 0)
-                die_user(cpath, "bos_token", "the Llama 3.1 chat template starts with bos_token, but there is none");
+                die_user(src->path, src->bos_key,
+                         "the Llama 3.1 chat template starts with bos_token, but there is none");
             ci->bos = bos;
             return;
         }
@@ -385,8 +373,9 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
         if (text || !h || !HAS("bos_token") || !HAS("{{'<|start_header_id|>assistant<|end_header_id|>\\n\\n'}}"))
             REFUSE("a Llama 3-like template that differs from Llama 3 Instruct's is not supported yet %s", hint);
         ci->family = TOK_CHAT_LLAMA3;
-        ci->eot = chat_tokens(p, cpath, "Llama 3", LLAMA3_TOKENS, 3);
-        if (bos < 0) die_user(cpath, "bos_token", "the Llama 3 chat template starts with bos_token, but there is none");
+        ci->eot = chat_tokens(src, "Llama 3", LLAMA3_TOKENS, 3);
+        if (bos < 0)
+            die_user(src->path, src->bos_key, "the Llama 3 chat template starts with bos_token, but there is none");
         ci->bos = bos;
     } else if (HAS("<|user|>") && HAS("<|assistant|>")) {
         bool t2;
@@ -394,7 +383,8 @@ static void chat_recognise(Pk *p, const char *cpath, const char *tpl, size_t n, 
             REFUSE("a Zephyr-like template that differs from TinyLlama's is not supported yet %s", hint);
         ci->family = TOK_CHAT_ZEPHYR;
         if (eos < 0)
-            die_user(cpath, "eos_token", "the Zephyr chat template ends turns with eos_token, but there is none");
+            die_user(src->path, src->eos_key,
+                     "the Zephyr chat template ends turns with eos_token, but there is none");
         ci->eos = ci->eot = eos;
     } else {
         REFUSE("this chat template is not one llmcc knows %s", hint);
@@ -428,6 +418,38 @@ static uint32_t metaspace(Pk *p, int obj, const char *key, bool *split) {
     return pre;
 }
 
+uint8_t *tokpack_write(Arena *a, const TokSpec *s, const char *path, const char *key, size_t *size) {
+    uint64_t pool = 0;
+    for (uint32_t i = 0; i < s->ntok; i++) pool += s->len[i];
+    const ChatInfo *ci = &s->chat;
+    uint64_t nchat = ci->family ? TOK_CHAT_HEADER_SIZE + (ci->sys ? ci->sys_len : 0) : 0;
+    uint64_t total = TOK_HEADER_SIZE + 4ull * (s->ntok + 1) + s->ntok + 9ull * s->nmerge + pool + nchat;
+    if (total > 0x7FFFFFFFull) die_user(path, key, "tokenizer too large to pack");
+    uint8_t *blob = arena_alloc(a, (size_t)total), *w = blob;
+#define PUT32(v) do { uint32_t _v = (v); for (int _s = 0; _s < 32; _s += 8) *w++ = (uint8_t)(_v >> _s); } while (0)
+#define PUT24(v) do { uint32_t _v = (v); for (int _s = 0; _s < 24; _s += 8) *w++ = (uint8_t)(_v >> _s); } while (0)
+    PUT32(TOK_MAGIC); PUT32(TOK_VERSION); PUT32(s->model); PUT32(s->flags);
+    PUT32(s->pre); PUT32(s->bos); PUT32(s->eos); PUT32(s->unk);
+    PUT32(s->ntok); PUT32(s->nmerge); PUT32(pool); PUT32(nchat);
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < s->ntok; i++) { PUT32(off); off += s->len[i]; }
+    PUT32(off);
+    memcpy(w, s->tflag, s->ntok); w += s->ntok;
+    const uint32_t *mg = s->merges;
+    for (uint32_t i = 0; i < s->nmerge; i++) { PUT24(mg[3 * i]); PUT24(mg[3 * i + 1]); PUT24(mg[3 * i + 2]); }
+    for (uint32_t i = 0; i < s->ntok; i++) { if (s->len[i]) memcpy(w, s->str[i], s->len[i]); w += s->len[i]; }
+    if (nchat) {
+        PUT32(ci->family); PUT32(ci->flags); PUT32(ci->eot); PUT32(ci->bos); PUT32(ci->eos);
+        PUT32(ci->sys ? (uint32_t)ci->sys_len : UINT32_MAX);
+        if (ci->sys && ci->sys_len) { memcpy(w, ci->sys, ci->sys_len); w += ci->sys_len; }
+    }
+#undef PUT32
+#undef PUT24
+    CHECK((uint64_t)(w - blob) == total, "tokenizer blob size");
+    *size = (size_t)total;
+    return blob;
+}
+
 uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts, size_t *size) {
     Pk pk = { .a = a }, *p = &pk;
     p->path = path_join(a, dir, "tokenizer.json");
@@ -456,7 +478,7 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
     int vocab = json_find(j, model, "vocab");
     if (json_type(j, vocab) != JSON_OBJECT) die_user(p->path, "model.vocab", "missing or not an object");
     int nv = json_size(j, vocab);
-    hash_init(a, &p->vocab, (size_t)nv);
+    tokhash_init(a, &p->vocab, (size_t)nv);
     int32_t maxid = -1;
     HEnt *ve = ARENA_ARRAY(a, HEnt, nv > 0 ? nv : 1);   /* in the file's order */
     int iv = 0;
@@ -467,7 +489,7 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         if (!json_get_int64(j, k + 1, &id) || id < 0 || id >= (1 << 24))
             die_user(p->path, "model.vocab", "\"%s\": id must be an integer in [0, 16777215]", s);
         if (n == 0) die_user(p->path, "model.vocab", "empty token string");
-        HEnt *e = hash_slot(&p->vocab, s, n);
+        HEnt *e = tokhash_slot(&p->vocab, s, n);
         if (e->id >= 0) die_user(p->path, "model.vocab", "\"%s\" appears twice", s);
         *e = ve[iv] = (HEnt){s, n, (int32_t)id};
         if (id > maxid) maxid = (int32_t)id;
@@ -687,15 +709,19 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
             tpl_path = jp;
         }
     }
-    if (tpl && !(opts && opts->no_chat))
-        chat_recognise(p, tpl_path, tpl, tpl_len, cfg_bos >= 0 ? cfg_bos : bos, eos, &ci);
+    if (tpl && !(opts && opts->no_chat)) {
+        ChatSource src = { .a = a, .path = tpl_path, .tpl_key = "chat_template", .bos_key = "bos_token",
+                           .eos_key = "eos_token", .vocab_name = "tokenizer.json", .lookup = token_lookup_cb,
+                           .ctx = p };
+        chat_recognise(&src, tpl, tpl_len, cfg_bos >= 0 ? cfg_bos : bos, eos, &ci);
+    }
 
     int32_t unk = -1;
     int ut = json_find(j, model, "unk_token");
     if (ut >= 0 && !json_is_null(j, ut)) {
         size_t n;
         const char *s = str_or_die(p, ut, "model.unk_token", &n);
-        unk = hash_get(&p->vocab, s, n);
+        unk = tokhash_get(&p->vocab, s, n);
         if (unk < 0) die_user(p->path, "model.unk_token", "\"%s\" is not in model.vocab", s);
     }
 
@@ -703,7 +729,7 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
     const char **ts = ARENA_ARRAY(a, const char *, ntok);
     uint32_t *tn = ARENA_ARRAY(a, uint32_t, ntok);
     uint8_t *tf = ARENA_ARRAY(a, uint8_t, ntok);
-    int16_t unmap[324];
+    int16_t unmap[GPT2_UNMAP_SIZE];
     gpt2_unmap_table(unmap);
     for (int i = 0; i < nv; i++) {
         int32_t id = ve[i].id;
@@ -720,7 +746,7 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         int32_t id = p->add[i].id;
         uint8_t f = TOKT_ADDED | (p->add[i].special ? TOKT_SPECIAL : 0);
         /* an added token that is also in model.vocab stays visible to BPE only with the same text */
-        if (hash_get(&p->vocab, p->add[i].s, p->add[i].n) == id) f |= TOKT_VOCAB;
+        if (tokhash_get(&p->vocab, p->add[i].s, p->add[i].n) == id) f |= TOKT_VOCAB;
         if (tf[id] & TOKT_ADDED) die_user(p->path, "added_tokens", "id %d is used twice", id);
         ts[id] = p->add[i].s; tn[id] = (uint32_t)p->add[i].n; tf[id] = f;
     }
@@ -747,10 +773,10 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
             bs = json_get_str(a, j, json_next(j, k + 1), &bn);
             if (!as || !bs) die_user(p->path, arena_printf(a, "model.merges[%d]", i), "expected two strings");
         } else die_user(p->path, arena_printf(a, "model.merges[%d]", i), "expected \"left right\" or [left, right]");
-        int32_t ia = hash_get(&p->vocab, as, an), ib = hash_get(&p->vocab, bs, bn);
+        int32_t ia = tokhash_get(&p->vocab, as, an), ib = tokhash_get(&p->vocab, bs, bn);
         if (an + bn > catcap) { catcap = 2 * (an + bn); cat = arena_alloc(a, catcap); }
         memcpy(cat, as, an); memcpy(cat + an, bs, bn);
-        int32_t ic = hash_get(&p->vocab, cat, an + bn);
+        int32_t ic = tokhash_get(&p->vocab, cat, an + bn);
         if (ia < 0 || ib < 0 || ic < 0)
             die_user(p->path, arena_printf(a, "model.merges[%d]", i), "\"%.*s\" + \"%.*s\": %s is not in model.vocab",
                      (int)an, as, (int)bn, bs,
@@ -758,15 +784,6 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         mg[3 * i] = (uint32_t)ia; mg[3 * i + 1] = (uint32_t)ib; mg[3 * i + 2] = (uint32_t)ic;
     }
 
-    /* ---- write ---- */
-    uint64_t pool = 0;
-    for (uint32_t i = 0; i < ntok; i++) pool += tn[i];
-    uint64_t nchat = ci.family ? TOK_CHAT_HEADER_SIZE + (ci.sys ? ci.sys_len : 0) : 0;
-    uint64_t total = TOK_HEADER_SIZE + 4ull * (ntok + 1) + ntok + 9ull * (uint64_t)nm + pool + nchat;
-    if (total > 0x7FFFFFFFull) die_user(p->path, "model.vocab", "tokenizer too large to pack");
-    uint8_t *blob = arena_alloc(a, (size_t)total), *w = blob;
-#define PUT32(v) do { uint32_t _v = (v); for (int _s = 0; _s < 32; _s += 8) *w++ = (uint8_t)(_v >> _s); } while (0)
-#define PUT24(v) do { uint32_t _v = (v); for (int _s = 0; _s < 24; _s += 8) *w++ = (uint8_t)(_v >> _s); } while (0)
     uint32_t flags = (nfc ? TOKF_NFC : 0) | (ignore_merges ? TOKF_IGNORE_MERGES : 0) | (add_bos ? TOKF_ADD_BOS : 0) |
                      (add_eos ? TOKF_ADD_EOS : 0) | (byte_fallback ? TOKF_BYTE_FALLBACK : 0) |
                      (spm_norm ? TOKF_SPM_NORM : 0) | (fuse_unk ? TOKF_FUSE_UNK : 0) |
@@ -774,25 +791,10 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
                      (digit_runs ? TOKF_DIGIT_RUNS : 0) | (prefix_space ? TOKF_PREFIX_SPACE : 0) |
                      (meta_split ? TOKF_META_SPLIT : 0) | (dec_no_bytes ? TOKF_DEC_NO_BYTES : 0) |
                      (dec_meta_first ? TOKF_DEC_META_FIRST : 0);
-    PUT32(TOK_MAGIC); PUT32(TOK_VERSION); PUT32(byte_level ? TOK_MODEL_BYTELEVEL : TOK_MODEL_SPM); PUT32(flags);
-    PUT32(pre); PUT32(bos); PUT32(eos); PUT32(unk);
-    PUT32(ntok); PUT32(nm); PUT32(pool); PUT32(nchat);
-    uint32_t off = 0;
-    for (uint32_t i = 0; i < ntok; i++) { PUT32(off); off += tn[i]; }
-    PUT32(off);
-    memcpy(w, tf, ntok); w += ntok;
-    for (int i = 0; i < nm; i++) { PUT24(mg[3 * i]); PUT24(mg[3 * i + 1]); PUT24(mg[3 * i + 2]); }
-    for (uint32_t i = 0; i < ntok; i++) { if (tn[i]) memcpy(w, ts[i], tn[i]); w += tn[i]; }
-    if (nchat) {
-        PUT32(ci.family); PUT32(ci.flags); PUT32(ci.eot); PUT32(ci.bos); PUT32(ci.eos);
-        PUT32(ci.sys ? (uint32_t)ci.sys_len : UINT32_MAX);
-        if (ci.sys && ci.sys_len) { memcpy(w, ci.sys, ci.sys_len); w += ci.sys_len; }
-    }
-#undef PUT32
-#undef PUT24
-    CHECK((uint64_t)(w - blob) == total, "tokenizer blob size");
-    *size = (size_t)total;
-    return blob;
+    TokSpec spec = { .model = byte_level ? TOK_MODEL_BYTELEVEL : TOK_MODEL_SPM, .flags = flags, .pre = pre,
+                     .bos = bos, .eos = eos, .unk = unk, .ntok = ntok, .str = ts, .len = tn, .tflag = tf,
+                     .nmerge = (uint32_t)nm, .merges = mg, .chat = ci };
+    return tokpack_write(a, &spec, p->path, "model.vocab", size);
 }
 
 uint8_t *tokenizer_pack(Arena *a, const char *dir, size_t *size) { return tokenizer_pack_opts(a, dir, NULL, size); }

@@ -1,7 +1,9 @@
-/* tokenizer_pack.h: tokenizer.json (+ tokenizer_config.json) -> the packed
- * blob that runtime/tokenizer.c reads (format: runtime/tokenizer.h). */
+/* tokenizer_pack.h: tokenizer.json (+ tokenizer_config.json), or a GGUF
+ * file's tokenizer.* metadata, -> the packed blob that runtime/tokenizer.c
+ * reads (format: runtime/tokenizer.h). */
 #ifndef LLMCC_TOKENIZER_PACK_H
 #define LLMCC_TOKENIZER_PACK_H
+#include "gguf.h"
 #include "util.h"
 
 /* Returns the blob (in the arena) and its size, or NULL when DIR has no
@@ -11,6 +13,10 @@ uint8_t *tokenizer_pack(Arena *a, const char *dir, size_t *size);
  * otherwise a template llmcc cannot reproduce is a user error. */
 typedef struct { bool no_chat; } TokPackOpts;
 uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts, size_t *size);
+/* The same from an opened GGUF file (compiler/tokenizer_gguf.c; path names it in messages): the blob
+ * tokenizer_pack_opts writes for the tokenizer.json it was converted from. NULL when the file has no
+ * tokenizer (tokenizer.ggml.model absent or "none"). */
+uint8_t *tokenizer_pack_gguf(Arena *a, const GgufFile *g, const char *path, const TokPackOpts *opts, size_t *size);
 
 /* llmcc tokenize / detokenize (compiler/cmd_tokenize.c). */
 int cmd_tokenize(int argc, char **argv);

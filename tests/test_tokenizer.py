@@ -18,7 +18,7 @@ import sys
 from testlib import ROOT, Skip, build_c, run, shared, tmpdir
 
 SOURCES = ["tests/c/tokenizer_driver.c", "runtime/tokenizer.c", "compiler/tokenizer_pack.c",
-           "compiler/json.c", "compiler/util.c"]
+           "compiler/json.c", "compiler/util.c", "compiler/tokenizer_gguf.c", "compiler/gguf.c"]
 EXPECTED = os.path.join(ROOT, "tests", "data", "tokenizer_expected.json")
 VOCAB_TESTS = ("llamacpp-vocab-tests",)
 SPM = "\u2581"
@@ -251,25 +251,28 @@ def check_sha(key, tokdir):
                    "rerun scripts/gen_tokenizer_expected.py" % tokdir)
 
 
-def check_corpus(key, tokdir):
+def check_corpus(key, tokdir, packed_from=None):
+    """KEY's expected ids and decoded texts over the corpus, from TOKDIR's tokenizer.json (the file they
+    were made with), or from PACKED_FROM instead (a GGUF file converted from it) where given."""
     texts = load_expected()["texts"]
     e = expected_of(key)
     check_sha(key, tokdir)
+    src = packed_from or tokdir
     bad = []
     # null entries in ids_special / decoded mean "same as ids" / "same as the text"
     for special, field in ((False, "ids"), (True, "ids_special")):
-        got = encode_all(tokdir, texts, special)
+        got = encode_all(src, texts, special)
         for i, t in enumerate(texts):
             want = e[field][i] if e[field][i] is not None else e["ids"][i]
             if got[i][0] != want:
                 bad.append("%s %r:\n   got %s\n   exp %s" % (field, t[:60], got[i][0][:24], want[:24]))
     # decoding (special tokens skipped) must equal HF decode
-    dec = decode_all(tokdir, e["ids"])
+    dec = decode_all(src, e["ids"])
     for i, t in enumerate(texts):
         want = e["decoded"][i] if e["decoded"][i] is not None else t
         if dec[i] != want:
             bad.append("decode %r: got %r exp %r" % (t[:40], dec[i][:60], want[:60]))
-    print("    %s: %d texts, %d mismatches" % (key, len(texts), len(bad)))
+    print("    %s%s: %d texts, %d mismatches" % (key, " (GGUF)" if packed_from else "", len(texts), len(bad)))
     assert not bad, "%d mismatches:\n%s" % (len(bad), "\n".join(bad[:12]))
 
 

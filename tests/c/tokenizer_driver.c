@@ -1,4 +1,5 @@
-/* tokenizer_driver.c: test driver for runtime/tokenizer.c + compiler/tokenizer_pack.c.
+/* tokenizer_driver.c: test driver for runtime/tokenizer.c + compiler/tokenizer_pack.c
+ * (and compiler/tokenizer_gguf.c: DIR may be a GGUF file, chosen as llmcc tokenize chooses).
  *   DRV DIR info                 sizes, ids, load time
  *   DRV DIR encode [--no-special] < records   records: u32 LE length + bytes;
  *        prints per record "ids<TAB>R" where R is 1 when decode(ids) with
@@ -35,7 +36,13 @@ int main(int argc, char **argv) {
     Arena a = {0};
     size_t size;
     double t0 = now();
-    uint8_t *blob = tokenizer_pack(&a, argv[1], &size);
+    uint8_t *blob;
+    if (gguf_is_gguf_path(argv[1])) {
+        GgufFile g = {0};
+        gguf_open(&a, argv[1], &g);
+        blob = tokenizer_pack_gguf(&a, &g, argv[1], NULL, &size);
+        gguf_close(&g);
+    } else blob = tokenizer_pack(&a, argv[1], &size);
     double t1 = now();
     if (!blob) { fprintf(stderr, "no tokenizer.json\n"); arena_free(&a); return 3; }
     Tokenizer *t;
