@@ -10,7 +10,6 @@
 #include "emit_harness.h"
 #include "interp.h"
 #include "pack.h"
-#include "quant.h"
 #include "torch_expr.h"
 #include <errno.h>
 #include <math.h>
@@ -203,8 +202,8 @@ static double *fill_leaf(const GNode *n, uint64_t seed, const char *path, uint8_
     if (quant) {
         uint8_t *q = malloc((size_t)dtype_bytes(n->dtype, N));
         CHECK(q, "out of memory (%lld values)", (long long)N);
-        quant_row(n->dtype, raw, N, q);
-        dequant_row(n->dtype, q, N, raw);
+        pack_quant_blocks((uint32_t)n->dtype, raw, (size_t)N, q);   /* the payload's codes are DType's (main.c) */
+        pack_dequant_blocks((uint32_t)n->dtype, q, (size_t)N, raw);
         for (int64_t i = 0; i < N; i++) v[i] = ((float *)raw)[i];
         free(raw);
         raw = *blocks = q;
@@ -246,7 +245,7 @@ static double *copy_leaf(const GNode *n, const StTensor *t, const char *path) {
     if (dtype_is_quant(n->dtype)) {
         float *f = malloc(sizeof(float) * (size_t)N);
         CHECK(f, "out of memory");
-        dequant_row(n->dtype, t->data, N, f);
+        pack_dequant_blocks((uint32_t)n->dtype, t->data, (size_t)N, f);
         for (int64_t i = 0; i < N; i++) v[i] = f[i];
         free(f);
     }

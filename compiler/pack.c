@@ -5,6 +5,7 @@
  * (--random-weights). Memory stays a few MiB whatever the model size. */
 #include "pack.h"
 #include "payload.h"
+#include <math.h>
 #include "util.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -70,6 +71,54 @@ float pack_f16_to_f32(uint16_t h) {
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+/* ---- GGUF's block types: ggml-quants.c's reference quantizers, bit for bit (the scale from the block's extreme
+ * in f32, the integers from its f32 reciprocal, the scale then stored as f16), and the dequantization ---- */
+static void put16(uint8_t *b, uint16_t v) { b[0] = (uint8_t)v; b[1] = (uint8_t)(v >> 8); }
+
+/* one block of 32: q8_0 {f16 d; int8 qs[32]}, q4_0 {f16 d; uint8 qs[16]}, q4_1 {f16 d; f16 m; uint8 qs[16]};
+ * 4-bit value j < 16 in qs[j]'s low nibble, j >= 16 in qs[j - 16]'s high one */
+static void quant_block(uint32_t dt, const float *x, uint8_t *b) {
+    float amax = 0, max = 0, lo = x[0], hi = x[0];
+    for (int j = 0; j < 32; j++) {
+        if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
+        lo = fminf(lo, x[j]); hi = fmaxf(hi, x[j]);
+    }
+    switch (dt) {
+    case PDT_Q8_0: {
+        const float s = amax / 127, inv = s ? 1.0f / s : 0.0f;
+        put16(b, pack_f32_to_f16(s));
+        for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * inv);
+        return;
+    }
+    case PDT_Q4_0: {
+        const float s = max / -8, inv = s ? 1.0f / s : 0.0f;
+        put16(b, pack_f32_to_f16(s));
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int8_t)(x[j] * inv + 8.5f), q1 = (int8_t)(x[j + 16] * inv + 8.5f);
+            b[2 + j] = (uint8_t)((q0 < 15 ? q0 : 15) | (q1 < 15 ? q1 : 15) << 4);
+        }
+        return;
+    }
+    case PDT_Q4_1: {
+        const float s = (hi - lo) / 15, inv = s ? 1.0f / s : 0.0f;
+        put16(b, pack_f32_to_f16(s));
+        put16(b + 2, pack_f32_to_f16(lo));
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int8_t)((x[j] - lo) * inv + 0.5f), q1 = (int8_t)((x[j + 16] - lo) * inv + 0.5f);
+            b[4 + j] = (uint8_t)((q0 < 15 ? q0 : 15) | (q1 < 15 ? q1 : 15) << 4);
+        }
+        return;
+    }
+    default: CHECK(0, "quantize into dtype %u", dt);
+    }
+}
+
+void pack_quant_blocks(uint32_t dt, const float *x, size_t n, uint8_t *out) {
+    const bool whole = n % 32 == 0;   /* (a % in CHECK's condition would be read as a format) */
+    CHECK(dt >= PDT_Q8_0 && dt <= PDT_Q4_1 && whole, "quantize %zu values into dtype %u", n, dt);
+    for (size_t i = 0; i < n; i += 32) quant_block(dt, x + i, out + i / 32 * payload_dtype_bytes(dt));
 }
 
 void pack_dequant_blocks(uint32_t dt, const uint8_t *in, size_t n, float *out) {

