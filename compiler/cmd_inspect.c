@@ -1,8 +1,9 @@
 /* cmd_inspect.c: `llmcc inspect MODEL [--config-only]`: prints what llmcc
  * understood of a checkpoint (every ModelConfig field, then the tensors), so
  * a user can see why a model compiles the way it does before compiling it.
- * `llmcc inspect FILE.gguf` is main.c's cmd_inspect_gguf (gguf_print), so that
- * this file links without the GGUF reader (tests/c/st_dump.c).
+ * `llmcc inspect FILE.gguf` is main.c's cmd_inspect_gguf (gguf_print, or this
+ * file's model_config_print of what gguf_model.c reads), so that this file
+ * links without the GGUF reader (tests/c/st_dump.c).
  * argv[0] is the subcommand name ("inspect"). */
 #include "config.h"
 #include "json.h"
@@ -17,7 +18,7 @@ static const char *basename_of(const char *p) {
 }
 
 /* Every ModelConfig field as "name: value", by its type: S string, I int, D double, B bool. */
-static void print_config(const ModelConfig *c) {
+void model_config_print(const ModelConfig *c) {
 #define S(f) printf(#f ": %s\n", c->f);
 #define I(f) printf(#f ": %d\n", c->f);
 #define D(f) printf(#f ": %.9g\n", c->f);
@@ -27,6 +28,11 @@ static void print_config(const ModelConfig *c) {
     I(head_dim) D(rms_norm_eps) D(rope_theta)
     printf("rope_type: %s\n", rope_type_name(c->rope_type));
     D(rope_factor) D(rope_low_freq_factor) D(rope_high_freq_factor) I(rope_original_max_pos)
+    if (c->rope_freq_factors) {   /* only GGUF files have them: a directory's output stays as it was */
+        printf("rope_freq_factors: [");
+        for (int i = 0; i < c->head_dim / 2; i++) printf("%s%.9g", i ? ", " : "", c->rope_freq_factors[i]);
+        printf("]\n");
+    }
     I(max_position_embeddings) I(vocab_size)
     B(tie_word_embeddings) B(attention_bias) B(o_bias) B(mlp_bias) B(qk_norm) I(sliding_window)
     for (int i = 0; i < c->n_ignored_keys; i++) printf("ignored_key: %s\n", c->ignored_keys[i]);
@@ -71,7 +77,8 @@ int cmd_inspect(int argc, char **argv) {
         else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             printf(INSPECT_USAGE "\n"
                    "Prints the parsed config.json / generation_config.json and the weight tensors.\n"
-                   "For a GGUF file: its version, alignment, metadata, tensor table and totals per ggml type.\n"
+                   "For a GGUF file: its version, alignment, metadata, tensor table and totals per ggml type;\n"
+                   "with --config-only the config llmcc reads from its metadata (--config-keys: each key's class).\n"
                    "--config-keys prints how each key of config.json is treated (read, default-only, inert, ignored).\n"
                    "--ignore-config-key KEY accepts a key of config.json llmcc does not know (docs/errors.md).\n");
             return 0;
@@ -80,16 +87,12 @@ int cmd_inspect(int argc, char **argv) {
         else model = argv[i];
     }
     if (!model) die_user(NULL, NULL, INSPECT_USAGE);
-    size_t n = strlen(model);
-    if (n >= 5 && strcmp(model + n - 5, ".gguf") == 0)   /* main.c took FILE.gguf alone */
-        die_user(model, NULL, "--config-only, --config-keys and --ignore-config-key are for Hugging Face model "
-                 "directories, not GGUF files");
 
     Arena a = {0};
     const char *dir = model_resolve_dir(&a, model, llmcc_root(&a));
     ModelConfig cfg;
     model_config_load(&a, dir, &co, &cfg);
-    print_config(&cfg);
+    model_config_print(&cfg);
     if (config_keys) print_config_keys(&a, &cfg);
     if (!config_only) {
         if (!st_dir_has_weights(dir)) {

@@ -5,9 +5,11 @@
  * print `bench:` lines for scripts, e.g. scripts/bench_ops.sh); --dump DIR
  * keeps the inputs, weights and output as .npy files. `run MODEL --layer N
  * --pos P` starts the layer's KV cache with P seeded rows (decode at a long
- * context); --no-check skips the reference where it would take minutes. */
+ * context); --no-check skips the reference where it would take minutes.
+ * MODEL may be a GGUF file (gguf_model.h). */
 #include "pipeline.h"
 #include "emit_harness.h"
+#include "gguf_model.h"
 #include "interp.h"
 #include "pack.h"
 #include "torch_expr.h"
@@ -235,17 +237,25 @@ static double *fill_cache(const Buffer *b, int64_t pos, uint64_t seed, const cha
     return v;
 }
 
-/* A checkpoint's tensor, as stored (the kernels read its dtype). */
-static double *copy_leaf(const GNode *n, const StTensor *t, const char *path) {
+/* A checkpoint's tensor, as stored (the kernels read its dtype); row_from (or NULL): its rows in that order, as
+ * the payload writer puts them (a GGUF file's llama q/k, gguf_model.h). */
+static double *copy_leaf(const GNode *n, const StTensor *t, const int64_t *row_from, const char *path) {
     int64_t N = gnode_elems(n);
     CHECK(t->nbytes == (size_t)dtype_bytes(n->dtype, N), "%s: %zu bytes for %lld values",
           n->name, t->nbytes, (long long)N);
     double *v = malloc(sizeof(double) * (size_t)N);
-    CHECK(v, "out of memory");
+    uint8_t *rows = row_from ? malloc(t->nbytes) : NULL;
+    CHECK(v && (rows || !row_from), "out of memory");
+    const uint8_t *data = t->data;
+    if (row_from) {
+        size_t row = t->nbytes / (size_t)n->dims[0];
+        for (int64_t r = 0; r < n->dims[0]; r++) memcpy(rows + (size_t)r * row, data + (size_t)row_from[r] * row, row);
+        data = rows;
+    }
     if (dtype_is_quant(n->dtype)) {
         float *f = malloc(sizeof(float) * (size_t)N);
         CHECK(f, "out of memory");
-        pack_dequant_blocks((uint32_t)n->dtype, t->data, (size_t)N, f);
+        pack_dequant_blocks((uint32_t)n->dtype, data, (size_t)N, f);
         for (int64_t i = 0; i < N; i++) v[i] = f[i];
         free(f);
     }
@@ -253,13 +263,14 @@ static double *copy_leaf(const GNode *n, const StTensor *t, const char *path) {
         uint16_t h;
         float f;
         switch (n->dtype) {
-        case DT_F32: memcpy(&f, t->data + 4 * i, 4); v[i] = f; break;
-        case DT_BF16: memcpy(&h, t->data + 2 * i, 2); v[i] = pack_bf16_to_f32(h); break;
-        case DT_F16: memcpy(&h, t->data + 2 * i, 2); v[i] = pack_f16_to_f32(h); break;
+        case DT_F32: memcpy(&f, data + 4 * i, 4); v[i] = f; break;
+        case DT_BF16: memcpy(&h, data + 2 * i, 2); v[i] = pack_bf16_to_f32(h); break;
+        case DT_F16: memcpy(&h, data + 2 * i, 2); v[i] = pack_f16_to_f32(h); break;
         default: UNREACHABLE();
         }
     }
-    write_file_atomic(path, t->data, t->nbytes);
+    write_file_atomic(path, data, t->nbytes);
+    free(rows);
     return v;
 }
 
@@ -359,12 +370,20 @@ int cmd_run(int argc, char **argv) {
     const char *title = o.expr;
     if (o.model) {
         /* one layer over --tokens tokens at position --pos: that many cache rows before them */
-        const char *dir = model_resolve_dir(&c.A, o.model, llmcc_root(&c.A));
-        model_config_load(&c.A, dir, &o.config, &c.cfg);
+        const char *dir = o.model;
+        if (gguf_is_gguf_path(o.model)) {   /* a GGUF file always has its weights */
+            c.gguf = ARENA_NEW(&c.A, GgufModel);
+            gguf_model_open(&c.A, o.model, &o.config, c.gguf, &c.cfg);
+            gguf_model_tensors(&c.A, c.gguf, &c.cfg, &c.st);
+            c.have_weights = true;
+        } else {
+            dir = model_resolve_dir(&c.A, o.model, llmcc_root(&c.A));
+            model_config_load(&c.A, dir, &o.config, &c.cfg);
+            if (st_dir_has_weights(dir)) { st_open_dir(&c.A, dir, &c.st); c.have_weights = true; }
+        }
         c.one_layer = true; c.layer = o.layer;
         c.max_batch = o.tokens;
         c.max_ctx = o.tokens + o.pos;
-        if (st_dir_has_weights(dir)) { st_open_dir(&c.A, dir, &c.st); c.have_weights = true; }
         title = arena_printf(&c.A, "layer %d of %s, %d tokens at position %d (%s weights)", o.layer, dir, o.tokens,
                              o.pos, c.have_weights ? "the checkpoint's" : "random");
     }
@@ -404,7 +423,8 @@ int cmd_run(int argc, char **argv) {
         CHECK(n->buf, "leaf %s has no buffer", n->name);
         const char *path = path_join(A, tmp, harness_leaf_file(A, n->buf));
         const StTensor *t = c.have_weights && n->op == G_WEIGHT ? st_find(&c.st, n->name) : NULL;
-        leaves[i] = t ? copy_leaf(n, t, path) : fill_leaf(n, o.seed, path, &blocks[i]);
+        const int64_t *row_from = t && c.gguf ? gguf_model_row_order(c.gguf, n->name) : NULL;
+        leaves[i] = t ? copy_leaf(n, t, row_from, path) : fill_leaf(n, o.seed, path, &blocks[i]);
     }
     /* --pos: the cache rows before the call */
     double **cache = calloc((size_t)g->n, sizeof(double *));
@@ -619,6 +639,7 @@ int cmd_run(int argc, char **argv) {
     for (int i = 0; i < g->n; i++) { free(leaves[i]); free(cache[i]); free(blocks[i]); }
     free(leaves); free(cache); free(blocks); free(ref); free(got); free(lt);
     if (c.have_weights) st_close(&c.st);
+    if (c.gguf) gguf_model_close(c.gguf);
     cleanup();
     g_tmp = NULL;
     arena_free(A);

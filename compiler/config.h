@@ -37,6 +37,9 @@ typedef struct {
     RopeScalingType rope_type;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;
+    /* a GGUF file's rope_freqs.weight (llama.cpp's form of llama3 scaling): head_dim / 2 divisors of the
+     * frequencies, applied after rope_type's scaling as llama.cpp applies them; NULL for none */
+    const float *rope_freq_factors;
     int max_position_embeddings;
     int vocab_size;
     bool tie_word_embeddings;
@@ -45,8 +48,9 @@ typedef struct {
     bool mlp_bias;
     bool qk_norm;               /* Qwen3: RMSNorm over each head of q and k (q_norm, k_norm) before RoPE */
     int sliding_window;         /* Mistral: keys older than this many positions are masked; 0: none */
-    int n_ignored_keys;         /* keys of config.json accepted by --ignore-config-key */
-    const char **ignored_keys;    const char *torch_dtype;    /* as written, may be NULL */
+    int n_ignored_keys;         /* keys of config.json (or GGUF metadata) accepted by --ignore-config-key */
+    const char **ignored_keys;
+    const char *torch_dtype;    /* as written, may be NULL */
     int bos_token_id;           /* -1 when absent */
     int n_eos; int eos_token_ids[LLMCC_MAX_EOS];
     /* generation_config.json (defaults when absent) */
@@ -73,4 +77,6 @@ const char *config_key_class(Arch arch, const char *key);
  * NULL when that cannot be read. */
 const char *llmcc_root(Arena *a);
 const char *rope_type_name(RopeScalingType t);   /* "none" | "linear" | "llama3" */
+/* Every field of cfg as `name: value` lines on stdout: what `llmcc inspect` prints (cmd_inspect.c). */
+void model_config_print(const ModelConfig *cfg);
 #endif

@@ -22,6 +22,9 @@ static DType st_to_dtype(const char *file, const char *name, StDtype d) {
     case ST_F32: return DT_F32;
     case ST_F16: return DT_F16;
     case ST_BF16: return DT_BF16;
+    case ST_Q8_0: return DT_Q8_0;   /* GGUF's block types (a GGUF file's tensors) */
+    case ST_Q4_0: return DT_Q4_0;
+    case ST_Q4_1: return DT_Q4_1;
     default: die_user(file, name, "dtype %s is not supported (supported: F32, F16, BF16)", st_dtype_name(d));
     }
 }
@@ -78,7 +81,8 @@ static GNode *rmsnorm(FB *b, const char *mod, GNode *x, int heads) {
     return n;
 }
 
-/* inv_freq exactly as transformers computes it (modeling_rope_utils.py), in f32. */
+/* inv_freq exactly as transformers computes it (modeling_rope_utils.py), in f32; a GGUF file's factors as
+ * llama.cpp applies them. */
 static const float *rope_inv_freq(FB *b, const char **desc) {
     const ModelConfig *c = b->cfg;
     int d = c->head_dim, half = d / 2;
@@ -108,6 +112,11 @@ static const float *rope_inv_freq(FB *b, const char **desc) {
                              c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_original_max_pos);
         break;
     }
+    }
+    /* a GGUF file's rope_freqs.weight: ggml's rope divides each frequency by its factor (llama.cpp's llama3) */
+    if (c->rope_freq_factors) {
+        for (int i = 0; i < half; i++) f[i] = f[i] / c->rope_freq_factors[i];
+        *desc = arena_printf(b->A, "%s, frequencies divided by rope_freqs.weight", *desc);
     }
     return f;
 }

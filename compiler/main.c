@@ -2,12 +2,13 @@
  *   llmcc compile MODEL --ir LEVEL      print one IR level (config.json only)
  *   llmcc build MODEL -o DIR            write a self-contained project
  *   llmcc inspect MODEL                 config and tensors of a checkpoint
- *   llmcc inspect FILE.gguf             header, metadata and tensors of a GGUF file
+ *   llmcc inspect FILE.gguf             header, metadata and tensors of a GGUF file (--config-only: the config)
  *   llmcc tokenize DIR [TEXT] / detokenize DIR ID...   (DIR or FILE.gguf)
+ * MODEL is a Hugging Face directory or a GGUF file (gguf_model.h) wherever a model is taken.
  */
 #include "pipeline.h"
 #include "emit_harness.h"
-#include "gguf.h"
+#include "gguf_model.h"
 #include "pack.h"
 #include "tokenizer_pack.h"
 #include "../runtime/payload.h"
@@ -24,13 +25,56 @@
 int cmd_inspect(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 
-/* `llmcc inspect FILE.gguf`: here, not in cmd_inspect.c, which tests/c/st_dump.c links without gguf.c. */
-static int cmd_inspect_gguf(const char *path) {
+#define INSPECT_GGUF_USAGE "usage: llmcc inspect FILE.gguf [--config-only] [--config-keys] [--ignore-config-key KEY]..."
+
+/* inspect's MODEL argument (NULL when none): the first that is no option or option value */
+static const char *inspect_model(int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--ignore-config-key")) i++;
+        else if (argv[i][0] != '-') return argv[i];
+    }
+    return NULL;
+}
+
+/* `llmcc inspect FILE.gguf`: the file as it is (gguf_print); --config-only: the config llmcc reads from it, as
+ * `llmcc inspect DIR` prints a directory's; --config-keys: that, then how each metadata key is treated. Here, not
+ * in cmd_inspect.c, which tests/c/st_dump.c links without the GGUF reader. argv[0] is "inspect". */
+static int cmd_inspect_gguf(int argc, char **argv) {
+    bool config_only = false, config_keys = false;
+    const char *ignore[32];
+    ConfigOptions co = {ignore, 0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config-only")) config_only = true;
+        else if (!strcmp(argv[i], "--config-keys")) config_keys = true;
+        else if (!strcmp(argv[i], "--ignore-config-key")) {
+            if (i + 1 == argc) die_user(NULL, argv[i], "needs a value");
+            parse_ignore_key(&co, ignore, argv[++i]);
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf(INSPECT_GGUF_USAGE "\nPrints the file's header, metadata and tensors; --config-only: the config "
+                   "llmcc reads from it;\n--config-keys: and how each metadata key is treated (read, inert, "
+                   "ignored).\n");
+            return 0;
+        } else if (argv[i][0] == '-') die_user(NULL, argv[i], "unknown option (" INSPECT_GGUF_USAGE ")");
+        else if (argv[i] != inspect_model(argc - 1, argv + 1)) die_user(NULL, argv[i], "unexpected argument");
+    }
     Arena a = {0};
-    GgufFile g;
-    gguf_open(&a, path, &g);
-    gguf_print(&g, stdout);
-    gguf_close(&g);
+    const char *path = inspect_model(argc - 1, argv + 1);
+    if (config_only || config_keys) {
+        GgufModel m;
+        ModelConfig cfg;
+        gguf_model_open(&a, path, &co, &m, &cfg);
+        model_config_print(&cfg);
+        for (int k = 0; config_keys && k < m.file.n_kv; k++) {
+            const char *key = m.file.kv[k].key, *cls = gguf_key_class(m.arch_name, key);
+            printf("config_key: %s %s\n", key, cls ? cls : "ignored");
+        }
+        gguf_model_close(&m);
+    } else {
+        GgufFile g;
+        gguf_open(&a, path, &g);
+        gguf_print(&g, stdout);
+        gguf_close(&g);
+    }
     arena_free(&a);
     return 0;
 }
@@ -60,7 +104,8 @@ static const char USAGE[] =
     "                             checkpoint's weights (random without them)\n"
     "  build MODEL -o DIR         write a self-contained project to DIR; `make -C DIR` builds it\n"
     "  inspect MODEL              print the parsed config and the checkpoint's tensors\n"
-    "  inspect FILE.gguf          print a GGUF file's header, metadata and tensors\n"
+    "  inspect FILE.gguf          print a GGUF file's header, metadata and tensors (--config-only: the\n"
+    "                             config llmcc reads from it; --config-keys: and how each key is treated)\n"
     "  tokenize DIR [TEXT]        print the ids of TEXT (or of standard input); DIR may be FILE.gguf\n"
     "                             (--chat [--system S], --chat-messages F.json: after the chat template)\n"
     "  detokenize DIR ID...       print the text of the ids (DIR or FILE.gguf)\n"
@@ -72,8 +117,9 @@ static const char USAGE[] =
     "  torch.nn.functional. may be written F., torch.nn. nn.; nn.Linear(..., dtype=llmcc.q8_0|q4_0|q4_1): the\n"
     "  weight in GGUF's blocks of 32 (llama.cpp's Q8_0, Q4_0, Q4_1)\n"
     "\n"
-    "MODEL is a directory with config.json, a name under models/, or ORG/NAME in the\n"
-    "Hugging Face cache ($HF_HOME/hub or ~/.cache/huggingface/hub).\n"
+    "MODEL is a directory with config.json, a name under models/, ORG/NAME in the Hugging Face\n"
+    "cache ($HF_HOME/hub or ~/.cache/huggingface/hub), or a GGUF file (architectures llama, qwen2,\n"
+    "qwen3; F32, F16 and BF16 tensors).\n"
     "\n"
     "compile / build options:\n"
     "  --target cpu|cuda-emu|cuda code for the CPU (its own schedules, C + OpenMP), the GPU's schedules run\n"
@@ -227,17 +273,33 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
     c->knobs = o->knobs;
     c->target = o->target;
     if (o->expr) { c->max_batch = c->max_ctx = 1; return; }
-    const char *dir = model_resolve_dir(&c->A, o->model, llmcc_root(&c->A));
-    model_config_load(&c->A, dir, &o->config, &c->cfg);
+    const char *dir = NULL;
+    if (gguf_is_gguf_path(o->model)) {
+        c->gguf = ARENA_NEW(&c->A, GgufModel);
+        gguf_model_open(&c->A, o->model, &o->config, c->gguf, &c->cfg);
+    } else {
+        dir = model_resolve_dir(&c->A, o->model, llmcc_root(&c->A));
+        model_config_load(&c->A, dir, &o->config, &c->cfg);
+    }
     c->max_batch = o->max_batch;
     c->max_ctx = o->ctx ? o->ctx : (c->cfg.max_position_embeddings < 8192 ? c->cfg.max_position_embeddings : 8192);
     model_config_check_context(&c->cfg, c->max_ctx);
     c->force_dtype = o->force_dtype;
     c->weight_dtype = o->dtype;
-    if (weights && !o->random_weights) {
+    /* a GGUF file's tensors come with its metadata: compile reads their dtypes too */
+    if (c->gguf && !(weights && o->random_weights)) {
+        gguf_model_tensors(&c->A, c->gguf, &c->cfg, &c->st);
+        c->have_weights = true;
+    } else if (dir && weights && !o->random_weights) {
         st_open_dir(&c->A, dir, &c->st);
         c->have_weights = true;
     }
+}
+
+static void teardown(Compilation *c) {
+    st_close(&c->st);
+    if (c->gguf) gguf_model_close(c->gguf);
+    arena_free(&c->A);
 }
 
 /* what emit_program says of the model beyond its kernels */
@@ -281,7 +343,7 @@ static int cmd_compile(int argc, char **argv) {
     if (out.len) fwrite(out.s, 1, out.len, stdout);
     str_free(&after);
     str_free(&out);
-    arena_free(&c.A);
+    teardown(&c);
     return 0;
 }
 
@@ -416,7 +478,8 @@ static int cmd_build(int argc, char **argv) {
     /* the payload: weights in the order the generated code expects, and the tokenizer */
     size_t tok_size = 0;
     TokPackOpts tpo = { .no_chat = o.no_chat };
-    uint8_t *tok = tokenizer_pack_opts(A, c.cfg.dir, &tpo, &tok_size);
+    uint8_t *tok = c.gguf ? tokenizer_pack_gguf(A, &c.gguf->file, c.cfg.dir, &tpo, &tok_size)
+                          : tokenizer_pack_opts(A, c.cfg.dir, &tpo, &tok_size);
     PackTensor *pt = ARENA_ARRAY(A, PackTensor, c.tp.n_weights ? c.tp.n_weights : 1);
     PackSource *ps = ARENA_ARRAY(A, PackSource, c.tp.n_weights ? c.tp.n_weights : 1);
     uint64_t pack_bytes = 0;
@@ -437,14 +500,19 @@ static int cmd_build(int argc, char **argv) {
         const StTensor *t = st_find(&c.st, b->name);
         CHECK(t, "weight %s vanished", b->name);
         pt[i].data = t->data; pt[i].nbytes = t->nbytes;
-        uint32_t sdt = t->dtype == ST_F32 ? PDT_F32 : t->dtype == ST_F16 ? PDT_F16 : PDT_BF16;
-        CHECK(t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16, "weight %s dtype", b->name);
+        static const uint32_t pdt[] = {[ST_F32] = PDT_F32, [ST_F16] = PDT_F16, [ST_BF16] = PDT_BF16,
+                                       [ST_Q8_0] = PDT_Q8_0, [ST_Q4_0] = PDT_Q4_0, [ST_Q4_1] = PDT_Q4_1};
+        CHECK(t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16 || t->dtype == ST_Q8_0 ||
+              t->dtype == ST_Q4_0 || t->dtype == ST_Q4_1, "weight %s dtype", b->name);
+        uint32_t sdt = pdt[t->dtype];
         if (sdt != pt[i].dtype) { ps[i].convert = true; ps[i].src_dtype = sdt; }
         for (int f = 0; f < c.st.nfiles; f++)
             if (!strcmp(c.st.files[f].path, t->file)) {
                 ps[i].src_path = t->file;
                 ps[i].src_off = (uint64_t)(t->data - (const uint8_t *)c.st.files[f].base);
             }
+        /* a GGUF file: where the bytes lie in it, and llama's q/k rows back in Hugging Face's order */
+        if (c.gguf) gguf_model_pack_source(c.gguf, b->name, &ps[i]);
     }
     double t_pack0 = now_s();
     pack_payload_ex(path_join(A, tmp, "payload.bin"), pt, ps, c.tp.n_weights, tok, tok ? tok_size : 0);
@@ -475,8 +543,7 @@ static int cmd_build(int argc, char **argv) {
     fprintf(stderr, "llmcc: wrote %s (%s, %d kernels, %d launches per step, %d tensors); build it with: make -C %s\n",
             out, target_names[o.target], c.kp.nk, c.kp.nl - kernel_sampling_launches(&c.kp),
             c.tp.n_weights, out);
-    st_close(&c.st);
-    arena_free(A);
+    teardown(&c);
     return 0;
 }
 
@@ -490,8 +557,11 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2);
     if (!strcmp(cmd, "build")) return cmd_build(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
-    if (!strcmp(cmd, "inspect"))
-        return argc == 3 && gguf_is_gguf_path(argv[2]) ? cmd_inspect_gguf(argv[2]) : cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect")) {
+        const char *model = inspect_model(argc - 2, argv + 2);
+        return model && gguf_is_gguf_path(model) ? cmd_inspect_gguf(argc - 1, argv + 1)
+                                                 : cmd_inspect(argc - 1, argv + 1);
+    }
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
     die_user(NULL, cmd, "unknown command (compile, build, run, inspect, tokenize, detokenize; see llmcc --help)");

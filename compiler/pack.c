@@ -1,8 +1,10 @@
-/* pack.c: payload writer (see pack.h, runtime/payload.h). Three ways a
+/* pack.c: payload writer (see pack.h, runtime/payload.h). Four ways a
  * tensor's bytes get to the file: copy_file_range from the checkpoint (the
  * common case: no copy through user space, no pages of the mapping touched),
- * a chunked convert from the mapping (--dtype), or a chunked generator
- * (--random-weights). Memory stays a few MiB whatever the model size. */
+ * a chunked convert from the mapping (--dtype), a chunked generator
+ * (--random-weights), or row by row in another order (a GGUF file's llama
+ * q/k rows, converted too where asked). Memory stays a few MiB whatever the
+ * model size. */
 #include "pack.h"
 #include "payload.h"
 #include <math.h>
@@ -299,10 +301,32 @@ static bool copy_range(Writer *w, const PackTensor *t, const PackSource *src) {
     return true;
 }
 
+/* A tensor whose rows come in src->row_from's order: row by row through memory (no in-kernel copy: the rows are
+ * not contiguous in the source), converted where asked, in chunks of at most CHUNK_ELEMS elements. */
+static void write_rows(Writer *w, const PackTensor *t, const PackSource *src, float *fbuf, uint8_t *obuf) {
+    uint64_t rows = (uint64_t)t->shape[0], count = 1;
+    for (int d = 0; d < t->ndim; d++) count *= (uint64_t)t->shape[d];
+    uint64_t row_elems = rows ? count / rows : 0;
+    size_t in_row = rows ? t->nbytes / (size_t)rows : 0;
+    size_t ses = payload_dtype_bytes(src->convert ? src->src_dtype : t->dtype), es = payload_dtype_bytes(t->dtype);
+    for (uint64_t r = 0; r < rows; r++) {
+        const uint8_t *p = (const uint8_t *)t->data + (uint64_t)src->row_from[r] * in_row;
+        if (!src->convert) { put(w, p, in_row); continue; }
+        for (uint64_t e0 = 0; e0 < row_elems; e0 += CHUNK_ELEMS) {
+            size_t k = row_elems - e0 < CHUNK_ELEMS ? (size_t)(row_elems - e0) : CHUNK_ELEMS;
+            to_f32(fbuf, p + e0 * ses, src->src_dtype, k);
+            from_f32(obuf, fbuf, t->dtype, k);
+            put(w, obuf, k * es);
+        }
+    }
+    if (src->src_path) drop_pages(t->data, t->nbytes);
+}
+
 static void write_tensor(Writer *w, const PackTensor *t, const PackSource *src, float *fbuf, uint8_t *obuf) {
     size_t es = payload_dtype_bytes(t->dtype);
     uint64_t count = 1;
     for (int d = 0; d < t->ndim; d++) count *= (uint64_t)t->shape[d];
+    if (src->fill == PACK_DATA && src->row_from) { write_rows(w, t, src, fbuf, obuf); return; }
     if (src->fill == PACK_DATA && !src->convert) {
         if (!t->nbytes) return;
         flush(w);
@@ -378,6 +402,11 @@ void pack_payload_ex(const char *out_path, const PackTensor *tensors, const Pack
                 die_user(NULL, t->name, "tensor has %zu bytes of data, its shape and dtype need %llu",
                          t->nbytes, (unsigned long long)need);
             CHECK(t->data || t->nbytes == 0, "tensor %s: no data", t->name);
+            /* a row order names one of the shape[0] source rows for each row (write_rows) */
+            CHECK(!src->row_from || t->ndim >= 1, "tensor %s: a row order without rows", t->name);
+            for (int64_t r = 0; src->row_from && r < t->shape[0]; r++)
+                CHECK(src->row_from[r] >= 0 && src->row_from[r] < t->shape[0], "tensor %s: row %lld from row %lld",
+                      t->name, (long long)r, (long long)src->row_from[r]);
         }
         e->dtype = t->dtype;
         e->ndim = (uint32_t)t->ndim;

@@ -47,6 +47,11 @@ typedef struct {
      * after use so the writer's resident memory stays small */
     const char *src_path;
     uint64_t src_off;
+    /* optional: the rows in another order. Row r of the tensor (shape[0] rows, each nbytes / shape[0] bytes of
+     * the source) is the source's row row_from[r]: whole rows are copied (or converted), so it works for any row
+     * layout, quantized blocks too. A GGUF file's llama q/k projections are stored with their rows permuted for
+     * ggml's RoPE; llmcc's graph wants Hugging Face's order (compiler/gguf_model.c). */
+    const int64_t *row_from;
 } PackSource;
 
 /* Writes out_path.tmp, then renames it to out_path. Dies with a user error

@@ -1,4 +1,4 @@
-/* pipeline.h: one compilation, from config.json to kernel IR, as a flat
+/* pipeline.h: one compilation, from config.json (or a GGUF file) to kernel IR, as a flat
  * list of named stages (pipeline.c). Each stage's IR is verified after
  * the stage runs and can be printed: a level's last stage by --ir LEVEL,
  * any stage by --print-after STAGE. */
@@ -19,7 +19,8 @@ typedef enum {
 typedef struct {
     Arena A;
     ModelConfig cfg;
-    StModel st;
+    StModel st;                /* the weights under their Hugging Face names (a GGUF file's too: gguf_model.h) */
+    struct GgufModel *gguf;    /* MODEL is a GGUF file: the file, where st's bytes lie in it, llama's q/k rows */
     bool have_weights;
     bool force_dtype;          /* --dtype: every weight is converted to weight_dtype */
     DType weight_dtype;

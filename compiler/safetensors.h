@@ -21,7 +21,10 @@ typedef enum {
 #define ST_X_ENUM(e, n, s) e,
     ST_DTYPES(ST_X_ENUM)
 #undef ST_X_ENUM
-    ST_DTYPE_COUNT
+    ST_DTYPE_COUNT,
+    /* GGUF's block types (32 values a block): never in a safetensors file (the parser knows only the names
+     * above), the dtype of a GGUF file's tensors (gguf_model.c) */
+    ST_Q8_0, ST_Q4_0, ST_Q4_1
 } StDtype;
 
 const char *st_dtype_name(StDtype);
@@ -61,6 +64,10 @@ typedef struct {
 void st_open_dir(Arena *a, const char *dir, StModel *m);
 /* Adds one file's tensors (duplicates of names already in m are errors). */
 void st_open_file(Arena *a, const char *path, StModel *m);
+/* Adds one tensor whose bytes another reader mapped (compiler/gguf_model.c: a GGUF file's tensors under the names
+ * the graph builder uses). m does not own that mapping: st_close leaves it alone. t->name and t->file must outlive
+ * m; a name already in m is a user error naming t->file. */
+void st_add_tensor(StModel *m, const StTensor *t);
 /* True when st_open_dir would find weight files to open (it may still fail on them). */
 bool st_dir_has_weights(const char *dir);
 const StTensor *st_find(const StModel *m, const char *name);   /* NULL if absent */
@@ -91,7 +98,10 @@ static const struct { const char *name; unsigned char size; } st_dtypes[] = {
 #undef ST_X
 };
 
-const char *st_dtype_name(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].name : "?"; }
+const char *st_dtype_name(StDtype d) {
+    if (d == ST_Q8_0 || d == ST_Q4_0 || d == ST_Q4_1) return d == ST_Q8_0 ? "Q8_0" : d == ST_Q4_0 ? "Q4_0" : "Q4_1";
+    return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].name : "?";
+}
 size_t st_dtype_size(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].size : 0; }
 
 static void st_hash_insert(StModel *m, int idx) {
@@ -282,6 +292,18 @@ void st_open_file(Arena *a, const char *path, StModel *m) {
                      yb, ye, x->name, xb, xe);
         }
     }
+}
+
+void st_add_tensor(StModel *m, const StTensor *t) {
+    if (st_find(m, t->name)) die_user(t->file, t->name, "tensor appears twice");
+    if (m->n == m->cap) {
+        m->cap = m->cap ? m->cap * 2 : 256;
+        m->t = xrealloc(m->t, sizeof(StTensor) * (size_t)m->cap);
+    }
+    st_hash_grow(m, (size_t)m->n + 1);
+    m->t[m->n] = *t;
+    st_hash_insert(m, m->n);
+    m->n++;
 }
 
 static bool st_has_suffix(const char *s, const char *suf) {
