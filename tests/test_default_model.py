@@ -1,4 +1,8 @@
-"""The default model, models/austen-2m (trained by scripts/train_tiny.py):
+"""`make`'s default model (scripts/default_model): SmolLM2-135M-Instruct from its GGUF file where
+fetched (built and asked its question; tests/test_smollm2_gguf.py checks its answers against
+transformers), else, offline, models/austen-2m, which the rest of this file tests.
+
+models/austen-2m (trained by scripts/train_tiny.py):
 its CPU executable's prompt ids, greedy ids and echoed text are compared with
 Hugging Face transformers' (tests/data/default_model_expected.json, written
 by scripts/gen_default_model_expected.py), its greedy ids and logits with the
@@ -17,7 +21,7 @@ import struct
 import numpy as np
 
 import ref_forward
-from testlib import LLMCC, ROOT, run, tmpdir
+from testlib import LLMCC, ROOT, Skip, run, tmpdir
 
 MODEL = os.path.join(ROOT, "models", "austen-2m")
 EXPECTED = os.path.join(ROOT, "tests", "data", "default_model_expected.json")
@@ -139,7 +143,7 @@ def safetensors_header(path):
 def test_model_card_sample_is_what_the_executable_prints():
     # the card's example: its command, run on the CPU build, prints its text (the card wraps long lines)
     lines = card().splitlines()
-    i = next(k for k, l in enumerate(lines) if l.startswith("    $ build/default/llama "))
+    i = next(k for k, l in enumerate(lines) if l.startswith("    $ build/default/llama "))   # as `make` offline
     args = shlex.split(lines[i][len("    $ build/default/llama "):])
     shown = []
     for l in lines[i + 1:]:
@@ -209,3 +213,38 @@ def test_model_card_training_result_is_loss_csv():
     assert int(last["val"]["step"]) == steps and int(last["train"]["step"]) == steps
     assert round(float(last["val"]["loss"]), 2) == val and round(float(last["train"]["loss"]), 2) == train
     assert round(math.exp(float(last["val"]["loss"]))) == ppl
+
+
+def smollm2_gguf_cached():
+    d = os.environ.get("LLMCC_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "llmcc")
+    return os.path.exists(os.path.join(d, "smollm2-gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+def test_make_default_builds_smollm2_and_answers():
+    """`make`'s default: the GGUF file (from the cache; the test does not download) built and asked"""
+    if not smollm2_gguf_cached():
+        raise Skip("SmolLM2-135M-Instruct's GGUF is not cached (scripts/fetch_smollm2 --gguf fetches it)")
+    build = tmpdir("make-default")
+    p = run([os.path.join(ROOT, "scripts", "default_model"), LLMCC, build, "cpu", "What is the capital of France?",
+             "unused"], env=dict(os.environ, PIP_NO_INDEX="1"))
+    lines = p.stdout.strip().splitlines()
+    cmd = '%s/default/smollm2 --prompt "What is the capital of France?" --temperature 0' % build
+    assert cmd in lines, lines[-4:]
+    answer = lines[lines.index(cmd) + 1:]
+    assert answer and "Paris" in answer[0], answer
+
+
+def test_make_default_offline_falls_back_to_austen():
+    """no GGUF in the cache and no index to fetch it from: one line says so, austen-2m is built and run"""
+    build = tmpdir("make-default-offline")
+    env = dict(os.environ, LLMCC_CACHE=tmpdir("empty-cache"), PIP_NO_INDEX="1")
+    p = run([os.path.join(ROOT, "scripts", "default_model"), LLMCC, build, "cpu", "unused",
+             "It was a fine morning, and Elizabeth"], env=env)
+    said = [l for l in p.stderr.splitlines() if l.startswith("llmcc: the default model")]
+    assert len(said) == 1 and "offline fallback, models/austen-2m" in said[0], p.stderr
+    out = p.stdout.strip().splitlines()
+    cmd = '%s/default/llama --prompt "It was a fine morning, and Elizabeth" -n 64 --seed 7' % build
+    assert cmd in out, out[-4:]
+    # what the model card's example prints (test_model_card_sample_is_what_the_executable_prints checks that)
+    want = run([exe(), "--prompt", "It was a fine morning, and Elizabeth", "-n", "64", "--seed", "7"]).stdout
+    assert "\n".join(out[out.index(cmd) + 1:]).split() == want.split()
