@@ -101,6 +101,8 @@ typedef struct {
     bool hide_thinking;
     int ctx;
     int threads;                   /* --threads (0: one per physical core) */
+    const char *ppl_path;          /* --perplexity FILE */
+    int ppl_ctx;                   /* --ppl-ctx: tokens per window (0: 512, at most --ctx) */
 } Opts;
 
 static void usage(void) {
@@ -140,6 +142,9 @@ static void usage(void) {
            "  --stats                 timings and which path sampled, on stderr\n"
            "  --ignore-eos            keep generating past end-of-sequence tokens\n"
            "  --tokenize              print the prompt's ids (after the chat template) and exit\n"
+           "  --perplexity FILE       the text's perplexity, as llama.cpp's llama-perplexity measures it:\n"
+           "                          windows of --ppl-ctx N tokens (default 512), the second half of each\n"
+           "                          scored; prints \"perplexity: P\" and exits\n"
            "  --ctx N                 KV-cache length (default and most: %d)\n"
            "  --threads N             CPU threads (default: one per physical core, each pinned to it)\n"
            "  --info                  describe the model and exit\n"
@@ -235,6 +240,8 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--info")) { NOVAL(); o->info = true; }
         else if (IS("--ctx")) o->ctx = (int)parse_int(flag, VAL(), 1, mi->max_ctx, NULL);
         else if (IS("--threads")) o->threads = (int)parse_int(flag, VAL(), 1, 1024, NULL);
+        else if (IS("--perplexity")) o->ppl_path = VAL();
+        else if (IS("--ppl-ctx")) o->ppl_ctx = (int)parse_int(flag, VAL(), 4, mi->max_ctx, NULL);
         else if (IS("--verify")) { NOVAL(); o->verify = true; }
         else die("unknown option '%s' (see --help)", a);
 #undef IS
@@ -242,6 +249,9 @@ static void parse_args(int argc, char **argv, Opts *o) {
 #undef VAL
     }
     if (o->prompt && o->prompt_ids) die("give --prompt or --prompt-ids, not both");
+    if (o->ppl_path && (o->prompt || o->prompt_ids || o->interactive || o->tokenize))
+        die("--perplexity scores a file's text: it takes no prompt, -i or --tokenize");
+    if (o->ppl_ctx && !o->ppl_path) die("--ppl-ctx goes with --perplexity FILE");
     if (o->chat_on && o->chat_off) die("give --chat or --no-chat, not both");
     if (o->interactive && o->prompt_ids) die("-i reads the user's turns from stdin: give no --prompt-ids");
     if (o->interactive && o->tokenize) die("--tokenize prints one prompt's ids: it does not go with -i");
@@ -688,6 +698,55 @@ static void check_ids(const int32_t *ids, int n) {
 }
 
 /* ---------------------------------------------------------------- main */
+/* --perplexity FILE: the text's perplexity as llama.cpp's llama-perplexity measures it, so that the two compare:
+ * the text's tokens (the tokenizer's BOS first, if it adds one) cut into whole windows of n_ctx tokens, each run
+ * from an empty cache (positions from 0) with its first token replaced by BOS where the tokenizer adds one, and
+ * the second half of each window scored: exp(mean over those positions of -log p(next token | the window's
+ * tokens so far)). Each token is fed alone (a decode step), so every position's logits come back. */
+static void perplexity(const Opts *o) {
+    FILE *f = fopen(o->ppl_path, "rb");
+    if (!f) die("--perplexity %s: %s", o->ppl_path, strerror(errno));
+    size_t cap = 1 << 16, len = 0, k;
+    char *text = malloc(cap);
+    while (text && (k = fread(text + len, 1, cap - len, f)) > 0)
+        if ((len += k) == cap) text = realloc(text, cap *= 2);
+    bool bad = !text || ferror(f);
+    fclose(f);
+    if (bad) die("--perplexity %s: cannot read it", o->ppl_path);
+    int32_t *ids = NULL;
+    int n = tokenizer_encode(G.tok, text, len, true, &ids);
+    free(text);
+    if (n < 0) die("out of memory");
+    G.pending = ids;   /* freed on an error exit */
+    const int bos = tokenizer_bos_id(G.tok), V = model_info.vocab_size;
+    const bool add_bos = n > 0 && bos >= 0 && ids[0] == bos;
+    const int n_ctx = o->ppl_ctx ? o->ppl_ctx : G.ctx < 512 ? G.ctx : 512, first = n_ctx / 2;
+    if (n_ctx > G.ctx) die("--ppl-ctx %d: more than the context (--ctx %d)", n_ctx, G.ctx);
+    const int windows = n / n_ctx;
+    if (windows == 0) die("--perplexity %s: %d tokens, fewer than one window of %d", o->ppl_path, n, n_ctx);
+    check_ids(ids, windows * n_ctx);
+    double nll = 0, t0 = now_s();
+    long scored = 0;
+    for (int w = 0; w < windows; w++) {
+        const int32_t *win = ids + (size_t)w * n_ctx;
+        for (int j = 0; j + 1 < n_ctx; j++) {
+            int32_t tok = j == 0 && add_bos ? bos : win[j];
+            model_forward(G.model, &tok, 1, j, G.logits);
+            if (j < first) continue;
+            double mx = G.logits[0], sum = 0;
+            for (int v = 1; v < V; v++) if (G.logits[v] > mx) mx = G.logits[v];
+            for (int v = 0; v < V; v++) sum += exp((double)G.logits[v] - mx);
+            nll += mx + log(sum) - G.logits[win[j + 1]];
+            scored++;
+        }
+    }
+    printf("perplexity: %.6f (%ld tokens scored in %d windows of %d; %d tokens in the file)\n", exp(nll / scored),
+           scored, windows, n_ctx, n);
+    if (o->stats) fprintf(stderr, "perplexity: %.2f tok/s\n", windows * (n_ctx - 1) / (now_s() - t0));
+    free(ids);
+    G.pending = NULL;
+}
+
 int main(int argc, char **argv) {
     const ModelInfo *mi = &model_info;
     G.name = mi->name && *mi->name ? mi->name : "llmcc";
@@ -717,7 +776,9 @@ int main(int argc, char **argv) {
         print_info(o.ctx);
         finish();
     }
-    if (!G.tok && !o.ids && !o.tokenize) die("this executable has no tokenizer: give --prompt-ids and --ids");
+    if (!G.tok && o.ppl_path) die("--perplexity: this executable has no tokenizer");
+    if (!G.tok && !o.ids && !o.tokenize && !o.ppl_path)
+        die("this executable has no tokenizer: give --prompt-ids and --ids");
     if (!G.tok && o.prompt) die("this executable has no tokenizer: give --prompt-ids, not --prompt");
 
     /* chat: the template applies to text turns (--prompt, -i) */
@@ -743,7 +804,8 @@ int main(int argc, char **argv) {
 
     /* the prompt, in G.pending */
     int np = 0;
-    if (o.prompt_ids) np = parse_ids(o.prompt_ids, V);
+    if (o.ppl_path) np = 0;         /* --perplexity reads its own text */
+    else if (o.prompt_ids) np = parse_ids(o.prompt_ids, V);
     else if (chat && o.prompt) np = chat_ids(&o, o.prompt, strlen(o.prompt), true, &G.pending);
     else if (chat) np = 0;          /* -i without --prompt: the first turn comes from stdin */
     else if (G.tok) {
@@ -794,6 +856,11 @@ int main(int argc, char **argv) {
     err = model_init(&G.model, G.pl.tensors, G.pl.base, G.ctx);
     if (err) { G.model = NULL; die("%s", err); }
 
+    if (o.ppl_path) {
+        perplexity(&o);
+        cleanup();
+        return 0;
+    }
     Stats st = {0};
     if (np > 0) turn(&o, G.pending, np, !chat, &st);   /* chat prints only the reply */
     free(G.pending);

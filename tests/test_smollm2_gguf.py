@@ -10,7 +10,9 @@ scripts/fetch_smollm2 saved exactly that model as a directory, which is what is 
     llama.cpp's "smollm" pre-tokenizer has) and the logits of the first steps within 1e-4 x max |logit|
     (the activations are not rounded: the dequantized weights' product within f32 summation);
   - the chat prompt's ids as the executable tokenizes them, and its answer to "What is the capital of
-    France?" as transformers' greedy reply.
+    France?" as transformers' greedy reply;
+  - --perplexity over a text of two 64-token windows (--ppl-ctx 64): the mean negative log-likelihood of
+    each window's second half as transformers computes it on the same windows, within 1e-5.
 Skips with one line where the GGUF file or transformers is absent."""
 import os
 import shutil
@@ -76,4 +78,46 @@ def test_smollm2_q4_1_gguf_matches_transformers():
     print("    %r -> %r" % (QUESTION, p.stdout.strip()))
     assert p.stdout.rstrip("\n") == answer, (p.stdout, answer)
     assert "Paris" in answer, answer
+    check_perplexity(exe, ref, tmp)
     shutil.rmtree(out, ignore_errors=True)
+
+
+def check_perplexity(exe, ref, tmp):
+    torch = ref.torch
+    # plain English without digits (see above: the two tokenizers agree on it), not repeated
+    text = ("The old lighthouse keeper climbed the narrow stairs every evening, carrying a lamp and a book of "
+            "poems. Ships passed far out at sea, and their lights blinked like slow stars. One winter night a storm "
+            "tore the shutters from the windows, and the keeper worked until dawn to keep the great lamp burning. "
+            "In the morning the village children found him asleep on the rocks, smiling, with the book still in "
+            "his coat. Nobody in the harbour ever learned which poem he had been reading, but the fishermen said "
+            "the sea was calmer after that night than anyone could remember. Years later a young woman came to the "
+            "island with a notebook and questions about the storm.")
+    path = os.path.join(tmp, "ppl.txt")
+    with open(path, "w") as f:
+        f.write(text)
+    ids = ref.plain_ids(text)
+    p = run([exe, "--no-chat", "--prompt", text, "--tokenize"])
+    assert [int(x) for x in p.stdout.split()] == ids
+    win = 64
+    assert len(ids) >= 2 * win, len(ids)
+    nll, scored = 0.0, 0
+    with torch.no_grad():
+        for w in range(len(ids) // win):
+            chunk = ids[w * win:(w + 1) * win]
+            lg = ref.model(torch.tensor([chunk])).logits[0].double()
+            lp = torch.log_softmax(lg, dim=-1)
+            for j in range(win // 2, win - 1):
+                nll -= float(lp[j, chunk[j + 1]])
+                scored += 1
+    want = float(np.exp(nll / scored))
+    p = run([exe, "--perplexity", path, "--ppl-ctx", str(win)])
+    got = float(p.stdout.split()[1])
+    print("    perplexity: %.6f (transformers %.6f), %s" % (got, want, p.stdout.strip()))
+    assert "%d tokens scored in %d windows" % (scored, len(ids) // win) in p.stdout, p.stdout
+    assert abs(got - want) <= 2e-5 * want, (got, want)   # printed to 6 decimals
+    for args, msg in ((["--perplexity", path + ".absent"], "No such file"),
+                      (["--perplexity", path, "--prompt", "x"], "takes no prompt"),
+                      (["--perplexity", path, "--ppl-ctx", "4096"], "fewer than one window of 4096"),
+                      (["--ppl-ctx", "64", "--prompt", "x"], "--ppl-ctx goes with --perplexity")):
+        p = run([exe] + args, check=False)
+        assert p.returncode == 1 and msg in p.stderr and len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
