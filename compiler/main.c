@@ -139,6 +139,10 @@ static const char USAGE[] =
     "                             (0: no fusion at all), debug_*; --ir tile prints them all)\n"
     "  --dtype f32|f16|bf16       convert every weight to this dtype (default: as stored; with no\n"
     "                             weights, torch_dtype)\n"
+    "  --quant q8_0|q4_0|q4_1     quantize the linears' weights into this GGUF block type as the payload\n"
+    "                             is written (llama.cpp's reference quantizers; rows of whole blocks of 32;\n"
+    "                             others, the embedding, lm_head, norms and biases keep their dtype)\n"
+    "  --quant-all                with --quant: the embedding and lm_head too\n"
     "  --random-weights SEED      (build) ignore any weights: pack deterministic random ones (MODEL\n"
     "                             needs only config.json; for benchmarks and shape tests)\n"
     "  --timings                  (build) print the time of each phase and the peak memory on stderr\n"
@@ -158,6 +162,8 @@ typedef struct {
     int ctx, max_batch;
     Knobs knobs;
     bool force_dtype, random_weights, timings, no_chat;
+    DType quant;                 /* --quant: a block type, or DT_F32 for none */
+    bool quant_all;              /* --quant-all */
     int compress;
     DType dtype;
     uint64_t seed;
@@ -227,6 +233,14 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
             if (o->dtype == DT_I32) die_user(NULL, "--dtype", "'%s' is not a weight dtype (f32, f16, bf16)", v);
             o->force_dtype = true;
         }
+        else if (!strcmp(a, "--quant")) {
+            NEED();
+            int d = DT_Q8_0;
+            while (d < DT_COUNT && strcmp(v, dtype_names[d])) d++;
+            if (d == DT_COUNT) die_user(NULL, "--quant", "'%s' is not a block type (q8_0, q4_0, q4_1)", v);
+            o->quant = (DType)d;
+        }
+        else if (!strcmp(a, "--quant-all")) o->quant_all = true;
         else if (!strcmp(a, "--random-weights")) {
             NEED();
             char *end;
@@ -286,6 +300,8 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
     model_config_check_context(&c->cfg, c->max_ctx);
     c->force_dtype = o->force_dtype;
     c->weight_dtype = o->dtype;
+    c->quant = o->quant;
+    c->quant_all = o->quant_all;
     /* a GGUF file's tensors come with its metadata: compile reads their dtypes too */
     if (c->gguf && !(weights && o->random_weights)) {
         gguf_model_tensors(&c->A, c->gguf, &c->cfg, &c->st);

@@ -156,6 +156,7 @@ static void from_f32(void *dst, const float *src, uint32_t dt, size_t n) {
     case PDT_F32: memcpy(dst, src, n * 4); return;
     case PDT_BF16: for (size_t i = 0; i < n; i++) h[i] = pack_f32_to_bf16(src[i]); return;
     case PDT_F16: for (size_t i = 0; i < n; i++) h[i] = pack_f32_to_f16(src[i]); return;
+    case PDT_Q8_0: case PDT_Q4_0: case PDT_Q4_1: pack_quant_blocks(dt, src, n, dst); return;   /* --quant */
     default: CHECK(0, "convert to dtype %u", dt);
     }
 }
@@ -308,22 +309,21 @@ static void write_rows(Writer *w, const PackTensor *t, const PackSource *src, fl
     for (int d = 0; d < t->ndim; d++) count *= (uint64_t)t->shape[d];
     uint64_t row_elems = rows ? count / rows : 0;
     size_t in_row = rows ? t->nbytes / (size_t)rows : 0;
-    size_t ses = payload_dtype_bytes(src->convert ? src->src_dtype : t->dtype), es = payload_dtype_bytes(t->dtype);
+    int overflow;   /* (sizes were checked by pack_payload_ex) */
     for (uint64_t r = 0; r < rows; r++) {
         const uint8_t *p = (const uint8_t *)t->data + (uint64_t)src->row_from[r] * in_row;
         if (!src->convert) { put(w, p, in_row); continue; }
-        for (uint64_t e0 = 0; e0 < row_elems; e0 += CHUNK_ELEMS) {
+        for (uint64_t e0 = 0; e0 < row_elems; e0 += CHUNK_ELEMS) {   /* rows are whole blocks */
             size_t k = row_elems - e0 < CHUNK_ELEMS ? (size_t)(row_elems - e0) : CHUNK_ELEMS;
-            to_f32(fbuf, p + e0 * ses, src->src_dtype, k);
+            to_f32(fbuf, p + payload_tensor_bytes(src->src_dtype, e0, &overflow), src->src_dtype, k);
             from_f32(obuf, fbuf, t->dtype, k);
-            put(w, obuf, k * es);
+            put(w, obuf, payload_tensor_bytes(t->dtype, k, &overflow));
         }
     }
     if (src->src_path) drop_pages(t->data, t->nbytes);
 }
 
 static void write_tensor(Writer *w, const PackTensor *t, const PackSource *src, float *fbuf, uint8_t *obuf) {
-    size_t es = payload_dtype_bytes(t->dtype);
     uint64_t count = 1;
     for (int d = 0; d < t->ndim; d++) count *= (uint64_t)t->shape[d];
     if (src->fill == PACK_DATA && src->row_from) { write_rows(w, t, src, fbuf, obuf); return; }
@@ -351,7 +351,7 @@ static void write_tensor(Writer *w, const PackTensor *t, const PackSource *src, 
             gen_random(fbuf, tseed, e0, k, src->fill == PACK_RANDOM_NORM ? 1.0f : 0.0f);
         }
         from_f32(obuf, fbuf, t->dtype, k);
-        put(w, obuf, k * es);
+        put(w, obuf, payload_tensor_bytes(t->dtype, k, &overflow));
     }
 }
 
@@ -388,7 +388,8 @@ void pack_payload_ex(const char *out_path, const PackTensor *tensors, const Pack
             e->shape[d] = (uint64_t)t->shape[d];
         }
         if (src->fill != PACK_DATA || src->convert)
-            CHECK(is_float(t->dtype), "tensor %s: generated or converted into dtype %u", t->name, t->dtype);
+            CHECK(is_float(t->dtype) || (t->dtype >= PDT_Q8_0 && t->dtype <= PDT_Q4_1),
+                  "tensor %s: generated or converted into dtype %u", t->name, t->dtype);
         int overflow;
         if (src->fill == PACK_DATA) {
             uint32_t sdt = src->convert ? src->src_dtype : t->dtype;

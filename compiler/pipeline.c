@@ -28,6 +28,15 @@ static void st_frontend(Compilation *c) {
     if (c->force_dtype)
         for (int i = 0; i < c->g.n; i++)
             if (c->g.nodes[i]->op == G_WEIGHT) c->g.nodes[i]->dtype = c->weight_dtype;
+    /* --quant: the packer quantizes (llama.cpp's reference quantizers) every matrix of whole blocks a linear
+     * reads as its weight, the embedding and lm_head only with --quant-all (llama.cpp keeps them in more bits) */
+    if (dtype_is_quant(c->quant))
+        for (int i = 0; i < c->g.n; i++) {
+            GNode *n = c->g.nodes[i];
+            if (n->op != G_WEIGHT || n->ndim != 2 || n->dims[1] % dtype_block[c->quant]) continue;
+            bool embed_or_head = !strcmp(n->name, "model.embed_tokens.weight") || !strcmp(n->name, "lm_head.weight");
+            if (!embed_or_head || c->quant_all) n->dtype = c->quant;
+        }
 }
 static void st_select_layer(Compilation *c) { if (c->one_layer) graph_select_layer(&c->A, &c->g, c->layer); }
 static void st_decompose(Compilation *c) { tensor_lower(&c->A, &c->g, &c->tp); }

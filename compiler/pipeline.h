@@ -24,6 +24,8 @@ typedef struct {
     bool have_weights;
     bool force_dtype;          /* --dtype: every weight is converted to weight_dtype */
     DType weight_dtype;
+    DType quant;               /* --quant: the linears' weights quantized into this block type (DT_F32: none) */
+    bool quant_all;            /* --quant-all: the embedding and lm_head too */
     Knobs knobs;
     Target target;             /* which schedules tile IR offers (tile_ir.h) */
     const char *expr;          /* -c: a PyTorch expression instead of a model (torch_expr.c) */

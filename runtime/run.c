@@ -427,14 +427,15 @@ static void print_info(int ctx) {
     for (int i = 0; i < mi->n_eos; i++) printf(" %d", mi->eos_ids[i]);
     printf("\nsampling defaults: temperature %g, top-k %d, top-p %g, min-p %g, repetition penalty %g\n",
            mi->temperature, mi->top_k, mi->top_p, mi->min_p, mi->repetition_penalty);
-    uint64_t cnt[4] = {0}, bytes[4] = {0}, total = 0;
+    enum { NDT = 32 };   /* room for every PDT_* code (payload.h); payload_open refuses others */
+    uint64_t cnt[NDT] = {0}, bytes[NDT] = {0}, total = 0;
     for (uint32_t i = 0; i < h->n_tensors; i++) {
         uint32_t d = G.pl.tensors[i].dtype;
-        if (d < 4) { cnt[d]++; bytes[d] += G.pl.tensors[i].nbytes; }
+        if (d < NDT) { cnt[d]++; bytes[d] += G.pl.tensors[i].nbytes; }
         total += G.pl.tensors[i].nbytes;
     }
     printf("weights: %u tensors, %.1f MiB:", h->n_tensors, mib(total));
-    for (uint32_t d = 0; d < 4; d++)
+    for (uint32_t d = 0; d < NDT; d++)
         if (cnt[d])
             printf(" %s (%llu tensors, %.1f MiB)", payload_dtype_name(d), (unsigned long long)cnt[d], mib(bytes[d]));
     printf("\ntokenizer: %s (%llu bytes)\n", G.tok ? "built in" : "none", (unsigned long long)G.pl.tok_size);

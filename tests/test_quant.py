@@ -121,3 +121,41 @@ def test_block_types_refused_where_they_do_not_apply():
                        ("nn.RMSNorm(32, dtype=llmcc.q4_1)(torch.randn(1, 32))", "only nn.Linear's dtype= takes it")):
         p = run([LLMCC, "run", "-c", expr, "--target", "cpu"], check=False)
         assert p.returncode == 1 and want in p.stderr and len(p.stderr.strip().splitlines()) == 1, (expr, p.stderr)
+
+
+def test_build_quant_matches_reference():
+    """`llmcc build --quant TYPE` of models/austen-2m: its linears quantized as the payload is written. The
+    reference: tests/ref_forward.py with every linear's weight quantized and dequantized by gguf-py (the
+    embedding, also the tied lm_head, stays bf16: --quant keeps it without --quant-all); greedy ids equal,
+    logits within 1e-4 x max |logit|; the payload holds the blocks (--info)"""
+    quants, T = gguf_or_skip()
+    import ref_forward
+    from testlib import ROOT
+    model_dir = os.path.join(ROOT, "models", "austen-2m")
+    prompt = [1, 79, 95, 11, 230, 308, 12]
+    n = 16
+    for dt in TYPES:
+        model = ref_forward.load(model_dir)
+        for lay in model["layers"]:
+            for proj in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
+                w = np.asarray(lay[proj], dtype=np.float32)
+                lay[proj] = quants.dequantize(quants.quantize(w, qtype(T, dt)), qtype(T, dt)).astype(np.float32)
+        want_ids, want_logits = ref_forward.greedy(model, prompt, n)
+        out = os.path.join(tmpdir("quant_build"), dt)
+        run([LLMCC, "build", model_dir, "-o", out, "--target", "cpu", "--name", "m", "--quant", dt])
+        run(["make", "-C", out, "-s", "-j2"])
+        exe = os.path.join(out, "m")
+        info = run([exe, "--info"]).stdout
+        assert " %s (28 tensors," % dt in info and "block-type weights: dot products" in info, info
+        lp = os.path.join(out, "logits")
+        p = run([exe, "--prompt-ids", ",".join(map(str, prompt)), "-n", str(n), "--temperature", "0",
+                 "--repeat-penalty", "1", "--ignore-eos", "--ids", "--logits", lp])
+        assert [int(x) for x in p.stdout.split()] == list(want_ids), (dt, p.stdout, list(want_ids))
+        got = np.fromfile(lp, dtype="<f4").reshape(n, -1)
+        for s in range(n):
+            ref = np.asarray(want_logits[s], dtype=np.float64)
+            diff = float(np.max(np.abs(got[s] - ref)))
+            assert diff <= 1e-4 * float(np.max(np.abs(ref))), (dt, s, diff)
+    p = run([LLMCC, "build", model_dir, "-o", os.path.join(tmpdir("quant_build"), "bad"), "--quant", "q5_0"],
+            check=False)
+    assert p.returncode == 1 and "is not a block type" in p.stderr, p.stderr
