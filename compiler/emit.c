@@ -9,7 +9,8 @@ const char *ctype_of(DType d) {
     switch (d) {
     case DT_F32: return "float";
     case DT_F16: case DT_BF16: return "uint16_t";
-    case DT_Q8_0: case DT_Q4_0: case DT_Q4_1: return "uint8_t";   /* blocks: runtime/kernels.h's ld_q* read them */
+    case DT_Q8_0: case DT_Q4_0: case DT_Q4_1: case DT_Q4_K: case DT_Q5_K: case DT_Q6_K:
+        return "uint8_t";   /* blocks: runtime/kernels.h's ld_q* read them */
     case DT_I32: return "int32_t";
     case DT_COUNT: break;
     }
@@ -312,7 +313,8 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             str_printf(o, ");\n");
             break;
         case TS_QDOT:
-            /* runtime/cpu_quant.h: type 0 q8_0, 1 q4_0, 2 q4_1; the activations from the load's element on */
+            /* runtime/cpu_quant.h: type dtype - q8_0 (q8_0, q4_0, q4_1, q4_k, q5_k, q6_k); the activations from the
+             * load's element on */
             CHECK(t != TARGET_CUDA && s->e->k == EX_LOAD, "qdot in CUDA or of a non-load");
             str_printf(o, "r%d = cpu_qdot(%d, ", s->reg, (int)(s->buf->dtype - DT_Q8_0));
             param_name(o, k, kernel_param_index(k, s->buf));
@@ -437,7 +439,8 @@ void emit_launch_guard(Str *o, const KLaunch *l) {
 static const char *pdt(DType d) {
     static const char *const n[DT_COUNT] = {[DT_F32] = "PDT_F32", [DT_F16] = "PDT_F16", [DT_BF16] = "PDT_BF16",
                                             [DT_I32] = "PDT_I32", [DT_Q8_0] = "PDT_Q8_0", [DT_Q4_0] = "PDT_Q4_0",
-                                            [DT_Q4_1] = "PDT_Q4_1"};
+                                            [DT_Q4_1] = "PDT_Q4_1", [DT_Q4_K] = "PDT_Q4_K", [DT_Q5_K] = "PDT_Q5_K",
+                                            [DT_Q6_K] = "PDT_Q6_K"};
     return n[d];
 }
 
@@ -507,9 +510,14 @@ static void names_init(Names *nm, const KProgram *kp) {
         nm->field[b->id] = ident_a(&nm->A, b, false);
         int f = 0;
         while (f < nm->nlfield && strcmp(nm->field[nm->lfield[f]->id], nm->field[b->id])) f++;
-        /* a field holds one dtype and shape in every layer */
-        if (l >= 0 && f < nm->nlfield && (nm->lfield[f]->dtype != b->dtype || nm->lfield[f]->ndim != b->ndim ||
-                                          memcmp(nm->lfield[f]->dims, b->dims, sizeof b->dims))) l = -1;
+        /* a field holds one C type and shape in every layer: one dtype, or block types (uint8_t), which mixed
+         * files have per layer (llama.cpp's Q4_K_M: some layers' ffn_down and attn_v Q6_K, the rest Q4_K); the
+         * kernels that read them are specialised per dtype already (distinct kernel IR) */
+        const Buffer *first = f < nm->nlfield ? nm->lfield[f] : NULL;
+        if (l >= 0 && first &&
+            ((first->dtype != b->dtype && !(dtype_is_quant(b->dtype) && dtype_is_quant(first->dtype))) ||
+             first->ndim != b->ndim || memcmp(first->dims, b->dims, sizeof b->dims)))
+            l = -1;
         if (l < 0) {   /* a model-level field: the whole name where a layer's would not fit, clear of Model's own */
             Str f = {0};
             ident_str(&f, strncmp(b->name, "model.", 6) ? b->name : b->name + 6, false);
@@ -760,8 +768,16 @@ static void emit_model_struct(Str *o, const Names *nm, const TProgram *tp) {
         str_printf(o, "typedef struct { /* a decoder layer's weights */\n");
         for (int f = 0; f < nm->nlfield; f++) {
             const Buffer *b = nm->lfield[f];
-            str_printf(o, "    const %s *%s; /* %s[%lld", ctype_of(b->dtype), nm->field[b->id], dtype_names[b->dtype],
-                       (long long)b->dims[0]);
+            str_printf(o, "    const %s *%s; /* ", ctype_of(b->dtype), nm->field[b->id]);
+            /* the field's dtypes, in the order the layers first have them (block types may differ by layer) */
+            bool seen[DT_COUNT] = {false};
+            for (int i = 0; i < tp->n_weights; i++) {
+                const Buffer *w = tp->weights[i];
+                if (nm->layer[w->id] < 0 || strcmp(nm->field[w->id], nm->field[b->id]) || seen[w->dtype]) continue;
+                str_printf(o, "%s%s", o->s[o->len - 1] == ' ' ? "" : "/", dtype_names[w->dtype]);
+                seen[w->dtype] = true;
+            }
+            str_printf(o, "[%lld", (long long)b->dims[0]);
             for (int d = 1; d < b->ndim; d++) str_printf(o, ", %lld", (long long)b->dims[d]);
             str_printf(o, "] */\n");
         }

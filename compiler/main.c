@@ -114,8 +114,9 @@ static const char USAGE[] =
     "  bias=True), nn.RMSNorm(dim, eps=None), nn.Softmax(dim=-1), nn.SiLU(), F.silu, F.softmax(x, dim=-1),\n"
     "  F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=None), torch.matmul, + - * / @,\n"
     "  numbers, parentheses, variables (NAME = EXPR; ... EXPR: a tensor or module bound once and used again);\n"
-    "  torch.nn.functional. may be written F., torch.nn. nn.; nn.Linear(..., dtype=llmcc.q8_0|q4_0|q4_1): the\n"
-    "  weight in GGUF's blocks of 32 (llama.cpp's Q8_0, Q4_0, Q4_1)\n"
+    "  torch.nn.functional. may be written F., torch.nn. nn.; nn.Linear(..., dtype=llmcc.q8_0|q4_0|q4_1|q4_k|\n"
+    "  q5_k|q6_k): the weight in GGUF's blocks of 32 (llama.cpp's Q8_0, Q4_0, Q4_1) or super-blocks of 256 (Q4_K,\n"
+    "  Q5_K, Q6_K: random blocks)\n"
     "\n"
     "MODEL is a directory with config.json, a name under models/, ORG/NAME in the Hugging Face\n"
     "cache ($HF_HOME/hub or ~/.cache/huggingface/hub), or a GGUF file (architectures llama, qwen2,\n"
@@ -235,9 +236,10 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         }
         else if (!strcmp(a, "--quant")) {
             NEED();
-            int d = DT_Q8_0;
-            while (d < DT_COUNT && strcmp(v, dtype_names[d])) d++;
-            if (d == DT_COUNT) die_user(NULL, "--quant", "'%s' is not a block type (q8_0, q4_0, q4_1)", v);
+            int d = DT_Q8_0;   /* the types pack.c can quantize into (not the K-quants yet) */
+            while (d <= DT_Q4_1 && strcmp(v, dtype_names[d])) d++;
+            if (d > DT_Q4_1)
+                die_user(NULL, "--quant", "'%s' is not a block type llmcc quantizes into (q8_0, q4_0, q4_1)", v);
             o->quant = (DType)d;
         }
         else if (!strcmp(a, "--quant-all")) o->quant_all = true;
@@ -418,7 +420,8 @@ static double peak_memory_mib(void) {
 /* a payload tensor's dtype is its buffer's DType */
 _Static_assert((int)DT_F32 == PDT_F32 && (int)DT_F16 == PDT_F16 && (int)DT_BF16 == PDT_BF16 &&
                (int)DT_I32 == PDT_I32 && (int)DT_Q8_0 == PDT_Q8_0 && (int)DT_Q4_0 == PDT_Q4_0 &&
-               (int)DT_Q4_1 == PDT_Q4_1, "DType and the payload's dtype codes agree");
+               (int)DT_Q4_1 == PDT_Q4_1 && (int)DT_Q4_K == PDT_Q4_K && (int)DT_Q5_K == PDT_Q5_K &&
+               (int)DT_Q6_K == PDT_Q6_K, "DType and the payload's dtype codes agree");
 
 static int cmd_build(int argc, char **argv) {
     Opts o;
@@ -517,9 +520,10 @@ static int cmd_build(int argc, char **argv) {
         CHECK(t, "weight %s vanished", b->name);
         pt[i].data = t->data; pt[i].nbytes = t->nbytes;
         static const uint32_t pdt[] = {[ST_F32] = PDT_F32, [ST_F16] = PDT_F16, [ST_BF16] = PDT_BF16,
-                                       [ST_Q8_0] = PDT_Q8_0, [ST_Q4_0] = PDT_Q4_0, [ST_Q4_1] = PDT_Q4_1};
-        CHECK(t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16 || t->dtype == ST_Q8_0 ||
-              t->dtype == ST_Q4_0 || t->dtype == ST_Q4_1, "weight %s dtype", b->name);
+                                       [ST_Q8_0] = PDT_Q8_0, [ST_Q4_0] = PDT_Q4_0, [ST_Q4_1] = PDT_Q4_1,
+                                       [ST_Q4_K] = PDT_Q4_K, [ST_Q5_K] = PDT_Q5_K, [ST_Q6_K] = PDT_Q6_K};
+        CHECK(t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16 || (t->dtype >= ST_Q8_0 &&
+              t->dtype <= ST_Q6_K), "weight %s dtype", b->name);
         uint32_t sdt = pdt[t->dtype];
         if (sdt != pt[i].dtype) { ps[i].convert = true; ps[i].src_dtype = sdt; }
         for (int f = 0; f < c.st.nfiles; f++)

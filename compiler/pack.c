@@ -123,10 +123,53 @@ void pack_quant_blocks(uint32_t dt, const float *x, size_t n, uint8_t *out) {
     for (size_t i = 0; i < n; i += 32) quant_block(dt, x + i, out + i / 32 * payload_dtype_bytes(dt));
 }
 
+/* The K-quants' super-blocks of 256 (ggml-common.h's block_q4_K, block_q5_K, block_q6_K; ggml-quants.c's
+ * dequantize_row_q4_K ...). Q4_K {f16 d; f16 dmin; uint8 scales[12]; uint8 qs[128]} and Q5_K {f16 d; f16 dmin;
+ * uint8 scales[12]; uint8 qh[32]; uint8 qs[128]}: sub-block s < 8 of 32 values has a 6-bit scale and minimum
+ * (kq_scale_min), value j of it d * sc * q - dmin * m with q the low (s even) or high (s odd) nibble of
+ * qs[32 * (s / 2) + j], plus for Q5_K 16 times bit s of qh[j]. Q6_K {uint8 ql[128]; uint8 qh[64]; int8
+ * scales[16]; f16 d}: value e of 256, in half h = e / 128, quarter t = e / 32 % 4, position l = e % 32, is
+ * d * scales[e / 16] * (q - 32), q's low 4 bits the low (t < 2) or high nibble of ql[64 h + 32 (t % 2) + l], its
+ * high 2 bits bits 2t, 2t + 1 of qh[32 h + l]. */
+static void kq_scale_min(const uint8_t *sc, int s, int *scale, int *min) {
+    if (s < 4) { *scale = sc[s] & 63; *min = sc[s + 4] & 63; return; }
+    *scale = (sc[s + 4] & 15) | (sc[s - 4] >> 6) << 4;
+    *min = (sc[s + 4] >> 4) | (sc[s] >> 6) << 4;
+}
+static void dequant_kblock(uint32_t dt, const uint8_t *b, float *out) {
+    const float d = pack_f16_to_f32((uint16_t)(b[0] | b[1] << 8)), dmin = pack_f16_to_f32((uint16_t)(b[2] | b[3] << 8));
+    if (dt == PDT_Q6_K) {
+        const float d6 = pack_f16_to_f32((uint16_t)(b[208] | b[209] << 8));
+        for (int e = 0; e < 256; e++) {
+            const int h = e / 128, t = e / 32 % 4, l = e % 32;
+            const int lo = (b[64 * h + 32 * (t % 2) + l] >> (t < 2 ? 0 : 4)) & 15;
+            const int hi = (b[128 + 32 * h + l] >> 2 * t) & 3;
+            out[e] = d6 * (float)(int8_t)b[192 + e / 16] * (float)((lo | hi << 4) - 32);   /* exact: <= 23 bits */
+        }
+        return;
+    }
+    const uint8_t *qs = b + (dt == PDT_Q5_K ? 48 : 16), *qh = b + 16;
+    for (int s = 0; s < 8; s++) {
+        int scale, min;
+        kq_scale_min(b + 4, s, &scale, &min);
+        const float d1 = d * (float)scale, m1 = dmin * (float)min;
+        for (int j = 0; j < 32; j++) {
+            int q = (qs[32 * (s / 2) + j] >> (s % 2 ? 4 : 0)) & 15;
+            if (dt == PDT_Q5_K) q |= ((qh[j] >> s) & 1) << 4;
+            out[32 * s + j] = d1 * (float)q - m1;
+        }
+    }
+}
+
 void pack_dequant_blocks(uint32_t dt, const uint8_t *in, size_t n, float *out) {
-    const bool whole = n % 32 == 0;   /* (a % in CHECK's condition would be read as a format) */
-    CHECK(dt >= PDT_Q8_0 && dt <= PDT_Q4_1 && whole, "dequantize %zu values of dtype %u", n, dt);
-    const size_t bytes = payload_dtype_bytes(dt), qs = dt == PDT_Q4_1 ? 4 : 2;
+    const size_t block = payload_dtype_block(dt), bytes = payload_dtype_bytes(dt);
+    const bool whole = block > 1 && n % block == 0;   /* (a % in CHECK's condition would be read as a format) */
+    CHECK(dt >= PDT_Q8_0 && dt <= PDT_Q6_K && whole, "dequantize %zu values of dtype %u", n, dt);
+    if (dt >= PDT_Q4_K) {
+        for (size_t i = 0; i < n; i += 256) dequant_kblock(dt, in + i / 256 * bytes, out + i);
+        return;
+    }
+    const size_t qs = dt == PDT_Q4_1 ? 4 : 2;
     for (size_t i = 0; i < n; i += 32) {
         const uint8_t *b = in + i / 32 * bytes;
         const float d = pack_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
@@ -145,7 +188,9 @@ static void to_f32(float *dst, const void *src, uint32_t dt, size_t n) {
     case PDT_F32: memcpy(dst, src, n * 4); return;
     case PDT_BF16: for (size_t i = 0; i < n; i++) dst[i] = pack_bf16_to_f32(h[i]); return;
     case PDT_F16: for (size_t i = 0; i < n; i++) dst[i] = pack_f16_to_f32(h[i]); return;
-    case PDT_Q8_0: case PDT_Q4_0: case PDT_Q4_1: pack_dequant_blocks(dt, src, n, dst); return;
+    case PDT_Q8_0: case PDT_Q4_0: case PDT_Q4_1: case PDT_Q4_K: case PDT_Q5_K: case PDT_Q6_K:
+        pack_dequant_blocks(dt, src, n, dst);
+        return;
     default: CHECK(0, "convert from dtype %u", dt);
     }
 }
@@ -179,6 +224,30 @@ static void gen_random(float *dst, uint64_t tseed, uint64_t first, size_t n, flo
         uint64_t r = mix64(tseed + ((e >> 2) + 1) * 0x9E3779B97F4A7C15ull);
         for (unsigned l = (unsigned)(e & 3); l < 4 && i < n; l++, i++)
             dst[i] = base + (float)((r >> (16 * l)) & 0xffffu) * scale;
+    }
+}
+
+/* random K-quant blocks (pack.h) */
+void pack_random_kquant_blocks(uint32_t dt, uint64_t seed, float bound, size_t n, uint8_t *out) {
+    const bool whole = n % 256 == 0;   /* (a % in CHECK's condition would be read as a format) */
+    CHECK(dt >= PDT_Q4_K && dt <= PDT_Q6_K && whole, "random blocks: %zu values of dtype %u", n, dt);
+    const size_t bytes = payload_dtype_bytes(dt), total = n / 256 * bytes;
+    for (size_t i = 0; i < total; i += 8) {
+        uint64_t r = mix64(seed + (i / 8 + 1) * 0x9E3779B97F4A7C15ull);
+        for (size_t j = i; j < i + 8 && j < total; j++, r >>= 8) out[j] = (uint8_t)r;
+    }
+    /* the f16 super-block scales from [bound / 2, bound] over the largest integer product, so values stay
+     * within about +-bound: Q4_K / Q5_K's sub-block scale and minimum are at most 63 and q 15 or 31, Q6_K's
+     * scale is an int8 and q - 32 in [-32, 31] */
+    const float most = dt == PDT_Q4_K ? 63.0f * 15 : dt == PDT_Q5_K ? 63.0f * 31 : 128.0f * 32;
+    for (size_t b = 0; b < n / 256; b++) {
+        uint8_t *blk = out + b * bytes;
+        const uint64_t r = mix64(seed ^ (b + 1) * 0xD6E8FEB86659FD93ull);
+        const float u0 = 0.5f + 0.5f * (float)(r & 0xffff) / 65535.0f;
+        const float u1 = 0.5f + 0.5f * (float)(r >> 16 & 0xffff) / 65535.0f;
+        if (dt == PDT_Q6_K) { put16(blk + 208, pack_f32_to_f16(bound * u0 / most)); continue; }
+        put16(blk, pack_f32_to_f16(bound * u0 / most));
+        put16(blk + 2, pack_f32_to_f16(bound * u1 / 63.0f));
     }
 }
 
@@ -394,7 +463,7 @@ void pack_payload_ex(const char *out_path, const PackTensor *tensors, const Pack
         if (src->fill == PACK_DATA) {
             uint32_t sdt = src->convert ? src->src_dtype : t->dtype;
             if (src->convert)   /* from a float or a block type (dequantized) */
-                CHECK(is_float(sdt) || (sdt >= PDT_Q8_0 && sdt <= PDT_Q4_1), "tensor %s: converted from dtype %u",
+                CHECK(is_float(sdt) || (sdt >= PDT_Q8_0 && sdt <= PDT_Q6_K), "tensor %s: converted from dtype %u",
                       t->name, sdt);
             uint64_t need = payload_tensor_bytes(sdt, count, &overflow);
             CHECK(!overflow && (need || !count), "tensor %s: %llu values of dtype %u", t->name,

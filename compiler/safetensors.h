@@ -22,9 +22,9 @@ typedef enum {
     ST_DTYPES(ST_X_ENUM)
 #undef ST_X_ENUM
     ST_DTYPE_COUNT,
-    /* GGUF's block types (32 values a block): never in a safetensors file (the parser knows only the names
-     * above), the dtype of a GGUF file's tensors (gguf_model.c) */
-    ST_Q8_0, ST_Q4_0, ST_Q4_1
+    /* GGUF's block types (32 values a block; the K-quants 256): never in a safetensors file (the parser knows
+     * only the names above), the dtype of a GGUF file's tensors (gguf_model.c) */
+    ST_Q8_0, ST_Q4_0, ST_Q4_1, ST_Q4_K, ST_Q5_K, ST_Q6_K
 } StDtype;
 
 const char *st_dtype_name(StDtype);
@@ -99,7 +99,8 @@ static const struct { const char *name; unsigned char size; } st_dtypes[] = {
 };
 
 const char *st_dtype_name(StDtype d) {
-    if (d == ST_Q8_0 || d == ST_Q4_0 || d == ST_Q4_1) return d == ST_Q8_0 ? "Q8_0" : d == ST_Q4_0 ? "Q4_0" : "Q4_1";
+    static const char *const blocks[] = {"Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"};
+    if (d >= ST_Q8_0 && d <= ST_Q6_K) return blocks[d - ST_Q8_0];
     return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].name : "?";
 }
 size_t st_dtype_size(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].size : 0; }

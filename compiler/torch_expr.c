@@ -14,8 +14,8 @@
 
 const char torch_expr_supported[] =
     "torch.randn/zeros/ones(*size, dtype=torch.float32|bfloat16|float16), nn.Linear(in, out, bias=True, "
-    "dtype=...|llmcc.q8_0|q4_0|q4_1: GGUF's block types), nn.RMSNorm(dim, eps=None), nn.Softmax(dim=-1), "
-    "nn.SiLU(), F.silu, F.softmax(x, dim=-1), "
+    "dtype=...|llmcc.q8_0|q4_0|q4_1|q4_k|q5_k|q6_k: GGUF's block types), nn.RMSNorm(dim, eps=None), "
+    "nn.Softmax(dim=-1), nn.SiLU(), F.silu, F.softmax(x, dim=-1), "
     "F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=None), torch.matmul, "
     "torch.argmax(x, dim=-1) (the index as a float), torch.topk(x, k, dim=-1) (k <= 128; one tensor [..., 2, k]: "
     "the values, then their indices as floats), and + - * / @ "
@@ -462,7 +462,7 @@ static Value call(P *p, const Value *f, const Args *a) {
         m.out = need_int(p, v[1], "out_features", 1, (int64_t)1 << 31);
         if (v[2]) m.bias = need_bool(p, v[2], "bias");
         if (!is_none(v[4]) && v[4]->k == V_DTYPE && dtype_is_quant(v[4]->dtype)) {
-            /* GGUF's blocks of 32 along each row of the weight; the bias stays f32 */
+            /* GGUF's blocks (32 values; the K-quants 256) along each row of the weight; the bias stays f32 */
             m.wdt = v[4]->dtype;
             if (m.in % dtype_block[m.wdt])
                 err(p, v[0]->col, "in_features=%lld: llmcc.%s weights need a multiple of %d", (long long)m.in,
@@ -523,7 +523,8 @@ static Value name_value(P *p, const char *s, int col) {
         {"torch.float32", DT_F32}, {"torch.float", DT_F32}, {"torch.bfloat16", DT_BF16}, {"torch.float16", DT_F16},
         {"torch.half", DT_F16},
         /* not torch's: GGUF's block types, for nn.Linear's weights (llama.cpp's names) */
-        {"llmcc.q8_0", DT_Q8_0}, {"llmcc.q4_0", DT_Q4_0}, {"llmcc.q4_1", DT_Q4_1},
+        {"llmcc.q8_0", DT_Q8_0}, {"llmcc.q4_0", DT_Q4_0}, {"llmcc.q4_1", DT_Q4_1}, {"llmcc.q4_k", DT_Q4_K},
+        {"llmcc.q5_k", DT_Q5_K}, {"llmcc.q6_k", DT_Q6_K},
     };
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
         if (!strcmp(s, dts[i].name)) { v.k = V_DTYPE; v.dtype = dts[i].dt; return v; }

@@ -229,13 +229,18 @@ typedef uint8_t cpu_gemm_u8x8 __attribute__((vector_size(8)));
  * bits are an f32's upper half), bf16 pairs (the dot16 layout: words of two bf16) as they are, GGUF's block
  * types (runtime/kernels.h gives their layout) dequantized (exactly: a scale times a small integer, plus
  * Q4_1's minimum, in f32). A word past the row's end (an odd bf16 row in pairs) or a row past n is 0. */
-enum { CPU_GEMM_W_F32, CPU_GEMM_W_BF16, CPU_GEMM_W_BF16_PAIRS, CPU_GEMM_W_Q8_0, CPU_GEMM_W_Q4_0, CPU_GEMM_W_Q4_1 };
+enum { CPU_GEMM_W_F32, CPU_GEMM_W_BF16, CPU_GEMM_W_BF16_PAIRS, CPU_GEMM_W_Q8_0, CPU_GEMM_W_Q4_0, CPU_GEMM_W_Q4_1,
+       CPU_GEMM_W_Q4_K, CPU_GEMM_W_Q5_K, CPU_GEMM_W_Q6_K };
 static inline int64_t cpu_gemm_row_bytes(int form, int64_t k) {   /* bytes of k elements (block types: whole) */
+    static const int16_t block_bytes[] = {34, 18, 20, 144, 176, 210};   /* Q8_0 .. Q6_K */
     return form == CPU_GEMM_W_F32 ? 4 * k : form <= CPU_GEMM_W_BF16_PAIRS ? 2 * k
-           : k / 32 * (form == CPU_GEMM_W_Q8_0 ? 34 : form == CPU_GEMM_W_Q4_0 ? 18 : 20);
+           : k / (form >= CPU_GEMM_W_Q4_K ? 256 : 32) * block_bytes[form - CPU_GEMM_W_Q8_0];
 }
 /* element q of a block-type row, dequantized */
 static inline float cpu_gemm_block_elem(int form, const uint8_t *row, int64_t q) {
+    if (form == CPU_GEMM_W_Q4_K) return ld_q4_k(row, q);
+    if (form == CPU_GEMM_W_Q5_K) return ld_q5_k(row, q);
+    if (form == CPU_GEMM_W_Q6_K) return ld_q6_k(row, q);
     const uint8_t *b = row + cpu_gemm_row_bytes(form, q / 32 * 32);
     const int j = (int)(q % 32), qs = form == CPU_GEMM_W_Q4_1 ? 4 : 2;
     if (form == CPU_GEMM_W_Q8_0) return f16_at(b) * (float)(int8_t)b[2 + j];
@@ -254,6 +259,32 @@ static inline uint32_t cpu_gemm_word(int form, const void *row, int64_t q, int64
     const uint16_t *h = (const uint16_t *)row + 2 * q;
     return h[0] | (2 * q + 1 < k ? (uint32_t)h[1] << 16 : 0u);
 }
+/* 8 values of a K-quant row from kk (a multiple of 8: one sub-block of 32, Q6_K's of 16), dequantized as
+ * kernels.h's ld_q4_k ... does (the products exact, Q4_K / Q5_K's minimum subtracted with one rounding) */
+static inline void cpu_gemm_load8_k(int form, const uint8_t *row, int64_t kk, cpu_gemm_u32x8 *v) {
+    const uint8_t *b = row + cpu_gemm_row_bytes(form, kk / 256 * 256);
+    const int e = (int)(kk % 256), j = e % 32;
+    cpu_gemm_u8x8 lo, hi;
+    cpu_gemm_f32x8 f;
+    if (form == CPU_GEMM_W_Q6_K) {
+        const int h = e / 128, t = e / 32 % 4;
+        __builtin_memcpy(&lo, b + 64 * h + 32 * (t % 2) + j, 8);
+        __builtin_memcpy(&hi, b + 128 + 32 * h + j, 8);
+        const cpu_gemm_i8x8 q = (cpu_gemm_i8x8)(((lo >> (t < 2 ? 0 : 4)) & 15) | ((hi >> 2 * t) & 3) << 4) - 32;
+        f = __builtin_convertvector(q, cpu_gemm_f32x8) * (f16_at(b + 208) * (float)(int8_t)b[192 + e / 16]);
+    } else {
+        const int s = e / 32;
+        __builtin_memcpy(&lo, b + (form == CPU_GEMM_W_Q5_K ? 48 : 16) + 32 * (s / 2) + j, 8);
+        cpu_gemm_u8x8 q = (lo >> (s % 2 ? 4 : 0)) & 15;
+        if (form == CPU_GEMM_W_Q5_K) {
+            __builtin_memcpy(&hi, b + 16 + j, 8);
+            q |= ((hi >> s) & 1) << 4;
+        }
+        f = __builtin_convertvector(q, cpu_gemm_f32x8) * (f16_at(b) * (float)kq_scale(b + 4, s)) -
+            f16_at(b + 2) * (float)kq_min(b + 4, s);
+    }
+    __builtin_memcpy(v, &f, 32);
+}
 /* Row r of the weights, in runs of `run` consecutive rows whose starts are `gap` rows apart (a RoPE pair's
  * halves: runs of head_dim / 2 rows, every head_dim; else one run) */
 #define CPU_GEMM_ROW_AT(w, r) ((const char *)(w) + (((r) / run) * gap + (r) % run) * ldw_bytes)
@@ -264,6 +295,7 @@ static inline void cpu_gemm_load8(int form, const char *w, int64_t ldw_bytes, in
         const char *row = CPU_GEMM_ROW_AT(w, r0 + q);
         if (r0 + q >= n) { cpu_gemm_u32x8 z = {0}; v[q] = z; }
         else if (form == CPU_GEMM_W_F32) __builtin_memcpy(&v[q], (const float *)row + kk, 32);
+        else if (form >= CPU_GEMM_W_Q4_K) cpu_gemm_load8_k(form, (const uint8_t *)row, kk, &v[q]);
         else if (form >= CPU_GEMM_W_Q8_0) {
             /* 8 values of one block (kk is a multiple of 8): 8 int8, or 8 nibbles of the low or high half */
             const uint8_t *b = (const uint8_t *)row + cpu_gemm_row_bytes(form, kk / 32 * 32);
@@ -334,8 +366,8 @@ static inline void cpu_gemm_pack_f32(int64_t n, int64_t rows, int64_t k, const f
     cpu_gemm_pack_rows(CPU_GEMM_W_F32, n, rows, k, w, ldw, run, gap, CPU_GEMM_NR,
                        (uint32_t *)(void *)(panel + col0 * k));
 }
-/* GGUF's block types (type 0 q8_0, 1 q4_0, 2 q4_1), dequantized into f32 slivers; w + first: row 0's first
- * element (whole blocks), k whole blocks */
+/* GGUF's block types (type 0 q8_0, 1 q4_0, 2 q4_1, 3 q4_k, 4 q5_k, 5 q6_k), dequantized into f32 slivers;
+ * w + first: row 0's first element (whole blocks), k whole blocks (the schedule's K steps are whole blocks) */
 static inline void cpu_gemm_pack_q(int type, int64_t n, int64_t rows, int64_t k, const uint8_t *w, int64_t first,
                                    int64_t ldw, int64_t run, int64_t gap, float *panel, int64_t col0) {
     int form = CPU_GEMM_W_Q8_0 + type;

@@ -1,5 +1,5 @@
 /* cpu_quant.h: the dot product of a weight row in one of GGUF's block types
- * (Q8_0, Q4_0, Q4_1: runtime/kernels.h gives their layout) with an f32
+ * (Q8_0, Q4_0, Q4_1, and the K-quants Q4_K, Q5_K, Q6_K: runtime/kernels.h gives their layouts) with an f32
  * activation row, for the CPU target's linears (the cpu_rows schedule's
  * qdot statement). The blocks are dequantized in registers and multiplied by
  * the f32 activations; nothing is expanded in memory and the activations are
@@ -9,13 +9,25 @@
  * Per block of 32 weights: value j of the block is d * q_j (+ m for Q4_1),
  * so sum_j x_j w_j = d * sum_j x_j q_j (+ m * sum_j x_j): the integers are
  * widened to f32 and multiplied by x, one multiply-add by the scale per
- * block, and the lanes are summed once per row.
+ * block, and the lanes are summed once per row. The K-quants likewise per sub-block of a super-block
+ * of 256: value j of sub-block s is d * sc_s * q_j (- dmin * m_s for Q4_K / Q5_K), so one multiply-add by
+ * d * sc_s (exact in f32) per sub-block, and dmin * m_s times the sub-block's activation sum.
  *
  * Three implementations, chosen once per process: AVX-512 (16 lanes: a Q4
  * block's low and high nibbles are one vector each), AVX2 + FMA (8 lanes),
  * and portable C for everything else (aarch64 included, not tuned). Each
  * needs F16C for the block scales. LLMCC_CPU_QDOT=avx2|c in the environment
- * caps the choice (tests run every path on one machine). */
+ * caps the choice (tests run every path on one machine).
+ *
+ * Speed, GB/s of blocks: a bench of cpu_qdot over rows of 1536 (~290 MB of blocks, far past the caches), the
+ * rows split over 2 OpenMP threads, the best of 7 passes; this 2-core machine while another job kept it busy
+ * (load 3; idle, Q8_0 runs ~29 and Q4_0 ~14: docs/gguf.md):
+ *              Q8_0  Q4_0  Q4_K  Q5_K  Q6_K
+ *   AVX-512    17.9   7.6   7.2   7.3   9.6
+ *   AVX2       15.7   6.4   6.0   5.6   8.9
+ *   C           1.5   0.8   0.5   0.5   0.4
+ * In values, 11-17 G/s for every type on AVX-512: each value is widened int8 -> int32 -> f32 before its
+ * multiply-add, whatever its bits, so the fewer bytes of 4-bit blocks do not buy speed here. */
 #ifndef LLMCC_CPU_QUANT_H
 #define LLMCC_CPU_QUANT_H
 #include <stdbool.h>
@@ -45,6 +57,57 @@ static inline float cpu_qdot_c(int type, const uint8_t *b, const float *x, int64
         b += type == 2 ? 20 : 18;
     }
     return acc;
+}
+
+/* The K-quants (type 3 q4_k, 4 q5_k, 5 q6_k; kernels.h's ld_q4_k ... gives the layouts), a super-block of 256 at
+ * a time: per sub-block the products of the integers and the activations summed in f32, then one multiply-add by
+ * the sub-block's scale d * sc (Q4_K / Q5_K: minus dmin * m times the activations' sum). */
+static inline float cpu_qdot_k_c(int type, const uint8_t *b, const float *x, int64_t nsuper) {
+    float acc = 0;
+    for (int64_t i = 0; i < nsuper; i++, x += 256) {
+        if (type == 5) {   /* q6_k: 16 sub-blocks of 16 */
+            for (int e0 = 0; e0 < 256; e0 += 16) {
+                float s = 0;
+                for (int e = e0; e < e0 + 16; e++) {
+                    const int h = e >> 7, t = (e >> 5) & 3, j = e & 31;
+                    const int q = ((b[64 * h + 32 * (t & 1) + j] >> (t & 2 ? 4 : 0)) & 15) |
+                                  ((b[128 + 32 * h + j] >> 2 * t) & 3) << 4;
+                    s += x[e] * (float)(q - 32);
+                }
+                acc += f16_at(b + 208) * (float)(int8_t)b[192 + e0 / 16] * s;
+            }
+            b += 210;
+            continue;
+        }
+        const uint8_t *qs = b + (type == 4 ? 48 : 16);
+        for (int sb = 0; sb < 8; sb++) {   /* q4_k, q5_k: 8 sub-blocks of 32 */
+            float s = 0, sx = 0;
+            for (int j = 0; j < 32; j++) {
+                int q = (qs[32 * (sb >> 1) + j] >> (sb & 1 ? 4 : 0)) & 15;
+                if (type == 4) q |= ((b[16 + j] >> sb) & 1) << 4;
+                s += x[32 * sb + j] * (float)q;
+                sx += x[32 * sb + j];
+            }
+            acc += f16_at(b) * (float)kq_scale(b + 4, sb) * s - f16_at(b + 2) * (float)kq_min(b + 4, sb) * sx;
+        }
+        b += type == 4 ? 176 : 144;
+    }
+    return acc;
+}
+
+/* Q4_K / Q5_K's 12 bytes of 6-bit scales and minimums as 16 bytes: the 8 scales, then the 8 minimums (ggml's own
+ * unpacking in its dot products: sub-blocks 0-3 in the low 6 bits of bytes 0-7, 4-7 split between the nibbles
+ * of bytes 8-11 and the top 2 bits of bytes 0-7) */
+static inline void cpu_qdot_k_unpack(const uint8_t *sc, uint8_t out[16]) {
+    uint32_t u[4];
+    memcpy(u, sc, 12);
+    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    u[3] = ((u[2] >> 4) & m4) | ((u[1] >> 6) & m2) << 4;   /* minimums 4-7 */
+    const uint32_t mins03 = u[1] & m6;
+    u[1] = (u[2] & m4) | ((u[0] >> 6) & m2) << 4;          /* scales 4-7 */
+    u[2] = mins03;
+    u[0] &= m6;                                            /* scales 0-3 */
+    memcpy(out, u, 16);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -118,6 +181,132 @@ CPU_QUANT_V3 float cpu_qdot_v3(int type, const uint8_t *b, const float *x, int64
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
 }
+/* The K-quants' integers, 32 int8 at a time (shared by both paths; AVX2 instructions). Q6_K: values
+ * 128 h + 32 t .. + 31 of a super-block from its half h's ql (64 bytes: ql0, ql1) and qh (32 bytes), minus 32 */
+CPU_QUANT_V3 __m256i cpu_qdot_q6_32(__m256i ql0, __m256i ql1, __m256i qh, int t) {
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(t & 1 ? ql1 : ql0, t & 2 ? 4 : 0), _mm256_set1_epi8(15));
+    const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * t), _mm256_set1_epi8(3)), 4);
+    return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+}
+/* Q4_K / Q5_K: sub-block s's 32 integers from the 32 bytes of its pair's nibbles (s even: low) and, for Q5_K
+ * (qh not null), 16 times bit s of qh's 32 bytes */
+CPU_QUANT_V3 __m256i cpu_qdot_q45_32(__m256i nibbles, const __m256i *qh, int s) {
+    const __m256i q = _mm256_and_si256(_mm256_srli_epi16(nibbles, s & 1 ? 4 : 0), _mm256_set1_epi8(15));
+    if (!qh) return q;
+    return _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(*qh, s), _mm256_set1_epi8(1)), 4));
+}
+
+/* AVX-512, the K-quants: a sub-block's 32 (Q6_K: 16) integers widened to f32 in 16 lanes, multiplied by the
+ * activations, one multiply-add by the sub-block's scale; the scales widened 16 at a time (exact products) and
+ * kept in a small array, broadcast from it */
+CPU_QUANT_V4 __m512 cpu_qdot_v4_16(__m128i q8, const float *x) {   /* 16 int8 times x[0..16) */
+    return _mm512_mul_ps(_mm512_loadu_ps(x), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8)));
+}
+CPU_QUANT_V4 float cpu_qdot_k_v4(int type, const uint8_t *b, const float *x, int64_t nsuper) {
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    float sc[16];
+    for (int64_t i = 0; i < nsuper; i++, x += 256) {
+        if (type == 5) {   /* q6_k: 16 int8 scales times d */
+            const __m512 d = _mm512_set1_ps(_cvtsh_ss((uint16_t)(b[208] | b[209] << 8)));
+            const __m512i s8 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192)));
+            _mm512_storeu_ps(sc, _mm512_mul_ps(_mm512_cvtepi32_ps(s8), d));
+            for (int h = 0; h < 2; h++) {
+                const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h));
+                const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+                for (int t = 0; t < 4; t++) {   /* sub-blocks 8 h + 2 t and the next */
+                    const __m256i q = cpu_qdot_q6_32(ql0, ql1, qh, t);
+                    const float *xt = x + 128 * h + 32 * t;
+                    acc = _mm512_fmadd_ps(cpu_qdot_v4_16(_mm256_castsi256_si128(q), xt),
+                                          _mm512_set1_ps(sc[8 * h + 2 * t]), acc);
+                    acc = _mm512_fmadd_ps(cpu_qdot_v4_16(_mm256_extracti128_si256(q, 1), xt + 16),
+                                          _mm512_set1_ps(sc[8 * h + 2 * t + 1]), acc);
+                }
+            }
+            b += 210;
+            continue;
+        }
+        /* q4_k, q5_k: the 8 scales times d, then the 8 minimums times dmin */
+        uint8_t sm[16];
+        cpu_qdot_k_unpack(b + 4, sm);
+        int32_t dm;
+        memcpy(&dm, b, 4);
+        const __m512 dd = _mm512_cvtph_ps(_mm256_castsi128_si256(_mm_set1_epi32(dm)));   /* d, dmin, d, dmin, ... */
+        const __m512 dsel = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), dd);
+        const __m512i smv = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sm));
+        _mm512_storeu_ps(sc, _mm512_mul_ps(_mm512_cvtepi32_ps(smv), dsel));
+        const uint8_t *qs = b + (type == 4 ? 48 : 16);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));   /* q5_k's high bits */
+        for (int s = 0; s < 8; s++) {
+            const __m256i q = cpu_qdot_q45_32(_mm256_loadu_si256((const __m256i *)(qs + 32 * (s / 2))),
+                                              type == 4 ? &qh : NULL, s);
+            const float *xs = x + 32 * s;
+            const __m512 p = _mm512_add_ps(cpu_qdot_v4_16(_mm256_castsi256_si128(q), xs),
+                                           cpu_qdot_v4_16(_mm256_extracti128_si256(q, 1), xs + 16));
+            acc = _mm512_fmadd_ps(p, _mm512_set1_ps(sc[s]), acc);
+            accm = _mm512_fmadd_ps(_mm512_add_ps(_mm512_loadu_ps(xs), _mm512_loadu_ps(xs + 16)),
+                                   _mm512_set1_ps(sc[8 + s]), accm);
+        }
+        b += type == 4 ? 176 : 144;
+    }
+    return _mm512_reduce_add_ps(_mm512_sub_ps(acc, accm));
+}
+/* AVX2 + FMA, the K-quants: as cpu_qdot_k_v4 in 8 lanes */
+CPU_QUANT_V3 __m256 cpu_qdot_v3_16(__m128i q, const float *x) {   /* 16 int8 times x[0..16) */
+    return _mm256_add_ps(cpu_qdot_v3_8(q, x), cpu_qdot_v3_8(_mm_srli_si128(q, 8), x + 8));
+}
+CPU_QUANT_V3 float cpu_qdot_k_v3(int type, const uint8_t *b, const float *x, int64_t nsuper) {
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    float sc[16];
+    for (int64_t i = 0; i < nsuper; i++, x += 256) {
+        if (type == 5) {   /* q6_k */
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss((uint16_t)(b[208] | b[209] << 8)));
+            const __m128i s8 = _mm_loadu_si128((const __m128i *)(b + 192));
+            _mm256_storeu_ps(sc, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s8)), d));
+            _mm256_storeu_ps(sc + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8))), d));
+            for (int h = 0; h < 2; h++) {
+                const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h));
+                const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+                for (int t = 0; t < 4; t++) {
+                    const __m256i q = cpu_qdot_q6_32(ql0, ql1, qh, t);
+                    const float *xt = x + 128 * h + 32 * t;
+                    acc = _mm256_fmadd_ps(cpu_qdot_v3_16(_mm256_castsi256_si128(q), xt),
+                                          _mm256_broadcast_ss(&sc[8 * h + 2 * t]), acc);
+                    acc = _mm256_fmadd_ps(cpu_qdot_v3_16(_mm256_extracti128_si256(q, 1), xt + 16),
+                                          _mm256_broadcast_ss(&sc[8 * h + 2 * t + 1]), acc);
+                }
+            }
+            b += 210;
+            continue;
+        }
+        uint8_t sm[16];
+        cpu_qdot_k_unpack(b + 4, sm);
+        const __m128i smv = _mm_loadu_si128((const __m128i *)sm);
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss((uint16_t)(b[0] | b[1] << 8)));
+        const __m256 dmin = _mm256_set1_ps(_cvtsh_ss((uint16_t)(b[2] | b[3] << 8)));
+        _mm256_storeu_ps(sc, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(smv)), d));
+        _mm256_storeu_ps(sc + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(smv, 8))), dmin));
+        const uint8_t *qs = b + (type == 4 ? 48 : 16);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+        for (int s = 0; s < 8; s++) {
+            const __m256i q = cpu_qdot_q45_32(_mm256_loadu_si256((const __m256i *)(qs + 32 * (s / 2))),
+                                              type == 4 ? &qh : NULL, s);
+            const float *xs = x + 32 * s;
+            const __m256 p = _mm256_add_ps(cpu_qdot_v3_16(_mm256_castsi256_si128(q), xs),
+                                           cpu_qdot_v3_16(_mm256_extracti128_si256(q, 1), xs + 16));
+            const __m256 sx = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(xs), _mm256_loadu_ps(xs + 8)),
+                                            _mm256_add_ps(_mm256_loadu_ps(xs + 16), _mm256_loadu_ps(xs + 24)));
+            acc = _mm256_fmadd_ps(p, _mm256_broadcast_ss(&sc[s]), acc);
+            accm = _mm256_fmadd_ps(sx, _mm256_broadcast_ss(&sc[8 + s]), accm);
+        }
+        b += type == 4 ? 176 : 144;
+    }
+    const __m256 t = _mm256_sub_ps(acc, accm);
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+}
 #endif
 
 /* which implementation runs: 4 (AVX-512), 3 (AVX2 + FMA), 0 (portable C); once per process */
@@ -143,14 +332,17 @@ static inline const char *cpu_quant_isa_name(void) {
     return cpu_quant_isa() == 4 ? "AVX-512" : cpu_quant_isa() == 3 ? "AVX2 + FMA" : "portable C";
 }
 
-/* sum over k of x[k] * w[first + k], w of type 0 (q8_0), 1 (q4_0), 2 (q4_1); first and k whole blocks */
+/* sum over k of x[k] * w[first + k], w of type 0 (q8_0), 1 (q4_0), 2 (q4_1), 3 (q4_k), 4 (q5_k), 5 (q6_k); first
+ * and k whole blocks */
 static inline float cpu_qdot(int type, const uint8_t *w, int64_t first, const float *x, int64_t k) {
-    const uint8_t *b = w + first / 32 * (type == 0 ? 34 : type == 1 ? 18 : 20);
+    static const int16_t block_bytes[] = {34, 18, 20, 144, 176, 210};
+    const int block = type >= 3 ? 256 : 32;
+    const uint8_t *b = w + first / block * block_bytes[type];
 #if defined(__x86_64__) && defined(__GNUC__)
     const int isa = cpu_quant_isa();
-    if (isa == 4) return cpu_qdot_v4(type, b, x, k / 32);
-    if (isa == 3) return cpu_qdot_v3(type, b, x, k / 32);
+    if (isa == 4) return type >= 3 ? cpu_qdot_k_v4(type, b, x, k / 256) : cpu_qdot_v4(type, b, x, k / 32);
+    if (isa == 3) return type >= 3 ? cpu_qdot_k_v3(type, b, x, k / 256) : cpu_qdot_v3(type, b, x, k / 32);
 #endif
-    return cpu_qdot_c(type, b, x, k / 32);
+    return type >= 3 ? cpu_qdot_k_c(type, b, x, k / 256) : cpu_qdot_c(type, b, x, k / 32);
 }
 #endif

@@ -61,6 +61,38 @@ DEVFN float ld_q4_1(const uint8_t *p, int64_t i) {
     return f16_at(b) * (float)q + f16_at(b + 2);
 }
 
+/* The K-quants (ggml-common.h's block_q4_K, block_q5_K, block_q6_K; ggml-quants.c's dequantize_row_q4_K ...):
+ * super-blocks of 256 values, the value at flat index i of a weight whose rows are whole super-blocks is value
+ * i % 256 of super-block i / 256. Q4_K and Q5_K: 8 sub-blocks of 32, sub-block s with a 6-bit scale and minimum
+ * packed in 12 bytes (kq_scale, kq_min: ggml's get_scale_min_k4), value d * scale * q - dmin * min. Every product
+ * is exact in f32 (d has 11 significant bits, the scale 6, q at most 5; Q6_K's d * scale * q at most 23), so the
+ * one rounding is Q4_K / Q5_K's subtraction, as in ggml's and gguf-py's dequantization. */
+DEVFN int kq_scale(const uint8_t *sc, int s) { return s < 4 ? sc[s] & 63 : (sc[s + 4] & 15) | (sc[s - 4] >> 6) << 4; }
+DEVFN int kq_min(const uint8_t *sc, int s) { return s < 4 ? sc[s + 4] & 63 : (sc[s + 4] >> 4) | (sc[s] >> 6) << 4; }
+/* {f16 d; f16 dmin; uint8 scales[12]; uint8 qs[128]}: q of value j of sub-block s is the low (s even) or high
+ * (s odd) nibble of qs[32 * (s / 2) + j] */
+DEVFN float ld_q4_k(const uint8_t *p, int64_t i) {
+    const uint8_t *b = p + (i >> 8) * 144;
+    const int e = (int)(i & 255), s = e >> 5, q = (b[16 + (s >> 1) * 32 + (e & 31)] >> (s & 1 ? 4 : 0)) & 15;
+    return f16_at(b) * (float)kq_scale(b + 4, s) * (float)q - f16_at(b + 2) * (float)kq_min(b + 4, s);
+}
+/* {f16 d; f16 dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]}: q4_k's nibble plus 16 times bit s of qh[j] */
+DEVFN float ld_q5_k(const uint8_t *p, int64_t i) {
+    const uint8_t *b = p + (i >> 8) * 176;
+    const int e = (int)(i & 255), s = e >> 5, j = e & 31;
+    const int q = ((b[48 + (s >> 1) * 32 + j] >> (s & 1 ? 4 : 0)) & 15) | ((b[16 + j] >> s) & 1) << 4;
+    return f16_at(b) * (float)kq_scale(b + 4, s) * (float)q - f16_at(b + 2) * (float)kq_min(b + 4, s);
+}
+/* {uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d}: value e in half h = e / 128, quarter t = e / 32 % 4,
+ * position j = e % 32 is d * scales[e / 16] * (q - 32), q's low 4 bits the low (t < 2) or high nibble of
+ * ql[64 h + 32 (t % 2) + j], its high 2 bits bits 2t and 2t + 1 of qh[32 h + j] */
+DEVFN float ld_q6_k(const uint8_t *p, int64_t i) {
+    const uint8_t *b = p + (i >> 8) * 210;
+    const int e = (int)(i & 255), h = e >> 7, t = (e >> 5) & 3, j = e & 31;
+    const int q = ((b[64 * h + 32 * (t & 1) + j] >> (t & 2 ? 4 : 0)) & 15) | ((b[128 + 32 * h + j] >> 2 * t) & 3) << 4;
+    return f16_at(b + 208) * (float)(int8_t)b[192 + (e >> 4)] * (float)(q - 32);
+}
+
 /* activations staged as bf16: round to nearest even (NaN stays NaN) */
 DEVFN uint16_t f32_to_bf16(float f) {
     uint32_t u; memcpy(&u, &f, 4);

@@ -41,6 +41,9 @@ KIND:
   mistral-spm   mistral with vocab 32000 and the SentencePiece-style tokenizer files of
                 --tokenizer-dir (required; Llama 2's with a Metaspace pre-tokenizer, as
                 Mistral's are: scripts/llama2_metaspace.py first DIR); layout v5.
+  llama-k       LlamaForCausalLM with every row a multiple of 256 values (GGUF's K-quants'
+                super-blocks, which llama-quantize needs): hidden 256, intermediate 768,
+                4 layers, 4 heads, 2 kv heads, head_dim 64, vocab 300, no rope_scaling
 
 --layout v4 writes config.json as transformers 4.x did (top-level rope_theta and
 rope_scaling, torch_dtype), --layout v5 as transformers 5 does (both inside
@@ -67,8 +70,8 @@ KINDS = ("llama-gqa", "qwen2-tied", "llama-linear")
 # kinds of the families added later (checked against transformers: scripts/gen_family_expected.py)
 FAMILY_KINDS = ("qwen3", "qwen3-tied", "mistral", "smollm")
 # kinds with an outside tokenizer: not in KINDS, which the numpy reference tests walk
-# (mistral-spm last: a kind's place seeds its weights)
-EXTRA_KINDS = ("qwen2-tok",) + FAMILY_KINDS + ("qwen3-tok", "mistral-spm")
+# (mistral-spm and llama-k last: a kind's place seeds its weights)
+EXTRA_KINDS = ("qwen2-tok",) + FAMILY_KINDS + ("qwen3-tok", "mistral-spm", "llama-k")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QWEN_TOK_DIR = os.path.normpath(os.path.join(ROOT, "..", "shared", "assets", "tokenizers", "qwen2.5-instruct"))
 QWEN3_TOK_DIR = os.path.normpath(os.path.join(ROOT, "..", "shared", "assets", "tokenizers", "qwen3"))
@@ -342,6 +345,9 @@ def config_for(kind, dtype):
     if kind == "llama-linear":
         cfg.update({"head_dim": 32, "rope_scaling": {"type": "linear", "factor": 2.0},
                     "attention_bias": True, "mlp_bias": True})
+    if kind == "llama-k":
+        cfg.update({"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 4, "head_dim": 64,
+                    "rope_scaling": None})
     return cfg
 
 

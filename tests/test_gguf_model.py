@@ -363,6 +363,70 @@ def test_gguf_py_writer_matches_llama_cpp():
             assert key in fb and fa[key].contents() == fb[key].contents(), (kind, key)
 
 
+def llama_quantize():
+    """llama.cpp's llama-quantize beside the converter (its build/bin), or None"""
+    conv = converter()
+    tool = conv and os.path.join(os.path.dirname(conv), "build", "bin", "llama-quantize")
+    return tool if tool and os.access(tool, os.X_OK) else None
+
+
+def quantized_of(kind, ftype):
+    """the fixture's f32 GGUF (the converter's) quantized by llama-quantize to ftype (Q4_K_M, ...)"""
+    tool = llama_quantize()
+    if not tool:
+        raise Skip("llama.cpp's convert_hf_to_gguf.py or llama-quantize cannot run here")
+    src = gguf_of(kind, writer="llama.cpp")
+    out = "%s-%s.gguf" % (src[:-5], ftype)
+    if not os.path.exists(out):
+        env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(tool))
+        run([tool, src, out + ".tmp", ftype], env=env)
+        os.replace(out + ".tmp", out)
+    return out
+
+
+def dequantized_copy(path):
+    """path with every block-type tensor dequantized to F32 by gguf-py (the reference: the same model as f32)"""
+    r = GGUFReader(path)
+    tensors = [(t.name, gguf.quants.dequantize(np.array(t.data), t.tensor_type), None) for t in r.tensors
+               if t.tensor_type not in (QT.F32, QT.F16, QT.BF16)]
+    return rewrite(path, path[:-5] + "-dequantized.gguf", tensors=tensors)
+
+
+def test_k_quant_files_against_their_dequantization():
+    # llama.cpp's Q4_K_M (Q4_K, with Q6_K for output and for attn_v / ffn_down of some layers: the mixed file that
+    # LayerWeights must hold) and Q5_K_M of the llama-k fixture, whose rows are whole super-blocks (llama-quantize
+    # falls back to other types for the rest), against the same files with every tensor dequantized by gguf-py:
+    # the same greedy ids and logits within f32 summation (the prompt's cpu_gemm packs the same f32 weights; the
+    # decode steps' dot products sum per sub-block, then scale)
+    for ftype, want in (("Q4_K_M", {"Q4_K", "Q6_K"}), ("Q5_K_M", {"Q5_K", "Q6_K"})):
+        q = quantized_of("llama-k", ftype)
+        types = {t.name: t.tensor_type.name for t in GGUFReader(q).tensors if len(t.shape) == 2}
+        assert set(types.values()) == want, (ftype, types)
+        downs = {types["blk.%d.ffn_down.weight" % i] for i in range(4)}
+        assert downs == want, (ftype, downs)   # one field, two block types by layer
+        got = build(q, "llama-k-" + ftype)
+        ref = build(dequantized_copy(q), "llama-k-" + ftype + "-dequantized")
+        src = open(os.path.join(got, "model.c")).read()
+        # layers 0 and 1 have the lower type (llama.cpp's use_more_bits: layers 2 and 3 of 4)
+        assert "const uint8_t *mlp_down_proj_weight; /* %s/%s[256, 768] */" % tuple(
+            sorted(t.lower() for t in want)) in src, ftype
+        (ids_q, log_q), (ids_r, log_r) = generate(got), generate(ref)
+        assert len(ids_r) == STEPS and ids_q == ids_r, "%s: greedy ids differ\n%s\n%s" % (ftype, ids_q, ids_r)
+        diff = float(np.max(np.abs(log_q - log_r)))
+        assert 0 < diff <= 1e-5 * float(np.max(np.abs(log_r))), "%s: logits differ by %g" % (ftype, diff)
+        # llmcc run --layer: layer 2 (Q6_K's attn_v and ffn_down) against the interpreter on pack.c's dequantization
+        p = run([LLMCC, "run", q, "--layer", "2", "--tokens", "4", "--target", "cpu"])
+        assert "matches the reference" in p.stdout, p.stdout
+    # --dtype f32 dequantizes the blocks while packing (pack.c): the program and logits of gguf-py's dequantization
+    out = os.path.join(DIR, "out-llama-k-Q4_K_M-as-f32")
+    run([LLMCC, "build", quantized_of("llama-k", "Q4_K_M"), "-o", out, "--target", "cpu", "--name", "m", "--dtype",
+         "f32"])
+    run(["make", "-C", out, "-j2"])
+    ref = build(dequantized_copy(quantized_of("llama-k", "Q4_K_M")), "llama-k-Q4_K_M-dequantized")
+    (ids_c, log_c), (ids_r, log_r) = generate(out), generate(ref)
+    assert ids_c == ids_r and np.array_equal(log_c, log_r) and kernels(out) == kernels(ref)
+
+
 # ---- bad files: GGUFWriter rewrites of a good one ----
 
 def rewrite(src, dst, arch=None, drop_keys=(), add_keys=(), drop_tensors=(), tensors=()):
@@ -429,7 +493,7 @@ def test_bad_files_refused_in_one_line():
                    "llama.attention.sliding_window")
     q = st["model.layers.0.self_attn.q_proj.weight"]
     expect_refused(case("q5", tensors=[("blk.0.attn_q.weight", q, QT.Q5_0)]), "blk.0.attn_q.weight",
-                   "type Q5_0 is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)")
+                   "type Q5_0 is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)")
     expect_refused(case("yarn", add_keys=[("llama.rope.scaling.type", "yarn", VT.STRING),
                                           ("llama.rope.scaling.factor", 4.0, VT.FLOAT32)]),
                    "llama.rope.scaling.type", '"yarn" is not supported (supported: none, linear)')

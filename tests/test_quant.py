@@ -1,7 +1,10 @@
-"""Quantized weights (GGUF's block types Q8_0, Q4_0, Q4_1), read in place by the linears' schedules.
+"""Quantized weights (GGUF's block types Q8_0, Q4_0, Q4_1 and the K-quants Q4_K, Q5_K, Q6_K), read in place by
+the linears' schedules.
 
 The reference is gguf-py (PyPI `gguf`, llama.cpp's own Python package): it quantizes the test's
-weights and dequantizes them, independently of llmcc's C (runtime/kernels.h ld_q*, compiler/quant.c).
+weights and dequantizes them, independently of llmcc's C (runtime/kernels.h ld_q*, runtime/cpu_quant.h,
+compiler/pack.c). gguf-py cannot quantize the K-quants: their weights are random blocks (every integer and
+sub-block scale byte random, the f16 super-block scales positive and sane), which gguf-py dequantizes.
 Each case runs a linear through the op harness (tests/oplib.py: guard regions around every buffer,
 rows past n left unwritten) on the CPU target's schedules (at most cpu_gemm_min_n tokens, cpu_rows' qdot:
 runtime/cpu_quant.h's dot products, each of its three implementations, AVX-512, AVX2 and portable C,
@@ -13,7 +16,9 @@ any tile. Then `llmcc run -c` with `--dump`: the blocks llmcc quantized are dequ
 
 Tolerance: the dequantized weights are exact in f32 on both sides (a scale times a small integer, plus
 Q4_1's minimum: one f32 rounding, the same in numpy), so what remains is f32 summation:
-|err| <= K * 2^-24 * sum |x w| for any order (the classic bound, depth at most K)."""
+|err| <= K * 2^-24 * sum |x w| for any order (the classic bound, depth at most K). Q4_K / Q5_K's dot products
+sum d * sc * q and dmin * m apart (one multiply-add by each sub-block's scale and minimum), so there |w| is
+d * sc * q + dmin * m: gguf-py's dequantization of the blocks with dmin's sign flipped."""
 import os
 
 import numpy as np
@@ -22,6 +27,9 @@ from oplib import U, check_close, compile_op, run_op
 from testlib import LLMCC, Skip, run, tmpdir
 
 TYPES = ("q8_0", "q4_0", "q4_1")
+K_TYPES = ("q4_k", "q6_k", "q5_k")
+BLOCK = {"q8_0": (32, 34), "q4_0": (32, 18), "q4_1": (32, 20), "q4_k": (256, 144), "q5_k": (256, 176),
+         "q6_k": (256, 210)}   # values and bytes per block (ggml-common.h)
 
 
 def gguf_or_skip():
@@ -36,44 +44,74 @@ def qtype(T, dt):
     return getattr(T, dt.upper())
 
 
-def linear_case(dt, target, maxn, M, K, n, bias=True, seed=5, knobs=(), isa=None, fault=False):
+def random_kblocks(dt, rows, k, rng, bound=1.0):
+    """rows x k values of K-quant dt as random blocks, uint8 [rows, bytes per row]: every byte random, then the f16
+    super-block scales d (and dmin) positive, drawn so that the values stay within about +-bound"""
+    vals, nb = BLOCK[dt]
+    blocks = rng.integers(0, 256, size=(rows, k // vals, nb), dtype=np.uint8)
+    most = {"q4_k": 63 * 15, "q5_k": 63 * 31, "q6_k": 128 * 32}[dt]
+    d = (rng.uniform(0.5, 1.0, size=blocks.shape[:2]) * bound / most).astype(np.float16)
+    if dt == "q6_k":
+        blocks[..., 208:210] = d.view(np.uint8).reshape(rows, -1, 2)
+    else:
+        dmin = (rng.uniform(0.5, 1.0, size=blocks.shape[:2]) * bound / 63).astype(np.float16)
+        blocks[..., 0:2] = d.view(np.uint8).reshape(rows, -1, 2)
+        blocks[..., 2:4] = dmin.view(np.uint8).reshape(rows, -1, 2)
+    return blocks.reshape(rows, -1)
+
+
+def weights(dt, M, K, rng):
+    """(blocks as stored, the values gguf-py dequantizes them to, the magnitudes the tolerance sums: |w|, or for
+    Q4_K / Q5_K d * sc * q + dmin * m)"""
     quants, T = gguf_or_skip()
+    if dt in K_TYPES:
+        blocks = random_kblocks(dt, M, K, rng)
+        w = quants.dequantize(blocks, qtype(T, dt)).astype(np.float64)
+        if dt == "q6_k":
+            return blocks, w, np.abs(w)
+        flipped = blocks.reshape(M, K // 256, -1).copy()
+        flipped[..., 3] ^= 0x80   # dmin's sign bit: d * sc * q + dmin * m, every term >= 0
+        return blocks, w, quants.dequantize(flipped.reshape(M, -1), qtype(T, dt)).astype(np.float64)
+    blocks = quants.quantize(rng.standard_normal((M, K)).astype(np.float32), qtype(T, dt))
+    w = quants.dequantize(blocks, qtype(T, dt)).astype(np.float64)
+    return blocks, w, np.abs(w)
+
+
+def linear_case(dt, target, maxn, M, K, ns, bias=True, seed=5, knobs=(), isas=(None,), fault=False):
+    """one linear compiled once, run at every n of ns with every cpu_qdot implementation of isas"""
     rng = np.random.default_rng(seed + 13 * M + K)
     exe, tile, d = compile_op(["linear", maxn, M, K, dt, 1 if bias else 0, "--target", target], knobs)
     x = rng.standard_normal((maxn, K)).astype(np.float32)
-    blocks = quants.quantize(rng.standard_normal((M, K)).astype(np.float32), qtype(T, dt))
-    w = quants.dequantize(blocks, qtype(T, dt)).astype(np.float64)
+    blocks, w, wabs = weights(dt, M, K, rng)
     ins = [x.tobytes(), blocks.tobytes()]
     b = np.zeros(M)
     if bias:
         b = rng.standard_normal(M).astype(np.float32)
         ins.append(b.tobytes())
-    env = dict(os.environ, LLMCC_CPU_QDOT=isa) if isa else None
-    (y,) = run_op(exe, d, ins, n, [(maxn, M)], env=env)
-    assert np.all(y[n:] == 0xFFFFFFFF), "%s: rows past n=%d were written" % (dt, n)
-    got = y[:n].view(np.float32).astype(np.float64)
-    xs = x[:n].astype(np.float64)
-    ref = xs @ w.T + b.astype(np.float64)
-    tol = (K + 2) * U * (np.abs(xs) @ np.abs(w).T + np.abs(b)) + 1e-30
-    what = "%s linear %s n=%d M=%d K=%d on %s%s" % (dt, maxn, n, M, K, target, " (%s)" % isa if isa else "")
-    if fault:
-        assert np.any(np.abs(got - ref) > tol), what + ": the deliberate fault went unnoticed"
-    else:
-        check_close(got, ref, tol, what)
+    for isa in isas:
+        env = dict(os.environ, LLMCC_CPU_QDOT=isa) if isa else None
+        for n in ns:
+            (y,) = run_op(exe, d, ins, n, [(maxn, M)], env=env)
+            assert np.all(y[n:] == 0xFFFFFFFF), "%s: rows past n=%d were written" % (dt, n)
+            got = y[:n].view(np.float32).astype(np.float64)
+            xs = x[:n].astype(np.float64)
+            ref = xs @ w.T + b.astype(np.float64)
+            tol = (K + 2) * U * (np.abs(xs) @ wabs.T + np.abs(b)) + 1e-30
+            what = "%s linear %s n=%d M=%d K=%d on %s%s" % (dt, maxn, n, M, K, target, " (%s)" % isa if isa else "")
+            if fault:
+                assert np.any(np.abs(got - ref) > tol), what + ": the deliberate fault went unnoticed"
+            else:
+                check_close(got, ref, tol, what)
     return tile
 
 
-def test_linear_blocks_vs_gguf():
-    """every block type through both CPU-side targets' schedules, decode and prompt shapes"""
+def linear_blocks_vs_gguf(types, shapes):
     for target, isas in (("cpu", (None, "avx2", "c")), ("cuda-emu", (None,))):
-        for dt in TYPES:
-            for isa in isas:
-                for maxn, M, K, ns in ((1, 37, 32, (1,)), (4, 64, 320, (1, 3)), (40, 19, 96, (1, 17, 40)),
-                                       (6, 40, 1088, (2, 6))):
-                    for n in ns:
-                        tile = linear_case(dt, target, maxn, M, K, n, bias=(M != 64), isa=isa)
-            # the schedules: the CPU target's dot products (n <= 3) and packed GEMM (K in steps of 512: 1088 is
-            # three), the GPU's gemv with scalar loads (no vector of blocks)
+        for dt in types:
+            for maxn, M, K, ns in shapes:
+                tile = linear_case(dt, target, maxn, M, K, ns, bias=(M != 64), isas=isas)
+            # the schedules: the CPU target's dot products (n <= 3) and packed GEMM (K in steps of 512: the last
+            # shape's K is three), the GPU's gemv with scalar loads (no vector of blocks)
             if target == "cpu":
                 assert "a dot product of w's %s blocks" % dt in tile and "the blocks dequantized" in tile, tile
                 assert "kc=512" in tile, tile
@@ -81,19 +119,33 @@ def test_linear_blocks_vs_gguf():
                 assert "gemv" in tile and "vec=1" in tile, tile
 
 
+def test_linear_blocks_vs_gguf():
+    """every block type of 32 through both CPU-side targets' schedules, decode and prompt shapes"""
+    linear_blocks_vs_gguf(TYPES, ((1, 37, 32, (1,)), (4, 64, 320, (1, 3)), (40, 19, 96, (1, 17, 40)),
+                                  (6, 40, 1088, (2, 6))))
+
+
+def test_linear_k_quants_vs_gguf():
+    """the K-quants likewise: K of one super-block and several, 1280 in cpu_gemm's K steps of 512, 512, 256"""
+    linear_blocks_vs_gguf(K_TYPES, ((1, 37, 256, (1,)), (4, 64, 768, (1, 3)), (40, 19, 256, (1, 17, 40)),
+                                    (6, 40, 1280, (2, 6))))
+
+
 def test_qdot_fault_knob():
     """debug_qdot_row=1 (each dot product reads the next weight row) must fail, on every block type"""
-    for dt in TYPES:
-        linear_case(dt, "cpu", 4, 24, 64, 3, knobs=("debug_qdot_row=1",), fault=True)
+    for dt in TYPES + K_TYPES:
+        linear_case(dt, "cpu", 4, 24, 256 if dt in K_TYPES else 64, (3,), knobs=("debug_qdot_row=1",), fault=True)
 
 
 def test_run_c_dump_vs_gguf():
-    """`llmcc run -c` quantizes its random weights as llama.cpp does; gguf-py dequantizes what it dumped"""
+    """`llmcc run -c` quantizes its random weights as llama.cpp does (the K-quants: random blocks); gguf-py
+    dequantizes what it dumped"""
     quants, T = gguf_or_skip()
-    for dt in TYPES:
+    for dt in TYPES + K_TYPES:
         for target in ("cpu", "cuda-emu"):
             d = tmpdir(os.path.join("quant_dump", dt + "_" + target))
-            expr = "x = torch.randn(3, 96); nn.Linear(96, 21, dtype=llmcc.%s)(x)" % dt
+            K = 512 if dt in K_TYPES else 96
+            expr = "x = torch.randn(3, %d); nn.Linear(%d, 21, dtype=llmcc.%s)(x)" % (K, K, dt)
             p = run([LLMCC, "run", "-c", expr, "--target", target, "--dump", d])
             assert "matches the reference" in p.stdout, p.stdout
             files = {f[:-4]: np.load(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".npy")}
@@ -101,14 +153,24 @@ def test_run_c_dump_vs_gguf():
             bname = [k for k in files if k.endswith("bias")]
             assert len(wname) == 1 and len(bname) == 1, sorted(files)
             blocks = files[wname[0]]
-            assert blocks.dtype == np.uint8 and blocks.shape == (21, 96 // 32 * {"q8_0": 34, "q4_0": 18, "q4_1": 20}[dt])
+            assert blocks.dtype == np.uint8 and blocks.shape == (21, K // BLOCK[dt][0] * BLOCK[dt][1]), blocks.shape
             w = quants.dequantize(blocks, qtype(T, dt)).astype(np.float64)
+            wabs = np.abs(w)
+            if dt in ("q4_k", "q5_k"):   # the tolerance's magnitudes (the module's docstring)
+                flipped = blocks.reshape(21, K // 256, -1).copy()
+                flipped[..., 3] ^= 0x80
+                wabs = quants.dequantize(flipped.reshape(21, -1), qtype(T, dt)).astype(np.float64)
             x = [v for k, v in files.items() if k not in (wname[0], bname[0], "output", "reference")]
             assert len(x) == 1, sorted(files)
             xs = x[0].astype(np.float64)
             ref = xs @ w.T + files[bname[0]].astype(np.float64)
-            tol = (96 + 2) * U * (np.abs(xs) @ np.abs(w).T + np.abs(files[bname[0]])) + 1e-30
+            tol = (K + 2) * U * (np.abs(xs) @ wabs.T + np.abs(files[bname[0]])) + 1e-30
             check_close(files["output"].astype(np.float64), ref, tol, "run -c %s on %s" % (dt, target))
+            if dt in K_TYPES:
+                # random blocks: the values within about nn.Linear's bound 1 / sqrt(K), and not all alike
+                bound = 1 / np.sqrt(K)
+                assert np.max(np.abs(w)) <= 2.5 * bound and np.std(w) > bound / 10, (dt, np.max(np.abs(w)), np.std(w))
+                continue
             # the blocks are what llama.cpp's quantizer makes of some values: requantizing gguf-py's
             # dequantization of them gives them back (a fixed point of the reference quantizer)
             assert np.array_equal(quants.quantize(w.astype(np.float32), qtype(T, dt)), blocks), dt
@@ -118,6 +180,7 @@ def test_block_types_refused_where_they_do_not_apply():
     """block types are for nn.Linear's weights, with in_features whole blocks"""
     for expr, want in (("torch.randn(4, 32, dtype=llmcc.q4_0)", "only nn.Linear's dtype= takes it"),
                        ("nn.Linear(40, 8, dtype=llmcc.q8_0)(torch.randn(1, 40))", "need a multiple of 32"),
+                       ("nn.Linear(288, 8, dtype=llmcc.q6_k)(torch.randn(1, 288))", "need a multiple of 256"),
                        ("nn.RMSNorm(32, dtype=llmcc.q4_1)(torch.randn(1, 32))", "only nn.Linear's dtype= takes it")):
         p = run([LLMCC, "run", "-c", expr, "--target", "cpu"], check=False)
         assert p.returncode == 1 and want in p.stderr and len(p.stderr.strip().splitlines()) == 1, (expr, p.stderr)
@@ -158,4 +221,4 @@ def test_build_quant_matches_reference():
             assert diff <= 1e-4 * float(np.max(np.abs(ref))), (dt, s, diff)
     p = run([LLMCC, "build", model_dir, "-o", os.path.join(tmpdir("quant_build"), "bad"), "--quant", "q5_0"],
             check=False)
-    assert p.returncode == 1 and "is not a block type" in p.stderr, p.stderr
+    assert p.returncode == 1 and "is not a block type llmcc quantizes into" in p.stderr, p.stderr

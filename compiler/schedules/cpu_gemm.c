@@ -55,7 +55,9 @@ int cpu_gemm_choose(const ScheduleChoice *c, TileKernel *g, TileKernel **out) {
     P->mc = 8 * CPU_GEMM_MR;
     /* K whole up to 1024: then packing reads the task's weight rows (contiguous in memory) as one stream,
      * which the prefetcher follows (K steps of 512 cut it into 2 KiB runs, one per row); longer K in steps
-     * of 512. The panels, (mc + 2 nb) x kc floats, at most 704 KiB, are the task's stack arrays. */
+     * of 512. The panels, (mc + 2 nb) x kc floats, at most 704 KiB, are the task's stack arrays. Block-type
+     * weights are packed a K step at a time from whole blocks: 512 is whole blocks of every type (the K-quants'
+     * super-blocks are 256), and K is. */
     P->kc = K <= 1024 ? (int)K : 512;
     /* X[t, k] of an f32 matrix (every activation a model's linears read): the kernel reads its rows in
      * place; a panel per task (packed 2 x 76 times for Qwen2.5-0.5B's gate/up) cost as much as the FMAs */
@@ -106,6 +108,10 @@ const char *cpu_gemm_verify(const TileKernel *k) {
     if (P->nb < 1 || P->nb % CPU_GEMM_NR || P->mc < 1 || P->mc % CPU_GEMM_MR || P->kc < 1) return "cpu_gemm tiles";
     if (P->dot && (P->nb % CPU_GEMM_DOT_NR || P->mc % CPU_GEMM_DOT_MR || !P->x_in_place))
         return "cpu_gemm's bf16 dot product on other tiles";
+    for (int a = 0; a < k->body.nacc; a++) {
+        const bool whole = P->kc % dtype_block[P->wop[a]->buf->dtype] == 0;   /* (no % in a condition's text) */
+        if (P->w_rows[a] && !whole) return "cpu_gemm's K steps are not whole blocks of the weight";
+    }
     return NULL;
 }
 

@@ -66,7 +66,7 @@ static DType dtype_arg(const char *s) {
     if (!strcmp(s, "bf16")) return DT_BF16;
     if (!strcmp(s, "f16")) return DT_F16;
     for (int d = DT_Q8_0; d < DT_COUNT; d++) if (!strcmp(s, dtype_names[d])) return (DType)d;   /* linear's weight */
-    die_user(NULL, "dtype", "'%s' is not f32, bf16, f16, q8_0, q4_0 or q4_1", s);
+    die_user(NULL, "dtype", "'%s' is not f32, bf16, f16 or a block type (q8_0 ...)", s);
 }
 static int64_t num(const char *s) { return strtoll(s, NULL, 10); }
 static Expr *N(void) { return e_param(&A, P_N); }
