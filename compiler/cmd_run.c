@@ -500,7 +500,14 @@ int cmd_run(int argc, char **argv) {
         const TileKernel *t = c.tip.k[i];
         tc |= t->kind == SCHED_CPU_GEMM && t->body.cpug.dot && (!t->run_if || !o.model || o.tokens > t->min_n);
     }
-    InterpOptions io = {tc, o.pos, cache};
+    /* the cpu target's block-type dot products at decode (cpu_rows qdot) round their activations to 8 bits */
+    bool q8 = false;
+    for (int i = 0; i < c.tip.n; i++) {
+        const TileKernel *t = c.tip.k[i];
+        q8 |= t->kind == SCHED_CPU_ROWS && t->body.cpu.acts_q8 &&
+              (!t->run_if || !o.model || (t->run_if == 2 ? o.tokens <= t->min_n : o.tokens > t->min_n));
+    }
+    InterpOptions io = {.bf16_linear_x = tc, .q8_linear_x = q8, .pos = o.pos, .cache = cache};
     /* --no-check: no reference (its double loops would take minutes at full size); what is
      * left is that every value is finite, which a random-input run of a sound kernel gives */
     double *ref = o.no_check ? NULL : interp_run(g, leaves, &io);

@@ -316,7 +316,7 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             /* runtime/cpu_quant.h: type dtype - q8_0 (q8_0, q4_0, q4_1, q4_k, q5_k, q6_k); the activations from the
              * load's element on */
             CHECK(t != TARGET_CUDA && s->e->k == EX_LOAD, "qdot in CUDA or of a non-load");
-            str_printf(o, "r%d = cpu_qdot(%d, ", s->reg, (int)(s->buf->dtype - DT_Q8_0));
+            str_printf(o, "r%d = cpu_qdot%s(%d, ", s->reg, s->dot ? "_q8" : "", (int)(s->buf->dtype - DT_Q8_0));
             param_name(o, k, kernel_param_index(k, s->buf));
             str_printf(o, ", ");
             lin_index(o, k, s->buf, s->idx, t);
@@ -326,7 +326,7 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             lin_index(o, k, s->e->buf, s->e->a, t);
             str_printf(o, "), ");
             emit_expr(o, k, s->lo, t);
-            str_printf(o, ");\n");
+            str_printf(o, "%s);\n", s->dot ? ", acts_q8" : "");
             break;
         case TS_CP_ASYNC: emit_cp_async(o, k, s, d, t); break;
         case TS_COUNT: UNREACHABLE();
@@ -889,8 +889,36 @@ static void emit_model_init(Str *o, const Names *nm, const KProgram *kp, const M
     str_printf(o, "    *out = m;\n    return NULL;\n}\n\n");
 }
 
+/* The weight bytes one decode step (n = 1) reads: every weight its launches take, whole, but one taken by a launch
+ * that also takes the token ids (a gather: the embedding) one row; each buffer once, at its largest read (a tied
+ * embedding is also the lm_head: whole). Launches only for more tokens (prefill alternatives) are left out. */
+static long long decode_weight_bytes(const KProgram *kp) {
+    int n = kp->tp->n_weights;
+    long long *bytes = calloc((size_t)n + 1, sizeof(long long)), total = 0;
+    CHECK(bytes, "out of memory");
+    for (int l = 0; l < kp->nl; l++) {
+        const KLaunch *L = &kp->launches[l];
+        if (L->run_if == 1 && L->min_n >= 1) continue;   /* runs only when n > min_n */
+        bool gather = false;
+        for (int i = 0; i < L->k->nparams; i++) gather |= L->args[i]->kind == BUF_INPUT;
+        for (int i = 0; i < L->k->nparams; i++) {
+            const Buffer *b = L->args[i];
+            if (b->kind != BUF_WEIGHT) continue;
+            int64_t row = b->dims[b->ndim - 1], rows = 1;
+            for (int d = 0; d < b->ndim - 1; d++) rows *= b->dims[d];
+            long long read = (long long)dtype_bytes(b->dtype, row) * (gather && b->ndim == 2 ? 1 : rows);
+            CHECK(b->weight_index >= 0 && b->weight_index < n, "weight %s without a payload index", b->name);
+            if (read > bytes[b->weight_index]) bytes[b->weight_index] = read;
+        }
+    }
+    for (int i = 0; i < n; i++) total += bytes[i];
+    free(bytes);
+    return total;
+}
+
 /* model_info, from the caller's ModelInfo and the program's tensors */
-static void emit_model_info(Str *o, const TProgram *tp, const ModelInfo *mi, Target t) {
+static void emit_model_info(Str *o, const KProgram *kp, const ModelInfo *mi, Target t) {
+    const TProgram *tp = kp->tp;
     str_printf(o, "const ModelInfo model_info = {\n    \"%s\", \"%s\", \"%s\",\n    %d, %d, %d, %d,\n    %d, %d, %d,\n"
                   "    %d, %d,\n    %d,\n    %d, {", mi->name, mi->architecture, target_names[t], mi->vocab_size,
                mi->hidden_size, mi->intermediate_size, mi->n_layers, mi->n_heads, mi->n_kv_heads, mi->head_dim,
@@ -899,8 +927,8 @@ static void emit_model_info(Str *o, const TProgram *tp, const ModelInfo *mi, Tar
     str_printf(o, "%s},\n    ", mi->n_eos ? "" : "0");
     const float f[4] = {mi->temperature, mi->top_p, mi->min_p, mi->repetition_penalty};
     for (int i = 0; i < 4; i++) { float_lit(o, f[i]); str_printf(o, i < 3 ? ", " : ""); }
-    str_printf(o, ",\n    %d,\n    %d, tensor_names,\n    %lld,\n};\n", mi->top_k, tp->n_weights,
-               tp->top_k ? (long long)tp->top_k->dims[2] : 0LL);
+    str_printf(o, ",\n    %d,\n    %d, tensor_names,\n    %lld,\n    %lldLL,\n};\n", mi->top_k, tp->n_weights,
+               tp->top_k ? (long long)tp->top_k->dims[2] : 0LL, decode_weight_bytes(kp));
 }
 
 /* whether a statement in b takes bf16 dot products (a gemm's: runtime/cpu_gemm.h's cpu_gemm_dot) or, with
@@ -954,7 +982,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     }
     str_printf(o, "#define NAME_OF(name, dtype, ndim, d0, d1) name,\n"
                   "static const char *const tensor_names[%d] = {TENSORS(NAME_OF)};\n", tp->n_weights);
-    emit_model_info(o, tp, mi, eo->target);
+    emit_model_info(o, kp, mi, eo->target);
     str_printf(o, "#define SHAPE_OF(name, dtype, ndim, d0, d1) {dtype, ndim, {d0, d1}},\n"
                   "static const struct { uint32_t dtype, ndim; uint64_t shape[2]; } tensor_shapes[%d] = "
                   "{TENSORS(SHAPE_OF)};\n\n", tp->n_weights);
@@ -998,9 +1026,13 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
             str_printf(o, "    len += (size_t)snprintf(desc + len, size - len, \"; a prompt's bf16 linears: %%s\",\n"
                           "        cpu_gemm_dot16_ok() ? \"bf16 dot products (AVX512_BF16)\"\n"
                           "                            : \"f32 FMAs on bf16-rounded activations\");\n");
+        bool acts_q8 = false;   /* knob cpu_qdot_q8: runtime/cpu_quant_q8.h's integer products */
+        for (int i = 0; i < kp->nk; i++) acts_q8 |= kp->kernels[i]->has_acts_q8;
         if (program_has_dot(kp, true))
             str_printf(o, "    if (len < size)\n        snprintf(desc + len, size - len, "
-                          "\"; block-type weights: dot products (%%s)\", cpu_quant_isa_name());\n");
+                          "\"; block-type weights: dot products (%s%%s)\", %s);\n",
+                       acts_q8 ? "8-bit activations, " : "",
+                       acts_q8 ? "cpu_quant_q8_isa_name()" : "cpu_quant_isa_name()");
         str_printf(o, "    (void)len;\n    return threads;\n}\n\n");
     }
     str_printf(o, "void model_logits(Model *m, float *logits) {\n"

@@ -18,8 +18,11 @@ void emit_kernel_c(Str *o, const KKernel *k, Target t) {
     str_printf(o, "%sstatic void %s(int64_t grid, ", t == TARGET_CPU ? "CPU_KERNEL " : "", k->name);
     emit_params(o, k, t);
     /* cpu: called by every thread of model_forward's team, which share the blocks; cuda-emu: a team per call */
-    str_printf(o, ") {\n    (void)n; (void)pos;\n    #pragma omp %sfor schedule(static)\n"
-                  "    for (int64_t bid = 0; bid < grid; bid++) {\n", t == TARGET_CPU ? "" : "parallel ");
+    str_printf(o, ") {\n    (void)n; (void)pos;\n");
+    if (k->has_acts_q8)   /* this thread's 8-bit activation row (runtime/cpu_quant_q8.h), quantized at first use */
+        str_printf(o, "    CpuActsQ8 *acts_q8 = cpu_acts_q8_begin();\n");
+    str_printf(o, "    #pragma omp %sfor schedule(static)\n    for (int64_t bid = 0; bid < grid; bid++) {\n",
+               t == TARGET_CPU ? "" : "parallel ");
     for (int i = 0; k->task && i < k->nsmem; i++)
         str_printf(o, "        _Alignas(32) float smem%d[%d]; /* scratch */\n", i, k->smem[i].size);
     for (int i = 0; i < k->nregs && k->task; i++) str_printf(o, "        float r%d = 0;\n", i);

@@ -58,6 +58,17 @@ static void gemm(double *o, int64_t M, int64_t N, int64_t K, const double *a, in
         }
 }
 
+/* x[0..k) as the 8-bit activations of runtime/cpu_quant_q8.h see it: per block of 32, in f32, d = max|x| / 127
+ * and q = x * (1 / d) rounded to nearest, ties to even; out = d * q */
+static void round_q8(const double *x, int64_t k, double *out) {
+    for (int64_t b = 0; b + 32 <= k; b += 32) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf((float)x[b + j]));
+        const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        for (int j = 0; j < 32; j++) out[b + j] = (double)d * (double)rintf((float)x[b + j] * id);
+    }
+}
+
 static void matmul(const GNode *n, const double *A, const double *B, double *out) {
     const GNode *a = n->in[0], *b = n->in[1];
     int nb = n->ndim - 2;
@@ -194,16 +205,21 @@ double *interp_run(const Graph *g, double *const *leaves, const InterpOptions *i
             const double *w = v[n->in[1]->id], *b = n->nin > 2 ? v[n->in[2]->id] : NULL;
             int64_t in = n->in[1]->dims[1];
             bool round_x = io->bf16_linear_x && n->in[1]->dtype == DT_BF16;
-            for (int64_t r = 0; r < N / last; r++)
+            bool q8_x = io->q8_linear_x && dtype_is_quant(n->in[1]->dtype) && strcmp(n->name, "lm_head") != 0;
+            double *xq = q8_x ? malloc((size_t)in * sizeof(double)) : NULL;
+            for (int64_t r = 0; r < N / last; r++) {
+                if (q8_x) round_q8(v[x->id] + r * in, in, xq);
                 for (int64_t j = 0; j < last; j++) {
                     double s = b ? b[j] : 0;
                     for (int64_t k = 0; k < in; k++) {
-                        double xv = v[x->id][r * in + k];
+                        double xv = q8_x ? xq[k] : v[x->id][r * in + k];
                         if (round_x) xv = pack_bf16_to_f32(pack_f32_to_bf16((float)xv));
                         s += xv * w[j * in + k];
                     }
                     o[r * last + j] = s;
                 }
+            }
+            free(xq);
             break;
         }
         case G_MATMUL: matmul(n, v[x->id], v[n->in[1]->id], o); break;

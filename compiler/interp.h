@@ -13,6 +13,10 @@ typedef struct {
      * schedule's numerical contract, so the reference models it rather than
      * the check widening its tolerance for every op */
     bool bf16_linear_x;
+    /* round a linear's input to 8 bits per block of 32 where its weight is of a block type, as the cpu target's
+     * block-type dot products do at decode (knob cpu_qdot_q8; runtime/cpu_quant_q8.h gives the rounding), but
+     * the lm_head's (cpu_rows.c keeps it f32) */
+    bool q8_linear_x;
     /* a decoder layer's first position: RoPE angles start there and
      * attention also sees the pos cache rows before this call's tokens,
      * cache[id] for kv_cache_write node id (pos x kv_heads*head_dim values) */

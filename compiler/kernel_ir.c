@@ -79,6 +79,7 @@ static KKernel *materialise(KernelBuilder *B, const TileKernel *t) {
     k->has_shfl = ks_has(k->body, k->nbody, KS_SHFL);
     k->has_ldm = ks_has(k->body, k->nbody, KS_LDMATRIX);
     k->has_cp_async = ks_has_ts(k->body, k->nbody, TS_CP_ASYNC);
+    k->has_acts_q8 = t->kind == SCHED_CPU_ROWS && t->body.cpu.acts_q8;
     collect_kparams(k, k->body, k->nbody);
     return k;
 }
@@ -163,8 +164,8 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
                    s->dot ? "bf16 pairs for the bf16 dot product (f32 slivers where the CPU lacks it)" : "f32 slivers");
         return;
     case TS_QDOT:
-        kfmt(p, "r%d = qdot(%B ..] (%s blocks), %E .., K %E)\n", s->reg, s->buf, s->idx, dtype_names[s->buf->dtype],
-             s->e, s->lo);
+        kfmt(p, "r%d = qdot(%B ..] (%s blocks), %E .., K %E)%s\n", s->reg, s->buf, s->idx,
+             dtype_names[s->buf->dtype], s->e, s->lo, s->dot ? ", activations rounded to 8 bits" : "");
         return;
     case TS_COUNT: break;
     }

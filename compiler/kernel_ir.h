@@ -100,6 +100,7 @@ typedef struct KKernel {
     bool has_shfl;             /* the C backend keeps a lane buffer */
     bool has_ldm;              /* the C backend keeps a lane address buffer */
     bool has_cp_async;         /* the C backend keeps the block's pending copies */
+    bool has_acts_q8;          /* qdot with 8-bit activations: each thread keeps its quantized row (cpu_quant_q8.h) */
     bool task;                 /* a CPU schedule's (BLOCK_TASK): a block is a task of one thread, plain C */
     KStmt **body; int nbody;
     int uses;                  /* launches */

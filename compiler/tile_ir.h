@@ -35,7 +35,8 @@ extern const char *const sched_names[];
  * more than cpu_gemm_min_n tokens (cpu_gemm), bf16 dot products for its bf16
  * weights, the activations rounded to bf16 (cpu_gemm_bf16). debug_qdot_row=1
  * makes cpu_rows' block-type dot products read the weight row after the
- * right one (the last row's reads the first). */
+ * right one (the last row's reads the first). cpu_qdot_q8=1 rounds their activations to 8 bits per block of 32
+ * for integer products (runtime/cpu_quant_q8.h; 0: f32 activations, runtime/cpu_quant.h). */
 #define KNOBS(X) \
     X("flat_block", flat_block, 256, 32, 1024, true) \
     X("reduce_block_max", reduce_block_max, 256, 32, 1024, true) \
@@ -67,7 +68,8 @@ extern const char *const sched_names[];
     X("cpu_gemm", cpu_gemm, 1, 0, 1, false) \
     X("cpu_gemm_min_n", cpu_gemm_min_n, 3, 0, 1 << 20, false) \
     X("cpu_gemm_bf16", cpu_gemm_bf16, 1, 0, 1, false) \
-    X("debug_qdot_row", debug_qdot_row, 0, 0, 1, false)
+    X("debug_qdot_row", debug_qdot_row, 0, 0, 1, false) \
+    X("cpu_qdot_q8", cpu_qdot_q8, 1, 0, 1, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;
     KNOBS(X)
@@ -111,6 +113,7 @@ typedef struct {
     int group;                 /* elements of a linear whose K loop runs together (1: one at a time) */
     bool qdot;                 /* a linear of block-type weights: each element one runtime dot product (qdot) */
     bool debug_row;            /* qdot: knob debug_qdot_row's fault */
+    bool acts_q8;              /* qdot: the activations rounded to 8 bits (knob cpu_qdot_q8) */
     Expr *xop, *wop[2];        /* qdot: the activation load, each accumulator's weight load */
 } CpuRowsParams;
 /* cpu_gemm (compiler/schedules/cpu_gemm.c): y[t, o] = sum_k xop(t, k) * wop(o, k), packed panels and

@@ -68,12 +68,7 @@ static inline float cpu_qdot_k_c(int type, const uint8_t *b, const float *x, int
         if (type == 5) {   /* q6_k: 16 sub-blocks of 16 */
             for (int e0 = 0; e0 < 256; e0 += 16) {
                 float s = 0;
-                for (int e = e0; e < e0 + 16; e++) {
-                    const int h = e >> 7, t = (e >> 5) & 3, j = e & 31;
-                    const int q = ((b[64 * h + 32 * (t & 1) + j] >> (t & 2 ? 4 : 0)) & 15) |
-                                  ((b[128 + 32 * h + j] >> 2 * t) & 3) << 4;
-                    s += x[e] * (float)(q - 32);
-                }
+                for (int e = e0; e < e0 + 16; e++) s += x[e] * (float)(q6_k_int(b, e) - 32);
                 acc += f16_at(b + 208) * (float)(int8_t)b[192 + e0 / 16] * s;
             }
             b += 210;
@@ -345,4 +340,6 @@ static inline float cpu_qdot(int type, const uint8_t *w, int64_t first, const fl
 #endif
     return type >= 3 ? cpu_qdot_k_c(type, b, x, k / 256) : cpu_qdot_c(type, b, x, k / 32);
 }
+
+#include "cpu_quant_q8.h"   /* the same products with the activations rounded to 8 bits (the default) */
 #endif

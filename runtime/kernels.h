@@ -86,11 +86,14 @@ DEVFN float ld_q5_k(const uint8_t *p, int64_t i) {
 /* {uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d}: value e in half h = e / 128, quarter t = e / 32 % 4,
  * position j = e % 32 is d * scales[e / 16] * (q - 32), q's low 4 bits the low (t < 2) or high nibble of
  * ql[64 h + 32 (t % 2) + j], its high 2 bits bits 2t and 2t + 1 of qh[32 h + j] */
+DEVFN int q6_k_int(const uint8_t *b, int e) {   /* q of value e of the super-block at b, 0..63 */
+    const int h = e >> 7, t = (e >> 5) & 3, j = e & 31;
+    return ((b[64 * h + 32 * (t & 1) + j] >> (t & 2 ? 4 : 0)) & 15) | ((b[128 + 32 * h + j] >> 2 * t) & 3) << 4;
+}
 DEVFN float ld_q6_k(const uint8_t *p, int64_t i) {
     const uint8_t *b = p + (i >> 8) * 210;
-    const int e = (int)(i & 255), h = e >> 7, t = (e >> 5) & 3, j = e & 31;
-    const int q = ((b[64 * h + 32 * (t & 1) + j] >> (t & 2 ? 4 : 0)) & 15) | ((b[128 + 32 * h + j] >> 2 * t) & 3) << 4;
-    return f16_at(b + 208) * (float)(int8_t)b[192 + (e >> 4)] * (float)(q - 32);
+    const int e = (int)(i & 255);
+    return f16_at(b + 208) * (float)(int8_t)b[192 + (e >> 4)] * (float)(q6_k_int(b, e) - 32);
 }
 
 /* activations staged as bf16: round to nearest even (NaN stays NaN) */

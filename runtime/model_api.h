@@ -27,6 +27,8 @@ typedef struct {
     int n_tensors;               /* weights expected in the payload, in order */
     const char *const *tensor_names;
     int max_top_k;               /* the most model_topk gives (0: none; the sampler reads the logits) */
+    long long decode_weight_bytes;   /* weight bytes one decode step reads: each weight whole, the embedding's
+                                      * gather one row (--stats: bytes per token) */
 } ModelInfo;
 
 extern const ModelInfo model_info;

