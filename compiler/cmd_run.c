@@ -204,11 +204,13 @@ static double *fill_leaf(const GNode *n, uint64_t seed, const char *path, uint8_
     if (quant) {
         uint8_t *q = malloc((size_t)dtype_bytes(n->dtype, N));
         CHECK(q, "out of memory (%lld values)", (long long)N);
-        /* the payload's codes are DType's (main.c). The K-quants have no quantizer here (pack.h): random blocks
-         * instead, their values within about the fill's bound */
-        if (dtype_block[n->dtype] == 32) pack_quant_blocks((uint32_t)n->dtype, raw, (size_t)N, q);
-        else pack_random_kquant_blocks((uint32_t)n->dtype, s, n->fill == FILL_UNIFORM ?
-                                       (float)fmax(fabs(n->fill_lo), fabs(n->fill_hi)) : 1.0f, (size_t)N, q);
+        /* the payload's codes are DType's (main.c). The K-quants, Q5_0 and Q5_1 have no quantizer here (pack.h):
+         * random blocks instead, their values within about the fill's bound */
+        const float bound = n->fill == FILL_UNIFORM ? (float)fmax(fabs(n->fill_lo), fabs(n->fill_hi)) : 1.0f;
+        if (n->dtype == DT_Q5_0 || n->dtype == DT_Q5_1)
+            pack_random_q5_blocks((uint32_t)n->dtype, s, bound, (size_t)N, q);
+        else if (dtype_block[n->dtype] == 32) pack_quant_blocks((uint32_t)n->dtype, raw, (size_t)N, q);
+        else pack_random_kquant_blocks((uint32_t)n->dtype, s, bound, (size_t)N, q);
         pack_dequant_blocks((uint32_t)n->dtype, q, (size_t)N, raw);
         for (int64_t i = 0; i < N; i++) v[i] = ((float *)raw)[i];
         free(raw);

@@ -9,7 +9,7 @@ const char *ctype_of(DType d) {
     switch (d) {
     case DT_F32: return "float";
     case DT_F16: case DT_BF16: return "uint16_t";
-    case DT_Q8_0: case DT_Q4_0: case DT_Q4_1: case DT_Q4_K: case DT_Q5_K: case DT_Q6_K:
+    case DT_Q8_0: case DT_Q4_0: case DT_Q4_1: case DT_Q4_K: case DT_Q5_K: case DT_Q6_K: case DT_Q5_0: case DT_Q5_1:
         return "uint8_t";   /* blocks: runtime/kernels.h's ld_q* read them */
     case DT_I32: return "int32_t";
     case DT_COUNT: break;
@@ -313,8 +313,8 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             str_printf(o, ");\n");
             break;
         case TS_QDOT:
-            /* runtime/cpu_quant.h: type dtype - q8_0 (q8_0, q4_0, q4_1, q4_k, q5_k, q6_k); the activations from the
-             * load's element on */
+            /* runtime/cpu_quant.h: type dtype - q8_0 (q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, q5_0, q5_1); the
+             * activations from the load's element on */
             CHECK(t != TARGET_CUDA && s->e->k == EX_LOAD, "qdot in CUDA or of a non-load");
             str_printf(o, "r%d = cpu_qdot%s(%d, ", s->reg, s->dot ? "_q8" : "", (int)(s->buf->dtype - DT_Q8_0));
             param_name(o, k, kernel_param_index(k, s->buf));
@@ -440,7 +440,7 @@ static const char *pdt(DType d) {
     static const char *const n[DT_COUNT] = {[DT_F32] = "PDT_F32", [DT_F16] = "PDT_F16", [DT_BF16] = "PDT_BF16",
                                             [DT_I32] = "PDT_I32", [DT_Q8_0] = "PDT_Q8_0", [DT_Q4_0] = "PDT_Q4_0",
                                             [DT_Q4_1] = "PDT_Q4_1", [DT_Q4_K] = "PDT_Q4_K", [DT_Q5_K] = "PDT_Q5_K",
-                                            [DT_Q6_K] = "PDT_Q6_K"};
+                                            [DT_Q6_K] = "PDT_Q6_K", [DT_Q5_0] = "PDT_Q5_0", [DT_Q5_1] = "PDT_Q5_1"};
     return n[d];
 }
 

@@ -28,6 +28,8 @@ static DType st_to_dtype(const char *file, const char *name, StDtype d) {
     case ST_Q4_K: return DT_Q4_K;
     case ST_Q5_K: return DT_Q5_K;
     case ST_Q6_K: return DT_Q6_K;
+    case ST_Q5_0: return DT_Q5_0;
+    case ST_Q5_1: return DT_Q5_1;
     default: die_user(file, name, "dtype %s is not supported (supported: F32, F16, BF16)", st_dtype_name(d));
     }
 }

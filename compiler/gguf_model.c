@@ -362,6 +362,8 @@ static bool ggml_weight_dtype(GgmlType t, StDtype *out) {
     case GGML_TYPE_Q4_K: *out = ST_Q4_K; return true;
     case GGML_TYPE_Q5_K: *out = ST_Q5_K; return true;
     case GGML_TYPE_Q6_K: *out = ST_Q6_K; return true;
+    case GGML_TYPE_Q5_0: *out = ST_Q5_0; return true;
+    case GGML_TYPE_Q5_1: *out = ST_Q5_1; return true;
     default: return false;
     }
 }
@@ -435,8 +437,8 @@ void gguf_model_tensors(Arena *a, GgufModel *m, const ModelConfig *cfg, StModel 
                       .file = g->path};
         memcpy(s.shape, w->shape, sizeof s.shape);
         if (!ggml_weight_dtype(t->type, &s.dtype))
-            die_user(g->path, name, "type %s is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, "
-                     "Q5_K, Q6_K)", ggml_type_name(t->type));
+            die_user(g->path, name, "type %s is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+                     "Q5_1, Q4_K, Q5_K, Q6_K)", ggml_type_name(t->type));
         CHECK(st->n == i, "tensor %d of %d", st->n, i);
         st_add_tensor(st, &s);
         /* llama's q and k: heads of the projection's own (q: attention heads, k: key/value heads) */

@@ -114,13 +114,13 @@ static const char USAGE[] =
     "  bias=True), nn.RMSNorm(dim, eps=None), nn.Softmax(dim=-1), nn.SiLU(), F.silu, F.softmax(x, dim=-1),\n"
     "  F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=None), torch.matmul, + - * / @,\n"
     "  numbers, parentheses, variables (NAME = EXPR; ... EXPR: a tensor or module bound once and used again);\n"
-    "  torch.nn.functional. may be written F., torch.nn. nn.; nn.Linear(..., dtype=llmcc.q8_0|q4_0|q4_1|q4_k|\n"
-    "  q5_k|q6_k): the weight in GGUF's blocks of 32 (llama.cpp's Q8_0, Q4_0, Q4_1) or super-blocks of 256 (Q4_K,\n"
-    "  Q5_K, Q6_K: random blocks)\n"
+    "  torch.nn.functional. may be written F., torch.nn. nn.; nn.Linear(..., dtype=llmcc.q8_0|q4_0|q4_1|q5_0|\n"
+    "  q5_1|q4_k|q5_k|q6_k): the weight in GGUF's blocks of 32 (llama.cpp's Q8_0, Q4_0, Q4_1; Q5_0, Q5_1: random\n"
+    "  blocks) or super-blocks of 256 (Q4_K, Q5_K, Q6_K: random blocks)\n"
     "\n"
     "MODEL is a directory with config.json, a name under models/, ORG/NAME in the Hugging Face\n"
     "cache ($HF_HOME/hub or ~/.cache/huggingface/hub), or a GGUF file (architectures llama, qwen2,\n"
-    "qwen3; F32, F16 and BF16 tensors).\n"
+    "qwen3; tensors F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).\n"
     "\n"
     "compile / build options:\n"
     "  --target cpu|cuda-emu|cuda code for the CPU (its own schedules, C + OpenMP), the GPU's schedules run\n"
@@ -137,7 +137,8 @@ static const char USAGE[] =
     "                             (compile: then --ir is optional; build: the project is written as usual)\n"
     "  --knob NAME=VALUE          pin a schedule parameter (flat_block, reduce_block_max, gemv_*, gemm_*,\n"
     "                             flash (0: plain attention), flash_split, flash_tokens, flash_min_n, fuse\n"
-    "                             (0: no fusion at all), debug_*; --ir tile prints them all)\n"
+    "                             (0: no fusion at all), cpu_* (cpu_qdot_q8=0: block-type weights' decode\n"
+    "                             with f32 activations, not 8-bit), debug_*; --ir tile prints them all)\n"
     "  --dtype f32|f16|bf16       convert every weight to this dtype (default: as stored; with no\n"
     "                             weights, torch_dtype)\n"
     "  --quant q8_0|q4_0|q4_1     quantize the linears' weights into this GGUF block type as the payload\n"
@@ -421,7 +422,8 @@ static double peak_memory_mib(void) {
 _Static_assert((int)DT_F32 == PDT_F32 && (int)DT_F16 == PDT_F16 && (int)DT_BF16 == PDT_BF16 &&
                (int)DT_I32 == PDT_I32 && (int)DT_Q8_0 == PDT_Q8_0 && (int)DT_Q4_0 == PDT_Q4_0 &&
                (int)DT_Q4_1 == PDT_Q4_1 && (int)DT_Q4_K == PDT_Q4_K && (int)DT_Q5_K == PDT_Q5_K &&
-               (int)DT_Q6_K == PDT_Q6_K, "DType and the payload's dtype codes agree");
+               (int)DT_Q6_K == PDT_Q6_K && (int)DT_Q5_0 == PDT_Q5_0 && (int)DT_Q5_1 == PDT_Q5_1,
+               "DType and the payload's dtype codes agree");
 
 static int cmd_build(int argc, char **argv) {
     Opts o;
@@ -521,9 +523,10 @@ static int cmd_build(int argc, char **argv) {
         pt[i].data = t->data; pt[i].nbytes = t->nbytes;
         static const uint32_t pdt[] = {[ST_F32] = PDT_F32, [ST_F16] = PDT_F16, [ST_BF16] = PDT_BF16,
                                        [ST_Q8_0] = PDT_Q8_0, [ST_Q4_0] = PDT_Q4_0, [ST_Q4_1] = PDT_Q4_1,
-                                       [ST_Q4_K] = PDT_Q4_K, [ST_Q5_K] = PDT_Q5_K, [ST_Q6_K] = PDT_Q6_K};
+                                       [ST_Q4_K] = PDT_Q4_K, [ST_Q5_K] = PDT_Q5_K, [ST_Q6_K] = PDT_Q6_K,
+                                       [ST_Q5_0] = PDT_Q5_0, [ST_Q5_1] = PDT_Q5_1};
         CHECK(t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16 || (t->dtype >= ST_Q8_0 &&
-              t->dtype <= ST_Q6_K), "weight %s dtype", b->name);
+              t->dtype <= ST_Q5_1), "weight %s dtype", b->name);
         uint32_t sdt = pdt[t->dtype];
         if (sdt != pt[i].dtype) { ps[i].convert = true; ps[i].src_dtype = sdt; }
         for (int f = 0; f < c.st.nfiles; f++)

@@ -164,20 +164,26 @@ static void dequant_kblock(uint32_t dt, const uint8_t *b, float *out) {
 void pack_dequant_blocks(uint32_t dt, const uint8_t *in, size_t n, float *out) {
     const size_t block = payload_dtype_block(dt), bytes = payload_dtype_bytes(dt);
     const bool whole = block > 1 && n % block == 0;   /* (a % in CHECK's condition would be read as a format) */
-    CHECK(dt >= PDT_Q8_0 && dt <= PDT_Q6_K && whole, "dequantize %zu values of dtype %u", n, dt);
-    if (dt >= PDT_Q4_K) {
+    CHECK(dt >= PDT_Q8_0 && dt <= PDT_Q5_1 && whole, "dequantize %zu values of dtype %u", n, dt);
+    if (block == 256) {
         for (size_t i = 0; i < n; i += 256) dequant_kblock(dt, in + i / 256 * bytes, out + i);
         return;
     }
-    const size_t qs = dt == PDT_Q4_1 ? 4 : 2;
+    /* Q5_0 {f16 d; uint8 qh[4]; uint8 qs[16]}, Q5_1 {f16 d; f16 m; uint8 qh[4]; uint8 qs[16]}: Q4_0 / Q4_1's
+     * nibble plus 16 times bit j of qh (a little-endian uint32), d * (q - 16) or d * q + m */
+    const bool q5 = dt == PDT_Q5_0 || dt == PDT_Q5_1, has_min = dt == PDT_Q4_1 || dt == PDT_Q5_1;
+    const size_t qs = (has_min ? 4 : 2) + (q5 ? 4 : 0);
+    const int offset = dt == PDT_Q4_0 ? 8 : dt == PDT_Q5_0 ? 16 : 0;
     for (size_t i = 0; i < n; i += 32) {
         const uint8_t *b = in + i / 32 * bytes;
         const float d = pack_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
-        const float m = dt == PDT_Q4_1 ? pack_f16_to_f32((uint16_t)(b[2] | b[3] << 8)) : 0.0f;
+        const float m = has_min ? pack_f16_to_f32((uint16_t)(b[2] | b[3] << 8)) : 0.0f;
+        const uint32_t qh = q5 ? (uint32_t)b[qs - 4] | (uint32_t)b[qs - 3] << 8 | (uint32_t)b[qs - 2] << 16 |
+                                     (uint32_t)b[qs - 1] << 24 : 0;
         for (int j = 0; j < 32; j++) {
-            const int nib = (b[qs + j % 16] >> (j < 16 ? 0 : 4)) & 15;
-            out[i + j] = dt == PDT_Q8_0 ? d * (float)(int8_t)b[2 + j] : dt == PDT_Q4_0 ? d * (float)(nib - 8)
-                                                                                     : d * (float)nib + m;
+            const int q = ((b[qs + j % 16] >> (j < 16 ? 0 : 4)) & 15) | (int)((qh >> j) & 1) << 4;
+            out[i + j] = dt == PDT_Q8_0 ? d * (float)(int8_t)b[2 + j] : has_min ? d * (float)q + m
+                                                                                 : d * (float)(q - offset);
         }
     }
 }
@@ -188,7 +194,8 @@ static void to_f32(float *dst, const void *src, uint32_t dt, size_t n) {
     case PDT_F32: memcpy(dst, src, n * 4); return;
     case PDT_BF16: for (size_t i = 0; i < n; i++) dst[i] = pack_bf16_to_f32(h[i]); return;
     case PDT_F16: for (size_t i = 0; i < n; i++) dst[i] = pack_f16_to_f32(h[i]); return;
-    case PDT_Q8_0: case PDT_Q4_0: case PDT_Q4_1: case PDT_Q4_K: case PDT_Q5_K: case PDT_Q6_K:
+    case PDT_Q8_0: case PDT_Q4_0: case PDT_Q4_1: case PDT_Q4_K: case PDT_Q5_K: case PDT_Q6_K: case PDT_Q5_0:
+    case PDT_Q5_1:
         pack_dequant_blocks(dt, src, n, dst);
         return;
     default: CHECK(0, "convert from dtype %u", dt);
@@ -227,15 +234,20 @@ static void gen_random(float *dst, uint64_t tseed, uint64_t first, size_t n, flo
     }
 }
 
-/* random K-quant blocks (pack.h) */
-void pack_random_kquant_blocks(uint32_t dt, uint64_t seed, float bound, size_t n, uint8_t *out) {
-    const bool whole = n % 256 == 0;   /* (a % in CHECK's condition would be read as a format) */
-    CHECK(dt >= PDT_Q4_K && dt <= PDT_Q6_K && whole, "random blocks: %zu values of dtype %u", n, dt);
-    const size_t bytes = payload_dtype_bytes(dt), total = n / 256 * bytes;
+/* total bytes at out drawn from seed */
+static void random_bytes(uint64_t seed, size_t total, uint8_t *out) {
     for (size_t i = 0; i < total; i += 8) {
         uint64_t r = mix64(seed + (i / 8 + 1) * 0x9E3779B97F4A7C15ull);
         for (size_t j = i; j < i + 8 && j < total; j++, r >>= 8) out[j] = (uint8_t)r;
     }
+}
+
+/* random K-quant blocks (pack.h) */
+void pack_random_kquant_blocks(uint32_t dt, uint64_t seed, float bound, size_t n, uint8_t *out) {
+    const bool whole = n % 256 == 0;   /* (a % in CHECK's condition would be read as a format) */
+    CHECK(dt >= PDT_Q4_K && dt <= PDT_Q6_K && whole, "random blocks: %zu values of dtype %u", n, dt);
+    const size_t bytes = payload_dtype_bytes(dt);
+    random_bytes(seed, n / 256 * bytes, out);
     /* the f16 super-block scales from [bound / 2, bound] over the largest integer product, so values stay
      * within about +-bound: Q4_K / Q5_K's sub-block scale and minimum are at most 63 and q 15 or 31, Q6_K's
      * scale is an int8 and q - 32 in [-32, 31] */
@@ -248,6 +260,25 @@ void pack_random_kquant_blocks(uint32_t dt, uint64_t seed, float bound, size_t n
         if (dt == PDT_Q6_K) { put16(blk + 208, pack_f32_to_f16(bound * u0 / most)); continue; }
         put16(blk, pack_f32_to_f16(bound * u0 / most));
         put16(blk + 2, pack_f32_to_f16(bound * u1 / 63.0f));
+    }
+}
+
+/* random Q5_0 / Q5_1 blocks (pack.h): every qh and qs byte drawn; d from [bound / 2, bound] over the largest
+ * integer (Q5_0's q - 16 in [-16, 15], Q5_1's q in [0, 31]), Q5_1's minimum in [-bound / 2, -bound / 4], so the
+ * values stay within +-bound */
+void pack_random_q5_blocks(uint32_t dt, uint64_t seed, float bound, size_t n, uint8_t *out) {
+    const bool whole = n % 32 == 0;   /* (a % in CHECK's condition would be read as a format) */
+    CHECK((dt == PDT_Q5_0 || dt == PDT_Q5_1) && whole, "random blocks: %zu values of dtype %u", n, dt);
+    const size_t bytes = payload_dtype_bytes(dt);
+    random_bytes(seed, n / 32 * bytes, out);
+    for (size_t b = 0; b < n / 32; b++) {
+        uint8_t *blk = out + b * bytes;
+        const uint64_t r = mix64(seed ^ (b + 1) * 0xD6E8FEB86659FD93ull);
+        const float u0 = 0.5f + 0.5f * (float)(r & 0xffff) / 65535.0f;
+        const float u1 = 0.5f + 0.5f * (float)(r >> 16 & 0xffff) / 65535.0f;
+        if (dt == PDT_Q5_0) { put16(blk, pack_f32_to_f16(bound * u0 / 16.0f)); continue; }
+        put16(blk, pack_f32_to_f16(bound * u0 / 31.0f * 0.75f));
+        put16(blk + 2, pack_f32_to_f16(-bound * u1 / 2.0f));
     }
 }
 
@@ -463,7 +494,7 @@ void pack_payload_ex(const char *out_path, const PackTensor *tensors, const Pack
         if (src->fill == PACK_DATA) {
             uint32_t sdt = src->convert ? src->src_dtype : t->dtype;
             if (src->convert)   /* from a float or a block type (dequantized) */
-                CHECK(is_float(sdt) || (sdt >= PDT_Q8_0 && sdt <= PDT_Q6_K), "tensor %s: converted from dtype %u",
+                CHECK(is_float(sdt) || (sdt >= PDT_Q8_0 && sdt <= PDT_Q5_1), "tensor %s: converted from dtype %u",
                       t->name, sdt);
             uint64_t need = payload_tensor_bytes(sdt, count, &overflow);
             CHECK(!overflow && (need || !count), "tensor %s: %llu values of dtype %u", t->name,

@@ -71,8 +71,11 @@ float pack_f16_to_f32(uint16_t h);
  * (ggml-quants.c, bit for bit); the K-quants have no quantizer here (llama.cpp's searches scales per sub-block).
  * pack_random_kquant_blocks: n values (whole super-blocks of 256) of PDT_Q4_K, PDT_Q5_K or PDT_Q6_K as random
  * blocks (every integer and sub-block scale byte drawn from seed, the f16 super-block scales such that the values
- * stay within about +-bound). pack_dequant_blocks: n values of any block type at in, dequantized into out. */
+ * stay within about +-bound). pack_dequant_blocks: n values of any block type at in, dequantized into out.
+ * pack_random_q5_blocks: n values (whole blocks of 32) of PDT_Q5_0 or PDT_Q5_1 as random blocks, within +-bound
+ * (no quantizer into them here). */
 void pack_quant_blocks(uint32_t dt, const float *x, size_t n, uint8_t *out);
 void pack_random_kquant_blocks(uint32_t dt, uint64_t seed, float bound, size_t n, uint8_t *out);
+void pack_random_q5_blocks(uint32_t dt, uint64_t seed, float bound, size_t n, uint8_t *out);
 void pack_dequant_blocks(uint32_t dt, const uint8_t *in, size_t n, float *out);
 #endif

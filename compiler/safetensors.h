@@ -24,7 +24,7 @@ typedef enum {
     ST_DTYPE_COUNT,
     /* GGUF's block types (32 values a block; the K-quants 256): never in a safetensors file (the parser knows
      * only the names above), the dtype of a GGUF file's tensors (gguf_model.c) */
-    ST_Q8_0, ST_Q4_0, ST_Q4_1, ST_Q4_K, ST_Q5_K, ST_Q6_K
+    ST_Q8_0, ST_Q4_0, ST_Q4_1, ST_Q4_K, ST_Q5_K, ST_Q6_K, ST_Q5_0, ST_Q5_1
 } StDtype;
 
 const char *st_dtype_name(StDtype);
@@ -99,8 +99,8 @@ static const struct { const char *name; unsigned char size; } st_dtypes[] = {
 };
 
 const char *st_dtype_name(StDtype d) {
-    static const char *const blocks[] = {"Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"};
-    if (d >= ST_Q8_0 && d <= ST_Q6_K) return blocks[d - ST_Q8_0];
+    static const char *const blocks[] = {"Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"};
+    if (d >= ST_Q8_0 && d <= ST_Q5_1) return blocks[d - ST_Q8_0];
     return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].name : "?";
 }
 size_t st_dtype_size(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].size : 0; }

@@ -14,7 +14,7 @@
 
 const char torch_expr_supported[] =
     "torch.randn/zeros/ones(*size, dtype=torch.float32|bfloat16|float16), nn.Linear(in, out, bias=True, "
-    "dtype=...|llmcc.q8_0|q4_0|q4_1|q4_k|q5_k|q6_k: GGUF's block types), nn.RMSNorm(dim, eps=None), "
+    "dtype=...|llmcc.q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k: GGUF's block types), nn.RMSNorm(dim, eps=None), "
     "nn.Softmax(dim=-1), nn.SiLU(), F.silu, F.softmax(x, dim=-1), "
     "F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=None), torch.matmul, "
     "torch.argmax(x, dim=-1) (the index as a float), torch.topk(x, k, dim=-1) (k <= 128; one tensor [..., 2, k]: "
@@ -525,6 +525,7 @@ static Value name_value(P *p, const char *s, int col) {
         /* not torch's: GGUF's block types, for nn.Linear's weights (llama.cpp's names) */
         {"llmcc.q8_0", DT_Q8_0}, {"llmcc.q4_0", DT_Q4_0}, {"llmcc.q4_1", DT_Q4_1}, {"llmcc.q4_k", DT_Q4_K},
         {"llmcc.q5_k", DT_Q5_K}, {"llmcc.q6_k", DT_Q6_K},
+        {"llmcc.q5_0", DT_Q5_0}, {"llmcc.q5_1", DT_Q5_1},
     };
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
         if (!strcmp(s, dts[i].name)) { v.k = V_DTYPE; v.dtype = dts[i].dt; return v; }

@@ -49,6 +49,7 @@
  * large model's intermediate size (18944: a 1.2 MiB sliver unblocked). */
 #ifndef LLMCC_CPU_GEMM_H
 #define LLMCC_CPU_GEMM_H
+#include <stdbool.h>
 #include <stdint.h>
 
 #define CPU_GEMM_MR 6  /* rows of A per register tile: 6 x 2 accumulators + 3 = 15 of AVX2's 16 ymm */
@@ -228,19 +229,23 @@ typedef uint8_t cpu_gemm_u8x8 __attribute__((vector_size(8)));
 /* Row r's 32-bit word q of the block at word kk, as f32 bits: f32 weights as they are, bf16 widened (its
  * bits are an f32's upper half), bf16 pairs (the dot16 layout: words of two bf16) as they are, GGUF's block
  * types (runtime/kernels.h gives their layout) dequantized (exactly: a scale times a small integer, plus
- * Q4_1's minimum, in f32). A word past the row's end (an odd bf16 row in pairs) or a row past n is 0. */
+ * Q4_1 / Q5_1's minimum, in f32). A word past the row's end (an odd bf16 row in pairs) or a row past n is 0. The
+ * block types' forms follow cpu_quant.h's type numbers (CPU_GEMM_W_Q8_0 + type). */
 enum { CPU_GEMM_W_F32, CPU_GEMM_W_BF16, CPU_GEMM_W_BF16_PAIRS, CPU_GEMM_W_Q8_0, CPU_GEMM_W_Q4_0, CPU_GEMM_W_Q4_1,
-       CPU_GEMM_W_Q4_K, CPU_GEMM_W_Q5_K, CPU_GEMM_W_Q6_K };
+       CPU_GEMM_W_Q4_K, CPU_GEMM_W_Q5_K, CPU_GEMM_W_Q6_K, CPU_GEMM_W_Q5_0, CPU_GEMM_W_Q5_1 };
+static inline bool cpu_gemm_form_is_super(int form) { return form >= CPU_GEMM_W_Q4_K && form <= CPU_GEMM_W_Q6_K; }
 static inline int64_t cpu_gemm_row_bytes(int form, int64_t k) {   /* bytes of k elements (block types: whole) */
-    static const int16_t block_bytes[] = {34, 18, 20, 144, 176, 210};   /* Q8_0 .. Q6_K */
+    static const int16_t block_bytes[] = {34, 18, 20, 144, 176, 210, 22, 24};   /* Q8_0 .. Q5_1 */
     return form == CPU_GEMM_W_F32 ? 4 * k : form <= CPU_GEMM_W_BF16_PAIRS ? 2 * k
-           : k / (form >= CPU_GEMM_W_Q4_K ? 256 : 32) * block_bytes[form - CPU_GEMM_W_Q8_0];
+           : k / (cpu_gemm_form_is_super(form) ? 256 : 32) * block_bytes[form - CPU_GEMM_W_Q8_0];
 }
 /* element q of a block-type row, dequantized */
 static inline float cpu_gemm_block_elem(int form, const uint8_t *row, int64_t q) {
     if (form == CPU_GEMM_W_Q4_K) return ld_q4_k(row, q);
     if (form == CPU_GEMM_W_Q5_K) return ld_q5_k(row, q);
     if (form == CPU_GEMM_W_Q6_K) return ld_q6_k(row, q);
+    if (form == CPU_GEMM_W_Q5_0) return ld_q5_0(row, q);
+    if (form == CPU_GEMM_W_Q5_1) return ld_q5_1(row, q);
     const uint8_t *b = row + cpu_gemm_row_bytes(form, q / 32 * 32);
     const int j = (int)(q % 32), qs = form == CPU_GEMM_W_Q4_1 ? 4 : 2;
     if (form == CPU_GEMM_W_Q8_0) return f16_at(b) * (float)(int8_t)b[2 + j];
@@ -295,21 +300,31 @@ static inline void cpu_gemm_load8(int form, const char *w, int64_t ldw_bytes, in
         const char *row = CPU_GEMM_ROW_AT(w, r0 + q);
         if (r0 + q >= n) { cpu_gemm_u32x8 z = {0}; v[q] = z; }
         else if (form == CPU_GEMM_W_F32) __builtin_memcpy(&v[q], (const float *)row + kk, 32);
-        else if (form >= CPU_GEMM_W_Q4_K) cpu_gemm_load8_k(form, (const uint8_t *)row, kk, &v[q]);
+        else if (cpu_gemm_form_is_super(form)) cpu_gemm_load8_k(form, (const uint8_t *)row, kk, &v[q]);
         else if (form >= CPU_GEMM_W_Q8_0) {
-            /* 8 values of one block (kk is a multiple of 8): 8 int8, or 8 nibbles of the low or high half */
+            /* 8 values of one block (kk is a multiple of 8): 8 int8, or 8 nibbles of the low or high half (Q5_0 /
+             * Q5_1: plus 16 times their 8 bits of qh, a little-endian uint32 after d and m) */
             const uint8_t *b = (const uint8_t *)row + cpu_gemm_row_bytes(form, kk / 32 * 32);
             const int j = (int)(kk % 32);
+            const bool has_min = form == CPU_GEMM_W_Q4_1 || form == CPU_GEMM_W_Q5_1;
+            const bool q5 = form == CPU_GEMM_W_Q5_0 || form == CPU_GEMM_W_Q5_1;
             cpu_gemm_i8x8 q8;
             if (form == CPU_GEMM_W_Q8_0) __builtin_memcpy(&q8, b + 2 + j, 8);
             else {
                 cpu_gemm_i8x8 nib;
-                __builtin_memcpy(&nib, b + (form == CPU_GEMM_W_Q4_1 ? 4 : 2) + j % 16, 8);
+                const uint8_t *qs = b + (has_min ? 4 : 2) + (q5 ? 4 : 0);
+                __builtin_memcpy(&nib, qs + j % 16, 8);
                 q8 = (cpu_gemm_i8x8)(((cpu_gemm_u8x8)nib >> (j < 16 ? 0 : 4)) & 15);
+                if (q5) {
+                    const uint8_t h = qs[j / 8 - 4];   /* the bits of values j .. j + 7 */
+                    const cpu_gemm_u8x8 bit = {0, 1, 2, 3, 4, 5, 6, 7}, high = {h, h, h, h, h, h, h, h};
+                    q8 |= (cpu_gemm_i8x8)(((high >> bit) & 1) << 4);
+                }
                 if (form == CPU_GEMM_W_Q4_0) q8 -= 8;
+                if (form == CPU_GEMM_W_Q5_0) q8 -= 16;
             }
             cpu_gemm_f32x8 f = __builtin_convertvector(q8, cpu_gemm_f32x8) * f16_at(b);
-            if (form == CPU_GEMM_W_Q4_1) f += f16_at(b + 2);
+            if (has_min) f += f16_at(b + 2);
             __builtin_memcpy(&v[q], &f, 32);
         }
         else if (form == CPU_GEMM_W_BF16) {
@@ -366,8 +381,9 @@ static inline void cpu_gemm_pack_f32(int64_t n, int64_t rows, int64_t k, const f
     cpu_gemm_pack_rows(CPU_GEMM_W_F32, n, rows, k, w, ldw, run, gap, CPU_GEMM_NR,
                        (uint32_t *)(void *)(panel + col0 * k));
 }
-/* GGUF's block types (type 0 q8_0, 1 q4_0, 2 q4_1, 3 q4_k, 4 q5_k, 5 q6_k), dequantized into f32 slivers;
- * w + first: row 0's first element (whole blocks), k whole blocks (the schedule's K steps are whole blocks) */
+/* GGUF's block types (type 0 q8_0, 1 q4_0, 2 q4_1, 3 q4_k, 4 q5_k, 5 q6_k, 6 q5_0, 7 q5_1), dequantized into f32
+ * slivers; w + first: row 0's first element (whole blocks), k whole blocks (the schedule's K steps are whole
+ * blocks) */
 static inline void cpu_gemm_pack_q(int type, int64_t n, int64_t rows, int64_t k, const uint8_t *w, int64_t first,
                                    int64_t ldw, int64_t run, int64_t gap, float *panel, int64_t col0) {
     int form = CPU_GEMM_W_Q8_0 + type;

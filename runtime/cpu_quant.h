@@ -1,12 +1,13 @@
 /* cpu_quant.h: the dot product of a weight row in one of GGUF's block types
- * (Q8_0, Q4_0, Q4_1, and the K-quants Q4_K, Q5_K, Q6_K: runtime/kernels.h gives their layouts) with an f32
+ * (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, and the K-quants Q4_K, Q5_K, Q6_K: runtime/kernels.h gives their layouts) with an f32
  * activation row, for the CPU target's linears (the cpu_rows schedule's
  * qdot statement). The blocks are dequantized in registers and multiplied by
  * the f32 activations; nothing is expanded in memory and the activations are
  * not rounded, so the result is the dequantized weights' product within f32
  * summation (what gguf-py's dequantization followed by a matmul gives).
  *
- * Per block of 32 weights: value j of the block is d * q_j (+ m for Q4_1),
+ * Per block of 32 weights: value j of the block is d * q_j (+ m for Q4_1 and Q5_1; Q5_0 / Q5_1's fifth bits of
+ * the 32 integers are a word of their own, spread over the bytes with a compare),
  * so sum_j x_j w_j = d * sum_j x_j q_j (+ m * sum_j x_j): the integers are
  * widened to f32 and multiplied by x, one multiply-add by the scale per
  * block, and the lanes are summed once per row. The K-quants likewise per sub-block of a super-block
@@ -26,6 +27,12 @@
  *   AVX-512    17.9   7.6   7.2   7.3   9.6
  *   AVX2       15.7   6.4   6.0   5.6   8.9
  *   C           1.5   0.8   0.5   0.5   0.4
+ * Q5_0 and Q5_1 were not in that run. The same bench later, under a heavier load (7: Q8_0 6.2 and Q4_0 3.6 GB/s
+ * on AVX-512 there), gave them about three quarters of Q4_0's rate:
+ *              Q8_0  Q4_0  Q5_0  Q5_1
+ *   AVX-512     6.2   3.6   2.6   3.0
+ *   AVX2        6.4   2.7   1.9   2.6
+ *   C           0.8   0.4   0.5   0.3
  * In values, 11-17 G/s for every type on AVX-512: each value is widened int8 -> int32 -> f32 before its
  * multiply-add, whatever its bits, so the fewer bytes of 4-bit blocks do not buy speed here. */
 #ifndef LLMCC_CPU_QUANT_H
@@ -36,25 +43,43 @@
 #include <string.h>
 #include "kernels.h"   /* f16_at: a block's f16 scale, widened */
 
+/* The types (cpu_qdot's numbers: DType's order from q8_0, runtime/payload.h's, Q5_0 and Q5_1 added last): blocks
+ * of 32 (0 q8_0, 1 q4_0, 2 q4_1, 6 q5_0, 7 q5_1) or super-blocks of 256 (the K-quants 3 q4_k, 4 q5_k, 5 q6_k) */
+static inline bool cpu_qdot_is_super(int type) { return type >= 3 && type <= 5; }
+static inline int cpu_qdot_block_bytes(int type) {
+    static const int16_t bytes[] = {34, 18, 20, 144, 176, 210, 22, 24};
+    return bytes[type];
+}
+/* A 4- or 5-bit block of 32: {f16 d; [f16 m;] [uint8 qh[4];] uint8 qs[16]}, value j's integer the low (j < 16) or
+ * high nibble of qs[j % 16], for Q5_0 / Q5_1 plus 16 times bit j of qh (a little-endian uint32); minus 8 (Q4_0) or
+ * 16 (Q5_0), or for Q4_1 / Q5_1 unsigned with the minimum m added to each value */
+static inline int cpu_qdot_has_min(int type) { return type == 2 || type == 7; }
+static inline int cpu_qdot_is_q5(int type) { return type == 6 || type == 7; }
+static inline int cpu_qdot_nibbles_at(int type) { return 2 + 2 * cpu_qdot_has_min(type) + 4 * cpu_qdot_is_q5(type); }
+static inline int cpu_qdot_offset(int type) { return type == 1 ? 8 : type == 6 ? 16 : 0; }
+static inline uint32_t cpu_qdot_qh(const uint8_t *qh) {
+    return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+}
+
 /* portable: one block at a time, the 32 products summed in f32 */
 static inline float cpu_qdot_c(int type, const uint8_t *b, const float *x, int64_t nblocks) {
     float acc = 0;
-    for (int64_t i = 0; i < nblocks; i++, x += 32) {
+    const int bytes = cpu_qdot_block_bytes(type), at = cpu_qdot_nibbles_at(type), off = cpu_qdot_offset(type);
+    for (int64_t i = 0; i < nblocks; i++, x += 32, b += bytes) {
         float s = 0, sx = 0;
         if (type == 0) {   /* q8_0 */
             for (int j = 0; j < 32; j++) s += x[j] * (float)(int8_t)b[2 + j];
             acc += f16_at(b) * s;
-            b += 34;
             continue;
         }
-        const uint8_t *q = b + (type == 2 ? 4 : 2);
-        const int off = type == 1 ? 8 : 0;
+        const uint8_t *q = b + at;
+        const uint32_t qh = cpu_qdot_is_q5(type) ? cpu_qdot_qh(q - 4) : 0;
         for (int j = 0; j < 16; j++) {
-            s += x[j] * (float)((q[j] & 15) - off) + x[j + 16] * (float)((q[j] >> 4) - off);
+            const int lo = (q[j] & 15) | (int)((qh >> j) & 1) << 4, hi = (q[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            s += x[j] * (float)(lo - off) + x[j + 16] * (float)(hi - off);
             sx += x[j] + x[j + 16];
         }
-        acc += f16_at(b) * s + (type == 2 ? f16_at(b + 2) * sx : 0.0f);
-        b += type == 2 ? 20 : 18;
+        acc += f16_at(b) * s + (cpu_qdot_has_min(type) ? f16_at(b + 2) * sx : 0.0f);
     }
     return acc;
 }
@@ -109,11 +134,34 @@ static inline void cpu_qdot_k_unpack(const uint8_t *sc, uint8_t out[16]) {
 #include <immintrin.h>
 #define CPU_QUANT_V4 static __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma"), unused))
 #define CPU_QUANT_V3 static __attribute__((target("avx2,f16c,fma"), unused))
+/* Q5_0 / Q5_1: 16 bits of qh (bit j: value j's fifth bit) as 16 bytes, 16 or 0 (each byte of the pair spread
+ * over 8 lanes, each lane testing its bit) */
+CPU_QUANT_V3 __m128i cpu_qdot_q5_high16(uint32_t bits) {
+    const __m128i spread = _mm_shuffle_epi8(_mm_set1_epi16((short)bits), _mm_set_epi64x(0x0101010101010101, 0));
+    const __m128i bit = _mm_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(spread, bit), bit), _mm_set1_epi8(16));
+}
+/* A 4- or 5-bit block's 32 integers as int8: values 0..15 in *q0, 16..31 in *q1 */
+CPU_QUANT_V3 void cpu_qdot_q45_16x2(int type, const uint8_t *b, __m128i *q0, __m128i *q1) {
+    const __m128i low = _mm_set1_epi8(15), q = _mm_loadu_si128((const __m128i *)(b + cpu_qdot_nibbles_at(type)));
+    *q0 = _mm_and_si128(q, low);
+    *q1 = _mm_and_si128(_mm_srli_epi16(q, 4), low);
+    if (cpu_qdot_is_q5(type)) {
+        const uint32_t qh = cpu_qdot_qh(b + cpu_qdot_nibbles_at(type) - 4);
+        *q0 = _mm_or_si128(*q0, cpu_qdot_q5_high16(qh));
+        *q1 = _mm_or_si128(*q1, cpu_qdot_q5_high16(qh >> 16));
+    }
+    if (cpu_qdot_offset(type)) {
+        const __m128i off = _mm_set1_epi8((char)cpu_qdot_offset(type));
+        *q0 = _mm_sub_epi8(*q0, off);
+        *q1 = _mm_sub_epi8(*q1, off);
+    }
+}
 /* the block's d (and m) broadcast: the f16 pair at b converted by vcvtph2ps */
 CPU_QUANT_V4 float cpu_qdot_v4(int type, const uint8_t *b, const float *x, int64_t nblocks) {
     __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
-    const __m128i low = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
-    for (int64_t i = 0; i < nblocks; i++, x += 32) {
+    const int bytes = cpu_qdot_block_bytes(type);
+    for (int64_t i = 0; i < nblocks; i++, x += 32, b += bytes) {
         int32_t dm;
         memcpy(&dm, b, 4);
         const __m512 scales = _mm512_cvtph_ps(_mm256_castsi128_si256(_mm_set1_epi32(dm)));   /* d, m, d, m, ... */
@@ -125,17 +173,14 @@ CPU_QUANT_V4 float cpu_qdot_v4(int type, const uint8_t *b, const float *x, int64
             const __m128i q1 = _mm_loadu_si128((const __m128i *)(b + 18));
             s = _mm512_fmadd_ps(x1, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)),
                                 _mm512_mul_ps(x0, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))));
-            b += 34;
         } else {
-            const __m128i q = _mm_loadu_si128((const __m128i *)(b + (type == 2 ? 4 : 2)));
-            __m128i lo = _mm_and_si128(q, low), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low);
-            if (type == 1) { lo = _mm_sub_epi8(lo, eight); hi = _mm_sub_epi8(hi, eight); }
+            __m128i lo, hi;
+            cpu_qdot_q45_16x2(type, b, &lo, &hi);
             s = _mm512_fmadd_ps(x1, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)),
                                 _mm512_mul_ps(x0, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo))));
-            if (type == 2)
+            if (cpu_qdot_has_min(type))
                 accm = _mm512_fmadd_ps(_mm512_add_ps(x0, x1), _mm512_permutexvar_ps(_mm512_set1_epi32(1), scales),
                                        accm);
-            b += type == 2 ? 20 : 18;
         }
         acc = _mm512_fmadd_ps(s, d, acc);
     }
@@ -146,7 +191,7 @@ CPU_QUANT_V3 __m256 cpu_qdot_v3_8(__m128i q8, const float *x) {   /* 8 int8 (the
 }
 CPU_QUANT_V3 float cpu_qdot_v3(int type, const uint8_t *b, const float *x, int64_t nblocks) {
     __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-    const __m128i low = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+    const int bytes = cpu_qdot_block_bytes(type);
     for (int64_t i = 0; i < nblocks; i++, x += 32) {
         int32_t dm;
         memcpy(&dm, b, 4);
@@ -154,22 +199,17 @@ CPU_QUANT_V3 float cpu_qdot_v3(int type, const uint8_t *b, const float *x, int64
         __m128i q0, q1;   /* values 0..15 and 16..31 as int8 */
         if (type == 0) {
             q0 = _mm_loadu_si128((const __m128i *)(b + 2)); q1 = _mm_loadu_si128((const __m128i *)(b + 18));
-            b += 34;
-        } else {
-            const __m128i q = _mm_loadu_si128((const __m128i *)(b + (type == 2 ? 4 : 2)));
-            q0 = _mm_and_si128(q, low); q1 = _mm_and_si128(_mm_srli_epi16(q, 4), low);
-            if (type == 1) { q0 = _mm_sub_epi8(q0, eight); q1 = _mm_sub_epi8(q1, eight); }
-        }
+        } else cpu_qdot_q45_16x2(type, b, &q0, &q1);
         const __m256 s0 = _mm256_add_ps(cpu_qdot_v3_8(q0, x), cpu_qdot_v3_8(_mm_srli_si128(q0, 8), x + 8));
         const __m256 s = _mm256_add_ps(s0, _mm256_add_ps(cpu_qdot_v3_8(q1, x + 16),
                                                          cpu_qdot_v3_8(_mm_srli_si128(q1, 8), x + 24)));
         acc = _mm256_fmadd_ps(s, _mm256_broadcastss_ps(scales), acc);
-        if (type == 2) {
+        if (cpu_qdot_has_min(type)) {
             const __m256 xs = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)),
                                             _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)));
             accm = _mm256_fmadd_ps(xs, _mm256_broadcastss_ps(_mm_movehdup_ps(scales)), accm);
         }
-        if (type != 0) b += type == 2 ? 20 : 18;
+        b += bytes;
     }
     const __m256 t = _mm256_add_ps(acc, accm);
     __m128 r = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
@@ -327,18 +367,17 @@ static inline const char *cpu_quant_isa_name(void) {
     return cpu_quant_isa() == 4 ? "AVX-512" : cpu_quant_isa() == 3 ? "AVX2 + FMA" : "portable C";
 }
 
-/* sum over k of x[k] * w[first + k], w of type 0 (q8_0), 1 (q4_0), 2 (q4_1), 3 (q4_k), 4 (q5_k), 5 (q6_k); first
- * and k whole blocks */
+/* sum over k of x[k] * w[first + k], w of type 0 (q8_0), 1 (q4_0), 2 (q4_1), 3 (q4_k), 4 (q5_k), 5 (q6_k),
+ * 6 (q5_0), 7 (q5_1); first and k whole blocks */
 static inline float cpu_qdot(int type, const uint8_t *w, int64_t first, const float *x, int64_t k) {
-    static const int16_t block_bytes[] = {34, 18, 20, 144, 176, 210};
-    const int block = type >= 3 ? 256 : 32;
-    const uint8_t *b = w + first / block * block_bytes[type];
+    const bool super = cpu_qdot_is_super(type);
+    const uint8_t *b = w + first / (super ? 256 : 32) * cpu_qdot_block_bytes(type);
 #if defined(__x86_64__) && defined(__GNUC__)
     const int isa = cpu_quant_isa();
-    if (isa == 4) return type >= 3 ? cpu_qdot_k_v4(type, b, x, k / 256) : cpu_qdot_v4(type, b, x, k / 32);
-    if (isa == 3) return type >= 3 ? cpu_qdot_k_v3(type, b, x, k / 256) : cpu_qdot_v3(type, b, x, k / 32);
+    if (isa == 4) return super ? cpu_qdot_k_v4(type, b, x, k / 256) : cpu_qdot_v4(type, b, x, k / 32);
+    if (isa == 3) return super ? cpu_qdot_k_v3(type, b, x, k / 256) : cpu_qdot_v3(type, b, x, k / 32);
 #endif
-    return type >= 3 ? cpu_qdot_k_c(type, b, x, k / 256) : cpu_qdot_c(type, b, x, k / 32);
+    return super ? cpu_qdot_k_c(type, b, x, k / 256) : cpu_qdot_c(type, b, x, k / 32);
 }
 
 #include "cpu_quant_q8.h"   /* the same products with the activations rounded to 8 bits (the default) */

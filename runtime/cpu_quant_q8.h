@@ -273,7 +273,7 @@ static inline const char *cpu_quant_q8_isa_name(void) { return cpu_quant_isa() >
 static inline float cpu_qdot_q8(int type, const uint8_t *w, int64_t first, const float *x, int64_t k,
                                 CpuActsQ8 *a) {
     static const int16_t block_bytes[8] = {34, 18, 20, 144, 176, 210, 22, 24};
-    const bool kquant = type >= 3 && type <= 5;
+    const bool kquant = cpu_qdot_is_super(type);
     const int block = kquant ? 256 : 32;
     if (a->src != x || a->k != k) cpu_acts_q8_quantize(a, x, k);
     const uint8_t *b = w + first / block * block_bytes[type];

@@ -39,7 +39,8 @@ DEVFN float f16_to_f32(uint32_t h) {
 }
 DEVFN float ld_f16(const uint16_t *p, int64_t i) { return f16_to_f32(p[i]); }
 
-/* GGUF's block types (ggml-common.h's block_q8_0, block_q4_0, block_q4_1), dequantized in registers: the value at
+/* GGUF's block types (ggml-common.h's block_q8_0, block_q4_0, block_q4_1; block_q5_0, block_q5_1 below),
+ * dequantized in registers: the value at
  * flat index i of a weight whose rows are whole blocks of 32 is value i % 32 of block i / 32. A block's f16 scale
  * (and minimum) is read byte by byte: blocks of 34 or 18 bytes leave it unaligned. */
 DEVFN float f16_at(const uint8_t *b) { return f16_to_f32((uint32_t)b[0] | (uint32_t)b[1] << 8); }
@@ -58,6 +59,20 @@ DEVFN float ld_q4_0(const uint8_t *p, int64_t i) {
 DEVFN float ld_q4_1(const uint8_t *p, int64_t i) {
     const uint8_t *b = p + (i >> 5) * 20;
     const int j = (int)(i & 31), q = (b[4 + (j & 15)] >> (j & 16 ? 4 : 0)) & 15;
+    return f16_at(b) * (float)q + f16_at(b + 2);
+}
+/* {f16 d; uint8 qh[4]; uint8 qs[16]} (block_q5_0): q4_0's nibble plus 16 times bit j of qh, a little-endian
+ * uint32; d * (q - 16) */
+DEVFN int q5_high(const uint8_t *qh, int j) { return (qh[j >> 3] >> (j & 7) & 1) << 4; }
+DEVFN float ld_q5_0(const uint8_t *p, int64_t i) {
+    const uint8_t *b = p + (i >> 5) * 22;
+    const int j = (int)(i & 31), q = ((b[6 + (j & 15)] >> (j & 16 ? 4 : 0)) & 15) | q5_high(b + 2, j);
+    return f16_at(b) * (float)(q - 16);
+}
+/* {f16 d; f16 m; uint8 qh[4]; uint8 qs[16]} (block_q5_1): q5_0's integer, unsigned; d * q + m */
+DEVFN float ld_q5_1(const uint8_t *p, int64_t i) {
+    const uint8_t *b = p + (i >> 5) * 24;
+    const int j = (int)(i & 31), q = ((b[8 + (j & 15)] >> (j & 16 ? 4 : 0)) & 15) | q5_high(b + 4, j);
     return f16_at(b) * (float)q + f16_at(b + 2);
 }
 

@@ -392,32 +392,38 @@ def dequantized_copy(path):
     return rewrite(path, path[:-5] + "-dequantized.gguf", tensors=tensors)
 
 
+def quantized_file_against_its_dequantization(kind, ftype, want, layers, down_dims, more_bits_layer):
+    """kind's GGUF file quantized by llama-quantize to ftype, whose 2-D tensors have the block types want, its
+    ffn_down both (by layer), against the same file with every tensor dequantized by gguf-py: the same greedy ids
+    and logits within f32 summation (the prompt's cpu_gemm packs the same f32 weights; the decode steps' dot
+    products sum per block or sub-block, then scale); `llmcc run --layer more_bits_layer` (a layer whose attn_v
+    and ffn_down have the higher type) against the interpreter on pack.c's dequantization"""
+    q = quantized_of(kind, ftype)
+    types = {t.name: t.tensor_type.name for t in GGUFReader(q).tensors if len(t.shape) == 2}
+    assert set(types.values()) == want, (ftype, types)
+    downs = {types["blk.%d.ffn_down.weight" % i] for i in range(layers)}
+    assert downs == want, (ftype, downs)   # one field, two block types by layer
+    got = build(q, "%s-%s" % (kind, ftype), ("--knob", "cpu_qdot_q8=0"))   # f32 activations: exact
+    ref = build(dequantized_copy(q), "%s-%s-dequantized" % (kind, ftype))
+    src = open(os.path.join(got, "model.c")).read()
+    # the first layers have the lower type (llama.cpp's use_more_bits: the last half of the layers, and some more)
+    assert "const uint8_t *mlp_down_proj_weight; /* %s/%s[%s] */" % (
+        tuple(sorted(t.lower() for t in want)) + (down_dims,)) in src, ftype
+    (ids_q, log_q), (ids_r, log_r) = generate(got), generate(ref)
+    assert len(ids_r) == STEPS and ids_q == ids_r, "%s: greedy ids differ\n%s\n%s" % (ftype, ids_q, ids_r)
+    diff = float(np.max(np.abs(log_q - log_r)))
+    assert 0 < diff <= 1e-5 * float(np.max(np.abs(log_r))), "%s: logits differ by %g" % (ftype, diff)
+    p = run([LLMCC, "run", q, "--layer", str(more_bits_layer), "--tokens", "4", "--target", "cpu"])
+    assert "matches the reference" in p.stdout, p.stdout
+
+
 def test_k_quant_files_against_their_dequantization():
     # llama.cpp's Q4_K_M (Q4_K, with Q6_K for output and for attn_v / ffn_down of some layers: the mixed file that
     # LayerWeights must hold) and Q5_K_M of the llama-k fixture, whose rows are whole super-blocks (llama-quantize
-    # falls back to other types for the rest), against the same files with every tensor dequantized by gguf-py:
-    # the same greedy ids and logits within f32 summation (the prompt's cpu_gemm packs the same f32 weights; the
-    # decode steps' dot products sum per sub-block, then scale; f32 activations: knob cpu_qdot_q8=0, as the 8-bit
-    # ones round differently from f32 by design: tests/test_quant.py checks them op by op)
+    # falls back to other types for the rest); layer 2 has Q6_K's attn_v and ffn_down. The quantized builds take f32
+    # activations (knob cpu_qdot_q8=0): the 8-bit ones round differently by design (test_quant.py checks them)
     for ftype, want in (("Q4_K_M", {"Q4_K", "Q6_K"}), ("Q5_K_M", {"Q5_K", "Q6_K"})):
-        q = quantized_of("llama-k", ftype)
-        types = {t.name: t.tensor_type.name for t in GGUFReader(q).tensors if len(t.shape) == 2}
-        assert set(types.values()) == want, (ftype, types)
-        downs = {types["blk.%d.ffn_down.weight" % i] for i in range(4)}
-        assert downs == want, (ftype, downs)   # one field, two block types by layer
-        got = build(q, "llama-k-" + ftype, ("--knob", "cpu_qdot_q8=0"))
-        ref = build(dequantized_copy(q), "llama-k-" + ftype + "-dequantized")
-        src = open(os.path.join(got, "model.c")).read()
-        # layers 0 and 1 have the lower type (llama.cpp's use_more_bits: layers 2 and 3 of 4)
-        assert "const uint8_t *mlp_down_proj_weight; /* %s/%s[256, 768] */" % tuple(
-            sorted(t.lower() for t in want)) in src, ftype
-        (ids_q, log_q), (ids_r, log_r) = generate(got), generate(ref)
-        assert len(ids_r) == STEPS and ids_q == ids_r, "%s: greedy ids differ\n%s\n%s" % (ftype, ids_q, ids_r)
-        diff = float(np.max(np.abs(log_q - log_r)))
-        assert 0 < diff <= 1e-5 * float(np.max(np.abs(log_r))), "%s: logits differ by %g" % (ftype, diff)
-        # llmcc run --layer: layer 2 (Q6_K's attn_v and ffn_down) against the interpreter on pack.c's dequantization
-        p = run([LLMCC, "run", q, "--layer", "2", "--tokens", "4", "--target", "cpu"])
-        assert "matches the reference" in p.stdout, p.stdout
+        quantized_file_against_its_dequantization("llama-k", ftype, want, 4, "256, 768", 2)
     # --dtype f32 dequantizes the blocks while packing (pack.c): the program and logits of gguf-py's dequantization
     out = os.path.join(DIR, "out-llama-k-Q4_K_M-as-f32")
     run([LLMCC, "build", quantized_of("llama-k", "Q4_K_M"), "-o", out, "--target", "cpu", "--name", "m", "--dtype",
@@ -426,6 +432,14 @@ def test_k_quant_files_against_their_dequantization():
     ref = build(dequantized_copy(quantized_of("llama-k", "Q4_K_M")), "llama-k-Q4_K_M-dequantized")
     (ids_c, log_c), (ids_r, log_r) = generate(out), generate(ref)
     assert ids_c == ids_r and np.array_equal(log_c, log_r) and kernels(out) == kernels(ref)
+
+
+def test_q5_files_against_their_dequantization():
+    # Qwen2.5-0.5B's case: rows that are not whole super-blocks of 256 (hidden 64 here, 896 there), where
+    # llama-quantize's Q4_K_M falls back from Q4_K to Q5_0 and from Q6_K to Q8_0 (Q5_K_M: Q5_K to Q5_1), the tied
+    # embedding Q8_0; layer 1 of 2 has Q8_0's attn_v and ffn_down
+    for ftype, want in (("Q4_K_M", {"Q5_0", "Q8_0"}), ("Q5_K_M", {"Q5_1", "Q8_0"})):
+        quantized_file_against_its_dequantization("qwen2-tied", ftype, want, 2, "64, 128", 1)
 
 
 # ---- bad files: GGUFWriter rewrites of a good one ----
@@ -493,8 +507,9 @@ def test_bad_files_refused_in_one_line():
                    "tell whether it changes the model; if it does not, build with --ignore-config-key "
                    "llama.attention.sliding_window")
     q = st["model.layers.0.self_attn.q_proj.weight"]
-    expect_refused(case("q5", tensors=[("blk.0.attn_q.weight", q, QT.Q5_0)]), "blk.0.attn_q.weight",
-                   "type Q5_0 is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)")
+    expect_refused(case("mxfp4", tensors=[("blk.0.attn_q.weight", q, QT.MXFP4)]), "blk.0.attn_q.weight",
+                   "type MXFP4 is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, "
+                   "Q5_K, Q6_K)")
     expect_refused(case("yarn", add_keys=[("llama.rope.scaling.type", "yarn", VT.STRING),
                                           ("llama.rope.scaling.factor", 4.0, VT.FLOAT32)]),
                    "llama.rope.scaling.type", '"yarn" is not supported (supported: none, linear)')
@@ -555,9 +570,9 @@ def test_bad_files_refused_in_one_line():
     assert p.returncode == 1 and p.stderr == "llmcc: --ignore-config-key: llama.block_count is read by llmcc (it " \
         "changes the model); it cannot be ignored\n", p.stderr
     # inspect still prints a file it cannot build from
-    p = run([LLMCC, "inspect", os.path.join(bad, "q5.gguf")])
-    assert "tensor: blk.0.attn_q.weight Q5_0 [64, 64]" in p.stdout
-    p = run([LLMCC, "inspect", os.path.join(bad, "q5.gguf"), "--config-only"])
+    p = run([LLMCC, "inspect", os.path.join(bad, "mxfp4.gguf")])
+    assert "tensor: blk.0.attn_q.weight MXFP4 [64, 64]" in p.stdout
+    p = run([LLMCC, "inspect", os.path.join(bad, "mxfp4.gguf"), "--config-only"])
     assert "hidden_size: 64" in p.stdout
 
 

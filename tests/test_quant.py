@@ -1,10 +1,12 @@
-"""Quantized weights (GGUF's block types Q8_0, Q4_0, Q4_1 and the K-quants Q4_K, Q5_K, Q6_K), read in place by
+"""Quantized weights (GGUF's block types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants Q4_K, Q5_K, Q6_K), read in
+place by
 the linears' schedules.
 
 The reference is gguf-py (PyPI `gguf`, llama.cpp's own Python package): it quantizes the test's
 weights and dequantizes them, independently of llmcc's C (runtime/kernels.h ld_q*, runtime/cpu_quant.h,
 compiler/pack.c). gguf-py cannot quantize the K-quants: their weights are random blocks (every integer and
-sub-block scale byte random, the f16 super-block scales positive and sane), which gguf-py dequantizes.
+sub-block scale byte random, the f16 super-block scales positive and sane), which gguf-py dequantizes. llmcc has
+no quantizer into Q5_0 / Q5_1 (gguf-py has): `llmcc run -c` makes random blocks of those too.
 Each case runs a linear through the op harness (tests/oplib.py: guard regions around every buffer,
 rows past n left unwritten) on the CPU target's schedules (at most cpu_gemm_min_n tokens, cpu_rows' qdot:
 by default runtime/cpu_quant_q8.h's integer dot products, the activations rounded to 8 bits, in AVX2 and
@@ -16,7 +18,7 @@ gemv / cpu_rows), with K of one block and of several, and output counts that are
 any tile. Then `llmcc run -c` with `--dump`: the blocks llmcc quantized are dequantized by gguf-py.
 
 Tolerance: the dequantized weights are exact in f32 on both sides (a scale times a small integer, plus
-Q4_1's minimum: one f32 rounding, the same in numpy), so what remains is f32 summation:
+Q4_1 / Q5_1's minimum: one f32 rounding, the same in numpy), so what remains is f32 summation:
 |err| <= K * 2^-24 * sum |x w| for any order (the classic bound, depth at most K). Q4_K / Q5_K's dot products
 sum d * sc * q and dmin * m apart (one multiply-add by each sub-block's scale and minimum), so there |w| is
 d * sc * q + dmin * m: gguf-py's dequantization of the blocks with dmin's sign flipped.
@@ -34,10 +36,11 @@ from oplib import U, check_close, compile_op, run_op
 from ref_forward import q8_round
 from testlib import LLMCC, Skip, run, tmpdir
 
-TYPES = ("q8_0", "q4_0", "q4_1")
+TYPES = ("q8_0", "q4_0", "q4_1")   # llmcc quantizes into these (--quant)
+Q5_TYPES = ("q5_0", "q5_1")   # blocks of 32 with a fifth bit per value in a word of their own; no quantizer here
 K_TYPES = ("q4_k", "q6_k", "q5_k")
 BLOCK = {"q8_0": (32, 34), "q4_0": (32, 18), "q4_1": (32, 20), "q4_k": (256, 144), "q5_k": (256, 176),
-         "q6_k": (256, 210)}   # values and bytes per block (ggml-common.h)
+         "q6_k": (256, 210), "q5_0": (32, 22), "q5_1": (32, 24)}   # values and bytes per block (ggml-common.h)
 
 
 def gguf_or_skip():
@@ -133,7 +136,7 @@ def linear_blocks_vs_gguf(types, shapes):
 
 def test_linear_blocks_vs_gguf():
     """every block type of 32 through both CPU-side targets' schedules, decode and prompt shapes"""
-    linear_blocks_vs_gguf(TYPES, ((1, 37, 32, (1,)), (4, 64, 320, (1, 3)), (40, 19, 96, (1, 17, 40)),
+    linear_blocks_vs_gguf(TYPES + Q5_TYPES, ((1, 37, 32, (1,)), (4, 64, 320, (1, 3)), (40, 19, 96, (1, 17, 40)),
                                   (6, 40, 1088, (2, 6))))
 
 
@@ -146,17 +149,17 @@ def test_linear_k_quants_vs_gguf():
 def test_qdot_fault_knob():
     """debug_qdot_row=1 (each dot product reads the next weight row) must fail, on every block type, with 8-bit
     activations and f32 ones"""
-    for dt in TYPES + K_TYPES:
+    for dt in TYPES + Q5_TYPES + K_TYPES:
         for q8 in (1, 0):
             linear_case(dt, "cpu", 4, 24, 256 if dt in K_TYPES else 64, (3,),
                         knobs=("debug_qdot_row=1", "cpu_qdot_q8=%d" % q8), fault=True)
 
 
 def test_run_c_dump_vs_gguf():
-    """`llmcc run -c` quantizes its random weights as llama.cpp does (the K-quants: random blocks); gguf-py
-    dequantizes what it dumped"""
+    """`llmcc run -c` quantizes its random weights as llama.cpp does (the K-quants, Q5_0 and Q5_1: random blocks);
+    gguf-py dequantizes what it dumped"""
     quants, T = gguf_or_skip()
-    for dt in TYPES + K_TYPES:
+    for dt in TYPES + Q5_TYPES + K_TYPES:
         for target in ("cpu", "cuda-emu"):
             d = tmpdir(os.path.join("quant_dump", dt + "_" + target))
             K = 512 if dt in K_TYPES else 96
@@ -182,7 +185,7 @@ def test_run_c_dump_vs_gguf():
             ref = xs @ w.T + files[bname[0]].astype(np.float64)
             tol = (K + 2) * U * (np.abs(xs) @ wabs.T + np.abs(files[bname[0]])) + 1e-30
             check_close(files["output"].astype(np.float64), ref, tol, "run -c %s on %s" % (dt, target))
-            if dt in K_TYPES:
+            if dt in K_TYPES + Q5_TYPES:
                 # random blocks: the values within about nn.Linear's bound 1 / sqrt(K), and not all alike
                 bound = 1 / np.sqrt(K)
                 assert np.max(np.abs(w)) <= 2.5 * bound and np.std(w) > bound / 10, (dt, np.max(np.abs(w)), np.std(w))
@@ -197,6 +200,7 @@ def test_block_types_refused_where_they_do_not_apply():
     for expr, want in (("torch.randn(4, 32, dtype=llmcc.q4_0)", "only nn.Linear's dtype= takes it"),
                        ("nn.Linear(40, 8, dtype=llmcc.q8_0)(torch.randn(1, 40))", "need a multiple of 32"),
                        ("nn.Linear(288, 8, dtype=llmcc.q6_k)(torch.randn(1, 288))", "need a multiple of 256"),
+                       ("nn.Linear(48, 8, dtype=llmcc.q5_1)(torch.randn(1, 48))", "need a multiple of 32"),
                        ("nn.RMSNorm(32, dtype=llmcc.q4_1)(torch.randn(1, 32))", "only nn.Linear's dtype= takes it")):
         p = run([LLMCC, "run", "-c", expr, "--target", "cpu"], check=False)
         assert p.returncode == 1 and want in p.stderr and len(p.stderr.strip().splitlines()) == 1, (expr, p.stderr)

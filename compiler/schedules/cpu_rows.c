@@ -10,7 +10,7 @@
  * then serves group rows, and group independent sums keep the vector units
  * busy while the weights stream from memory (decode is bandwidth-bound).
  * A fused side store and tail run as written, in the same task. A linear
- * of block-type weights (GGUF's Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) computes each element by
+ * of block-type weights (GGUF's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) computes each element by
  * one runtime/cpu_quant.h dot product (qdot: the blocks dequantized in
  * vector registers, a loop the C compiler would not vectorise).
  * Tests: tests/test_cpu_target.py (ops over the shape matrix, the fixtures' logits), tests/test_families.py. */
