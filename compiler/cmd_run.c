@@ -204,8 +204,9 @@ static double *fill_leaf(const GNode *n, uint64_t seed, const char *path, uint8_
     if (quant) {
         uint8_t *q = malloc((size_t)dtype_bytes(n->dtype, N));
         CHECK(q, "out of memory (%lld values)", (long long)N);
-        /* the payload's codes are DType's (main.c). The K-quants, Q5_0 and Q5_1 have no quantizer here (pack.h):
-         * random blocks instead, their values within about the fill's bound */
+        /* the payload's codes are DType's (main.c). The K-quants, Q5_0 and Q5_1: random blocks, their values within
+         * about the fill's bound (every bit of the K-quants' sub-block scales drawn, which a quantizer's blocks
+         * would not reach; Q5_K, Q5_0 and Q5_1 have no quantizer) */
         const float bound = n->fill == FILL_UNIFORM ? (float)fmax(fabs(n->fill_lo), fabs(n->fill_hi)) : 1.0f;
         if (n->dtype == DT_Q5_0 || n->dtype == DT_Q5_1)
             pack_random_q5_blocks((uint32_t)n->dtype, s, bound, (size_t)N, q);

@@ -141,9 +141,11 @@ static const char USAGE[] =
     "                             with f32 activations, not 8-bit), debug_*; --ir tile prints them all)\n"
     "  --dtype f32|f16|bf16       convert every weight to this dtype (default: as stored; with no\n"
     "                             weights, torch_dtype)\n"
-    "  --quant q8_0|q4_0|q4_1     quantize the linears' weights into this GGUF block type as the payload\n"
-    "                             is written (llama.cpp's reference quantizers; rows of whole blocks of 32;\n"
-    "                             others, the embedding, lm_head, norms and biases keep their dtype)\n"
+    "  --quant TYPE               quantize the linears' weights into this GGUF block type as the payload\n"
+    "                             is written: q8_0, q4_0, q4_1 (blocks of 32), q4_k, q6_k (super-blocks of\n"
+    "                             256); llama.cpp's reference quantizers, as llama-quantize without an\n"
+    "                             importance matrix. Rows of whole blocks only: other matrices, the embedding,\n"
+    "                             lm_head, norms and biases keep their dtype\n"
     "  --quant-all                with --quant: the embedding and lm_head too\n"
     "  --random-weights SEED      (build) ignore any weights: pack deterministic random ones (MODEL\n"
     "                             needs only config.json; for benchmarks and shape tests)\n"
@@ -237,10 +239,11 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         }
         else if (!strcmp(a, "--quant")) {
             NEED();
-            int d = DT_Q8_0;   /* the types pack.c can quantize into (not the K-quants yet) */
-            while (d <= DT_Q4_1 && strcmp(v, dtype_names[d])) d++;
-            if (d > DT_Q4_1)
-                die_user(NULL, "--quant", "'%s' is not a block type llmcc quantizes into (q8_0, q4_0, q4_1)", v);
+            int d = DT_Q8_0;   /* the types pack.c can quantize into (every block type but Q5_K) */
+            while (d <= DT_Q6_K && (d == DT_Q5_K || strcmp(v, dtype_names[d]))) d++;
+            if (d > DT_Q6_K)
+                die_user(NULL, "--quant", "'%s' is not a block type llmcc quantizes into (%s)", v,
+                         "q8_0, q4_0, q4_1, q4_k, q6_k");
             o->quant = (DType)d;
         }
         else if (!strcmp(a, "--quant-all")) o->quant_all = true;

@@ -117,12 +117,6 @@ static void quant_block(uint32_t dt, const float *x, uint8_t *b) {
     }
 }
 
-void pack_quant_blocks(uint32_t dt, const float *x, size_t n, uint8_t *out) {
-    const bool whole = n % 32 == 0;   /* (a % in CHECK's condition would be read as a format) */
-    CHECK(dt >= PDT_Q8_0 && dt <= PDT_Q4_1 && whole, "quantize %zu values into dtype %u", n, dt);
-    for (size_t i = 0; i < n; i += 32) quant_block(dt, x + i, out + i / 32 * payload_dtype_bytes(dt));
-}
-
 /* The K-quants' super-blocks of 256 (ggml-common.h's block_q4_K, block_q5_K, block_q6_K; ggml-quants.c's
  * dequantize_row_q4_K ...). Q4_K {f16 d; f16 dmin; uint8 scales[12]; uint8 qs[128]} and Q5_K {f16 d; f16 dmin;
  * uint8 scales[12]; uint8 qh[32]; uint8 qs[128]}: sub-block s < 8 of 32 values has a 6-bit scale and minimum
@@ -158,6 +152,222 @@ static void dequant_kblock(uint32_t dt, const uint8_t *b, float *out) {
             if (dt == PDT_Q5_K) q |= ((qh[j] >> s) & 1) << 4;
             out[32 * s + j] = d1 * (float)q - m1;
         }
+    }
+}
+
+/* ---- the K-quants' reference quantizers (ggml-quants.c's quantize_row_q4_K_ref and quantize_row_q6_K_ref, which
+ * llama-quantize runs when it has no importance matrix), bit for bit: the same f32 operations in the same order
+ * (this file is C11, so no multiply-add is contracted; ggml-base is built without FMA instructions either) ---- */
+
+#define KQ_ALL_ZERO 1e-15f   /* ggml's GROUP_MAX_EPS: a sub-block or super-block of smaller values is all zero */
+
+/* ggml's nearest_int: round to nearest, ties to even (the default rounding mode, as its 1.5 * 2^23 trick) */
+static int nearest_int(float v) { return (int)lrintf(v); }
+
+/* ggml's make_qkx2_quants for Q4_K's sub-blocks (32 values, codes 0..15; nmax 15, rmin -1, rdelta 0.1, nstep 20,
+ * use_mad false): the codes q, a scale s and a minimum m >= 0 such that s * q - m fits x in the weighted least
+ * squares sense. The first fit spreads [min(x, 0), max x] over the 16 codes; then 21 trials round x with
+ * 14, 14.1, ..., 16 steps over the range from the best minimum so far (ggml's loop reads min as it updates it),
+ * each gets its least-squares scale and minimum (the minimum forced to 0, the scale refitted, where it came out
+ * positive), and the least weighted squared error wins. Returns the scale, *neg_min gets m. */
+static float q4_k_fit_sub_block(const float *x, const float *w, uint8_t *q, float *neg_min) {
+    enum { N = 32, QMAX = 15, STEPS = 20 };
+    const float rmin = -1.0f, rdelta = 0.1f;
+    float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < N; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max == min) {
+        memset(q, 0, N);
+        *neg_min = -min;
+        return 0.0f;
+    }
+    float iscale = QMAX / (max - min), scale = 1 / iscale, best_error = 0;
+    for (int i = 0; i < N; i++) {
+        const int l = nearest_int(iscale * (x[i] - min));
+        q[i] = (uint8_t)(l < 0 ? 0 : l > QMAX ? QMAX : l);
+        const float diff = scale * q[i] + min - x[i];
+        best_error += w[i] * (diff * diff);
+    }
+    for (int step = 0; step <= STEPS; step++) {
+        iscale = (rmin + rdelta * step + QMAX) / (max - min);
+        uint8_t trial[N];
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < N; i++) {
+            int l = nearest_int(iscale * (x[i] - min));
+            l = l < 0 ? 0 : l > QMAX ? QMAX : l;
+            trial[i] = (uint8_t)l;
+            sum_l += w[i] * l;
+            sum_l2 += w[i] * l * l;
+            sum_xl += w[i] * l * x[i];
+        }
+        const float det = sum_w * sum_l2 - sum_l * sum_l;
+        if (det <= 0) continue;
+        float this_scale = (sum_w * sum_xl - sum_x * sum_l) / det, this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+        if (this_min > 0) {
+            this_min = 0;
+            this_scale = sum_xl / sum_l2;
+        }
+        float error = 0;
+        for (int i = 0; i < N; i++) {
+            const float diff = this_scale * trial[i] + this_min - x[i];
+            error += w[i] * (diff * diff);
+        }
+        if (error < best_error) {
+            memcpy(q, trial, N);
+            best_error = error;
+            scale = this_scale;
+            min = this_min;
+        }
+    }
+    *neg_min = -min;
+    return scale;
+}
+
+/* ggml's quantize_row_q4_K_ref, one super-block of 256: each sub-block of 32 fitted (weights: the sub-block's RMS
+ * plus |x|, so large values count more), the 8 scales and minimums as 6-bit multiples of the largest (f16 d and
+ * dmin), packed as kq_scale_min reads them, then every code again from the rounded scale and minimum */
+static void quant_q4_k(const float *x, uint8_t *b) {
+    uint8_t q[256];
+    float scales[8], mins[8], max_scale = 0, max_min = 0;   /* the minimum is subtracted: scales are >= 0 */
+    for (int s = 0; s < 8; s++) {
+        const float *xs = x + 32 * s;
+        float sum_x2 = 0, weight[32];
+        for (int j = 0; j < 32; j++) sum_x2 += xs[j] * xs[j];
+        const float rms = sqrtf(sum_x2 / 32);
+        for (int j = 0; j < 32; j++) weight[j] = rms + fabsf(xs[j]);
+        scales[s] = q4_k_fit_sub_block(xs, weight, q + 32 * s, &mins[s]);
+        if (scales[s] > max_scale) max_scale = scales[s];
+        if (mins[s] > max_min) max_min = mins[s];
+    }
+    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f, inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+    uint8_t *sc = b + 4;   /* s < 4: the low 6 bits of sc[s] (scale), sc[s + 4] (minimum); s >= 4: sc[s + 4]'s
+                            * nibbles, the top 2 bits in those of sc[s - 4] and sc[s] */
+    for (int s = 0; s < 8; s++) {
+        uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[s]), lm = (uint8_t)nearest_int(inv_min * mins[s]);
+        ls = ls < 63 ? ls : 63;
+        lm = lm < 63 ? lm : 63;
+        if (s < 4) {
+            sc[s] = ls;
+            sc[s + 4] = lm;
+        } else {
+            sc[s + 4] = (uint8_t)((ls & 15) | (lm & 15) << 4);
+            sc[s - 4] |= (uint8_t)(ls >> 4 << 6);
+            sc[s] |= (uint8_t)(lm >> 4 << 6);
+        }
+    }
+    put16(b, pack_f32_to_f16(max_scale / 63.0f));
+    put16(b + 2, pack_f32_to_f16(max_min / 63.0f));
+    const float d = pack_f16_to_f32((uint16_t)(b[0] | b[1] << 8)), dmin = pack_f16_to_f32((uint16_t)(b[2] | b[3] << 8));
+    for (int s = 0; s < 8; s++) {
+        int scale, min;
+        kq_scale_min(sc, s, &scale, &min);
+        const float ds = d * (float)scale, ms = dmin * (float)min;
+        if (!ds) continue;   /* the fit's codes stay, as in ggml */
+        for (int j = 0; j < 32; j++) {
+            const int l = nearest_int((x[32 * s + j] + ms) / ds);
+            q[32 * s + j] = (uint8_t)(l < 0 ? 0 : l > 15 ? 15 : l);
+        }
+    }
+    /* qs[32 p + l]: code l of sub-block 2p in the low nibble, of sub-block 2p + 1 in the high one */
+    for (int p = 0; p < 4; p++)
+        for (int l = 0; l < 32; l++) b[16 + 32 * p + l] = (uint8_t)(q[64 * p + l] | q[64 * p + 32 + l] << 4);
+}
+
+/* Q6_K's codes of a sub-block of 16 for one reciprocal scale: l = round(iscale * x) within -32..31, stored + 32;
+ * the sums of make_qx_quants' least squares under weights x^2 (sum w x l, sum w l^2) */
+static void q6_k_codes(const float *x, float iscale, uint8_t *q, float *sumlx, float *suml2) {
+    *sumlx = *suml2 = 0;
+    for (int i = 0; i < 16; i++) {
+        int l = nearest_int(iscale * x[i]);
+        l = l < -32 ? -32 : l > 31 ? 31 : l;
+        q[i] = (uint8_t)(l + 32);
+        const float w = x[i] * x[i];
+        *sumlx += w * x[i] * l;
+        *suml2 += w * l * l;
+    }
+}
+
+/* ggml's make_qx_quants (nmax 32, rmse_type 1) for Q6_K's sub-blocks of 16: the value of largest magnitude mapped
+ * to code -32, then 18 other reciprocal scales (-(32 + 0.1 i) over it, i = -9..9 but 0), each fit's least-squares
+ * scale kept where it explains more (sum w x l)^2 / sum w l^2. Returns the scale; q gets the codes + 32. */
+static float q6_k_fit_sub_block(const float *x, uint8_t *q) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < 16; i++)
+        if (fabsf(x[i]) > amax) { amax = fabsf(x[i]); max = x[i]; }
+    if (amax < KQ_ALL_ZERO) {
+        memset(q, 0, 16);
+        return 0.0f;
+    }
+    float sumlx, suml2;
+    q6_k_codes(x, -32 / max, q, &sumlx, &suml2);
+    float scale = suml2 ? sumlx / suml2 : 0.0f, best = scale * sumlx;
+    for (int step = -9; step <= 9; step++) {
+        if (!step) continue;
+        uint8_t trial[16];
+        q6_k_codes(x, -(32 + 0.1f * step) / max, trial, &sumlx, &suml2);
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            memcpy(q, trial, 16);
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+/* ggml's quantize_row_q6_K_ref, one super-block of 256: the 16 sub-block scales as int8 multiples of the one of
+ * largest magnitude (mapped to -128; f16 d), then every code again from its rounded scale; the layout is
+ * dequant_kblock's */
+static void quant_q6_k(const float *x, uint8_t *b) {
+    uint8_t q[256];
+    float scales[16], max_scale = 0, max_abs_scale = 0;
+    for (int s = 0; s < 16; s++) {
+        scales[s] = q6_k_fit_sub_block(x + 16 * s, q + 16 * s);
+        if (fabsf(scales[s]) > max_abs_scale) { max_abs_scale = fabsf(scales[s]); max_scale = scales[s]; }
+    }
+    if (max_abs_scale < KQ_ALL_ZERO) {
+        memset(b, 0, 210);
+        return;
+    }
+    const float iscale = -128.0f / max_scale;
+    put16(b + 208, pack_f32_to_f16(1 / iscale));
+    int8_t sc[16];
+    for (int s = 0; s < 16; s++) {
+        const int l = nearest_int(iscale * scales[s]);
+        sc[s] = (int8_t)(l < 127 ? l : 127);
+        b[192 + s] = (uint8_t)sc[s];
+    }
+    const float d = pack_f16_to_f32((uint16_t)(b[208] | b[209] << 8));
+    for (int s = 0; s < 16; s++) {
+        const float ds = d * sc[s];
+        if (!ds) continue;   /* the fit's codes stay, as in ggml */
+        for (int j = 0; j < 16; j++) {
+            const int l = nearest_int(x[16 * s + j] / ds);
+            q[16 * s + j] = (uint8_t)((l < -32 ? -32 : l > 31 ? 31 : l) + 32);
+        }
+    }
+    memset(b + 128, 0, 64);
+    for (int e = 0; e < 256; e++) {
+        const int h = e / 128, t = e / 32 % 4, l = e % 32;
+        uint8_t *lo = &b[64 * h + 32 * (t % 2) + l];
+        *lo = (uint8_t)(t < 2 ? q[e] & 15 : (*lo & 15) | (q[e] & 15) << 4);
+        b[128 + 32 * h + l] |= (uint8_t)(q[e] >> 4 << 2 * t);
+    }
+}
+
+void pack_quant_blocks(uint32_t dt, const float *x, size_t n, uint8_t *out) {
+    const size_t block = payload_dtype_block(dt), bytes = payload_dtype_bytes(dt);
+    const bool whole = block > 1 && n % block == 0;   /* (a % in CHECK's condition would be read as a format) */
+    CHECK(dt >= PDT_Q8_0 && dt <= PDT_Q6_K && dt != PDT_Q5_K && whole, "quantize %zu values into dtype %u", n, dt);
+    for (size_t i = 0; i < n; i += block) {
+        uint8_t *b = out + i / block * bytes;
+        if (dt == PDT_Q4_K) quant_q4_k(x + i, b);
+        else if (dt == PDT_Q6_K) quant_q6_k(x + i, b);
+        else quant_block(dt, x + i, b);
     }
 }
 
@@ -208,7 +418,9 @@ static void from_f32(void *dst, const float *src, uint32_t dt, size_t n) {
     case PDT_F32: memcpy(dst, src, n * 4); return;
     case PDT_BF16: for (size_t i = 0; i < n; i++) h[i] = pack_f32_to_bf16(src[i]); return;
     case PDT_F16: for (size_t i = 0; i < n; i++) h[i] = pack_f32_to_f16(src[i]); return;
-    case PDT_Q8_0: case PDT_Q4_0: case PDT_Q4_1: pack_quant_blocks(dt, src, n, dst); return;   /* --quant */
+    case PDT_Q8_0: case PDT_Q4_0: case PDT_Q4_1: case PDT_Q4_K: case PDT_Q6_K:   /* --quant */
+        pack_quant_blocks(dt, src, n, dst);
+        return;
     default: CHECK(0, "convert to dtype %u", dt);
     }
 }
@@ -488,7 +700,7 @@ void pack_payload_ex(const char *out_path, const PackTensor *tensors, const Pack
             e->shape[d] = (uint64_t)t->shape[d];
         }
         if (src->fill != PACK_DATA || src->convert)
-            CHECK(is_float(t->dtype) || (t->dtype >= PDT_Q8_0 && t->dtype <= PDT_Q4_1),
+            CHECK(is_float(t->dtype) || (t->dtype >= PDT_Q8_0 && t->dtype <= PDT_Q6_K && t->dtype != PDT_Q5_K),
                   "tensor %s: generated or converted into dtype %u", t->name, t->dtype);
         int overflow;
         if (src->fill == PACK_DATA) {

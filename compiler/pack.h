@@ -66,9 +66,9 @@ uint16_t pack_f32_to_bf16(float f);
 uint16_t pack_f32_to_f16(float f);
 float pack_bf16_to_f32(uint16_t h);
 float pack_f16_to_f32(uint16_t h);
-/* GGUF's block types (runtime/kernels.h gives the layouts). pack_quant_blocks: n values (whole blocks of 32) of x
- * quantized into PDT_Q8_0, PDT_Q4_0 or PDT_Q4_1 blocks at out as llama.cpp's reference quantizers do
- * (ggml-quants.c, bit for bit); the K-quants have no quantizer here (llama.cpp's searches scales per sub-block).
+/* GGUF's block types (runtime/kernels.h gives the layouts). pack_quant_blocks: n values (whole blocks of 32, of 256
+ * for the K-quants) of x quantized into PDT_Q8_0, PDT_Q4_0, PDT_Q4_1, PDT_Q4_K or PDT_Q6_K blocks at out as
+ * llama.cpp's reference quantizers do (ggml-quants.c, bit for bit; Q5_K has none here).
  * pack_random_kquant_blocks: n values (whole super-blocks of 256) of PDT_Q4_K, PDT_Q5_K or PDT_Q6_K as random
  * blocks (every integer and sub-block scale byte drawn from seed, the f16 super-block scales such that the values
  * stay within about +-bound). pack_dequant_blocks: n values of any block type at in, dequantized into out.

@@ -17,6 +17,13 @@ and on the GPU schedules emulated (gemv, scalar loads of the blocks), at n = 1 (
 gemv / cpu_rows), with K of one block and of several, and output counts that are not multiples of
 any tile. Then `llmcc run -c` with `--dump`: the blocks llmcc quantized are dequantized by gguf-py.
 
+`llmcc build --quant`: q8_0 / q4_0 / q4_1 builds against tests/ref_forward.py on gguf-py's quantization of the
+weights. q4_k / q6_k (gguf-py has no K-quant quantizer): the super-blocks llmcc writes, byte for byte, against
+tests/ggml_kquants.py (a numpy port of ggml's reference quantizers, itself checked against libggml-base.so's
+functions) and against llama.cpp's llama-quantize --pure on the same f32 GGUF file; a build's greedy ids and
+logits against ref_forward on gguf-py's dequantization of llama-quantize's blocks (the port's where llama.cpp is
+not built: the llama.cpp parts skip where ../shared/tools/peer-llamacpp has not built it).
+
 Tolerance: the dequantized weights are exact in f32 on both sides (a scale times a small integer, plus
 Q4_1 / Q5_1's minimum: one f32 rounding, the same in numpy), so what remains is f32 summation:
 |err| <= K * 2^-24 * sum |x w| for any order (the classic bound, depth at most K). Q4_K / Q5_K's dot products
@@ -206,6 +213,36 @@ def test_block_types_refused_where_they_do_not_apply():
         assert p.returncode == 1 and want in p.stderr and len(p.stderr.strip().splitlines()) == 1, (expr, p.stderr)
 
 
+def build_quant_against(model_dir, dt, out, model, prompt, n):
+    """`llmcc build model_dir --quant dt` (28 linears quantized; model["q8_linears"]: with the default 8-bit
+    activations at decode, else knob cpu_qdot_q8=0) against tests/ref_forward.py's model (its weights the reference's
+    dequantized blocks): greedy ids equal, logits within 1e-4 x max |logit| (8-bit activations: see
+    test_build_quant_matches_reference). Returns (the executable, its --stats)"""
+    import ref_forward
+    q8 = bool(model.get("q8_linears"))
+    want_ids, want_logits = ref_forward.greedy(model, prompt, n)
+    run([LLMCC, "build", model_dir, "-o", out, "--target", "cpu", "--name", "m", "--quant", dt,
+         "--knob", "cpu_qdot_q8=%d" % q8])
+    run(["make", "-C", out, "-s", "-j2"])
+    exe = os.path.join(out, "m")
+    info = run([exe, "--info"]).stdout
+    assert " %s (28 tensors," % dt in info and "block-type weights: dot products" in info, info
+    assert ("8-bit activations" in info) == q8, info
+    lp = os.path.join(out, "logits")
+    p = run([exe, "--prompt-ids", ",".join(map(str, prompt)), "-n", str(n), "--temperature", "0",
+             "--repeat-penalty", "1", "--ignore-eos", "--ids", "--logits", lp, "--stats"])
+    assert [int(x) for x in p.stdout.split()] == list(want_ids), (dt, p.stdout, list(want_ids))
+    got = np.fromfile(lp, dtype="<f4").reshape(n, -1)
+    close = 0
+    for s in range(n):
+        ref = np.asarray(want_logits[s], dtype=np.float64)
+        diff = float(np.max(np.abs(got[s] - ref))) / float(np.max(np.abs(ref)))
+        assert diff <= (2e-2 if q8 else 1e-4), (dt, q8, s, diff)
+        close += diff <= 1e-4
+    assert close == n or (q8 and 4 * close >= 3 * n), (dt, q8, close, n)
+    return exe, p.stderr
+
+
 def test_build_quant_matches_reference():
     """`llmcc build --quant TYPE` of models/austen-2m: its linears quantized as the payload is written. The
     reference: tests/ref_forward.py with every linear's weight quantized and dequantized by gguf-py (the
@@ -230,18 +267,8 @@ def test_build_quant_matches_reference():
             for proj in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
                 w = np.asarray(lay[proj], dtype=np.float32)
                 lay[proj] = quants.dequantize(quants.quantize(w, qtype(T, dt)), qtype(T, dt)).astype(np.float32)
-        want_ids, want_logits = ref_forward.greedy(model, prompt, n)
-        out = os.path.join(tmpdir("quant_build"), "%s_q8_%d" % (dt, q8))
-        run([LLMCC, "build", model_dir, "-o", out, "--target", "cpu", "--name", "m", "--quant", dt,
-             "--knob", "cpu_qdot_q8=%d" % q8])
-        run(["make", "-C", out, "-s", "-j2"])
-        exe = os.path.join(out, "m")
-        info = run([exe, "--info"]).stdout
-        assert " %s (28 tensors," % dt in info and "block-type weights: dot products" in info, info
-        assert ("8-bit activations" in info) == bool(q8), info
-        lp = os.path.join(out, "logits")
-        p = run([exe, "--prompt-ids", ",".join(map(str, prompt)), "-n", str(n), "--temperature", "0",
-                 "--repeat-penalty", "1", "--ignore-eos", "--ids", "--logits", lp, "--stats"])
+        exe, stats = build_quant_against(model_dir, dt, os.path.join(tmpdir("quant_build"), "%s_q8_%d" % (dt, q8)),
+                                         model, prompt, n)
         # --stats: the weight bytes a decode step reads, from the config: the tied bf16 embedding whole (it is
         # the lm_head), the bf16 norms, the linears' blocks
         with open(os.path.join(model_dir, "config.json")) as f:
@@ -251,17 +278,222 @@ def test_build_quant_matches_reference():
         rows_k = [(H, H), (kv, H), (kv, H), (H, H), (I, H), (I, H), (H, I)]   # q k v o gate up down
         vals, nb = BLOCK[dt]
         want_bytes = V * H * 2 + (2 * L + 1) * H * 2 + L * sum(r * k // vals * nb for r, k in rows_k)
-        m = re.search(r"decode reads: ([0-9.]+) MB of weights a token", p.stderr)
-        assert m and abs(float(m.group(1)) - want_bytes / 1e6) <= 0.05, (p.stderr, want_bytes)
-        assert [int(x) for x in p.stdout.split()] == list(want_ids), (dt, p.stdout, list(want_ids))
-        got = np.fromfile(lp, dtype="<f4").reshape(n, -1)
-        close = 0
-        for s in range(n):
-            ref = np.asarray(want_logits[s], dtype=np.float64)
-            diff = float(np.max(np.abs(got[s] - ref))) / float(np.max(np.abs(ref)))
-            assert diff <= (2e-2 if q8 else 1e-4), (dt, q8, s, diff)
-            close += diff <= 1e-4
-        assert close == n or (q8 and 4 * close >= 3 * n), (dt, q8, close, n)
-    p = run([LLMCC, "build", model_dir, "-o", os.path.join(tmpdir("quant_build"), "bad"), "--quant", "q5_0"],
-            check=False)
-    assert p.returncode == 1 and "is not a block type llmcc quantizes into" in p.stderr, p.stderr
+        m = re.search(r"decode reads: ([0-9.]+) MB of weights a token", stats)
+        assert m and abs(float(m.group(1)) - want_bytes / 1e6) <= 0.05, (stats, want_bytes)
+    for bad in ("q5_0", "q5_k"):
+        p = run([LLMCC, "build", model_dir, "-o", os.path.join(tmpdir("quant_build"), "bad"), "--quant", bad],
+                check=False)
+        assert p.returncode == 1 and "is not a block type llmcc quantizes into" in p.stderr, p.stderr
+
+
+# ---- --quant q4_k / q6_k: llama.cpp's llama-quantize is the reference (gguf-py has no K-quant quantizer) ----
+
+QUANTIZED = ("q4_k", "q6_k")   # the K-quants llmcc quantizes into (Q5_K: no quantizer)
+
+
+def llama_quantize_or_skip():
+    """llama.cpp's llama-quantize (../shared/tools/peer-llamacpp's build), or Skip"""
+    import test_gguf_model as gm
+    gm.need_gguf()
+    p = run([gm.PEER, "--convert"], check=False) if os.access(gm.PEER, os.X_OK) else None
+    tool = p and p.returncode == 0 and os.path.join(os.path.dirname(p.stdout.strip()), "build", "bin",
+                                                     "llama-quantize")
+    if not tool or not os.access(tool, os.X_OK):
+        raise Skip("llama.cpp's llama-quantize is not built (../shared/tools/peer-llamacpp)")
+    return tool
+
+
+def llama_quantized(tool, src, dt):
+    """src (an f32 GGUF file) quantized by llama-quantize --pure into dt: every matrix of whole super-blocks,
+    with no importance matrix, so by ggml's quantize_row_q4_K_ref / quantize_row_q6_K_ref"""
+    out = "%s-%s.gguf" % (src[:-5], dt)
+    run([tool, "--pure", src, out, dt.upper()], env=dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(tool)))
+    return out
+
+
+def payload_tensors(path):
+    """payload.bin's tensors (runtime/payload.h): name -> (PDT_* dtype, bytes)"""
+    buf = open(path, "rb").read()
+    n, table = int.from_bytes(buf[12:16], "little"), int.from_bytes(buf[16:24], "little")
+    out = {}
+    for i in range(n):
+        e = buf[table + 168 * i:table + 168 * (i + 1)]
+        off, nbytes = int.from_bytes(e[152:160], "little"), int.from_bytes(e[160:168], "little")
+        out[e[:112].split(b"\0")[0].decode()] = (int.from_bytes(e[112:116], "little"), buf[off:off + nbytes])
+    return out
+
+
+def gguf_matrices_in_hf_order(path, cfg):
+    """a GGUF file's matrices by Hugging Face name, raw rows [rows, bytes per row], llama's attn_q / attn_k rows
+    back in Hugging Face's order (the converter permuted them for ggml's RoPE; rows are whole blocks)"""
+    import test_gguf_model as gm
+    from gguf import GGUFReader
+    layer = {g: h for h, g in gm.LAYER_TENSORS}
+    heads = {"attn_q": cfg["num_attention_heads"], "attn_k": cfg["num_key_value_heads"]}
+    out = {}
+    for t in GGUFReader(path).tensors:
+        if len(t.shape) != 2:
+            continue
+        rows = np.array(t.data).reshape(int(t.shape[1]), -1)
+        part = t.name.split(".")
+        if part[0] != "blk":
+            out[{"output": "lm_head.weight", "token_embd": "model.embed_tokens.weight"}[part[0]]] = (t, rows)
+            continue
+        if part[2] in heads:
+            hf_rows = np.empty_like(rows)
+            hf_rows[gm.permute(np.arange(len(rows)).reshape(-1, 1), heads[part[2]])[:, 0]] = rows
+            rows = hf_rows
+        out["model.layers.%s.%s.weight" % (part[1], layer[part[2]])] = (t, rows)
+    return out
+
+
+def edge_rows(rng):
+    """rows of 256 values for the quantizers' corners: all zero, constant (positive: the minimum clamped to 0;
+    negative: max == min), all positive, all negative, one zero sub-block among others (its scale 0: the fit's
+    codes stay), tiny values (below ggml's GROUP_MAX_EPS; d underflows f16), large ones, small integers (ties of
+    the rounding), sub-blocks of very different magnitudes (scales rounding to 0 or 1 of 63), an outlier"""
+    x = rng.standard_normal((12, 256)).astype(np.float32)
+    x[0] = 0
+    x[1] = 0.5
+    x[2] = -0.3
+    x[3] = np.abs(x[3])
+    x[4] = -np.abs(x[4])
+    x[5, 64:96] = 0
+    x[6] *= 1e-20
+    x[7] *= 3e3
+    x[8] = rng.integers(-8, 8, 256)
+    x[9] *= np.repeat(10.0 ** rng.uniform(-6, 0, 16), 16)
+    x[10, 17] = 40
+    x[11] = rng.uniform(0, 1, 256) ** 4 - 0.02
+    return x
+
+
+_k_builds = {}   # dt -> (the edge-case GGUF, its config, llmcc's payload tensors), built once per run
+
+
+def k_quant_build(dt):
+    """the llama-k fixture (rows of whole super-blocks) as an f32 GGUF written by gguf-py, blk.1.ffn_up's first
+    rows replaced by edge_rows, built by llmcc with --quant dt --quant-all (every matrix: attn_q / attn_k through
+    the un-permutation, as the packer quantizes rows in their new order)"""
+    if dt not in _k_builds:
+        import json
+        import test_gguf_model as gm
+        from gguf import GGUFReader
+        gm.need_gguf()
+        cfg = json.load(open(os.path.join(gm.fixture("llama-k"), "config.json")))
+        plain = gm.gguf_of("llama-k", writer="gguf-py")
+        up = [np.array(t.data) for t in GGUFReader(plain).tensors if t.name == "blk.1.ffn_up.weight"][0].copy()
+        up[:12] = edge_rows(np.random.default_rng(18))
+        src = gm.rewrite(plain, os.path.join(tmpdir("quant_k"), "llama-k-edges.gguf"),
+                         tensors=[("blk.1.ffn_up.weight", up, None)])
+        out = os.path.join(tmpdir("quant_k"), "build-" + dt)
+        run([LLMCC, "build", src, "-o", out, "--target", "cpu", "--name", "m", "--quant", dt, "--quant-all"])
+        _k_builds[dt] = (src, cfg, payload_tensors(os.path.join(out, "payload.bin")))
+    return _k_builds[dt]
+
+
+def assert_blocks_equal(dt, name, got, want, by):
+    """llmcc's payload tensor got (PDT_* dtype, bytes) holds want's super-blocks (uint8 [rows, bytes per row])"""
+    pdt, blob = got
+    assert pdt == {"q4_k": 7, "q6_k": 9}[dt], (dt, name, pdt)
+    mine = np.frombuffer(blob, np.uint8).reshape(want.shape[0], -1, BLOCK[dt][1])
+    differ = np.flatnonzero(np.any(mine != want.reshape(mine.shape), axis=2))
+    assert differ.size == 0, "%s %s: %d of %d super-blocks differ from %s's, the first %s" % (
+        dt, name, differ.size, mine.shape[0] * mine.shape[1], by, np.unravel_index(differ[0], mine.shape[:2]))
+
+
+def test_build_k_quant_blocks_equal_numpy_port():
+    """`llmcc build F32.gguf --quant q4_k|q6_k --quant-all` writes, for every matrix, the super-blocks of
+    tests/ggml_kquants.py (a numpy port of ggml's quantize_row_q4_K_ref / quantize_row_q6_K_ref; needs no
+    llama.cpp), byte for byte, the edge rows included"""
+    import ggml_kquants
+    for dt in QUANTIZED:
+        src, cfg, got = k_quant_build(dt)
+        values = gguf_matrices_in_hf_order(src, cfg)
+        assert len(values) == 2 + 7 * cfg["num_hidden_layers"], sorted(values)
+        port = {"q4_k": ggml_kquants.quantize_q4_k, "q6_k": ggml_kquants.quantize_q6_k}[dt]
+        for name, (t, rows) in values.items():
+            assert t.tensor_type.name == "F32", (t.name, t.tensor_type.name)
+            assert_blocks_equal(dt, name, got[name], port(rows).reshape(len(rows), -1), "the numpy port")
+
+
+def test_numpy_port_equals_ggml():
+    """tests/ggml_kquants.py against ggml's own quantize_row_q4_K_ref / quantize_row_q6_K_ref (llama.cpp's
+    libggml-base.so, through ctypes) on 6 x 2000 super-blocks: normal, small integers (ties of the rounding),
+    one-signed and skewed, heavy-tailed, sub-blocks of magnitudes 1e-8 to 1e4, values of few levels; and the
+    edge rows. Byte for byte."""
+    import ctypes
+    import ggml_kquants
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(llama_quantize_or_skip()), "libggml-base.so"))
+    rng = np.random.default_rng(7)
+    n = 2000
+    cases = [rng.standard_normal((n, 256)), rng.integers(-8, 8, (n, 256)) * 0.25, rng.uniform(0, 1, (n, 256)) ** 6,
+             rng.standard_t(2, (n, 256)), rng.standard_normal((n, 256)) * np.repeat(10.0 ** rng.uniform(-8, 4, (n, 16)),
+                                                                                     16, axis=1),
+             rng.integers(0, 3, (n, 256)) * rng.standard_normal((n, 1)), edge_rows(rng)]
+    for x in cases:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        for dt, port, ref in (("q4_k", ggml_kquants.quantize_q4_k, lib.quantize_row_q4_K_ref),
+                              ("q6_k", ggml_kquants.quantize_q6_k, lib.quantize_row_q6_K_ref)):
+            want = np.zeros((len(x), BLOCK[dt][1]), np.uint8)
+            ref(x.ctypes.data_as(ctypes.c_void_p), want.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(x.size))
+            differ = np.flatnonzero(np.any(port(x) != want, axis=1))
+            assert differ.size == 0, "%s: %d of %d blocks differ from ggml's, the first %d" % (
+                dt, differ.size, len(x), differ[0])
+
+
+def test_build_k_quant_blocks_equal_llama_quantize():
+    """the same builds against llama.cpp's llama-quantize --pure on the same f32 file (ggml's reference quantizers,
+    run by llama.cpp itself), byte for byte"""
+    tool = llama_quantize_or_skip()
+    for dt in QUANTIZED:
+        src, cfg, got = k_quant_build(dt)
+        want = gguf_matrices_in_hf_order(llama_quantized(tool, src, dt), cfg)
+        assert len(want) == 2 + 7 * cfg["num_hidden_layers"], sorted(want)
+        for name, (t, rows) in want.items():
+            assert t.tensor_type.name == dt.upper(), (dt, t.name, t.tensor_type.name)
+            assert_blocks_equal(dt, name, got[name], rows, "llama-quantize")
+
+
+def test_build_k_quant_matches_reference():
+    """`llmcc build --quant q4_k|q6_k` of the llama-k fixture's Hugging Face directory (safetensors, f32): the
+    reference is tests/ref_forward.py with every linear's weight replaced by gguf-py's dequantization of
+    llama-quantize's blocks of it (where llama.cpp is not built, tests/ggml_kquants.py's); the embedding and
+    lm_head stay f32 without --quant-all. Greedy ids equal, logits within 1e-4 x max |logit|"""
+    import json
+    import ggml_kquants
+    import ref_forward
+    import test_gguf_model as gm
+    quants, T = gguf_or_skip()
+    try:
+        tool = llama_quantize_or_skip()
+    except Skip:
+        tool = None
+    model_dir = gm.fixture("llama-k")
+    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    for dt in QUANTIZED:
+        model = ref_forward.load(model_dir)
+        model["q8_linears"] = True   # the default 8-bit activations at decode (test_build_quant_matches_reference)
+        blocks = tool and gguf_matrices_in_hf_order(llama_quantized(tool, gm.gguf_of("llama-k", writer="gguf-py"), dt),
+                                                    cfg)
+        port = {"q4_k": ggml_kquants.quantize_q4_k, "q6_k": ggml_kquants.quantize_q6_k}[dt]
+        for i, lay in enumerate(model["layers"]):
+            for proj in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
+                kind = "mlp" if proj in ("gate_proj", "up_proj", "down_proj") else "self_attn"
+                w = np.asarray(lay[proj], dtype=np.float32)
+                rows = blocks["model.layers.%d.%s.%s.weight" % (i, kind, proj)][1] if tool else \
+                    port(w).reshape(len(w), -1)
+                lay[proj] = quants.dequantize(rows, qtype(T, dt)).astype(np.float32)
+                assert lay[proj].shape == w.shape, (proj, lay[proj].shape)
+        build_quant_against(model_dir, dt, os.path.join(tmpdir("quant_k"), "e2e-" + dt), model, [1, 4, 7, 10, 13],
+                            16)
+
+
+def test_build_k_quant_keeps_rows_of_partial_super_blocks():
+    """--quant q4_k of models/austen-2m (hidden 192, intermediate 512): only down_proj's rows are whole
+    super-blocks; the other linears keep bf16, as --quant q8_0 keeps rows that are not whole blocks of 32"""
+    from testlib import ROOT
+    out = os.path.join(tmpdir("quant_k"), "austen-q4_k")
+    run([LLMCC, "build", os.path.join(ROOT, "models", "austen-2m"), "-o", out, "--target", "cpu", "--quant", "q4_k"])
+    dtypes = {n: dt for n, (dt, _) in payload_tensors(os.path.join(out, "payload.bin")).items() if "proj" in n}
+    assert len(dtypes) == 28 and all(dt == (7 if "down_proj" in n else 2) for n, dt in dtypes.items()), dtypes
