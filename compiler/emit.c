@@ -328,6 +328,21 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             emit_expr(o, k, s->lo, t);
             str_printf(o, "%s);\n", s->dot ? ", acts_q8" : "");
             break;
+        case TS_BDOT:
+            /* runtime/kernels.h: the weight's flat element index of the first block, the activations from the load's
+             * element on (the same call on both targets) */
+            CHECK(s->e->k == EX_LOAD, "bdot of a non-load");
+            str_printf(o, t != TARGET_CUDA ? "r%d[tid] += bdot_%s(" : "r%d += bdot_%s(", s->reg,
+                       dtype_names[s->buf->dtype]);
+            param_name(o, k, kernel_param_index(k, s->buf));
+            str_printf(o, ", ");
+            lin_index(o, k, s->buf, s->idx, t);
+            str_printf(o, ", %lld, ", (long long)s->gn);
+            param_name(o, k, kernel_param_index(k, s->e->buf));
+            str_printf(o, " + (");
+            lin_index(o, k, s->e->buf, s->e->a, t);
+            str_printf(o, "), %d);\n", s->vec);
+            break;
         case TS_CP_ASYNC: emit_cp_async(o, k, s, d, t); break;
         case TS_COUNT: UNREACHABLE();
         }

@@ -167,6 +167,10 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
         kfmt(p, "r%d = qdot(%B ..] (%s blocks), %E .., K %E)%s\n", s->reg, s->buf, s->idx,
              dtype_names[s->buf->dtype], s->e, s->lo, s->dot ? ", activations rounded to 8 bits" : "");
         return;
+    case TS_BDOT:
+        kfmt(p, "r%d += bdot(%B ..] (%d %s blocks %d apart, loaded together), %E ..)\n", s->reg, s->buf, s->idx,
+             s->vec, dtype_names[s->buf->dtype], (int)s->gn, s->e);
+        return;
     case TS_COUNT: break;
     }
     for (int i = 0; i < s->nbody; i++) print_ts(p, s->body[i], d + 1);
@@ -368,6 +372,15 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
             else if (!expr_is_const(s->lo, &K) || K % dtype_block[s->buf->dtype] || K > row)
                 m = "qdot of partial blocks";
             else if (s->reg < 0 || s->reg >= k->nregs) m = "qdot into an undeclared register";
+        }
+        else if (s->k == TS_BDOT) {
+            /* the runtime's block dot products: 32-element blocks, at most BDOT_MAX (8) of them */
+            if (k->task) m = "bdot in a CPU task kernel";
+            else if (!param || s->buf->ndim != 2 || !dtype_is_quant(s->buf->dtype) || dtype_block[s->buf->dtype] != 32)
+                m = "bdot of other than a weight of 32-element blocks";
+            else if (s->e->k != EX_LOAD || s->e->buf->dtype != DT_F32) m = "bdot of other than f32 activations";
+            else if (s->vec < 1 || s->vec > 8 || s->gn < 32 || s->gn % 32) m = "bdot of other than 1..8 whole blocks";
+            else if (s->reg < 0 || s->reg >= k->nregs) m = "bdot into an undeclared register";
         }
         else if (s->k == TS_ASSIGN && (s->reg < 0 || s->reg >= k->nregs)) m = "assign to undeclared register";
         else if (s->k == TS_SSTORE && (s->smem < 0 || s->smem >= k->nsmem)) m = "store to undeclared shared array";

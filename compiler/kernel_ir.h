@@ -15,7 +15,7 @@
 
 #define TSTMT_KINDS(X) X(TS_LET, "let") X(TS_ASSIGN, "assign") X(TS_STORE, "store") X(TS_SSTORE, "sstore") \
     X(TS_IF, "if") X(TS_FOR, "for") X(TS_VLOAD, "vload") X(TS_CP_ASYNC, "cp_async") X(TS_GEMM, "gemm") \
-    X(TS_PACK, "pack") X(TS_QDOT, "qdot")
+    X(TS_PACK, "pack") X(TS_QDOT, "qdot") X(TS_BDOT, "bdot")
 typedef enum { TSTMT_KINDS(X_ENUM) TS_COUNT } TStmtKind;
 
 typedef struct TStmt {
@@ -42,7 +42,10 @@ typedef struct TStmt {
      * runs of run_rows consecutive rows, run_gap rows apart (a RoPE pair's halves; else one run)
      * qdot (CPU tasks only; runtime/cpu_quant.h): register reg = sum over k < lo of x[k] * w[k], w the lo
      * elements of the block-type weight buf from element idx (whole blocks, dequantized in registers), x those
-     * of the f32 load e (the activation row's first element) on */
+     * of the f32 load e (the activation row's first element) on
+     * bdot (GPU lanes; runtime/kernels.h's bdot_q8_0 ...): register reg += sum over u < vec blocks, j < the block's
+     * elements of w[c + u * gn + j] * x[c + u * gn + j], w the block-type weight buf from element idx (c: a block's
+     * first), x the f32 load e from element c on; the vec blocks' bytes are all loaded before the first product */
     int gsmem[3]; int64_t gn;
     bool dot;
     int64_t run_rows, run_gap;

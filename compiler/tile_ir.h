@@ -35,7 +35,8 @@ extern const char *const sched_names[];
  * more than cpu_gemm_min_n tokens (cpu_gemm), bf16 dot products for its bf16
  * weights, the activations rounded to bf16 (cpu_gemm_bf16). debug_qdot_row=1
  * makes cpu_rows' block-type dot products read the weight row after the
- * right one (the last row's reads the first). cpu_qdot_q8=1 rounds their activations to 8 bits per block of 32
+ * right one (the last row's reads the first); debug_bdot_row=1 does the same to the gemv
+ * schedule's block dot products (bdot). cpu_qdot_q8=1 rounds their activations to 8 bits per block of 32
  * for integer products (runtime/cpu_quant_q8.h; 0: f32 activations, runtime/cpu_quant.h). */
 #define KNOBS(X) \
     X("flat_block", flat_block, 256, 32, 1024, true) \
@@ -69,7 +70,8 @@ extern const char *const sched_names[];
     X("cpu_gemm_min_n", cpu_gemm_min_n, 3, 0, 1 << 20, false) \
     X("cpu_gemm_bf16", cpu_gemm_bf16, 1, 0, 1, false) \
     X("debug_qdot_row", debug_qdot_row, 0, 0, 1, false) \
-    X("cpu_qdot_q8", cpu_qdot_q8, 1, 0, 1, false)
+    X("cpu_qdot_q8", cpu_qdot_q8, 1, 0, 1, false) \
+    X("debug_bdot_row", debug_bdot_row, 0, 0, 1, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;
     KNOBS(X)
@@ -87,6 +89,10 @@ typedef struct {
     int64_t k_chunk;           /* K elements per slice (a multiple of vec) */
     int vec;                   /* elements per lane per vector load; 1: scalar loads */
     int unroll;                /* rounds of a lane's loads issued before their sums */
+    bool bdot;                 /* block-type weights of 32-element blocks: a lane's round is a whole block, its
+                                * unroll rounds one bdot statement (runtime/kernels.h's bdot_q4_1 ...) */
+    bool debug_row;            /* bdot: knob debug_bdot_row's fault */
+    Expr *xop, *wop[2];        /* bdot: the activation load, each accumulator's weight load */
     Buffer *work;              /* split_k > 1: [outputs, split_k * nacc] f32 partials */
 } GemvParams;
 /* gemm_tc (compiler/schedules/gemm_tc.c): y[t, o] = sum_k xop(t, k) * wop(o, k) */

@@ -76,6 +76,90 @@ DEVFN float ld_q5_1(const uint8_t *p, int64_t i) {
     return f16_at(b) * (float)q + f16_at(b + 2);
 }
 
+/* bdot_<type>(w, i, stride, x, nb): the gemv schedule's block dot product of one lane (kernel IR statement bdot):
+ * the sum over u < nb and j < 32 of the weight's value at flat index i + u * stride + j (i a block's first, stride
+ * a multiple of 32) times x[u * stride + j]. Every block's bytes are loaded first, all nb of them (nb at most
+ * BDOT_MAX, a constant once inlined: ptxas keeps them all in flight), with the widest loads the block's alignment
+ * allows (q4_1, q5_1: 20 and 24 bytes, 4-byte words; q8_0, q4_0, q5_0: 34, 18, 22 bytes, 2-byte halves), the
+ * scale once per block; then the values are dequantized in registers as ld_q8_0 ... do, each product summed in
+ * order. The C
+ * backend faults on a misaligned load, as the GPU would. */
+#define BDOT_MAX 8
+#ifdef __CUDACC__
+/* asm volatile: the front end keeps the loads in this order, ahead of the products (plain loads it sinks next to
+ * their first use; ptxas may still interleave them with the products: scripts/sass_report measures what it keeps) */
+DEVFN uint32_t bdot_ld32(const uint8_t *p) {
+    uint32_t v;
+    asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+DEVFN uint32_t bdot_ld16(const uint8_t *p) {
+    unsigned short v;
+    asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+/* the hardware's conversion (exact, as f16_to_f32): no branches between the loads and their uses */
+DEVFN float bdot_h2f(uint32_t h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+    return f;
+}
+#else
+static inline float bdot_h2f(uint32_t h) { return f16_to_f32(h & 0xffff); }
+static inline void bdot_fault(const uint8_t *p, int bytes) {
+    fprintf(stderr, "llmcc: bdot: misaligned %d-byte load at %p\n", bytes, (const void *)p);
+    abort();
+}
+static inline uint32_t bdot_ld32(const uint8_t *p) {
+    if ((uintptr_t)p % 4) bdot_fault(p, 4);
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint32_t bdot_ld16(const uint8_t *p) {
+    if ((uintptr_t)p % 2) bdot_fault(p, 2);
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+}
+#endif
+/* bdot_<T>: WORDS loads of LD (STEP bytes each) a block of BYTES, every block's before the first product; SCALES
+ * reads the block's scale (and minimum) from its words r, VALUE is value j of the block */
+#ifdef __CUDACC__
+#define BDOT_UNROLL _Pragma("unroll")
+#else
+#define BDOT_UNROLL
+#endif
+#define BDOT_FN(T, WORDS, BYTES, LD, STEP, SCALES, VALUE)                                                         \
+    DEVFN float bdot_##T(const uint8_t *w, int64_t i, int64_t stride, const float *x, int nb) {                 \
+        uint32_t raw[BDOT_MAX][WORDS];                                                                           \
+        BDOT_UNROLL                                                                                              \
+        for (int u = 0; u < BDOT_MAX; u++)                                                                       \
+            if (u < nb)                                                                                          \
+                for (int c = 0; c < WORDS; c++) raw[u][c] = LD(w + ((i + u * stride) >> 5) * BYTES + STEP * c); \
+        float sum = 0.0f;                                                                                        \
+        BDOT_UNROLL                                                                                              \
+        for (int u = 0; u < BDOT_MAX; u++) {                                                                     \
+            if (u >= nb) break;                                                                                  \
+            const uint32_t *r = raw[u];                                                                          \
+            SCALES;                                                                                              \
+            const float *xu = x + u * stride;                                                                    \
+            for (int j = 0; j < 32; j++) sum += xu[j] * (VALUE);                                                 \
+        }                                                                                                        \
+        return sum;                                                                                              \
+    }
+/* q4_1: {d, m} in word 0, value j the nibble (j & 15) of words 1..4, high for j >= 16: d * q + m */
+BDOT_FN(q4_1, 5, 20, bdot_ld32, 4, const float d = bdot_h2f(r[0]); const float m = bdot_h2f(r[0] >> 16),
+        d * (float)((r[1 + (j & 15) / 4] >> (8 * (j & 3) + (j & 16 ? 4 : 0))) & 15) + m)
+/* q4_0: d in half 0, the nibbles in halves 1..8: d * (q - 8) */
+BDOT_FN(q4_0, 9, 18, bdot_ld16, 2, const float d = bdot_h2f(r[0]),
+        d * (float)((int)((r[1 + (j & 15) / 2] >> (8 * (j & 1) + (j & 16 ? 4 : 0))) & 15) - 8))
+/* q8_0: d in half 0, the int8 values in halves 1..16: d * q */
+BDOT_FN(q8_0, 17, 34, bdot_ld16, 2, const float d = bdot_h2f(r[0]), d * (float)(int8_t)(r[1 + j / 2] >> (8 * (j & 1))))
+/* q5_1: {d, m} in word 0, the fifth bits in word 1 (bit j for value j), the nibbles in words 2..5 as q4_1's */
+BDOT_FN(q5_1, 6, 24, bdot_ld32, 4, const float d = bdot_h2f(r[0]); const float m = bdot_h2f(r[0] >> 16),
+        d * (float)(((r[2 + (j & 15) / 4] >> (8 * (j & 3) + (j & 16 ? 4 : 0))) & 15) | ((r[1] >> j) & 1) << 4) + m)
+/* q5_0: d in half 0, the fifth bits in halves 1..2, the nibbles in halves 3..10: d * (q - 16) */
+BDOT_FN(q5_0, 11, 22, bdot_ld16, 2, const float d = bdot_h2f(r[0]),
+        d * (float)((int)(((r[3 + (j & 15) / 2] >> (8 * (j & 1) + (j & 16 ? 4 : 0))) & 15) |
+                          (((r[1] | r[2] << 16) >> j) & 1) << 4) - 16))
+
 /* The K-quants (ggml-common.h's block_q4_K, block_q5_K, block_q6_K; ggml-quants.c's dequantize_row_q4_K ...):
  * super-blocks of 256 values, the value at flat index i of a weight whose rows are whole super-blocks is value
  * i % 256 of super-block i / 256. Q4_K and Q5_K: 8 sub-blocks of 32, sub-block s with a 6-bit scale and minimum

@@ -12,7 +12,8 @@ rows past n left unwritten) on the CPU target's schedules (at most cpu_gemm_min_
 by default runtime/cpu_quant_q8.h's integer dot products, the activations rounded to 8 bits, in AVX2 and
 portable C; with knob cpu_qdot_q8=0 runtime/cpu_quant.h's f32 ones, AVX-512, AVX2 and portable C; LLMCC_CPU_QDOT
 chooses; more tokens, cpu_gemm: the blocks dequantized into its packed f32 panel)
-and on the GPU schedules emulated (gemv, scalar loads of the blocks), at n = 1 (decode) and n > 16
+and on the GPU schedules emulated (gemv: blocks of 32 a whole block per lane, bdot, runtime/kernels.h's
+bdot_q8_0 ...; the K-quants' super-blocks with scalar loads), at n = 1 (decode) and n > 16
 (a prompt: where bf16 weights would take gemm_tc / the packed CPU GEMM, block types stay on
 gemv / cpu_rows), with K of one block and of several, and output counts that are not multiples of
 any tile. Then `llmcc run -c` with `--dump`: the blocks llmcc quantized are dequantized by gguf-py.
@@ -131,14 +132,17 @@ def linear_blocks_vs_gguf(types, shapes):
                 tile = linear_case(dt, target, maxn, M, K, ns, bias=(M != 64), isas=isas,
                                    knobs=("cpu_qdot_q8=%d" % q8,))
             # the schedules: the CPU target's dot products (n <= 3; 8-bit activations or f32) and packed GEMM (K in
-            # steps of 512: the last shape's K is three), the GPU's gemv with scalar loads (no vector of blocks)
+            # steps of 512: the last shape's K is three), the GPU's gemv: blocks of 32 a whole block per
+            # lane (bdot), the K-quants' super-blocks with scalar loads
             if target == "cpu":
                 how = "integer products" if q8 else "dequantized in registers"
                 assert "a dot product of w's %s blocks (%s)" % (dt, how) in tile, tile
                 assert ("rounded to 8 bits per 32" in tile) == bool(q8), tile
                 assert "the blocks dequantized" in tile and "kc=512" in tile, tile
-            else:
+            elif dt in K_TYPES:
                 assert "gemv" in tile and "vec=1" in tile, tile
+            else:
+                assert "gemv" in tile and "vec=32" in tile and "bdot" in tile, tile
 
 
 def test_linear_blocks_vs_gguf():
@@ -160,6 +164,31 @@ def test_qdot_fault_knob():
         for q8 in (1, 0):
             linear_case(dt, "cpu", 4, 24, 256 if dt in K_TYPES else 64, (3,),
                         knobs=("debug_qdot_row=1", "cpu_qdot_q8=%d" % q8), fault=True)
+
+
+def test_gemv_bdot_rounds_vs_gguf():
+    """the GPU gemv's block dot products (bdot) where a lane's blocks do not fill its unrolled rounds: K of 9 rounds
+    of 32 blocks and 7 blocks more (lanes 0-6 one block more than the rest), the chosen unroll and split-K, an
+    unroll of 3 (a tail of 1 or 2 blocks per lane) and split-K over 4 slices (each slice's own tail); then K of
+    whole unrolled rounds, where the loop of the rounds left over is left out"""
+    K = 32 * (32 * 9 + 7)
+    for dt in TYPES:
+        for knobs in ((), ("gemv_unroll=3",), ("gemv_split_k=4", "gemv_unroll=2"), ("gemv_split_k=3",)):
+            tile = linear_case(dt, "cuda-emu", 3, 5, K, (1, 3), knobs=knobs)
+            assert "bdot" in tile, tile
+            if "gemv_split_k=4" in knobs:
+                assert "split_k=4" in tile and "unroll=2" in tile, tile
+        # K of whole unrolled rounds (8 rounds of 32 blocks): the unrolled loop alone covers every lane's blocks
+        for knobs in (("gemv_unroll=8",), ("gemv_split_k=2", "gemv_unroll=4")):
+            tile = linear_case(dt, "cuda-emu", 3, 5, 32 * 32 * 8, (1, 3), knobs=knobs)
+            assert "bdot" in tile and "unroll=%s" % knobs[-1][-1] in tile, tile
+
+
+def test_bdot_fault_knob():
+    """debug_bdot_row=1 (each lane's block dot products read the next weight row) must fail on cuda-emu"""
+    for dt in TYPES:
+        tile = linear_case(dt, "cuda-emu", 4, 24, 32 * 40, (1, 3), knobs=("debug_bdot_row=1",), fault=True)
+        assert "bdot" in tile, tile
 
 
 def test_run_c_dump_vs_gguf():

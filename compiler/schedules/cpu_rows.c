@@ -46,7 +46,7 @@ static bool groupable(const NestBody *b) {
 
 /* A linear of block-type weights read in place: every accumulator's term X[.., k] * W[f(o), k], W a block-type
  * weight whose row does not depend on k, X one f32 activation load along k (the same for a pair) */
-static bool qdot_form(const NestBody *b, Expr **xop, Expr **wop) {
+bool qdot_form(const NestBody *b, Expr **xop, Expr **wop) {
     if (!groupable(b)) return false;
     const Var *kv = b->red[0].v;
     for (int a = 0; a < b->nacc; a++) {

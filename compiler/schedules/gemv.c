@@ -6,8 +6,12 @@
  * element's split_k partials in order (deterministic) and applies the
  * epilogue. A pair nest (two accumulators): the lanes sum both terms, the
  * activation loaded once. Where a call can have more than gemm_min_n
- * tokens, gemm_tc (gemm_tc.c) runs instead for n > gemm_min_n.
- * Tests: tests/test_ops.py (linear, knobs gemv_*), tests/test_epilogues.py (pairs, halves). */
+ * tokens, gemm_tc (gemm_tc.c) runs instead for n > gemm_min_n. Weights of
+ * 32-element blocks (q8_0, q4_0, q4_1): a lane's round is a whole block, and
+ * its unrolled rounds one bdot statement (runtime/kernels.h: all the blocks'
+ * bytes loaded with the widest aligned loads, then dequantized in registers).
+ * Tests: tests/test_ops.py (linear, knobs gemv_*), tests/test_epilogues.py (pairs, halves),
+ * tests/test_quant.py (bdot, knob debug_bdot_row). */
 #include "schedules/schedule.h"
 
 /* accumulator j in register 2j, its shuffle partner in 2j + 1 (warp_trees) */
@@ -58,8 +62,12 @@ int gemv_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     GemvParams *P = &k->body.gemv;
     P->rows = kn->gemv_rows_per_block ? kn->gemv_rows_per_block : 4;
     k->block = 32 * P->rows;
+    /* block-type weights of 32-element blocks read as whole blocks (bdot): a lane's round is one block */
+    P->bdot = qdot_form(&k->body, &P->xop, P->wop);
+    for (int a = 0; P->bdot && a < b->nacc; a++) P->bdot = dtype_block[P->wop[a]->buf->dtype] == 32;
+    P->debug_row = kn->debug_bdot_row;
     /* vector width: 16 bytes of the weight per lane, narrowed until every vectorised load stays aligned */
-    int vec = 1;
+    int vec = P->bdot ? 32 : 1;
     if (gs.ok) {
         vec = gs.vec;
         int want = kn->gemv_vec ? kn->gemv_vec : 16 / gs.wsize;
@@ -87,6 +95,14 @@ int gemv_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
      * (one alone leaves a decode GEMV well short of the memory's latency-bandwidth product) */
     int64_t lane_rounds = (P->k_chunk + step - 1) / step;
     P->unroll = kn->gemv_unroll ? kn->gemv_unroll : lane_rounds >= 4 ? 4 : lane_rounds >= 2 ? 2 : 1;
+    if (P->bdot && !kn->gemv_unroll) {
+        /* blocks a lane loads together: up to about 160 bytes of them (8 of q4_1's 20, 4 of q8_0's 34) in
+         * registers, no more than the lane's blocks in a slice */
+        int64_t most = 1;
+        for (int a = 0; a < b->nacc; a++) most = max_i(most, dtype_bytes(P->wop[a]->buf->dtype, 32));
+        P->unroll = (int)min_i(8, 160 / most);
+        while (P->unroll > 1 && P->unroll > lane_rounds) P->unroll /= 2;
+    }
     k->grid = E_MUL(A, ceil_div(A, c->total, P->rows), e_i(A, P->split_k));
     out[0] = k;
     if (P->split_k == 1) return 1;
@@ -108,7 +124,8 @@ void gemv_print(Str *o, const TileKernel *k) {
     print_axes(o, b->red, b->nred);
     str_printf(o, "]");
     if (P->split_k > 1) str_printf(o, " slice bid%%%d", P->split_k);
-    str_printf(o, " by 32x%d (%s", P->vec, P->vec > 1 ? "vector loads" : "scalar loads");
+    str_printf(o, " by 32x%d (%s", P->vec,
+               P->bdot ? "a block each, bdot" : P->vec > 1 ? "vector loads" : "scalar loads");
     if (P->unroll > 1) str_printf(o, ", %d rounds' loads issued together, then the rest one by one", P->unroll);
     str_printf(o, "), f32 accumulation in order, a warp-shuffle tree (sum)");
     if (b->nacc == 2)
@@ -130,6 +147,8 @@ const char *gemv_verify(const TileKernel *k) {
     const GemvParams *P = &k->body.gemv;
     if (k->body.nred != 1 || P->vec < 1 || P->k_chunk % P->vec || P->split_k < 1 || P->unroll < 1 || P->unroll > 8)
         return "gemv parameters";
+    if (P->bdot && (P->vec != 32 || !P->xop || !P->wop[0] || (k->body.nacc == 2 && !P->wop[1])))
+        return "gemv bdot without whole blocks or its operands";
     return P->split_k > 1 ? splitk_sum_verify(k) : NULL;
 }
 
@@ -205,7 +224,10 @@ void gemv_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
     Expr *k0 = P->split_k > 1 ? E_MUL(A, ks, e_i(A, P->k_chunk)) : e_i(A, 0);
     Expr *lo = E_ADD(A, k0, E_MUL(A, lane, e_i(A, P->vec)));
     Expr *hi = P->split_k == 1 ? e_i(A, K) : emin(A, E_ADD(A, k0, e_i(A, P->k_chunk)), e_i(A, K));
-    for (int pass = U > 1 ? 0 : 1; pass < 2; pass++) {
+    /* bdot: where every slice is whole unrolled rounds (K and the chunk multiples of U * S), the unrolled loop
+     * covers every lane's rounds and the other is left out */
+    int passes = P->bdot && U > 1 && K % (U * S) == 0 && P->k_chunk % (U * S) == 0 ? 1 : 2;
+    for (int pass = U > 1 ? 0 : 1; pass < passes; pass++) {
         int64_t rounds = pass ? 1 : U;
         Var *cv = new_var(A, B->nvars, pass ? "c" : "cu");
         /* the unrolled loop runs while its last round starts inside the slice; the other from where it
@@ -216,6 +238,22 @@ void gemv_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
             flo = E_ADD(A, lo, E_MUL(A, E_DIV(A, lr, e_i(A, U)), e_i(A, U * S)));
         }
         Var *iv = b->red[0].v;
+        if (P->bdot) {
+            /* each accumulator: one bdot of the lane's rounds (blocks S elements apart) from element c */
+            TStmt *f = ts_for(A, cv, flo, fhi, e_i(A, S * rounds), b->nacc);
+            for (int a = 0; a < b->nacc; a++) {
+                TStmt *q = ts(A, TS_BDOT);
+                q->reg = 2 * a; q->buf = P->wop[a]->buf; q->vec = (int)rounds; q->gn = S;
+                q->idx = ARENA_ARRAY(A, Expr *, 2);
+                q->idx[0] = P->wop[a]->a[0]; q->idx[1] = e_var(A, cv);
+                if (P->debug_row)   /* the deliberate fault: the next row */
+                    q->idx[0] = imod(A, E_ADD(A, q->idx[0], e_i(A, 1)), q->buf->dims[0]);
+                q->e = expr_subst(A, P->xop, iv, e_var(A, cv));
+                ts_add(f, q);
+            }
+            ts_add(in, f);
+            continue;
+        }
         Expr *sum[2] = {reg(A, GEMV_R_ACC0), reg(A, GEMV_R_ACC1)};
         TStmt *vl[64]; Expr *src[8];
         int nvl = 0;

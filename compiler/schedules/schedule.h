@@ -75,6 +75,8 @@ extern const SchedKind schedule_order[SCHED_COUNT];
  * token axis (cpu: W also f32, t also of a constant extent): the operands into xop and wop[0..nacc), K into
  * *K; false where the nest has another form. */
 bool gemm_form(const NestBody *b, bool cpu, int64_t *K, Expr **xop, Expr **wop);
+/* a linear of block-type weights: every term X[.., k] * W[row, k] (cpu_rows.c; cpu_rows' qdot, gemv's bdot) */
+bool qdot_form(const NestBody *b, Expr **xop, Expr **wop);
 Expr *ceil_div(Arena *A, Expr *x, int64_t d);
 int64_t min_i(int64_t a, int64_t b);
 int64_t max_i(int64_t a, int64_t b);
