@@ -31,7 +31,7 @@ typedef struct {
     int64_t k;                 /* its length, whole blocks of 32 */
     int8_t *q;                 /* [k] the values */
     float *d;                  /* [k / 32] each block's scale */
-    int16_t *sum;              /* [k / 16] the sum of each 16 values (Q6_K's sub-blocks are 16) */
+    float *ds;                 /* [k / 32] each block's d * sum(q): the offsets' and minimums' term, one multiply-add */
     int64_t cap;               /* values the arrays hold */
 } CpuActsQ8;
 
@@ -44,11 +44,11 @@ static inline CpuActsQ8 *cpu_acts_q8_begin(void) {
 
 static inline void cpu_acts_q8_quantize(CpuActsQ8 *a, const float *x, int64_t k) {
     if (k > a->cap) {
-        free(a->q); free(a->d); free(a->sum);
+        free(a->q); free(a->d); free(a->ds);
         a->q = (int8_t *)aligned_alloc(64, (size_t)(k + 63) / 64 * 64);
         a->d = (float *)malloc((size_t)k / 32 * sizeof(float));
-        a->sum = (int16_t *)malloc((size_t)k / 16 * sizeof(int16_t));
-        if (!a->q || !a->d || !a->sum) {
+        a->ds = (float *)malloc((size_t)k / 32 * sizeof(float));
+        if (!a->q || !a->d || !a->ds) {
             fprintf(stderr, "out of memory for %lld 8-bit activations\n", (long long)k);
             exit(1);
         }
@@ -59,16 +59,14 @@ static inline void cpu_acts_q8_quantize(CpuActsQ8 *a, const float *x, int64_t k)
         float amax = 0;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
         const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-        int s0 = 0, s1 = 0;
+        int sum = 0;
         for (int j = 0; j < 32; j++) {
             const int q = (int)lrintf(xb[j] * id);   /* the current rounding mode: to nearest, ties to even */
             a->q[32 * b + j] = (int8_t)q;
-            if (j < 16) s0 += q;
-            else s1 += q;
+            sum += q;
         }
         a->d[b] = d;
-        a->sum[2 * b] = (int16_t)s0;
-        a->sum[2 * b + 1] = (int16_t)s1;
+        a->ds[b] = d * (float)sum;
     }
     a->src = x;
     a->k = k;
@@ -93,9 +91,11 @@ static inline float cpu_qdot_q8_c(int type, const uint8_t *b, const CpuActsQ8 *a
     static const int8_t bytes[8] = {34, 18, 20, 0, 0, 0, 22, 24};
     float acc = 0;
     for (int64_t i = 0; i < nblocks; i++, b += bytes[type]) {
-        int32_t s = 0;
-        for (int j = 0; j < 32; j++) s += cpu_q8_weight_int(type, b, j) * a->q[32 * i + j];
-        const int32_t sx = a->sum[2 * i] + a->sum[2 * i + 1];
+        int32_t s = 0, sx = 0;
+        for (int j = 0; j < 32; j++) {
+            s += cpu_q8_weight_int(type, b, j) * a->q[32 * i + j];
+            sx += a->q[32 * i + j];
+        }
         acc += f16_at(b) * a->d[i] * (float)(s - offset[type] * sx);
         if (type == 2 || type == 7) acc += f16_at(b + 2) * a->d[i] * (float)sx;
     }
@@ -117,13 +117,13 @@ static inline float cpu_qdot_q8_k_c(int type, const uint8_t *b, const CpuActsQ8 
         }
         const uint8_t *qs = b + (type == 4 ? 48 : 16);
         for (int sb = 0; sb < 8; sb++) {   /* q4_k, q5_k: 8 sub-blocks of 32, value d * sc * q - dmin * m */
-            int32_t s = 0;
+            int32_t s = 0, sx = 0;
             for (int j = 0; j < 32; j++) {
                 int q = (qs[32 * (sb >> 1) + j] >> (sb & 1 ? 4 : 0)) & 15;
                 if (type == 4) q |= ((b[16 + j] >> sb) & 1) << 4;
                 s += q * xq[32 * sb + j];
+                sx += xq[32 * sb + j];
             }
-            const int32_t sx = a->sum[16 * i + 2 * sb] + a->sum[16 * i + 2 * sb + 1];
             acc += dx[sb] * (f16_at(b) * (float)kq_scale(b + 4, sb) * (float)s -
                              f16_at(b + 2) * (float)kq_min(b + 4, sb) * (float)sx);
         }
@@ -173,11 +173,11 @@ CPU_Q8_V3 float cpu_q8_hsum(__m256 v) {
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
 }
-/* types 0, 1, 2, 6, 7: a block's integer sums in 8 lanes, widened and multiplied by d_w * d; the offset (q4_0,
+/* types 0, 1, 2, 6, 7: acc plus a block's integer sums in 8 lanes, widened, times d_w * d; the offset (q4_0,
  * q5_0) and the minimum (q4_1, q5_1) times d * sum(q) added to *side. The type is a constant where this is inlined
  * (cpu_qdot_q8_v3's switch), so every branch on it folds away. */
 __attribute__((always_inline)) CPU_Q8_V3 __m256 cpu_q8_block_v3(int type, const uint8_t *b, const CpuActsQ8 *a,
-                                                               int64_t i, float *side) {
+                                                               int64_t i, float *side, __m256 acc) {
     const __m256i x = _mm256_loadu_si256((const __m256i *)(a->q + 32 * i));
     const float dx = a->d[i], dwx = cpu_q8_f16(b) * dx;
     __m256i s;
@@ -188,11 +188,11 @@ __attribute__((always_inline)) CPU_Q8_V3 __m256 cpu_q8_block_v3(int type, const 
         s = cpu_q8_dot_us(_mm256_or_si256(cpu_q8_nibbles(qh + 4), cpu_q8_fifth_bits(qh)), x);
     }
     if (type != 0) {
-        const float sx = (float)(a->sum[2 * i] + a->sum[2 * i + 1]);
-        if (type == 1 || type == 6) *side -= dwx * (float)(type == 1 ? 8 : 16) * sx;
-        else *side += cpu_q8_f16(b + 2) * dx * sx;
+        const float ds = a->ds[i];
+        if (type == 1 || type == 6) *side -= cpu_q8_f16(b) * (float)(type == 1 ? 8 : 16) * ds;
+        else *side += cpu_q8_f16(b + 2) * ds;
     }
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dwx));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dwx), acc);
 }
 /* two blocks a step, each into its own sums: the multiply-adds of one do not wait for the other's */
 __attribute__((always_inline)) CPU_Q8_V3 float cpu_qdot_q8_v3_type(int type, const uint8_t *b, const CpuActsQ8 *a,
@@ -202,10 +202,10 @@ __attribute__((always_inline)) CPU_Q8_V3 float cpu_qdot_q8_v3_type(int type, con
     float side0 = 0, side1 = 0;
     int64_t i = 0;
     for (; i + 2 <= nblocks; i += 2, b += 2 * bytes) {
-        acc0 = _mm256_add_ps(acc0, cpu_q8_block_v3(type, b, a, i, &side0));
-        acc1 = _mm256_add_ps(acc1, cpu_q8_block_v3(type, b + bytes, a, i + 1, &side1));
+        acc0 = cpu_q8_block_v3(type, b, a, i, &side0, acc0);
+        acc1 = cpu_q8_block_v3(type, b + bytes, a, i + 1, &side1, acc1);
     }
-    if (i < nblocks) acc0 = _mm256_add_ps(acc0, cpu_q8_block_v3(type, b, a, i, &side0));
+    if (i < nblocks) acc0 = cpu_q8_block_v3(type, b, a, i, &side0, acc0);
     return cpu_q8_hsum(_mm256_add_ps(acc0, acc1)) + side0 + side1;
 }
 CPU_Q8_V3 float cpu_qdot_q8_v3(int type, const uint8_t *b, const CpuActsQ8 *a, int64_t nblocks) {
@@ -257,7 +257,7 @@ CPU_Q8_V3 float cpu_qdot_q8_k_v3(int type, const uint8_t *b, const CpuActsQ8 *a,
                                               type == 4 ? &qh : NULL, s);
             const __m256i p = cpu_q8_dot_us(w, _mm256_loadu_si256((const __m256i *)(xq + 32 * s)));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * (float)sm[s] * dx[s]), acc);
-            side -= dmin * (float)sm[8 + s] * dx[s] * (float)(a->sum[16 * i + 2 * s] + a->sum[16 * i + 2 * s + 1]);
+            side -= dmin * (float)sm[8 + s] * a->ds[8 * i + s];
         }
         b += type == 4 ? 176 : 144;
     }

@@ -262,13 +262,16 @@ def build_quant_against(model_dir, dt, out, model, prompt, n):
              "--repeat-penalty", "1", "--ignore-eos", "--ids", "--logits", lp, "--stats"])
     assert [int(x) for x in p.stdout.split()] == list(want_ids), (dt, p.stdout, list(want_ids))
     got = np.fromfile(lp, dtype="<f4").reshape(n, -1)
-    close = 0
+    diffs = []
     for s in range(n):
         ref = np.asarray(want_logits[s], dtype=np.float64)
-        diff = float(np.max(np.abs(got[s] - ref))) / float(np.max(np.abs(ref)))
-        assert diff <= (2e-2 if q8 else 1e-4), (dt, q8, s, diff)
-        close += diff <= 1e-4
-    assert close == n or (q8 and 4 * close >= 3 * n), (dt, q8, close, n)
+        diffs.append(float(np.max(np.abs(got[s] - ref))) / float(np.max(np.abs(ref))))
+    print("    %s%s: logits / max|logit| differ by %s" % (dt, " (8-bit activations)" if q8 else "",
+                                                      " ".join("%.0e" % d for d in diffs)))
+    if q8:   # test_build_quant_matches_reference's docstring: close up to a first divergence, then within 2e-2
+        assert diffs[0] <= 1e-4 and diffs[1] <= 1e-4 and max(diffs) <= 2e-2, (dt, diffs)
+    else:
+        assert max(diffs) <= 1e-4, (dt, diffs)
     return exe, p.stderr
 
 
@@ -281,8 +284,10 @@ def test_build_quant_matches_reference():
 
     With 8-bit activations, an input that lies within f32 summation error of a rounding boundary (the reference
     sums in another order) can round to the neighbouring integer: that element moves by a whole step max|x| / 127,
-    and the logits by up to about 1% of their range from then on. So there: every step within 2e-2 x max, and at
-    least 3 steps in 4 within 1e-4 x max (a systematic error, a wrong scale or a wrong block, misses every step)."""
+    and the logits by up to about 1% of their range from then on (measured: every step within 1e-6 x max until
+    such a step, from 8 to 13 of 16 here, then 2e-3 to 9e-3). So there: the prompt's step and the first decode step
+    (the first through the 8-bit path) within 1e-4 x max, which a systematic error (a wrong scale, a wrong block)
+    misses, and every step within 2e-2 x max."""
     quants, T = gguf_or_skip()
     import ref_forward
     from testlib import ROOT
