@@ -24,7 +24,7 @@ OBJDIR := $(BUILD)/obj$(if $(SAN),-san)
 OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(SRCS))
 LLMCC := $(BUILD)/llmcc$(if $(SAN),-san)
 
-DEB_PKGS := gcc make libjsmn-dev libzstd-dev libutf8proc-dev python3 python3-numpy python3-pip
+DEB_PKGS := gcc make libjsmn-dev libzstd-dev libutf8proc-dev node-llhttp python3 python3-numpy python3-pip
 
 .PHONY: all llmcc test test-asan deps clean check-deps lint
 .DEFAULT_GOAL := all
@@ -48,6 +48,7 @@ deps:
 	apt-get update -qq && apt-get install -y -qq $(DEB_PKGS)
 	@$(PYTHON) -c "import numpy" 2>/dev/null || pip install numpy
 	@$(PYTHON) -c "import tokenizers" 2>/dev/null || pip install tokenizers || echo "llmcc: tokenizers (PyPI) not installed: the tokenizer parity tests will skip"
+	@$(PYTHON) -c "import openai" 2>/dev/null || pip install openai || echo "llmcc: openai (PyPI) not installed: the --serve tests with the official client will skip"
 	@$(PYTHON) -m pip show -q nvidia-cuda-nvdisasm >/dev/null 2>&1 || pip install nvidia-cuda-nvdisasm || echo "llmcc: nvidia-cuda-nvdisasm (PyPI) not installed: scripts/sass_report and its tests will skip"
 	@$(PYTHON) scripts/fetch_smollm2 --gguf || echo "llmcc: the default model's GGUF was not fetched: make will try again, or build models/austen-2m"
 

@@ -9,6 +9,8 @@
  * Errors: one line "NAME: what is wrong" on stderr, exit status 1. */
 #include "model_api.h"
 #include "payload_rt.h"
+#include "sample.h"
+#include "serve.h"
 #include "tokenizer.h"
 #include <errno.h>
 #include <math.h>
@@ -35,15 +37,12 @@ static struct {
     int n_ids, cap_ids;
     int n_fed;             /* ids[0..n_fed) are in the KV cache */
     int ctx;
-    float *logits, *work;
-    struct Cand *cand;
-    unsigned char *seen;   /* repetition penalty: ids already in the history */
-    int32_t *uniq; int n_uniq;
+    float *logits;         /* [vocab] */
+    Sampler smp;           /* the sampler and its history (repetition penalty) */
     FILE *logits_f;
     char *outbuf; size_t outcap;
     int32_t *pending;      /* the ids of the prompt or turn at hand: reachable on an error exit */
     char **line;           /* -i's line buffer */
-    uint64_t rng;
     ChatMsg *msgs;         /* -i with a template that rewrites history: the conversation so far (owned texts) */
     int n_msgs;
     int think_open, think_close;   /* <think> / </think> ids, -1 when the tokenizer has none */
@@ -91,8 +90,7 @@ static void out_flush(void) {
 typedef struct {
     const char *prompt, *prompt_ids, *logits_path, *system;
     long max_new; bool has_n;
-    float temperature, top_p, min_p, rep;
-    int top_k;
+    SampleParams sp;
     unsigned long long seed; bool has_seed;
     bool ids, stats, info, verify, ignore_eos, tokenize;
     bool device_topk;              /* --top-k from model_topk (default on the GPU; on the CPU the logits are at hand) */
@@ -103,6 +101,9 @@ typedef struct {
     int threads;                   /* --threads (0: one per physical core) */
     const char *ppl_path;          /* --perplexity FILE */
     int ppl_ctx;                   /* --ppl-ctx: tokens per window (0: 512, at most --ctx) */
+    bool serve;                    /* --serve: the HTTP server (serve.c) */
+    ServeOpts so;
+    bool serve_flag;               /* a server option was given (they need --serve) */
 } Opts;
 
 static void usage(void) {
@@ -135,17 +136,32 @@ static void usage(void) {
            "  --top-k N               >= 0; 0: off (default %d)%s\n"
            "  --top-p F               in (0, 1]; 1: off (default %g)\n"
            "  --min-p F               in [0, 1]; 0: off (default %g)\n"
-           "  --repeat-penalty F      > 0; 1: off (default %g)\n"
+           "  --repeat-penalty F      > 0; 1: off (default %g); over the prompt and the reply\n"
+           "  --frequency-penalty F   in -2..2: each generated id's logit less F per time it was generated\n"
+           "  --presence-penalty F    in -2..2: each generated id's logit less F (OpenAI's; 0: off)\n"
            "  --seed N                sampling seed (default: from the clock)\n"
            "  --ids                   print the generated ids, not text\n"
            "  --logits PATH           write the logits of each generated token (f32, %d per token)\n"
-           "  --stats                 timings and which path sampled, on stderr\n"
+           "  --stats                 timings and which path sampled, on stderr (--serve: a line every 10 s;\n"
+           "                          SIGUSR1 prints one at any time)\n"
            "  --ignore-eos            keep generating past end-of-sequence tokens\n"
            "  --tokenize              print the prompt's ids (after the chat template) and exit\n"
            "  --perplexity FILE       the text's perplexity, as llama.cpp's llama-perplexity measures it:\n"
            "                          windows of --ppl-ctx N tokens (default 512), the second half of each\n"
            "                          scored; prints \"perplexity: P\" and exits\n"
            "  --ctx N                 KV-cache length (default and most: %d)\n"
+           "  --serve                 serve the OpenAI HTTP API (POST /v1/chat/completions, /v1/completions,\n"
+           "                          GET /v1/models, /health) until SIGTERM; the sampling options above\n"
+           "                          are the requests' defaults\n"
+           "  --host ADDR             --serve: the address to listen on (default 127.0.0.1: this machine only)\n"
+           "  --port N                --serve: the TCP port (default 8080; 0: any free one, printed)\n"
+           "  --parallel N            --serve: requests decoded at once (default and, for now, most: 1;\n"
+           "                          the others wait in a queue)\n"
+           "  --api-key KEY           --serve: requests must carry \"Authorization: Bearer KEY\" (all but /health)\n"
+           "  --max-body BYTES        --serve: the largest request body (default 1048576)\n"
+           "  --timeout S             --serve: seconds for a request to arrive, a reply to be taken up, and\n"
+           "                          an idle connection to be kept (default 30)\n"
+           "  --max-conns N           --serve: open connections at most (default 512)\n"
            "  --threads N             CPU threads (default: one per physical core, each pinned to it)\n"
            "  --info                  describe the model and exit\n"
            "  --verify                check the built-in payload's checksum and exit\n"
@@ -179,14 +195,16 @@ static float parse_float(const char *flag, const char *s, double lo, bool lo_ope
 static void parse_args(int argc, char **argv, Opts *o) {
     const ModelInfo *mi = &model_info;
     memset(o, 0, sizeof *o);
-    o->temperature = mi->temperature;
-    o->top_p = mi->top_p;
-    o->min_p = mi->min_p;
-    o->rep = mi->repetition_penalty;
-    o->top_k = mi->top_k;
+    o->sp.temperature = mi->temperature;
+    o->sp.top_p = mi->top_p;
+    o->sp.min_p = mi->min_p;
+    o->sp.rep = mi->repetition_penalty;
+    o->sp.top_k = mi->top_k;
     o->ctx = mi->max_ctx;
     o->device_topk = mi->target && !strcmp(mi->target, "cuda");
     o->think = TOK_THINK_DEFAULT;
+    o->so = (ServeOpts){ .host = "127.0.0.1", .port = 8080, .parallel = 1, .max_body = 1 << 20, .timeout_s = 30,
+                         .max_conns = 512, .stats_every = 10 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         char flag[64];
@@ -207,11 +225,15 @@ static void parse_args(int argc, char **argv, Opts *o) {
             o->max_new = parse_int(flag, VAL(), -1, 1L << 30, NULL); o->has_n = true;
         }
         else if (IS("--temperature"))
-            o->temperature = parse_float(flag, VAL(), 0, false, 1e6, "a number in 0..1e6 (0: greedy)");
-        else if (IS("--top-k")) o->top_k = (int)parse_int(flag, VAL(), 0, 1L << 30, "a whole number >= 0 (0: off)");
-        else if (IS("--top-p")) o->top_p = parse_float(flag, VAL(), 0, true, 1, "a number in (0, 1] (1: off)");
-        else if (IS("--min-p")) o->min_p = parse_float(flag, VAL(), 0, false, 1, "a number in [0, 1] (0: off)");
-        else if (IS("--repeat-penalty")) o->rep = parse_float(flag, VAL(), 0, true, 1e6, "a number > 0 (1: off)");
+            o->sp.temperature = parse_float(flag, VAL(), 0, false, 1e6, "a number in 0..1e6 (0: greedy)");
+        else if (IS("--top-k")) o->sp.top_k = (int)parse_int(flag, VAL(), 0, 1L << 30, "a whole number >= 0 (0: off)");
+        else if (IS("--top-p")) o->sp.top_p = parse_float(flag, VAL(), 0, true, 1, "a number in (0, 1] (1: off)");
+        else if (IS("--min-p")) o->sp.min_p = parse_float(flag, VAL(), 0, false, 1, "a number in [0, 1] (0: off)");
+        else if (IS("--repeat-penalty")) o->sp.rep = parse_float(flag, VAL(), 0, true, 1e6, "a number > 0 (1: off)");
+        else if (IS("--frequency-penalty"))
+            o->sp.freq = parse_float(flag, VAL(), -2, false, 2, "a number in -2..2 (0: off)");
+        else if (IS("--presence-penalty"))
+            o->sp.pres = parse_float(flag, VAL(), -2, false, 2, "a number in -2..2 (0: off)");
         else if (IS("--chat")) { NOVAL(); o->chat_on = true; }
         else if (IS("--no-chat")) { NOVAL(); o->chat_off = true; }
         else if (IS("--system")) o->system = VAL();
@@ -243,12 +265,35 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--perplexity")) o->ppl_path = VAL();
         else if (IS("--ppl-ctx")) o->ppl_ctx = (int)parse_int(flag, VAL(), 4, mi->max_ctx, NULL);
         else if (IS("--verify")) { NOVAL(); o->verify = true; }
+        else if (IS("--serve")) { NOVAL(); o->serve = true; }
+        else if (IS("--host")) { o->so.host = VAL(); o->serve_flag = true; }
+        else if (IS("--port")) { o->so.port = (int)parse_int(flag, VAL(), 0, 65535, NULL); o->serve_flag = true; }
+        else if (IS("--parallel")) { o->so.parallel = (int)parse_int(flag, VAL(), 1, 256, NULL); o->serve_flag = true; }
+        else if (IS("--api-key")) { o->so.api_key = VAL(); o->serve_flag = true; }
+        else if (IS("--max-body")) { o->so.max_body = parse_int(flag, VAL(), 1, 1L << 30, NULL); o->serve_flag = true; }
+        else if (IS("--timeout")) {
+            o->so.timeout_s = (int)parse_int(flag, VAL(), 1, 86400, NULL);
+            o->serve_flag = true;
+        } else if (IS("--max-conns")) {
+            o->so.max_conns = (int)parse_int(flag, VAL(), 1, 65536, NULL);
+            o->serve_flag = true;
+        }
         else die("unknown option '%s' (see --help)", a);
 #undef IS
 #undef NOVAL
 #undef VAL
     }
     if (o->prompt && o->prompt_ids) die("give --prompt or --prompt-ids, not both");
+    if (o->serve_flag && !o->serve) die("--host, --port, --parallel, --api-key, --max-body, --timeout and --max-conns "
+                                        "go with --serve");
+    if (o->serve && (o->prompt || o->prompt_ids || o->interactive || o->tokenize || o->ppl_path || o->ids ||
+                     o->logits_path))
+        die("--serve takes its prompts from HTTP requests: no --prompt, --prompt-ids, -i, --tokenize, "
+            "--perplexity, --ids or --logits");
+    if (o->serve && o->so.parallel > 1)
+        die("--parallel %d: batched decoding across requests is not supported yet; one slot serves (requests "
+            "queue): give --parallel 1", o->so.parallel);
+    if (o->so.api_key && !*o->so.api_key) die("--api-key: empty");
     if (o->ppl_path && (o->prompt || o->prompt_ids || o->interactive || o->tokenize))
         die("--perplexity scores a file's text: it takes no prompt, -i or --tokenize");
     if (o->ppl_ctx && !o->ppl_path) die("--ppl-ctx goes with --perplexity FILE");
@@ -261,122 +306,14 @@ static void parse_args(int argc, char **argv, Opts *o) {
 }
 
 /* ---------------------------------------------------------------- sampling */
-typedef struct Cand { int id; float v; } Cand;
-
-static uint32_t rng_u32(void) {   /* xorshift64* */
-    G.rng ^= G.rng >> 12;
-    G.rng ^= G.rng << 25;
-    G.rng ^= G.rng >> 27;
-    return (uint32_t)((G.rng * 0x2545F4914F6CDD1Dull) >> 32);
-}
-static void rng_seed(unsigned long long seed) {   /* splitmix64 of the seed, never 0 */
-    uint64_t z = (uint64_t)seed + 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    G.rng = z ? z : 1;
-}
-static double rng_unit(void) { return (rng_u32() >> 8) / 16777216.0; }   /* [0, 1) */
-
-static int cand_desc(const void *a, const void *b) {
-    const Cand *x = a, *y = b;
-    if (x->v != y->v) return x->v > y->v ? -1 : 1;
-    return x->id - y->id;
-}
-
-static void heap_down(Cand *h, int n, int i) {   /* min-heap on v */
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && h[l].v < h[m].v) m = l;
-        if (r < n && h[r].v < h[m].v) m = r;
-        if (m == i) return;
-        Cand t = h[i]; h[i] = h[m]; h[m] = t;
-        i = m;
-    }
-}
-
-static void history_add(int32_t id, int vocab) {
+static void history_add(int32_t id, bool generated) {
     G.ids[G.n_ids++] = id;
-    if (id >= 0 && id < vocab && !G.seen[id]) { G.seen[id] = 1; G.uniq[G.n_uniq++] = id; }
+    sampler_add(&G.smp, id, generated);
 }
 
-/* Hugging Face order: repetition penalty, temperature, top-k, top-p, min-p. */
-static int sample_from(const Opts *o, Cand *c, int n, float mx);
-static int sample(const Opts *o, const float *logits, int V) {
-    float *w = G.work;
-    for (int i = 0; i < V; i++) w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
-    if (o->rep != 1.0f)
-        for (int j = 0; j < G.n_uniq; j++) {
-            float *x = &w[G.uniq[j]];
-            *x = *x > 0 ? *x / o->rep : *x * o->rep;
-        }
-    if (o->temperature <= 0 || o->top_k == 1) {
-        int best = 0;
-        for (int i = 1; i < V; i++) if (w[i] > w[best]) best = i;
-        return best;
-    }
-    Cand *c = G.cand;
-    int n = V;
-    float mx = -INFINITY;
-    for (int i = 0; i < V; i++) {
-        c[i].id = i;
-        c[i].v = w[i] / o->temperature;
-        if (c[i].v > mx) mx = c[i].v;
-    }
-    if (mx == -INFINITY) return 0;
-    if (o->top_k > 0 && o->top_k < n) {
-        /* the k-th largest value; every token scoring at least that stays (ties too) */
-        int k = o->top_k;
-        Cand *tmp = malloc((size_t)k * sizeof *tmp);
-        if (!tmp) die("out of memory");
-        memcpy(tmp, c, (size_t)k * sizeof *tmp);
-        for (int i = k / 2 - 1; i >= 0; i--) heap_down(tmp, k, i);
-        for (int i = k; i < n; i++)
-            if (c[i].v > tmp[0].v) { tmp[0] = c[i]; heap_down(tmp, k, 0); }
-        float kth = tmp[0].v;
-        free(tmp);
-        int m = 0;
-        for (int i = 0; i < n; i++) if (c[i].v >= kth) c[m++] = c[i];
-        n = m;
-    }
-    return sample_from(o, c, n, mx);
+static int cand_id(const void *a, const void *b) {
+    return ((const SampleCand *)a)->id - ((const SampleCand *)b)->id;
 }
-
-/* Top-p, min-p and the draw over the candidates c[0..n) (ascending ids), mx their largest value. */
-static int sample_from(const Opts *o, Cand *c, int n, float mx) {
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += exp((double)c[i].v - mx);
-    if (o->top_p < 1.0f) {
-        /* tokens below (1-p)/(n-1) of the mass can never be in the nucleus: drop before sorting */
-        if (n > 1) {
-            double cut = (1.0 - o->top_p) / (n - 1) * sum;
-            int m = 0;
-            for (int i = 0; i < n; i++) if (exp((double)c[i].v - mx) >= cut) c[m++] = c[i];
-            n = m;
-        }
-        qsort(c, (size_t)n, sizeof *c, cand_desc);
-        double cum = 0, lim = o->top_p * sum;
-        int m = 0;
-        while (m < n && (m == 0 || cum < lim)) { cum += exp((double)c[m].v - mx); m++; }
-        n = m;
-    }
-    if (o->min_p > 0) {
-        int m = 0;
-        for (int i = 0; i < n; i++)
-            if (exp((double)c[i].v - mx) >= o->min_p || c[i].v == mx) c[m++] = c[i];
-        n = m;
-    }
-    double tot = 0;
-    for (int i = 0; i < n; i++) tot += exp((double)c[i].v - mx);
-    double r = rng_unit() * tot, acc = 0;
-    for (int i = 0; i < n; i++) {
-        acc += exp((double)c[i].v - mx);
-        if (r < acc) return c[i].id;
-    }
-    return c[n - 1].id;
-}
-
-static int cand_id(const void *a, const void *b) { return ((const Cand *)a)->id - ((const Cand *)b)->id; }
 /* sample() for top-k without a penalty, from the model's device top-k: the same candidates in the same
  * order (ascending ids), so the same token for the same random number. The k+1-th value tells whether
  * the k-th ties with a token outside (after the temperature's rounding): then sample() keeps the ties
@@ -384,19 +321,19 @@ static int cand_id(const void *a, const void *b) { return ((const Cand *)a)->id 
 static int sample_topk(const Opts *o) {
     float v[MODEL_TOPK_CAP];
     int32_t id[MODEL_TOPK_CAP];
-    int k = o->top_k;
+    int k = o->sp.top_k;
     if (model_topk(G.model, k + 1, v, id) != 0) die("internal error: model_topk(%d) failed", k + 1);
-    if (v[k - 1] / o->temperature == v[k] / o->temperature) {
+    if (v[k - 1] / o->sp.temperature == v[k] / o->sp.temperature) {
         G.topk_ties++;
         model_logits(G.model, G.logits);
-        return sample(o, G.logits, model_info.vocab_size);
+        return sampler_sample(&G.smp, &o->sp, G.logits);
     }
-    Cand *c = G.cand;
-    for (int i = 0; i < k; i++) { c[i].id = id[i]; c[i].v = v[i] / o->temperature; }
+    SampleCand *c = G.smp.cand;
+    for (int i = 0; i < k; i++) { c[i].id = id[i]; c[i].v = v[i] / o->sp.temperature; }
     float mx = c[0].v;
     if (mx == -INFINITY) return 0;
     qsort(c, (size_t)k, sizeof *c, cand_id);
-    return sample_from(o, c, k, mx);
+    return sampler_sample_from(&G.smp, &o->sp, c, k, mx);
 }
 
 /* ---------------------------------------------------------------- pieces */
@@ -506,7 +443,8 @@ static void cleanup(void) {
     if (G.model) model_free(G.model);
     if (G.tok) tokenizer_free(G.tok);
     if (G.logits_f) fclose(G.logits_f);
-    free(G.ids); free(G.logits); free(G.work); free(G.cand); free(G.seen); free(G.uniq); free(G.outbuf);
+    free(G.ids); free(G.logits); free(G.outbuf);
+    sampler_free(&G.smp);
     free(G.pending);
     for (int i = 0; i < G.n_msgs; i++) free((char *)G.msgs[i].content);
     free(G.msgs);
@@ -547,7 +485,7 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
         if (st->turns == 0) too_long("the prompt", n, "");
         too_long("the conversation", G.n_ids + n, " with this turn");
     }
-    for (int i = 0; i < n; i++) history_add(ids[i], V);
+    for (int i = 0; i < n; i++) history_add(ids[i], false);
     long room = ctx - G.n_ids + 1;   /* the last token is sampled from position ctx-1 and never fed back */
     long max_new = o->has_n ? (o->max_new < 0 || o->max_new > room ? room : o->max_new)
                             : (room < DEFAULT_MAX_NEW ? room : DEFAULT_MAX_NEW);
@@ -567,10 +505,11 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
 
     /* Greedy decoding without a penalty takes the argmax the model computes on the device (the rule of
      * sample()'s greedy branch); then no logits are copied back. */
-    bool dev_argmax = (o->temperature <= 0 || o->top_k == 1) && o->rep == 1.0f && !G.logits_f;
+    bool dev_argmax = !sample_needs_logits(&o->sp) && !G.logits_f;
     /* Top-k sampling without a penalty takes its candidates from the device's top-k likewise */
-    bool dev_topk = o->device_topk && !dev_argmax && o->top_k > 1 && o->top_k < mi->max_top_k &&
-                    o->top_k < MODEL_TOPK_CAP && o->rep == 1.0f && !G.logits_f;
+    bool dev_topk = o->device_topk && !dev_argmax && o->sp.top_k > 1 && o->sp.top_k < mi->max_top_k &&
+                    o->sp.top_k < MODEL_TOPK_CAP && o->sp.rep == 1.0f && o->sp.freq == 0 &&
+                    o->sp.pres == 0 && !G.logits_f;
     float *lg = dev_argmax || dev_topk ? NULL : G.logits;
     int next = 0;
 
@@ -589,12 +528,12 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
     long n_gen = 0;
     G.reply_start = G.n_ids;
     while (n_gen < max_new) {
-        int tok = dev_argmax ? next : dev_topk ? sample_topk(o) : sample(o, G.logits, V);
+        int tok = dev_argmax ? next : dev_topk ? sample_topk(o) : sampler_sample(&G.smp, &o->sp, G.logits);
         if (n_gen == 0 && st->turns == 0) st->t_first = now_s() - t0;
         if (!o->ignore_eos && is_eos(tok)) break;
         if (G.logits_f && fwrite(G.logits, sizeof(float), (size_t)V, G.logits_f) != (size_t)V)
             die("--logits %s: %s", o->logits_path, strerror(errno));
-        history_add(tok, V);
+        history_add(tok, true);
         n_gen++;
         st->n_argmax += dev_argmax; st->n_topk += dev_topk;
         bool opens = tok == G.think_open && tok >= 0, closes = tok == G.think_close && tok >= 0;
@@ -633,10 +572,9 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
 /* Cuts the history back to its first n ids (n <= n_fed): the cache rows past n are overwritten by what is fed
  * next, and the repetition penalty's set of seen ids is rebuilt from what is left. */
 static void history_truncate(int n) {
-    for (int j = 0; j < G.n_uniq; j++) G.seen[G.uniq[j]] = 0;
-    G.n_uniq = 0;
+    sampler_reset(&G.smp);
     G.n_ids = G.n_fed = 0;
-    for (int i = 0; i < n; i++) history_add(G.ids[i], model_info.vocab_size);
+    for (int i = 0; i < n; i++) history_add(G.ids[i], false);
     G.n_fed = n;
 }
 
@@ -778,6 +716,7 @@ int main(int argc, char **argv) {
         finish();
     }
     if (!G.tok && o.ppl_path) die("--perplexity: this executable has no tokenizer");
+    if (!G.tok && o.serve) die("--serve: this executable has no tokenizer");
     if (!G.tok && !o.ids && !o.tokenize && !o.ppl_path)
         die("this executable has no tokenizer: give --prompt-ids and --ids");
     if (!G.tok && o.prompt) die("this executable has no tokenizer: give --prompt-ids, not --prompt");
@@ -789,7 +728,8 @@ int main(int argc, char **argv) {
             o.interactive ? "-i" : o.system ? "--system" : "--chat");
     if (o.chat_off && (o.system || o.interactive))
         die("%s needs the chat template: drop --no-chat", o.interactive ? "-i" : "--system");
-    if (o.system && !o.prompt && !o.interactive) die("--system goes with the user's message: give --prompt TEXT or -i");
+    if (o.system && !o.prompt && !o.interactive && !o.serve)
+        die("--system goes with the user's message: give --prompt TEXT, -i or --serve");
     const bool chat = has_tpl && !o.chat_off && (o.prompt || o.interactive);
     G.think_open = G.tok ? tokenizer_token_id(G.tok, "<think>") : -1;
     G.think_close = G.tok ? tokenizer_token_id(G.tok, "</think>") : -1;
@@ -805,7 +745,7 @@ int main(int argc, char **argv) {
 
     /* the prompt, in G.pending */
     int np = 0;
-    if (o.ppl_path) np = 0;         /* --perplexity reads its own text */
+    if (o.ppl_path || o.serve) np = 0;   /* --perplexity reads its own text, --serve its requests' */
     else if (o.prompt_ids) np = parse_ids(o.prompt_ids, V);
     else if (chat && o.prompt) np = chat_ids(&o, o.prompt, strlen(o.prompt), true, &G.pending);
     else if (chat) np = 0;          /* -i without --prompt: the first turn comes from stdin */
@@ -836,16 +776,13 @@ int main(int argc, char **argv) {
 
     G.cap_ids = G.ctx + 2;
     G.ids = malloc((size_t)G.cap_ids * sizeof *G.ids);
-    G.seen = calloc((size_t)V, 1);
-    G.uniq = malloc((size_t)V * sizeof *G.uniq);
     G.logits = malloc((size_t)V * sizeof *G.logits);
-    G.work = malloc((size_t)V * sizeof *G.work);
-    G.cand = malloc((size_t)V * sizeof *G.cand);
+    if (sampler_init(&G.smp, V)) die("out of memory");
     G.outcap = 1024;
     if (G.tok && tokenizer_max_piece_bytes(G.tok) + 64 > G.outcap) G.outcap = tokenizer_max_piece_bytes(G.tok) + 64;
     G.outbuf = malloc(G.outcap);
-    if (!G.ids || !G.seen || !G.uniq || !G.logits || !G.work || !G.cand || !G.outbuf) die("out of memory");
-    rng_seed(o.has_seed ? o.seed
+    if (!G.ids || !G.logits || !G.outbuf) die("out of memory");
+    sampler_seed(&G.smp, o.has_seed ? o.seed
                         : (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32) ^
                           (unsigned long long)(now_s() * 1e9));
     if (o.logits_path) {
@@ -861,6 +798,13 @@ int main(int argc, char **argv) {
         perplexity(&o);
         cleanup();
         return 0;
+    }
+    if (o.serve) {
+        o.so.stats = o.stats;
+        ServeModel sm = { G.model, G.tok, G.ctx, o.sp, o.system, is_eos, G.compute };
+        int status = serve_run(&o.so, &sm);
+        cleanup();
+        return status;
     }
     Stats st = {0};
     if (np > 0) turn(&o, G.pending, np, !chat, &st);   /* chat prints only the reply */

@@ -1,0 +1,1321 @@
+/* serve.c: --serve, the OpenAI HTTP API over the compiled model (see serve.h).
+ *
+ * One thread, one event loop: poll() over the listening socket and the clients' connections, and between two
+ * polls one unit of model work (a prefill chunk of max_batch tokens, or one decode step), so that a streamed
+ * token goes out as soon as it is sampled and a client that goes away frees its slot at once. HTTP/1.1 is
+ * parsed by llhttp (Node.js's parser, Debian's node-llhttp sources compiled in); request bodies are JSON read
+ * with jsmn. Routes: POST /v1/chat/completions, POST /v1/completions (both with "stream": server-sent events),
+ * GET /v1/models, GET /health.
+ *
+ * Slots: a slot holds one request's tokens in the model's KV cache. The compiled model takes one sequence per
+ * model_forward call, so there is one slot and requests wait in a queue, first come first served; batching
+ * several slots' tokens through one call needs per-token positions in the compiled graph (not built yet). */
+#define JSMN_STATIC
+#define JSMN_STRICT
+#include <jsmn.h>
+
+#include "serve.h"
+#include <llhttp.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HEAD_MAX 16384            /* request line + headers, bytes */
+#define OUT_MAX (16u << 20)       /* a reply a client does not take up: the connection is dropped past this */
+#define IN_PENDING_MAX 65536      /* bytes read ahead while a request is served (pipelining) */
+#define MAX_STOP 4                /* OpenAI's limit on stop strings */
+
+/* ---------------------------------------------------------------- buffers */
+typedef struct { char *p; size_t len, cap; bool oom; } Buf;
+
+static void buf_add(Buf *b, const void *data, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) { b->oom = true; return; }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+static void buf_str(Buf *b, const char *s) { buf_add(b, s, strlen(s)); }
+static void buf_fmt(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void buf_fmt(Buf *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0) buf_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+static void buf_free(Buf *b) { free(b->p); memset(b, 0, sizeof *b); }
+/* s[0..n) as a JSON string, quotes included (the text is valid UTF-8: the decoder gives U+FFFD for the rest) */
+static void buf_json_str(Buf *b, const char *s, size_t n) {
+    buf_add(b, "\"", 1);
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x20 && ch != '"' && ch != '\\') continue;
+        buf_add(b, s + run, i - run);
+        run = i + 1;
+        switch (ch) {
+        case '"': buf_add(b, "\\\"", 2); break;
+        case '\\': buf_add(b, "\\\\", 2); break;
+        case '\n': buf_add(b, "\\n", 2); break;
+        case '\r': buf_add(b, "\\r", 2); break;
+        case '\t': buf_add(b, "\\t", 2); break;
+        default: buf_fmt(b, "\\u%04x", ch);
+        }
+    }
+    buf_add(b, s + run, n - run);
+    buf_add(b, "\"", 1);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---------------------------------------------------------------- requests */
+typedef struct {
+    bool chat, stream, include_usage, ignore_eos;
+    ChatMsg *msgs; int n_msgs;         /* chat: texts owned */
+    char *prompt; size_t prompt_len;   /* completions */
+    long max_tokens;                   /* -1: up to the context's end */
+    SampleParams sp;
+    unsigned long long seed; bool has_seed;
+    char *stop[MAX_STOP]; size_t stop_len[MAX_STOP]; int n_stop;
+    int think;                         /* chat_template_kwargs.enable_thinking, or TOK_THINK_DEFAULT */
+} Req;
+
+static void req_free(Req *r) {
+    for (int i = 0; i < r->n_msgs; i++) free((char *)r->msgs[i].content);
+    free(r->msgs);
+    free(r->prompt);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---------------------------------------------------------------- connections */
+enum { CONN_READING, CONN_QUEUED, CONN_SERVING, CONN_CLOSING };
+
+typedef struct {
+    int fd;                      /* -1: a free entry */
+    int state;
+    llhttp_t http;
+    Buf in;                      /* bytes read, not yet parsed (a pipelined request waits here) */
+    Buf out;                     /* bytes to send */
+    size_t out_off;              /* out.p[0..out_off) sent */
+    /* the request being parsed */
+    Buf url, body, auth;
+    char field[32]; size_t field_len; bool field_long;   /* the header name being read, lower case */
+    int header;                  /* 0 other, 1 authorization, 2 expect */
+    bool expect_continue;
+    size_t head_bytes;
+    bool in_request;             /* a request's first byte has been parsed, its reply not sent */
+    bool lingering;              /* closing: our side is shut, what the client still sends is read and dropped */
+    int error_status;            /* set by a callback that stops the parser: 413, 431, 414 */
+    bool keep_alive, chunked;
+    double t_request;            /* when the request being read began (or the connection opened) */
+    double t_active;             /* last byte in or out */
+    Req req;
+    long serial;                 /* request number, for the reply's id */
+    long created;                /* the request's Unix time, in every chunk of its reply */
+} Conn;
+
+typedef struct {
+    bool active;
+    int conn;                    /* the connection served */
+    Req *req;
+    int32_t *ids; int n_ids;     /* prompt, then the generated ids; [ctx + 1] */
+    int n_prompt, n_fed;
+    long max_new, n_gen;
+    int next;                    /* the argmax of the last forward */
+    bool dev_argmax;
+    TokDecoder dec;
+    Buf text;                    /* the reply so far (stop strings cut off) */
+    size_t sent;                 /* text bytes already streamed */
+    Sampler smp;
+    double t_start, t_first;
+    int finish;                  /* 0: running; FIN_STOP; FIN_LENGTH */
+} Slot;
+enum { FIN_STOP = 1, FIN_LENGTH = 2 };
+
+static struct {
+    const ServeOpts *so;
+    const ServeModel *sm;
+    const char *name;
+    int listen_fd;
+    Conn *conns; int n_conns;
+    int *queue; int n_queue;     /* connection indices waiting for a slot, oldest first */
+    Slot slot;
+    float *logits;
+    char *piece; size_t piece_cap;
+    long created_base, serial;
+    /* statistics */
+    long n_requests, n_tokens_in, n_tokens_out, n_errors;
+    double t_start, t_last_stats;
+    long last_tokens_out;
+    double busy_s;
+} S;
+
+static volatile sig_atomic_t g_stop, g_usr1;
+static void on_stop(int sig) { (void)sig; g_stop = 1; }
+static void on_usr1(int sig) { (void)sig; g_usr1 = 1; }
+
+static void conn_flush(Conn *c);
+
+static void conn_send(Conn *c, const void *p, size_t n) {
+    if (c->fd < 0 || c->state == CONN_CLOSING) return;
+    buf_add(&c->out, p, n);
+}
+
+static const char *status_text(int status) {
+    switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Error";
+    }
+}
+
+static void send_head(Conn *c, int status, const char *ctype, long length, bool close) {
+    Buf h = {0};
+    buf_fmt(&h, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n", status, status_text(status), ctype);
+    if (length >= 0) buf_fmt(&h, "Content-Length: %ld\r\n", length);
+    else buf_str(&h, "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n");
+    buf_str(&h, close ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n");
+    if (h.oom) c->state = CONN_CLOSING;
+    else conn_send(c, h.p, h.len);
+    buf_free(&h);
+}
+
+static void request_done(Conn *c);
+
+static void send_json(Conn *c, int status, const Buf *body) {
+    if (body->oom) { c->state = CONN_CLOSING; return; }
+    bool close = !c->keep_alive || status == 413 || status == 431 || status == 408 || status == 414 || g_stop;
+    send_head(c, status, "application/json", (long)body->len + 1, close);
+    conn_send(c, body->p, body->len);
+    conn_send(c, "\n", 1);
+    if (close) c->keep_alive = false;
+    if (status != 200) S.n_errors++;
+    request_done(c);
+}
+
+/* OpenAI's error object; param: the request field at fault (NULL: none) */
+static void send_error(Conn *c, int status, const char *type, const char *param, const char *code,
+                       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void send_error(Conn *c, int status, const char *type, const char *param, const char *code,
+                       const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    Buf b = {0};
+    buf_str(&b, "{\"error\":{\"message\":");
+    buf_json_str(&b, msg, strlen(msg));
+    buf_str(&b, ",\"type\":");
+    buf_json_str(&b, type, strlen(type));
+    buf_str(&b, ",\"param\":");
+    if (param) buf_json_str(&b, param, strlen(param)); else buf_str(&b, "null");
+    buf_str(&b, ",\"code\":");
+    if (code) buf_json_str(&b, code, strlen(code)); else buf_str(&b, "null");
+    buf_str(&b, "}}");
+    send_json(c, status, &b);
+    buf_free(&b);
+}
+#define BAD_REQUEST(c, param, ...) send_error(c, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+
+/* ---------------------------------------------------------------- HTTP parsing (llhttp callbacks) */
+static Conn *conn_of(llhttp_t *p) { return (Conn *)p->data; }
+
+static int head_grow(Conn *c, size_t n) {
+    c->head_bytes += n;
+    if (c->head_bytes > HEAD_MAX) { c->error_status = 431; return -1; }
+    return 0;
+}
+static int on_message_begin(llhttp_t *p) {
+    Conn *c = conn_of(p);
+    c->url.len = c->body.len = c->auth.len = 0;
+    c->head_bytes = 0;
+    c->field_len = 0;
+    c->header = 0;
+    c->expect_continue = false;
+    c->in_request = true;
+    c->t_request = now_s();
+    return 0;
+}
+static int on_url(llhttp_t *p, const char *at, size_t n) {
+    Conn *c = conn_of(p);
+    if (head_grow(c, n) || c->url.len + n > 2048) { if (!c->error_status) c->error_status = 414; return -1; }
+    buf_add(&c->url, at, n);
+    return 0;
+}
+static int on_header_field(llhttp_t *p, const char *at, size_t n) {
+    Conn *c = conn_of(p);
+    if (head_grow(c, n)) return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (c->field_len + 1 >= sizeof c->field) { c->field_long = true; break; }
+        char ch = at[i];
+        c->field[c->field_len++] = ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
+    }
+    return 0;
+}
+static int on_header_field_complete(llhttp_t *p) {
+    Conn *c = conn_of(p);
+    c->field[c->field_len] = 0;
+    c->header = c->field_long ? 0 : !strcmp(c->field, "authorization") ? 1 : !strcmp(c->field, "expect") ? 2 : 0;
+    if (c->header == 1) c->auth.len = 0;
+    c->field_len = 0;
+    c->field_long = false;
+    return 0;
+}
+static int on_header_value(llhttp_t *p, const char *at, size_t n) {
+    Conn *c = conn_of(p);
+    if (head_grow(c, n)) return -1;
+    if (c->header == 1) buf_add(&c->auth, at, n);
+    if (c->header == 2 && n >= 12 && !strncasecmp(at, "100-continue", 12)) c->expect_continue = true;
+    return 0;
+}
+static int on_headers_complete(llhttp_t *p) {
+    Conn *c = conn_of(p);
+    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > (uint64_t)S.so->max_body) {
+        c->error_status = 413;
+        return -1;
+    }
+    if (c->expect_continue) conn_send(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    return 0;
+}
+static int on_body(llhttp_t *p, const char *at, size_t n) {
+    Conn *c = conn_of(p);
+    if (c->body.len + n > (size_t)S.so->max_body) { c->error_status = 413; return -1; }
+    buf_add(&c->body, at, n);
+    return 0;
+}
+static int on_message_complete(llhttp_t *p) {
+    Conn *c = conn_of(p);
+    c->keep_alive = llhttp_should_keep_alive(p);
+    return HPE_PAUSED;   /* one request at a time: the parser waits until its reply is out */
+}
+
+static llhttp_settings_t g_http;
+
+/* ---------------------------------------------------------------- JSON request bodies */
+typedef struct { const char *js; jsmntok_t *t; int n; } Json;
+
+/* the token after token i's whole value */
+static int json_skip(const Json *j, int i) {
+    int k = i + 1;
+    while (k < j->n && j->t[k].start < j->t[i].end) k++;
+    return k;
+}
+static bool json_is(const Json *j, int i, const char *s) {
+    size_t n = strlen(s);
+    return j->t[i].type == JSMN_STRING && (size_t)(j->t[i].end - j->t[i].start) == n &&
+           !memcmp(j->js + j->t[i].start, s, n);
+}
+/* the value of key in object obj, or -1 */
+static int json_get(const Json *j, int obj, const char *key) {
+    if (obj < 0 || j->t[obj].type != JSMN_OBJECT) return -1;
+    int k = obj + 1;
+    for (int e = 0; e < j->t[obj].size; e++) {
+        if (json_is(j, k, key)) return k + 1;
+        k = json_skip(j, k + 1);
+    }
+    return -1;
+}
+static bool json_null(const Json *j, int i) {
+    return i >= 0 && j->t[i].type == JSMN_PRIMITIVE && j->js[j->t[i].start] == 'n';
+}
+static bool json_bool(const Json *j, int i, bool *v) {
+    if (i < 0 || j->t[i].type != JSMN_PRIMITIVE) return false;
+    char ch = j->js[j->t[i].start];
+    if (ch != 't' && ch != 'f') return false;
+    *v = ch == 't';
+    return true;
+}
+static bool json_num(const Json *j, int i, double *v) {
+    if (i < 0 || j->t[i].type != JSMN_PRIMITIVE) return false;
+    char tmp[64];
+    int n = j->t[i].end - j->t[i].start;
+    if (n <= 0 || n >= (int)sizeof tmp) return false;
+    memcpy(tmp, j->js + j->t[i].start, (size_t)n);
+    tmp[n] = 0;
+    if (!(tmp[0] == '-' || (tmp[0] >= '0' && tmp[0] <= '9'))) return false;
+    char *end;
+    *v = strtod(tmp, &end);
+    return *end == 0 && isfinite(*v);
+}
+static int utf8_len(const unsigned char *s, size_t n) {   /* bytes of one valid UTF-8 character, or 0 */
+    unsigned char b = s[0];
+    int len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+    if (!len || (size_t)len > n) return 0;
+    uint32_t cp = len == 1 ? b : len == 2 ? b & 0x1Fu : len == 3 ? b & 0x0Fu : b & 0x07u;
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3Fu);
+    }
+    static const uint32_t min_cp[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+static void put_utf8(Buf *b, uint32_t cp) {
+    char o[4];
+    size_t n;
+    if (cp < 0x80) { o[0] = (char)cp; n = 1; }
+    else if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
+    else if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | (cp >> 6 & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
+        n = 3;
+    } else {
+        o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+        o[2] = (char)(0x80 | (cp >> 6 & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
+        n = 4;
+    }
+    buf_add(b, o, n);
+}
+static int hex4(const char *s, uint32_t *v) {
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        char ch = s[i];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+              : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        *v = *v << 4 | (uint32_t)d;
+    }
+    return 0;
+}
+/* The string token i unescaped into a malloc'd NUL-terminated text; NULL when it is not a string, or is not
+ * valid UTF-8 (*why says which). */
+static char *json_text(const Json *j, int i, size_t *len, const char **why) {
+    *why = "must be a string";
+    if (i < 0 || j->t[i].type != JSMN_STRING) return NULL;
+    const char *s = j->js + j->t[i].start;
+    size_t n = (size_t)(j->t[i].end - j->t[i].start);
+    Buf b = {0};
+    buf_add(&b, "", 0);
+    *why = "is not valid UTF-8";
+    for (size_t k = 0; k < n;) {
+        unsigned char ch = (unsigned char)s[k];
+        if (ch == '\\' && k + 1 < n) {
+            char e = s[k + 1];
+            k += 2;
+            const char *simple = strchr("\"\\/bfnrt", e);
+            if (e && simple) { buf_add(&b, &"\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"], 1); continue; }
+            uint32_t cp, lo;
+            if (e != 'u' || k + 4 > n || hex4(s + k, &cp)) goto bad;
+            k += 4;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {   /* a surrogate pair's high half: the low half follows */
+                if (k + 6 > n || s[k] != '\\' || s[k + 1] != 'u' || hex4(s + k + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+                    goto bad;
+                k += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (cp >= 0xDC00 && cp <= 0xDFFF) goto bad;
+            put_utf8(&b, cp);
+            continue;
+        }
+        int l = utf8_len((const unsigned char *)s + k, n - k);
+        if (!l) goto bad;
+        buf_add(&b, s + k, (size_t)l);
+        k += (size_t)l;
+    }
+    if (b.oom) { *why = "is too large (out of memory)"; goto bad; }
+    *len = b.len;
+    return b.p;
+bad:
+    buf_free(&b);
+    return NULL;
+}
+
+/* Reads the body into c->req; on a fault answers 400 naming the field and returns false. */
+static bool parse_request(Conn *c, bool chat) {
+    const SampleParams *def = &S.sm->defaults;
+    Req *r = &c->req;
+    req_free(r);
+    r->chat = chat;
+    r->sp = *def;
+    r->max_tokens = -1;
+    r->think = TOK_THINK_DEFAULT;
+    if (memchr(c->body.p ? c->body.p : "", 0, c->body.len)) {
+        BAD_REQUEST(c, NULL, "the body is not valid JSON");
+        return false;
+    }
+    Json j = { c->body.p ? c->body.p : "", NULL, 0 };
+    jsmn_parser jp;
+    jsmn_init(&jp);
+    int n = jsmn_parse(&jp, j.js, c->body.len, NULL, 0);
+    if (n <= 0) { BAD_REQUEST(c, NULL, "the body is not valid JSON"); return false; }
+    j.t = malloc((size_t)n * sizeof *j.t);
+    if (!j.t) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); return false; }
+    jsmn_init(&jp);
+    j.n = jsmn_parse(&jp, j.js, c->body.len, j.t, (unsigned)n);
+    bool ok = false;
+    const char *why;
+    char field[64];
+    double v;
+    bool flag;
+    int k;
+    if (j.n <= 0 || j.t[0].type != JSMN_OBJECT || json_skip(&j, 0) != j.n) {
+        BAD_REQUEST(c, NULL, "the body is not a JSON object");
+        goto out;
+    }
+    /* the text */
+    if (chat) {
+        k = json_get(&j, 0, "messages");
+        if (k < 0) { BAD_REQUEST(c, "messages", "messages: missing (an array of messages)"); goto out; }
+        if (j.t[k].type != JSMN_ARRAY || j.t[k].size == 0) {
+            BAD_REQUEST(c, "messages", "messages: must be a non-empty array");
+            goto out;
+        }
+        r->msgs = calloc((size_t)j.t[k].size, sizeof *r->msgs);
+        if (!r->msgs) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
+        int m = k + 1;
+        for (int e = 0; e < j.t[k].size; e++, m = json_skip(&j, m)) {
+            snprintf(field, sizeof field, "messages[%d]", e);
+            if (j.t[m].type != JSMN_OBJECT) { BAD_REQUEST(c, field, "%s: must be an object", field); goto out; }
+            int role = json_get(&j, m, "role"), content = json_get(&j, m, "content");
+            const char *rname = json_is(&j, role, "system") || json_is(&j, role, "developer") ? "system"
+                              : json_is(&j, role, "user") ? "user" : json_is(&j, role, "assistant") ? "assistant"
+                              : NULL;
+            if (!rname) {
+                snprintf(field, sizeof field, "messages[%d].role", e);
+                BAD_REQUEST(c, field, "%s: must be \"system\", \"developer\", \"user\" or \"assistant\" "
+                            "(tools are not supported)", field);
+                goto out;
+            }
+            snprintf(field, sizeof field, "messages[%d].content", e);
+            size_t len = 0;
+            char *text = NULL;
+            if (content < 0 || json_null(&j, content)) {
+                if (strcmp(rname, "assistant")) { BAD_REQUEST(c, field, "%s: missing", field); goto out; }
+                text = calloc(1, 1);
+            } else if (j.t[content].type == JSMN_ARRAY) {   /* content parts: the texts, joined by newlines */
+                Buf b = {0};
+                buf_add(&b, "", 0);
+                int part = content + 1;
+                for (int q = 0; q < j.t[content].size; q++, part = json_skip(&j, part)) {
+                    int type = json_get(&j, part, "type"), ptext = json_get(&j, part, "text");
+                    if (!json_is(&j, type, "text")) {
+                        buf_free(&b);
+                        snprintf(field, sizeof field, "messages[%d].content[%d].type", e, q);
+                        BAD_REQUEST(c, field, "%s: only \"text\" parts are supported", field);
+                        goto out;
+                    }
+                    size_t pl;
+                    char *pt = json_text(&j, ptext, &pl, &why);
+                    if (!pt) {
+                        buf_free(&b);
+                        snprintf(field, sizeof field, "messages[%d].content[%d].text", e, q);
+                        BAD_REQUEST(c, field, "%s: %s", field, why);
+                        goto out;
+                    }
+                    if (q) buf_add(&b, "\n", 1);
+                    buf_add(&b, pt, pl);
+                    free(pt);
+                }
+                if (b.oom) { buf_free(&b); send_error(c, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
+                text = b.p;
+                len = b.len;
+            } else if (!(text = json_text(&j, content, &len, &why))) {
+                BAD_REQUEST(c, field, "%s: %s", field, why);
+                goto out;
+            }
+            if (!text) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
+            r->msgs[r->n_msgs++] = (ChatMsg){ rname, text, len };
+        }
+        k = json_get(&j, 0, "chat_template_kwargs");
+        int think = json_get(&j, k, "enable_thinking");
+        if (think >= 0) {
+            if (!json_bool(&j, think, &flag)) {
+                BAD_REQUEST(c, "chat_template_kwargs.enable_thinking", "chat_template_kwargs.enable_thinking: "
+                            "must be true or false");
+                goto out;
+            }
+            r->think = flag;
+        }
+    } else {
+        k = json_get(&j, 0, "prompt");
+        if (k >= 0 && j.t[k].type == JSMN_ARRAY && j.t[k].size == 1 && j.t[k + 1].type == JSMN_STRING) k++;
+        if (k < 0) { BAD_REQUEST(c, "prompt", "prompt: missing (a string)"); goto out; }
+        if (!(r->prompt = json_text(&j, k, &r->prompt_len, &why))) {
+            BAD_REQUEST(c, "prompt", "prompt: %s%s", why,
+                        j.t[k].type == JSMN_ARRAY ? " (one prompt per request: no arrays of several)" : "");
+            goto out;
+        }
+    }
+    /* the limits and the sampling */
+    k = json_get(&j, 0, "max_completion_tokens");
+    if (k < 0 || json_null(&j, k)) k = json_get(&j, 0, "max_tokens");
+    if (k >= 0 && !json_null(&j, k)) {
+        if (!json_num(&j, k, &v) || v != floor(v) || v < 1 || v > 1e9) {
+            BAD_REQUEST(c, "max_tokens", "max_tokens: must be a whole number >= 1");
+            goto out;
+        }
+        r->max_tokens = (long)v;
+    }
+    struct { const char *name; float *dst; double lo, hi; bool lo_open; const char *range; } nums[] = {
+        { "temperature", &r->sp.temperature, 0, 2, false, "a number in 0..2" },
+        { "top_p", &r->sp.top_p, 0, 1, false, "a number in 0..1" },
+        { "min_p", &r->sp.min_p, 0, 1, false, "a number in 0..1" },
+        { "repetition_penalty", &r->sp.rep, 0, 1e6, true, "a number > 0" },
+        { "frequency_penalty", &r->sp.freq, -2, 2, false, "a number in -2..2" },
+        { "presence_penalty", &r->sp.pres, -2, 2, false, "a number in -2..2" },
+    };
+    for (size_t q = 0; q < sizeof nums / sizeof *nums; q++) {
+        k = json_get(&j, 0, nums[q].name);
+        if (k < 0 || json_null(&j, k)) continue;
+        if (!json_num(&j, k, &v) || v < nums[q].lo || v > nums[q].hi || (nums[q].lo_open && v == nums[q].lo)) {
+            BAD_REQUEST(c, nums[q].name, "%s: must be %s", nums[q].name, nums[q].range);
+            goto out;
+        }
+        *nums[q].dst = (float)v;
+    }
+    if (r->sp.top_p == 0) { r->sp.top_p = 1; r->sp.top_k = 1; }   /* an empty nucleus keeps the best token */
+    k = json_get(&j, 0, "top_k");
+    if (k >= 0 && !json_null(&j, k)) {
+        if (!json_num(&j, k, &v) || v != floor(v) || v < -1 || v > 1e9) {
+            BAD_REQUEST(c, "top_k", "top_k: must be a whole number >= 0 (0 or -1: off)");
+            goto out;
+        }
+        r->sp.top_k = v < 0 ? 0 : (int)v;
+    }
+    k = json_get(&j, 0, "seed");
+    if (k >= 0 && !json_null(&j, k)) {
+        if (!json_num(&j, k, &v) || v != floor(v) || v < 0 || v > 9007199254740992.0) {
+            BAD_REQUEST(c, "seed", "seed: must be a whole number >= 0");
+            goto out;
+        }
+        r->seed = (unsigned long long)v;
+        r->has_seed = true;
+    }
+    k = json_get(&j, 0, "n");
+    if (k >= 0 && !json_null(&j, k) && (!json_num(&j, k, &v) || v != 1)) {
+        BAD_REQUEST(c, "n", "n: only 1 choice per request is supported");
+        goto out;
+    }
+    /* what OpenAI offers and this server does not: refused by name, not ignored */
+    k = json_get(&j, 0, "tools");
+    if (k >= 0 && !json_null(&j, k) && !(j.t[k].type == JSMN_ARRAY && j.t[k].size == 0)) {
+        BAD_REQUEST(c, "tools", "tools: tool calls are not supported");
+        goto out;
+    }
+    k = json_get(&j, 0, "logprobs");
+    if (k >= 0 && !json_null(&j, k) && !(json_bool(&j, k, &flag) && !flag)) {
+        BAD_REQUEST(c, "logprobs", "logprobs: not supported");
+        goto out;
+    }
+    struct { const char *name; bool *dst; } bools[] = {
+        { "stream", &r->stream }, { "ignore_eos", &r->ignore_eos },
+    };
+    for (size_t q = 0; q < sizeof bools / sizeof *bools; q++) {
+        k = json_get(&j, 0, bools[q].name);
+        if (k >= 0 && !json_null(&j, k) && !json_bool(&j, k, bools[q].dst)) {
+            BAD_REQUEST(c, bools[q].name, "%s: must be true or false", bools[q].name);
+            goto out;
+        }
+    }
+    k = json_get(&j, json_get(&j, 0, "stream_options"), "include_usage");
+    if (k >= 0 && !json_null(&j, k) && !json_bool(&j, k, &r->include_usage)) {
+        BAD_REQUEST(c, "stream_options.include_usage", "stream_options.include_usage: must be true or false");
+        goto out;
+    }
+    k = json_get(&j, 0, "stop");
+    if (k >= 0 && !json_null(&j, k)) {
+        int first = k, count = 1;
+        if (j.t[k].type == JSMN_ARRAY) { first = k + 1; count = j.t[k].size; }
+        if (count > MAX_STOP) { BAD_REQUEST(c, "stop", "stop: at most %d strings", MAX_STOP); goto out; }
+        for (int q = 0, s = first; q < count; q++, s = json_skip(&j, s)) {
+            size_t len;
+            char *t = json_text(&j, s, &len, &why);
+            if (!t) { BAD_REQUEST(c, "stop", "stop: %s (a string or an array of strings)", why); goto out; }
+            if (!len) { free(t); continue; }    /* an empty stop string matches nothing, as OpenAI's */
+            r->stop[r->n_stop] = t;
+            r->stop_len[r->n_stop++] = len;
+        }
+    }
+    ok = true;
+out:
+    free(j.t);
+    return ok;
+}
+
+/* ---------------------------------------------------------------- generation */
+static void slot_release(void) {
+    Slot *s = &S.slot;
+    if (s->conn >= 0) {
+        Conn *c = &S.conns[s->conn];
+        req_free(&c->req);
+    }
+    s->active = false;
+    s->conn = -1;
+    s->req = NULL;
+    s->text.len = 0;
+}
+
+static void chunk(Conn *c, const Buf *payload) {   /* one chunk of a chunked reply */
+    char head[32];
+    int n = snprintf(head, sizeof head, "%zx\r\n", payload->len);
+    conn_send(c, head, (size_t)n);
+    conn_send(c, payload->p, payload->len);
+    conn_send(c, "\r\n", 2);
+}
+
+/* "id", "object", "created", "model" of a reply; object: "chat.completion", "chat.completion.chunk",
+ * "text_completion" */
+static void reply_id(Buf *b, const Conn *c, const char *object) {
+    buf_fmt(b, "\"id\":\"%s-%lx%04lx\",\"object\":\"%s\",\"created\":%ld,\"model\":",
+            strncmp(object, "chat", 4) ? "cmpl" : "chatcmpl", S.created_base, c->serial, object, c->created);
+    buf_json_str(b, S.name, strlen(S.name));
+}
+static void usage_json(Buf *b, const Slot *s) {
+    buf_fmt(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%ld,\"total_tokens\":%ld}", s->n_prompt,
+            s->n_gen, s->n_prompt + s->n_gen);
+}
+
+/* streams text[sent..upto) as one event */
+static void stream_text(Slot *s, Conn *c, size_t upto) {
+    if (upto <= s->sent) return;
+    Buf b = {0};
+    buf_str(&b, "data: {");
+    reply_id(&b, c, s->req->chat ? "chat.completion.chunk" : "text_completion");
+    if (s->req->chat) {
+        buf_str(&b, ",\"choices\":[{\"index\":0,\"delta\":{\"content\":");
+        buf_json_str(&b, s->text.p + s->sent, upto - s->sent);
+        buf_str(&b, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+    } else {
+        buf_str(&b, ",\"choices\":[{\"index\":0,\"text\":");
+        buf_json_str(&b, s->text.p + s->sent, upto - s->sent);
+        buf_str(&b, ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+    }
+    chunk(c, &b);
+    buf_free(&b);
+    s->sent = upto;
+}
+
+/* The opening of a streamed chat reply: the assistant's role. */
+static void stream_open(Slot *s, Conn *c) {
+    send_head(c, 200, "text/event-stream", -1, !c->keep_alive || g_stop);
+    if (!s->req->chat) return;
+    Buf b = {0};
+    buf_str(&b, "data: {");
+    reply_id(&b, c, "chat.completion.chunk");
+    buf_str(&b, ",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+                "\"finish_reason\":null}]}\n\n");
+    chunk(c, &b);
+    buf_free(&b);
+}
+
+static void slot_finish(Slot *s) {
+    Conn *c = &S.conns[s->conn];
+    const Req *r = s->req;
+    const char *why = s->finish == FIN_STOP ? "stop" : "length";
+    S.n_tokens_in += s->n_prompt;
+    S.n_tokens_out += s->n_gen;
+    if (r->stream) {
+        stream_text(s, c, s->text.len);
+        Buf b = {0};
+        buf_str(&b, "data: {");
+        reply_id(&b, c, r->chat ? "chat.completion.chunk" : "text_completion");
+        if (r->chat) {
+            buf_fmt(&b, ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"%s\"}]", why);
+        } else {
+            buf_fmt(&b, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"%s\"}]", why);
+        }
+        if (r->include_usage) { buf_str(&b, ","); usage_json(&b, s); }
+        buf_str(&b, "}\n\ndata: [DONE]\n\n");
+        chunk(c, &b);
+        buf_free(&b);
+        conn_send(c, "0\r\n\r\n", 5);
+        request_done(c);
+    } else {
+        Buf b = {0};
+        buf_str(&b, "{");
+        reply_id(&b, c, r->chat ? "chat.completion" : "text_completion");
+        if (r->chat) {
+            buf_str(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+            buf_json_str(&b, s->text.p ? s->text.p : "", s->text.len);
+            buf_fmt(&b, "},\"logprobs\":null,\"finish_reason\":\"%s\"}],", why);
+        } else {
+            buf_str(&b, ",\"choices\":[{\"index\":0,\"text\":");
+            buf_json_str(&b, s->text.p ? s->text.p : "", s->text.len);
+            buf_fmt(&b, ",\"logprobs\":null,\"finish_reason\":\"%s\"}],", why);
+        }
+        usage_json(&b, s);
+        buf_str(&b, "}");
+        send_json(c, 200, &b);
+        buf_free(&b);
+    }
+    slot_release();
+}
+
+/* The request's ids (the chat template, or the plain encoding), or an answer of 400. */
+static int request_ids(Conn *c, int32_t **ids) {
+    const Tokenizer *tok = S.sm->tok;
+    Req *r = &c->req;
+    *ids = NULL;
+    int n;
+    if (r->chat) {
+        if (tokenizer_chat_family(tok) == TOK_CHAT_NONE) {
+            BAD_REQUEST(c, "messages", "this model's tokenizer has no chat template: use /v1/completions");
+            return -1;
+        }
+        if (r->think != TOK_THINK_DEFAULT && !tokenizer_chat_has_thinking(tok)) {
+            BAD_REQUEST(c, "chat_template_kwargs.enable_thinking",
+                        "chat_template_kwargs.enable_thinking: this model's chat template has no thinking switch");
+            return -1;
+        }
+        bool has_system = false;
+        for (int i = 0; i < r->n_msgs; i++) has_system |= !strcmp(r->msgs[i].role, "system");
+        ChatMsg *m = r->msgs;
+        int nm = r->n_msgs;
+        ChatMsg *with = NULL;
+        if (!has_system && S.sm->system) {   /* --system: the system message of chats that bring none */
+            with = malloc((size_t)(nm + 1) * sizeof *with);
+            if (!with) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); return -1; }
+            with[0] = (ChatMsg){ "system", S.sm->system, strlen(S.sm->system) };
+            memcpy(with + 1, m, (size_t)nm * sizeof *m);
+            m = with;
+            nm++;
+        }
+        size_t tl;
+        char *text = tokenizer_chat_render_think(tok, m, nm, true, false, r->think, &tl);
+        free(with);
+        if (!text) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); return -1; }
+        n = tokenizer_encode(tok, text, tl, false, ids);
+        free(text);
+    } else {
+        n = tokenizer_encode(tok, r->prompt, r->prompt_len, true, ids);
+        if (n == 0) {
+            BAD_REQUEST(c, "prompt", "prompt: empty, and this model adds no BOS token");
+            return -1;
+        }
+    }
+    if (n < 0) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); return -1; }
+    for (int i = 0; i < n; i++)
+        if ((*ids)[i] < 0 || (*ids)[i] >= model_info.vocab_size) {
+            send_error(c, 500, "server_error", NULL, NULL, "the tokenizer gave id %d, outside the vocabulary",
+                       (*ids)[i]);
+            return -1;
+        }
+    if (n > S.sm->ctx) {
+        send_error(c, 400, "invalid_request_error", r->chat ? "messages" : "prompt", "context_length_exceeded",
+                   "the prompt is %d tokens, longer than the context (%d tokens)", n, S.sm->ctx);
+        return -1;
+    }
+    return n;
+}
+
+/* Starts the oldest queued request in the free slot; false when the queue is empty. */
+static bool slot_start(void) {
+    Slot *s = &S.slot;
+    while (S.n_queue > 0) {
+        int ci = S.queue[0];
+        memmove(S.queue, S.queue + 1, (size_t)--S.n_queue * sizeof *S.queue);
+        Conn *c = &S.conns[ci];
+        int32_t *ids;
+        int n = request_ids(c, &ids);
+        if (n < 0) { free(ids); continue; }
+        memcpy(s->ids, ids, (size_t)n * sizeof *ids);
+        free(ids);
+        Req *r = &c->req;
+        s->active = true;
+        s->conn = ci;
+        s->req = r;
+        s->n_ids = s->n_prompt = n;
+        s->n_fed = 0;
+        s->n_gen = 0;
+        long room = S.sm->ctx - n + 1;   /* the last token is sampled from position ctx-1 and never fed back */
+        s->max_new = r->max_tokens < 0 || r->max_tokens > room ? room : r->max_tokens;
+        s->dev_argmax = !sample_needs_logits(&r->sp);
+        sampler_reset(&s->smp);
+        sampler_seed(&s->smp, r->has_seed ? r->seed
+                                          : (unsigned long long)time(NULL) ^ (unsigned long long)(now_s() * 1e9));
+        for (int i = 0; i < n; i++) sampler_add(&s->smp, s->ids[i], false);
+        tokdec_init(&s->dec, S.sm->tok, false);
+        /* a completion continues its prompt: the decoder sees the prompt first (SentencePiece then keeps the
+         * continuation's leading space), as the command line's echo does; a chat reply starts afresh */
+        if (!r->chat)
+            for (int i = 0; i < n; i++) tokdec_push(&s->dec, s->ids[i], S.piece, S.piece_cap);
+        s->text.len = 0;
+        s->sent = 0;
+        s->finish = 0;
+        s->t_start = now_s();
+        c->state = CONN_SERVING;
+        S.n_requests++;
+        if (r->stream) stream_open(s, c);
+        return true;
+    }
+    return false;
+}
+
+/* the text's end that may still become a stop string: held back from the stream */
+static size_t stop_holdback(const Slot *s) {
+    size_t hold = 0;
+    for (int q = 0; q < s->req->n_stop; q++) {
+        size_t L = s->req->stop_len[q];
+        for (size_t k = L - 1; k > hold; k--)
+            if (k <= s->text.len && !memcmp(s->text.p + s->text.len - k, s->req->stop[q], k)) { hold = k; break; }
+    }
+    return hold;
+}
+
+/* Appends text[0..n) (one sampled id's) to the reply; true when a stop string ended it (the reply is cut
+ * right before the stop string). */
+static bool slot_add_text(Slot *s, const char *text, size_t n) {
+    size_t before = s->text.len;
+    buf_add(&s->text, text, n);
+    for (int q = 0; q < s->req->n_stop; q++) {
+        size_t L = s->req->stop_len[q];
+        if (s->text.len < L) continue;
+        for (size_t at = before + 1 >= L ? before + 1 - L : 0; at + L <= s->text.len; at++)
+            if (!memcmp(s->text.p + at, s->req->stop[q], L)) {
+                s->text.len = at;
+                s->text.p[at] = 0;
+                return true;
+            }
+    }
+    return false;
+}
+
+/* One unit of model work: a prefill chunk, or one sampled token (and its decode step). */
+static void slot_step(void) {
+    Slot *s = &S.slot;
+    Conn *c = &S.conns[s->conn];
+    const Req *r = s->req;
+    double t0 = now_s();
+    float *lg = s->dev_argmax ? NULL : S.logits;
+    if (s->n_fed < s->n_prompt) {
+        int mb = model_info.max_batch > 0 ? model_info.max_batch : 1;
+        int k = s->n_prompt - s->n_fed < mb ? s->n_prompt - s->n_fed : mb;
+        s->next = model_forward(S.sm->model, s->ids + s->n_fed, k, s->n_fed, lg);
+        s->n_fed += k;
+        S.busy_s += now_s() - t0;
+        return;
+    }
+    if (s->n_gen >= s->max_new) { s->finish = FIN_LENGTH; slot_finish(s); return; }
+    int tok = s->dev_argmax ? s->next : sampler_sample(&s->smp, &r->sp, S.logits);
+    if (s->n_gen == 0) s->t_first = now_s() - s->t_start;
+    if (!r->ignore_eos && S.sm->is_stop(tok)) {
+        slot_add_text(s, S.piece, tokdec_flush(&s->dec, S.piece, S.piece_cap));
+        s->finish = FIN_STOP;
+        slot_finish(s);
+        return;
+    }
+    s->ids[s->n_ids++] = tok;
+    sampler_add(&s->smp, tok, true);
+    s->n_gen++;
+    size_t n = tokdec_push(&s->dec, tok, S.piece, S.piece_cap);
+    bool stopped = slot_add_text(s, S.piece, n);
+    if (!stopped && s->n_gen >= s->max_new) {
+        stopped = slot_add_text(s, S.piece, tokdec_flush(&s->dec, S.piece, S.piece_cap));
+        if (!stopped) { s->finish = FIN_LENGTH; slot_finish(s); return; }
+    }
+    if (s->text.oom) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); slot_release(); return; }
+    if (stopped) { s->finish = FIN_STOP; slot_finish(s); return; }
+    if (r->stream) stream_text(s, c, s->text.len - stop_holdback(s));
+    s->next = model_forward(S.sm->model, s->ids + s->n_fed, 1, s->n_fed, lg);
+    s->n_fed++;
+    S.busy_s += now_s() - t0;
+}
+
+/* ---------------------------------------------------------------- routes */
+static bool key_ok(const Conn *c) {   /* "Bearer KEY", compared in time independent of where they differ */
+    const char *key = S.so->api_key;
+    if (!key) return true;
+    const char *got = c->auth.p ? c->auth.p : "";
+    size_t gl = c->auth.len;
+    if (gl >= 7 && !strncasecmp(got, "Bearer ", 7)) { got += 7; gl -= 7; }
+    else gl = 0, got = "";
+    size_t kl = strlen(key);
+    unsigned diff = (unsigned)(gl != kl);
+    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < gl ? got[i] : 0);
+    return diff == 0;
+}
+
+static void route(int ci) {
+    Conn *c = &S.conns[ci];
+    c->serial = ++S.serial;
+    c->created = (long)time(NULL);
+    const char *url = c->url.p ? c->url.p : "";
+    size_t ul = strcspn(url, "?");
+    int method = llhttp_get_method(&c->http);
+    bool get = method == HTTP_GET, post = method == HTTP_POST;
+#define PATH(s) (ul == strlen(s) && !strncmp(url, s, ul))
+    if (PATH("/health")) {
+        if (!get) { send_error(c, 405, "invalid_request_error", NULL, NULL, "/health takes GET"); return; }
+        Buf b = {0};
+        buf_str(&b, "{\"status\":\"ok\"}");
+        send_json(c, 200, &b);
+        buf_free(&b);
+        return;
+    }
+    if (!key_ok(c)) {
+        send_error(c, 401, "invalid_request_error", NULL, "invalid_api_key", "Incorrect API key provided");
+        return;
+    }
+    if (PATH("/v1/models")) {
+        if (!get) { send_error(c, 405, "invalid_request_error", NULL, NULL, "/v1/models takes GET"); return; }
+        Buf b = {0};
+        buf_str(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
+        buf_json_str(&b, S.name, strlen(S.name));
+        buf_fmt(&b, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"llmcc\",\"meta\":{\"architecture\":",
+                S.created_base);
+        buf_json_str(&b, model_info.architecture, strlen(model_info.architecture));
+        buf_fmt(&b, ",\"context\":%d,\"target\":", S.sm->ctx);
+        buf_json_str(&b, model_info.target, strlen(model_info.target));
+        buf_str(&b, "}}]}");
+        send_json(c, 200, &b);
+        buf_free(&b);
+        return;
+    }
+    bool chat = PATH("/v1/chat/completions");
+    if (chat || PATH("/v1/completions")) {
+        if (!post) {
+            send_error(c, 405, "invalid_request_error", NULL, NULL, "%.*s takes POST", (int)ul, url);
+            return;
+        }
+        if (g_stop) { send_error(c, 503, "server_error", NULL, NULL, "the server is shutting down"); return; }
+        if (!parse_request(c, chat)) return;
+        c->state = CONN_QUEUED;
+        S.queue[S.n_queue++] = ci;
+        return;
+    }
+#undef PATH
+    send_error(c, 404, "invalid_request_error", NULL, NULL, "no route %.*s (the routes: /v1/chat/completions, "
+               "/v1/completions, /v1/models, /health)", (int)(ul > 200 ? 200 : ul), url);
+}
+
+/* ---------------------------------------------------------------- connections */
+static void conn_close(int ci) {
+    Conn *c = &S.conns[ci];
+    if (c->fd < 0) return;
+    if (S.slot.active && S.slot.conn == ci) slot_release();   /* the client went away: its slot is free at once */
+    for (int q = 0; q < S.n_queue; q++)
+        if (S.queue[q] == ci) {
+            memmove(S.queue + q, S.queue + q + 1, (size_t)(--S.n_queue - q) * sizeof *S.queue);
+            q--;
+        }
+    close(c->fd);
+    c->fd = -1;
+    req_free(&c->req);
+    buf_free(&c->in); buf_free(&c->out); buf_free(&c->url); buf_free(&c->body); buf_free(&c->auth);
+}
+
+static void conn_pump(int ci);
+
+/* A reply is complete: the next request on the connection may be read. */
+static void request_done(Conn *c) {
+    c->state = c->keep_alive ? CONN_READING : CONN_CLOSING;
+    c->t_request = c->t_active = now_s();
+    c->in_request = false;
+    c->head_bytes = 0;
+    c->body.len = c->url.len = c->auth.len = 0;
+    if (c->keep_alive) llhttp_resume(&c->http);
+}
+
+/* Parses what has been read; a complete request goes to its route. */
+static void conn_pump(int ci) {
+    Conn *c = &S.conns[ci];
+    while (c->fd >= 0 && c->state == CONN_READING && c->in.len > 0) {
+        llhttp_errno_t err = llhttp_execute(&c->http, c->in.p, c->in.len);
+        size_t used = c->in.len;
+        if (err == HPE_PAUSED) used = (size_t)(llhttp_get_error_pos(&c->http) - c->in.p);
+        memmove(c->in.p, c->in.p + used, c->in.len - used);
+        c->in.len -= used;
+        if (err == HPE_PAUSED) { route(ci); continue; }
+        if (err != HPE_OK) {
+            c->keep_alive = false;
+            if (c->error_status == 413)
+                send_error(c, 413, "invalid_request_error", NULL, NULL,
+                           "the body is larger than --max-body (%ld bytes)", S.so->max_body);
+            else if (c->error_status == 431)
+                send_error(c, 431, "invalid_request_error", NULL, NULL,
+                           "the request's headers are larger than %d bytes", HEAD_MAX);
+            else if (c->error_status == 414)
+                send_error(c, 414, "invalid_request_error", NULL, NULL, "the URL is too long");
+            else {
+                const char *why = llhttp_get_error_reason(&c->http);
+                send_error(c, 400, "invalid_request_error", NULL, NULL, "bad HTTP request: %s",
+                           why ? why : llhttp_errno_name(err));
+            }
+            c->in.len = 0;
+        }
+    }
+}
+
+static void conn_flush(Conn *c) {
+    while (c->fd >= 0 && c->out_off < c->out.len) {
+        ssize_t k = send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) { c->out_off += (size_t)k; c->t_active = now_s(); continue; }
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+        c->state = CONN_CLOSING;   /* the peer is gone: dropped below */
+        c->out.len = c->out_off = 0;
+        return;
+    }
+    if (c->out_off == c->out.len) c->out.len = c->out_off = 0;
+}
+
+static void conn_read(int ci) {
+    Conn *c = &S.conns[ci];
+    char tmp[65536];
+    for (;;) {
+        ssize_t k = recv(c->fd, tmp, sizeof tmp, MSG_DONTWAIT);
+        if (k > 0) {
+            c->t_active = now_s();
+            if (c->state == CONN_CLOSING) continue;   /* a reply that closes: what follows is dropped */
+            buf_add(&c->in, tmp, (size_t)k);
+            if (c->in.oom) { conn_close(ci); return; }
+            if (c->state == CONN_READING) conn_pump(ci);   /* parsed as it comes: a body is bounded as it grows */
+            else if (c->in.len > IN_PENDING_MAX) return;   /* pipelined past a request in service: poll waits */
+            if (c->fd < 0) return;
+            continue;
+        }
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (k < 0 && errno == EINTR) continue;
+        conn_close(ci);   /* the client closed (or reset) the connection: whatever it asked for is dropped */
+        return;
+    }
+}
+
+static void conn_accept(void) {
+    for (;;) {
+        int fd = accept(S.listen_fd, NULL, NULL);
+        if (fd < 0) return;
+        int ci = -1;
+        for (int i = 0; i < S.n_conns; i++) if (S.conns[i].fd < 0) { ci = i; break; }
+        if (ci < 0) {   /* too many connections: this one is told so and closed */
+            static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                "Content-Length: 88\r\nConnection: close\r\n\r\n"
+                "{\"error\":{\"message\":\"too many connections\",\"type\":\"server_error\",\"param\":null,"
+                "\"code\":null}}\n";
+            ssize_t w = send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)w;
+            close(fd);
+            continue;
+        }
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);   /* a token's event goes out at once */
+        Conn *c = &S.conns[ci];
+        memset(c, 0, sizeof *c);
+        c->fd = fd;
+        c->state = CONN_READING;
+        llhttp_init(&c->http, HTTP_REQUEST, &g_http);
+        c->http.data = c;
+        c->t_request = c->t_active = now_s();
+    }
+}
+
+/* ---------------------------------------------------------------- the loop */
+static void print_stats(void) {
+    double now = now_s(), dt = now - S.t_last_stats;
+    long out = S.n_tokens_out + (S.slot.active ? S.slot.n_gen : 0);
+    int open = 0;
+    for (int i = 0; i < S.n_conns; i++) open += S.conns[i].fd >= 0;
+    fprintf(stderr, "%s: %ld requests (%ld answered with an error), %ld prompt tokens, %ld generated; "
+            "%.1f tok/s generated over the last %.0f s; slot 0 %s; queue %d; %d connections; model busy %.0f%%\n",
+            S.name, S.n_requests, S.n_errors, S.n_tokens_in, out, dt > 0 ? (out - S.last_tokens_out) / dt : 0.0, dt,
+            S.slot.active ? "busy" : "idle", S.n_queue, open,
+            now > S.t_start ? 100 * S.busy_s / (now - S.t_start) : 0.0);
+    S.t_last_stats = now;
+    S.last_tokens_out = out;
+}
+
+static int open_listener(void) {
+    const ServeOpts *so = S.so;
+    char port[16];
+    snprintf(port, sizeof port, "%d", so->port);
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int e = getaddrinfo(so->host, port, &hints, &res);
+    if (e) { fprintf(stderr, "%s: --host %s: %s\n", S.name, so->host, gai_strerror(e)); return -1; }
+    int fd = -1, last = 0;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) { last = errno; continue; }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) { last = errno; close(fd); fd = -1; }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        fprintf(stderr, "%s: cannot listen on %s port %d: %s\n", S.name, so->host, so->port, strerror(last));
+        return -1;
+    }
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    char host[128] = "?";
+    int bound = so->port;
+    if (getsockname(fd, (struct sockaddr *)&sa, &sl) == 0) {
+        if (sa.ss_family == AF_INET) {
+            struct sockaddr_in *in4 = (struct sockaddr_in *)&sa;
+            inet_ntop(AF_INET, &in4->sin_addr, host, sizeof host);
+            bound = ntohs(in4->sin_port);
+        } else if (sa.ss_family == AF_INET6) {
+            struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&sa;
+            host[0] = '[';
+            inet_ntop(AF_INET6, &in6->sin6_addr, host + 1, sizeof host - 2);
+            strcat(host, "]");
+            bound = ntohs(in6->sin6_port);
+        }
+    }
+    fprintf(stderr, "%s: serving on http://%s:%d/v1 (%d slot, context %d, %s)\n", S.name, host, bound,
+            so->parallel, S.sm->ctx, S.sm->compute);
+    return fd;
+}
+
+int serve_run(const ServeOpts *so, const ServeModel *sm) {
+    memset(&S, 0, sizeof S);
+    S.so = so;
+    S.sm = sm;
+    S.name = model_info.name && *model_info.name ? model_info.name : "llmcc";
+    S.created_base = (long)time(NULL);
+    S.t_start = S.t_last_stats = now_s();
+    llhttp_settings_init(&g_http);
+    g_http.on_message_begin = on_message_begin;
+    g_http.on_url = on_url;
+    g_http.on_header_field = on_header_field;
+    g_http.on_header_field_complete = on_header_field_complete;
+    g_http.on_header_value = on_header_value;
+    g_http.on_headers_complete = on_headers_complete;
+    g_http.on_body = on_body;
+    g_http.on_message_complete = on_message_complete;
+
+    S.n_conns = so->max_conns;
+    S.conns = calloc((size_t)S.n_conns, sizeof *S.conns);
+    S.queue = malloc((size_t)S.n_conns * sizeof *S.queue);
+    struct pollfd *pfd = malloc((size_t)(S.n_conns + 1) * sizeof *pfd);
+    int *pidx = malloc((size_t)(S.n_conns + 1) * sizeof *pidx);
+    S.logits = malloc((size_t)model_info.vocab_size * sizeof *S.logits);
+    S.piece_cap = tokenizer_max_piece_bytes(sm->tok) + 64;
+    S.piece = malloc(S.piece_cap);
+    S.slot.ids = malloc((size_t)(sm->ctx + 2) * sizeof *S.slot.ids);
+    S.slot.conn = -1;
+    if (!S.conns || !S.queue || !pfd || !pidx || !S.logits || !S.piece || !S.slot.ids ||
+        sampler_init(&S.slot.smp, model_info.vocab_size)) {
+        fprintf(stderr, "%s: out of memory\n", S.name);
+        return 1;
+    }
+    for (int i = 0; i < S.n_conns; i++) S.conns[i].fd = -1;
+
+    struct sigaction sa = {0};
+    sa.sa_handler = on_stop;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = on_usr1;
+    sigaction(SIGUSR1, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    S.listen_fd = open_listener();
+    if (S.listen_fd < 0) return 1;
+    int status = 0;
+    for (;;) {
+        if (g_stop && S.listen_fd >= 0) {   /* drain: no new connections, what is in flight finishes */
+            close(S.listen_fd);
+            S.listen_fd = -1;
+            fprintf(stderr, "%s: stopping: finishing %d request(s) in flight\n", S.name,
+                    S.n_queue + (S.slot.active ? 1 : 0));
+        }
+        if (g_usr1) { g_usr1 = 0; print_stats(); }
+        double now = now_s();
+        if (so->stats && now - S.t_last_stats >= so->stats_every) print_stats();
+        if (!S.slot.active) slot_start();
+        int np = 0;
+        if (S.listen_fd >= 0) { pfd[np] = (struct pollfd){ S.listen_fd, POLLIN, 0 }; pidx[np++] = -1; }
+        int open = 0;
+        for (int i = 0; i < S.n_conns; i++) {
+            Conn *c = &S.conns[i];
+            if (c->fd < 0) continue;
+            conn_flush(c);
+            bool drained = c->out_off == c->out.len;
+            if (c->state == CONN_CLOSING && drained && !c->lingering) {
+                /* our side shut; what the client still sends (a body refused as too large) is read and dropped
+                 * for a moment, so that the kernel does not reset the connection before the reply is read */
+                shutdown(c->fd, SHUT_WR);
+                c->lingering = true;
+                c->t_active = now;
+            }
+            if (c->lingering && now - c->t_active > (so->timeout_s < 2 ? so->timeout_s : 2)) {
+                conn_close(i);
+                continue;
+            }
+            /* timeouts: a request that does not arrive whole, a reply not taken up, an idle keep-alive */
+            bool waiting = c->state == CONN_READING;
+            bool idle = waiting && c->in.len == 0 && !c->in_request;
+            if ((waiting && !idle && now - c->t_request > so->timeout_s) ||
+                (idle && now - c->t_active > so->timeout_s) ||
+                (!drained && now - c->t_active > so->timeout_s) ||
+                (g_stop && idle)) {
+                if (waiting && !idle && drained && c->fd >= 0 && !g_stop) {
+                    c->keep_alive = false;
+                    send_error(c, 408, "invalid_request_error", NULL, NULL, "the request did not arrive within %d s",
+                               so->timeout_s);
+                    conn_flush(c);
+                }
+                conn_close(i);
+                continue;
+            }
+            open++;
+            short ev = 0;
+            if (c->state == CONN_READING || c->in.len <= IN_PENDING_MAX) ev |= POLLIN;
+            if (!drained) ev |= POLLOUT;
+            pfd[np] = (struct pollfd){ c->fd, ev, 0 };
+            pidx[np++] = i;
+        }
+        if (g_stop && !S.slot.active && S.n_queue == 0 && open == 0) break;
+        bool work = S.slot.active || S.n_queue > 0;
+        int r = poll(pfd, (nfds_t)np, work ? 0 : 250);
+        if (r < 0 && errno != EINTR) { fprintf(stderr, "%s: poll: %s\n", S.name, strerror(errno)); status = 1; break; }
+        for (int k = 0; r > 0 && k < np; k++) {
+            if (!pfd[k].revents) continue;
+            if (pidx[k] < 0) { conn_accept(); continue; }
+            int ci = pidx[k];
+            Conn *c = &S.conns[ci];
+            if (c->fd < 0) continue;
+            if (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)) conn_read(ci);
+            if (c->fd >= 0 && (pfd[k].revents & POLLOUT)) conn_flush(c);
+        }
+        if (S.slot.active) slot_step();
+        for (int i = 0; i < S.n_conns; i++)   /* a finished reply lets a pipelined request through */
+            if (S.conns[i].fd >= 0 && S.conns[i].state == CONN_READING && S.conns[i].in.len) conn_pump(i);
+    }
+    if (S.so->stats) print_stats();
+    for (int i = 0; i < S.n_conns; i++) conn_close(i);
+    if (S.listen_fd >= 0) close(S.listen_fd);
+    sampler_free(&S.slot.smp);
+    buf_free(&S.slot.text);
+    free(S.slot.ids); free(S.logits); free(S.piece); free(S.conns); free(S.queue); free(pfd); free(pidx);
+    return status;
+}

@@ -1,0 +1,35 @@
+/* serve.h: --serve, the executable as an OpenAI-compatible HTTP server (serve.c). run.c loads the payload, the
+ * tokenizer and the model, then hands them over here. */
+#ifndef LLMCC_SERVE_H
+#define LLMCC_SERVE_H
+#include "model_api.h"
+#include "sample.h"
+#include "tokenizer.h"
+#include <stdbool.h>
+
+typedef struct {
+    const char *host;         /* address to bind (default 127.0.0.1) */
+    int port;                 /* 0: one the system picks (printed on stderr) */
+    int parallel;             /* requests decoded at once (slots) */
+    const char *api_key;      /* NULL: none asked */
+    long max_body;            /* request body bytes at most */
+    int timeout_s;            /* a request must arrive whole, a reply be taken up, within this; idle keep-alive */
+    int max_conns;            /* open connections at most */
+    bool stats;               /* a line on stderr every stats_every seconds (SIGUSR1: at once, always) */
+    int stats_every;
+} ServeOpts;
+
+typedef struct {
+    Model *model;
+    const Tokenizer *tok;     /* never NULL: the server speaks text */
+    int ctx;                  /* KV-cache positions */
+    SampleParams defaults;    /* generation_config's sampling, or the command line's */
+    const char *system;       /* --system: the system message when a chat brings none (NULL: the template's) */
+    bool (*is_stop)(int id);  /* generation_config's EOS ids and the chat template's end of turn */
+    const char *compute;      /* what runs the kernels (model_threads) */
+} ServeModel;
+
+/* Serves until SIGTERM or SIGINT (then finishes what is in flight). Returns the exit status; a setup error
+ * (the address in use) is one line on stderr and 1. */
+int serve_run(const ServeOpts *so, const ServeModel *sm);
+#endif

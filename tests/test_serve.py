@@ -1,0 +1,472 @@
+"""--serve: the executable as an OpenAI-compatible HTTP server, on loopback only.
+
+Two executables, built for the cpu target (with sanitizers under make test-asan): for chat the qwen2-tok
+fixture's (scripts/make_fixture.py: random weights, the real Qwen2.5 tokenizer and chat template,
+generation_config's sampling; after an id that is a multiple of 5 the model emits <|im_end|>, so its replies are
+short), for completions the real pretrained tiny Llama of ../shared/assets/aidreams260K (stories, a
+SentencePiece tokenizer, no chat template). The official `openai` client
+(PyPI) talks to it; the raw-socket tests send what a client library would not. Every server a test starts
+stops with SIGTERM and must exit 0 with no sanitizer report on stderr."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from testlib import ROOT, LLMCC, Skip, run, shared, tmpdir
+
+SANITIZE = os.environ.get("LLMCC_SANITIZE") == "1"
+_exes = {}
+
+
+def exe(kind="qwen"):
+    """Builds a cpu executable once per run: "qwen" (the qwen2-tok fixture) or "stories" (aidreams260K)."""
+    if kind in _exes:
+        return _exes[kind]
+    fx, out = tmpdir("serve_fx_" + kind), os.path.join(tmpdir("serve_build_" + kind), "proj")
+    if kind == "qwen":
+        shared("tokenizers", "qwen2.5-instruct", "tokenizer.json")
+        run([sys.executable, os.path.join(ROOT, "scripts", "make_fixture.py"), "qwen2-tok", fx, "--dtype", "bf16"])
+    else:
+        ref = shared("aidreams260K")
+        run([sys.executable, os.path.join(ROOT, "scripts", "convert_llama2c.py"),
+             os.path.join(ref, "aidreams260K.bin"), os.path.join(ref, "tok512.bin"), fx])
+    run([LLMCC, "build", fx, "-o", out, "--target", "cpu", "--ctx", "256", "--name", kind])
+    args = ["make", "-C", out, "-s", "-j2"]
+    if SANITIZE:
+        san = "-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
+        args += ["CFLAGS=" + san, "LDFLAGS=" + san]
+    run(args)
+    _exes[kind] = os.path.join(out, kind)
+    return _exes[kind]
+
+
+ENV = dict(os.environ, OMP_NUM_THREADS="1", ASAN_OPTIONS="detect_leaks=1")
+
+
+class Server:
+    """A --serve process on a free loopback port: `with Server(...) as s:`; s.port, s.url."""
+
+    def __init__(self, *args, kind="qwen"):
+        self.args = [str(a) for a in args]
+        self.kind = kind
+
+    def __enter__(self):
+        self.err = open(os.path.join(tmpdir("serve_logs"), "stderr-%d.txt" % time.monotonic_ns()), "w+")
+        self.p = subprocess.Popen([exe(self.kind), "--serve", "--port", "0", "--threads", "1"] + self.args,
+                                  stdout=subprocess.DEVNULL, stderr=self.err, env=ENV)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            m = re.search(r"serving on http://127\.0\.0\.1:(\d+)/v1", self.stderr())
+            if m:
+                self.port = int(m.group(1))
+                self.url = "http://127.0.0.1:%d/v1" % self.port
+                return self
+            if self.p.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.p.kill()
+        raise AssertionError("the server did not start: " + self.stderr())
+
+    def stderr(self):
+        self.err.flush()
+        with open(self.err.name) as f:
+            return f.read()
+
+    def stop(self, timeout=60):
+        """SIGTERM: what is in flight finishes, then exit 0."""
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+        rc = self.p.wait(timeout=timeout)
+        err = self.stderr()
+        assert rc == 0, (rc, err[-3000:])
+        assert "Sanitizer" not in err and "runtime error" not in err, err[-3000:]
+        return err
+
+    def __exit__(self, kind, value, tb):
+        if kind is None:
+            self.stop()
+        else:
+            self.p.kill()
+            self.p.wait()
+        self.err.close()
+
+
+def client(server, **kw):
+    try:
+        import openai
+    except ImportError:
+        raise Skip("the openai package (PyPI) is not installed (make deps)")
+    return openai.OpenAI(base_url=server.url, api_key=kw.pop("api_key", "none"), max_retries=0, timeout=60, **kw)
+
+
+def cli(*args, kind="qwen"):
+    p = run([exe(kind)] + [str(a) for a in args] + ["--threads", "1"], env={"OMP_NUM_THREADS": "1"})
+    assert p.stdout.endswith("\n"), p.stdout
+    return p.stdout[:-1]
+
+
+def http(port, raw, read_until_close=True, timeout=20):
+    """Sends raw bytes, returns what came back (until the server closes, or one reply when not)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(raw)
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+            if not read_until_close and b"\r\n\r\n" in data:
+                head, _, body = data.partition(b"\r\n\r\n")
+                m = re.search(rb"Content-Length: (\d+)", head)
+                if m and len(body) >= int(m.group(1)):
+                    break
+        return data
+    finally:
+        s.close()
+
+
+def status_and_json(reply):
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body) if body.strip() else None
+
+
+def post(port, path, body, headers=""):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return status_and_json(http(port, b"POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%sContent-Length: %d\r\n\r\n"
+                                % (path.encode(), headers.encode(), len(data)) + data))
+
+
+# ---------------------------------------------------------------- the openai client
+
+
+def test_chat_stream_equals_plain_equals_command_line():
+    """For one seed, the chat text streamed equals the text answered whole equals --prompt's on the command line
+    (the chat template applied as --prompt does, the default system prompt)."""
+    with Server() as s:
+        c = client(s)
+        msgs = [{"role": "user", "content": "Tell me about the sea."}]
+        for seed in (1, 7, 11):
+            args = dict(model="qwen", seed=seed, temperature=0.9, max_tokens=24)
+            whole = c.chat.completions.create(messages=msgs, **args)
+            assert whole.object == "chat.completion" and whole.choices[0].message.role == "assistant"
+            text = whole.choices[0].message.content
+            assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
+            chunks = list(c.chat.completions.create(messages=msgs, stream=True, **args))
+            assert chunks[0].choices[0].delta.role == "assistant"
+            assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+            assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == text
+            assert text == cli("--prompt", "Tell me about the sea.", "--seed", seed, "--temperature", 0.9, "-n", 24)
+        # the rigged model ends its turn with <|im_end|>: finish_reason stop, the end-of-turn not in the text
+        r = c.chat.completions.create(model="qwen", messages=msgs, temperature=0, max_tokens=100)
+        assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens < 100, r
+        assert r.choices[0].message.content == cli("--prompt", "Tell me about the sea.", "--temperature", 0)
+        # past the end of turn (ignore_eos): max_tokens, finish_reason length
+        r = c.chat.completions.create(model="qwen", messages=msgs, max_tokens=9, extra_body={"ignore_eos": True})
+        assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 9, r
+        # a system message of the request's own replaces the template's default
+        r = c.chat.completions.create(model="qwen", temperature=0, max_tokens=20, messages=[
+            {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+        assert r.choices[0].message.content == cli("--system", "Be brief.", "--prompt", "Hi", "--temperature", 0)
+        assert r.usage.prompt_tokens == len(cli("--system", "Be brief.", "--prompt", "Hi", "--tokenize").split())
+        assert [m.id for m in c.models.list().data] == ["qwen"]
+
+
+def test_completions_stream_equals_plain_equals_command_line():
+    """Completions (the plain encoding, BOS as the tokenizer says) on a real tiny Llama: streamed = whole =
+    --no-chat --prompt, one event per token, usage in the stream when asked for."""
+    with Server(kind="stories") as s:
+        c = client(s)
+        for seed in (1, 7):
+            args = dict(model="stories", seed=seed, temperature=0.9, max_tokens=40)
+            whole = c.completions.create(prompt="Once upon a time", **args)
+            text = whole.choices[0].text
+            assert whole.object == "text_completion" and whole.usage.completion_tokens == 40, whole
+            assert whole.choices[0].finish_reason == "length"
+            chunks = list(c.completions.create(prompt="Once upon a time", stream=True, **args))
+            assert "".join(ch.choices[0].text for ch in chunks) == text
+            assert len(chunks) >= 30, len(chunks)   # an event per token (the last carries finish_reason)
+            assert chunks[-1].choices[0].finish_reason == "length"
+            assert "Once upon a time" + text == cli("--prompt", "Once upon a time", "--seed", seed, "--temperature",
+                                                    0.9, "-n", 40, kind="stories")
+        chunks = list(c.completions.create(model="stories", prompt="Once", stream=True, max_tokens=5,
+                                           stream_options={"include_usage": True}))
+        assert chunks[-1].usage.completion_tokens == 5, chunks[-1]
+
+
+def test_sampling_fields_match_command_line():
+    """top_k, top_p, min_p, repetition, frequency and presence penalties: the same draw as the command line's."""
+    with Server(kind="stories") as s:
+        c = client(s)
+        for body, flags in (({"top_k": 5, "top_p": 0.8}, ["--top-k", 5, "--top-p", 0.8]),
+                            ({"min_p": 0.05, "repetition_penalty": 1.3}, ["--min-p", 0.05, "--repeat-penalty", 1.3]),
+                            ({"frequency_penalty": 1.5, "presence_penalty": 0.5},
+                             ["--frequency-penalty", 1.5, "--presence-penalty", 0.5])):
+            r = c.completions.create(model="stories", prompt="Once upon a time", seed=3, temperature=1.0,
+                                     max_tokens=30, extra_body=body)
+            want = cli("--prompt", "Once upon a time", "--seed", 3, "--temperature", 1.0, "-n", 30, *flags,
+                       kind="stories")
+            assert "Once upon a time" + r.choices[0].text == want, (body, r.choices[0].text, want)
+
+
+def test_stop_strings_across_token_boundaries():
+    with Server(kind="stories") as s:
+        c = client(s)
+        args = dict(model="stories", prompt="Once upon a time", temperature=0, max_tokens=60)
+        pieces = [ch.choices[0].text for ch in c.completions.create(stream=True, **args)]
+        pieces = [p for p in pieces if p]
+        full = "".join(pieces)
+        # a stop string made of the end of one token's text and the start of the next one's, first seen there
+        stop = None
+        for k in range(3, len(pieces) - 1):
+            cand = pieces[k][-2:] + pieces[k + 1][:2]
+            if len(pieces[k]) >= 2 and len(pieces[k + 1]) >= 2 and full.index(cand) == len("".join(pieces[:k + 1])) - 2:
+                stop = cand
+                break
+        assert stop, pieces
+        want = full[:full.index(stop)]
+        for stream in (False, True):
+            if stream:
+                got = "".join(ch.choices[0].text for ch in c.completions.create(
+                    stream=True, stop=[stop, "never appears \u00e9"], **args))
+            else:
+                r = c.completions.create(stop=stop, **args)
+                got = r.choices[0].text
+                assert r.choices[0].finish_reason == "stop"
+            assert got == want, (stream, stop, got, want)
+
+
+def test_queued_requests_each_as_alone():
+    """Concurrent requests (1, 3, 8 at once) queue for the slot; each gets exactly what it gets alone."""
+    with Server(kind="stories") as s:
+        c = client(s)
+        prompts = ["Tom had %d" % i for i in range(8)]
+        alone = {p: c.completions.create(model="stories", prompt=p, temperature=0, max_tokens=24).choices[0].text
+                 for p in prompts}
+        for n in (1, 3, 8):
+            got = {}
+
+            def one(p):
+                got[p] = client(s).completions.create(model="stories", prompt=p, temperature=0,
+                                                      max_tokens=24).choices[0].text
+            ts = [threading.Thread(target=one, args=(p,)) for p in prompts[:n]]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(120)
+            assert got == {p: alone[p] for p in prompts[:n]}, n
+
+
+# ---------------------------------------------------------------- what clients get wrong
+
+
+def test_bad_requests_named():
+    with Server() as s:
+        cases = [
+            (b"{not json", None),
+            (b'{"messages": "hi"}', "messages"),
+            (b'{"model": "qwen"}', "messages"),
+            (b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": "ten"}', "max_tokens"),
+            (b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}', "max_tokens"),
+            (b'{"messages": [{"role": "user", "content": "hi"}], "temperature": 5}', "temperature"),
+            (b'{"messages": [{"role": "user", "content": "hi"}], "top_p": "x"}', "top_p"),
+            (b'{"messages": [{"role": "user", "content": "hi"}], "n": 2}', "n"),
+            (b'{"messages": [{"role": "user", "content": "hi"}], "stop": [1]}', "stop"),
+            (b'{"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}', "stream"),
+            (b'{"messages": [{"role": "tool", "content": "hi"}]}', "messages[0].role"),
+            (b'{"messages": [{"role": "user", "content": 5}]}', "messages[0].content"),
+            (b'{"messages": [{"role": "user", "content": "\xff\xfe bad"}]}', "messages[0].content"),
+            (b'{"messages": [{"role": "user", "content": "\\ud800 lone surrogate"}]}', "messages[0].content"),
+            (b'{"messages": [{"role": "user", "content": "hi"}]} trailing', None),
+            (b'{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}', "tools"),
+            (b'{"messages": [{"role": "user", "content": "hi"}], "logprobs": true}', "logprobs"),
+            (b'[1, 2]', None),
+        ]
+        for body, param in cases:
+            st, js = post(s.port, "/v1/chat/completions", body)
+            assert st == 400, (body, st, js)
+            assert js["error"]["type"] == "invalid_request_error" and js["error"]["param"] == param, (body, js)
+            if param:
+                assert js["error"]["message"].startswith(param.split("[")[0]), js
+        st, js = post(s.port, "/v1/completions", {"prompt": "x" * 3000})   # more tokens than the context
+        assert st == 400 and js["error"]["code"] == "context_length_exceeded", js
+        # unknown fields are ignored, as OpenAI does; text parts are joined
+        st, js = post(s.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "hi"}]}], "max_tokens": 2, "logit_bias": {}, "user": "me", "whatever": [1]})
+        assert st == 200 and js["choices"][0]["message"]["role"] == "assistant", js
+        assert status_and_json(http(s.port, b"GET /nowhere HTTP/1.1\r\nConnection: close\r\n\r\n"))[0] == 404
+        assert status_and_json(http(s.port, b"GET /v1/completions HTTP/1.1\r\nConnection: close\r\n\r\n"))[0] == 405
+        assert http(s.port, b"NOT HTTP AT ALL\r\n\r\n").startswith(b"HTTP/1.1 400")
+        # the server still serves
+        st, js = post(s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 3})
+        assert st == 200, js
+
+
+def test_api_key():
+    with Server("--api-key", "s3cret") as s:
+        assert post(s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 2})[0] == 401
+        st, js = post(s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 2}, "Authorization: Bearer s3cre\r\n")
+        assert st == 401 and js["error"]["code"] == "invalid_api_key", js
+        assert post(s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 2},
+                    "Authorization: Bearer s3cret\r\n")[0] == 200
+        assert status_and_json(http(s.port, b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")) == (200, {"status": "ok"})
+        assert status_and_json(http(s.port, b"GET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n"))[0] == 401
+        try:
+            import openai
+        except ImportError:
+            raise Skip("the openai package (PyPI) is not installed (make deps)")
+        ok = client(s, api_key="s3cret").chat.completions.create(model="qwen", messages=[{"role": "user", "content": "x"}],
+                                                                  max_tokens=2)
+        assert ok.choices[0].message.role == "assistant"
+        try:
+            client(s, api_key="wrong").models.list()
+            raise AssertionError("a wrong key was let in")
+        except openai.AuthenticationError:
+            pass
+
+
+def test_huge_body_refused():
+    """A 100 MB body: 413 as soon as its Content-Length is read, and a chunked one when it outgrows --max-body;
+    the server keeps serving."""
+    with Server("--max-body", 65536) as s:
+        sk = socket.create_connection(("127.0.0.1", s.port), timeout=20)
+        sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n")
+        sent, reply = 0, b""
+        try:
+            while sent < 100_000_000:
+                sk.sendall(b"x" * 1_000_000)
+                sent += 1_000_000
+        except OSError:
+            pass
+        sk.settimeout(20)
+        try:
+            while True:
+                b = sk.recv(65536)
+                if not b:
+                    break
+                reply += b
+        except OSError:
+            pass
+        sk.close()
+        assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+        chunked = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + \
+            (b"10000\r\n" + b"y" * 65536 + b"\r\n") * 3 + b"0\r\n\r\n"
+        assert http(s.port, chunked).startswith(b"HTTP/1.1 413")
+        assert post(s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 2})[0] == 200
+
+
+def test_slow_client_dropped_others_served():
+    """A client that sends one byte a second is dropped after --timeout; meanwhile the others are served."""
+    with Server("--timeout", 2) as s:
+        slow = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        req = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n"
+        t0, closed = time.monotonic(), False
+        for i in range(8):
+            try:
+                slow.sendall(req[i:i + 1])
+            except OSError:
+                closed = True
+                break
+            assert post(s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 2})[0] == 200
+            time.sleep(1)
+        slow.settimeout(5)
+        try:
+            got = slow.recv(65536)
+            closed = True
+        except OSError:
+            got = b""
+        slow.close()
+        assert closed and (got == b"" or got.startswith(b"HTTP/1.1 408")), got
+        assert time.monotonic() - t0 < 15
+
+
+def test_client_gone_mid_stream_frees_the_slot():
+    with Server("--stats") as s:
+        body = json.dumps({"prompt": "hi", "max_tokens": 200, "stream": True, "ignore_eos": True}).encode()
+        sk = socket.create_connection(("127.0.0.1", s.port), timeout=20)
+        sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        first = sk.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200") and b"text/event-stream" in first, first
+        sk.close()
+        # the next request is answered at once: the slot was freed, not run to its 200 tokens
+        t0 = time.monotonic()
+        st, js = post(s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 2})
+        assert st == 200, js
+        err = s.stop()
+        m = re.search(r"(\d+) prompt tokens, (\d+) generated", err)
+        assert m and int(m.group(2)) < 200, err   # the 200-token stream was cut short
+        assert time.monotonic() - t0 < 30
+
+
+def test_many_connections_keep_alive_and_pipelining():
+    with Server() as s:
+        socks = [socket.create_connection(("127.0.0.1", s.port), timeout=30) for _ in range(200)]
+        for sk in socks:
+            sk.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        for sk in socks:
+            data = b""
+            while b"\r\n\r\n" not in data or not data.endswith(b"}\n"):
+                b = sk.recv(4096)
+                assert b, data
+                data += b
+            assert data.startswith(b"HTTP/1.1 200") and b"keep-alive" in data, data
+        # keep-alive: a second request on each of a few of them
+        for sk in socks[:5]:
+            sk.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sk.recv(4096).startswith(b"HTTP/1.1 200")
+        for sk in socks:
+            sk.close()
+        # two requests in one write: two replies, in order
+        body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+        one = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+        two = one + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        data = http(s.port, two)
+        assert data.count(b"HTTP/1.1 200") == 2 and data.index(b"text_completion") < data.index(b'"status"'), data
+        # Expect: 100-continue (curl's for large bodies)
+        data = http(s.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                    b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        assert data.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200"), data
+
+
+def test_sigterm_drains_what_is_in_flight():
+    with Server() as s:
+        body = json.dumps({"prompt": "hi", "max_tokens": 40, "ignore_eos": True}).encode()
+        sk = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+        sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(0.3)
+        s.p.send_signal(signal.SIGTERM)
+        data = b""
+        while True:
+            b = sk.recv(65536)
+            if not b:
+                break
+            data += b
+        sk.close()
+        st, js = status_and_json(data)
+        assert st == 200 and js["usage"]["completion_tokens"] == 40, data
+        s.stop()
+        try:
+            socket.create_connection(("127.0.0.1", s.port), timeout=5).close()
+            raise AssertionError("still accepting after SIGTERM")
+        except ConnectionRefusedError:
+            pass
+
+
+def test_serve_flags():
+    p = run([exe(), "--port", "80"], check=False)
+    assert p.returncode == 1 and "go with --serve" in p.stderr, p.stderr
+    p = run([exe(), "--serve", "--prompt", "x"], check=False)
+    assert p.returncode == 1 and "--serve takes its prompts from HTTP requests" in p.stderr, p.stderr
+    p = run([exe(), "--serve", "--parallel", "4"], check=False)
+    assert p.returncode == 1 and "not supported yet" in p.stderr, p.stderr
+    p = run([exe(), "--serve", "--port", "99999"], check=False)
+    assert p.returncode == 1 and "--port" in p.stderr, p.stderr
+    with Server() as s:   # the port in use: one line, exit 1
+        p = run([exe(), "--serve", "--port", str(s.port)], check=False)
+        assert p.returncode == 1 and "cannot listen on 127.0.0.1 port %d" % s.port in p.stderr, p.stderr
+    assert "--serve" in run([exe(), "--help"]).stdout
