@@ -537,7 +537,8 @@ static void names_init(Names *nm, const KProgram *kp) {
             Str f = {0};
             ident_str(&f, strncmp(b->name, "model.", 6) ? b->name : b->name + 6, false);
             static const char *const own[] = {"w", "c", "act", "kc", "vc", "logits", "host_logits", "ids", "work",
-                                               "ctx", "wbytes", "kvbytes", "actbytes", "wdev", "layers", NULL};
+                                               "ctx", "wbytes", "kvbytes", "actbytes", "wdev", "layers", "slots",
+                                               "slot_off", NULL};
             bool clash = false;
             for (int j = 0; own[j]; j++) clash |= !strcmp(f.s, own[j]);
             nm->field[b->id] = arena_printf(&nm->A, "%s%s", clash ? "w_" : "", f.s);
@@ -808,6 +809,8 @@ static void emit_model_struct(Str *o, const Names *nm, const TProgram *tp) {
     if (nm->nlfield) str_printf(o, "    LayerWeights layers[%d];\n", nm->nlayers);
     str_printf(o, "    const float *c[%d];\n    uint8_t *act;\n    float *kc, *vc, *logits, *host_logits;\n"
                   "    int32_t *ids;\n    float *work;\n    int ctx;\n    size_t wbytes, kvbytes, actbytes;\n"
+                  "    int slots;       /* KV caches, one per conversation (model_init_slots) */\n"
+                  "    size_t slot_off; /* floats from kc / vc to the cache model_use_slot chose */\n"
                   "    void *wdev;\n};\n\n",
                nm->nconst ? nm->nconst : 1);
 }
@@ -865,8 +868,8 @@ static void emit_act_macros(Str *o, const Names *nm, const KProgram *kp) {
         str_printf(o, "] */\n");
     }
     str_printf(o, "#define ACT(name) ((float *)(m->act + ACT_##name))\n"
-                  "/* layer l's rows of a KV cache (kc, vc): ctx positions of %lld floats */\n"
-                  "#define LAYER_KV(cache, l) (m->cache + (size_t)(l) * m->ctx * %lld)\n\n",
+                  "/* layer l's rows of the KV cache in use (kc, vc; the slot's): ctx positions of %lld floats */\n"
+                  "#define LAYER_KV(cache, l) (m->cache + m->slot_off + (size_t)(l) * m->ctx * %lld)\n\n",
                (long long)tp->kv_layer_elems, (long long)tp->kv_layer_elems);
 }
 
@@ -874,10 +877,13 @@ static void emit_act_macros(Str *o, const Names *nm, const KProgram *kp) {
  * mem_*: device memory for CUDA, host memory for C), the typed weight fields filled */
 static void emit_model_init(Str *o, const Names *nm, const KProgram *kp, const ModelInfo *mi) {
     const TProgram *tp = kp->tp;
-    str_printf(o, "const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {\n"
+    str_printf(o, "const char *model_init_slots(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx,\n"
+                  "                             int slots) {\n"
                   "    static char err[256];\n    if (ctx < 1 || ctx > model_info.max_ctx) {\n"
                   "        snprintf(err, sizeof err, \"context %%d is outside 1..%%d\", ctx, model_info.max_ctx);\n"
-                  "        return err;\n    }\n    for (int i = 0; i < %d; i++) {\n"
+                  "        return err;\n    }\n"
+                  "    if (slots < 1 || slots > 4096) return \"the KV-cache slots are not in 1..4096\";\n"
+                  "    for (int i = 0; i < %d; i++) {\n"
                   "        if (strcmp(t[i].name, tensor_names[i]) || t[i].dtype != tensor_shapes[i].dtype ||\n"
                   "            t[i].ndim != tensor_shapes[i].ndim || t[i].shape[0] != tensor_shapes[i].shape[0] ||\n"
                   "            (t[i].ndim > 1 && t[i].shape[1] != tensor_shapes[i].shape[1])) {\n"
@@ -885,7 +891,7 @@ static void emit_model_init(Str *o, const Names *nm, const KProgram *kp, const M
                   "                     \"compiled shape\", i, t[i].name, tensor_names[i]);\n"
                   "            return err;\n        }\n    }\n"
                   "    Model *m = (Model *)calloc(1, sizeof *m);\n    if (!m) return \"out of memory\";\n"
-                  "    m->ctx = ctx;\n    size_t kv = (size_t)%d * ctx * %lld;\n"
+                  "    m->ctx = ctx;\n    m->slots = slots;\n    size_t kv = (size_t)slots * %d * ctx * %lld;\n"
                   "    m->kvbytes = 2 * kv * sizeof(float);\n    m->actbytes = %lld;\n"
                   "    const char *e = mem_device();\n"
                   "    if (!e) e = mem_weights(m->w, &m->wdev, &m->wbytes, t, data, %d);\n",
@@ -901,7 +907,13 @@ static void emit_model_init(Str *o, const Names *nm, const KProgram *kp, const M
                   "    if (e) { snprintf(err, sizeof err, \"%%s\", e); model_free(m); return err; }\n",
                (long long)mi->vocab_size, mi->max_batch, (long long)kernel_work_bytes(kp) + 16);
     emit_weight_fields(o, nm, tp);
-    str_printf(o, "    *out = m;\n    return NULL;\n}\n\n");
+    str_printf(o, "    *out = m;\n    return NULL;\n}\n\n"
+                  "const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {\n"
+                  "    return model_init_slots(out, t, data, ctx, 1);\n}\n\n"
+                  "int model_use_slot(Model *m, int slot) {\n"
+                  "    if (slot < 0 || slot >= m->slots) return -1;\n"
+                  "    m->slot_off = (size_t)slot * %d * m->ctx * %lld;\n    return 0;\n}\n\n",
+               mi->n_layers, (long long)tp->kv_layer_elems);
 }
 
 /* The weight bytes one decode step (n = 1) reads: every weight its launches take, whole, but one taken by a launch

@@ -46,6 +46,12 @@ int model_threads(int n, char *desc, size_t size);
  * ctx (<= max_ctx) sizes the KV cache. Returns NULL on success, else a
  * one-line message (no GPU, out of memory, a tensor of the wrong shape). */
 const char *model_init(Model **out, const PayloadTensor *tensors, const uint8_t *data, int ctx);
+/* model_init with slots independent KV caches of ctx positions each (the server's: one conversation a slot);
+ * model_init is model_init_slots(..., 1). */
+const char *model_init_slots(Model **out, const PayloadTensor *tensors, const uint8_t *data, int ctx, int slots);
+/* Makes cache slot (0..slots-1) the one model_forward reads and appends to (slot 0 after init). Returns 0, or
+ * -1 when slot is out of range. */
+int model_use_slot(Model *m, int slot);
 /* Runs n (1..max_batch) tokens at positions pos..pos+n-1 through the model,
  * appending their K/V to the cache, writes the logits of the last token
  * (vocab_size floats) to logits unless it is NULL, and returns their argmax

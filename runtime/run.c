@@ -155,8 +155,9 @@ static void usage(void) {
            "                          are the requests' defaults\n"
            "  --host ADDR             --serve: the address to listen on (default 127.0.0.1: this machine only)\n"
            "  --port N                --serve: the TCP port (default 8080; 0: any free one, printed)\n"
-           "  --parallel N            --serve: requests decoded at once (default and, for now, most: 1;\n"
-           "                          the others wait in a queue)\n"
+           "  --parallel N            --serve: requests in flight at once, each with a KV cache of its own\n"
+           "                          (default 1, at most 64; they take turns a token each, not yet batched;\n"
+           "                          more requests wait in a queue)\n"
            "  --api-key KEY           --serve: requests must carry \"Authorization: Bearer KEY\" (all but /health)\n"
            "  --max-body BYTES        --serve: the largest request body (default 1048576)\n"
            "  --timeout S             --serve: seconds for a request to arrive, a reply to be taken up, and\n"
@@ -268,7 +269,7 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--serve")) { NOVAL(); o->serve = true; }
         else if (IS("--host")) { o->so.host = VAL(); o->serve_flag = true; }
         else if (IS("--port")) { o->so.port = (int)parse_int(flag, VAL(), 0, 65535, NULL); o->serve_flag = true; }
-        else if (IS("--parallel")) { o->so.parallel = (int)parse_int(flag, VAL(), 1, 256, NULL); o->serve_flag = true; }
+        else if (IS("--parallel")) { o->so.parallel = (int)parse_int(flag, VAL(), 1, 64, NULL); o->serve_flag = true; }
         else if (IS("--api-key")) { o->so.api_key = VAL(); o->serve_flag = true; }
         else if (IS("--max-body")) { o->so.max_body = parse_int(flag, VAL(), 1, 1L << 30, NULL); o->serve_flag = true; }
         else if (IS("--timeout")) {
@@ -290,9 +291,6 @@ static void parse_args(int argc, char **argv, Opts *o) {
                      o->logits_path))
         die("--serve takes its prompts from HTTP requests: no --prompt, --prompt-ids, -i, --tokenize, "
             "--perplexity, --ids or --logits");
-    if (o->serve && o->so.parallel > 1)
-        die("--parallel %d: batched decoding across requests is not supported yet; one slot serves (requests "
-            "queue): give --parallel 1", o->so.parallel);
     if (o->so.api_key && !*o->so.api_key) die("--api-key: empty");
     if (o->ppl_path && (o->prompt || o->prompt_ids || o->interactive || o->tokenize))
         die("--perplexity scores a file's text: it takes no prompt, -i or --tokenize");
@@ -791,7 +789,7 @@ int main(int argc, char **argv) {
     }
 
     payload_prefault(&G.pl);   /* the weights' pages mapped now, not a fault at a time in the first prompt */
-    err = model_init(&G.model, G.pl.tensors, G.pl.base, G.ctx);
+    err = model_init_slots(&G.model, G.pl.tensors, G.pl.base, G.ctx, o.serve ? o.so.parallel : 1);
     if (err) { G.model = NULL; die("%s", err); }
 
     if (o.ppl_path) {

@@ -7,9 +7,10 @@
  * with jsmn. Routes: POST /v1/chat/completions, POST /v1/completions (both with "stream": server-sent events),
  * GET /v1/models, GET /health.
  *
- * Slots: a slot holds one request's tokens in the model's KV cache. The compiled model takes one sequence per
- * model_forward call, so there is one slot and requests wait in a queue, first come first served; batching
- * several slots' tokens through one call needs per-token positions in the compiled graph (not built yet). */
+ * Slots (--parallel N): a slot is one request in flight with a KV cache of its own (model_init_slots). The
+ * compiled model takes one sequence per model_forward call, so the slots take turns, a step each (a prefill
+ * chunk, or one token); requests beyond N wait in a queue, first come first served. Batching the slots' tokens
+ * through one call needs each token's own position and cache in the compiled graph (not built yet). */
 #define JSMN_STATIC
 #define JSMN_STRICT
 #include <jsmn.h>
@@ -145,12 +146,14 @@ typedef struct {
 
 typedef struct {
     bool active;
+    int index;                   /* its KV cache: model_use_slot(index) */
     int conn;                    /* the connection served */
     Req *req;
     int32_t *ids; int n_ids;     /* prompt, then the generated ids; [ctx + 1] */
     int n_prompt, n_fed;
     long max_new, n_gen;
     int next;                    /* the argmax of the last forward */
+    long n_served, n_generated;  /* statistics: requests finished, tokens generated */
     bool dev_argmax;
     TokDecoder dec;
     Buf text;                    /* the reply so far (stop strings cut off) */
@@ -168,7 +171,8 @@ static struct {
     int listen_fd;
     Conn *conns; int n_conns;
     int *queue; int n_queue;     /* connection indices waiting for a slot, oldest first */
-    Slot slot;
+    Slot *slots; int n_slots;
+    int next_slot;               /* round robin: the slot to step first next time */
     float *logits;
     char *piece; size_t piece_cap;
     long created_base, serial;
@@ -670,8 +674,7 @@ out:
 }
 
 /* ---------------------------------------------------------------- generation */
-static void slot_release(void) {
-    Slot *s = &S.slot;
+static void slot_release(Slot *s) {
     if (s->conn >= 0) {
         Conn *c = &S.conns[s->conn];
         req_free(&c->req);
@@ -741,6 +744,7 @@ static void slot_finish(Slot *s) {
     const char *why = s->finish == FIN_STOP ? "stop" : "length";
     S.n_tokens_in += s->n_prompt;
     S.n_tokens_out += s->n_gen;
+    s->n_served++;
     if (r->stream) {
         stream_text(s, c, s->text.len);
         Buf b = {0};
@@ -775,7 +779,7 @@ static void slot_finish(Slot *s) {
         send_json(c, 200, &b);
         buf_free(&b);
     }
-    slot_release();
+    slot_release(s);
 }
 
 /* The request's ids (the chat template, or the plain encoding), or an answer of 400. */
@@ -835,9 +839,8 @@ static int request_ids(Conn *c, int32_t **ids) {
     return n;
 }
 
-/* Starts the oldest queued request in the free slot; false when the queue is empty. */
-static bool slot_start(void) {
-    Slot *s = &S.slot;
+/* Starts the oldest queued request in slot s (free); false when the queue is empty. */
+static bool slot_start(Slot *s) {
     while (S.n_queue > 0) {
         int ci = S.queue[0];
         memmove(S.queue, S.queue + 1, (size_t)--S.n_queue * sizeof *S.queue);
@@ -907,21 +910,25 @@ static bool slot_add_text(Slot *s, const char *text, size_t n) {
     return false;
 }
 
-/* One unit of model work: a prefill chunk, or one sampled token (and its decode step). */
-static void slot_step(void) {
-    Slot *s = &S.slot;
+/* One unit of model work in slot s: a prefill chunk, or the last sampled token fed; then, once the prompt is
+ * in, the next token sampled from that forward's logits (before another slot's forward overwrites them). */
+static void slot_step(Slot *s) {
     Conn *c = &S.conns[s->conn];
     const Req *r = s->req;
     double t0 = now_s();
     float *lg = s->dev_argmax ? NULL : S.logits;
+    model_use_slot(S.sm->model, s->index);
     if (s->n_fed < s->n_prompt) {
         int mb = model_info.max_batch > 0 ? model_info.max_batch : 1;
         int k = s->n_prompt - s->n_fed < mb ? s->n_prompt - s->n_fed : mb;
         s->next = model_forward(S.sm->model, s->ids + s->n_fed, k, s->n_fed, lg);
         s->n_fed += k;
-        S.busy_s += now_s() - t0;
-        return;
+    } else {
+        s->next = model_forward(S.sm->model, s->ids + s->n_fed, 1, s->n_fed, lg);
+        s->n_fed++;
     }
+    S.busy_s += now_s() - t0;
+    if (s->n_fed < s->n_prompt) return;
     if (s->n_gen >= s->max_new) { s->finish = FIN_LENGTH; slot_finish(s); return; }
     int tok = s->dev_argmax ? s->next : sampler_sample(&s->smp, &r->sp, S.logits);
     if (s->n_gen == 0) s->t_first = now_s() - s->t_start;
@@ -934,18 +941,16 @@ static void slot_step(void) {
     s->ids[s->n_ids++] = tok;
     sampler_add(&s->smp, tok, true);
     s->n_gen++;
+    s->n_generated++;
     size_t n = tokdec_push(&s->dec, tok, S.piece, S.piece_cap);
     bool stopped = slot_add_text(s, S.piece, n);
     if (!stopped && s->n_gen >= s->max_new) {
         stopped = slot_add_text(s, S.piece, tokdec_flush(&s->dec, S.piece, S.piece_cap));
         if (!stopped) { s->finish = FIN_LENGTH; slot_finish(s); return; }
     }
-    if (s->text.oom) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); slot_release(); return; }
+    if (s->text.oom) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); slot_release(s); return; }
     if (stopped) { s->finish = FIN_STOP; slot_finish(s); return; }
     if (r->stream) stream_text(s, c, s->text.len - stop_holdback(s));
-    s->next = model_forward(S.sm->model, s->ids + s->n_fed, 1, s->n_fed, lg);
-    s->n_fed++;
-    S.busy_s += now_s() - t0;
 }
 
 /* ---------------------------------------------------------------- routes */
@@ -1019,7 +1024,8 @@ static void route(int ci) {
 static void conn_close(int ci) {
     Conn *c = &S.conns[ci];
     if (c->fd < 0) return;
-    if (S.slot.active && S.slot.conn == ci) slot_release();   /* the client went away: its slot is free at once */
+    for (int k = 0; k < S.n_slots; k++)   /* the client went away: its slot is free at once */
+        if (S.slots[k].active && S.slots[k].conn == ci) slot_release(&S.slots[k]);
     for (int q = 0; q < S.n_queue; q++)
         if (S.queue[q] == ci) {
             memmove(S.queue + q, S.queue + q + 1, (size_t)(--S.n_queue - q) * sizeof *S.queue);
@@ -1139,16 +1145,29 @@ static void conn_accept(void) {
 /* ---------------------------------------------------------------- the loop */
 static void print_stats(void) {
     double now = now_s(), dt = now - S.t_last_stats;
-    long out = S.n_tokens_out + (S.slot.active ? S.slot.n_gen : 0);
-    int open = 0;
+    long out = S.n_tokens_out;
+    int open = 0, busy = 0;
+    for (int k = 0; k < S.n_slots; k++) {
+        out += S.slots[k].active ? S.slots[k].n_gen : 0;
+        busy += S.slots[k].active;
+    }
     for (int i = 0; i < S.n_conns; i++) open += S.conns[i].fd >= 0;
     fprintf(stderr, "%s: %ld requests (%ld answered with an error), %ld prompt tokens, %ld generated; "
-            "%.1f tok/s generated over the last %.0f s; slot 0 %s; queue %d; %d connections; model busy %.0f%%\n",
-            S.name, S.n_requests, S.n_errors, S.n_tokens_in, out, dt > 0 ? (out - S.last_tokens_out) / dt : 0.0, dt,
-            S.slot.active ? "busy" : "idle", S.n_queue, open,
+            "%.1f tok/s generated over the last %.0f s; slots busy %d of %d; queue %d; %d connections; "
+            "model busy %.0f%%\n", S.name, S.n_requests, S.n_errors, S.n_tokens_in, out,
+            dt > 0 ? (out - S.last_tokens_out) / dt : 0.0, dt, busy, S.n_slots, S.n_queue, open,
             now > S.t_start ? 100 * S.busy_s / (now - S.t_start) : 0.0);
+    for (int k = 0; k < S.n_slots && S.n_slots > 1; k++)
+        fprintf(stderr, "%s:   slot %d: %s, %ld requests served, %ld tokens generated\n", S.name, k,
+                S.slots[k].active ? "busy" : "idle", S.slots[k].n_served, S.slots[k].n_generated);
     S.t_last_stats = now;
     S.last_tokens_out = out;
+}
+
+static int slots_busy(void) {
+    int busy = 0;
+    for (int k = 0; k < S.n_slots; k++) busy += S.slots[k].active;
+    return busy;
 }
 
 static int open_listener(void) {
@@ -1191,8 +1210,10 @@ static int open_listener(void) {
             bound = ntohs(in6->sin6_port);
         }
     }
-    fprintf(stderr, "%s: serving on http://%s:%d/v1 (%d slot, context %d, %s)\n", S.name, host, bound,
-            so->parallel, S.sm->ctx, S.sm->compute);
+    size_t kv = 0;
+    model_memory_bytes(S.sm->model, NULL, &kv, NULL);
+    fprintf(stderr, "%s: serving on http://%s:%d/v1 (%d slot%s of context %d, KV caches %.1f MiB; %s)\n", S.name,
+            host, bound, so->parallel, so->parallel > 1 ? "s" : "", S.sm->ctx, kv / 1048576.0, S.sm->compute);
     return fd;
 }
 
@@ -1221,10 +1242,17 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
     S.logits = malloc((size_t)model_info.vocab_size * sizeof *S.logits);
     S.piece_cap = tokenizer_max_piece_bytes(sm->tok) + 64;
     S.piece = malloc(S.piece_cap);
-    S.slot.ids = malloc((size_t)(sm->ctx + 2) * sizeof *S.slot.ids);
-    S.slot.conn = -1;
-    if (!S.conns || !S.queue || !pfd || !pidx || !S.logits || !S.piece || !S.slot.ids ||
-        sampler_init(&S.slot.smp, model_info.vocab_size)) {
+    S.n_slots = so->parallel;
+    S.slots = calloc((size_t)S.n_slots, sizeof *S.slots);
+    bool oom = !S.conns || !S.queue || !pfd || !pidx || !S.logits || !S.piece || !S.slots;
+    for (int k = 0; !oom && k < S.n_slots; k++) {
+        Slot *sl = &S.slots[k];
+        sl->index = k;
+        sl->conn = -1;
+        sl->ids = malloc((size_t)(sm->ctx + 2) * sizeof *sl->ids);
+        oom |= !sl->ids || sampler_init(&sl->smp, model_info.vocab_size) != NULL;
+    }
+    if (oom) {
         fprintf(stderr, "%s: out of memory\n", S.name);
         return 1;
     }
@@ -1246,12 +1274,13 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
             close(S.listen_fd);
             S.listen_fd = -1;
             fprintf(stderr, "%s: stopping: finishing %d request(s) in flight\n", S.name,
-                    S.n_queue + (S.slot.active ? 1 : 0));
+                    S.n_queue + slots_busy());
         }
         if (g_usr1) { g_usr1 = 0; print_stats(); }
         double now = now_s();
         if (so->stats && now - S.t_last_stats >= so->stats_every) print_stats();
-        if (!S.slot.active) slot_start();
+        for (int k = 0; k < S.n_slots && S.n_queue > 0; k++)
+            if (!S.slots[k].active) slot_start(&S.slots[k]);
         int np = 0;
         if (S.listen_fd >= 0) { pfd[np] = (struct pollfd){ S.listen_fd, POLLIN, 0 }; pidx[np++] = -1; }
         int open = 0;
@@ -1294,8 +1323,8 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
             pfd[np] = (struct pollfd){ c->fd, ev, 0 };
             pidx[np++] = i;
         }
-        if (g_stop && !S.slot.active && S.n_queue == 0 && open == 0) break;
-        bool work = S.slot.active || S.n_queue > 0;
+        if (g_stop && !slots_busy() && S.n_queue == 0 && open == 0) break;
+        bool work = slots_busy() || S.n_queue > 0;
         int r = poll(pfd, (nfds_t)np, work ? 0 : 250);
         if (r < 0 && errno != EINTR) { fprintf(stderr, "%s: poll: %s\n", S.name, strerror(errno)); status = 1; break; }
         for (int k = 0; r > 0 && k < np; k++) {
@@ -1307,15 +1336,24 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
             if (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)) conn_read(ci);
             if (c->fd >= 0 && (pfd[k].revents & POLLOUT)) conn_flush(c);
         }
-        if (S.slot.active) slot_step();
+        for (int k = 0; k < S.n_slots; k++) {   /* one step of the next busy slot, in turn */
+            Slot *sl = &S.slots[(S.next_slot + k) % S.n_slots];
+            if (!sl->active) continue;
+            S.next_slot = (sl->index + 1) % S.n_slots;
+            slot_step(sl);
+            break;
+        }
         for (int i = 0; i < S.n_conns; i++)   /* a finished reply lets a pipelined request through */
             if (S.conns[i].fd >= 0 && S.conns[i].state == CONN_READING && S.conns[i].in.len) conn_pump(i);
     }
     if (S.so->stats) print_stats();
     for (int i = 0; i < S.n_conns; i++) conn_close(i);
     if (S.listen_fd >= 0) close(S.listen_fd);
-    sampler_free(&S.slot.smp);
-    buf_free(&S.slot.text);
-    free(S.slot.ids); free(S.logits); free(S.piece); free(S.conns); free(S.queue); free(pfd); free(pidx);
+    for (int k = 0; S.slots && k < S.n_slots; k++) {
+        sampler_free(&S.slots[k].smp);
+        buf_free(&S.slots[k].text);
+        free(S.slots[k].ids);
+    }
+    free(S.slots); free(S.logits); free(S.piece); free(S.conns); free(S.queue); free(pfd); free(pidx);
     return status;
 }

@@ -241,25 +241,75 @@ def test_stop_strings_across_token_boundaries():
             assert got == want, (stream, stop, got, want)
 
 
-def test_queued_requests_each_as_alone():
-    """Concurrent requests (1, 3, 8 at once) queue for the slot; each gets exactly what it gets alone."""
-    with Server(kind="stories") as s:
-        c = client(s)
-        prompts = ["Tom had %d" % i for i in range(8)]
-        alone = {p: c.completions.create(model="stories", prompt=p, temperature=0, max_tokens=24).choices[0].text
-                 for p in prompts}
-        for n in (1, 3, 8):
-            got = {}
+def test_concurrent_requests_each_as_alone():
+    """N requests at once (1, 3, 8) against 1, 3 and 8 slots (each its own KV cache, the slots taking turns;
+    the rest queued): each gets exactly what it gets alone, greedy and seeded sampling alike."""
+    prompts = ["Tom had %d" % i for i in range(8)]
 
-            def one(p):
-                got[p] = client(s).completions.create(model="stories", prompt=p, temperature=0,
-                                                      max_tokens=24).choices[0].text
-            ts = [threading.Thread(target=one, args=(p,)) for p in prompts[:n]]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join(120)
-            assert got == {p: alone[p] for p in prompts[:n]}, n
+    def ask(srv, p):
+        greedy = client(srv).completions.create(model="stories", prompt=p, temperature=0, max_tokens=24)
+        drawn = client(srv).completions.create(model="stories", prompt=p, temperature=1.0, seed=len(p) + 5,
+                                               max_tokens=24, extra_body={"top_k": 40})
+        return greedy.choices[0].text, drawn.choices[0].text
+
+    with Server(kind="stories") as s:
+        alone = {p: ask(s, p) for p in prompts}
+    for slots in (1, 3, 8):
+        with Server("--parallel", slots, "--stats", kind="stories") as s:
+            for n in (1, 3, 8):
+                got = {}
+
+                def one(p):
+                    got[p] = ask(s, p)
+                ts = [threading.Thread(target=one, args=(p,)) for p in prompts[:n]]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join(120)
+                assert got == {p: alone[p] for p in prompts[:n]}, (slots, n)
+            err = s.stop()
+        served = [int(x) for x in re.findall(r"slot \d+: idle, (\d+) requests served", err)]
+        assert slots == 1 or (len(served) == slots and sum(served) == 24), err[-2000:]
+
+
+def streams_overlap(slots):
+    """Sends 3 streamed requests at once and waits for each one's first token; whether none of the three had
+    finished by then (read from the sockets right away: a finished stream's [DONE] would be waiting there)."""
+    with Server("--parallel", slots, kind="stories") as s:
+        body = [json.dumps({"prompt": "Lily %d" % i, "max_tokens": 240, "temperature": 0, "stream": True,
+                            "ignore_eos": True}).encode() for i in range(3)]
+        socks = [socket.create_connection(("127.0.0.1", s.port), timeout=30) for _ in range(3)]
+        for sk, b in zip(socks, body):
+            sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+        got = [b""] * 3
+        for i, sk in enumerate(socks):
+            while b'"text":"' not in got[i].partition(b"data: ")[2]:
+                got[i] += sk.recv(65536)
+        for i, sk in enumerate(socks):
+            sk.setblocking(False)
+            try:
+                while True:
+                    b = sk.recv(1 << 20)
+                    if not b:
+                        break
+                    got[i] += b
+            except BlockingIOError:
+                pass
+        overlap = not any(b"[DONE]" in g for g in got)
+        for i, sk in enumerate(socks):   # every stream ends whole: 240 tokens
+            sk.setblocking(True)
+            while not got[i].endswith(b"0\r\n\r\n"):
+                got[i] += sk.recv(65536)
+            assert got[i].count(b'"text":') >= 200 and b"[DONE]" in got[i], got[i][-300:]
+            sk.close()
+        return overlap
+
+
+def test_slots_take_turns():
+    """3 slots: 3 streams run at once (each has its first token before any of them is done); 1 slot: they
+    queue (the first is done before the third starts), which shows that the check can tell."""
+    assert streams_overlap(3)
+    assert not streams_overlap(1)
 
 
 # ---------------------------------------------------------------- what clients get wrong
@@ -462,8 +512,8 @@ def test_serve_flags():
     assert p.returncode == 1 and "go with --serve" in p.stderr, p.stderr
     p = run([exe(), "--serve", "--prompt", "x"], check=False)
     assert p.returncode == 1 and "--serve takes its prompts from HTTP requests" in p.stderr, p.stderr
-    p = run([exe(), "--serve", "--parallel", "4"], check=False)
-    assert p.returncode == 1 and "not supported yet" in p.stderr, p.stderr
+    p = run([exe(), "--serve", "--parallel", "65"], check=False)
+    assert p.returncode == 1 and "--parallel" in p.stderr and "1..64" in p.stderr, p.stderr
     p = run([exe(), "--serve", "--port", "99999"], check=False)
     assert p.returncode == 1 and "--port" in p.stderr, p.stderr
     with Server() as s:   # the port in use: one line, exit 1

@@ -21,19 +21,34 @@ const ModelInfo model_info = {
     .decode_weight_bytes = (long long)V * V * 4,
 };
 
-struct Model { const float *w; int ctx, next_pos; int32_t *kv; const float *last; };
+/* kv: [slots][ctx] the ids fed; next_pos[slot]: the first position not fed (a call may start there or before it:
+ * rewinding overwrites, skipping ahead is a caller's bug) */
+struct Model { const float *w; int ctx, slots, slot; int *next_pos; int32_t *kv; const float *last; };
 
 const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {
+    return model_init_slots(out, t, data, ctx, 1);
+}
+
+int model_use_slot(Model *m, int slot) {
+    if (slot < 0 || slot >= m->slots) return -1;
+    m->slot = slot;
+    return 0;
+}
+
+const char *model_init_slots(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx, int slots) {
     *out = NULL;
     if (t[0].dtype != PDT_F32 || t[0].ndim != 2 || t[0].shape[0] != V || t[0].shape[1] != V)
         return "bigram.weight has the wrong shape";
     if (ctx < 1 || ctx > model_info.max_ctx) return "bad ctx";
+    if (slots < 1 || slots > 4096) return "bad slots";
     Model *m = calloc(1, sizeof *m);
     if (!m) return "out of memory";
     m->w = (const float *)(data + t[0].offset);
     m->ctx = ctx;
-    m->kv = calloc((size_t)ctx, sizeof *m->kv);
-    if (!m->kv) { free(m); return "out of memory"; }
+    m->slots = slots;
+    m->kv = calloc((size_t)ctx * slots, sizeof *m->kv);
+    m->next_pos = calloc((size_t)slots, sizeof *m->next_pos);
+    if (!m->kv || !m->next_pos) { free(m->kv); free(m->next_pos); free(m); return "out of memory"; }
     *out = m;
     return NULL;
 }
@@ -44,15 +59,16 @@ int model_threads(int n, char *desc, size_t size) {
 }
 
 int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {
-    if (n < 1 || n > model_info.max_batch || pos != m->next_pos || pos + n > m->ctx) {
-        fprintf(stderr, "mock_model: bad call n=%d pos=%d (expected pos %d, ctx %d)\n", n, pos, m->next_pos, m->ctx);
+    if (n < 1 || n > model_info.max_batch || pos < 0 || pos > m->next_pos[m->slot] || pos + n > m->ctx) {
+        fprintf(stderr, "mock_model: bad call n=%d pos=%d (slot %d: expected pos <= %d, ctx %d)\n", n, pos, m->slot,
+                m->next_pos[m->slot], m->ctx);
         abort();
     }
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= V) { fprintf(stderr, "mock_model: id %d\n", ids[i]); abort(); }
-        m->kv[pos + i] = ids[i];
+        m->kv[(size_t)m->slot * m->ctx + pos + i] = ids[i];
     }
-    m->next_pos = pos + n;
+    m->next_pos[m->slot] = pos + n;
     const float *row = m->w + (size_t)ids[n - 1] * V;
     m->last = row;
     if (logits) {
@@ -69,14 +85,16 @@ int model_topk(Model *m, int k, float *vals, int32_t *ids) { (void)m; (void)k; (
 void model_logits(Model *m, float *logits) { memcpy(logits, m->last, V * sizeof(float)); }
 
 size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {
-    *weights = (size_t)V * V * sizeof(float);
-    *kv = (size_t)m->ctx * sizeof(int32_t);
-    *act = V * sizeof(float);
-    return *weights + *kv + *act;
+    size_t w = (size_t)V * V * sizeof(float), k = (size_t)m->ctx * m->slots * sizeof(int32_t), a = V * sizeof(float);
+    if (weights) *weights = w;
+    if (kv) *kv = k;
+    if (act) *act = a;
+    return w + k + a;
 }
 
 void model_free(Model *m) {
     if (!m) return;
     free(m->kv);
+    free(m->next_pos);
     free(m);
 }

@@ -26,12 +26,20 @@ extern "C" const ModelInfo model_info = {
     (long long)V * V * 4,
 };
 
-struct Model { float *w, *out; int ctx, next_pos; };
+struct Model { float *w, *out; int ctx, next_pos; };   /* one slot: model_init_slots refuses more */
 
 __global__ void copy_row(const float *w, int row, float *out) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j < V) out[j] = w[(size_t)row * V + j];
 }
+
+extern "C" const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx);
+extern "C" const char *model_init_slots(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx,
+                                        int slots) {
+    if (slots != 1) return "the CUDA mock has one KV-cache slot";
+    return model_init(out, t, data, ctx);
+}
+extern "C" int model_use_slot(Model *m, int slot) { (void)m; return slot == 0 ? 0 : -1; }
 
 extern "C" const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {
     *out = NULL;
@@ -78,8 +86,10 @@ extern "C" void model_logits(Model *m, float *logits) { cudaMemcpy(logits, m->ou
 
 extern "C" size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {
     (void)m;
-    *weights = (size_t)V * V * 4; *kv = 0; *act = V * 4;
-    return *weights + *act;
+    if (weights) *weights = (size_t)V * V * 4;
+    if (kv) *kv = 0;
+    if (act) *act = V * 4;
+    return (size_t)V * V * 4 + V * 4;
 }
 
 extern "C" void model_free(Model *m) {
