@@ -151,6 +151,11 @@ typedef struct {
     Req *req;
     int32_t *ids; int n_ids;     /* prompt, then the generated ids; [ctx + 1] */
     int n_prompt, n_fed;
+    int n_cached;                /* the request's prompt tokens whose KV rows were kept from the slot's last one */
+    int n_exact;                 /* rows 0..n_exact of the cache hold ids[0..n_exact) as a fresh prefill computes
+                                  * them (whole chunks of max_batch from position 0): a request that starts with
+                                  * those ids keeps them, and its text is what it would be from an empty cache */
+    double last_used;
     long max_new, n_gen;
     int next;                    /* the argmax of the last forward */
     long n_served, n_generated;  /* statistics: requests finished, tokens generated */
@@ -674,7 +679,12 @@ out:
 }
 
 /* ---------------------------------------------------------------- generation */
+static int chunk_tokens(void) { return model_info.max_batch > 0 ? model_info.max_batch : 1; }
+
 static void slot_release(Slot *s) {
+    int fed = s->n_fed < s->n_prompt ? s->n_fed : s->n_prompt;
+    s->n_exact = fed / chunk_tokens() * chunk_tokens();
+    s->last_used = now_s();
     if (s->conn >= 0) {
         Conn *c = &S.conns[s->conn];
         req_free(&c->req);
@@ -701,8 +711,9 @@ static void reply_id(Buf *b, const Conn *c, const char *object) {
     buf_json_str(b, S.name, strlen(S.name));
 }
 static void usage_json(Buf *b, const Slot *s) {
-    buf_fmt(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%ld,\"total_tokens\":%ld}", s->n_prompt,
-            s->n_gen, s->n_prompt + s->n_gen);
+    buf_fmt(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%ld,\"total_tokens\":%ld,"
+            "\"prompt_tokens_details\":{\"cached_tokens\":%d}}", s->n_prompt, s->n_gen, s->n_prompt + s->n_gen,
+            s->n_cached);
 }
 
 /* streams text[sent..upto) as one event */
@@ -839,15 +850,35 @@ static int request_ids(Conn *c, int32_t **ids) {
     return n;
 }
 
-/* Starts the oldest queued request in slot s (free); false when the queue is empty. */
-static bool slot_start(Slot *s) {
+/* The rows of slot s's cache a prompt of ids[0..n) keeps: whole chunks of max_batch that it shares with what
+ * the slot computed last, leaving at least one token to feed (for the logits). */
+static int slot_keeps(const Slot *s, const int32_t *ids, int n) {
+    int common = 0, mb = chunk_tokens();
+    while (common < n && common < s->n_exact && s->ids[common] == ids[common]) common++;
+    int keep = common / mb * mb;
+    return keep < n ? keep : (n - 1) / mb * mb;
+}
+
+/* Starts the oldest queued request in a free slot, the one that keeps most of its prompt's KV rows (then the
+ * least recently used); false when the queue is empty or no slot is free. */
+static bool slot_start(void) {
     while (S.n_queue > 0) {
+        Slot *s = NULL;
+        for (int k = 0; k < S.n_slots && !s; k++) if (!S.slots[k].active) s = &S.slots[k];
+        if (!s) return false;
         int ci = S.queue[0];
         memmove(S.queue, S.queue + 1, (size_t)--S.n_queue * sizeof *S.queue);
         Conn *c = &S.conns[ci];
         int32_t *ids;
         int n = request_ids(c, &ids);
         if (n < 0) { free(ids); continue; }
+        int keep = -1;
+        for (int k = 0; k < S.n_slots; k++) {
+            Slot *t = &S.slots[k];
+            if (t->active) continue;
+            int kt = slot_keeps(t, ids, n);
+            if (kt > keep || (kt == keep && t->last_used < s->last_used)) { s = t; keep = kt; }
+        }
         memcpy(s->ids, ids, (size_t)n * sizeof *ids);
         free(ids);
         Req *r = &c->req;
@@ -855,7 +886,8 @@ static bool slot_start(Slot *s) {
         s->conn = ci;
         s->req = r;
         s->n_ids = s->n_prompt = n;
-        s->n_fed = 0;
+        s->n_fed = s->n_cached = keep;
+        s->n_exact = 0;   /* until the request ends (slot_release) */
         s->n_gen = 0;
         long room = S.sm->ctx - n + 1;   /* the last token is sampled from position ctx-1 and never fed back */
         s->max_new = r->max_tokens < 0 || r->max_tokens > room ? room : r->max_tokens;
@@ -919,7 +951,7 @@ static void slot_step(Slot *s) {
     float *lg = s->dev_argmax ? NULL : S.logits;
     model_use_slot(S.sm->model, s->index);
     if (s->n_fed < s->n_prompt) {
-        int mb = model_info.max_batch > 0 ? model_info.max_batch : 1;
+        int mb = chunk_tokens();
         int k = s->n_prompt - s->n_fed < mb ? s->n_prompt - s->n_fed : mb;
         s->next = model_forward(S.sm->model, s->ids + s->n_fed, k, s->n_fed, lg);
         s->n_fed += k;
@@ -1279,8 +1311,7 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
         if (g_usr1) { g_usr1 = 0; print_stats(); }
         double now = now_s();
         if (so->stats && now - S.t_last_stats >= so->stats_every) print_stats();
-        for (int k = 0; k < S.n_slots && S.n_queue > 0; k++)
-            if (!S.slots[k].active) slot_start(&S.slots[k]);
+        while (slot_start()) {}
         int np = 0;
         if (S.listen_fd >= 0) { pfd[np] = (struct pollfd){ S.listen_fd, POLLIN, 0 }; pidx[np++] = -1; }
         int open = 0;

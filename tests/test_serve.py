@@ -312,6 +312,32 @@ def test_slots_take_turns():
     assert not streams_overlap(1)
 
 
+def test_prompt_cache_keeps_whole_chunks_exactly():
+    """A request that starts with what a slot computed last keeps those KV rows (whole prefill chunks from
+    position 0: usage.prompt_tokens_details.cached_tokens), and its text is the one an empty cache gives; with two
+    slots the request goes to the slot that keeps most."""
+    story = ("Once upon a time there was a little girl named Lily. She liked to play in the park with her ball. "
+             "One day she saw a big dog near the tree. The dog was very friendly and wanted to play too. ") * 2
+
+    def ask(srv, prompt, **kw):
+        r = client(srv).completions.create(model="stories", prompt=prompt, max_tokens=20, **kw)
+        return r.choices[0].text, r.usage.prompt_tokens_details.cached_tokens, r.usage.prompt_tokens
+
+    with Server("--parallel", 2, kind="stories") as s:
+        text_a, cached, n_a = ask(s, story, temperature=0)
+        assert cached == 0 and n_a > 130, (cached, n_a)
+        other = ask(s, "Tom and Sam went to the beach.", temperature=0)   # takes the other slot (least recently used)
+        longer = story + text_a + " Then"
+        text_b, cached_b, n_b = ask(s, longer, temperature=0.8, seed=5)
+        text_c, cached_c, _ = ask(s, longer, temperature=0.8, seed=5)   # the same again: all but the last chunk
+    mb = int(re.search(r"max batch: (\d+)", run([exe("stories"), "--info"]).stdout).group(1))
+    assert cached_b == n_a // mb * mb > 0, (cached_b, n_a, mb)
+    assert cached_c == (n_b - 1) // mb * mb and text_c == text_b, (cached_c, n_b)
+    with Server(kind="stories") as s:   # an empty cache: the same texts
+        assert ask(s, longer, temperature=0.8, seed=5)[:2] == (text_b, 0)
+        assert ask(s, "Tom and Sam went to the beach.", temperature=0)[0] == other[0]
+
+
 # ---------------------------------------------------------------- what clients get wrong
 
 
