@@ -159,6 +159,7 @@ typedef struct {
     long max_new, n_gen;
     int next;                    /* the argmax of the last forward */
     long n_served, n_generated;  /* statistics: requests finished, tokens generated */
+    long n_generated_seen;       /* n_generated at the last statistics line */
     bool dev_argmax;
     TokDecoder dec;
     Buf text;                    /* the reply so far (stop strings cut off) */
@@ -1189,9 +1190,13 @@ static void print_stats(void) {
             "model busy %.0f%%\n", S.name, S.n_requests, S.n_errors, S.n_tokens_in, out,
             dt > 0 ? (out - S.last_tokens_out) / dt : 0.0, dt, busy, S.n_slots, S.n_queue, open,
             now > S.t_start ? 100 * S.busy_s / (now - S.t_start) : 0.0);
-    for (int k = 0; k < S.n_slots && S.n_slots > 1; k++)
-        fprintf(stderr, "%s:   slot %d: %s, %ld requests served, %ld tokens generated\n", S.name, k,
-                S.slots[k].active ? "busy" : "idle", S.slots[k].n_served, S.slots[k].n_generated);
+    for (int k = 0; k < S.n_slots && S.n_slots > 1; k++) {
+        Slot *sl = &S.slots[k];
+        fprintf(stderr, "%s:   slot %d: %s, %ld requests served, %ld tokens generated, %.1f tok/s over the last "
+                "%.0f s\n", S.name, k, sl->active ? "busy" : "idle", sl->n_served, sl->n_generated,
+                dt > 0 ? (sl->n_generated - sl->n_generated_seen) / dt : 0.0, dt);
+        sl->n_generated_seen = sl->n_generated;
+    }
     S.t_last_stats = now;
     S.last_tokens_out = out;
 }

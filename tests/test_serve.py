@@ -23,11 +23,12 @@ SANITIZE = os.environ.get("LLMCC_SANITIZE") == "1"
 _exes = {}
 
 
-def exe(kind="qwen"):
-    """Builds a cpu executable once per run: "qwen" (the qwen2-tok fixture) or "stories" (aidreams260K)."""
-    if kind in _exes:
-        return _exes[kind]
-    fx, out = tmpdir("serve_fx_" + kind), os.path.join(tmpdir("serve_build_" + kind), "proj")
+def exe(kind="qwen", target="cpu"):
+    """Builds an executable once per run: "qwen" (the qwen2-tok fixture) or "stories" (aidreams260K), for the
+    cpu target or cuda-emu (the GPU's schedules run on the CPU)."""
+    if (kind, target) in _exes:
+        return _exes[kind, target]
+    fx, out = tmpdir("serve_fx_" + kind), os.path.join(tmpdir("serve_build_%s_%s" % (kind, target)), "proj")
     if kind == "qwen":
         shared("tokenizers", "qwen2.5-instruct", "tokenizer.json")
         run([sys.executable, os.path.join(ROOT, "scripts", "make_fixture.py"), "qwen2-tok", fx, "--dtype", "bf16"])
@@ -35,14 +36,14 @@ def exe(kind="qwen"):
         ref = shared("aidreams260K")
         run([sys.executable, os.path.join(ROOT, "scripts", "convert_llama2c.py"),
              os.path.join(ref, "aidreams260K.bin"), os.path.join(ref, "tok512.bin"), fx])
-    run([LLMCC, "build", fx, "-o", out, "--target", "cpu", "--ctx", "256", "--name", kind])
+    run([LLMCC, "build", fx, "-o", out, "--target", target, "--ctx", "256", "--name", kind])
     args = ["make", "-C", out, "-s", "-j2"]
     if SANITIZE:
         san = "-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
         args += ["CFLAGS=" + san, "LDFLAGS=" + san]
     run(args)
-    _exes[kind] = os.path.join(out, kind)
-    return _exes[kind]
+    _exes[kind, target] = os.path.join(out, kind)
+    return _exes[kind, target]
 
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", ASAN_OPTIONS="detect_leaks=1")
@@ -51,13 +52,13 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", ASAN_OPTIONS="detect_leaks=1")
 class Server:
     """A --serve process on a free loopback port: `with Server(...) as s:`; s.port, s.url."""
 
-    def __init__(self, *args, kind="qwen"):
+    def __init__(self, *args, kind="qwen", target="cpu"):
         self.args = [str(a) for a in args]
-        self.kind = kind
+        self.kind, self.target = kind, target
 
     def __enter__(self):
         self.err = open(os.path.join(tmpdir("serve_logs"), "stderr-%d.txt" % time.monotonic_ns()), "w+")
-        self.p = subprocess.Popen([exe(self.kind), "--serve", "--port", "0", "--threads", "1"] + self.args,
+        self.p = subprocess.Popen([exe(self.kind, self.target), "--serve", "--port", "0", "--threads", "1"] + self.args,
                                   stdout=subprocess.DEVNULL, stderr=self.err, env=ENV)
         t0 = time.monotonic()
         while time.monotonic() - t0 < 60:
@@ -243,7 +244,13 @@ def test_stop_strings_across_token_boundaries():
 
 def test_concurrent_requests_each_as_alone():
     """N requests at once (1, 3, 8) against 1, 3 and 8 slots (each its own KV cache, the slots taking turns;
-    the rest queued): each gets exactly what it gets alone, greedy and seeded sampling alike."""
+    the rest queued): each gets exactly what it gets alone, greedy and seeded sampling alike; on the cpu target
+    and on cuda-emu (the GPU's schedules, whose generated model_use_slot a CUDA build shares)."""
+    concurrent_each_as_alone("cpu", (1, 3, 8))
+    concurrent_each_as_alone("cuda-emu", (3,))
+
+
+def concurrent_each_as_alone(target, slot_counts):
     prompts = ["Tom had %d" % i for i in range(8)]
 
     def ask(srv, p):
@@ -252,10 +259,10 @@ def test_concurrent_requests_each_as_alone():
                                                max_tokens=24, extra_body={"top_k": 40})
         return greedy.choices[0].text, drawn.choices[0].text
 
-    with Server(kind="stories") as s:
+    with Server(kind="stories", target=target) as s:
         alone = {p: ask(s, p) for p in prompts}
-    for slots in (1, 3, 8):
-        with Server("--parallel", slots, "--stats", kind="stories") as s:
+    for slots in slot_counts:
+        with Server("--parallel", slots, "--stats", kind="stories", target=target) as s:
             for n in (1, 3, 8):
                 got = {}
 
