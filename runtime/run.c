@@ -291,6 +291,11 @@ static void parse_args(int argc, char **argv, Opts *o) {
                      o->logits_path))
         die("--serve takes its prompts from HTTP requests: no --prompt, --prompt-ids, -i, --tokenize, "
             "--perplexity, --ids or --logits");
+    if (o->serve && (o->has_n || o->ignore_eos || o->think != TOK_THINK_DEFAULT || o->chat_on || o->chat_off ||
+                     o->hide_thinking || o->device_topk != (mi->target && !strcmp(mi->target, "cuda"))))
+        die("--serve: each request says its max_tokens, ignore_eos, chat_template_kwargs.enable_thinking and "
+            "route (chat or completions): no -n, --ignore-eos, --think, --no-think, --chat, --no-chat, "
+            "--hide-thinking or --device-topk");
     if (o->so.api_key && !*o->so.api_key) die("--api-key: empty");
     if (o->ppl_path && (o->prompt || o->prompt_ids || o->interactive || o->tokenize))
         die("--perplexity scores a file's text: it takes no prompt, -i or --tokenize");

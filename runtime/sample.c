@@ -121,11 +121,12 @@ int sampler_sample_from(Sampler *s, const SampleParams *p, SampleCand *c, int n,
     double sum = 0;
     for (int i = 0; i < n; i++) sum += exp((double)c[i].v - mx);
     if (p->top_p < 1.0f) {
-        /* tokens below (1-p)/(n-1) of the mass can never be in the nucleus: drop before sorting */
+        /* tokens below (1-p)/(n-1) of the mass can never be in the nucleus (but for the most likely, which
+         * always is: with p < 1/n it may be below the bound too): drop them before sorting */
         if (n > 1) {
             double cut = (1.0 - p->top_p) / (n - 1) * sum;
             int m = 0;
-            for (int i = 0; i < n; i++) if (exp((double)c[i].v - mx) >= cut) c[m++] = c[i];
+            for (int i = 0; i < n; i++) if (exp((double)c[i].v - mx) >= cut || c[i].v == mx) c[m++] = c[i];
             n = m;
         }
         qsort(c, (size_t)n, sizeof *c, cand_desc);

@@ -39,6 +39,8 @@
 #define HEAD_MAX 16384            /* request line + headers, bytes */
 #define OUT_MAX (16u << 20)       /* a reply a client does not take up: the connection is dropped past this */
 #define IN_PENDING_MAX 65536      /* bytes read ahead while a request is served (pipelining) */
+#define OUT_PENDING_MAX 262144    /* replies not taken up past this: no further request is read */
+#define READS_PER_TURN 4          /* recv calls per connection between two model steps */
 #define MAX_STOP 4                /* OpenAI's limit on stop strings */
 
 /* ---------------------------------------------------------------- buffers */
@@ -135,6 +137,12 @@ typedef struct {
     size_t head_bytes;
     bool in_request;             /* a request's first byte has been parsed, its reply not sent */
     bool lingering;              /* closing: our side is shut, what the client still sends is read and dropped */
+    double linger_until;
+    bool peer_eof;               /* the client shut its side (or closed): nothing more is read */
+    bool head_only;              /* a HEAD request: the reply's head, no body */
+    bool http10;                 /* an HTTP/1.0 request: a stream is ended by closing, not chunked */
+    bool rejected;               /* accepted past --max-conns only to be answered 503 */
+    double t_sent;               /* last progress sending (a reply not taken up times out from here) */
     int error_status;            /* set by a callback that stops the parser: 413, 431, 414 */
     bool keep_alive, chunked;
     double t_request;            /* when the request being read began (or the connection opened) */
@@ -187,6 +195,7 @@ static struct {
     double t_start, t_last_stats;
     long last_tokens_out;
     double busy_s;
+    double accept_rest_until;
 } S;
 
 static volatile sig_atomic_t g_stop, g_usr1;
@@ -195,9 +204,16 @@ static void on_usr1(int sig) { (void)sig; g_usr1 = 1; }
 
 static void conn_flush(Conn *c);
 
+/* Queues bytes for the client. A client that takes up nothing while more than OUT_MAX bytes wait is dropped. */
 static void conn_send(Conn *c, const void *p, size_t n) {
     if (c->fd < 0 || c->state == CONN_CLOSING) return;
+    if (c->out.len == c->out_off) c->t_sent = now_s();
     buf_add(&c->out, p, n);
+    if (c->out.oom || c->out.len - c->out_off > OUT_MAX) {
+        c->state = CONN_CLOSING;   /* dropped by the loop, its slot freed */
+        c->out.len = c->out_off = 0;
+        c->out.oom = false;
+    }
 }
 
 static const char *status_text(int status) {
@@ -221,7 +237,9 @@ static void send_head(Conn *c, int status, const char *ctype, long length, bool 
     Buf h = {0};
     buf_fmt(&h, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n", status, status_text(status), ctype);
     if (length >= 0) buf_fmt(&h, "Content-Length: %ld\r\n", length);
+    else if (c->http10) { buf_str(&h, "Cache-Control: no-cache\r\n"); close = true; }   /* ends when closed */
     else buf_str(&h, "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n");
+    if (close) c->keep_alive = false;
     buf_str(&h, close ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n");
     if (h.oom) c->state = CONN_CLOSING;
     else conn_send(c, h.p, h.len);
@@ -234,8 +252,10 @@ static void send_json(Conn *c, int status, const Buf *body) {
     if (body->oom) { c->state = CONN_CLOSING; return; }
     bool close = !c->keep_alive || status == 413 || status == 431 || status == 408 || status == 414 || g_stop;
     send_head(c, status, "application/json", (long)body->len + 1, close);
-    conn_send(c, body->p, body->len);
-    conn_send(c, "\n", 1);
+    if (!c->head_only) {
+        conn_send(c, body->p, body->len);
+        conn_send(c, "\n", 1);
+    }
     if (close) c->keep_alive = false;
     if (status != 200) S.n_errors++;
     request_done(c);
@@ -319,6 +339,8 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
 }
 static int on_headers_complete(llhttp_t *p) {
     Conn *c = conn_of(p);
+    /* "Connection: Upgrade" (curl --http2 on http://) is a request like any other here; CONNECT is answered 405 */
+    if (p->method != HTTP_CONNECT) p->upgrade = 0;
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > (uint64_t)S.so->max_body) {
         c->error_status = 413;
         return -1;
@@ -349,14 +371,15 @@ static int json_skip(const Json *j, int i) {
     while (k < j->n && j->t[k].start < j->t[i].end) k++;
     return k;
 }
-static bool json_is(const Json *j, int i, const char *s) {
+static bool json_text_is(const Json *j, int i, jsmntype_t type, const char *s) {
     size_t n = strlen(s);
-    return j->t[i].type == JSMN_STRING && (size_t)(j->t[i].end - j->t[i].start) == n &&
+    return i >= 0 && i < j->n && j->t[i].type == type && (size_t)(j->t[i].end - j->t[i].start) == n &&
            !memcmp(j->js + j->t[i].start, s, n);
 }
+static bool json_is(const Json *j, int i, const char *s) { return json_text_is(j, i, JSMN_STRING, s); }
 /* the value of key in object obj, or -1 */
 static int json_get(const Json *j, int obj, const char *key) {
-    if (obj < 0 || j->t[obj].type != JSMN_OBJECT) return -1;
+    if (obj < 0 || obj >= j->n || j->t[obj].type != JSMN_OBJECT) return -1;
     int k = obj + 1;
     for (int e = 0; e < j->t[obj].size; e++) {
         if (json_is(j, k, key)) return k + 1;
@@ -364,27 +387,60 @@ static int json_get(const Json *j, int obj, const char *key) {
     }
     return -1;
 }
-static bool json_null(const Json *j, int i) {
-    return i >= 0 && j->t[i].type == JSMN_PRIMITIVE && j->js[j->t[i].start] == 'n';
-}
+static bool json_null(const Json *j, int i) { return json_text_is(j, i, JSMN_PRIMITIVE, "null"); }
 static bool json_bool(const Json *j, int i, bool *v) {
-    if (i < 0 || j->t[i].type != JSMN_PRIMITIVE) return false;
-    char ch = j->js[j->t[i].start];
-    if (ch != 't' && ch != 'f') return false;
-    *v = ch == 't';
-    return true;
+    if (json_text_is(j, i, JSMN_PRIMITIVE, "true")) { *v = true; return true; }
+    if (json_text_is(j, i, JSMN_PRIMITIVE, "false")) { *v = false; return true; }
+    return false;
+}
+/* whether s[0..n) is a number as JSON writes one: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static bool json_number_text(const char *s, int n) {
+    int i = 0;
+    if (i < n && s[i] == '-') i++;
+    if (i < n && s[i] == '0') i++;
+    else if (i < n && s[i] >= '1' && s[i] <= '9') while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    else return false;
+    if (i < n && s[i] == '.') {
+        if (++i >= n || s[i] < '0' || s[i] > '9') return false;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        if (++i < n && (s[i] == '+' || s[i] == '-')) i++;
+        if (i >= n || s[i] < '0' || s[i] > '9') return false;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    }
+    return i == n;
 }
 static bool json_num(const Json *j, int i, double *v) {
-    if (i < 0 || j->t[i].type != JSMN_PRIMITIVE) return false;
+    if (i < 0 || i >= j->n || j->t[i].type != JSMN_PRIMITIVE) return false;
     char tmp[64];
     int n = j->t[i].end - j->t[i].start;
-    if (n <= 0 || n >= (int)sizeof tmp) return false;
+    if (n <= 0 || n >= (int)sizeof tmp || !json_number_text(j->js + j->t[i].start, n)) return false;
     memcpy(tmp, j->js + j->t[i].start, (size_t)n);
     tmp[n] = 0;
-    if (!(tmp[0] == '-' || (tmp[0] >= '0' && tmp[0] <= '9'))) return false;
-    char *end;
-    *v = strtod(tmp, &end);
-    return *end == 0 && isfinite(*v);
+    *v = strtod(tmp, NULL);
+    return isfinite(*v);
+}
+/* jsmn (strict) lets a key without a value through ({"a"}) and literals it only glances at (tru, -): every
+ * object's keys are strings with one value, every primitive a literal or a number */
+static bool json_valid(const Json *j) {
+    for (int i = 0; i < j->n; i++) {
+        const jsmntok_t *t = &j->t[i];
+        if (t->type == JSMN_PRIMITIVE) {
+            const char *s = j->js + t->start;
+            int n = t->end - t->start;
+            if (!json_null(j, i) && !json_text_is(j, i, JSMN_PRIMITIVE, "true") &&
+                !json_text_is(j, i, JSMN_PRIMITIVE, "false") && !json_number_text(s, n))
+                return false;
+        }
+        if (t->type != JSMN_OBJECT) continue;
+        int k = i + 1;
+        for (int e = 0; e < t->size; e++) {
+            if (k + 1 >= j->n || j->t[k].type != JSMN_STRING || j->t[k].size != 1) return false;
+            k = json_skip(j, k + 1);
+        }
+    }
+    return true;
 }
 static int utf8_len(const unsigned char *s, size_t n) {   /* bytes of one valid UTF-8 character, or 0 */
     unsigned char b = s[0];
@@ -495,7 +551,11 @@ static bool parse_request(Conn *c, bool chat) {
     double v;
     bool flag;
     int k;
-    if (j.n <= 0 || j.t[0].type != JSMN_OBJECT || json_skip(&j, 0) != j.n) {
+    if (j.n <= 0 || !json_valid(&j)) {
+        BAD_REQUEST(c, NULL, "the body is not valid JSON");
+        goto out;
+    }
+    if (j.t[0].type != JSMN_OBJECT || json_skip(&j, 0) != j.n) {
         BAD_REQUEST(c, NULL, "the body is not a JSON object");
         goto out;
     }
@@ -527,7 +587,7 @@ static bool parse_request(Conn *c, bool chat) {
             size_t len = 0;
             char *text = NULL;
             if (content < 0 || json_null(&j, content)) {
-                if (strcmp(rname, "assistant")) { BAD_REQUEST(c, field, "%s: missing", field); goto out; }
+                if (!json_is(&j, role, "assistant")) { BAD_REQUEST(c, field, "%s: missing", field); goto out; }
                 text = calloc(1, 1);
             } else if (j.t[content].type == JSMN_ARRAY) {   /* content parts: the texts, joined by newlines */
                 Buf b = {0};
@@ -696,7 +756,8 @@ static void slot_release(Slot *s) {
     s->text.len = 0;
 }
 
-static void chunk(Conn *c, const Buf *payload) {   /* one chunk of a chunked reply */
+static void chunk(Conn *c, const Buf *payload) {   /* one chunk of a chunked reply (HTTP/1.0: the bytes) */
+    if (c->http10) { conn_send(c, payload->p, payload->len); return; }
     char head[32];
     int n = snprintf(head, sizeof head, "%zx\r\n", payload->len);
     conn_send(c, head, (size_t)n);
@@ -767,11 +828,18 @@ static void slot_finish(Slot *s) {
         } else {
             buf_fmt(&b, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"%s\"}]", why);
         }
-        if (r->include_usage) { buf_str(&b, ","); usage_json(&b, s); }
-        buf_str(&b, "}\n\ndata: [DONE]\n\n");
+        buf_str(&b, "}\n\n");
+        if (r->include_usage) {   /* OpenAI's last chunk: no choices, the usage */
+            buf_str(&b, "data: {");
+            reply_id(&b, c, r->chat ? "chat.completion.chunk" : "text_completion");
+            buf_str(&b, ",\"choices\":[],");
+            usage_json(&b, s);
+            buf_str(&b, "}\n\n");
+        }
+        buf_str(&b, "data: [DONE]\n\n");
         chunk(c, &b);
         buf_free(&b);
-        conn_send(c, "0\r\n\r\n", 5);
+        if (!c->http10) conn_send(c, "0\r\n\r\n", 5);
         request_done(c);
     } else {
         Buf b = {0};
@@ -870,6 +938,7 @@ static bool slot_start(void) {
         int ci = S.queue[0];
         memmove(S.queue, S.queue + 1, (size_t)--S.n_queue * sizeof *S.queue);
         Conn *c = &S.conns[ci];
+        if (c->fd < 0 || c->state != CONN_QUEUED) continue;   /* its client was dropped meanwhile */
         int32_t *ids;
         int n = request_ids(c, &ids);
         if (n < 0) { free(ids); continue; }
@@ -928,19 +997,18 @@ static size_t stop_holdback(const Slot *s) {
 /* Appends text[0..n) (one sampled id's) to the reply; true when a stop string ended it (the reply is cut
  * right before the stop string). */
 static bool slot_add_text(Slot *s, const char *text, size_t n) {
-    size_t before = s->text.len;
+    size_t before = s->text.len, cut = SIZE_MAX;   /* the earliest match of any stop string */
     buf_add(&s->text, text, n);
     for (int q = 0; q < s->req->n_stop; q++) {
         size_t L = s->req->stop_len[q];
         if (s->text.len < L) continue;
-        for (size_t at = before + 1 >= L ? before + 1 - L : 0; at + L <= s->text.len; at++)
-            if (!memcmp(s->text.p + at, s->req->stop[q], L)) {
-                s->text.len = at;
-                s->text.p[at] = 0;
-                return true;
-            }
+        for (size_t at = before + 1 >= L ? before + 1 - L : 0; at + L <= s->text.len && at < cut; at++)
+            if (!memcmp(s->text.p + at, s->req->stop[q], L)) { cut = at; break; }
     }
-    return false;
+    if (cut == SIZE_MAX) return false;
+    s->text.len = cut;
+    s->text.p[cut] = 0;
+    return true;
 }
 
 /* One unit of model work in slot s: a prefill chunk, or the last sampled token fed; then, once the prompt is
@@ -981,7 +1049,12 @@ static void slot_step(Slot *s) {
         stopped = slot_add_text(s, S.piece, tokdec_flush(&s->dec, S.piece, S.piece_cap));
         if (!stopped) { s->finish = FIN_LENGTH; slot_finish(s); return; }
     }
-    if (s->text.oom) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); slot_release(s); return; }
+    if (s->text.oom) {   /* a stream already begun is cut off; a whole reply gets its error */
+        if (r->stream) c->state = CONN_CLOSING;
+        else send_error(c, 500, "server_error", NULL, NULL, "out of memory");
+        slot_release(s);
+        return;
+    }
     if (stopped) { s->finish = FIN_STOP; slot_finish(s); return; }
     if (r->stream) stream_text(s, c, s->text.len - stop_holdback(s));
 }
@@ -1007,7 +1080,14 @@ static void route(int ci) {
     const char *url = c->url.p ? c->url.p : "";
     size_t ul = strcspn(url, "?");
     int method = llhttp_get_method(&c->http);
-    bool get = method == HTTP_GET, post = method == HTTP_POST;
+    c->head_only = method == HTTP_HEAD;
+    c->http10 = llhttp_get_http_major(&c->http) == 1 && llhttp_get_http_minor(&c->http) == 0;
+    bool get = method == HTTP_GET || method == HTTP_HEAD, post = method == HTTP_POST;
+    if (method == HTTP_CONNECT) {
+        c->keep_alive = false;
+        send_error(c, 405, "invalid_request_error", NULL, NULL, "CONNECT is not served here");
+        return;
+    }
 #define PATH(s) (ul == strlen(s) && !strncmp(url, s, ul))
     if (PATH("/health")) {
         if (!get) { send_error(c, 405, "invalid_request_error", NULL, NULL, "/health takes GET"); return; }
@@ -1039,7 +1119,8 @@ static void route(int ci) {
     bool chat = PATH("/v1/chat/completions");
     if (chat || PATH("/v1/completions")) {
         if (!post) {
-            send_error(c, 405, "invalid_request_error", NULL, NULL, "%.*s takes POST", (int)ul, url);
+            send_error(c, 405, "invalid_request_error", NULL, NULL, "%s takes POST",
+                       chat ? "/v1/chat/completions" : "/v1/completions");
             return;
         }
         if (g_stop) { send_error(c, 503, "server_error", NULL, NULL, "the server is shutting down"); return; }
@@ -1049,8 +1130,12 @@ static void route(int ci) {
         return;
     }
 #undef PATH
-    send_error(c, 404, "invalid_request_error", NULL, NULL, "no route %.*s (the routes: /v1/chat/completions, "
-               "/v1/completions, /v1/models, /health)", (int)(ul > 200 ? 200 : ul), url);
+    char shown[201];   /* the path in the message: printable ASCII (the message is JSON, valid UTF-8) */
+    size_t sl = ul < 200 ? ul : 200;
+    for (size_t i = 0; i < sl; i++) shown[i] = url[i] >= 0x20 && url[i] < 0x7f ? url[i] : '?';
+    shown[sl] = 0;
+    send_error(c, 404, "invalid_request_error", NULL, NULL, "no route %s (the routes: /v1/chat/completions, "
+               "/v1/completions, /v1/models, /health)", shown);
 }
 
 /* ---------------------------------------------------------------- connections */
@@ -1074,7 +1159,8 @@ static void conn_pump(int ci);
 
 /* A reply is complete: the next request on the connection may be read. */
 static void request_done(Conn *c) {
-    c->state = c->keep_alive ? CONN_READING : CONN_CLOSING;
+    if (c->state == CONN_CLOSING) return;   /* the peer is gone, or the reply closes: nothing more is read */
+    c->state = c->keep_alive && !c->peer_eof ? CONN_READING : CONN_CLOSING;
     c->t_request = c->t_active = now_s();
     c->in_request = false;
     c->head_bytes = 0;
@@ -1085,7 +1171,7 @@ static void request_done(Conn *c) {
 /* Parses what has been read; a complete request goes to its route. */
 static void conn_pump(int ci) {
     Conn *c = &S.conns[ci];
-    while (c->fd >= 0 && c->state == CONN_READING && c->in.len > 0) {
+    while (c->fd >= 0 && c->state == CONN_READING && c->in.len > 0 && c->out.len - c->out_off <= OUT_PENDING_MAX) {
         llhttp_errno_t err = llhttp_execute(&c->http, c->in.p, c->in.len);
         size_t used = c->in.len;
         if (err == HPE_PAUSED) used = (size_t)(llhttp_get_error_pos(&c->http) - c->in.p);
@@ -1115,7 +1201,7 @@ static void conn_pump(int ci) {
 static void conn_flush(Conn *c) {
     while (c->fd >= 0 && c->out_off < c->out.len) {
         ssize_t k = send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (k > 0) { c->out_off += (size_t)k; c->t_active = now_s(); continue; }
+        if (k > 0) { c->out_off += (size_t)k; c->t_active = c->t_sent = now_s(); continue; }
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
         c->state = CONN_CLOSING;   /* the peer is gone: dropped below */
         c->out.len = c->out_off = 0;
@@ -1124,24 +1210,35 @@ static void conn_flush(Conn *c) {
     if (c->out_off == c->out.len) c->out.len = c->out_off = 0;
 }
 
+/* The client shut its side (recv gave 0). A stream goes on (writes tell whether the client still reads: a
+ * closed socket fails the next send or the one after); a whole reply still to come is dropped, its slot freed
+ * (a client that closes the connection is gone); a reply already queued is sent, then the connection closed. */
+static void conn_eof(int ci) {
+    Conn *c = &S.conns[ci];
+    c->peer_eof = true;
+    c->keep_alive = false;
+    if ((c->state == CONN_QUEUED || c->state == CONN_SERVING) && !c->req.stream) { conn_close(ci); return; }
+    if (c->state == CONN_READING) c->state = CONN_CLOSING;
+}
+
 static void conn_read(int ci) {
     Conn *c = &S.conns[ci];
     char tmp[65536];
-    for (;;) {
+    for (int turn = 0; turn < READS_PER_TURN; turn++) {   /* then the model's turn: a flood does not stall it */
         ssize_t k = recv(c->fd, tmp, sizeof tmp, MSG_DONTWAIT);
         if (k > 0) {
-            c->t_active = now_s();
             if (c->state == CONN_CLOSING) continue;   /* a reply that closes: what follows is dropped */
+            c->t_active = now_s();
             buf_add(&c->in, tmp, (size_t)k);
             if (c->in.oom) { conn_close(ci); return; }
             if (c->state == CONN_READING) conn_pump(ci);   /* parsed as it comes: a body is bounded as it grows */
-            else if (c->in.len > IN_PENDING_MAX) return;   /* pipelined past a request in service: poll waits */
-            if (c->fd < 0) return;
+            if (c->fd < 0 || c->in.len > IN_PENDING_MAX) return;   /* read ahead enough: poll waits */
             continue;
         }
-        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (k < 0 && errno == EINTR) continue;
-        conn_close(ci);   /* the client closed (or reset) the connection: whatever it asked for is dropped */
+        if (k < 0) conn_close(ci);   /* reset: whatever the client asked for is dropped, its slot freed */
+        else conn_eof(ci);
         return;
     }
 }
@@ -1149,19 +1246,19 @@ static void conn_read(int ci) {
 static void conn_accept(void) {
     for (;;) {
         int fd = accept(S.listen_fd, NULL, NULL);
-        if (fd < 0) return;
-        int ci = -1;
-        for (int i = 0; i < S.n_conns; i++) if (S.conns[i].fd < 0) { ci = i; break; }
-        if (ci < 0) {   /* too many connections: this one is told so and closed */
-            static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                "Content-Length: 88\r\nConnection: close\r\n\r\n"
-                "{\"error\":{\"message\":\"too many connections\",\"type\":\"server_error\",\"param\":null,"
-                "\"code\":null}}\n";
-            ssize_t w = send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-            (void)w;
-            close(fd);
-            continue;
+        if (fd < 0) {   /* out of file descriptors: the listener rests a moment rather than wake poll at once */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                S.accept_rest_until = now_s() + 0.1;
+            return;
         }
+        /* past --max-conns, a connection takes one of the spare entries just to be told so (a 503, then the
+         * lingering close that lets the client read it); with none spare it is closed at once */
+        int ci = -1, open = 0;
+        for (int i = 0; i < S.n_conns; i++) {
+            if (S.conns[i].fd < 0) { if (ci < 0) ci = i; }
+            else open += !S.conns[i].rejected;
+        }
+        if (ci < 0) { close(fd); continue; }
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);   /* a token's event goes out at once */
@@ -1171,7 +1268,12 @@ static void conn_accept(void) {
         c->state = CONN_READING;
         llhttp_init(&c->http, HTTP_REQUEST, &g_http);
         c->http.data = c;
-        c->t_request = c->t_active = now_s();
+        c->t_request = c->t_active = c->t_sent = now_s();
+        if (open >= S.so->max_conns) {
+            c->rejected = true;
+            c->keep_alive = false;
+            send_error(c, 503, "server_error", NULL, NULL, "too many connections");
+        }
     }
 }
 
@@ -1271,7 +1373,7 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
     g_http.on_body = on_body;
     g_http.on_message_complete = on_message_complete;
 
-    S.n_conns = so->max_conns;
+    S.n_conns = so->max_conns + 16;   /* the spare entries answer 503 past --max-conns */
     S.conns = calloc((size_t)S.n_conns, sizeof *S.conns);
     S.queue = malloc((size_t)S.n_conns * sizeof *S.queue);
     struct pollfd *pfd = malloc((size_t)(S.n_conns + 1) * sizeof *pfd);
@@ -1318,30 +1420,34 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
         if (so->stats && now - S.t_last_stats >= so->stats_every) print_stats();
         while (slot_start()) {}
         int np = 0;
-        if (S.listen_fd >= 0) { pfd[np] = (struct pollfd){ S.listen_fd, POLLIN, 0 }; pidx[np++] = -1; }
+        if (S.listen_fd >= 0 && now >= S.accept_rest_until) {
+            pfd[np] = (struct pollfd){ S.listen_fd, POLLIN, 0 };
+            pidx[np++] = -1;
+        }
         int open = 0;
         for (int i = 0; i < S.n_conns; i++) {
             Conn *c = &S.conns[i];
             if (c->fd < 0) continue;
             conn_flush(c);
             bool drained = c->out_off == c->out.len;
+            if (c->state == CONN_CLOSING && drained && c->peer_eof) { conn_close(i); continue; }
             if (c->state == CONN_CLOSING && drained && !c->lingering) {
                 /* our side shut; what the client still sends (a body refused as too large) is read and dropped
                  * for a moment, so that the kernel does not reset the connection before the reply is read */
                 shutdown(c->fd, SHUT_WR);
                 c->lingering = true;
-                c->t_active = now;
+                c->linger_until = now + (so->timeout_s < 2 ? so->timeout_s : 2);
             }
-            if (c->lingering && now - c->t_active > (so->timeout_s < 2 ? so->timeout_s : 2)) {
+            if (c->lingering && now > c->linger_until) {
                 conn_close(i);
                 continue;
             }
             /* timeouts: a request that does not arrive whole, a reply not taken up, an idle keep-alive */
             bool waiting = c->state == CONN_READING;
-            bool idle = waiting && c->in.len == 0 && !c->in_request;
-            if ((waiting && !idle && now - c->t_request > so->timeout_s) ||
+            bool idle = waiting && drained && c->in.len == 0 && !c->in_request;
+            if ((waiting && !idle && c->in_request && now - c->t_request > so->timeout_s) ||
                 (idle && now - c->t_active > so->timeout_s) ||
-                (!drained && now - c->t_active > so->timeout_s) ||
+                (!drained && now - c->t_sent > so->timeout_s) ||
                 (g_stop && idle)) {
                 if (waiting && !idle && drained && c->fd >= 0 && !g_stop) {
                     c->keep_alive = false;
@@ -1354,7 +1460,8 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
             }
             open++;
             short ev = 0;
-            if (c->state == CONN_READING || c->in.len <= IN_PENDING_MAX) ev |= POLLIN;
+            if (!c->peer_eof && c->in.len <= IN_PENDING_MAX && c->out.len - c->out_off <= OUT_PENDING_MAX)
+                ev |= POLLIN;
             if (!drained) ev |= POLLOUT;
             pfd[np] = (struct pollfd){ c->fd, ev, 0 };
             pidx[np++] = i;
@@ -1369,9 +1476,12 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
             int ci = pidx[k];
             Conn *c = &S.conns[ci];
             if (c->fd < 0) continue;
-            if (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)) conn_read(ci);
+            if ((pfd[k].revents & (POLLHUP | POLLERR)) && c->peer_eof) conn_close(ci);   /* gone both ways */
+            else if (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)) conn_read(ci);
             if (c->fd >= 0 && (pfd[k].revents & POLLOUT)) conn_flush(c);
         }
+        for (int k = 0; k < S.n_slots; k++)   /* a slot whose client was dropped (a failed send) is free */
+            if (S.slots[k].active && S.conns[S.slots[k].conn].state == CONN_CLOSING) slot_release(&S.slots[k]);
         for (int k = 0; k < S.n_slots; k++) {   /* one step of the next busy slot, in turn */
             Slot *sl = &S.slots[(S.next_slot + k) % S.n_slots];
             if (!sl->active) continue;

@@ -132,6 +132,18 @@ def http(port, raw, read_until_close=True, timeout=20):
         s.close()
 
 
+def read_to_close(sk):
+    """Everything the server sends on sk until it closes; then sk is closed."""
+    data = b""
+    while True:
+        b = sk.recv(65536)
+        if not b:
+            break
+        data += b
+    sk.close()
+    return data
+
+
 def status_and_json(reply):
     head, _, body = reply.partition(b"\r\n\r\n")
     return int(head.split()[1]), json.loads(body) if body.strip() else None
@@ -213,6 +225,34 @@ def test_sampling_fields_match_command_line():
             want = cli("--prompt", "Once upon a time", "--seed", 3, "--temperature", 1.0, "-n", 30, *flags,
                        kind="stories")
             assert "Once upon a time" + r.choices[0].text == want, (body, r.choices[0].text, want)
+
+
+def test_earliest_stop_string_wins():
+    with Server(kind="stories") as s:
+        c = client(s)
+        args = dict(model="stories", prompt="Once upon a time", temperature=0, max_tokens=40)
+        full = c.completions.create(**args).choices[0].text
+        words = full.split()
+        a, b = words[3], words[1]   # b comes first in the text, a later: the earlier match cuts, in either order
+        cut = min(full.index(a), full.index(b))
+        for stop in ([a, b], [b, a]):
+            r = c.completions.create(stop=stop, **args)
+            assert r.choices[0].text == full[:cut] and r.choices[0].finish_reason == "stop", (stop, r)
+        # include_usage: OpenAI's last chunk has no choices and the usage
+        chunks = list(c.completions.create(stream=True, stream_options={"include_usage": True}, **args))
+        assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 40, chunks[-1]
+        assert chunks[-2].choices[0].finish_reason == "length"
+
+
+def test_top_p_below_one_over_n_keeps_the_best():
+    """top_p small enough that the nucleus' pre-filter bound exceeds even the best token's share: the best is
+    still drawn (the sampler once read before its candidates and fed the model an id out of the vocabulary)."""
+    p = run([exe("stories"), "--prompt", "Once upon a time", "-n", "8", "--temperature", "1", "--top-k", "2",
+             "--top-p", "0.01", "--seed", "1", "--ids"], env={"OMP_NUM_THREADS": "1"})
+    ids = [int(x) for x in p.stdout.split()]
+    greedy = [int(x) for x in run([exe("stories"), "--prompt", "Once upon a time", "-n", "8", "--temperature", "0",
+                                   "--ids"]).stdout.split()]
+    assert ids == greedy, (ids, greedy)
 
 
 def test_stop_strings_across_token_boundaries():
@@ -390,6 +430,80 @@ def test_bad_requests_named():
         assert st == 200, js
 
 
+def test_json_strictness():
+    """What jsmn lets through and JSON forbids is refused: a key without a value, literals it only glances at,
+    numbers in C's syntax; a message without a role names it."""
+    with Server(kind="stories") as s:
+        for body, param in ((b'{"prompt"}', None), (b'{"prompt": "x", "stop"}', None),
+                            (b'{"prompt": "x", "stream": tomato}', None), (b'{"prompt": "x", "temperature": 0x1p-1}', None),
+                            (b'{"prompt": "x", "temperature": -}', None), (b'{"prompt": "x", "max_tokens": 01}', None),
+                            (b'{"prompt": "x", "temperature": 1e400}', "temperature")):
+            st, js = post(s.port, "/v1/completions", body)
+            assert st == 400 and js["error"]["param"] == param, (body, js)
+        st, js = post(s.port, "/v1/chat/completions", {"messages": [{"content": "hi"}]})
+        assert st == 400 and js["error"]["param"] == "messages[0].role", js
+        st, js = post(s.port, "/v1/completions", {"prompt": "x", "max_tokens": 2, "temperature": -0.0, "top_p": 1e0})
+        assert st == 200, js
+
+
+def test_protocol_edges():
+    """HEAD, an Upgrade header, HTTP/1.0 streaming, a request whose client shuts its side right after it, the
+    503 past --max-conns and a 404 for a path that is not UTF-8: each answer well-formed."""
+    with Server(kind="stories") as s:
+        sk = socket.create_connection(("127.0.0.1", s.port), timeout=20)
+        sk.sendall(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = read_to_close(sk)
+        first, _, rest = data.partition(b"\r\n\r\n")   # HEAD: the head, no body; then the GET's reply whole
+        assert first.startswith(b"HTTP/1.1 200") and b"Content-Length: 16" in first, data
+        assert rest.startswith(b"HTTP/1.1 200") and rest.endswith(b'{"status":"ok"}\n'), data
+        up = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n" \
+             b"HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n"
+        data = http(s.port, up + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert data.count(b"HTTP/1.1 200") == 2, data
+        body = json.dumps({"prompt": "Once", "max_tokens": 5, "stream": True}).encode()
+        data = http(s.port, b"POST /v1/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        head, _, rest = data.partition(b"\r\n\r\n")
+        assert b"chunked" not in head and rest.startswith(b"data: {") and rest.endswith(b"data: [DONE]\n\n"), data
+        sk = socket.create_connection(("127.0.0.1", s.port), timeout=20)
+        sk.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        sk.shutdown(socket.SHUT_WR)
+        data = read_to_close(sk)
+        assert data.startswith(b"HTTP/1.1 200") and data.endswith(b'{"status":"ok"}\n'), data
+        st, js = status_and_json(http(s.port, b"GET /v1/\xff\xfe HTTP/1.1\r\nConnection: close\r\n\r\n"))
+        assert st == 404 and "no route" in js["error"]["message"], js
+    with Server("--max-conns", 2, kind="stories") as s:   # two connections in use (each answered once): a third is told
+        held = [socket.create_connection(("127.0.0.1", s.port), timeout=20) for _ in range(2)]
+        for h in held:
+            h.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert h.recv(65536).startswith(b"HTTP/1.1 200")
+        st, js = status_and_json(http(s.port, b"GET /health HTTP/1.1\r\n\r\n"))
+        assert st == 503 and js["error"]["message"] == "too many connections", js
+        for h in held:
+            h.close()
+
+
+def test_reader_that_never_reads():
+    """A client that pipelines requests and reads no reply neither grows the server's memory without bound nor
+    stalls the others: it stops being read once its replies pile up, and is dropped after --timeout."""
+    with Server("--timeout", 3, kind="stories") as s:
+        flood = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+        flood.setblocking(False)
+        req = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 1000
+        sent, t0 = 0, time.monotonic()
+        while time.monotonic() - t0 < 2:
+            try:
+                sent += flood.send(req)
+            except BlockingIOError:
+                time.sleep(0.01)
+        t1 = time.monotonic()
+        st, js = post(s.port, "/v1/completions", {"prompt": "Once", "max_tokens": 5})
+        assert st == 200 and time.monotonic() - t1 < 5, js
+        with open("/proc/%d/status" % s.p.pid) as f:
+            rss = int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1))
+        assert rss < 400_000, rss
+        flood.close()
+
+
 def test_api_key():
     with Server("--api-key", "s3cret") as s:
         assert post(s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 2})[0] == 401
@@ -523,13 +637,7 @@ def test_sigterm_drains_what_is_in_flight():
         sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         time.sleep(0.3)
         s.p.send_signal(signal.SIGTERM)
-        data = b""
-        while True:
-            b = sk.recv(65536)
-            if not b:
-                break
-            data += b
-        sk.close()
+        data = read_to_close(sk)
         st, js = status_and_json(data)
         assert st == 200 and js["usage"]["completion_tokens"] == 40, data
         s.stop()
@@ -545,6 +653,8 @@ def test_serve_flags():
     assert p.returncode == 1 and "go with --serve" in p.stderr, p.stderr
     p = run([exe(), "--serve", "--prompt", "x"], check=False)
     assert p.returncode == 1 and "--serve takes its prompts from HTTP requests" in p.stderr, p.stderr
+    p = run([exe(), "--serve", "-n", "5"], check=False)
+    assert p.returncode == 1 and "each request says its max_tokens" in p.stderr, p.stderr
     p = run([exe(), "--serve", "--parallel", "65"], check=False)
     assert p.returncode == 1 and "--parallel" in p.stderr and "1..64" in p.stderr, p.stderr
     p = run([exe(), "--serve", "--port", "99999"], check=False)
