@@ -163,6 +163,7 @@ static void usage(void) {
            "  --timeout S             --serve: seconds for a request to arrive, a reply to be taken up, and\n"
            "                          an idle connection to be kept (default 30)\n"
            "  --max-conns N           --serve: open connections at most (default 512)\n"
+           "  --stats-every S         --serve: the --stats line every S seconds (default 10)\n"
            "  --threads N             CPU threads (default: one per physical core, each pinned to it)\n"
            "  --info                  describe the model and exit\n"
            "  --verify                check the built-in payload's checksum and exit\n"
@@ -275,6 +276,9 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--timeout")) {
             o->so.timeout_s = (int)parse_int(flag, VAL(), 1, 86400, NULL);
             o->serve_flag = true;
+        } else if (IS("--stats-every")) {
+            o->so.stats_every = (int)parse_int(flag, VAL(), 1, 86400, NULL);
+            o->stats = o->serve_flag = true;
         } else if (IS("--max-conns")) {
             o->so.max_conns = (int)parse_int(flag, VAL(), 1, 65536, NULL);
             o->serve_flag = true;
@@ -285,8 +289,8 @@ static void parse_args(int argc, char **argv, Opts *o) {
 #undef VAL
     }
     if (o->prompt && o->prompt_ids) die("give --prompt or --prompt-ids, not both");
-    if (o->serve_flag && !o->serve) die("--host, --port, --parallel, --api-key, --max-body, --timeout and --max-conns "
-                                        "go with --serve");
+    if (o->serve_flag && !o->serve) die("--host, --port, --parallel, --api-key, --max-body, --timeout, --max-conns "
+                                        "and --stats-every go with --serve");
     if (o->serve && (o->prompt || o->prompt_ids || o->interactive || o->tokenize || o->ppl_path || o->ids ||
                      o->logits_path))
         die("--serve takes its prompts from HTTP requests: no --prompt, --prompt-ids, -i, --tokenize, "

@@ -663,3 +663,6 @@ def test_serve_flags():
         p = run([exe(), "--serve", "--port", str(s.port)], check=False)
         assert p.returncode == 1 and "cannot listen on 127.0.0.1 port %d" % s.port in p.stderr, p.stderr
     assert "--serve" in run([exe(), "--help"]).stdout
+    with Server("--stats-every", 1, kind="stories") as s:   # the statistics line, every second
+        time.sleep(2.5)
+        assert len(re.findall(r"requests \(0 answered with an error\)", s.stderr())) >= 2, s.stderr()
