@@ -183,6 +183,7 @@ void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource 
     } else {
         g->logits = linear(&b, "lm_head", f, D, V, false);
     }
+    g->logits->picks_token = true;
     /* the greedy next token, so greedy decoding needs no logits from the device */
     GNode *am = act(&b, G_ARGMAX, "model.next_token", 1, g->logits, NULL, NULL);
     am->rows_n = false; am->ndim = 1; am->dims[0] = 1;

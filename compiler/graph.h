@@ -52,6 +52,10 @@ typedef struct GNode {
     const char *rope_desc;
     double value;              /* const: the scalar */
     bool causal;               /* scaled_dot_product_attention: is_causal (query i sees keys j <= i) */
+    bool picks_token;          /* linear: a model's lm_head, whose outputs pick the next token: its activations
+                                * stay f32 where the other block-type linears round them to 8 bits
+                                * (knob cpu_qdot_q8: a small model's best logits can lie closer together than
+                                * that rounding moves them) */
     double scale;              /* scaled_dot_product_attention: the score scale */
     int topk;                  /* topk: k (a model's: the most model_topk may ask for) */
     FillKind fill;             /* input / weight leaves of an expression */

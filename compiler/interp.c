@@ -205,7 +205,7 @@ double *interp_run(const Graph *g, double *const *leaves, const InterpOptions *i
             const double *w = v[n->in[1]->id], *b = n->nin > 2 ? v[n->in[2]->id] : NULL;
             int64_t in = n->in[1]->dims[1];
             bool round_x = io->bf16_linear_x && n->in[1]->dtype == DT_BF16;
-            bool q8_x = io->q8_linear_x && dtype_is_quant(n->in[1]->dtype) && strcmp(n->name, "lm_head") != 0;
+            bool q8_x = io->q8_linear_x && dtype_is_quant(n->in[1]->dtype) && !n->picks_token;
             double *xq = q8_x ? malloc((size_t)in * sizeof(double)) : NULL;
             for (int64_t r = 0; r < N / last; r++) {
                 if (q8_x) round_q8(v[x->id] + r * in, in, xq);

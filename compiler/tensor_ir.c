@@ -38,6 +38,7 @@ static TOp *new_op_part(TL *L, TOpKind kind, const GNode *n, Buffer *out, const 
     arena_grow(L->A, (void **)&tp->ops, tp->n, &tp->cap, sizeof(TOp *));
     TOp *op = ARENA_NEW(L->A, TOp);
     op->kind = kind; op->module = n->name; op->kname = kernel_base_name(L->A, n->name); op->out = out;
+    op->picks_token = n->picks_token;
     if (suffix) op->kname = arena_printf(L->A, "%s_%s", op->kname, suffix);
     tp->ops[tp->n++] = op;
     return op;

@@ -81,9 +81,9 @@ int cpu_rows_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     P->qdot = qdot_form(&k->body, &P->xop, P->wop);
     if (P->qdot) P->group = 1;   /* one dot product per element: each reads its row once */
     P->debug_row = kn->debug_qdot_row;
-    /* the lm_head keeps f32 activations: its outputs pick the token, and a small model's best logits can lie
-     * closer together than the rounding moves them (SmolLM2-135M's first answer token: 0.08 apart, moved 0.26) */
-    P->acts_q8 = P->qdot && kn->cpu_qdot_q8 && strcmp(k->nest->module, "lm_head") != 0;
+    /* the lm_head keeps f32 activations (graph.h, picks_token): SmolLM2-135M's first answer token's best
+     * logits are 0.08 apart, and the 8-bit rounding moved them 0.26 */
+    P->acts_q8 = P->qdot && kn->cpu_qdot_q8 && !k->nest->op->picks_token;
     int64_t t1;
     CHECK(eval_i(c->total, 1, 0, &t1), "nest %s: extents", k->nest->module);
     /* cpu_tasks tasks at n = 1 (more for larger n): enough to balance any thread count */
