@@ -550,8 +550,25 @@ static void names_init(Names *nm, const KProgram *kp) {
     }
 }
 
-/* Strings of a model-level weight's field could meet another's: they are checked when the struct is printed */
-static void host_arg(Str *o, const Names *nm, const Buffer *b, int seg) {
+/* Strings of a model-level weight's field could meet another's: they are checked when the struct is printed.
+ * per_token: in model_forward_batch's loop over the tokens (t): the token's rows of the activations and ids,
+ * its slot's KV cache. */
+static void host_arg(Str *o, const Names *nm, const Buffer *b, int seg, bool per_token) {
+    if (per_token && (b->kind == BUF_KCACHE || b->kind == BUF_VCACHE)) {
+        const char *c = b->kind == BUF_KCACHE ? "kc" : "vc";
+        if (b->layer == seg) str_printf(o, "SLOT_KV(%s, l, slots[t])", c);
+        else if (seg >= 0) str_printf(o, "SLOT_KV(%s, l %c %d, slots[t])", c, b->layer < seg ? '-' : '+',
+                                      abs(b->layer - seg));
+        else str_printf(o, "SLOT_KV(%s, %d, slots[t])", c, b->layer);
+        return;
+    }
+    if (per_token && b->kind == BUF_ACT && b->rows_n) {
+        int64_t row = 1;
+        for (int d = 1; d < b->ndim; d++) row *= b->dims[d];
+        str_printf(o, "ACT(%s) + (size_t)t * %lld", nm->act[b->id], (long long)row);
+        return;
+    }
+    if (per_token && b->kind == BUF_INPUT) { str_printf(o, "m->ids + t"); return; }
     switch (b->kind) {
     case BUF_WEIGHT: {
         int wl = nm->layer[b->id];
@@ -590,8 +607,8 @@ void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, bool
 }
 
 /* One launch at indent d; seg >= 0: it runs in the body of decoder layer seg (l, L), else literal. Arguments
- * wrap at 120 columns. */
-static void emit_launch(Str *o, const Names *nm, const KLaunch *l, int seg, bool cuda, int d) {
+ * wrap at 120 columns. per_token: its arguments in model_forward_batch's loop over the tokens (host_arg). */
+static void emit_launch(Str *o, const Names *nm, const KLaunch *l, int seg, bool cuda, int d, bool per_token) {
     const char *mod = l->module;
     if (seg >= 0) layer_of(mod, &mod);
     emit_launch_open(o, l, mod, cuda, false, d);
@@ -599,7 +616,7 @@ static void emit_launch(Str *o, const Names *nm, const KLaunch *l, int seg, bool
     while (o->s[line - 1] != '\n') line--;
     for (int j = 0; j < l->k->nparams; j++) {
         Str a = {0};
-        host_arg(&a, nm, l->args[j], seg);
+        host_arg(&a, nm, l->args[j], seg, per_token);
         if (o->len - line + a.len + 4 > 120) { str_printf(o, ",\n"); line = o->len; ind(o, d + 3); }
         else str_printf(o, ", ");
         str_printf(o, "%s", a.s);
@@ -661,52 +678,156 @@ static void emit_layer_loop(Str *o, Str *txt, int lay0, int cnt, int lo, int hi)
     str_printf(o, "    }\n");
 }
 
-/* model_forward's launches. The decoder layers run the same kernels: a run of consecutive layers with as
- * many launches each is one loop over l, its launches printed once with L = &m->layers[l], where they bind
- * the same activations and the layer's weights and KV cache. A layer at either end of the run whose
- * launches differ in more than a quarter of the positions (layer 0 gathers the embedding, and its buffers
- * may sit elsewhere in the arena) is printed on its own, as is a layer with another launch count. */
-static void emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda) {
+/* ---- model_forward_batch: which launches run per token ---- */
+static bool expr_reads_pos(const Expr *e) { return expr_reads_param(e, P_POS); }
+static bool tstmts_read_pos(TStmt *const *b, int n) {
+    for (int i = 0; i < n; i++) {
+        const TStmt *s = b[i];
+        if (expr_reads_pos(s->e) || expr_reads_pos(s->lo) || expr_reads_pos(s->step) || expr_reads_pos(s->sidx) ||
+            tstmts_read_pos(s->body, s->nbody))
+            return true;
+        for (int d = 0; s->buf && s->idx && d < s->buf->ndim; d++) if (expr_reads_pos(s->idx[d])) return true;
+    }
+    return false;
+}
+static bool kstmts_read_pos(KStmt *const *b, int n) {
+    for (int i = 0; i < n; i++) {
+        const KStmt *s = b[i];
+        if (tstmts_read_pos(s->body, s->nbody) || expr_reads_pos(s->arg) || expr_reads_pos(s->init) ||
+            expr_reads_pos(s->cond) || expr_reads_pos(s->update) || expr_reads_pos(s->laddr) ||
+            kstmts_read_pos(s->kbody, s->nk))
+            return true;
+    }
+    return false;
+}
+static bool uses_kind(const KLaunch *l, BufKind kind) {
+    for (int j = 0; j < l->k->nparams; j++) if (l->args[j]->kind == kind) return true;
+    return false;
+}
+/* A launch that runs once per token in model_forward_batch (n = 1 at the token's position, its slot's KV cache):
+ * one that reads pos (RoPE's angles, the cache rows written, the keys attended) or a KV cache, or takes a split-K
+ * workspace (whose partner does). The others run once for all the tokens, as their rows are independent. */
+static bool launch_per_token(const KLaunch *l) {
+    return !l->tail && (uses_kind(l, BUF_KCACHE) || uses_kind(l, BUF_VCACHE) || uses_kind(l, BUF_WORK) ||
+                        expr_reads_pos(l->grid) || kstmts_read_pos(l->k->body, l->k->nbody));
+}
+/* A split-K pair runs in one loop over the tokens (the workspace holds one token's partials), so the pair's
+ * later launch must not write activation bytes the earlier one reads for a later token: the memory plan
+ * assumed each launch done for every token before the next. */
+static bool pair_safe(const KLaunch *a, const KLaunch *b) {
+    for (int i = 0; i < a->k->nparams; i++)
+        for (int j = 0; j < b->k->nparams; j++) {
+            const Buffer *r = a->args[i], *w = b->args[j];
+            if (!b->k->param_written[j] || r->kind != BUF_ACT || w->kind != BUF_ACT || r == w) continue;
+            int64_t rb = 4, wb = 4;
+            for (int d = 0; d < r->ndim; d++) rb *= r->dims[d];
+            for (int d = 0; d < w->ndim; d++) wb *= w->dims[d];
+            if (r->act_offset < w->act_offset + wb && w->act_offset < r->act_offset + rb) return false;
+        }
+    return true;
+}
+
+typedef enum { FWD_ONE, FWD_BATCH } FwdMode;
+
+/* One unit of the plan at indent 0: a launch, or in model_forward_batch the per-token launches of one unit in a
+ * loop over the tokens. In model_forward_batch every launch takes the schedule for decode (n <= min_n: gemv,
+ * cpu_rows; emit_forward leaves the others out), so each token's row is computed as a call with it alone
+ * computes it. */
+static void emit_unit(Str *o, const Names *nm, const KProgram *kp, const int *ids, int cnt, int seg, bool cuda,
+                      FwdMode mode) {
+    const KLaunch *first = &kp->launches[ids[0]];
+    str_append(o, "", 0);
+    bool per_token = mode == FWD_BATCH && launch_per_token(first);
+    if (per_token)
+        str_printf(o, "for (int t = 0; t < n; t++) { /* each token: n = 1 at its position, its slot's KV cache */\n"
+                      "    const int n = 1, pos = positions[t];\n");
+    for (int i = 0; i < cnt; i++) {
+        KLaunch l = kp->launches[ids[i]];
+        if (mode == FWD_BATCH && l.run_if) { CHECK(l.min_n >= 1, "%s: no decode schedule", l.module); l.run_if = 0; }
+        emit_launch(o, nm, &l, seg, cuda, per_token, per_token);
+    }
+    if (per_token) str_printf(o, "}\n");
+}
+
+/* model_forward's launches (model_forward_batch's with FWD_BATCH). The decoder layers run the same kernels: a
+ * run of consecutive layers with as many launches each is one loop over l, its launches printed once with
+ * L = &m->layers[l], where they bind the same activations and the layer's weights and KV cache. A layer at either
+ * end of the run whose launches differ in more than a quarter of the positions (layer 0 gathers the embedding,
+ * and its buffers may sit elsewhere in the arena) is printed on its own, as is a layer with another launch count.
+ * The tail (graph.h) runs with its own n and pos: the last row (model_forward) or every row (batch). Returns
+ * false where a split-K pair cannot run per token (pair_safe): model_forward_batch is then not built. */
+static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda, FwdMode mode) {
     int n = 0, *lay = malloc(sizeof(int) * (size_t)(kp->nl + 1)), *at = malloc(sizeof(int) * (size_t)(kp->nl + 1));
-    Str *txt = calloc((size_t)kp->nl + 1, sizeof(Str));
+    int *cnt = calloc((size_t)kp->nl + 1, sizeof(int));
+    bool *tail = calloc((size_t)kp->nl + 1, sizeof(bool)), ok = true;
+    Str *txt = calloc((size_t)kp->nl + 1, sizeof(Str)), *lit = calloc((size_t)kp->nl + 1, sizeof(Str));
     for (int i = 0; i < kp->nl; i++) {
-        if (kernel_is_sampling(&kp->launches[i])) continue;
-        at[n] = i;
-        lay[n] = layer_of(kp->launches[i].module, NULL);
-        emit_launch(&txt[n], nm, &kp->launches[i], lay[n], cuda, 0);
+        const KLaunch *l = &kp->launches[i];
+        if (kernel_is_sampling(l)) continue;
+        /* batch: the decode schedules (n <= min_n) for all: a token in a batch is computed as it is alone */
+        if (mode == FWD_BATCH && l->run_if == 1) continue;
+        int ly = layer_of(l->module, NULL);
+        /* a split-K partner joins its pair's unit (batch: one loop over the tokens for both) */
+        if (mode == FWD_BATCH && n && uses_kind(l, BUF_WORK) && launch_per_token(l) && lay[n - 1] == ly &&
+            uses_kind(&kp->launches[at[n - 1] + cnt[n - 1] - 1], BUF_WORK)) {
+            for (int j = 0; j < cnt[n - 1]; j++) ok &= pair_safe(&kp->launches[at[n - 1] + j], l);
+            cnt[n - 1]++;
+            continue;
+        }
+        CHECK(!n || !tail[n - 1] || l->tail, "%s after the model's tail", l->module);
+        at[n] = i; cnt[n] = 1; lay[n] = ly; tail[n] = l->tail;
         n++;
     }
+    for (int u = 0; u < n; u++) {
+        int ids[MAX_PARAMS];
+        CHECK(cnt[u] <= MAX_PARAMS, "a unit of %d launches", cnt[u]);
+        for (int j = 0; j < cnt[u]; j++) ids[j] = at[u] + j;
+        emit_unit(&txt[u], nm, kp, ids, cnt[u], lay[u], cuda, mode);
+        emit_unit(&lit[u], nm, kp, ids, cnt[u], -1, cuda, mode);
+    }
+    bool in_tail = false;
     for (int s = 0; s < n;) {
         int e = s;
         while (e < n && lay[e] == lay[s]) e++;
-        int cnt = e - s, nseg = 1;   /* the run: layers lay[s] .. lay[s] + nseg - 1, cnt launches each */
-        while (lay[s] >= 0 && s + (nseg + 1) * cnt <= n) {
-            int t = s + nseg * cnt;
-            bool ok = lay[t] == lay[s] + nseg && (t + cnt == n || lay[t + cnt] != lay[t]);
-            for (int j = t; ok && j < t + cnt; j++) ok = lay[j] == lay[t];
-            if (!ok) break;
+        int cnt_l = e - s, nseg = 1;   /* the run: layers lay[s] .. lay[s] + nseg - 1, cnt_l units each */
+        while (lay[s] >= 0 && s + (nseg + 1) * cnt_l <= n) {
+            int t = s + nseg * cnt_l;
+            bool same = lay[t] == lay[s] + nseg && (t + cnt_l == n || lay[t + cnt_l] != lay[t]);
+            for (int j = t; same && j < t + cnt_l; j++) same = lay[j] == lay[t];
+            if (!same) break;
             nseg++;
         }
         int lo = 0, hi = nseg, *diff = calloc((size_t)nseg, sizeof(int));
         Str *run = txt + s;
-        for (int p = 0; p < cnt; p++) {
-            int best = common_text(&run, nseg, cnt, p);
-            for (int g = 0; g < nseg; g++) diff[g] += strcmp(run[g * cnt + p].s, run[best * cnt + p].s) != 0;
+        for (int p = 0; p < cnt_l; p++) {
+            int best = common_text(&run, nseg, cnt_l, p);
+            for (int g = 0; g < nseg; g++) diff[g] += strcmp(run[g * cnt_l + p].s, run[best * cnt_l + p].s) != 0;
         }
-        while (hi - lo > 1 && diff[lo] * 4 > cnt) lo++;
-        while (hi - lo > 1 && diff[hi - 1] * 4 > cnt) hi--;
+        while (hi - lo > 1 && diff[lo] * 4 > cnt_l) lo++;
+        while (hi - lo > 1 && diff[hi - 1] * 4 > cnt_l) hi--;
         free(diff);
         if (lay[s] < 0 || hi - lo < 2) lo = hi = nseg;
         for (int g = 0; g < nseg; g++) {
-            if (g == lo) emit_layer_loop(o, run, lay[s], cnt, lo, hi);
+            if (g == lo) emit_layer_loop(o, run, lay[s], cnt_l, lo, hi);
             if (g >= lo && g < hi) continue;
             if (lay[s] >= 0) str_printf(o, "    /* layer %d: its launches differ from the loop's */\n", lay[s] + g);
-            for (int j = s + g * cnt; j < s + (g + 1) * cnt; j++) emit_launch(o, nm, &kp->launches[at[j]], -1, cuda, 1);
+            for (int j = s + g * cnt_l; j < s + (g + 1) * cnt_l; j++) {
+                if (tail[j] && !in_tail) {
+                    in_tail = true;
+                    if (mode == FWD_ONE)
+                        str_printf(o, "    { /* the tail: the last token's logits, n = 1 row from row pos = n - 1 */\n"
+                                      "    const int tail_row = n - 1;\n    const int n = 1, pos = tail_row;\n");
+                    else str_printf(o, "    { /* the tail: every token's logits, n rows from row pos = 0 */\n");
+                }
+                put_indented(o, lit[j].s, 1);
+            }
         }
-        s += nseg * cnt;
+        s += nseg * cnt_l;
     }
-    for (int i = 0; i < n; i++) str_free(&txt[i]);
-    free(txt); free(lay); free(at);
+    if (in_tail) str_printf(o, "    }\n");
+    for (int i = 0; i < n; i++) { str_free(&txt[i]); str_free(&lit[i]); }
+    free(txt); free(lit); free(lay); free(at); free(cnt); free(tail);
+    return ok;
 }
 
 void emit_host_expr(Str *o, const Expr *e) {
@@ -853,7 +974,7 @@ static void emit_weight_fields(Str *o, const Names *nm, const TProgram *tp) {
 
 /* The activation arena: each buffer's byte offset (the memory plan gives buffers whose lifetimes do not
  * overlap the same bytes), and the per-layer KV cache */
-static void emit_act_macros(Str *o, const Names *nm, const KProgram *kp) {
+static void emit_act_macros(Str *o, const Names *nm, const KProgram *kp, int n_layers) {
     const TProgram *tp = kp->tp;
     str_printf(o, "/* the activation arena (f32): byte offsets, reused by buffers that are not live together */\n");
     for (int i = 0; i < tp->nbufs; i++) {
@@ -869,8 +990,11 @@ static void emit_act_macros(Str *o, const Names *nm, const KProgram *kp) {
     }
     str_printf(o, "#define ACT(name) ((float *)(m->act + ACT_##name))\n"
                   "/* layer l's rows of the KV cache in use (kc, vc; the slot's): ctx positions of %lld floats */\n"
-                  "#define LAYER_KV(cache, l) (m->cache + m->slot_off + (size_t)(l) * m->ctx * %lld)\n\n",
-               (long long)tp->kv_layer_elems, (long long)tp->kv_layer_elems);
+                  "#define LAYER_KV(cache, l) (m->cache + m->slot_off + (size_t)(l) * m->ctx * %lld)\n"
+                  "/* model_forward_batch: layer l's rows of slot s's KV cache */\n"
+                  "#define SLOT_KV(cache, l, s) (m->cache + ((size_t)(s) * %d + (size_t)(l)) * m->ctx * %lld)\n\n",
+               (long long)tp->kv_layer_elems, (long long)tp->kv_layer_elems, n_layers,
+               (long long)tp->kv_layer_elems);
 }
 
 /* model_init: the payload checked against the compiled table, the buffers allocated (runtime/kernels.h's
@@ -901,11 +1025,11 @@ static void emit_model_init(Str *o, const Names *nm, const KProgram *kp, const M
     str_printf(o, "    if (!e) e = mem_zalloc(&m->act, m->actbytes + 1);\n"
                   "    if (!e) e = mem_zalloc(&m->kc, kv * sizeof(float));\n"
                   "    if (!e) e = mem_zalloc(&m->vc, kv * sizeof(float));\n"
-                  "    if (!e) e = mem_zalloc(&m->logits, %lld * sizeof(float));\n"
+                  "    if (!e) e = mem_zalloc(&m->logits, (size_t)%d * %lld * sizeof(float)); /* a row per token */\n"
                   "    if (!e) e = mem_zalloc(&m->ids, %d * sizeof(int32_t));\n"
                   "    if (!e) e = mem_zalloc(&m->work, %lld); /* split-K partials */\n"
                   "    if (e) { snprintf(err, sizeof err, \"%%s\", e); model_free(m); return err; }\n",
-               (long long)mi->vocab_size, mi->max_batch, (long long)kernel_work_bytes(kp) + 16);
+               mi->max_batch, (long long)mi->vocab_size, mi->max_batch, (long long)kernel_work_bytes(kp) + 16);
     emit_weight_fields(o, nm, tp);
     str_printf(o, "    *out = m;\n    return NULL;\n}\n\n"
                   "const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {\n"
@@ -1015,7 +1139,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                   "{TENSORS(SHAPE_OF)};\n\n", tp->n_weights);
     emit_model_struct(o, &nm, tp);
     emit_model_init(o, &nm, kp, mi);
-    emit_act_macros(o, &nm, kp);
+    emit_act_macros(o, &nm, kp, mi->n_layers);
     /* model_forward: the launch plan; the argmax kernel's result (an index held exactly in an f32) sits in
      * the activation arena */
     const Buffer *nt = tp->next_token, *tk = tp->top_k;
@@ -1027,17 +1151,39 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
      * implied barrier orders the launches */
     const char *team = eo->target == TARGET_CPU ? "    #pragma omp parallel\n    {\n" : "";
     str_printf(o, "%s", team);
-    emit_forward(o, &nm, kp, cuda);
+    emit_forward(o, &nm, kp, cuda, FWD_ONE);
     if (*team) str_printf(o, "    }\n");
     str_printf(o, "    float next;\n    mem_get(&next, ACT(%s), sizeof next, model_info.name);\n"
                   "    if (logits) mem_get(logits, m->logits, %lld * sizeof(float), model_info.name);\n"
                   "    return (int)next;\n}\n\n", nm.act[nt->id], V);
+    /* model_forward_batch: one token for each of n sequences (runtime/model_api.h) */
+    str_printf(o, "int model_forward_batch(Model *m, const int32_t *ids, const int *slots, const int *positions,\n"
+                  "                        int n, float *logits, int32_t *next) {\n"
+                  "    if (n < 1 || n > %d) return -1;\n"
+                  "    for (int t = 0; t < n; t++)\n"
+                  "        if (slots[t] < 0 || slots[t] >= m->slots || positions[t] < 0 || positions[t] >= m->ctx)\n"
+                  "            return -1;\n"
+                  "    mem_put(m->ids, ids, (size_t)n * sizeof(int32_t));\n"
+                  "    const int pos = 0; /* unread but by the per-token launches (each its token's) and the tail */\n"
+                  "    (void)pos;\n%s", mi->max_batch, team);
+    Str batch = {0};
+    bool batch_ok = emit_forward(&batch, &nm, kp, cuda, FWD_BATCH);
+    if (batch_ok) str_printf(o, "%s", batch.s);
+    else str_printf(o, "    /* not in this build: a split-K pair's workspace cannot be shared by the tokens */\n");
+    str_free(&batch);
+    if (*team) str_printf(o, "    }\n");
+    if (batch_ok)
+        str_printf(o, "    float best[%d];\n    mem_get(best, ACT(%s), (size_t)n * sizeof(float), model_info.name);\n"
+                      "    for (int t = 0; t < n; t++) next[t] = (int32_t)best[t];\n"
+                      "    if (logits) mem_get(logits, m->logits, (size_t)n * %lld * sizeof(float), model_info.name);\n"
+                      "    return 0;\n}\n\n", mi->max_batch, nm.act[nt->id], V);
+    else str_printf(o, "    (void)logits; (void)next;\n    return -1;\n}\n\n");
     /* model_topk: the sampler's kernels, with n = k */
     long long KM = tk->dims[2];
     str_printf(o, "int model_topk(Model *m, int k, float *vals, int32_t *ids) {\n"
                   "    if (k < 1 || k > %lld) return -1;\n    const int n = k, pos = 0;\n    (void)pos;\n%s", KM, team);
     for (int i = 0; i < kp->nl; i++)
-        if (kernel_is_sampling(&kp->launches[i])) emit_launch(o, &nm, &kp->launches[i], -1, cuda, 1);
+        if (kernel_is_sampling(&kp->launches[i])) emit_launch(o, &nm, &kp->launches[i], -1, cuda, 1, false);
     if (*team) str_printf(o, "    }\n");
     str_printf(o, "    float out[%lld];\n    mem_get(out, ACT(%s), sizeof out, model_info.name);\n"
                   "    for (int i = 0; i < k; i++) { vals[i] = out[i]; ids[i] = (int32_t)out[%lld + i]; }\n"

@@ -219,6 +219,12 @@ bool expr_uses_var(const Expr *e, const Var *v) {
     for (int i = 0; i < e->nargs; i++) if (expr_uses_var(e->a[i], v)) return true;
     return false;
 }
+bool expr_reads_param(const Expr *e, ParamId p) {
+    if (!e) return false;
+    if (e->k == EX_PARAM && e->i == p) return true;
+    for (int i = 0; i < e->nargs; i++) if (expr_reads_param(e->a[i], p)) return true;
+    return false;
+}
 void expr_visit_loads(const Expr *e, void (*f)(void *ctx, Buffer *b), void *ctx) {
     if (e->k == EX_LOAD) f(ctx, e->buf);
     for (int i = 0; i < e->nargs; i++) expr_visit_loads(e->a[i], f, ctx);

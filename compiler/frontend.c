@@ -172,22 +172,19 @@ void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource 
         GNode *dn = linear(&b, arena_printf(A, "%s.mlp.down_proj", p), m, I, D, cfg->mlp_bias);
         h = act(&b, G_ADD, arena_printf(A, "%s.mlp_residual", p), D, h, dn, NULL);
     }
-    /* Only the last token's logits are needed: select it before the final norm. */
+    /* The tail: logits are needed for some rows only (model_forward: the last token's; model_forward_batch:
+     * every token's), so the rows are selected before the final norm; the tail runs with its own n and pos
+     * (graph.h's tail) */
     GNode *last = act(&b, G_LAST_TOKEN, "model.last_token", D, h, NULL, NULL);
-    last->rows_n = false; last->dims[0] = 1;
     GNode *f = rmsnorm(&b, "model.norm", last, 0);
-    if (cfg->tie_word_embeddings) {
-        GNode *n = act(&b, G_LINEAR, "lm_head", V, f, emb, NULL);
-        n->rows_n = false; n->dims[0] = 1;
-        g->logits = n;
-    } else {
-        g->logits = linear(&b, "lm_head", f, D, V, false);
-    }
+    if (cfg->tie_word_embeddings) g->logits = act(&b, G_LINEAR, "lm_head", V, f, emb, NULL);
+    else g->logits = linear(&b, "lm_head", f, D, V, false);
     g->logits->picks_token = true;
-    /* the greedy next token, so greedy decoding needs no logits from the device */
+    /* the greedy next token of each row, so greedy decoding needs no logits from the device */
     GNode *am = act(&b, G_ARGMAX, "model.next_token", 1, g->logits, NULL, NULL);
-    am->rows_n = false; am->ndim = 1; am->dims[0] = 1;
+    am->ndim = 1;
     g->next_token = am;
+    last->tail = f->tail = g->logits->tail = am->tail = true;
     /* the sampler's candidates: --top-k up to 127 samples from these (the 128th tells a tie at the k-th apart) */
     GNode *tk = act(&b, G_TOPK, "model.top_k", 1, g->logits, NULL, NULL);
     tk->topk = V < MODEL_TOPK_CAP ? (int)V : MODEL_TOPK_CAP;

@@ -159,12 +159,16 @@ const char *graph_verify(Arena *A, const Graph *g) {
                 memcmp(n->dims, a->dims, sizeof(int64_t) * (size_t)(a->ndim - 1)))
                 BAD("argmax result shape");
             break;
-        case G_TOPK:
-            if (n->ndim != a->ndim + 1 || memcmp(n->dims, a->dims, sizeof(int64_t) * (size_t)(a->ndim - 1)) ||
+        case G_TOPK: {
+            /* a model's top_k: of the logits' first row (n rows, of which model_forward fills one) */
+            bool first_row = a->rows_n && !n->rows_n && n->dims[0] == 1;
+            if (n->ndim != a->ndim + 1 ||
+                memcmp(n->dims + first_row, a->dims + first_row, sizeof(int64_t) * (size_t)(a->ndim - 1 - first_row)) ||
                 n->dims[a->ndim - 1] != 2 || n->dims[a->ndim] != n->topk || n->topk < 1 ||
                 n->topk > a->dims[a->ndim - 1])
                 BAD("topk result shape");
             break;
+        }
         case G_SILU: case G_SOFTMAX:
             if (!same_shape(n, a->ndim, a->dims)) BAD("result shape differs from the operand's");
             break;

@@ -56,6 +56,9 @@ typedef struct GNode {
                                 * stay f32 where the other block-type linears round them to 8 bits
                                 * (knob cpu_qdot_q8: a small model's best logits can lie closer together than
                                 * that rounding moves them) */
+    bool tail;                 /* a model's tail (last_token, the final norm, lm_head, next_token): it runs with
+                                * its own n and pos, rows pos .. pos + n - 1 of the last residual: model_forward
+                                * the last row (n = 1 from row n - 1), model_forward_batch every row (emit.c) */
     double scale;              /* scaled_dot_product_attention: the score scale */
     int topk;                  /* topk: k (a model's: the most model_topk may ask for) */
     FillKind fill;             /* input / weight leaves of an expression */

@@ -47,6 +47,7 @@ typedef struct Buffer {
     int weight_index;          /* weights: index in the payload's tensor table */
     const float *const_data;   /* BUF_CONST: values, dims[0] floats */
     int64_t act_offset;        /* BUF_ACT: byte offset in the activation arena (memory plan) */
+    bool rows_n;               /* BUF_ACT: dims[0] is the call's tokens (max_batch rows), one row per token */
                                /* BUF_WORK: one split-K kernel pair's scratch, always at workspace offset 0 */
 } Buffer;
 
@@ -115,6 +116,7 @@ Expr *expr_simplify(Arena *A, Expr *e, const VarRange *r, int nr);
 /* Pure structural equality. */
 bool expr_equal(const Expr *x, const Expr *y);
 bool expr_uses_var(const Expr *e, const Var *v);
+bool expr_reads_param(const Expr *e, ParamId p);   /* e NULL: false */
 bool expr_is_const(const Expr *e, int64_t *v);
 int64_t dims_elems(const int64_t *dims, int n);   /* the product of dims[0..n) */
 /* Calls f on every EX_LOAD buffer (for parameter lists). */

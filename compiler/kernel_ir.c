@@ -272,6 +272,7 @@ void kernel_lower(Arena *A, const TileProgram *tp, KProgram *kp) {
         KLaunch *l = &kp->launches[kp->nl++];
         l->k = same; l->module = k->module; l->grid = k->grid;
         l->run_if = tp->k[i]->run_if; l->min_n = tp->k[i]->min_n;
+        l->tail = tp->k[i]->nest && tp->k[i]->nest->op && tp->k[i]->nest->op->tail;
         CHECK(same->nparams == k->nparams, "dedup param count");
         for (int j = 0; j < k->nparams; j++) l->args[j] = k->params[j];
         same->uses++;

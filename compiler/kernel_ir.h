@@ -115,6 +115,7 @@ typedef struct {
     Buffer *args[MAX_PARAMS];
     Expr *grid;
     int run_if, min_n;         /* 0: always; 1: only when n > min_n; 2: only when n <= min_n (gemm_tc / gemv) */
+    bool tail;                 /* a model's tail (graph.h): its own n and pos */
 } KLaunch;
 
 typedef struct {

@@ -39,6 +39,7 @@ static TOp *new_op_part(TL *L, TOpKind kind, const GNode *n, Buffer *out, const 
     TOp *op = ARENA_NEW(L->A, TOp);
     op->kind = kind; op->module = n->name; op->kname = kernel_base_name(L->A, n->name); op->out = out;
     op->picks_token = n->picks_token;
+    op->tail = n->tail;
     if (suffix) op->kname = arena_printf(L->A, "%s_%s", op->kname, suffix);
     tp->ops[tp->n++] = op;
     return op;
@@ -67,7 +68,9 @@ static Buffer *lead_buf(TL *L, const GNode *n, const char *suffix, int nd, BufKi
     int64_t d[MAX_DIMS] = {1};
     for (int i = 0; i < nd; i++) d[i] = i == 0 && n->rows_n ? L->tp->g->max_batch : n->dims[i];
     const char *name = suffix ? arena_printf(L->A, "%s.%s", n->name, suffix) : n->name;
-    return new_buf_nd(L, name, kind, dt, nd ? nd : 1, d);
+    Buffer *b = new_buf_nd(L, name, kind, dt, nd ? nd : 1, d);
+    b->rows_n = nd && n->rows_n;
+    return b;
 }
 
 /* ---- N-dimensional ops (expressions, and the model's elementwise ops, norms
@@ -335,12 +338,13 @@ static void lower_node(TL *L, GNode *n) {
         n->buf = new_buf(L, n->name, BUF_WEIGHT, n->dtype, n->ndim, n->dims[0], n->dims[1], 0);
         n->buf->weight_index = tp->n_weights++;
         return;
-    case G_EMBED: case G_LAST_TOKEN: {   /* out[t, c]: row ids[t] of the embeddings, or the last row of x */
+    case G_EMBED: case G_LAST_TOKEN: {   /* out[t, c]: row ids[t] of the embeddings, or row pos + t of x */
         n->buf = lead_buf(L, n, NULL, 2, BUF_ACT, DT_F32);
         TOp *op = new_op(L, TOP_INDEXMAP, n, n->buf);
         t = op->out_idx[0] = axis(L, op, "t", ext(L, n, 0));
         c = op->out_idx[1] = axis(L, op, "c", e_i(A, n->dims[1]));
-        Expr *row = n->op == G_EMBED ? e_load1(A, n->in[1]->buf, t) : E_SUB(A, e_param(A, P_N), e_i(A, 1));
+        /* last_token: the tail runs with its own n and pos (graph.h's tail): rows pos .. pos + n - 1 */
+        Expr *row = n->op == G_EMBED ? e_load1(A, n->in[1]->buf, t) : E_ADD(A, e_param(A, P_POS), t);
         op->body = e_load2(A, n->in[0]->buf, row, c);
         return;
     }

@@ -55,6 +55,7 @@ typedef struct TOp {
     Expr *epilogue;            /* reduction: f(acc); NULL means acc */
     AttnDesc *attn;            /* the pv op of an attention: the whole attention */
     bool picks_token;          /* from its graph node (a model's lm_head): f32 activations, not 8-bit ones */
+    bool tail;                 /* from its graph node: the tail's own n and pos (graph.h) */
     /* top_k over the one reduction axis j: out[axes, 0, r] is the r-th largest body (r < count; the order
      * is value descending, then j ascending, NaN counted as -inf) and out[axes, 1, r] its j as a float;
      * out_idx's last two are topk_sel (0 or 1) and topk_rank. count is a constant, or for a model's

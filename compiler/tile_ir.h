@@ -121,6 +121,9 @@ typedef struct {
     bool debug_row;            /* qdot: knob debug_qdot_row's fault */
     bool acts_q8;              /* qdot: the activations rounded to 8 bits (knob cpu_qdot_q8) */
     Expr *xop, *wop[2];        /* qdot: the activation load, each accumulator's weight load */
+    /* a linear over the call's tokens (the first axis, n): chunk counts rows of the other axes, and a task
+     * computes its rows for every token in turn, its weight rows read from memory once (then from the cache) */
+    bool token_loop;
 } CpuRowsParams;
 /* cpu_gemm (compiler/schedules/cpu_gemm.c): y[t, o] = sum_k xop(t, k) * wop(o, k), packed panels and
  * runtime/cpu_gemm.h's register-tile kernel */

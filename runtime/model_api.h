@@ -58,6 +58,14 @@ int model_use_slot(Model *m, int slot);
  * (the first maximum, NaN counted as -inf), computed on the device: greedy
  * decoding needs no logits from it. */
 int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits);
+/* One decode step of n (1..max_batch) sequences at once: token t is ids[t] at position positions[t] of cache slot
+ * slots[t] (distinct slots), its K/V appended there; writes the argmax of its logits to next[t] and, unless
+ * logits is NULL, its logits to logits[t * vocab_size ...]. The weights are read once for all the tokens; each
+ * token's logits are bit for bit what model_forward gives for it alone. Returns 0, or -1 when an argument is out of
+ * range or the build has no batched decoding (the slots then take turns with model_forward). The slot
+ * model_use_slot chose is left as it was; model_topk and model_logits see row 0. */
+int model_forward_batch(Model *m, const int32_t *ids, const int *slots, const int *positions, int n, float *logits,
+                        int32_t *next);
 /* The k (1..max_top_k) largest logits of the last model_forward call and their ids, computed on the
  * device: largest first, equal values by the smaller id first, NaN counted as -inf. Returns 0, or -1
  * when k is out of range. Sampling with top-k then copies 2k numbers, not the logits. */

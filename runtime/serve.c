@@ -7,10 +7,11 @@
  * with jsmn. Routes: POST /v1/chat/completions, POST /v1/completions (both with "stream": server-sent events),
  * GET /v1/models, GET /health.
  *
- * Slots (--parallel N): a slot is one request in flight with a KV cache of its own (model_init_slots). The
- * compiled model takes one sequence per model_forward call, so the slots take turns, a step each (a prefill
- * chunk, or one token); requests beyond N wait in a queue, first come first served. Batching the slots' tokens
- * through one call needs each token's own position and cache in the compiled graph (not built yet). */
+ * Slots (--parallel N): a slot is one request in flight with a KV cache of its own (model_init_slots); requests
+ * beyond N wait in a queue, first come first served. Continuous batching: the slots past their prompt decode
+ * together, one token each per model_forward_batch call (the weights read once for all of them; each token's
+ * logits bit for bit what it gets alone), and a prompt's prefill chunk (model_forward, max_batch tokens) runs
+ * between two such steps. A build without model_forward_batch (it returns -1) has its slots take turns. */
 #define JSMN_STATIC
 #define JSMN_STRICT
 #include <jsmn.h>
@@ -187,7 +188,14 @@ static struct {
     int *queue; int n_queue;     /* connection indices waiting for a slot, oldest first */
     Slot *slots; int n_slots;
     int next_slot;               /* round robin: the slot to step first next time */
-    float *logits;
+    float *logits;               /* [vocab_size] model_forward's */
+    /* the decode batch: one row per slot (model_forward_batch's arguments and results) */
+    int32_t *b_ids, *b_next;
+    int *b_slots, *b_pos;
+    Slot **b_of;                 /* the slot of each row */
+    float *b_logits;             /* [n_slots, vocab_size] */
+    bool no_batch;               /* model_forward_batch said -1: the slots take turns */
+    bool prefill_next;           /* the next step is a prefill chunk, where one waits */
     char *piece; size_t piece_cap;
     long created_base, serial;
     /* statistics */
@@ -195,6 +203,7 @@ static struct {
     double t_start, t_last_stats;
     long last_tokens_out;
     double busy_s;
+    long n_batches, n_batched;   /* decode batches run, the tokens they took */
     double accept_rest_until;
 } S;
 
@@ -1011,11 +1020,10 @@ static bool slot_add_text(Slot *s, const char *text, size_t n) {
     return true;
 }
 
-/* One unit of model work in slot s: a prefill chunk, or the last sampled token fed; then, once the prompt is
- * in, the next token sampled from that forward's logits (before another slot's forward overwrites them). */
+static void slot_took(Slot *s, const float *logits);
+
+/* One unit of model work in slot s alone: a prefill chunk, or the last sampled token fed; then slot_took */
 static void slot_step(Slot *s) {
-    Conn *c = &S.conns[s->conn];
-    const Req *r = s->req;
     double t0 = now_s();
     float *lg = s->dev_argmax ? NULL : S.logits;
     model_use_slot(S.sm->model, s->index);
@@ -1029,9 +1037,51 @@ static void slot_step(Slot *s) {
         s->n_fed++;
     }
     S.busy_s += now_s() - t0;
+    slot_took(s, S.logits);
+}
+
+/* One decode step of every slot past its prompt (up to max_batch of them, in turn from S.next_slot): each one's
+ * last sampled token fed at its position in its own KV cache, in one model_forward_batch call. False where the
+ * build has none (the slots then take turns). */
+static bool decode_batch(void) {
+    int n = 0, first = S.next_slot;
+    bool logits = false;
+    for (int k = 0; k < S.n_slots && n < chunk_tokens(); k++) {
+        Slot *s = &S.slots[(first + k) % S.n_slots];
+        S.next_slot = (first + k + 1) % S.n_slots;
+        if (!s->active || s->n_fed < s->n_prompt) continue;
+        S.b_ids[n] = s->ids[s->n_fed];
+        S.b_slots[n] = s->index;
+        S.b_pos[n] = s->n_fed;
+        S.b_of[n++] = s;
+        logits |= !s->dev_argmax;
+    }
+    if (!n) return true;
+    double t0 = now_s();
+    if (model_forward_batch(S.sm->model, S.b_ids, S.b_slots, S.b_pos, n, logits ? S.b_logits : NULL, S.b_next)) {
+        S.no_batch = true;
+        return false;
+    }
+    S.busy_s += now_s() - t0;
+    S.n_batches++;
+    S.n_batched += n;
+    for (int t = 0; t < n; t++) {
+        Slot *s = S.b_of[t];
+        s->n_fed++;
+        s->next = S.b_next[t];
+        slot_took(s, S.b_logits + (size_t)t * model_info.vocab_size);
+    }
+    return true;
+}
+
+/* After slot s's forward (its argmax in s->next, its logits in logits where it asked): once the prompt is in,
+ * the next token sampled, the text streamed, the request finished at a stop or at max_tokens */
+static void slot_took(Slot *s, const float *logits) {
+    Conn *c = &S.conns[s->conn];
+    const Req *r = s->req;
     if (s->n_fed < s->n_prompt) return;
     if (s->n_gen >= s->max_new) { s->finish = FIN_LENGTH; slot_finish(s); return; }
-    int tok = s->dev_argmax ? s->next : sampler_sample(&s->smp, &r->sp, S.logits);
+    int tok = s->dev_argmax ? s->next : sampler_sample(&s->smp, &r->sp, logits);
     if (s->n_gen == 0) s->t_first = now_s() - s->t_start;
     if (!r->ignore_eos && S.sm->is_stop(tok)) {
         slot_add_text(s, S.piece, tokdec_flush(&s->dec, S.piece, S.piece_cap));
@@ -1289,9 +1339,11 @@ static void print_stats(void) {
     for (int i = 0; i < S.n_conns; i++) open += S.conns[i].fd >= 0;
     fprintf(stderr, "%s: %ld requests (%ld answered with an error), %ld prompt tokens, %ld generated; "
             "%.1f tok/s generated over the last %.0f s; slots busy %d of %d; queue %d; %d connections; "
-            "model busy %.0f%%\n", S.name, S.n_requests, S.n_errors, S.n_tokens_in, out,
-            dt > 0 ? (out - S.last_tokens_out) / dt : 0.0, dt, busy, S.n_slots, S.n_queue, open,
-            now > S.t_start ? 100 * S.busy_s / (now - S.t_start) : 0.0);
+            "model busy %.0f%%; %ld decode batches of %.1f tokens on average%s\n", S.name, S.n_requests,
+            S.n_errors, S.n_tokens_in, out, dt > 0 ? (out - S.last_tokens_out) / dt : 0.0, dt, busy, S.n_slots,
+            S.n_queue, open, now > S.t_start ? 100 * S.busy_s / (now - S.t_start) : 0.0, S.n_batches,
+            S.n_batches ? (double)S.n_batched / (double)S.n_batches : 0.0,
+            S.no_batch ? " (this build has no batched decoding: the slots take turns)" : "");
     for (int k = 0; k < S.n_slots && S.n_slots > 1; k++) {
         Slot *sl = &S.slots[k];
         fprintf(stderr, "%s:   slot %d: %s, %ld requests served, %ld tokens generated, %.1f tok/s over the last "
@@ -1383,7 +1435,15 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
     S.piece = malloc(S.piece_cap);
     S.n_slots = so->parallel;
     S.slots = calloc((size_t)S.n_slots, sizeof *S.slots);
-    bool oom = !S.conns || !S.queue || !pfd || !pidx || !S.logits || !S.piece || !S.slots;
+    int rows = S.n_slots < chunk_tokens() ? S.n_slots : chunk_tokens();   /* a decode batch's */
+    S.b_ids = malloc((size_t)rows * sizeof *S.b_ids);
+    S.b_next = malloc((size_t)rows * sizeof *S.b_next);
+    S.b_slots = malloc((size_t)rows * sizeof *S.b_slots);
+    S.b_pos = malloc((size_t)rows * sizeof *S.b_pos);
+    S.b_of = malloc((size_t)rows * sizeof *S.b_of);
+    S.b_logits = malloc((size_t)rows * (size_t)model_info.vocab_size * sizeof *S.b_logits);
+    bool oom = !S.conns || !S.queue || !pfd || !pidx || !S.logits || !S.piece || !S.slots || !S.b_ids || !S.b_next ||
+               !S.b_slots || !S.b_pos || !S.b_of || !S.b_logits;
     for (int k = 0; !oom && k < S.n_slots; k++) {
         Slot *sl = &S.slots[k];
         sl->index = k;
@@ -1482,9 +1542,16 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
         }
         for (int k = 0; k < S.n_slots; k++)   /* a slot whose client was dropped (a failed send) is free */
             if (S.slots[k].active && S.conns[S.slots[k].conn].state == CONN_CLOSING) slot_release(&S.slots[k]);
-        for (int k = 0; k < S.n_slots; k++) {   /* one step of the next busy slot, in turn */
+        /* one unit of model work: the decode batch and a waiting prompt's chunk in alternation (without
+         * batching: the next busy slot's step, in turn) */
+        int decoding = 0, prefilling = 0;
+        for (int k = 0; k < S.n_slots; k++)
+            if (S.slots[k].active) ++*(S.slots[k].n_fed < S.slots[k].n_prompt ? &prefilling : &decoding);
+        bool batched = decoding && !S.no_batch && (!prefilling || !S.prefill_next) && decode_batch();
+        S.prefill_next = batched;
+        for (int k = 0; !batched && k < S.n_slots; k++) {
             Slot *sl = &S.slots[(S.next_slot + k) % S.n_slots];
-            if (!sl->active) continue;
+            if (!sl->active || (!S.no_batch && sl->n_fed >= sl->n_prompt && prefilling)) continue;
             S.next_slot = (sl->index + 1) % S.n_slots;
             slot_step(sl);
             break;
@@ -1500,6 +1567,7 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
         buf_free(&S.slots[k].text);
         free(S.slots[k].ids);
     }
+    free(S.b_ids); free(S.b_next); free(S.b_slots); free(S.b_pos); free(S.b_of); free(S.b_logits);
     free(S.slots); free(S.logits); free(S.piece); free(S.conns); free(S.queue); free(pfd); free(pidx);
     return status;
 }

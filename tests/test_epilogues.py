@@ -193,7 +193,8 @@ def fixture(kind, dtype):
 
 def test_model_nests_and_layers():
     # every layer: q/k projections with their RoPE (k's stores land in the KV cache), gate/up with SiLU * up;
-    # the last layer's MLP residual goes into down_proj (the others' into the next norm, a side store)
+    # every MLP residual goes into the next norm (a side store; the last one's, inlined, into the final norm's
+    # rows)
     d = fixture("qwen2-tied", "bf16")
     fused = run([LLMCC, "compile", d, "--ir", "loop"]).stdout
     plain = run([LLMCC, "compile", d, "--ir", "loop", "--knob", "fuse=0"]).stdout

@@ -283,9 +283,10 @@ def test_stop_strings_across_token_boundaries():
 
 
 def test_concurrent_requests_each_as_alone():
-    """N requests at once (1, 3, 8) against 1, 3 and 8 slots (each its own KV cache, the slots taking turns;
-    the rest queued): each gets exactly what it gets alone, greedy and seeded sampling alike; on the cpu target
-    and on cuda-emu (the GPU's schedules, whose generated model_use_slot a CUDA build shares)."""
+    """N requests at once (1, 3, 8) against 1, 3 and 8 slots (each its own KV cache; the slots past their prompt
+    decode as one batch, model_forward_batch; the rest queued): each gets exactly what it gets alone, greedy and
+    seeded sampling (the logits) alike; on the cpu target and on cuda-emu (the GPU's schedules, whose generated
+    host code a CUDA build shares: its split-K attention runs per token)."""
     concurrent_each_as_alone("cpu", (1, 3, 8))
     concurrent_each_as_alone("cuda-emu", (3,))
 
@@ -317,6 +318,42 @@ def concurrent_each_as_alone(target, slot_counts):
             err = s.stop()
         served = [int(x) for x in re.findall(r"slot \d+: idle, (\d+) requests served", err)]
         assert slots == 1 or (len(served) == slots and sum(served) == 24), err[-2000:]
+
+
+def test_decode_batches_each_as_alone():
+    """Requests long enough to overlap (160 tokens each, sent at once) decode as batches
+    (model_forward_batch: --stats counts them, several tokens each on average), and each request's text is
+    exactly its text alone: greedy ones and seeded sampled ones (each row's logits), with 3 and 8 slots; on the
+    cpu target (cpu_rows' token loop: each task's weight rows for every token in turn) and on cuda-emu (the
+    GPU's schedules; the split-K attention pair per token)."""
+    for target, slot_counts in (("cpu", (3, 8)), ("cuda-emu", (8,))):
+        reqs = [{"prompt": "Tom had %d" % i, "max_tokens": 160, "ignore_eos": True, "temperature": 0}
+                for i in range(6)]
+        reqs += [{"prompt": "Lily saw %d" % i, "max_tokens": 160, "ignore_eos": True, "temperature": 1.0,
+                  "seed": 7 + i, "top_k": 40} for i in range(2)]
+
+        def text(port, r):
+            status, body = post(port, "/v1/completions", r)
+            assert status == 200 and body["usage"]["completion_tokens"] == 160, body
+            return body["choices"][0]["text"]
+        with Server(kind="stories", target=target) as s:
+            alone = [text(s.port, r) for r in reqs]
+        for slots in slot_counts:
+            with Server("--parallel", slots, "--stats", kind="stories", target=target) as s:
+                got = [None] * len(reqs)
+
+                def one(i):
+                    got[i] = text(s.port, reqs[i])
+                ts = [threading.Thread(target=one, args=(i,)) for i in range(len(reqs))]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join(300)
+                err = s.stop()
+            assert got == alone, (target, slots, [i for i in range(len(reqs)) if got[i] != alone[i]])
+            batches = re.findall(r"(\d+) decode batches of ([0-9.]+) tokens on average", err)
+            assert batches and "no batched decoding" not in err, err[-2000:]
+            assert float(batches[-1][1]) > min(slots, 8) / 2, (target, slots, batches[-1])
 
 
 def streams_overlap(slots):

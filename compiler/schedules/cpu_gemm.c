@@ -45,7 +45,9 @@ int cpu_gemm_choose(const ScheduleChoice *c, TileKernel *g, TileKernel **out) {
     int64_t K, maxrows;
     g->body = *c->shape;
     CpuGemmParams *P = &g->body.cpug;
-    if (!kn->cpu_gemm || !gemm_form(&g->body, true, &K, &P->xop, P->wop) ||
+    /* not the tail's lm_head: its rows are decode tokens (one, or a batch's, each of which must get what it
+     * gets alone: cpu_rows computes every row the same way at any n) */
+    if (!kn->cpu_gemm || g->nest->op->tail || !gemm_form(&g->body, true, &K, &P->xop, P->wop) ||
         !eval_i(g->body.par[0].extent, c->tp->max_batch, c->tp->max_ctx, &maxrows) || maxrows <= kn->cpu_gemm_min_n)
         return 0;
     g->kind = SCHED_CPU_GEMM;

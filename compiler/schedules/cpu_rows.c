@@ -9,6 +9,11 @@
  * elements together, their K loops fused into one: each activation load
  * then serves group rows, and group independent sums keep the vector units
  * busy while the weights stream from memory (decode is bandwidth-bound).
+ * A linear over the call's tokens (n of them: decode, a batch of decoding
+ * sequences) has tasks of output rows, each computing its rows for one token
+ * after another (token_loop): the weights stream from memory once per call,
+ * not once per token, and every token's element is computed by the same code
+ * at any n (a batch's row is bit for bit the row alone).
  * A fused side store and tail run as written, in the same task. A linear
  * of block-type weights (GGUF's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) computes each element by
  * one runtime/cpu_quant.h dot product (qdot: the blocks dequantized in
@@ -86,10 +91,17 @@ int cpu_rows_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     P->acts_q8 = P->qdot && kn->cpu_qdot_q8 && !k->nest->op->picks_token;
     int64_t t1;
     CHECK(eval_i(c->total, 1, 0, &t1), "nest %s: extents", k->nest->module);
-    /* cpu_tasks tasks at n = 1 (more for larger n): enough to balance any thread count */
+    Expr *rows = c->total;
+    P->token_loop = row && k->body.npar >= 2 && expr_reads_param(k->body.par[0].extent, P_N);
+    for (int i = 1; P->token_loop && i < k->body.npar; i++)
+        P->token_loop = !expr_reads_param(k->body.par[i].extent, P_N);
+    if (P->token_loop) rows = product(c->A, k->body.par + 1, k->body.npar - 1);
+    /* cpu_tasks tasks at n = 1 (more for larger n): enough to balance any thread count; a token loop's task
+     * reads at most 256 KiB of weights, which stay in the core's L2 cache for the next token */
     P->chunk = max_i((t1 + kn->cpu_tasks - 1) / kn->cpu_tasks, 1);
+    if (P->token_loop) P->chunk = max_i(min_i(P->chunk, (256 << 10) / (row * k->body.nacc)), 1);
     P->chunk = (P->chunk + P->group - 1) / P->group * P->group;
-    k->grid = ceil_div(c->A, c->total, P->chunk);
+    k->grid = ceil_div(c->A, rows, P->chunk);
     out[0] = k;
     return 1;
 }
@@ -98,8 +110,9 @@ void cpu_rows_print(Str *o, const TileKernel *k) {
     const CpuRowsParams *P = &b->cpu;
     str_printf(o, " chunk=%lld group=%d\n  task bid -> elements [bid*%lld, +%lld) of [", (long long)P->chunk, P->group,
                (long long)P->chunk, (long long)P->chunk);
-    print_axes(o, b->par, b->npar);
+    print_axes(o, b->par + P->token_loop, b->npar - P->token_loop);
     str_printf(o, "] in order");
+    if (P->token_loop) str_printf(o, " for each %s in 0..%s in turn", b->par[0].v->name, "n");
     if (b->nred) {
         str_printf(o, ", each a loop over [");
         print_axes(o, b->red, b->nred);
@@ -120,6 +133,8 @@ const char *cpu_rows_verify(const TileKernel *k) {
     if (P->group < 1 || P->chunk < 1 || P->chunk % P->group) return "cpu_rows parameters";
     if (P->qdot && (P->group != 1 || !P->xop || !P->wop[0] || (k->body.nacc == 2 && !P->wop[1])))
         return "cpu_rows qdot without its operands or in a group";
+    if (P->token_loop && (!groupable(&k->body) || k->body.npar < 2))
+        return "cpu_rows token loop of a nest that is not a linear";
     return P->group > 1 && !groupable(&k->body) ? "cpu_rows group of a nest that is not a linear" : NULL;
 }
 
@@ -176,8 +191,9 @@ static TStmt *store_for_element(Arena *A, const TStmt *s, Var *const *from, Expr
 }
 
 /* elements g .. g+G-1 of a linear into f (the loop over g): each element's axes as its own variables,
- * the accumulators zeroed, one K loop summing every element's terms, then each element's stores */
-static void element_group(KernelBuilder *B, const NestBody *b, int G, Var *g, TStmt *f) {
+ * the accumulators zeroed, one K loop summing every element's terms, then each element's stores. tok: the
+ * token loop's variable (the first axis), g then counting the other axes' elements. */
+static void element_group(KernelBuilder *B, const NestBody *b, int G, Var *g, TStmt *f, Var *tok) {
     Arena *A = B->A;
     const int np = b->npar, na = b->nacc;
     Var *from[MAX_AXES];
@@ -191,7 +207,8 @@ static void element_group(KernelBuilder *B, const NestBody *b, int G, Var *g, TS
             ax[i] = (Axis){new_var(A, B->nvars, arena_printf(A, "%s%d", b->par[i].v->name, r)), b->par[i].extent};
             to[r][i] = e_var(A, ax[i].v);
         }
-        f->nbody += decompose(A, f->body + f->nbody, ax, np, E_ADD(A, e_var(A, g), e_i(A, r)));
+        if (tok) to[r][0] = e_var(A, tok);
+        f->nbody += decompose(A, f->body + f->nbody, ax + !!tok, np - !!tok, E_ADD(A, e_var(A, g), e_i(A, r)));
         for (int a = 0; a < na; a++) {
             int acc = r * na + a;
             if (P->qdot) {
@@ -229,22 +246,28 @@ void cpu_rows_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLi
     Var *lo = new_var(A, B->nvars, "lo"), *hi = new_var(A, B->nvars, "hi"), *mid = new_var(A, B->nvars, "mid");
     TStmt **p = tlist(A, 5);
     int n = 0;
+    /* token_loop: the elements are the rows of the other axes, each task's for every token in turn */
+    const bool tl = P->token_loop;
+    Var *tok = tl ? new_var(A, B->nvars, b->par[0].v->name) : NULL;
+    TStmt *tokens = tl ? ts_for(A, tok, e_i(A, 0), b->par[0].extent, e_i(A, 1), 2) : NULL;
     p[n++] = ts_let(A, lo, E_MUL(A, bid(A), e_i(A, P->chunk)));
-    p[n++] = ts_let(A, hi, emin(A, E_ADD(A, e_var(A, lo), e_i(A, P->chunk)), product(A, b->par, b->npar)));
+    p[n++] = ts_let(A, hi, emin(A, E_ADD(A, e_var(A, lo), e_i(A, P->chunk)), product(A, b->par + tl, b->npar - tl)));
     Expr *start = e_var(A, lo);
     if (G > 1) {
         p[n++] = ts_let(A, mid, E_ADD(A, e_var(A, lo), E_MUL(A, idiv(A, E_SUB(A, e_var(A, hi), e_var(A, lo)), G),
                                                                e_i(A, G))));
         Var *g = new_var(A, B->nvars, "g");
         TStmt *groups = ts_for(A, g, e_var(A, lo), e_var(A, mid), e_i(A, G), G * (b->npar + b->nacc + 2) + 1);
-        element_group(B, b, G, g, groups);
-        p[n++] = groups;
+        element_group(B, b, G, g, groups, tok);
+        if (tl) ts_add(tokens, groups);
+        else p[n++] = groups;
         start = e_var(A, mid);
     }
     Var *g = new_var(A, B->nvars, "g");
     TStmt *each = ts_for(A, g, start, e_var(A, hi), e_i(A, 1), b->npar + b->nacc + 8);
-    if (groupable(b)) element_group(B, b, 1, g, each);   /* a linear's elements left over */
+    if (groupable(b)) element_group(B, b, 1, g, each, tok);   /* a linear's elements left over */
     else one_element(B, b, g, each);
-    p[n++] = each;
+    if (tl) { ts_add(tokens, each); p[n++] = tokens; }
+    else p[n++] = each;
     kl_add(A, body, phase(A, p, n, true));
 }

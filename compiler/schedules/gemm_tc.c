@@ -96,7 +96,8 @@ int gemm_tc_choose(const ScheduleChoice *c, TileKernel *g, TileKernel **out) {
     const NestBody *b = &g->body;
     g->body = *c->shape;
     int64_t K, maxrows;
-    if (!kn->gemm_tc || !gemm_form(&g->body, false, &K, &g->body.gemm.xop, g->body.gemm.wop) ||
+    /* not the tail's lm_head: its rows are decode tokens (a batch's rows must get what each gets alone) */
+    if (!kn->gemm_tc || g->nest->op->tail || !gemm_form(&g->body, false, &K, &g->body.gemm.xop, g->body.gemm.wop) ||
         !eval_i(b->par[0].extent, c->tp->max_batch, c->tp->max_ctx, &maxrows) || maxrows <= kn->gemm_min_n)
         return 0;
     g->name = arena_printf(A, "%s_tc", g->nest->kname);

@@ -80,6 +80,22 @@ int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {
     return best;
 }
 
+/* one token for each of n slots, checked as model_forward checks one; each row as model_forward gives it */
+int model_forward_batch(Model *m, const int32_t *ids, const int *slots, const int *positions, int n, float *logits,
+                        int32_t *next) {
+    if (n < 1 || n > model_info.max_batch) { fprintf(stderr, "mock_model: batch of %d\n", n); abort(); }
+    int keep = m->slot;
+    for (int t = 0; t < n; t++) {
+        for (int u = 0; u < t; u++)
+            if (slots[u] == slots[t]) { fprintf(stderr, "mock_model: slot %d twice in a batch\n", slots[t]); abort(); }
+        if (slots[t] < 0 || slots[t] >= m->slots) { fprintf(stderr, "mock_model: slot %d\n", slots[t]); abort(); }
+        m->slot = slots[t];
+        next[t] = model_forward(m, ids + t, 1, positions[t], logits ? logits + (size_t)t * V : NULL);
+    }
+    m->slot = keep;
+    return 0;
+}
+
 /* no device top-k (max_top_k 0): the sampler reads the logits */
 int model_topk(Model *m, int k, float *vals, int32_t *ids) { (void)m; (void)k; (void)vals; (void)ids; return -1; }
 void model_logits(Model *m, float *logits) { memcpy(logits, m->last, V * sizeof(float)); }

@@ -80,6 +80,13 @@ extern "C" int model_forward(Model *m, const int32_t *ids, int n, int pos, float
     return best;
 }
 
+/* no batched decoding in this mock: the server's slots then take turns */
+extern "C" int model_forward_batch(Model *m, const int32_t *ids, const int *slots, const int *positions, int n,
+                                   float *logits, int32_t *next) {
+    (void)m; (void)ids; (void)slots; (void)positions; (void)n; (void)logits; (void)next;
+    return -1;
+}
+
 /* no device top-k (max_top_k 0): the sampler reads the logits */
 extern "C" int model_topk(Model *m, int k, float *vals, int32_t *ids) { (void)m; (void)k; (void)vals; (void)ids; return -1; }
 extern "C" void model_logits(Model *m, float *logits) { cudaMemcpy(logits, m->out, V * 4, cudaMemcpyDeviceToHost); }
