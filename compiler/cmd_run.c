@@ -502,6 +502,9 @@ int cmd_run(int argc, char **argv) {
     for (int i = 0; i < c.tip.n; i++) {
         const TileKernel *t = c.tip.k[i];
         tc |= t->kind == SCHED_CPU_GEMM && t->body.cpug.dot && (!t->run_if || !o.model || o.tokens > t->min_n);
+        /* and cpu_rows' (dot16: decode, and calls of up to cpu_dot16_max_n tokens) */
+        tc |= t->kind == SCHED_CPU_ROWS && t->body.cpu.dot16 &&
+              (!t->run_if || !o.model || (t->run_if == 2 ? o.tokens <= t->min_n : o.tokens > t->min_n));
     }
     /* the cpu target's block-type dot products at decode (cpu_rows qdot) round their activations to 8 bits */
     bool q8 = false;

@@ -328,6 +328,33 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             emit_expr(o, k, s->lo, t);
             str_printf(o, "%s);\n", s->dot ? ", acts_q8" : "");
             break;
+        case TS_DOT16: {
+            /* runtime/cpu_dot16.h: the weight row from its element, the activation rows from the load's element
+             * in the kernel's input rounded to bf16 (n rows of the buffer's row length) */
+            CHECK(t == TARGET_CPU && s->e->k == EX_LOAD, "dot16 off the cpu target or of a non-load");
+            const Buffer *x = s->e->buf;
+            Str w = {0}, xr = {0};
+            param_name(&w, k, kernel_param_index(k, s->buf));
+            str_printf(&w, " + (");
+            lin_index(&w, k, s->buf, s->idx, t);
+            str_printf(&w, ")");
+            str_printf(&xr, "cpu_acts16(acts16, ");
+            param_name(&xr, k, kernel_param_index(k, x));
+            str_printf(&xr, ", n * %lldLL) + (", (long long)x->dims[1]);
+            lin_index(&xr, k, x, s->e->a, t);
+            str_printf(&xr, ")");
+            if (s->gn == 1) {
+                str_printf(o, "r%d = cpu_dot16_1(%s, %s, ", s->reg, w.s, xr.s);
+                emit_expr(o, k, s->lo, t);
+                str_printf(o, ");\n");
+            } else {
+                str_printf(o, "cpu_dot16_4(%s, %s, %lldLL, ", w.s, xr.s, (long long)x->dims[1]);
+                emit_expr(o, k, s->lo, t);
+                str_printf(o, ", &r%d, &r%d, &r%d, &r%d);\n", s->reg, s->reg + 1, s->reg + 2, s->reg + 3);
+            }
+            str_free(&w); str_free(&xr);
+            break;
+        }
         case TS_BDOT:
             /* runtime/kernels.h: the weight's flat element index of the first block, the activations from the load's
              * element on (the same call on both targets) */
@@ -743,7 +770,10 @@ static void emit_unit(Str *o, const Names *nm, const KProgram *kp, const int *id
                       "    const int n = 1, pos = positions[t];\n");
     for (int i = 0; i < cnt; i++) {
         KLaunch l = kp->launches[ids[i]];
-        if (mode == FWD_BATCH && l.run_if) { CHECK(l.min_n >= 1, "%s: no decode schedule", l.module); l.run_if = 0; }
+        if (mode == FWD_BATCH && !per_token && l.run_if) {
+            CHECK(l.min_n >= 1, "%s: no decode schedule", l.module);
+            l.run_if = 0;
+        }
         emit_launch(o, nm, &l, seg, cuda, per_token, per_token);
     }
     if (per_token) str_printf(o, "}\n");
@@ -764,8 +794,9 @@ static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda,
     for (int i = 0; i < kp->nl; i++) {
         const KLaunch *l = &kp->launches[i];
         if (kernel_is_sampling(l)) continue;
-        /* batch: the decode schedules (n <= min_n) for all: a token in a batch is computed as it is alone */
-        if (mode == FWD_BATCH && l->run_if == 1) continue;
+        /* batch: the decode schedules (n <= min_n) for all: a token in a batch is computed as it is alone (a
+         * per-token launch keeps its guard, for n = 1: it is left out where that never holds) */
+        if (mode == FWD_BATCH && l->run_if == 1 && (!launch_per_token(l) || l->min_n >= 1)) continue;
         int ly = layer_of(l->module, NULL);
         /* a split-K partner joins its pair's unit (batch: one loop over the tokens for both) */
         if (mode == FWD_BATCH && n && uses_kind(l, BUF_WORK) && launch_per_token(l) && lay[n - 1] == ly &&
@@ -856,7 +887,8 @@ void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header) 
         str_printf(o, t == TARGET_CUDA ? "extern \"C\" {\n#include \"%s\"\n}\n" : "#include \"%s\"\n", api_header);
     str_printf(o, "#include \"runtime/kernels.h\"\n");
     if (t == TARGET_CPU) str_printf(o, "#include \"runtime/cpu_gemm.h\"  /* cpu_gemm's register-tile kernel */\n"
-                                    "#include \"runtime/cpu_quant.h\"  /* block-type weights' dot products */\n");
+                                    "#include \"runtime/cpu_quant.h\"  /* block-type weights' dot products */\n"
+                                    "#include \"runtime/cpu_dot16.h\"  /* decode's bf16 dot products */\n");
 }
 
 /* Short statements (a register's zero, a vector element moved to a register) run to hundreds of lines in an

@@ -21,6 +21,8 @@ void emit_kernel_c(Str *o, const KKernel *k, Target t) {
     str_printf(o, ") {\n    (void)n; (void)pos;\n");
     if (k->has_acts_q8)   /* this thread's 8-bit activation row (runtime/cpu_quant_q8.h), quantized at first use */
         str_printf(o, "    CpuActsQ8 *acts_q8 = cpu_acts_q8_begin();\n");
+    if (k->has_acts16)   /* this thread's input rounded to bf16 (runtime/cpu_dot16.h), at the first dot product */
+        str_printf(o, "    CpuActs16 *acts16 = cpu_acts16_begin();\n");
     str_printf(o, "    #pragma omp %sfor schedule(static)\n    for (int64_t bid = 0; bid < grid; bid++) {\n",
                t == TARGET_CPU ? "" : "parallel ");
     for (int i = 0; k->task && i < k->nsmem; i++)

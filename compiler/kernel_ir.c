@@ -80,6 +80,7 @@ static KKernel *materialise(KernelBuilder *B, const TileKernel *t) {
     k->has_ldm = ks_has(k->body, k->nbody, KS_LDMATRIX);
     k->has_cp_async = ks_has_ts(k->body, k->nbody, TS_CP_ASYNC);
     k->has_acts_q8 = t->kind == SCHED_CPU_ROWS && t->body.cpu.acts_q8;
+    k->has_acts16 = t->kind == SCHED_CPU_ROWS && t->body.cpu.dot16;
     collect_kparams(k, k->body, k->nbody);
     return k;
 }
@@ -166,6 +167,10 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
     case TS_QDOT:
         kfmt(p, "r%d = qdot(%B ..] (%s blocks), %E .., K %E)%s\n", s->reg, s->buf, s->idx,
              dtype_names[s->buf->dtype], s->e, s->lo, s->dot ? ", activations rounded to 8 bits" : "");
+        return;
+    case TS_DOT16:
+        kfmt(p, "r%d..r%d = dot16(%B ..] (bf16), rows of %E .. rounded to bf16 (%d rows), K %E)\n", s->reg,
+             s->reg + (int)s->gn - 1, s->buf, s->idx, s->e, (int)s->gn, s->lo);
         return;
     case TS_BDOT:
         kfmt(p, "r%d += bdot(%B ..] (%d %s blocks %d apart, loaded together), %E ..)\n", s->reg, s->buf, s->idx,
@@ -373,6 +378,16 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
             else if (!expr_is_const(s->lo, &K) || K % dtype_block[s->buf->dtype] || K > row)
                 m = "qdot of partial blocks";
             else if (s->reg < 0 || s->reg >= k->nregs) m = "qdot into an undeclared register";
+        }
+        else if (s->k == TS_DOT16) {
+            int64_t K;
+            if (!k->task) m = "dot16 outside a CPU task kernel";
+            else if (!param || s->buf->ndim != 2 || s->buf->dtype != DT_BF16) m = "dot16 of a non-bf16 weight";
+            else if (s->e->k != EX_LOAD || s->e->buf->dtype != DT_F32 || s->e->buf->ndim != 2)
+                m = "dot16 of other than a 2-d f32 activation";
+            else if (!expr_is_const(s->lo, &K) || K > row || K > s->e->buf->dims[1]) m = "dot16 past a row";
+            else if ((s->gn != 1 && s->gn != 4) || s->reg < 0 || s->reg + s->gn > k->nregs)
+                m = "dot16 into undeclared registers";
         }
         else if (s->k == TS_BDOT) {
             /* the runtime's block dot products: 32-element blocks, at most BDOT_MAX (8) of them */

@@ -15,7 +15,7 @@
 
 #define TSTMT_KINDS(X) X(TS_LET, "let") X(TS_ASSIGN, "assign") X(TS_STORE, "store") X(TS_SSTORE, "sstore") \
     X(TS_IF, "if") X(TS_FOR, "for") X(TS_VLOAD, "vload") X(TS_CP_ASYNC, "cp_async") X(TS_GEMM, "gemm") \
-    X(TS_PACK, "pack") X(TS_QDOT, "qdot") X(TS_BDOT, "bdot")
+    X(TS_PACK, "pack") X(TS_QDOT, "qdot") X(TS_BDOT, "bdot") X(TS_DOT16, "dot16")
 typedef enum { TSTMT_KINDS(X_ENUM) TS_COUNT } TStmtKind;
 
 typedef struct TStmt {
@@ -45,7 +45,10 @@ typedef struct TStmt {
      * of the f32 load e (the activation row's first element) on
      * bdot (GPU lanes; runtime/kernels.h's bdot_q8_0 ...): register reg += sum over u < vec blocks, j < the block's
      * elements of w[c + u * gn + j] * x[c + u * gn + j], w the block-type weight buf from element idx (c: a block's
-     * first), x the f32 load e from element c on; the vec blocks' bytes are all loaded before the first product */
+     * first), x the f32 load e from element c on; the vec blocks' bytes are all loaded before the first product
+     * dot16 (CPU tasks only; runtime/cpu_dot16.h): registers reg .. reg + gn - 1 = sum over k < lo of
+     * w[k] * bf16(x_j[k]) for gn (1 or 4) consecutive rows x_j of the f32 load e's 2-d buffer (e: row j = 0's
+     * first element), w the bf16 weight buf's row from element idx */
     int gsmem[3]; int64_t gn;
     bool dot;
     int64_t run_rows, run_gap;
@@ -104,6 +107,7 @@ typedef struct KKernel {
     bool has_ldm;              /* the C backend keeps a lane address buffer */
     bool has_cp_async;         /* the C backend keeps the block's pending copies */
     bool has_acts_q8;          /* qdot with 8-bit activations: each thread keeps its quantized row (cpu_quant_q8.h) */
+    bool has_acts16;           /* dot16: each thread keeps its input rounded to bf16 (cpu_dot16.h) */
     bool task;                 /* a CPU schedule's (BLOCK_TASK): a block is a task of one thread, plain C */
     KStmt **body; int nbody;
     int uses;                  /* launches */

@@ -37,7 +37,10 @@ extern const char *const sched_names[];
  * makes cpu_rows' block-type dot products read the weight row after the
  * right one (the last row's reads the first); debug_bdot_row=1 does the same to the gemv
  * schedule's block dot products (bdot). cpu_qdot_q8=1 rounds their activations to 8 bits per block of 32
- * for integer products (runtime/cpu_quant_q8.h; 0: f32 activations, runtime/cpu_quant.h). */
+ * for integer products (runtime/cpu_quant_q8.h; 0: f32 activations, runtime/cpu_quant.h). cpu_rows_bf16=1
+ * makes cpu_rows' linears of bf16 weights bf16 dot products (runtime/cpu_dot16.h, the activations rounded to
+ * bf16; 0: f32 multiply-adds on the widened weights), and bf16 linears run them in calls of up to
+ * cpu_dot16_max_n tokens (the GEMM above that). */
 #define KNOBS(X) \
     X("flat_block", flat_block, 256, 32, 1024, true) \
     X("reduce_block_max", reduce_block_max, 256, 32, 1024, true) \
@@ -71,6 +74,8 @@ extern const char *const sched_names[];
     X("cpu_gemm_bf16", cpu_gemm_bf16, 1, 0, 1, false) \
     X("debug_qdot_row", debug_qdot_row, 0, 0, 1, false) \
     X("cpu_qdot_q8", cpu_qdot_q8, 1, 0, 1, false) \
+    X("cpu_rows_bf16", cpu_rows_bf16, 1, 0, 1, false) \
+    X("cpu_dot16_max_n", cpu_dot16_max_n, 32, 0, 1 << 20, false) \
     X("debug_bdot_row", debug_bdot_row, 0, 0, 1, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;
@@ -124,6 +129,9 @@ typedef struct {
     /* a linear over the call's tokens (the first axis, n): chunk counts rows of the other axes, and a task
      * computes its rows for every token in turn, its weight rows read from memory once (then from the cache) */
     bool token_loop;
+    /* a token loop's linear of bf16 weights: each element one bf16 dot product (runtime/cpu_dot16.h, knob
+     * cpu_rows_bf16) with the activations rounded to bf16, four tokens at a time sharing each weight load */
+    bool dot16;
 } CpuRowsParams;
 /* cpu_gemm (compiler/schedules/cpu_gemm.c): y[t, o] = sum_k xop(t, k) * wop(o, k), packed panels and
  * runtime/cpu_gemm.h's register-tile kernel */

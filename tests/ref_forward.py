@@ -11,17 +11,17 @@ RoPE tables are f32 too (HF computes them in f32 as well).
 API:
     model = load(dir)
     logits_all(model, ids, bf16_x_rows=0) -> np.ndarray [n, vocab]   (full causal forward)
-    greedy(model, prompt_ids, n_new, bf16_prefill=False) -> (ids, logits_per_step)
+    greedy(model, prompt_ids, n_new, bf16_dots=False) -> (ids, logits_per_step)
         ids: the n_new generated ids; logits_per_step[k]: the [vocab] logits
         that produced ids[k] (incremental decode with a KV cache).
 
-bf16 prefill: llmcc's cpu target multiplies bf16 weights in calls of more than
-CPU_BF16_DOT_ABOVE tokens (a prompt) with bf16 dot products, the activations
-rounded to bf16 (to nearest even) first (runtime/cpu_gemm.h). bf16_x_rows=k
-rounds the inputs of every decoder layer's linears (not the lm_head: llmcc
-computes the prompt's logits for its last token alone) in the first k rows of
-the call; greedy(bf16_prefill=True) does so for a prompt of more than
-CPU_BF16_DOT_ABOVE tokens, as one call.
+bf16 dot products: llmcc's cpu target multiplies bf16 weights in every call
+(decode and prompt: runtime/cpu_dot16.h up to 32 tokens, runtime/cpu_gemm.h
+above) with bf16 dot products, the activations rounded to bf16 (to nearest even)
+first. bf16_x_rows=k rounds the inputs of every linear, the lm_head's too, in the
+first k rows of the call; greedy(bf16_dots=True) rounds every row of every call.
+model["bf16_lm_head"] = True (set by a caller whose decoder layers' linears are
+block-type but whose lm_head stays bf16) rounds the lm_head's input in every call.
 
 8-bit activations: llmcc's cpu target multiplies block-type (GGUF) weights in calls of at most
 CPU_BF16_DOT_ABOVE tokens (decode) by integer dot products, each input row rounded to 8 bits per block of 32
@@ -44,7 +44,7 @@ import sys
 import numpy as np
 
 F32 = np.float32
-CPU_BF16_DOT_ABOVE = 3   # llmcc's knob cpu_gemm_min_n: calls of more tokens run cpu_gemm
+CPU_BF16_DOT_ABOVE = 3   # llmcc's knob cpu_gemm_min_n: calls of more tokens of block-type weights run cpu_gemm
 
 
 # ---------------------------------------------------------------- safetensors
@@ -294,7 +294,7 @@ def forward(model, ids, cache=None, start=0, bf16_x_rows=0, q8=False):
         g = lin(h, lay["gate_proj"], lay["gate_proj.b"])
         u = lin(h, lay["up_proj"], lay["up_proj.b"])
         x = (x + lin(bf16_rows(silu(g) * u, rx), lay["down_proj"], lay["down_proj.b"])).astype(F32)
-    x = rmsnorm(x, model["norm"], model["eps"])
+    x = bf16_rows(rmsnorm(x, model["norm"], model["eps"]), n if model.get("bf16_lm_head") else rx)
     return (x @ model["lm_head"].T).astype(F32)
 
 
@@ -302,13 +302,13 @@ def logits_all(model, ids, bf16_x_rows=0):
     return forward(model, ids, None, 0, bf16_x_rows)
 
 
-def greedy(model, prompt_ids, n_new, bf16_prefill=False):
-    """Greedy decode n_new tokens after prompt_ids (incremental, KV cache); bf16_prefill: the module's doc."""
+def greedy(model, prompt_ids, n_new, bf16_dots=False):
+    """Greedy decode n_new tokens after prompt_ids (incremental, KV cache); bf16_dots: the module's doc."""
     cache = new_cache(model)
     prompt_ids = list(prompt_ids)
     if not prompt_ids:
         raise ValueError("empty prompt")
-    rows = len(prompt_ids) if bf16_prefill and len(prompt_ids) > CPU_BF16_DOT_ABOVE else 0
+    rows = len(prompt_ids) if bf16_dots else 0
     q8 = bool(model.get("q8_linears"))
     lg = forward(model, prompt_ids, cache, 0, rows, q8 and len(prompt_ids) <= CPU_BF16_DOT_ABOVE)[-1]
     pos = len(prompt_ids)
@@ -318,7 +318,7 @@ def greedy(model, prompt_ids, n_new, bf16_prefill=False):
         ids.append(t)
         steps.append(lg)
         if k + 1 < n_new:
-            lg = forward(model, [t], cache, pos, 0, q8)[-1]
+            lg = forward(model, [t], cache, pos, 1 if bf16_dots else 0, q8)[-1]
             pos += 1
     return ids, steps
 

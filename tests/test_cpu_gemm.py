@@ -1,6 +1,8 @@
 """test_cpu_gemm: runtime/cpu_gemm.h, the CPU target's packed GEMM
 micro-kernel, against a double-precision triple loop (tests/c/test_cpu_gemm.c
-says what it covers and why its tolerance). Built twice, since the same
+says what it covers and why its tolerance); runtime/cpu_dot16.h, decode's bf16
+dot products (tests/c/test_cpu_dot16.c: against a double sum, and the four-token
+form bit for bit the one-token form). Built twice, since the same
 vector-extension C becomes different code per target: at baseline x86-64
 (SSE2) with -O2, and with -O2 -march=x86-64-v3 (AVX2 + FMA, the tuned
 target) under ASan + UBSan. Each runs the bf16 dot product as the CPU has it (AVX512_BF16 where present)
@@ -13,12 +15,12 @@ SRC = ["tests/c/test_cpu_gemm.c"]
 SAN = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all")
 
 
-def check(exe):
+def check(exe, stand_in="f32 stand-in"):
     for env in ({}, {"LLMCC_CPU_BF16_DOT": "0"}):
         p = run([exe], env=env)
         assert " 0 failed" in p.stdout, p.stdout + p.stderr
         if env:
-            assert "f32 stand-in" in p.stdout, p.stdout
+            assert stand_in in p.stdout, p.stdout
 
 
 def test_cpu_gemm_baseline():
@@ -33,3 +35,12 @@ def test_cpu_gemm_avx2_sanitized():
     if "avx2" not in flags or "fma" not in flags:
         raise Skip("this CPU has no AVX2 + FMA to run an x86-64-v3 build on")
     check(build_c("test_cpu_gemm_v3_san", SRC, extra=("-O2", "-march=x86-64-v3") + SAN))
+
+
+def test_cpu_dot16():
+    src = ["tests/c/test_cpu_dot16.c"]
+    check(build_c("test_cpu_dot16_O2", src, extra=("-O2",)), "portable C")
+    if platform.machine() in ("x86_64", "AMD64"):   # the generated model's flags: reassociation allowed
+        check(build_c("test_cpu_dot16_O3_san", src, extra=("-O3", "-ffp-contract=fast", "-fassociative-math",
+                                                           "-fno-signed-zeros", "-fno-trapping-math") + SAN),
+              "portable C")

@@ -32,13 +32,20 @@ def lin_tol(x, w, K, b=0):
 
 
 def dots(dt, maxn):
-    """cpu_gemm_bf16 knob values to build with: both where a bf16 prefill can take the dot product."""
-    return (0, 1) if dt == "bf16" and maxn > 3 else (0,)
+    """cpu_gemm_bf16 and cpu_rows_bf16 knob values to build with: both where bf16 weights can take the dot
+    product (cpu_rows' dot16 at n <= 32, cpu_gemm's above)."""
+    return (0, 1) if dt == "bf16" else (0,)
+
+
+def gemm_above(dt, dot):
+    """The token counts above which a linear runs cpu_gemm: 32 for bf16 weights with the dot products
+    (knob cpu_dot16_max_n), else 3 (cpu_gemm_min_n)."""
+    return 32 if dt == "bf16" and dot else 3
 
 
 def xs_of(x, n, dot):
-    """The activations a linear multiplies, in f64: the bf16 dot product (at n > 3) sees them rounded."""
-    return (to_bf16(x[:n])[1] if dot and n > 3 else x[:n]).astype(np.float64)
+    """The activations a linear multiplies, in f64: the bf16 dot products see them rounded."""
+    return (to_bf16(x[:n])[1] if dot else x[:n]).astype(np.float64)
 
 
 def each_dot_path(dot):
@@ -47,8 +54,8 @@ def each_dot_path(dot):
 
 
 def compile_cpu(args, dot):
-    exe, tile, d = compile_op(args + list(CPU), knobs=("cpu_gemm_bf16=%d" % dot,))
-    assert ("bf16-dot-product" in tile) == bool(dot), tile
+    exe, tile, d = compile_op(args + list(CPU), knobs=("cpu_gemm_bf16=%d" % dot, "cpu_rows_bf16=%d" % dot))
+    assert ("bf16-dot-product" in tile or "bf16 dot product" in tile) == bool(dot), tile
     return exe, tile, d
 
 
@@ -66,7 +73,7 @@ def test_linear_decode_and_prefill():
         exe, tile, d = compile_cpu(["linear", maxn, M, K, dt, 1 if bias else 0], dot)
         sch = schedules(tile)
         assert set(sch) <= {"cpu_rows", "cpu_gemm"} and "cpu_rows" in sch, tile
-        assert ("cpu_gemm" in sch) == (maxn > 3), tile
+        assert ("cpu_gemm" in sch) == (maxn > gemm_above(dt, dot)), tile
         x = rng.standard_normal((maxn, K)).astype(np.float32)
         wb, w = weight(rng.standard_normal((M, K)), dt)
         ins, b = [x.tobytes(), wb], 0
@@ -168,9 +175,9 @@ def test_fixture_both_targets_and_threads():
     d = fixture("qwen2-tied", "bf16")
     model = ref_forward.load(d)
     for target in ("cpu", "cuda-emu"):
-        # cpu: the prompt through the bf16 dot products, modelled by the reference; the tolerance adds what the
+        # cpu: every call through the bf16 dot products, modelled by the reference; the tolerance adds what the
         # rounding moves the logits (test_fullsize.check_against_ref says why)
-        ref_ids, ref_logits = ref_forward.greedy(model, PROMPT, 16, bf16_prefill=target == "cpu")
+        ref_ids, ref_logits = ref_forward.greedy(model, PROMPT, 16, bf16_dots=target == "cpu")
         ref = np.asarray(ref_logits, dtype=np.float64)
         plain_ids, plain_logits = ref_forward.greedy(model, PROMPT, 16)
         assert plain_ids == ref_ids, "the bf16 rounding changes the reference's greedy ids: the slack is moot"

@@ -278,7 +278,8 @@ def build_quant_against(model_dir, dt, out, model, prompt, n):
 def test_build_quant_matches_reference():
     """`llmcc build --quant TYPE` of models/austen-2m: its linears quantized as the payload is written. The
     reference: tests/ref_forward.py with every linear's weight quantized and dequantized by gguf-py (the
-    embedding, also the tied lm_head, stays bf16: --quant keeps it without --quant-all), and the decode steps'
+    embedding, also the tied lm_head, stays bf16: --quant keeps it without --quant-all; the lm_head's input
+    rounded to bf16, as its bf16 dot products take it: ref_forward's bf16_lm_head), and the decode steps'
     linear inputs rounded to 8 bits (ref_forward's q8_linears; also once with knob cpu_qdot_q8=0: f32 inputs);
     greedy ids equal, logits within 1e-4 x max |logit|; the payload holds the blocks (--info).
 
@@ -297,6 +298,7 @@ def test_build_quant_matches_reference():
     for dt, q8 in [(t, 1) for t in TYPES] + [("q4_1", 0)]:
         model = ref_forward.load(model_dir)
         model["q8_linears"] = bool(q8)
+        model["bf16_lm_head"] = True   # the tied embedding stays bf16: the lm_head takes bf16 dot products
         for lay in model["layers"]:
             for proj in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
                 w = np.asarray(lay[proj], dtype=np.float32)

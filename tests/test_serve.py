@@ -324,9 +324,10 @@ def test_decode_batches_each_as_alone():
     """Requests long enough to overlap (160 tokens each, sent at once) decode as batches
     (model_forward_batch: --stats counts them, several tokens each on average), and each request's text is
     exactly its text alone: greedy ones and seeded sampled ones (each row's logits), with 3 and 8 slots; on the
-    cpu target (cpu_rows' token loop: each task's weight rows for every token in turn) and on cuda-emu (the
-    GPU's schedules; the split-K attention pair per token)."""
-    for target, slot_counts in (("cpu", (3, 8)), ("cuda-emu", (8,))):
+    cpu target (cpu_rows' token loop: each task's weight rows for every token in turn; f32 weights, and the
+    bf16 qwen fixture's bf16 dot products, four tokens at a time) and on cuda-emu (the GPU's schedules; the
+    split-K attention pair per token)."""
+    for kind, target, slot_counts in (("stories", "cpu", (3, 8)), ("qwen", "cpu", (8,)), ("stories", "cuda-emu", (8,))):
         reqs = [{"prompt": "Tom had %d" % i, "max_tokens": 160, "ignore_eos": True, "temperature": 0}
                 for i in range(6)]
         reqs += [{"prompt": "Lily saw %d" % i, "max_tokens": 160, "ignore_eos": True, "temperature": 1.0,
@@ -336,10 +337,10 @@ def test_decode_batches_each_as_alone():
             status, body = post(port, "/v1/completions", r)
             assert status == 200 and body["usage"]["completion_tokens"] == 160, body
             return body["choices"][0]["text"]
-        with Server(kind="stories", target=target) as s:
+        with Server(kind=kind, target=target) as s:
             alone = [text(s.port, r) for r in reqs]
         for slots in slot_counts:
-            with Server("--parallel", slots, "--stats", kind="stories", target=target) as s:
+            with Server("--parallel", slots, "--stats", kind=kind, target=target) as s:
                 got = [None] * len(reqs)
 
                 def one(i):

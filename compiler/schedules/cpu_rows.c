@@ -49,17 +49,18 @@ static bool groupable(const NestBody *b) {
     return true;
 }
 
-/* A linear of block-type weights read in place: every accumulator's term X[.., k] * W[f(o), k], W a block-type
- * weight whose row does not depend on k, X one f32 activation load along k (the same for a pair) */
-bool qdot_form(const NestBody *b, Expr **xop, Expr **wop) {
+/* A linear of weights read in place: every accumulator's term X[.., k] * W[f(o), k], W a weight of block type
+ * (bf16: bf16) whose row does not depend on k, X one f32 activation load along k (the same for a pair) */
+static bool weight_form(const NestBody *b, Expr **xop, Expr **wop, bool bf16) {
     if (!groupable(b)) return false;
     const Var *kv = b->red[0].v;
     for (int a = 0; a < b->nacc; a++) {
         const Expr *t = b->acc[a];
         if (t->k != EX_MUL) return false;
-        int w = t->a[0]->k == EX_LOAD && dtype_is_quant(t->a[0]->buf->dtype) ? 0 : 1;
+#define WEIGHT_OK(d) (bf16 ? (d) == DT_BF16 : dtype_is_quant(d))
+        int w = t->a[0]->k == EX_LOAD && WEIGHT_OK(t->a[0]->buf->dtype) ? 0 : 1;
         Expr *W = t->a[w], *X = t->a[1 - w];
-        if (W->k != EX_LOAD || !dtype_is_quant(W->buf->dtype) || W->nargs != 2 || W->a[1]->k != EX_VAR ||
+        if (W->k != EX_LOAD || !WEIGHT_OK(W->buf->dtype) || W->nargs != 2 || W->a[1]->k != EX_VAR ||
             W->a[1]->var != kv || expr_uses_var(W->a[0], kv))
             return false;
         if (X->k != EX_LOAD || X->buf->dtype != DT_F32 || X->a[X->nargs - 1]->k != EX_VAR ||
@@ -67,7 +68,21 @@ bool qdot_form(const NestBody *b, Expr **xop, Expr **wop) {
             return false;
         for (int d = 0; d + 1 < X->nargs; d++) if (expr_uses_var(X->a[d], kv)) return false;
         *xop = X; wop[a] = W;
+#undef WEIGHT_OK
     }
+    return true;
+}
+bool qdot_form(const NestBody *b, Expr **xop, Expr **wop) { return weight_form(b, xop, wop, false); }
+
+/* dot16: a token loop's linear of bf16 weights whose activations are rows X[t, k] of a 2-d buffer (t the
+ * token axis), each weight row independent of t */
+static bool dot16_form(const NestBody *b, Expr **xop, Expr **wop) {
+    if (!weight_form(b, xop, wop, true)) return false;
+    const Expr *X = *xop;
+    if (X->nargs != 2 || X->buf->ndim != 2 || X->a[0]->k != EX_VAR || X->a[0]->var != b->par[0].v ||
+        X->buf->dims[1] != b->red[0].extent->i || b->red[0].extent->k != EX_ICONST)
+        return false;
+    for (int a = 0; a < b->nacc; a++) if (expr_uses_var(wop[a]->a[0], b->par[0].v)) return false;
     return true;
 }
 
@@ -96,6 +111,8 @@ int cpu_rows_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     for (int i = 1; P->token_loop && i < k->body.npar; i++)
         P->token_loop = !expr_reads_param(k->body.par[i].extent, P_N);
     if (P->token_loop) rows = product(c->A, k->body.par + 1, k->body.npar - 1);
+    P->dot16 = P->token_loop && kn->cpu_rows_bf16 && dot16_form(&k->body, &P->xop, P->wop);
+    if (P->dot16) P->group = 1;   /* one dot product per element: groups are of tokens (four) */
     /* cpu_tasks tasks at n = 1 (more for larger n): enough to balance any thread count; a token loop's task
      * reads at most 256 KiB of weights, which stay in the core's L2 cache for the next token */
     P->chunk = max_i((t1 + kn->cpu_tasks - 1) / kn->cpu_tasks, 1);
@@ -120,6 +137,9 @@ void cpu_rows_print(Str *o, const TileKernel *k) {
     }
     if (P->group > 1)
         str_printf(o, ", %d elements' K loops as one (each activation load serves %d)", P->group, P->group);
+    if (P->dot16)
+        str_printf(o, ", each a bf16 dot product of a row of %s and a row of %s rounded to bf16 (4 tokens at a "
+                   "time)", P->wop[0]->buf->name, P->xop->buf->name);
     if (P->qdot)
         str_printf(o, ", each a dot product of %s's %s blocks (%s) and a row of %s%s", P->wop[0]->buf->name,
                    dtype_names[P->wop[0]->buf->dtype], P->acts_q8 ? "integer products" : "dequantized in registers",
@@ -135,6 +155,8 @@ const char *cpu_rows_verify(const TileKernel *k) {
         return "cpu_rows qdot without its operands or in a group";
     if (P->token_loop && (!groupable(&k->body) || k->body.npar < 2))
         return "cpu_rows token loop of a nest that is not a linear";
+    if (P->dot16 && (!P->token_loop || P->qdot || P->group != 1 || !P->xop || !P->wop[0]))
+        return "cpu_rows dot16 outside a token loop or without its operands";
     return P->group > 1 && !groupable(&k->body) ? "cpu_rows group of a nest that is not a linear" : NULL;
 }
 
@@ -235,6 +257,38 @@ static void element_group(KernelBuilder *B, const NestBody *b, int G, Var *g, TS
     }
 }
 
+/* dot16: row g's elements of tokens tok .. tok + G - 1 (G = 4 or 1) into f: the row's axes from g, one dot16
+ * per accumulator (register a * G + j: accumulator a of token j), then each token's stores */
+static void dot16_element(KernelBuilder *B, const NestBody *b, int G, Var *g, Var *tok, TStmt *f) {
+    Arena *A = B->A;
+    const int np = b->npar, na = b->nacc;
+    const CpuRowsParams *P = &b->cpu;
+    Var *from[MAX_AXES];
+    Expr *to[MAX_AXES];
+    Axis ax[MAX_AXES];
+    for (int i = 0; i < np; i++) from[i] = b->par[i].v;
+    for (int i = 1; i < np; i++) {
+        ax[i] = (Axis){new_var(A, B->nvars, b->par[i].v->name), b->par[i].extent};
+        to[i] = e_var(A, ax[i].v);
+    }
+    to[0] = e_var(A, tok);
+    f->nbody += decompose(A, f->body + f->nbody, ax + 1, np - 1, e_var(A, g));
+    for (int a = 0; a < na; a++) {
+        TStmt *q = ts(A, TS_DOT16);
+        q->reg = a * G; q->gn = G; q->buf = P->wop[a]->buf; q->lo = b->red[0].extent;
+        q->idx = ARENA_ARRAY(A, Expr *, 2);
+        q->idx[0] = expr_subst_vars(A, P->wop[a]->a[0], from, to, np); q->idx[1] = e_i(A, 0);
+        q->e = expr_subst(A, expr_subst_vars(A, P->xop, from, to, np), b->red[0].v, e_i(A, 0));
+        ts_add(f, q);
+    }
+    for (int j = 0; j < G; j++) {
+        TStmt *st[2];
+        int ns = epi_stores(A, b, reg(A, j), na > 1 ? reg(A, G + j) : NULL, st);
+        to[0] = E_ADD(A, e_var(A, tok), e_i(A, j));
+        for (int i = 0; i < ns; i++) ts_add(f, store_for_element(A, st[i], from, to, np));
+    }
+}
+
 /* lo = bid * chunk, hi = min(lo + chunk, total); whole groups from lo to mid, then one at a time to hi */
 void cpu_rows_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = B->A;
@@ -242,12 +296,32 @@ void cpu_rows_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLi
     const CpuRowsParams *P = &b->cpu;
     const int G = P->group;
     CHECK(G <= 8, "cpu_rows group %d", G);
-    declare_regs(k, groupable(b) ? G * b->nacc : b->nred && (b->redop == RED_ARGMAX || b->side.buf) ? 2 : b->nred);
+    if (!P->dot16)
+        declare_regs(k, groupable(b) ? G * b->nacc : b->nred && (b->redop == RED_ARGMAX || b->side.buf) ? 2 : b->nred);
     Var *lo = new_var(A, B->nvars, "lo"), *hi = new_var(A, B->nvars, "hi"), *mid = new_var(A, B->nvars, "mid");
     TStmt **p = tlist(A, 5);
     int n = 0;
     /* token_loop: the elements are the rows of the other axes, each task's for every token in turn */
     const bool tl = P->token_loop;
+    if (P->dot16) {
+        /* the task's rows for four tokens at a time (each weight row loaded once for the four), then for the
+         * tokens left one at a time */
+        declare_regs(k, 4 * b->nacc);
+        Expr *nt = b->par[0].extent;
+        p[n++] = ts_let(A, lo, E_MUL(A, bid(A), e_i(A, P->chunk)));
+        p[n++] = ts_let(A, hi, emin(A, E_ADD(A, e_var(A, lo), e_i(A, P->chunk)), product(A, b->par + 1, b->npar - 1)));
+        for (int G = 4; G >= 1; G -= 3) {
+            Var *tv = new_var(A, B->nvars, b->par[0].v->name), *g = new_var(A, B->nvars, "g");
+            TStmt *tokens = G == 4 ? ts_for(A, tv, e_i(A, 0), E_SUB(A, nt, e_i(A, 3)), e_i(A, 4), 1)
+                                   : ts_for(A, tv, E_MUL(A, idiv(A, nt, 4), e_i(A, 4)), nt, e_i(A, 1), 1);
+            TStmt *rows = ts_for(A, g, e_var(A, lo), e_var(A, hi), e_i(A, 1), b->npar + b->nacc + 2 * G + 2);
+            dot16_element(B, b, G, g, tv, rows);
+            ts_add(tokens, rows);
+            p[n++] = tokens;
+        }
+        kl_add(A, body, phase(A, p, n, true));
+        return;
+    }
     Var *tok = tl ? new_var(A, B->nvars, b->par[0].v->name) : NULL;
     TStmt *tokens = tl ? ts_for(A, tok, e_i(A, 0), b->par[0].extent, e_i(A, 1), 2) : NULL;
     p[n++] = ts_let(A, lo, E_MUL(A, bid(A), e_i(A, P->chunk)));
