@@ -738,20 +738,16 @@ static bool launch_per_token(const KLaunch *l) {
     return !l->tail && (uses_kind(l, BUF_KCACHE) || uses_kind(l, BUF_VCACHE) || uses_kind(l, BUF_WORK) ||
                         expr_reads_pos(l->grid) || kstmts_read_pos(l->k->body, l->k->nbody));
 }
-/* A split-K pair runs in one loop over the tokens (the workspace holds one token's partials), so the pair's
- * later launch must not write activation bytes the earlier one reads for a later token: the memory plan
- * assumed each launch done for every token before the next. */
-static bool pair_safe(const KLaunch *a, const KLaunch *b) {
-    for (int i = 0; i < a->k->nparams; i++)
-        for (int j = 0; j < b->k->nparams; j++) {
-            const Buffer *r = a->args[i], *w = b->args[j];
-            if (!b->k->param_written[j] || r->kind != BUF_ACT || w->kind != BUF_ACT || r == w) continue;
-            int64_t rb = 4, wb = 4;
-            for (int d = 0; d < r->ndim; d++) rb *= r->dims[d];
-            for (int d = 0; d < w->ndim; d++) wb *= w->dims[d];
-            if (r->act_offset < w->act_offset + wb && w->act_offset < r->act_offset + rb) return false;
-        }
-    return true;
+/* Whether model_forward_batch can run l: not a split-K kernel (the workspace holds one call's partials: a pair
+ * would have to run per token in one loop, which the memory plan does not allow for in general; not built yet),
+ * a per-token launch's activations all one row per token (attention's scratch rows are not: flash=0), and a
+ * decode schedule where it has a prefill alternative. Where one is not, the build has no batched decoding. */
+static bool batchable(const KLaunch *l) {
+    if (uses_kind(l, BUF_WORK)) return false;
+    if (launch_per_token(l))
+        for (int j = 0; j < l->k->nparams; j++)
+            if (l->args[j]->kind == BUF_ACT && !l->args[j]->rows_n) return false;
+    return !l->run_if || l->min_n >= 1;
 }
 
 typedef enum { FWD_ONE, FWD_BATCH } FwdMode;
@@ -770,10 +766,7 @@ static void emit_unit(Str *o, const Names *nm, const KProgram *kp, const int *id
                       "    const int n = 1, pos = positions[t];\n");
     for (int i = 0; i < cnt; i++) {
         KLaunch l = kp->launches[ids[i]];
-        if (mode == FWD_BATCH && !per_token && l.run_if) {
-            CHECK(l.min_n >= 1, "%s: no decode schedule", l.module);
-            l.run_if = 0;
-        }
+        if (mode == FWD_BATCH && !per_token) l.run_if = 0;   /* batchable: the decode schedule */
         emit_launch(o, nm, &l, seg, cuda, per_token, per_token);
     }
     if (per_token) str_printf(o, "}\n");
@@ -785,7 +778,7 @@ static void emit_unit(Str *o, const Names *nm, const KProgram *kp, const int *id
  * end of the run whose launches differ in more than a quarter of the positions (layer 0 gathers the embedding,
  * and its buffers may sit elsewhere in the arena) is printed on its own, as is a layer with another launch count.
  * The tail (graph.h) runs with its own n and pos: the last row (model_forward) or every row (batch). Returns
- * false where a split-K pair cannot run per token (pair_safe): model_forward_batch is then not built. */
+ * false where a launch is not batchable: model_forward_batch then returns -1. */
 static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda, FwdMode mode) {
     int n = 0, *lay = malloc(sizeof(int) * (size_t)(kp->nl + 1)), *at = malloc(sizeof(int) * (size_t)(kp->nl + 1));
     int *cnt = calloc((size_t)kp->nl + 1, sizeof(int));
@@ -798,18 +791,12 @@ static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda,
          * per-token launch keeps its guard, for n = 1: it is left out where that never holds) */
         if (mode == FWD_BATCH && l->run_if == 1 && (!launch_per_token(l) || l->min_n >= 1)) continue;
         int ly = layer_of(l->module, NULL);
-        /* a split-K partner joins its pair's unit (batch: one loop over the tokens for both) */
-        if (mode == FWD_BATCH && n && uses_kind(l, BUF_WORK) && launch_per_token(l) && lay[n - 1] == ly &&
-            uses_kind(&kp->launches[at[n - 1] + cnt[n - 1] - 1], BUF_WORK)) {
-            for (int j = 0; j < cnt[n - 1]; j++) ok &= pair_safe(&kp->launches[at[n - 1] + j], l);
-            cnt[n - 1]++;
-            continue;
-        }
+        if (mode == FWD_BATCH && !batchable(l)) ok = false;
         CHECK(!n || !tail[n - 1] || l->tail, "%s after the model's tail", l->module);
         at[n] = i; cnt[n] = 1; lay[n] = ly; tail[n] = l->tail;
         n++;
     }
-    for (int u = 0; u < n; u++) {
+    for (int u = 0; ok && u < n; u++) {
         int ids[MAX_PARAMS];
         CHECK(cnt[u] <= MAX_PARAMS, "a unit of %d launches", cnt[u]);
         for (int j = 0; j < cnt[u]; j++) ids[j] = at[u] + j;
@@ -817,7 +804,7 @@ static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda,
         emit_unit(&lit[u], nm, kp, ids, cnt[u], -1, cuda, mode);
     }
     bool in_tail = false;
-    for (int s = 0; s < n;) {
+    for (int s = 0; ok && s < n;) {
         int e = s;
         while (e < n && lay[e] == lay[s]) e++;
         int cnt_l = e - s, nseg = 1;   /* the run: layers lay[s] .. lay[s] + nseg - 1, cnt_l units each */
@@ -1201,7 +1188,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     Str batch = {0};
     bool batch_ok = emit_forward(&batch, &nm, kp, cuda, FWD_BATCH);
     if (batch_ok) str_printf(o, "%s", batch.s);
-    else str_printf(o, "    /* not in this build: a split-K pair's workspace cannot be shared by the tokens */\n");
+    else str_printf(o, "    /* not in this build: a split-K kernel or per-token scratch rows (emit.c, batchable) */\n");
     str_free(&batch);
     if (*team) str_printf(o, "    }\n");
     if (batch_ok)

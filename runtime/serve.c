@@ -188,6 +188,7 @@ static struct {
     int *queue; int n_queue;     /* connection indices waiting for a slot, oldest first */
     Slot *slots; int n_slots;
     int next_slot;               /* round robin: the slot to step first next time */
+    int next_decode;             /* the slot a decode batch starts from (more busy slots than max_batch) */
     float *logits;               /* [vocab_size] model_forward's */
     /* the decode batch: one row per slot (model_forward_batch's arguments and results) */
     int32_t *b_ids, *b_next;
@@ -1040,15 +1041,15 @@ static void slot_step(Slot *s) {
     slot_took(s, S.logits);
 }
 
-/* One decode step of every slot past its prompt (up to max_batch of them, in turn from S.next_slot): each one's
+/* One decode step of every slot past its prompt (up to max_batch of them, in turn from S.next_decode): each one's
  * last sampled token fed at its position in its own KV cache, in one model_forward_batch call. False where the
  * build has none (the slots then take turns). */
 static bool decode_batch(void) {
-    int n = 0, first = S.next_slot;
+    int n = 0, first = S.next_decode;
     bool logits = false;
     for (int k = 0; k < S.n_slots && n < chunk_tokens(); k++) {
         Slot *s = &S.slots[(first + k) % S.n_slots];
-        S.next_slot = (first + k + 1) % S.n_slots;
+        S.next_decode = (first + k + 1) % S.n_slots;
         if (!s->active || s->n_fed < s->n_prompt) continue;
         S.b_ids[n] = s->ids[s->n_fed];
         S.b_slots[n] = s->index;

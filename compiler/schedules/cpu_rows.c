@@ -113,8 +113,8 @@ int cpu_rows_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     if (P->token_loop) rows = product(c->A, k->body.par + 1, k->body.npar - 1);
     P->dot16 = P->token_loop && kn->cpu_rows_bf16 && dot16_form(&k->body, &P->xop, P->wop);
     if (P->dot16) P->group = 1;   /* one dot product per element: groups are of tokens (four) */
-    /* cpu_tasks tasks at n = 1 (more for larger n): enough to balance any thread count; a token loop's task
-     * reads at most 256 KiB of weights, which stay in the core's L2 cache for the next token */
+    /* cpu_tasks tasks at n = 1 (more for larger n, but in a token loop): enough to balance any thread count; a
+     * token loop's task reads at most 256 KiB of weights, which stay in the core's L2 cache for the next token */
     P->chunk = max_i((t1 + kn->cpu_tasks - 1) / kn->cpu_tasks, 1);
     if (P->token_loop) P->chunk = max_i(min_i(P->chunk, (256 << 10) / (row * k->body.nacc)), 1);
     P->chunk = (P->chunk + P->group - 1) / P->group * P->group;
