@@ -348,9 +348,10 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
                 emit_expr(o, k, s->lo, t);
                 str_printf(o, ");\n");
             } else {
-                str_printf(o, "cpu_dot16_4(%s, %s, %lldLL, ", w.s, xr.s, (long long)x->dims[1]);
+                str_printf(o, "cpu_dot16_%d(%s, %s, %lldLL, ", (int)s->gn, w.s, xr.s, (long long)x->dims[1]);
                 emit_expr(o, k, s->lo, t);
-                str_printf(o, ", &r%d, &r%d, &r%d, &r%d);\n", s->reg, s->reg + 1, s->reg + 2, s->reg + 3);
+                for (int j = 0; j < s->gn; j++) str_printf(o, ", &r%d", s->reg + j);
+                str_printf(o, ");\n");
             }
             str_free(&w); str_free(&xr);
             break;

@@ -386,7 +386,7 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
             else if (s->e->k != EX_LOAD || s->e->buf->dtype != DT_F32 || s->e->buf->ndim != 2)
                 m = "dot16 of other than a 2-d f32 activation";
             else if (!expr_is_const(s->lo, &K) || K > row || K > s->e->buf->dims[1]) m = "dot16 past a row";
-            else if ((s->gn != 1 && s->gn != 4) || s->reg < 0 || s->reg + s->gn > k->nregs)
+            else if ((s->gn != 1 && s->gn != 4 && s->gn != 8) || s->reg < 0 || s->reg + s->gn > k->nregs)
                 m = "dot16 into undeclared registers";
         }
         else if (s->k == TS_BDOT) {

@@ -47,7 +47,7 @@ typedef struct TStmt {
      * elements of w[c + u * gn + j] * x[c + u * gn + j], w the block-type weight buf from element idx (c: a block's
      * first), x the f32 load e from element c on; the vec blocks' bytes are all loaded before the first product
      * dot16 (CPU tasks only; runtime/cpu_dot16.h): registers reg .. reg + gn - 1 = sum over k < lo of
-     * w[k] * bf16(x_j[k]) for gn (1 or 4) consecutive rows x_j of the f32 load e's 2-d buffer (e: row j = 0's
+     * w[k] * bf16(x_j[k]) for gn (1, 4 or 8) consecutive rows x_j of the f32 load e's 2-d buffer (e: row j = 0's
      * first element), w the bf16 weight buf's row from element idx */
     int gsmem[3]; int64_t gn;
     bool dot;

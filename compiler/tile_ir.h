@@ -130,7 +130,8 @@ typedef struct {
      * computes its rows for every token in turn, its weight rows read from memory once (then from the cache) */
     bool token_loop;
     /* a token loop's linear of bf16 weights: each element one bf16 dot product (runtime/cpu_dot16.h, knob
-     * cpu_rows_bf16) with the activations rounded to bf16, four tokens at a time sharing each weight load */
+     * cpu_rows_bf16) with the activations rounded to bf16, eight or four tokens at a time sharing each weight
+     * load */
     bool dot16;
 } CpuRowsParams;
 /* cpu_gemm (compiler/schedules/cpu_gemm.c): y[t, o] = sum_k xop(t, k) * wop(o, k), packed panels and

@@ -1,7 +1,7 @@
 """test_cpu_gemm: runtime/cpu_gemm.h, the CPU target's packed GEMM
 micro-kernel, against a double-precision triple loop (tests/c/test_cpu_gemm.c
 says what it covers and why its tolerance); runtime/cpu_dot16.h, decode's bf16
-dot products (tests/c/test_cpu_dot16.c: against a double sum, and the four-token
+dot products (tests/c/test_cpu_dot16.c: against a double sum, and the four- and eight-token
 form bit for bit the one-token form). Built twice, since the same
 vector-extension C becomes different code per target: at baseline x86-64
 (SSE2) with -O2, and with -O2 -march=x86-64-v3 (AVX2 + FMA, the tuned

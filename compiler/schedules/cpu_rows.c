@@ -112,7 +112,7 @@ int cpu_rows_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
         P->token_loop = !expr_reads_param(k->body.par[i].extent, P_N);
     if (P->token_loop) rows = product(c->A, k->body.par + 1, k->body.npar - 1);
     P->dot16 = P->token_loop && kn->cpu_rows_bf16 && dot16_form(&k->body, &P->xop, P->wop);
-    if (P->dot16) P->group = 1;   /* one dot product per element: groups are of tokens (four) */
+    if (P->dot16) P->group = 1;   /* one dot product per element: groups are of tokens (eight, four) */
     /* cpu_tasks tasks at n = 1 (more for larger n, but in a token loop): enough to balance any thread count; a
      * token loop's task reads at most 256 KiB of weights, which stay in the core's L2 cache for the next token */
     P->chunk = max_i((t1 + kn->cpu_tasks - 1) / kn->cpu_tasks, 1);
@@ -138,8 +138,8 @@ void cpu_rows_print(Str *o, const TileKernel *k) {
     if (P->group > 1)
         str_printf(o, ", %d elements' K loops as one (each activation load serves %d)", P->group, P->group);
     if (P->dot16)
-        str_printf(o, ", each a bf16 dot product of a row of %s and a row of %s rounded to bf16 (4 tokens at a "
-                   "time)", P->wop[0]->buf->name, P->xop->buf->name);
+        str_printf(o, ", each a bf16 dot product of a row of %s and a row of %s rounded to bf16 (8, 4, 1 tokens "
+                   "at a time)", P->wop[0]->buf->name, P->xop->buf->name);
     if (P->qdot)
         str_printf(o, ", each a dot product of %s's %s blocks (%s) and a row of %s%s", P->wop[0]->buf->name,
                    dtype_names[P->wop[0]->buf->dtype], P->acts_q8 ? "integer products" : "dequantized in registers",
@@ -257,7 +257,7 @@ static void element_group(KernelBuilder *B, const NestBody *b, int G, Var *g, TS
     }
 }
 
-/* dot16: row g's elements of tokens tok .. tok + G - 1 (G = 4 or 1) into f: the row's axes from g, one dot16
+/* dot16: row g's elements of tokens tok .. tok + G - 1 (G = 8, 4 or 1) into f: the row's axes from g, one dot16
  * per accumulator (register a * G + j: accumulator a of token j), then each token's stores */
 static void dot16_element(KernelBuilder *B, const NestBody *b, int G, Var *g, Var *tok, TStmt *f) {
     Arena *A = B->A;
@@ -304,16 +304,21 @@ void cpu_rows_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLi
     /* token_loop: the elements are the rows of the other axes, each task's for every token in turn */
     const bool tl = P->token_loop;
     if (P->dot16) {
-        /* the task's rows for four tokens at a time (each weight row loaded once for the four), then for the
-         * tokens left one at a time */
-        declare_regs(k, 4 * b->nacc);
+        /* the task's rows for eight tokens at a time (each weight row loaded once for the eight), then for four
+         * (once at most), then for the tokens left one at a time */
+        declare_regs(k, 8 * b->nacc);
         Expr *nt = b->par[0].extent;
         p[n++] = ts_let(A, lo, E_MUL(A, bid(A), e_i(A, P->chunk)));
         p[n++] = ts_let(A, hi, emin(A, E_ADD(A, e_var(A, lo), e_i(A, P->chunk)), product(A, b->par + 1, b->npar - 1)));
-        for (int G = 4; G >= 1; G -= 3) {
+        static const int groups[] = {8, 4, 1};
+        for (int i = 0; i < 3; i++) {
+            const int G = groups[i];
             Var *tv = new_var(A, B->nvars, b->par[0].v->name), *g = new_var(A, B->nvars, "g");
-            TStmt *tokens = G == 4 ? ts_for(A, tv, e_i(A, 0), E_SUB(A, nt, e_i(A, 3)), e_i(A, 4), 1)
-                                   : ts_for(A, tv, E_MUL(A, idiv(A, nt, 4), e_i(A, 4)), nt, e_i(A, 1), 1);
+            /* from the tokens the larger groups took (a multiple of 8 before the fours, of 4 before the ones), while
+             * G of them are left */
+            const int taken = i ? groups[i - 1] : 0;
+            Expr *first = taken ? E_MUL(A, idiv(A, nt, taken), e_i(A, taken)) : e_i(A, 0);
+            TStmt *tokens = ts_for(A, tv, first, E_SUB(A, nt, e_i(A, G - 1)), e_i(A, G), 1);
             TStmt *rows = ts_for(A, g, e_var(A, lo), e_var(A, hi), e_i(A, 1), b->npar + b->nacc + 2 * G + 2);
             dot16_element(B, b, G, g, tv, rows);
             ts_add(tokens, rows);
