@@ -753,24 +753,58 @@ static bool batchable(const KLaunch *l) {
 
 typedef enum { FWD_ONE, FWD_BATCH } FwdMode;
 
+/* ---- the cpu target's barriers: a kernel's omp for has none of its own (nowait, emit_c.c); the team waits
+ * (#pragma omp barrier) before a launch that reads or writes memory a launch since the last barrier wrote, or
+ * writes memory one of them read. Independent launches (model_forward_batch's per-token instances of one launch,
+ * a layer's q, k and v projections) then run without the team waiting between them. ---- */
+static bool mem_overlap(const Buffer *a, const Buffer *b) {
+    if (a == b) return true;
+    if (a->kind != b->kind) return false;
+    switch (a->kind) {
+    case BUF_ACT: {   /* the arena's bytes (the memory plan reuses them for buffers not live together) */
+        int64_t end_a = a->act_offset + dtype_bytes(a->dtype, buffer_elems(a));
+        int64_t end_b = b->act_offset + dtype_bytes(b->dtype, buffer_elems(b));
+        return a->act_offset < end_b && b->act_offset < end_a;
+    }
+    case BUF_KCACHE: case BUF_VCACHE: return a->layer == b->layer;
+    case BUF_WEIGHT: case BUF_CONST: return false;   /* distinct buffers: distinct memory */
+    default: return true;   /* the ids, the logits, the split-K workspace: one of each */
+    }
+}
+/* run_if as emitted: in model_forward_batch a launch that runs once for all the tokens drops its guard */
+static int emitted_run_if(const KLaunch *l, FwdMode mode);
+static bool launches_conflict(const KLaunch *a, const KLaunch *b, FwdMode mode) {
+    int ra = emitted_run_if(a, mode), rb = emitted_run_if(b, mode);
+    if (ra && rb && ra != rb && a->min_n == b->min_n) return false;   /* alternatives: never both run */
+    for (int i = 0; i < a->k->nparams; i++)
+        for (int j = 0; j < b->k->nparams; j++)
+            if ((a->k->param_written[i] || b->k->param_written[j]) && mem_overlap(a->args[i], b->args[j]))
+                return true;
+    return false;
+}
+
 /* One unit of the plan at indent 0: a launch, or in model_forward_batch the per-token launches of one unit in a
  * loop over the tokens. In model_forward_batch every launch takes the schedule for decode (n <= min_n: gemv,
  * cpu_rows; emit_forward leaves the others out), so each token's row is computed as a call with it alone
  * computes it. */
 static void emit_unit(Str *o, const Names *nm, const KProgram *kp, const int *ids, int cnt, int seg, bool cuda,
-                      FwdMode mode) {
+                      FwdMode mode, bool barrier) {
     const KLaunch *first = &kp->launches[ids[0]];
     str_append(o, "", 0);
+    if (barrier) str_printf(o, "#pragma omp barrier /* the launches since the last one wrote what this one uses */\n");
     bool per_token = mode == FWD_BATCH && launch_per_token(first);
     if (per_token)
         str_printf(o, "for (int t = 0; t < n; t++) { /* each token: n = 1 at its position, its slot's KV cache */\n"
                       "    const int n = 1, pos = positions[t];\n");
     for (int i = 0; i < cnt; i++) {
         KLaunch l = kp->launches[ids[i]];
-        if (mode == FWD_BATCH && !per_token) l.run_if = 0;   /* batchable: the decode schedule */
+        l.run_if = emitted_run_if(&l, mode);
         emit_launch(o, nm, &l, seg, cuda, per_token, per_token);
     }
     if (per_token) str_printf(o, "}\n");
+}
+static int emitted_run_if(const KLaunch *l, FwdMode mode) {
+    return mode == FWD_BATCH && !launch_per_token(l) ? 0 : l->run_if;   /* batchable: the decode schedule */
 }
 
 /* model_forward's launches (model_forward_batch's with FWD_BATCH). The decoder layers run the same kernels: a
@@ -780,7 +814,7 @@ static void emit_unit(Str *o, const Names *nm, const KProgram *kp, const int *id
  * and its buffers may sit elsewhere in the arena) is printed on its own, as is a layer with another launch count.
  * The tail (graph.h) runs with its own n and pos: the last row (model_forward) or every row (batch). Returns
  * false where a launch is not batchable: model_forward_batch then returns -1. */
-static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda, FwdMode mode) {
+static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda, bool team, FwdMode mode) {
     int n = 0, *lay = malloc(sizeof(int) * (size_t)(kp->nl + 1)), *at = malloc(sizeof(int) * (size_t)(kp->nl + 1));
     int *cnt = calloc((size_t)kp->nl + 1, sizeof(int));
     bool *tail = calloc((size_t)kp->nl + 1, sizeof(bool)), ok = true;
@@ -797,13 +831,23 @@ static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda,
         at[n] = i; cnt[n] = 1; lay[n] = ly; tail[n] = l->tail;
         n++;
     }
+    /* team: the barriers; since[0 .. nsince) the units since the last one */
+    int *since = malloc(sizeof(int) * (size_t)(n + 1)), nsince = 0;
     for (int u = 0; ok && u < n; u++) {
         int ids[MAX_PARAMS];
         CHECK(cnt[u] <= MAX_PARAMS, "a unit of %d launches", cnt[u]);
         for (int j = 0; j < cnt[u]; j++) ids[j] = at[u] + j;
-        emit_unit(&txt[u], nm, kp, ids, cnt[u], lay[u], cuda, mode);
-        emit_unit(&lit[u], nm, kp, ids, cnt[u], -1, cuda, mode);
+        bool barrier = false;
+        for (int v = 0; team && v < nsince && !barrier; v++)
+            for (int a = 0; a < cnt[since[v]] && !barrier; a++)
+                for (int b = 0; b < cnt[u] && !barrier; b++)
+                    barrier = launches_conflict(&kp->launches[at[since[v]] + a], &kp->launches[ids[b]], mode);
+        if (barrier) nsince = 0;
+        since[nsince++] = u;
+        emit_unit(&txt[u], nm, kp, ids, cnt[u], lay[u], cuda, mode, barrier);
+        emit_unit(&lit[u], nm, kp, ids, cnt[u], -1, cuda, mode, barrier);
     }
+    free(since);
     bool in_tail = false;
     for (int s = 0; ok && s < n;) {
         int e = s;
@@ -1167,11 +1211,11 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     CHECK(tk && tk->kind == BUF_ACT && tk->act_offset >= 0 && tk->ndim == 3, "the model has no topk of its logits");
     str_printf(o, "int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {\n"
                   "    mem_put(m->ids, ids, (size_t)n * sizeof(int32_t));\n");
-    /* cpu: one team for the whole plan; each kernel shares its blocks among the team (omp for), whose
-     * implied barrier orders the launches */
+    /* cpu: one team for the whole plan; each kernel shares its blocks among the team (omp for, nowait), and
+     * the team waits where a launch uses what the ones before wrote (emit_forward's barriers) */
     const char *team = eo->target == TARGET_CPU ? "    #pragma omp parallel\n    {\n" : "";
     str_printf(o, "%s", team);
-    emit_forward(o, &nm, kp, cuda, FWD_ONE);
+    emit_forward(o, &nm, kp, cuda, *team != 0, FWD_ONE);
     if (*team) str_printf(o, "    }\n");
     str_printf(o, "    float next;\n    mem_get(&next, ACT(%s), sizeof next, model_info.name);\n"
                   "    if (logits) mem_get(logits, m->logits, %lld * sizeof(float), model_info.name);\n"
@@ -1187,7 +1231,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                   "    const int pos = 0; /* unread but by the per-token launches (each its token's) and the tail */\n"
                   "    (void)pos;\n%s", mi->max_batch, team);
     Str batch = {0};
-    bool batch_ok = emit_forward(&batch, &nm, kp, cuda, FWD_BATCH);
+    bool batch_ok = emit_forward(&batch, &nm, kp, cuda, *team != 0, FWD_BATCH);
     if (batch_ok) str_printf(o, "%s", batch.s);
     else str_printf(o, "    /* not in this build: a split-K kernel or per-token scratch rows (emit.c, batchable) */\n");
     str_free(&batch);
@@ -1202,8 +1246,12 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     long long KM = tk->dims[2];
     str_printf(o, "int model_topk(Model *m, int k, float *vals, int32_t *ids) {\n"
                   "    if (k < 1 || k > %lld) return -1;\n    const int n = k, pos = 0;\n    (void)pos;\n%s", KM, team);
-    for (int i = 0; i < kp->nl; i++)
-        if (kernel_is_sampling(&kp->launches[i])) emit_launch(o, &nm, &kp->launches[i], -1, cuda, 1, false);
+    for (int i = 0, first = 1; i < kp->nl; i++)
+        if (kernel_is_sampling(&kp->launches[i])) {
+            if (*team && !first) str_printf(o, "    #pragma omp barrier\n");
+            emit_launch(o, &nm, &kp->launches[i], -1, cuda, 1, false);
+            first = 0;
+        }
     if (*team) str_printf(o, "    }\n");
     str_printf(o, "    float out[%lld];\n    mem_get(out, ACT(%s), sizeof out, model_info.name);\n"
                   "    for (int i = 0; i < k; i++) { vals[i] = out[i]; ids[i] = (int32_t)out[%lld + i]; }\n"

@@ -23,8 +23,9 @@ void emit_kernel_c(Str *o, const KKernel *k, Target t) {
         str_printf(o, "    CpuActsQ8 *acts_q8 = cpu_acts_q8_begin();\n");
     if (k->has_acts16)   /* this thread's input rounded to bf16 (runtime/cpu_dot16.h), at the first dot product */
         str_printf(o, "    CpuActs16 *acts16 = cpu_acts16_begin();\n");
-    str_printf(o, "    #pragma omp %sfor schedule(static)\n    for (int64_t bid = 0; bid < grid; bid++) {\n",
-               t == TARGET_CPU ? "" : "parallel ");
+    /* cpu: no barrier at the end (nowait): the host code has one before a launch that needs it (emit.c) */
+    str_printf(o, "    #pragma omp %sfor schedule(static)%s\n    for (int64_t bid = 0; bid < grid; bid++) {\n",
+               t == TARGET_CPU ? "" : "parallel ", t == TARGET_CPU ? " nowait" : "");
     for (int i = 0; k->task && i < k->nsmem; i++)
         str_printf(o, "        _Alignas(32) float smem%d[%d]; /* scratch */\n", i, k->smem[i].size);
     for (int i = 0; i < k->nregs && k->task; i++) str_printf(o, "        float r%d = 0;\n", i);
