@@ -77,10 +77,30 @@ static void param_name(Str *o, const KKernel *k, int p) {
     str_free(&b);
 }
 
+/* Printing a cpu kernel's token-positions variant (emit_kernel_tokens): model_forward_batch's tokens each at its
+ * own position and slot, in one call. pos + X (token X's position in a call of consecutive tokens) prints as
+ * positions[X], a KV cache's row pos + X as kv_rows[X] (the row in the cache of all slots); any other use of pos
+ * makes the variant impossible (failed). */
+static struct { bool on, failed; } tokens_mode;
+
+/* e is pos + X or X + pos: X, else NULL */
+static const Expr *pos_plus(const Expr *e) {
+    if (e->k != EX_ADD) return NULL;
+    if (e->a[0]->k == EX_PARAM && e->a[0]->i == P_POS) return e->a[1];
+    if (e->a[1]->k == EX_PARAM && e->a[1]->i == P_POS) return e->a[0];
+    return NULL;
+}
+
 static void lin_index(Str *o, const KKernel *k, const Buffer *b, Expr *const *idx, Target t) {
     /* row-major: ((i0 * d1 + i1) * d2 + i2) */
     for (int d = 1; d < b->ndim; d++) str_printf(o, "(");
-    emit_expr(o, k, idx[0], t);
+    if (tokens_mode.on && (b->kind == BUF_KCACHE || b->kind == BUF_VCACHE)) {
+        const Expr *x = pos_plus(idx[0]);
+        if (!x) tokens_mode.failed = true;
+        str_printf(o, "kv_rows[");
+        emit_expr(o, k, x ? x : idx[0], t);
+        str_printf(o, "]");
+    } else emit_expr(o, k, idx[0], t);
     for (int d = 1; d < b->ndim; d++) {
         str_printf(o, " * %lldLL + ", (long long)b->dims[d]);
         emit_expr(o, k, idx[d], t);
@@ -102,7 +122,10 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t) {
     case EX_FCONST: float_lit(o, e->f); return;
     case EX_ICONST: str_printf(o, "%lldLL", (long long)e->i); return;
     case EX_VAR: var_name(o, e->var); return;
-    case EX_PARAM: str_printf(o, "%s", param_names[e->i]); return;
+    case EX_PARAM:
+        if (tokens_mode.on && e->i == P_POS) tokens_mode.failed = true;
+        str_printf(o, "%s", param_names[e->i]);
+        return;
     case EX_TID: str_printf(o, "tid"); return;
     case EX_BID: str_printf(o, "bid"); return;
     case EX_REG: str_printf(o, t != TARGET_CUDA && !k->task ? "r%lld[tid]" : "r%lld", (long long)e->i); return;
@@ -140,6 +163,12 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t) {
         emit_expr(o, k, a[0], t); str_printf(o, ", "); emit_expr(o, k, a[1], t); str_printf(o, ")");
         return;
     default:
+        if (tokens_mode.on && pos_plus(e)) {
+            str_printf(o, "(int64_t)positions[");
+            emit_expr(o, k, pos_plus(e), t);
+            str_printf(o, "]");
+            return;
+        }
         str_printf(o, "(");
         emit_expr(o, k, a[0], t);
         str_printf(o, " %s ", expr_names[e->k]);
@@ -462,6 +491,9 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
 /* One parameter a line, named after the first instance's buffer, with its dtype and shape */
 void emit_params(Str *o, const KKernel *k, Target t) {
     str_printf(o, "int64_t n, int64_t pos");
+    if (tokens_mode.on)
+        str_printf(o, ",\n        const int *restrict positions /* [n] each token's position */,\n"
+                      "        const int64_t *restrict kv_rows /* [n] its KV rows: slot * layers * ctx + position */");
     for (int i = 0; i < k->nparams; i++) {
         const Buffer *b = k->params[i];
         str_printf(o, ",\n        %s%s *%s ", k->param_written[i] ? "" : "const ", ctype_of(b->dtype),
@@ -578,16 +610,20 @@ static void names_init(Names *nm, const KProgram *kp) {
     }
 }
 
-/* Strings of a model-level weight's field could meet another's: they are checked when the struct is printed.
- * per_token: in model_forward_batch's loop over the tokens (t): the token's rows of the activations and ids,
- * its slot's KV cache. */
-static void host_arg(Str *o, const Names *nm, const Buffer *b, int seg, bool per_token) {
-    if (per_token && (b->kind == BUF_KCACHE || b->kind == BUF_VCACHE)) {
-        const char *c = b->kind == BUF_KCACHE ? "kc" : "vc";
-        if (b->layer == seg) str_printf(o, "SLOT_KV(%s, l, slots[t])", c);
-        else if (seg >= 0) str_printf(o, "SLOT_KV(%s, l %c %d, slots[t])", c, b->layer < seg ? '-' : '+',
-                                      abs(b->layer - seg));
-        else str_printf(o, "SLOT_KV(%s, %d, slots[t])", c, b->layer);
+/* How a launch's arguments are passed: to a call of its n tokens (model_forward's, or model_forward_batch's of
+ * tokens whose rows are independent); in model_forward_batch's loop over the tokens (t): the token's rows of the
+ * activations and ids, its slot's KV cache; to a _tokens kernel: the KV caches from slot 0's (kv_rows). */
+typedef enum { ARGS_CALL, ARGS_PER_TOKEN, ARGS_TOKENS } ArgsMode;
+
+/* Strings of a model-level weight's field could meet another's: they are checked when the struct is printed. */
+static void host_arg(Str *o, const Names *nm, const Buffer *b, int seg, ArgsMode mode) {
+    const bool per_token = mode == ARGS_PER_TOKEN;
+    if (mode != ARGS_CALL && (b->kind == BUF_KCACHE || b->kind == BUF_VCACHE)) {
+        const char *c = b->kind == BUF_KCACHE ? "kc" : "vc", *s = per_token ? "slots[t]" : "0";
+        if (b->layer == seg) str_printf(o, "SLOT_KV(%s, l, %s)", c, s);
+        else if (seg >= 0) str_printf(o, "SLOT_KV(%s, l %c %d, %s)", c, b->layer < seg ? '-' : '+',
+                                      abs(b->layer - seg), s);
+        else str_printf(o, "SLOT_KV(%s, %d, %s)", c, b->layer, s);
         return;
     }
     if (per_token && b->kind == BUF_ACT && b->rows_n) {
@@ -635,16 +671,23 @@ void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, bool
 }
 
 /* One launch at indent d; seg >= 0: it runs in the body of decoder layer seg (l, L), else literal. Arguments
- * wrap at 120 columns. per_token: its arguments in model_forward_batch's loop over the tokens (host_arg). */
-static void emit_launch(Str *o, const Names *nm, const KLaunch *l, int seg, bool cuda, int d, bool per_token) {
+ * wrap at 120 columns; mode: host_arg's (ARGS_TOKENS: the kernel's _tokens variant, with positions, kv_rows). */
+static void emit_launch(Str *o, const Names *nm, const KLaunch *l, int seg, bool cuda, int d, ArgsMode mode) {
     const char *mod = l->module;
     if (seg >= 0) layer_of(mod, &mod);
     emit_launch_open(o, l, mod, cuda, false, d);
+    if (mode == ARGS_TOKENS) {   /* emit_launch_open's call, renamed */
+        size_t call = strlen(l->k->name) + strlen("(grid, n, pos");
+        CHECK(!cuda && !l->run_if && o->len >= call && !strncmp(o->s + o->len - call, l->k->name, strlen(l->k->name)),
+              "a _tokens launch of %s on the gpu or under a guard", l->k->name);
+        o->len -= call;
+        str_printf(o, "%s_tokens(grid, n, pos, positions, kv_rows", l->k->name);
+    }
     size_t line = o->len;
     while (o->s[line - 1] != '\n') line--;
     for (int j = 0; j < l->k->nparams; j++) {
         Str a = {0};
-        host_arg(&a, nm, l->args[j], seg, per_token);
+        host_arg(&a, nm, l->args[j], seg, mode);
         if (o->len - line + a.len + 4 > 120) { str_printf(o, ",\n"); line = o->len; ind(o, d + 3); }
         else str_printf(o, ", ");
         str_printf(o, "%s", a.s);
@@ -753,6 +796,19 @@ static bool batchable(const KLaunch *l) {
 
 typedef enum { FWD_ONE, FWD_BATCH } FwdMode;
 
+/* How model_forward_batch runs a launch: once for all the tokens (rows independent of pos and of the caches),
+ * once through its kernel's _tokens variant (a cpu kernel whose only uses of pos are the tokens' positions and
+ * KV rows: RoPE and the cache writes of the q/k/v projections), or in a loop over the tokens (attention, and
+ * where no _tokens variant exists) */
+typedef enum { BATCH_ONCE, BATCH_TOKENS, BATCH_PER_TOKEN } BatchWay;
+static bool has_tokens_variant(const KKernel *k);
+static BatchWay batch_way(const KLaunch *l) {
+    if (!launch_per_token(l)) return BATCH_ONCE;
+    if (l->k->task && !uses_kind(l, BUF_WORK) && !expr_reads_pos(l->grid) && has_tokens_variant(l->k))
+        return BATCH_TOKENS;
+    return BATCH_PER_TOKEN;
+}
+
 /* ---- the cpu target's barriers: a kernel's omp for has none of its own (nowait, emit_c.c); the team waits
  * (#pragma omp barrier) before a launch that reads or writes memory a launch since the last barrier wrote, or
  * writes memory one of them read. Independent launches (model_forward_batch's per-token instances of one launch,
@@ -792,19 +848,22 @@ static void emit_unit(Str *o, const Names *nm, const KProgram *kp, const int *id
     const KLaunch *first = &kp->launches[ids[0]];
     str_append(o, "", 0);
     if (barrier) str_printf(o, "#pragma omp barrier /* the launches since the last one wrote what this one uses */\n");
-    bool per_token = mode == FWD_BATCH && launch_per_token(first);
+    BatchWay way = mode == FWD_BATCH ? batch_way(first) : BATCH_ONCE;
+    bool per_token = way == BATCH_PER_TOKEN;
     if (per_token)
         str_printf(o, "for (int t = 0; t < n; t++) { /* each token: n = 1 at its position, its slot's KV cache */\n"
                       "    const int n = 1, pos = positions[t];\n");
     for (int i = 0; i < cnt; i++) {
         KLaunch l = kp->launches[ids[i]];
         l.run_if = emitted_run_if(&l, mode);
-        emit_launch(o, nm, &l, seg, cuda, per_token, per_token);
+        emit_launch(o, nm, &l, seg, cuda, per_token,
+                    per_token ? ARGS_PER_TOKEN : way == BATCH_TOKENS ? ARGS_TOKENS : ARGS_CALL);
     }
     if (per_token) str_printf(o, "}\n");
 }
 static int emitted_run_if(const KLaunch *l, FwdMode mode) {
-    return mode == FWD_BATCH && !launch_per_token(l) ? 0 : l->run_if;   /* batchable: the decode schedule */
+    /* batchable: the decode schedule (a loop's launches keep their guard, for n = 1) */
+    return mode == FWD_BATCH && batch_way(l) != BATCH_PER_TOKEN ? 0 : l->run_if;
 }
 
 /* model_forward's launches (model_forward_batch's with FWD_BATCH). The decoder layers run the same kernels: a
@@ -824,7 +883,7 @@ static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda,
         if (kernel_is_sampling(l)) continue;
         /* batch: the decode schedules (n <= min_n) for all: a token in a batch is computed as it is alone (a
          * per-token launch keeps its guard, for n = 1: it is left out where that never holds) */
-        if (mode == FWD_BATCH && l->run_if == 1 && (!launch_per_token(l) || l->min_n >= 1)) continue;
+        if (mode == FWD_BATCH && l->run_if == 1 && (batch_way(l) != BATCH_PER_TOKEN || l->min_n >= 1)) continue;
         int ly = layer_of(l->module, NULL);
         if (mode == FWD_BATCH && !batchable(l)) ok = false;
         CHECK(!n || !tail[n - 1] || l->tail, "%s after the model's tail", l->module);
@@ -951,6 +1010,34 @@ static void pack_lines(Str *o, const char *s) {
     if (o->len && o->s[o->len - 1] != '\n') str_printf(o, "\n");
 }
 
+void emit_kernel_name(Str *o, const KKernel *k) { str_printf(o, "%s%s", k->name, tokens_mode.on ? "_tokens" : ""); }
+
+/* k's token-positions variant (cpu tasks; tokens_mode) into o; false where k uses pos otherwise */
+static bool emit_kernel_tokens(Str *o, const KKernel *k) {
+    if (!k->task) return false;
+    str_printf(o, "\n/* model_forward_batch's tokens in one call, each at its own position (positions) and in its own "
+                  "slot's\n * KV cache (kv_rows) */");
+    tokens_mode.on = true;
+    tokens_mode.failed = false;
+    emit_kernel_c(o, k, TARGET_CPU);
+    tokens_mode.on = false;
+    return !tokens_mode.failed;
+}
+/* whether k has one (printed once per kernel: the answers of this program's emission) */
+enum { TOKENS_KNOWN_MAX = 1024 };
+static struct { const KKernel *k[TOKENS_KNOWN_MAX]; bool ok[TOKENS_KNOWN_MAX]; int n; } tokens_known;
+static bool has_tokens_variant(const KKernel *k) {
+    for (int i = 0; i < tokens_known.n; i++) if (tokens_known.k[i] == k) return tokens_known.ok[i];
+    Str scratch = {0};
+    bool ok = emit_kernel_tokens(&scratch, k);
+    str_free(&scratch);
+    if (tokens_known.n < TOKENS_KNOWN_MAX) {
+        tokens_known.k[tokens_known.n] = k;
+        tokens_known.ok[tokens_known.n++] = ok;
+    }
+    return ok;
+}
+
 void emit_kernels(Str *o, const KProgram *kp, Target t) {
     str_printf(o, "\n/* ---- kernels ---- */\n");
     for (int i = 0; i < kp->nk; i++) {
@@ -1056,9 +1143,11 @@ static void emit_act_macros(Str *o, const Names *nm, const KProgram *kp, int n_l
                   "/* layer l's rows of the KV cache in use (kc, vc; the slot's): ctx positions of %lld floats */\n"
                   "#define LAYER_KV(cache, l) (m->cache + m->slot_off + (size_t)(l) * m->ctx * %lld)\n"
                   "/* model_forward_batch: layer l's rows of slot s's KV cache */\n"
-                  "#define SLOT_KV(cache, l, s) (m->cache + ((size_t)(s) * %d + (size_t)(l)) * m->ctx * %lld)\n\n",
+                  "#define SLOT_KV(cache, l, s) (m->cache + ((size_t)(s) * %d + (size_t)(l)) * m->ctx * %lld)\n"
+                  "/* the _tokens kernels: a token's row in a layer's KV cache from SLOT_KV(cache, l, 0) on */\n"
+                  "#define KV_ROW(s, p) ((int64_t)(s) * %d * m->ctx + (p))\n\n",
                (long long)tp->kv_layer_elems, (long long)tp->kv_layer_elems, n_layers,
-               (long long)tp->kv_layer_elems);
+               (long long)tp->kv_layer_elems, n_layers);
 }
 
 /* model_init: the payload checked against the compiled table, the buffers allocated (runtime/kernels.h's
@@ -1164,6 +1253,7 @@ static bool program_has_dot(const KProgram *kp, bool qdot) {
 }
 
 void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
+    tokens_known.n = 0;   /* has_tokens_variant's answers are this program's */
     const TProgram *tp = kp->tp;
     const ModelInfo *mi = &eo->info;
     bool cuda = eo->target == TARGET_CUDA;
@@ -1187,6 +1277,18 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
         str_printf(o, "\n};\n");
     }
     emit_kernels(o, kp, eo->target);
+    /* model_forward_batch's _tokens variants */
+    for (int i = 0; i < kp->nk; i++) {
+        bool used = false;
+        for (int j = 0; j < kp->nl && !used; j++)
+            used = kp->launches[j].k == kp->kernels[i] && !kernel_is_sampling(&kp->launches[j]) &&
+                   kp->launches[j].run_if != 1 && batch_way(&kp->launches[j]) == BATCH_TOKENS;
+        if (!used) continue;
+        Str k = {0};
+        CHECK(emit_kernel_tokens(&k, kp->kernels[i]), "%s's _tokens variant", kp->kernels[i]->name);
+        pack_lines(o, k.s);
+        str_free(&k);
+    }
     str_printf(o, "\n/* ---- host ---- */\n%s", cuda ? "extern \"C\" {\n" : "");
     /* the payload's tensors, in order: name, dtype, rank, shape */
     str_printf(o, "#define TENSORS(X) \\\n");
@@ -1228,8 +1330,11 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                   "        if (slots[t] < 0 || slots[t] >= m->slots || positions[t] < 0 || positions[t] >= m->ctx)\n"
                   "            return -1;\n"
                   "    mem_put(m->ids, ids, (size_t)n * sizeof(int32_t));\n"
+                  "    int64_t kv_rows[%d]; /* the _tokens kernels' KV rows */\n"
+                  "    for (int t = 0; t < n; t++) kv_rows[t] = KV_ROW(slots[t], positions[t]);\n"
+                  "    (void)kv_rows;\n"
                   "    const int pos = 0; /* unread but by the per-token launches (each its token's) and the tail */\n"
-                  "    (void)pos;\n%s", mi->max_batch, team);
+                  "    (void)pos;\n%s", mi->max_batch, mi->max_batch, team);
     Str batch = {0};
     bool batch_ok = emit_forward(&batch, &nm, kp, cuda, *team != 0, FWD_BATCH);
     if (batch_ok) str_printf(o, "%s", batch.s);

@@ -40,6 +40,8 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t);
 void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int depth, Target t);
 void emit_params(Str *o, const KKernel *k, Target t);
 void emit_kernel_c(Str *o, const KKernel *k, Target t);
+/* k's name as its function's (a token-positions variant's, emit.c, with _tokens) */
+void emit_kernel_name(Str *o, const KKernel *k);
 void emit_kernel_cuda(Str *o, const KKernel *k);
 const char *ctype_of(DType d);
 /* What a C compiler needs beyond -std=c11 -O2 -fopenmp for target t's kernels (model.c, a harness) */

@@ -15,7 +15,9 @@ void emit_kernel_c(Str *o, const KKernel *k, Target t) {
     else str_printf(o, "\n/* %s: from %s, %s, %d threads per block */\n", k->name, k->module, sched_names[k->sched],
                     k->block);
     /* cpu: compiled for each instruction set, one chosen at start (CPU_KERNEL, runtime/cpu_gemm.h) */
-    str_printf(o, "%sstatic void %s(int64_t grid, ", t == TARGET_CPU ? "CPU_KERNEL " : "", k->name);
+    str_printf(o, "%sstatic void ", t == TARGET_CPU ? "CPU_KERNEL " : "");
+    emit_kernel_name(o, k);
+    str_printf(o, "(int64_t grid, ");
     emit_params(o, k, t);
     /* cpu: called by every thread of model_forward's team, which share the blocks; cuda-emu: a team per call */
     str_printf(o, ") {\n    (void)n; (void)pos;\n");

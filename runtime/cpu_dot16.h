@@ -68,13 +68,13 @@ __attribute__((noinline, unused)) static float cpu_dot16_c(const uint16_t *w, co
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define CPU_DOT16_FN static __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), unused))
-/* How far ahead of its loads a group of 4 or 8 tokens prefetches the weights (bf16 values: 3 KB, the next rows
- * of the task's run). A batch's dot products take long enough per weight row that the hardware prefetcher,
- * which follows the loads, keeps too few lines in flight: 8 tokens per load streamed the weights at ~18 GB/s
- * without it and ~27 GB/s with it (2 threads, Zen 4; a row of 896 values, 8 tokens: 72 -> 105 G multiply-adds/s).
- * A prefetch past the weights' end is harmless (prefetches do not fault). One token alone streams at the
- * memory's speed without it. */
-#define CPU_DOT16_PREFETCH 1536
+/* How far ahead of its loads a group of 4 or 8 tokens prefetches the weights (bf16 values: 8 KB, the next rows
+ * of the task's run), into L2. A batch's dot products take long enough per weight row that the hardware
+ * prefetcher, which follows the loads, keeps too few lines in flight: 8 tokens per load (rows of 896, 2 threads,
+ * Zen 4) ran at 72 G multiply-adds/s (the weights at 18 GB/s) without it, 100-111 with 3 KB into L1 and
+ * 111-124 with 8 KB into L2. A prefetch past the weights' end is harmless (prefetches do not fault). One token
+ * alone streams at the memory's speed without it (3 KB into L1 lowered it from 31-34 GB/s to 23-31). */
+#define CPU_DOT16_PREFETCH 4096
 /* g tokens' rows (ldx apart) against one weight row: per token two accumulators over steps of 64, one step of
  * 32 into the first, the rest (masked) into the second, then their sum. g is a constant where it is inlined. */
 __attribute__((always_inline)) CPU_DOT16_FN inline void cpu_dot16_v(const int g, const uint16_t *w,
@@ -84,8 +84,8 @@ __attribute__((always_inline)) CPU_DOT16_FN inline void cpu_dot16_v(const int g,
     for (int t = 0; t < g; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 64 <= k; i += 64) {
-        if (g >= 4) _mm_prefetch((const char *)(w + i + CPU_DOT16_PREFETCH), _MM_HINT_T0);
-        if (g >= 4) _mm_prefetch((const char *)(w + i + CPU_DOT16_PREFETCH + 32), _MM_HINT_T0);
+        if (g >= 4) _mm_prefetch((const char *)(w + i + CPU_DOT16_PREFETCH), _MM_HINT_T1);
+        if (g >= 4) _mm_prefetch((const char *)(w + i + CPU_DOT16_PREFETCH + 32), _MM_HINT_T1);
         __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + i), w1 = (__m512bh)_mm512_loadu_si512(w + i + 32);
         for (int t = 0; t < g; t++) {
             acc[t][0] = _mm512_dpbf16_ps(acc[t][0], (__m512bh)_mm512_loadu_si512(x + t * ldx + i), w0);

@@ -15,6 +15,7 @@ f32 stand-in.
 Tolerances: a sum of K terms computed in f32 in any order (vector lanes, K steps) is within
 (K + 4) * 2^-24 * sum |terms| of the exact one; a wrong or missing term is far outside it."""
 import os
+import re
 
 import numpy as np
 
@@ -202,6 +203,38 @@ def test_fixture_both_targets_and_threads():
             assert "target: cpu" in info and "compute: " in info and "kernels for " in info, info
         else:
             assert not any(k.startswith("cpu_") for k in kinds) and "gemv" in kinds, kinds
+
+
+def test_barriers_and_tokens_kernels():
+    """The cpu build's host code orders its launches itself (emit.c): every kernel's omp for is nowait, and
+    model_forward has a barrier before a launch that uses what the ones since the last barrier wrote, none
+    between the independent q, k and v projections; model_forward_batch runs them once for all the tokens
+    through their _tokens variants (each token's RoPE position and KV row from positions and kv_rows), and
+    attention per token. (That the results are right: the fixture tests above and test_serve's batched
+    requests against each alone.)"""
+    out = build(fixture("qwen2-tied", "bf16"), "cpu")
+    src = open(os.path.join(out, "model.c")).read()
+    fors = re.findall(r"#pragma omp for[^\n]*", src)
+    assert fors and all(f.endswith(" nowait") for f in fors), set(fors)
+    body = lambda name: src[src.index("\nint %s(" % name):].split("\n}\n", 1)[0]
+    layer = lambda text: text[text.index("/* model.layers.1."):]   # the fixture's second (last) layer
+    one, batch = layer(body("model_forward")), layer(body("model_forward_batch"))
+
+    def before(text, what):
+        """the text between the launch before what and what"""
+        at = text.index("/* model.layers.1.%s */" % what)
+        return text[text.rindex("/* model.", 0, at - 1):at]
+    BARRIER = "#pragma omp barrier"
+    for text in (one, batch):
+        assert BARRIER not in before(text, "self_attn.k_proj") and BARRIER not in before(text, "self_attn.v_proj")
+        assert BARRIER in before(text, "self_attn.attention") and BARRIER in before(text, "self_attn.o_proj")
+        assert BARRIER in before(text, "self_attn.q_proj"), "q_proj reads the norm just written"
+    for proj in ("q_proj_rotary_q", "k_proj_rotary_k", "v_proj"):
+        assert re.search(r"k_self_attn_%s_tokens\(grid, n, pos, positions, kv_rows," % proj, batch), proj
+    kernel = src[src.index("void k_self_attn_k_proj_rotary_k_tokens("):].split("\n}\n", 1)[0]
+    assert "kv_rows[t" in kernel and "positions[t" in kernel and "(pos + " not in kernel, kernel[:3000]
+    assert "each token: n = 1" in before(batch, "self_attn.attention"), "attention runs per token"
+    assert batch.count("each token: n = 1") == 1, "only attention loops over the tokens"
 
 
 def test_aarch64_builds_with_neon():
