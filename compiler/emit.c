@@ -823,7 +823,7 @@ static bool mem_overlap(const Buffer *a, const Buffer *b) {
         return a->act_offset < end_b && b->act_offset < end_a;
     }
     case BUF_KCACHE: case BUF_VCACHE: return a->layer == b->layer;
-    case BUF_WEIGHT: case BUF_CONST: return false;   /* distinct buffers: distinct memory */
+    case BUF_WEIGHT: case BUF_CONST: return false;   /* never written */
     default: return true;   /* the ids, the logits, the split-K workspace: one of each */
     }
 }
@@ -831,7 +831,8 @@ static bool mem_overlap(const Buffer *a, const Buffer *b) {
 static int emitted_run_if(const KLaunch *l, FwdMode mode);
 static bool launches_conflict(const KLaunch *a, const KLaunch *b, FwdMode mode) {
     int ra = emitted_run_if(a, mode), rb = emitted_run_if(b, mode);
-    if (ra && rb && ra != rb && a->min_n == b->min_n) return false;   /* alternatives: never both run */
+    /* alternatives: never both run (the same n: the tail has its own) */
+    if (ra && rb && ra != rb && a->min_n == b->min_n && a->tail == b->tail) return false;
     for (int i = 0; i < a->k->nparams; i++)
         for (int j = 0; j < b->k->nparams; j++)
             if ((a->k->param_written[i] || b->k->param_written[j]) && mem_overlap(a->args[i], b->args[j]))
@@ -861,6 +862,18 @@ static void emit_unit(Str *o, const Names *nm, const KProgram *kp, const int *id
     }
     if (per_token) str_printf(o, "}\n");
 }
+/* Whether model_forward_batch runs l: the decode schedules (n <= min_n) for all, so that a token in a batch is
+ * computed as it is alone (a launch in a loop over the tokens keeps its guard, for n = 1: it is left out where
+ * that never holds) */
+static bool in_batch(const KLaunch *l) {
+    return !kernel_is_sampling(l) && !(l->run_if == 1 && (batch_way(l) != BATCH_PER_TOKEN || l->min_n >= 1));
+}
+/* whether this build has batched decoding (else model_forward_batch returns -1) */
+static bool program_batchable(const KProgram *kp) {
+    for (int i = 0; i < kp->nl; i++)
+        if (in_batch(&kp->launches[i]) && !batchable(&kp->launches[i])) return false;
+    return true;
+}
 static int emitted_run_if(const KLaunch *l, FwdMode mode) {
     /* batchable: the decode schedule (a loop's launches keep their guard, for n = 1) */
     return mode == FWD_BATCH && batch_way(l) != BATCH_PER_TOKEN ? 0 : l->run_if;
@@ -880,10 +893,7 @@ static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda,
     Str *txt = calloc((size_t)kp->nl + 1, sizeof(Str)), *lit = calloc((size_t)kp->nl + 1, sizeof(Str));
     for (int i = 0; i < kp->nl; i++) {
         const KLaunch *l = &kp->launches[i];
-        if (kernel_is_sampling(l)) continue;
-        /* batch: the decode schedules (n <= min_n) for all: a token in a batch is computed as it is alone (a
-         * per-token launch keeps its guard, for n = 1: it is left out where that never holds) */
-        if (mode == FWD_BATCH && l->run_if == 1 && (batch_way(l) != BATCH_PER_TOKEN || l->min_n >= 1)) continue;
+        if (kernel_is_sampling(l) || (mode == FWD_BATCH && !in_batch(l))) continue;
         int ly = layer_of(l->module, NULL);
         if (mode == FWD_BATCH && !batchable(l)) ok = false;
         CHECK(!n || !tail[n - 1] || l->tail, "%s after the model's tail", l->module);
@@ -1014,7 +1024,10 @@ void emit_kernel_name(Str *o, const KKernel *k) { str_printf(o, "%s%s", k->name,
 
 /* k's token-positions variant (cpu tasks; tokens_mode) into o; false where k uses pos otherwise */
 static bool emit_kernel_tokens(Str *o, const KKernel *k) {
-    if (!k->task) return false;
+    /* cpu_rows only: there pos enters as the graph's pos + t, t the token (cpu_attn's causal bound pos + t + 1
+     * is not a token's position); not with 8-bit activations (cpu_acts_q8 keeps one row per thread, which the
+     * token loop in each task would quantize again task after task) */
+    if (!k->task || k->sched != SCHED_CPU_ROWS || k->has_acts_q8) return false;
     str_printf(o, "\n/* model_forward_batch's tokens in one call, each at its own position (positions) and in its own "
                   "slot's\n * KV cache (kv_rows) */");
     tokens_mode.on = true;
@@ -1278,11 +1291,11 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     }
     emit_kernels(o, kp, eo->target);
     /* model_forward_batch's _tokens variants */
-    for (int i = 0; i < kp->nk; i++) {
+    for (int i = 0; i < kp->nk && program_batchable(kp); i++) {
         bool used = false;
         for (int j = 0; j < kp->nl && !used; j++)
-            used = kp->launches[j].k == kp->kernels[i] && !kernel_is_sampling(&kp->launches[j]) &&
-                   kp->launches[j].run_if != 1 && batch_way(&kp->launches[j]) == BATCH_TOKENS;
+            used = kp->launches[j].k == kp->kernels[i] && in_batch(&kp->launches[j]) &&
+                   batch_way(&kp->launches[j]) == BATCH_TOKENS;
         if (!used) continue;
         Str k = {0};
         CHECK(emit_kernel_tokens(&k, kp->kernels[i]), "%s's _tokens variant", kp->kernels[i]->name);
@@ -1329,6 +1342,9 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                   "    for (int t = 0; t < n; t++)\n"
                   "        if (slots[t] < 0 || slots[t] >= m->slots || positions[t] < 0 || positions[t] >= m->ctx)\n"
                   "            return -1;\n"
+                  "    for (int t = 0; t < n; t++) /* one token per sequence */\n"
+                  "        for (int u = 0; u < t; u++)\n"
+                  "            if (slots[u] == slots[t]) return -1;\n"
                   "    mem_put(m->ids, ids, (size_t)n * sizeof(int32_t));\n"
                   "    int64_t kv_rows[%d]; /* the _tokens kernels' KV rows */\n"
                   "    for (int t = 0; t < n; t++) kv_rows[t] = KV_ROW(slots[t], positions[t]);\n"

@@ -2,8 +2,8 @@
  * steps (64 per loop, one of 32, a masked rest): (1) cpu_dot16_1 against a double-precision sum of the same
  * bf16 values (weights, and the activations as cpu_acts16 rounds them), within f32 summation error; (2) each of
  * cpu_dot16_4's four and cpu_dot16_8's eight results bit for bit cpu_dot16_1's for that row (a batch's token is
- * the token alone), for rows that are consecutive (ldx = k) and further apart; (3) cpu_acts16 rounds to nearest even and keeps its
- * values for the same input. Prints "N passed, N failed" and the path (AVX512_BF16 or the portable C). */
+ * the token alone), for rows that are consecutive (ldx = k) and further apart; (3) cpu_acts16 rounds to nearest
+ * even and keeps its values for the same input. Prints "N passed, N failed" and the path (AVX512_BF16 or the portable C). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
