@@ -1291,6 +1291,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     }
     emit_kernels(o, kp, eo->target);
     /* model_forward_batch's _tokens variants */
+    bool any_tokens = false;
     for (int i = 0; i < kp->nk && program_batchable(kp); i++) {
         bool used = false;
         for (int j = 0; j < kp->nl && !used; j++)
@@ -1299,6 +1300,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
         if (!used) continue;
         Str k = {0};
         CHECK(emit_kernel_tokens(&k, kp->kernels[i]), "%s's _tokens variant", kp->kernels[i]->name);
+        any_tokens = true;
         pack_lines(o, k.s);
         str_free(&k);
     }
@@ -1345,12 +1347,12 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                   "    for (int t = 0; t < n; t++) /* one token per sequence */\n"
                   "        for (int u = 0; u < t; u++)\n"
                   "            if (slots[u] == slots[t]) return -1;\n"
-                  "    mem_put(m->ids, ids, (size_t)n * sizeof(int32_t));\n"
-                  "    int64_t kv_rows[%d]; /* the _tokens kernels' KV rows */\n"
-                  "    for (int t = 0; t < n; t++) kv_rows[t] = KV_ROW(slots[t], positions[t]);\n"
-                  "    (void)kv_rows;\n"
-                  "    const int pos = 0; /* unread but by the per-token launches (each its token's) and the tail */\n"
-                  "    (void)pos;\n%s", mi->max_batch, mi->max_batch, team);
+                  "    mem_put(m->ids, ids, (size_t)n * sizeof(int32_t));\n", mi->max_batch);
+    if (any_tokens)
+        str_printf(o, "    int64_t kv_rows[%d]; /* the _tokens kernels' KV rows */\n"
+                      "    for (int t = 0; t < n; t++) kv_rows[t] = KV_ROW(slots[t], positions[t]);\n", mi->max_batch);
+    str_printf(o, "    const int pos = 0; /* unread but by the per-token launches (each its token's) and the tail */\n"
+                  "    (void)pos;\n%s", team);
     Str batch = {0};
     bool batch_ok = emit_forward(&batch, &nm, kp, cuda, *team != 0, FWD_BATCH);
     if (batch_ok) str_printf(o, "%s", batch.s);
