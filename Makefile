@@ -48,6 +48,7 @@ deps:
 	apt-get update -qq && apt-get install -y -qq $(DEB_PKGS)
 	@$(PYTHON) -c "import numpy" 2>/dev/null || pip install numpy
 	@$(PYTHON) -c "import tokenizers" 2>/dev/null || pip install tokenizers || echo "llmcc: tokenizers (PyPI) not installed: the tokenizer parity tests will skip"
+	@$(PYTHON) -c "import gguf" 2>/dev/null || pip install gguf || echo "llmcc: gguf (PyPI: llama.cpp's gguf-py) not installed: the block-type and GGUF reference tests will skip"
 	@$(PYTHON) -c "import openai" 2>/dev/null || pip install openai || echo "llmcc: openai (PyPI) not installed: the --serve tests with the official client will skip"
 	@$(PYTHON) -m pip show -q nvidia-cuda-nvdisasm >/dev/null 2>&1 || pip install nvidia-cuda-nvdisasm || echo "llmcc: nvidia-cuda-nvdisasm (PyPI) not installed: scripts/sass_report and its tests will skip"
 	@$(PYTHON) scripts/fetch_smollm2 --gguf || echo "llmcc: the default model's GGUF was not fetched: make will try again, or build models/austen-2m"

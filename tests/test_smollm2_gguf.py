@@ -119,7 +119,14 @@ def test_smollm2_q8_activations_perplexity():
                                           "llama-perplexity")))
     if tools:
         env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(tools[-1]))
-        p = run([tools[-1], "-m", g, "-f", path, "-c", "64", "-b", "64", "-t", "2"], env=env, timeout=1200)
+        cmd = [tools[-1], "-m", g, "-f", path, "-c", "64", "-b", "64", "-t", "2"]
+        p = run(cmd, env=env, timeout=1200, check=False)
+        if p.returncode < 0:
+            # killed by a signal: llama.cpp's AMX weight repacking crashes on some Xeon VMs (SIGSEGV in
+            # ggml_backend_amx_mul_mat); without repacking its arithmetic is the plain CPU path's
+            print("    llama-perplexity died (signal %d); again with --no-repack" % -p.returncode)
+            p = run(cmd + ["--no-repack"], env=env, timeout=1200, check=False)
+        assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
         peer = float(re.search(r"Final estimate: PPL = ([0-9.]+)", p.stdout + p.stderr).group(1))
         print("    llama-perplexity, same file and windows: %.4f (llmcc / llama.cpp %.4f)" % (peer, got / peer))
         assert abs(got - peer) <= 0.005 * peer, (got, peer)
