@@ -225,6 +225,61 @@ static void emit_cp_async(Str *o, const KKernel *k, const TStmt *s, int d, Targe
     ind(o, d); str_printf(o, "}\n");
 }
 
+/* runtime/kernels.h's bdot forms: bdot_q4_1 (a block a round), bdot_q4_1_x4 (groups), bdot_q4_k_h (halves of
+ * super-blocks) */
+static void bdot_form(Str *o, const TStmt *s, const char *prefix) {
+    str_printf(o, "%s%s", prefix, dtype_names[s->buf->dtype]);
+    if (dtype_block[s->buf->dtype] == 256) str_printf(o, "_h");
+    else if (s->group > 1) str_printf(o, "_x%d", s->group);
+}
+static bool bdot_pairs(const TStmt *a, const TStmt *b) {
+    return b->k == TS_BDOT && b->buf->dtype == a->buf->dtype && b->group == a->group && b->gn == a->gn &&
+           b->vec == a->vec && expr_equal(a->e, b->e) && expr_equal(a->lo, b->lo);
+}
+/* r += bdot_F(W, i, stride, x, nb); step ("", "_dot", "_load") and extra (the raw registers' and the start's
+ * arguments) name the form's steps: the weight's flat element index of the round's first value, the activations
+ * from the load's element on */
+static void emit_bdot(Str *o, const KKernel *k, const TStmt *s, const char *step, const char *extra, Target t) {
+    CHECK(s->e->k == EX_LOAD, "bdot of a non-load");
+    bool load = !strcmp(step, "_load");
+    if (!load) str_printf(o, t != TARGET_CUDA ? "r%d[tid] += " : "r%d += ", s->reg);
+    bdot_form(o, s, "bdot_");
+    str_printf(o, "%s(%s", step, load ? extra : "");
+    if (!strcmp(step, "_dot")) str_printf(o, "%s", extra);
+    else {
+        param_name(o, k, kernel_param_index(k, s->buf));
+        str_printf(o, ", ");
+    }
+    lin_index(o, k, s->buf, s->idx, t);
+    str_printf(o, ", %lld, ", (long long)s->gn);
+    if (!load) {
+        param_name(o, k, kernel_param_index(k, s->e->buf));
+        str_printf(o, " + (");
+        lin_index(o, k, s->e->buf, s->e->a, t);
+        str_printf(o, "), ");
+    }
+    emit_expr(o, k, s->lo, t);
+    str_printf(o, "%s);\n", !strcmp(step, "_dot") ? ", bdot_z" : "");
+}
+static void emit_bdot_pair(Str *o, const KKernel *k, const TStmt *a, const TStmt *b, int d, Target t) {
+    const TStmt *both[2] = {a, b};
+    str_printf(o, "{ /* a pair: both rows' loads before either's products */\n");
+    ind(o, d + 1); bdot_form(o, a, "bdot_raw_"); str_printf(o, " bdot_w0, bdot_w1;\n");
+    for (int j = 0; j < 2; j++) {
+        ind(o, d + 1); emit_bdot(o, k, both[j], "_load", j ? "&bdot_w1, " : "&bdot_w0, ", t);
+    }
+    ind(o, d + 1); str_printf(o, "const float bdot_z = bdot_zero_after(");
+    for (int j = 0; j < 2; j++) {
+        str_printf(o, j ? " ^ " : ""); bdot_form(o, a, "bdot_"); str_printf(o, "_hold(&bdot_w%d, ", j);
+        emit_expr(o, k, a->lo, t); str_printf(o, ")");
+    }
+    str_printf(o, ");\n");
+    for (int j = 0; j < 2; j++) {
+        ind(o, d + 1); emit_bdot(o, k, both[j], "_dot", j ? "&bdot_w1, " : "&bdot_w0, ", t);
+    }
+    ind(o, d); str_printf(o, "}\n");
+}
+
 static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Target t) {
     for (int i = 0; i < n; i++) {
         const TStmt *s = b[i];
@@ -386,19 +441,9 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             break;
         }
         case TS_BDOT:
-            /* runtime/kernels.h: the weight's flat element index of the first block, the activations from the load's
-             * element on (the same call on both targets) */
-            CHECK(s->e->k == EX_LOAD, "bdot of a non-load");
-            str_printf(o, t != TARGET_CUDA ? "r%d[tid] += bdot_%s(" : "r%d += bdot_%s(", s->reg,
-                       dtype_names[s->buf->dtype]);
-            param_name(o, k, kernel_param_index(k, s->buf));
-            str_printf(o, ", ");
-            lin_index(o, k, s->buf, s->idx, t);
-            str_printf(o, ", %lld, ", (long long)s->gn);
-            param_name(o, k, kernel_param_index(k, s->e->buf));
-            str_printf(o, " + (");
-            lin_index(o, k, s->e->buf, s->e->a, t);
-            str_printf(o, "), %d);\n", s->vec);
+            /* a pair (the next statement a bdot of the same activations): both rows' loads before the products */
+            if (i + 1 < n && bdot_pairs(s, b[i + 1])) emit_bdot_pair(o, k, s, b[++i], d, t);
+            else emit_bdot(o, k, s, "", "", t);
             break;
         case TS_CP_ASYNC: emit_cp_async(o, k, s, d, t); break;
         case TS_COUNT: UNREACHABLE();

@@ -7,7 +7,9 @@
 
 void emit_kernel_cuda(Str *o, const KKernel *k) {
     str_printf(o, "\n/* %s: from %s, %s */\n", k->name, k->module, sched_names[k->sched]);
-    str_printf(o, "__global__ void __launch_bounds__(%d) %s(", k->block, k->name);
+    str_printf(o, "__global__ void __launch_bounds__(%d", k->block);
+    if (k->min_blocks) str_printf(o, ", %d", k->min_blocks);
+    str_printf(o, ") %s(", k->name);
     emit_params(o, k, TARGET_CUDA);
     str_printf(o, ") {\n    const int64_t tid = threadIdx.x, bid = blockIdx.x;\n    (void)n; (void)pos; (void)bid;\n");
     for (int i = 0; i < k->nsmem; i++)

@@ -172,10 +172,16 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
         kfmt(p, "r%d..r%d = dot16(%B ..] (bf16), rows of %E .. rounded to bf16 (%d rows), K %E)\n", s->reg,
              s->reg + (int)s->gn - 1, s->buf, s->idx, s->e, (int)s->gn, s->lo);
         return;
-    case TS_BDOT:
-        kfmt(p, "r%d += bdot(%B ..] (%d %s blocks %d apart, loaded together), %E ..)\n", s->reg, s->buf, s->idx,
-             s->vec, dtype_names[s->buf->dtype], (int)s->gn, s->e);
+    case TS_BDOT: {
+        int64_t nb;
+        kfmt(p, "r%d += bdot(%B ..] (%E ", s->reg, s->buf, s->idx, s->lo);
+        if (!expr_is_const(s->lo, &nb) || nb != s->vec) str_printf(p->o, "(at most %d) ", s->vec);
+        if (dtype_block[s->buf->dtype] == 256)
+            str_printf(p->o, "rounds of half a %s super-block", dtype_names[s->buf->dtype]);
+        else str_printf(p->o, "rounds of %d %s block%s", s->group, dtype_names[s->buf->dtype], s->group > 1 ? "s" : "");
+        kfmt(p, " %d apart, loaded together), %E ..)\n", (int)s->gn, s->e);
         return;
+    }
     case TS_COUNT: break;
     }
     for (int i = 0; i < s->nbody; i++) print_ts(p, s->body[i], d + 1);
@@ -215,6 +221,7 @@ void kernel_print_one(Str *o, const KKernel *k, bool header) {
     str_printf(o, "  %s block=%d grid=", sched_names[k->sched], k->block);
     expr_print(o, k->grid);
     str_printf(o, "\n");
+    if (k->min_blocks) str_printf(o, "  at least %d blocks per SM asked of ptxas (its registers)\n", k->min_blocks);
     for (int i = 0; i < k->nparams; i++) {
         const Buffer *b = k->params[i];
         str_printf(o, "  param p%d: %s %s[", i, k->param_written[i] ? "out" : "in", dtype_names[b->dtype]);
@@ -392,10 +399,13 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
         else if (s->k == TS_BDOT) {
             /* the runtime's block dot products: 32-element blocks, at most BDOT_MAX (8) of them */
             if (k->task) m = "bdot in a CPU task kernel";
-            else if (!param || s->buf->ndim != 2 || !dtype_is_quant(s->buf->dtype) || dtype_block[s->buf->dtype] != 32)
-                m = "bdot of other than a weight of 32-element blocks";
+            else if (!param || s->buf->ndim != 2 || !dtype_is_quant(s->buf->dtype) ||
+                     (dtype_block[s->buf->dtype] != 32 && (dtype_block[s->buf->dtype] != 256 || s->group != 4)))
+                m = "bdot of other than a weight of 32-element blocks or halves of super-blocks";
             else if (s->e->k != EX_LOAD || s->e->buf->dtype != DT_F32) m = "bdot of other than f32 activations";
-            else if (s->vec < 1 || s->vec > 8 || s->gn < 32 || s->gn % 32) m = "bdot of other than 1..8 whole blocks";
+            else if (s->vec < 1 || s->vec > 8 || !s->lo || (s->group != 1 && s->group != 2 && s->group != 4 &&
+                     s->group != 8) || s->gn < 32 * s->group || s->gn % (32 * s->group))
+                m = "bdot of other than 1..8 rounds of whole groups of blocks";
             else if (s->reg < 0 || s->reg >= k->nregs) m = "bdot into an undeclared register";
         }
         else if (s->k == TS_ASSIGN && (s->reg < 0 || s->reg >= k->nregs)) m = "assign to undeclared register";

@@ -43,13 +43,15 @@ typedef struct TStmt {
      * qdot (CPU tasks only; runtime/cpu_quant.h): register reg = sum over k < lo of x[k] * w[k], w the lo
      * elements of the block-type weight buf from element idx (whole blocks, dequantized in registers), x those
      * of the f32 load e (the activation row's first element) on
-     * bdot (GPU lanes; runtime/kernels.h's bdot_q8_0 ...): register reg += sum over u < vec blocks, j < the block's
-     * elements of w[c + u * gn + j] * x[c + u * gn + j], w the block-type weight buf from element idx (c: a block's
-     * first), x the f32 load e from element c on; the vec blocks' bytes are all loaded before the first product
+     * bdot (GPU lanes; runtime/kernels.h's bdot_q8_0 ...): register reg += sum over u < lo (at most vec) rounds,
+     * j < 32 * group of w[c + u * gn + j] * x[c + u * gn + j], w the block-type weight buf from element idx (c: a
+     * block's first), x the f32 load e from element c on; a round is group consecutive blocks (group > 1: loaded
+     * with 16- or 8-byte loads, bdot_q4_1_x4 ...); the rounds' bytes are all loaded before the first product
      * dot16 (CPU tasks only; runtime/cpu_dot16.h): registers reg .. reg + gn - 1 = sum over k < lo of
      * w[k] * bf16(x_j[k]) for gn (1, 4 or 8) consecutive rows x_j of the f32 load e's 2-d buffer (e: row j = 0's
      * first element), w the bf16 weight buf's row from element idx */
     int gsmem[3]; int64_t gn;
+    int group;                 /* bdot: blocks a round */
     bool dot;
     int64_t run_rows, run_gap;
 } TStmt;
@@ -98,6 +100,7 @@ typedef struct KKernel {
     const char *module;        /* first graph op it came from */
     SchedKind sched;
     int block;
+    int min_blocks;            /* CUDA: blocks per SM asked of ptxas (__launch_bounds__'s second argument); 0: none */
     Expr *grid;
     int nparams; Buffer *params[MAX_PARAMS];   /* the first instance's buffers */
     bool param_written[MAX_PARAMS];

@@ -36,11 +36,13 @@ extern const char *const sched_names[];
  * weights, the activations rounded to bf16 (cpu_gemm_bf16). debug_qdot_row=1
  * makes cpu_rows' block-type dot products read the weight row after the
  * right one (the last row's reads the first); debug_bdot_row=1 does the same to the gemv
- * schedule's block dot products (bdot). cpu_qdot_q8=1 rounds their activations to 8 bits per block of 32
- * for integer products (runtime/cpu_quant_q8.h; 0: f32 activations, runtime/cpu_quant.h). cpu_rows_bf16=1
- * makes cpu_rows' linears of bf16 weights bf16 dot products (runtime/cpu_dot16.h, the activations rounded to
- * bf16; 0: f32 multiply-adds on the widened weights), and bf16 linears run them in calls of up to
- * cpu_dot16_max_n tokens (the GEMM above that). */
+ * schedule's block dot products (bdot); gemv_bdot_groups=0 keeps bdot to a block a round (narrow loads) where
+ * groups of blocks with 16- or 8-byte loads would fit (and the K-quants to element loads); debug_pack_row=1 makes
+ * cpu_gemm's runtime weight pack start a row late (a panel's rows shifted by one, its last zero). cpu_qdot_q8=1
+ * rounds their activations to 8 bits per block of 32 for integer products (runtime/cpu_quant_q8.h; 0: f32
+ * activations, runtime/cpu_quant.h). cpu_rows_bf16=1 makes cpu_rows' linears of bf16 weights bf16 dot products
+ * (runtime/cpu_dot16.h, the activations rounded to bf16; 0: f32 multiply-adds on the widened weights), and bf16
+ * linears run them in calls of up to cpu_dot16_max_n tokens (the GEMM above that). */
 #define KNOBS(X) \
     X("flat_block", flat_block, 256, 32, 1024, true) \
     X("reduce_block_max", reduce_block_max, 256, 32, 1024, true) \
@@ -76,7 +78,9 @@ extern const char *const sched_names[];
     X("cpu_qdot_q8", cpu_qdot_q8, 1, 0, 1, false) \
     X("cpu_rows_bf16", cpu_rows_bf16, 1, 0, 1, false) \
     X("cpu_dot16_max_n", cpu_dot16_max_n, 32, 0, 1 << 20, false) \
-    X("debug_bdot_row", debug_bdot_row, 0, 0, 1, false)
+    X("debug_bdot_row", debug_bdot_row, 0, 0, 1, false) \
+    X("gemv_bdot_groups", gemv_bdot_groups, 1, 0, 1, false) \
+    X("debug_pack_row", debug_pack_row, 0, 0, 1, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;
     KNOBS(X)
@@ -94,8 +98,11 @@ typedef struct {
     int64_t k_chunk;           /* K elements per slice (a multiple of vec) */
     int vec;                   /* elements per lane per vector load; 1: scalar loads */
     int unroll;                /* rounds of a lane's loads issued before their sums */
-    bool bdot;                 /* block-type weights of 32-element blocks: a lane's round is a whole block, its
-                                * unroll rounds one bdot statement (runtime/kernels.h's bdot_q4_1 ...) */
+    bool bdot;                 /* block-type weights of 32-element blocks: a lane's round is group whole blocks,
+                                * its unroll rounds one bdot statement (runtime/kernels.h's bdot_q4_1 ...) */
+    int group;                 /* bdot: blocks a round (vec / 32); > 1: loaded with load_bytes-wide loads */
+    int load_bytes;
+    int min_blocks;            /* CUDA: blocks per SM asked of ptxas (__launch_bounds__); 0: none */
     bool debug_row;            /* bdot: knob debug_bdot_row's fault */
     Expr *xop, *wop[2];        /* bdot: the activation load, each accumulator's weight load */
     Buffer *work;              /* split_k > 1: [outputs, split_k * nacc] f32 partials */
@@ -145,6 +152,7 @@ typedef struct {
                                 * no task splits: packed by the runtime's pack */
     int64_t run_rows[2], run_gap[2];   /* f's runs: run_rows rows each, their starts run_gap rows apart */
     bool dot;                  /* bf16 weights, activations in place: bf16 dot products (knob cpu_gemm_bf16) */
+    bool debug_row;            /* knob debug_pack_row's fault */
 } CpuGemmParams;
 /* top_k and top_k_merge (compiler/schedules/topk.c) */
 typedef struct {

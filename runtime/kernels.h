@@ -82,8 +82,12 @@ DEVFN float ld_q5_1(const uint8_t *p, int64_t i) {
  * BDOT_MAX, a constant once inlined: ptxas keeps them all in flight), with the widest loads the block's alignment
  * allows (q4_1, q5_1: 20 and 24 bytes, 4-byte words; q8_0, q4_0, q5_0: 34, 18, 22 bytes, 2-byte halves), the
  * scale once per block; then the values are dequantized in registers as ld_q8_0 ... do, each product summed in
- * order. The C
- * backend faults on a misaligned load, as the GPU would. */
+ * order.
+ * bdot_<type>_x<G>(w, i, stride, x, nb): the same over groups of G consecutive blocks (u < nb groups of G * 32
+ * values, i a group's first value, stride a multiple of G * 32) where a weight row is whole groups and a group's
+ * bytes a multiple of 16 (or 8): each group loaded with 16-byte (8-byte) loads, the blocks' halves and words then
+ * picked from the loaded words at constant offsets (BDOT_R). The sums are the same, in the same order, as
+ * bdot_<type> over the group's blocks one at a time. The C backend faults on a misaligned load, as the GPU would. */
 #define BDOT_MAX 8
 #ifdef __CUDACC__
 /* asm volatile: the front end keeps the loads in this order, ahead of the products (plain loads it sinks next to
@@ -98,6 +102,24 @@ DEVFN uint32_t bdot_ld16(const uint8_t *p) {
     asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
     return v;
 }
+/* 16 and 8 bytes into words r[0..3], r[0..1] */
+DEVFN void bdot_ld128(const uint8_t *p, uint32_t *r) {
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
+}
+DEVFN void bdot_ld64(const uint8_t *p, uint32_t *r) {
+    asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
+}
+/* an empty asm volatile that "changes" a loaded word: placed after all of a lane's loads, it keeps the front end
+ * from moving any product (which reads the word through it) between the loads (asm volatile statements keep their
+ * order); it emits no instruction */
+DEVFN void bdot_hold(uint32_t *v) { asm volatile("" : "+r"(*v)); }
+/* 0, through a value ptxas cannot know (the dynamic shared memory is never 4 GiB) */
+DEVFN float bdot_zero_after(uint32_t all) {
+    uint32_t z;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(z));
+    return __uint_as_float(z == 0xffffffffu ? all : 0u);
+}
 /* the hardware's conversion (exact, as f16_to_f32): no branches between the loads and their uses */
 DEVFN float bdot_h2f(uint32_t h) {
     float f;
@@ -106,6 +128,8 @@ DEVFN float bdot_h2f(uint32_t h) {
 }
 #else
 static inline float bdot_h2f(uint32_t h) { return f16_to_f32(h & 0xffff); }
+static inline void bdot_hold(uint32_t *v) { (void)v; }
+static inline float bdot_zero_after(uint32_t all) { (void)all; return 0.0f; }
 static inline void bdot_fault(const uint8_t *p, int bytes) {
     fprintf(stderr, "llmcc: bdot: misaligned %d-byte load at %p\n", bytes, (const void *)p);
     abort();
@@ -118,47 +142,141 @@ static inline uint32_t bdot_ld16(const uint8_t *p) {
     if ((uintptr_t)p % 2) bdot_fault(p, 2);
     return (uint32_t)p[0] | (uint32_t)p[1] << 8;
 }
+static inline void bdot_ld128(const uint8_t *p, uint32_t *r) {
+    if ((uintptr_t)p % 16) bdot_fault(p, 16);
+    for (int c = 0; c < 4; c++) r[c] = (uint32_t)p[4 * c] | (uint32_t)p[4 * c + 1] << 8 |
+                                      (uint32_t)p[4 * c + 2] << 16 | (uint32_t)p[4 * c + 3] << 24;
+}
+static inline void bdot_ld64(const uint8_t *p, uint32_t *r) {
+    if ((uintptr_t)p % 8) bdot_fault(p, 8);
+    for (int c = 0; c < 2; c++) r[c] = (uint32_t)p[4 * c] | (uint32_t)p[4 * c + 1] << 8 |
+                                      (uint32_t)p[4 * c + 2] << 16 | (uint32_t)p[4 * c + 3] << 24;
+}
 #endif
-/* bdot_<T>: WORDS loads of LD (STEP bytes each) a block of BYTES, every block's before the first product; SCALES
- * reads the block's scale (and minimum) from its words r, VALUE is value j of the block */
+/* BDOT_R(k): unit k (a 4-byte word where the block's loads are words, else a 2-byte half) of the block being
+ * summed: in bdot_<T> (step 0) rw[k], the block's own load k; in bdot_<T>_x<G>, picked from the group's words rw
+ * at the block's byte offset ro (constants once the loops are unrolled, so the words stay in registers) */
+DEVFN uint32_t bdot_unit(const uint32_t *rw, int ro, int step, int k) {
+    const int o = ro + step * k;
+    return step == 0 ? rw[k] : step == 4 ? rw[o >> 2] : (rw[o >> 2] >> (8 * (o & 2))) & 0xffff;
+}
+#define BDOT_R(k) bdot_unit(rw, ro, step, (k))
 #ifdef __CUDACC__
 #define BDOT_UNROLL _Pragma("unroll")
 #else
 #define BDOT_UNROLL
 #endif
+/* Every form F (bdot_q4_1, bdot_q4_1_x4, bdot_q4_k_h ...) is three steps over a bdot_raw_F of registers, so that
+ * a pair (two weights' rows, the same activations: gate/up, a RoPE pair) issues both rows' loads before either's
+ * products (emit.c writes the steps for a pair): bdot_F_load(&r, w, i, stride, nb) issues the loads;
+ * bdot_F_hold(&r, nb) returns the XOR of the loaded words (each through bdot_hold); bdot_F_dot(&r, i, stride, x,
+ * nb, z) sums the products from z = bdot_zero_after(the holds' XOR), 0.0f once every load is issued. bdot_F(w, i,
+ * stride, x, nb) is the three for one row. */
+#define BDOT_WRAP(F)                                                                                             \
+    DEVFN float bdot_##F(const uint8_t *w, int64_t i, int64_t stride, const float *x, int nb) {                 \
+        bdot_raw_##F r;                                                                                          \
+        bdot_##F##_load(&r, w, i, stride, nb);                                                                   \
+        return bdot_##F##_dot(&r, i, stride, x, nb, bdot_zero_after(bdot_##F##_hold(&r, nb)));                  \
+    }
+/* the hold of rounds u < nb of raw[ROUNDS][WORDS] */
+#define BDOT_HOLD_FN(F, ROUNDS, WORDS)                                                                           \
+    DEVFN uint32_t bdot_##F##_hold(bdot_raw_##F *r, int nb) {                                                    \
+        uint32_t all = 0;                                                                                        \
+        BDOT_UNROLL                                                                                              \
+        for (int u = ROUNDS - 1; u >= 0; u--)                                                                    \
+            if (u < nb)                                                                                          \
+                BDOT_UNROLL                                                                                      \
+                for (int c = WORDS - 1; c >= 0; c--) { bdot_hold(&r->w[u][c]); all ^= r->w[u][c]; }             \
+        return all;                                                                                              \
+    }
+/* bdot_<T>: WORDS loads of LD (STEP bytes each) a block of BYTES; SCALES reads the block's scale (and minimum) from
+ * its units BDOT_R(k), VALUE is value j of the block */
 #define BDOT_FN(T, WORDS, BYTES, LD, STEP, SCALES, VALUE)                                                         \
-    DEVFN float bdot_##T(const uint8_t *w, int64_t i, int64_t stride, const float *x, int nb) {                 \
-        uint32_t raw[BDOT_MAX][WORDS];                                                                           \
+    typedef struct { uint32_t w[BDOT_MAX][WORDS]; } bdot_raw_##T;                                                \
+    DEVFN void bdot_##T##_load(bdot_raw_##T *r, const uint8_t *w, int64_t i, int64_t stride, int nb) {          \
         BDOT_UNROLL                                                                                              \
         for (int u = 0; u < BDOT_MAX; u++)                                                                       \
             if (u < nb)                                                                                          \
-                for (int c = 0; c < WORDS; c++) raw[u][c] = LD(w + ((i + u * stride) >> 5) * BYTES + STEP * c); \
-        float sum = 0.0f;                                                                                        \
+                for (int c = 0; c < WORDS; c++) r->w[u][c] = LD(w + ((i + u * stride) >> 5) * BYTES + STEP * c); \
+    }                                                                                                            \
+    BDOT_HOLD_FN(T, BDOT_MAX, WORDS)                                                                             \
+    DEVFN float bdot_##T##_dot(const bdot_raw_##T *r, int64_t i, int64_t stride, const float *x, int nb,         \
+                               float sum) {                                                                      \
+        (void)i;                                                                                                 \
         BDOT_UNROLL                                                                                              \
         for (int u = 0; u < BDOT_MAX; u++) {                                                                     \
             if (u >= nb) break;                                                                                  \
-            const uint32_t *r = raw[u];                                                                          \
+            const uint32_t *rw = r->w[u];                                                                        \
+            const int ro = 0, step = 0;                                                                          \
             SCALES;                                                                                              \
             const float *xu = x + u * stride;                                                                    \
             for (int j = 0; j < 32; j++) sum += xu[j] * (VALUE);                                                 \
         }                                                                                                        \
         return sum;                                                                                              \
-    }
+    }                                                                                                            \
+    BDOT_WRAP(T)
+/* bdot_<T>_x<G>: groups of G blocks (GBYTES = G * BYTES, a multiple of LW), each loaded as GBYTES / LW loads of LW
+ * bytes (bdot_ld128 or bdot_ld64), up to GMAX groups a lane */
+#define BDOT_GROUP_FN(T, G, GMAX, BYTES, LW, STEP, SCALES, VALUE)                                                \
+    typedef struct { uint32_t w[GMAX][G * BYTES / 4]; } bdot_raw_##T##_x##G;                                     \
+    DEVFN void bdot_##T##_x##G##_load(bdot_raw_##T##_x##G *r, const uint8_t *w, int64_t i, int64_t stride,      \
+                                      int nb) {                                                                  \
+        BDOT_UNROLL                                                                                              \
+        for (int u = 0; u < GMAX; u++)                                                                           \
+            if (u < nb)                                                                                          \
+                BDOT_UNROLL                                                                                      \
+                for (int c = 0; c < G * BYTES / LW; c++) {                                                      \
+                    const uint8_t *p = w + ((i + u * stride) >> 5) * BYTES + LW * c;                            \
+                    if (LW == 16) bdot_ld128(p, r->w[u] + 4 * c);                                                \
+                    else bdot_ld64(p, r->w[u] + 2 * c);                                                          \
+                }                                                                                                \
+    }                                                                                                            \
+    BDOT_HOLD_FN(T##_x##G, GMAX, G * BYTES / 4)                                                                  \
+    DEVFN float bdot_##T##_x##G##_dot(const bdot_raw_##T##_x##G *r, int64_t i, int64_t stride, const float *x,  \
+                                      int nb, float sum) {                                                       \
+        (void)i;                                                                                                 \
+        BDOT_UNROLL                                                                                              \
+        for (int u = 0; u < GMAX; u++) {                                                                         \
+            if (u >= nb) break;                                                                                  \
+            BDOT_UNROLL                                                                                          \
+            for (int b = 0; b < G; b++) {                                                                        \
+                const uint32_t *rw = r->w[u];                                                                    \
+                const int ro = b * BYTES, step = STEP;                                                           \
+                SCALES;                                                                                          \
+                const float *xu = x + u * stride + 32 * b;                                                       \
+                for (int j = 0; j < 32; j++) sum += xu[j] * (VALUE);                                             \
+            }                                                                                                    \
+        }                                                                                                        \
+        return sum;                                                                                              \
+    }                                                                                                            \
+    BDOT_WRAP(T##_x##G)
+/* each type's block form, then its group form (GROUP: G, at most GMAX groups a lane, LW-byte loads; the gemv
+ * schedule's table bdot_groups in compiler/schedules/gemv.c names the same) */
+#define BDOT_TYPE(T, WORDS, BYTES, LD, STEP, G, GMAX, LW, SCALES, VALUE) \
+    BDOT_FN(T, WORDS, BYTES, LD, STEP, SCALES, VALUE)                    \
+    BDOT_GROUP_FN(T, G, GMAX, BYTES, LW, STEP, SCALES, VALUE)
 /* q4_1: {d, m} in word 0, value j the nibble (j & 15) of words 1..4, high for j >= 16: d * q + m */
-BDOT_FN(q4_1, 5, 20, bdot_ld32, 4, const float d = bdot_h2f(r[0]); const float m = bdot_h2f(r[0] >> 16),
-        d * (float)((r[1 + (j & 15) / 4] >> (8 * (j & 3) + (j & 16 ? 4 : 0))) & 15) + m)
-/* q4_0: d in half 0, the nibbles in halves 1..8: d * (q - 8) */
-BDOT_FN(q4_0, 9, 18, bdot_ld16, 2, const float d = bdot_h2f(r[0]),
-        d * (float)((int)((r[1 + (j & 15) / 2] >> (8 * (j & 1) + (j & 16 ? 4 : 0))) & 15) - 8))
+BDOT_TYPE(q4_1, 5, 20, bdot_ld32, 4, 4, 2, 16,
+          const float d = bdot_h2f(BDOT_R(0)); const float m = bdot_h2f(BDOT_R(0) >> 16),
+          d * (float)((BDOT_R(1 + (j & 15) / 4) >> (8 * (j & 3) + (j & 16 ? 4 : 0))) & 15) + m)
+/* q4_0: d in half 0, the nibbles in halves 1..8: d * (q - 8); groups of 8 with 16-byte loads, and of 4 with 8-byte
+ * loads (a pair's, whose activations for 2 x 8 blocks would not fit the registers) */
+#define BDOT_Q4_0_SCALES const float d = bdot_h2f(BDOT_R(0))
+#define BDOT_Q4_0_VALUE d * (float)((int)((BDOT_R(1 + (j & 15) / 2) >> (8 * (j & 1) + (j & 16 ? 4 : 0))) & 15) - 8)
+BDOT_TYPE(q4_0, 9, 18, bdot_ld16, 2, 8, 1, 16, BDOT_Q4_0_SCALES, BDOT_Q4_0_VALUE)
+BDOT_GROUP_FN(q4_0, 4, 2, 18, 8, 2, BDOT_Q4_0_SCALES, BDOT_Q4_0_VALUE)
 /* q8_0: d in half 0, the int8 values in halves 1..16: d * q */
-BDOT_FN(q8_0, 17, 34, bdot_ld16, 2, const float d = bdot_h2f(r[0]), d * (float)(int8_t)(r[1 + j / 2] >> (8 * (j & 1))))
+BDOT_TYPE(q8_0, 17, 34, bdot_ld16, 2, 4, 1, 8, const float d = bdot_h2f(BDOT_R(0)),
+          d * (float)(int8_t)(BDOT_R(1 + j / 2) >> (8 * (j & 1))))
 /* q5_1: {d, m} in word 0, the fifth bits in word 1 (bit j for value j), the nibbles in words 2..5 as q4_1's */
-BDOT_FN(q5_1, 6, 24, bdot_ld32, 4, const float d = bdot_h2f(r[0]); const float m = bdot_h2f(r[0] >> 16),
-        d * (float)(((r[2 + (j & 15) / 4] >> (8 * (j & 3) + (j & 16 ? 4 : 0))) & 15) | ((r[1] >> j) & 1) << 4) + m)
+BDOT_TYPE(q5_1, 6, 24, bdot_ld32, 4, 2, 3, 16,
+          const float d = bdot_h2f(BDOT_R(0)); const float m = bdot_h2f(BDOT_R(0) >> 16),
+          d * (float)(((BDOT_R(2 + (j & 15) / 4) >> (8 * (j & 3) + (j & 16 ? 4 : 0))) & 15) |
+                      ((BDOT_R(1) >> j) & 1) << 4) + m)
 /* q5_0: d in half 0, the fifth bits in halves 1..2, the nibbles in halves 3..10: d * (q - 16) */
-BDOT_FN(q5_0, 11, 22, bdot_ld16, 2, const float d = bdot_h2f(r[0]),
-        d * (float)((int)(((r[3 + (j & 15) / 2] >> (8 * (j & 1) + (j & 16 ? 4 : 0))) & 15) |
-                          (((r[1] | r[2] << 16) >> j) & 1) << 4) - 16))
+BDOT_TYPE(q5_0, 11, 22, bdot_ld16, 2, 4, 1, 8, const float d = bdot_h2f(BDOT_R(0)),
+          d * (float)((int)(((BDOT_R(3 + (j & 15) / 2) >> (8 * (j & 1) + (j & 16 ? 4 : 0))) & 15) |
+                            (((BDOT_R(1) | BDOT_R(2) << 16) >> j) & 1) << 4) - 16))
 
 /* The K-quants (ggml-common.h's block_q4_K, block_q5_K, block_q6_K; ggml-quants.c's dequantize_row_q4_K ...):
  * super-blocks of 256 values, the value at flat index i of a weight whose rows are whole super-blocks is value
@@ -194,6 +312,142 @@ DEVFN float ld_q6_k(const uint8_t *p, int64_t i) {
     const int e = (int)(i & 255);
     return f16_at(b + 208) * (float)(int8_t)b[192 + (e >> 4)] * (float)(q6_k_int(b, e) - 32);
 }
+
+/* bdot_<k-type>_h(w, i, stride, x, nb): the gemv schedule's block dot product over halves of super-blocks (kernel IR
+ * bdot with rounds of 128 values): the sum over u < nb and j < 128 of the weight's value at flat index i + u * stride
+ * + j (i a half's first: a multiple of 128; stride a multiple of 256) times x[u * stride + j], each value as ld_q4_k
+ * ... compute it. A half's bytes are loaded first, every round's before the first product (bdot_zero_after): q4_k
+ * the 16-byte head {d, dmin, scales} and the half's 64 bytes of nibbles (5 loads of 16 bytes), q5_k also the 32
+ * bytes of fifth bits (7), q6_k (210-byte super-blocks, 2-aligned) the half's 64 bytes of low bits, 32 of high
+ * bits and 8 scales in 4-byte words from the aligned word at or before each, realigned by a funnel shift where the
+ * super-block starts 2 bytes past a word, and d in a 2-byte load. Two lanes read a super-block's head. */
+#define BDOT_KMAX 2
+DEVFN uint32_t bdot_byte(const uint32_t *rw, int o) { return (rw[o >> 2] >> (8 * (o & 3))) & 255; }
+/* q4_k / q5_k: sub-block s's 6-bit scale and minimum from the head's words (kq_scale, kq_min) */
+DEVFN float bdot_kq_scale(const uint32_t *hd, int s) {
+    return (float)(s < 4 ? bdot_byte(hd, 4 + s) & 63 : (bdot_byte(hd, 8 + s) & 15) | (bdot_byte(hd, s) >> 6) << 4);
+}
+DEVFN float bdot_kq_min(const uint32_t *hd, int s) {
+    return (float)(s < 4 ? bdot_byte(hd, 8 + s) & 63 : (bdot_byte(hd, 8 + s) >> 4) | (bdot_byte(hd, 4 + s) >> 6) << 4);
+}
+#ifdef __CUDACC__
+DEVFN uint32_t bdot_shift16(uint32_t lo, uint32_t hi, int by) { return by ? __funnelshift_r(lo, hi, 16) : lo; }
+#else
+static inline uint32_t bdot_shift16(uint32_t lo, uint32_t hi, int by) { return by ? lo >> 16 | hi << 16 : lo; }
+#endif
+/* q4_k (Q5 = 0) and q5_k (Q5 = 1): w[u] = the head's 4 words, q5_k's 8 words of qh, the half's 16 words of qs */
+#define BDOT_KQ_FN(T, BYTES, Q5)                                                                                  \
+    typedef struct { uint32_t w[BDOT_KMAX][4 + 8 * Q5 + 16]; } bdot_raw_##T##_h;                                 \
+    DEVFN void bdot_##T##_h_load(bdot_raw_##T##_h *r, const uint8_t *w, int64_t i, int64_t stride, int nb) {    \
+        const int h = (int)((i >> 7) & 1);                                                                       \
+        BDOT_UNROLL                                                                                              \
+        for (int u = 0; u < BDOT_KMAX; u++)                                                                      \
+            if (u < nb) {                                                                                        \
+                const uint8_t *b = w + ((i + u * stride) >> 8) * BYTES;                                          \
+                bdot_ld128(b, r->w[u]);                                                                          \
+                if (Q5) { bdot_ld128(b + 16, r->w[u] + 4); bdot_ld128(b + 32, r->w[u] + 8); }                   \
+                BDOT_UNROLL                                                                                      \
+                for (int c = 0; c < 4; c++)                                                                      \
+                    bdot_ld128(b + 16 + 32 * Q5 + 64 * h + 16 * c, r->w[u] + 4 + 8 * Q5 + 4 * c);                \
+            }                                                                                                    \
+    }                                                                                                            \
+    BDOT_HOLD_FN(T##_h, BDOT_KMAX, 4 + 8 * Q5 + 16)                                                              \
+    DEVFN float bdot_##T##_h_dot(const bdot_raw_##T##_h *r, int64_t i, int64_t stride, const float *x, int nb,   \
+                                 float sum) {                                                                    \
+        const int h = (int)((i >> 7) & 1);                                                                       \
+        BDOT_UNROLL                                                                                              \
+        for (int u = 0; u < BDOT_KMAX; u++) {                                                                    \
+            if (u >= nb) break;                                                                                  \
+            const uint32_t *rw = r->w[u];                                                                        \
+            const float d = bdot_h2f(rw[0]), dmin = bdot_h2f(rw[0] >> 16);                                       \
+            BDOT_UNROLL                                                                                          \
+            for (int s4 = 0; s4 < 4; s4++) {                                                                     \
+                const int sb = 4 * h + s4;                                                                       \
+                const float sc = bdot_kq_scale(rw, sb), mn = bdot_kq_min(rw, sb);                                \
+                const float *xs = x + u * stride + 32 * s4;                                                      \
+                for (int j = 0; j < 32; j++) {                                                                   \
+                    int q = (bdot_byte(rw + 4 + 8 * Q5, 32 * (s4 >> 1) + j) >> (s4 & 1 ? 4 : 0)) & 15;           \
+                    if (Q5) q |= ((bdot_byte(rw + 4, j) >> sb) & 1) << 4;                                        \
+                    sum += xs[j] * (d * sc * (float)q - dmin * mn);                                              \
+                }                                                                                                \
+            }                                                                                                    \
+        }                                                                                                        \
+        return sum;                                                                                              \
+    }                                                                                                            \
+    BDOT_WRAP(T##_h)
+BDOT_KQ_FN(q4_k, 144, 0)
+BDOT_KQ_FN(q5_k, 176, 1)
+/* q6_k: the half's pieces ql (64 bytes at 64 h), qh (32 at 128 + 32 h), scales (8 at 192 + 8 h): w[u] = their
+ * words and one more each (the word after the piece where the super-block starts 2 bytes past a word, mis[u]:
+ * then realigned as they are read), d[u] the scale */
+enum { BDOT_Q6_QL = 0, BDOT_Q6_QH = 17, BDOT_Q6_SC = 26, BDOT_Q6_WORDS = 29 };
+typedef struct { uint32_t w[BDOT_KMAX][BDOT_Q6_WORDS], d[BDOT_KMAX]; int mis[BDOT_KMAX]; } bdot_raw_q6_k_h;
+DEVFN void bdot_q6_k_h_load(bdot_raw_q6_k_h *r, const uint8_t *w, int64_t i, int64_t stride, int nb) {
+    const int h = (int)((i >> 7) & 1);
+    BDOT_UNROLL
+    for (int u = 0; u < BDOT_KMAX; u++)
+        if (u < nb) {
+            const uint8_t *b = w + ((i + u * stride) >> 8) * 210;
+            const int mis = r->mis[u] = (int)((uintptr_t)b & 2);
+            const uint8_t *a = b - mis;
+            uint32_t *rw = r->w[u];
+            BDOT_UNROLL
+            for (int c = 0; c < 16; c++) rw[BDOT_Q6_QL + c] = bdot_ld32(a + 64 * h + 4 * c);
+            /* the word after a piece: needed where the super-block starts past a word; else word 0 again (no
+             * branch, no read past the super-block) */
+            rw[BDOT_Q6_QL + 16] = bdot_ld32(a + 64 * h + (mis ? 64 : 0));
+            BDOT_UNROLL
+            for (int c = 0; c < 8; c++) rw[BDOT_Q6_QH + c] = bdot_ld32(a + 128 + 32 * h + 4 * c);
+            rw[BDOT_Q6_QH + 8] = bdot_ld32(a + 128 + 32 * h + (mis ? 32 : 0));
+            rw[BDOT_Q6_SC] = bdot_ld32(a + 192 + 8 * h);
+            rw[BDOT_Q6_SC + 1] = bdot_ld32(a + 196 + 8 * h);
+            rw[BDOT_Q6_SC + 2] = bdot_ld32(a + 192 + 8 * h + (mis ? 8 : 0));
+            r->d[u] = bdot_ld16(b + 208);
+        }
+}
+DEVFN uint32_t bdot_q6_k_h_hold(bdot_raw_q6_k_h *r, int nb) {
+    uint32_t all = 0;
+    BDOT_UNROLL
+    for (int u = BDOT_KMAX - 1; u >= 0; u--)
+        if (u < nb) {
+            BDOT_UNROLL
+            for (int c = BDOT_Q6_WORDS - 1; c >= 0; c--) { bdot_hold(&r->w[u][c]); all ^= r->w[u][c]; }
+            bdot_hold(&r->d[u]);
+            all ^= r->d[u];
+        }
+    return all;
+}
+DEVFN float bdot_q6_k_h_dot(const bdot_raw_q6_k_h *r, int64_t i, int64_t stride, const float *x, int nb, float sum) {
+    (void)i;
+    BDOT_UNROLL
+    for (int u = 0; u < BDOT_KMAX; u++) {
+        if (u >= nb) break;
+        const uint32_t *rw = r->w[u];
+        uint32_t ql[16], qh[8], sc[2];
+        BDOT_UNROLL
+        for (int c = 0; c < 16; c++) ql[c] = bdot_shift16(rw[BDOT_Q6_QL + c], rw[BDOT_Q6_QL + c + 1], r->mis[u]);
+        BDOT_UNROLL
+        for (int c = 0; c < 8; c++) qh[c] = bdot_shift16(rw[BDOT_Q6_QH + c], rw[BDOT_Q6_QH + c + 1], r->mis[u]);
+        BDOT_UNROLL
+        for (int c = 0; c < 2; c++) sc[c] = bdot_shift16(rw[BDOT_Q6_SC + c], rw[BDOT_Q6_SC + c + 1], r->mis[u]);
+        const float d = bdot_h2f(r->d[u]);
+        BDOT_UNROLL
+        for (int t = 0; t < 4; t++)
+            BDOT_UNROLL
+            for (int j16 = 0; j16 < 2; j16++) {
+                const float dsc = d * (float)(int8_t)bdot_byte(sc, 2 * t + j16);
+                const float *xs = x + u * stride + 32 * t + 16 * j16;
+                for (int jj = 0; jj < 16; jj++) {
+                    const int j = 16 * j16 + jj;
+                    const int q = ((bdot_byte(ql, 32 * (t & 1) + j) >> (t & 2 ? 4 : 0)) & 15) |
+                                  ((bdot_byte(qh, j) >> 2 * t) & 3) << 4;
+                    sum += xs[jj] * (dsc * (float)(q - 32));
+                }
+            }
+    }
+    return sum;
+}
+BDOT_WRAP(q6_k_h)
 
 /* activations staged as bf16: round to nearest even (NaN stays NaN) */
 DEVFN uint16_t f32_to_bf16(float f) {

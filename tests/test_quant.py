@@ -12,8 +12,8 @@ rows past n left unwritten) on the CPU target's schedules (at most cpu_gemm_min_
 by default runtime/cpu_quant_q8.h's integer dot products, the activations rounded to 8 bits, in AVX2 and
 portable C; with knob cpu_qdot_q8=0 runtime/cpu_quant.h's f32 ones, AVX-512, AVX2 and portable C; LLMCC_CPU_QDOT
 chooses; more tokens, cpu_gemm: the blocks dequantized into its packed f32 panel)
-and on the GPU schedules emulated (gemv: blocks of 32 a whole block per lane, bdot, runtime/kernels.h's
-bdot_q8_0 ...; the K-quants' super-blocks with scalar loads), at n = 1 (decode) and n > 16
+and on the GPU schedules emulated (gemv: a lane's whole blocks or groups of blocks, bdot, runtime/kernels.h's
+bdot_q8_0, bdot_q4_1_x4 ...; the K-quants' halves of super-blocks, bdot_q4_k_h ...), at n = 1 (decode) and n > 16
 (a prompt: where bf16 weights would take gemm_tc / the packed CPU GEMM, block types stay on
 gemv / cpu_rows), with K of one block and of several, and output counts that are not multiples of
 any tile. Then `llmcc run -c` with `--dump`: the blocks llmcc quantized are dequantized by gguf-py.
@@ -133,16 +133,16 @@ def linear_blocks_vs_gguf(types, shapes):
                                    knobs=("cpu_qdot_q8=%d" % q8,))
             # the schedules: the CPU target's dot products (n <= 3; 8-bit activations or f32) and packed GEMM (K in
             # steps of 512: the last shape's K is three), the GPU's gemv: blocks of 32 a whole block per
-            # lane (bdot), the K-quants' super-blocks with scalar loads
+            # lane (bdot), the K-quants' halves of super-blocks (bdot)
             if target == "cpu":
                 how = "integer products" if q8 else "dequantized in registers"
                 assert "a dot product of w's %s blocks (%s)" % (dt, how) in tile, tile
                 assert ("rounded to 8 bits per 32" in tile) == bool(q8), tile
                 assert "the blocks dequantized" in tile and "kc=512" in tile, tile
             elif dt in K_TYPES:
-                assert "gemv" in tile and "vec=1" in tile, tile
+                assert "gemv" in tile and "halves of super-blocks" in tile, tile
             else:
-                assert "gemv" in tile and "vec=32" in tile and "bdot" in tile, tile
+                assert "gemv" in tile and "bdot" in tile, tile
 
 
 def test_linear_blocks_vs_gguf():
@@ -152,9 +152,17 @@ def test_linear_blocks_vs_gguf():
 
 
 def test_linear_k_quants_vs_gguf():
-    """the K-quants likewise: K of one super-block and several, 1280 in cpu_gemm's K steps of 512, 512, 256"""
+    """the K-quants likewise: K of one super-block and several, 1280 in cpu_gemm's K steps of 512, 512, 256; on
+    cuda-emu also K of 37 super-blocks (a lane's rounds of halves: two a trip for q4_k, the last trip partial; q6_k's
+    rows of odd super-blocks start 2 bytes past a word) with split-K, and the element loads (gemv_bdot_groups=0)"""
     linear_blocks_vs_gguf(K_TYPES, ((1, 37, 256, (1,)), (4, 64, 768, (1, 3)), (40, 19, 256, (1, 17, 40)),
                                     (6, 40, 1280, (2, 6))))
+    for dt in K_TYPES:
+        for knobs in ((), ("gemv_split_k=3",)):
+            tile = linear_case(dt, "cuda-emu", 3, 9, 256 * 37, (1, 3), knobs=knobs)
+            assert "halves of super-blocks" in tile, tile
+        tile = linear_case(dt, "cuda-emu", 3, 9, 256 * 37, (1, 3), knobs=("gemv_bdot_groups=0",))
+        assert "scalar loads" in tile, tile
 
 
 def test_qdot_fault_knob():
@@ -164,6 +172,20 @@ def test_qdot_fault_knob():
         for q8 in (1, 0):
             linear_case(dt, "cpu", 4, 24, 256 if dt in K_TYPES else 64, (3,),
                         knobs=("debug_qdot_row=1", "cpu_qdot_q8=%d" % q8), fault=True)
+
+
+def test_pack_fault_knob():
+    """debug_pack_row=1 (cpu_gemm's runtime pack of the weight panel starts a row late) must fail the prompt shapes
+    (n > cpu_gemm_min_n) on every block type, as it must on f32 and bf16 weights"""
+    for dt in TYPES + Q5_TYPES + K_TYPES:
+        tile = linear_case(dt, "cpu", 40, 19, 256 if dt in K_TYPES else 96, (17, 40), knobs=("debug_pack_row=1",),
+                           fault=True)
+        assert "the blocks dequantized" in tile, tile
+    for dt in ("", ", dtype=torch.bfloat16"):
+        expr = "x = torch.randn(40, 96); nn.Linear(96, 19%s)(x)" % dt
+        assert "matches the reference" in run([LLMCC, "run", "-c", expr, "--target", "cpu"]).stdout
+        p = run([LLMCC, "run", "-c", expr, "--target", "cpu", "--knob", "debug_pack_row=1"], check=False)
+        assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, (dt, p.stdout, p.stderr)
 
 
 def test_gemv_bdot_rounds_vs_gguf():
@@ -178,17 +200,54 @@ def test_gemv_bdot_rounds_vs_gguf():
             assert "bdot" in tile, tile
             if "gemv_split_k=4" in knobs:
                 assert "split_k=4" in tile and "unroll=2" in tile, tile
-        # K of whole unrolled rounds (8 rounds of 32 blocks): the unrolled loop alone covers every lane's blocks
-        for knobs in (("gemv_unroll=8",), ("gemv_split_k=2", "gemv_unroll=4")):
+        # K of whole unrolled rounds (8 rounds of 32 blocks): every trip loads its rounds (a constant count)
+        for knobs in (("gemv_unroll=8", "gemv_bdot_groups=0"), ("gemv_split_k=2", "gemv_unroll=4", "gemv_bdot_groups=0")):
             tile = linear_case(dt, "cuda-emu", 3, 5, 32 * 32 * 8, (1, 3), knobs=knobs)
-            assert "bdot" in tile and "unroll=%s" % knobs[-1][-1] in tile, tile
+            assert "bdot" in tile and "unroll=%s" % knobs[-2][-1] in tile, tile
+
+
+def test_gemv_bdot_groups_vs_gguf():
+    """the GPU gemv's groups of blocks (bdot_<type>_x<G>: a lane's G consecutive blocks in 16- or 8-byte loads) where
+    the rows are whole groups: K of 37 groups of 8 blocks (lanes with one round more than others), split-K over 3
+    slices (each slice's last round partial for some lanes), and the block form on the same K (knob
+    gemv_bdot_groups=0); K of 7 blocks is not whole groups: the block form. Each against gguf-py."""
+    for dt in TYPES + Q5_TYPES:
+        for knobs in ((), ("gemv_split_k=3",), ("gemv_unroll=1",)):
+            tile = linear_case(dt, "cuda-emu", 3, 9, 256 * 37, (1, 3), knobs=knobs)
+            assert "bdot" in tile and "groups of" in tile and "-byte loads" in tile, tile
+        tile = linear_case(dt, "cuda-emu", 3, 9, 256 * 37, (1, 3), knobs=("gemv_bdot_groups=0",))
+        assert "a block each, bdot" in tile, tile
+        tile = linear_case(dt, "cuda-emu", 3, 9, 32 * 7, (1, 3))
+        assert "a block each, bdot" in tile, tile
+
+
+def test_gemv_bdot_group_pairs():
+    """a pair (silu(gate(x)) * up(x), the MLP's) of block-type weights through the GPU gemv's groups on cuda-emu
+    (groups of at most 4 blocks: q4_0 takes its 8-byte form; the K-quants' halves of super-blocks; emit.c loads
+    both rows before either's products) matches `llmcc run -c`'s double-precision reference of
+    the blocks; the deliberate fault (debug_bdot_row=1) does not"""
+    for dt in TYPES + Q5_TYPES + K_TYPES:
+        expr = ("x = torch.randn(3, 1024); g = nn.Linear(1024, 40, bias=False, dtype=llmcc.%s); "
+                "u = nn.Linear(1024, 40, bias=False, dtype=llmcc.%s); F.silu(g(x)) * u(x)" % (dt, dt))
+        tile = run([LLMCC, "compile", "-c", expr, "--target", "cuda-emu", "--ir", "tile"]).stdout
+        assert "two accumulators" in tile and ("halves of super-blocks" if dt in K_TYPES else "groups of") in tile, tile
+        assert ("groups of 4 blocks in 8-byte loads" in tile) == (dt in ("q4_0", "q8_0", "q5_0")), tile
+        p = run([LLMCC, "run", "-c", expr, "--target", "cuda-emu"])
+        assert "matches the reference" in p.stdout, p.stdout
+        p = run([LLMCC, "run", "-c", expr, "--target", "cuda-emu", "--knob", "debug_bdot_row=1"], check=False)
+        assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, (dt, p.stdout, p.stderr)
 
 
 def test_bdot_fault_knob():
     """debug_bdot_row=1 (each lane's block dot products read the next weight row) must fail on cuda-emu"""
     for dt in TYPES:
-        tile = linear_case(dt, "cuda-emu", 4, 24, 32 * 40, (1, 3), knobs=("debug_bdot_row=1",), fault=True)
-        assert "bdot" in tile, tile
+        for groups in (1, 0):
+            tile = linear_case(dt, "cuda-emu", 4, 24, 32 * 40, (1, 3), fault=True,
+                               knobs=("debug_bdot_row=1", "gemv_bdot_groups=%d" % groups))
+            assert "bdot" in tile and ("groups of" in tile) == bool(groups), tile
+    for dt in K_TYPES:
+        tile = linear_case(dt, "cuda-emu", 4, 24, 256 * 5, (1, 3), fault=True, knobs=("debug_bdot_row=1",))
+        assert "halves of super-blocks" in tile, tile
 
 
 def test_run_c_dump_vs_gguf():

@@ -63,6 +63,14 @@ __global__ void straight(const float2 *__restrict__ a, const unsigned short *__r
     float2 x = a[i], y = a[i + 256];
     out[i] = x.x * y.y + x.y * y.x + (float)h[i];
 }
+
+// three 4-byte loads, no loop of its own, then sinf of them (whose slow path reads its table in a loop, a
+// 4-byte load of no parameter): the kernel's 3 before the first use, not the helper loop's 1
+__global__ void straight_sinf(const float *__restrict__ a, float *out) {
+    int i = threadIdx.x;
+    float x = a[i], y = a[i + 256], z = a[i + 512];
+    out[i] = sinf(x * y + z);
+}
 """
 
 
@@ -96,6 +104,22 @@ def test_eval_int():
         raise AssertionError("accepted %r" % bad)
 
 
+def test_check_rule():
+    """--check: a kernel reading more than 10 MB a token fails below 32 KB in flight per SM, unless what is in flight
+    reaches all that one of its launches reads per SM"""
+    sr = sass_report()
+    KB = 1024
+    def row(flight, launch, moved=20e6):
+        return {"kernel": "k", "bytes": moved, "in_flight_per_sm": flight, "weight_in_flight_per_sm": flight,
+                "launch_bytes_per_sm": launch}
+    for weights in (False, True):
+        assert sr.check([row(40 * KB, 500 * KB)], weights) == []
+        assert len(sr.check([row(20 * KB, 500 * KB)], weights)) == 1
+        assert sr.check([row(9 * KB, 8.7 * KB)], weights) == []          # the whole launch in flight
+        assert len(sr.check([row(8 * KB, 8.7 * KB)], weights)) == 1
+        assert sr.check([row(1 * KB, 500 * KB, moved=9e6)], weights) == []   # under 10 MB a token
+
+
 def test_sass_walk_ground_truth():
     sr = sass_report()
     nvcc, nvdisasm = tools(sr)
@@ -106,7 +130,8 @@ def test_sass_walk_ground_truth():
     # (loads by kind, the widest's bytes, loads before the first use, the parameter each of those reads)
     want = {"four_loads": ({"128": 4}, 16, 4, [[0]] * 4), "chain": ({"128": 1}, 16, 1, [[0]]),
             "two_streams": ({"128": 4}, 16, 4, [[0], [0], [1], [1]]),
-            "straight": ({"64": 2, "u16": 1}, 8, 2, [[0], [0]])}
+            "straight": ({"64": 2, "u16": 1}, 8, 2, [[0], [0]]),
+            "straight_sinf": ({"32": 4}, 4, 3, [[0], [0], [0]])}
     assert set(rows) == set(want), rows
     for k, (counts, w, before, params) in want.items():
         r = rows[k]
@@ -183,27 +208,42 @@ def test_report_qwen25_7b():
             ", ".join("%s %.1f KB/SM" % (r["kernel"], r[key] / 1024) for r in failing) or "passes")))
 
 
-def test_report_qwen25_7b_q4_1():
-    """--quant q4_1 at Qwen2.5-7B shapes: the block type's bytes (20 a block of 32) in the bytes a token reads, the
-    quantized gemv kernels reading whole blocks with 4-byte loads (bdot) and no byte loads, and the MLP's gate/up
-    pair, the largest, passing --check --weights. The kernels still short of 32 KB/SM (ptxas interleaves their
-    block loads with the products) are printed, not asserted (docs/machine-code-report.md)."""
+def test_report_qwen25_7b_quantized():
+    """--quant q4_1 / q8_0 / q4_0 / q4_k / q6_k at Qwen2.5-7B shapes: the block type's bytes in the bytes a token
+    reads, the quantized gemv kernels reading groups of whole blocks with 16- or 8-byte loads (bdot_<type>_x<G>) or
+    halves of super-blocks (16-byte loads; q6_k's 210-byte super-blocks 4-byte words), no byte loads, every weight
+    load of a lane's first round issued before the first product (q6_k: the activations' loads are as wide, and
+    some come first), and every one of them passing --check --weights (32 KB of weights in flight per SM, or all
+    of what a launch reads: k_proj, v_proj). Spills: none, but q6_k's RoPE pairs at 168 registers (printed)"""
     sr = sass_report()
     nvcc, nvdisasm = tools(sr)
     d = qwen_dir()
     cfg = json.load(open(os.path.join(d, "config.json")))
-    rows, totals = sr.model_rows(d, ["--quant", "q4_1"], nvcc, nvdisasm, "sm_90", 0)
-    print(sr.format_rows(rows, totals))
-    kir = run([LLMCC, "compile", d, "--quant", "q4_1", "--ir", "kernel"]).stdout
-    quantized = set(re.findall(r"^kernel (\w+)  #(?:(?!\nkernel ).)*?param p\d+: in q4_1\[", kir, re.M | re.S))
-    by = {r["kernel"]: r for r in rows}
-    gemv = [k for k in quantized if by[k]["sched"] == "gemv" and by[k]["launches"]]
-    assert "k_mlp_gate_proj_up_proj" in gemv and "k_mlp_down_proj" in gemv and "k_self_attn_o_proj" in gemv, gemv
     h, f, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
-    assert by["k_mlp_gate_proj_up_proj"]["bytes"] == 2 * h * f * 20 // 32 * L, by["k_mlp_gate_proj_up_proj"]
-    for k in gemv:
-        # a lane's whole blocks in 4-byte words (the element loads read bytes: u8), weights among the first loads
-        assert by[k]["width"] == 4 and "u8" not in by[k]["loads"] and by[k]["weight_loads"] >= 1, by[k]
-    failing = [r["kernel"] for r in sr.check(rows, True)]
-    assert "k_mlp_gate_proj_up_proj" not in failing, failing
-    print("--check --weights (q4_1): still short: %s" % (", ".join(k for k in failing if k in gemv) or "none"))
+    for dt, block_bytes, block, widths in (("q4_1", 20, 32, (16,)), ("q8_0", 34, 32, (8,)), ("q4_0", 18, 32, (8, 16)),
+                                           ("q4_k", 144, 256, (16,)), ("q6_k", 210, 256, (4,))):
+        rows, totals = sr.model_rows(d, ["--quant", dt], nvcc, nvdisasm, "sm_90", 0)
+        print(sr.format_rows(rows, totals))
+        kir = run([LLMCC, "compile", d, "--quant", dt, "--ir", "kernel"]).stdout
+        quantized = set(re.findall(r"^kernel (\w+)  #(?:(?!\nkernel ).)*?param p\d+: in %s\[" % dt, kir, re.M | re.S))
+        by = {r["kernel"]: r for r in rows}
+        gemv = [k for k in quantized if by[k]["sched"] == "gemv" and by[k]["launches"]]
+        assert {"k_mlp_gate_proj_up_proj", "k_mlp_down_proj", "k_self_attn_o_proj", "k_self_attn_v_proj"} <= set(gemv), gemv
+        gate_up = by["k_mlp_gate_proj_up_proj"]
+        assert gate_up["bytes"] == 2 * h * f * block_bytes // block * L, gate_up
+        for k in gemv:
+            r = by[k]
+            assert r["width"] in widths and "u8" not in r["loads"], r
+            assert r["spill"] == 0 or (dt == "q6_k" and "rotary" in k), r
+            if r["spill"]:
+                print("    %s %s: %d bytes spilled at %d registers" % (dt, k, r["spill"], r["regs"]))
+            # the widest loads are the weights', all of a lane's first round before the first use (q6_k: a half
+            # super-block's 29 words, with activation loads among them)
+            if dt == "q6_k":
+                assert r["weight_loads"] >= 29, r
+            else:
+                assert r["weight_loads"] == r["before_use"] >= 5, r
+        failing = [r["kernel"] for r in sr.check(rows, True)]
+        assert not [k for k in failing if k in gemv], (dt, failing)
+        print("--check --weights (%s): the quantized gemv kernels pass; the kernels' bounds sum to %.1f us "
+              "(bandwidth bound %.1f us)" % (dt, totals["weight_seconds"] * 1e6, totals["bandwidth_seconds"] * 1e6))

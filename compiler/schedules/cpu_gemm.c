@@ -75,6 +75,7 @@ int cpu_gemm_choose(const ScheduleChoice *c, TileKernel *g, TileKernel **out) {
     /* W[o, k] of an f32 or bf16 matrix: packed by the runtime (a vectorised transposition), and with bf16
      * weights and activations in place, multiplied in bf16 dot products (runtime/cpu_gemm.h says why) */
     P->dot = kn->cpu_gemm_bf16 && P->x_in_place;
+    P->debug_row = kn->debug_pack_row;
     int64_t outs;
     bool outs_known = eval_i(g->body.par[1].extent, 0, 0, &outs);
     for (int a = 0; a < g->body.nacc; a++) {
@@ -165,6 +166,10 @@ void cpu_gemm_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLi
             pk->idx = ARENA_ARRAY(A, Expr *, 2);
             pk->idx[0] = expr_subst(A, P->wop[a]->a[0], ov, e_var(A, o0)); pk->idx[1] = e_var(A, k0);
             pk->run_rows = P->run_rows[a]; pk->run_gap = P->run_gap[a];
+            if (P->debug_row) {   /* the deliberate fault: from the next row on, one row fewer (none past W) */
+                pk->idx[0] = E_ADD(A, pk->idx[0], e_i(A, 1));
+                pk->e = emin(A, e_i(A, P->nb), E_SUB(A, E_SUB(A, outs, e_var(A, o0)), e_i(A, 1)));
+            }
             ts_add(kb, pk);
             continue;
         }

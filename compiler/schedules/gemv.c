@@ -7,9 +7,13 @@
  * epilogue. A pair nest (two accumulators): the lanes sum both terms, the
  * activation loaded once. Where a call can have more than gemm_min_n
  * tokens, gemm_tc (gemm_tc.c) runs instead for n > gemm_min_n. Weights of
- * 32-element blocks (q8_0, q4_0, q4_1): a lane's round is a whole block, and
- * its unrolled rounds one bdot statement (runtime/kernels.h: all the blocks'
- * bytes loaded with the widest aligned loads, then dequantized in registers).
+ * 32-element blocks (q8_0, q4_0, q4_1, q5_0, q5_1): a lane's round is a
+ * group of consecutive blocks whose bytes are a multiple of 16 (or 8) where
+ * the rows are whole groups, else a block, and its rounds one bdot statement
+ * (runtime/kernels.h: every round's bytes loaded first, 16- or 8-byte loads
+ * for groups, then dequantized in registers). All of a lane's rounds of a
+ * slice are in one loop whose last trip may have fewer: the loads of a whole
+ * weight row are in flight together where it fits the lanes' registers.
  * Tests: tests/test_ops.py (linear, knobs gemv_*), tests/test_epilogues.py (pairs, halves),
  * tests/test_quant.py (bdot, knob debug_bdot_row). */
 #include "schedules/schedule.h"
@@ -42,6 +46,14 @@ static void gemv_scan(GemvScan *s, const Expr *e) {
     for (int i = 0; i < e->nargs; i++) gemv_scan(s, e->a[i]);
 }
 
+/* bdot's groups (runtime/kernels.h's BDOT_TYPE and BDOT_GROUP_FN lines say the same), the first that fits: blocks
+ * a group, groups a lane loads at most together (about 160 bytes), the load width (the group's bytes are a multiple
+ * of it). A pair takes groups of at most 4 blocks: 2 x 8 blocks' activations spill (q4_0's gate/up pair at 7B) */
+static const struct { DType dtype; int group, most, load_bytes; } bdot_groups[] = {
+    {DT_Q4_1, 4, 2, 16}, {DT_Q4_0, 8, 1, 16}, {DT_Q4_0, 4, 2, 8}, {DT_Q8_0, 4, 1, 8}, {DT_Q5_1, 2, 3, 16},
+    {DT_Q5_0, 4, 1, 8},
+};
+
 int gemv_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     Arena *A = c->A;
     const Knobs *kn = c->kn;
@@ -62,12 +74,33 @@ int gemv_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     GemvParams *P = &k->body.gemv;
     P->rows = kn->gemv_rows_per_block ? kn->gemv_rows_per_block : 4;
     k->block = 32 * P->rows;
-    /* block-type weights of 32-element blocks read as whole blocks (bdot): a lane's round is one block */
+    /* block-type weights read as whole blocks (bdot): a lane's round is one block or a group of them, or half
+     * a K-quant super-block (not for knob gemv_bdot_groups=0: element loads) */
     P->bdot = qdot_form(&k->body, &P->xop, P->wop);
-    for (int a = 0; P->bdot && a < b->nacc; a++) P->bdot = dtype_block[P->wop[a]->buf->dtype] == 32;
+    for (int a = 0; P->bdot && a < b->nacc; a++)
+        P->bdot = dtype_block[P->wop[a]->buf->dtype] == 32 || (dtype_block[P->wop[a]->buf->dtype] == 256 &&
+                  kn->gemv_bdot_groups && P->wop[a]->buf->dtype == P->wop[0]->buf->dtype);
     P->debug_row = kn->debug_bdot_row;
+    /* bdot: groups where every accumulator's type has one, the row is whole groups and the unroll knob fits
+     * the group form's registers */
+    P->group = 1;
+    int most = 8;
+    if (P->bdot && dtype_block[P->wop[0]->buf->dtype] == 256) {
+        /* the K-quants: a round is half a super-block (runtime/kernels.h bdot_q4_k_h ...): q4_k's 80 bytes, two
+         * rounds a lane (one for a pair, whose activations would not fit), q5_k's 112, q6_k's ~116, one */
+        P->group = 4; P->load_bytes = P->wop[0]->buf->dtype == DT_Q6_K ? 4 : 16;
+        most = P->wop[0]->buf->dtype == DT_Q4_K && b->nacc == 1 ? 2 : 1;
+        if (kn->gemv_unroll > most) { P->bdot = false; P->group = 1; }
+    }
+    for (size_t i = 0; P->bdot && P->group == 1 && kn->gemv_bdot_groups && i < sizeof bdot_groups / sizeof *bdot_groups;
+         i++)
+        if (bdot_groups[i].dtype == P->wop[0]->buf->dtype && (b->nacc == 1 || (bdot_groups[i].group <= 4 &&
+            P->wop[1]->buf->dtype == P->wop[0]->buf->dtype)) && K % (32 * bdot_groups[i].group) == 0 &&
+            kn->gemv_unroll <= bdot_groups[i].most) {
+            P->group = bdot_groups[i].group; P->load_bytes = bdot_groups[i].load_bytes; most = bdot_groups[i].most;
+        }
     /* vector width: 16 bytes of the weight per lane, narrowed until every vectorised load stays aligned */
-    int vec = P->bdot ? 32 : 1;
+    int vec = P->bdot ? 32 * P->group : 1;
     if (gs.ok) {
         vec = gs.vec;
         int want = kn->gemv_vec ? kn->gemv_vec : 16 / gs.wsize;
@@ -96,13 +129,18 @@ int gemv_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     int64_t lane_rounds = (P->k_chunk + step - 1) / step;
     P->unroll = kn->gemv_unroll ? kn->gemv_unroll : lane_rounds >= 4 ? 4 : lane_rounds >= 2 ? 2 : 1;
     if (P->bdot && !kn->gemv_unroll) {
-        /* blocks a lane loads together: up to about 160 bytes of them (8 of q4_1's 20, 4 of q8_0's 34) in
-         * registers, no more than the lane's blocks in a slice */
-        int64_t most = 1;
-        for (int a = 0; a < b->nacc; a++) most = max_i(most, dtype_bytes(P->wop[a]->buf->dtype, 32));
-        P->unroll = (int)min_i(8, 160 / most);
-        while (P->unroll > 1 && P->unroll > lane_rounds) P->unroll /= 2;
+        /* rounds a lane loads together: up to about 160 bytes of them (8 of q4_1's blocks of 20, 4 of q8_0's 34;
+         * the group form's most), no more than the lane's rounds in a slice */
+        int64_t bytes = 1;
+        for (int a = 0; P->group == 1 && a < b->nacc; a++) bytes = max_i(bytes, dtype_bytes(P->wop[a]->buf->dtype, 32));
+        P->unroll = P->group > 1 ? most : (int)min_i(8, 160 / bytes);
+        if (P->unroll > lane_rounds) P->unroll = (int)max_i(1, lane_rounds);
     }
+    /* bdot: at least 12 warps an SM where the grid has more than gemv_target_blocks (2 an SM) at n = 1: their
+     * rounds' loads are what is in flight (a q6_k gate/up pair's activations and two rows of words took 244
+     * registers, 8 warps: 29 KB a SM; capped at 168, 12 warps: 44 KB). A smaller grid leaves the registers free
+     * (at 1-2 blocks an SM, a lane's loads of both rows of a pair are all that is in flight) */
+    P->min_blocks = P->bdot && blocks1 * P->split_k > kn->gemv_target_blocks ? (12 + P->rows - 1) / P->rows : 0;
     k->grid = E_MUL(A, ceil_div(A, c->total, P->rows), e_i(A, P->split_k));
     out[0] = k;
     if (P->split_k == 1) return 1;
@@ -124,9 +162,14 @@ void gemv_print(Str *o, const TileKernel *k) {
     print_axes(o, b->red, b->nred);
     str_printf(o, "]");
     if (P->split_k > 1) str_printf(o, " slice bid%%%d", P->split_k);
-    str_printf(o, " by 32x%d (%s", P->vec,
-               P->bdot ? "a block each, bdot" : P->vec > 1 ? "vector loads" : "scalar loads");
-    if (P->unroll > 1) str_printf(o, ", %d rounds' loads issued together, then the rest one by one", P->unroll);
+    str_printf(o, " by 32x%d (", P->vec);
+    if (P->bdot && dtype_block[P->wop[0]->buf->dtype] == 256)
+        str_printf(o, "halves of super-blocks in %d-byte loads, bdot", P->load_bytes);
+    else if (P->bdot && P->group > 1)
+        str_printf(o, "groups of %d blocks in %d-byte loads, bdot", P->group, P->load_bytes);
+    else str_printf(o, "%s", P->bdot ? "a block each, bdot" : P->vec > 1 ? "vector loads" : "scalar loads");
+    if (P->unroll > 1 && P->bdot) str_printf(o, ", up to %d rounds' loads issued together", P->unroll);
+    else if (P->unroll > 1) str_printf(o, ", %d rounds' loads issued together, then the rest one by one", P->unroll);
     str_printf(o, "), f32 accumulation in order, a warp-shuffle tree (sum)");
     if (b->nacc == 2)
         str_printf(o, "; two accumulators (a pair), each lane's activation loads serve both, %d store%s", b->nstore,
@@ -147,7 +190,7 @@ const char *gemv_verify(const TileKernel *k) {
     const GemvParams *P = &k->body.gemv;
     if (k->body.nred != 1 || P->vec < 1 || P->k_chunk % P->vec || P->split_k < 1 || P->unroll < 1 || P->unroll > 8)
         return "gemv parameters";
-    if (P->bdot && (P->vec != 32 || !P->xop || !P->wop[0] || (k->body.nacc == 2 && !P->wop[1])))
+    if (P->bdot && (P->vec != 32 * P->group || !P->xop || !P->wop[0] || (k->body.nacc == 2 && !P->wop[1])))
         return "gemv bdot without whole blocks or its operands";
     return P->split_k > 1 ? splitk_sum_verify(k) : NULL;
 }
@@ -206,6 +249,7 @@ void gemv_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
     const NestBody *b = &t->body;
     const GemvParams *P = &b->gemv;
     declare_regs(k, 2 * b->nacc);
+    k->min_blocks = P->min_blocks;
     Expr *total = product(A, b->par, b->npar);
     int64_t K;
     CHECK(expr_is_const(b->red[0].extent, &K), "gemv over a runtime extent");
@@ -217,17 +261,35 @@ void gemv_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
     for (int j = 0; j < b->nacc; j++) p0[n0++] = ts_assign(A, 2 * j, e_f(A, 0.0));
     TStmt *in = ts_if(A, lt(A, g, total), b->npar + 2);
     in->nbody = decompose(A, in->body, b->par, b->npar, g);
-    /* for c = ks*chunk + lane*vec; c < min(ks*chunk + chunk, K); c += 32*vec, in two loops: while U
-     * rounds remain, their loads all first, then their terms in order (the same sums as one round at a
-     * time); then the rounds left one by one */
+    /* for c = ks*chunk + lane*vec; c < min(ks*chunk + chunk, K); c += 32*vec; vector loads in two loops:
+     * while U rounds remain, their loads all first, then their terms in order (the same sums as one round
+     * at a time); then the rounds left one by one */
     const int64_t S = 32 * (int64_t)P->vec, U = P->unroll;
     Expr *k0 = P->split_k > 1 ? E_MUL(A, ks, e_i(A, P->k_chunk)) : e_i(A, 0);
     Expr *lo = E_ADD(A, k0, E_MUL(A, lane, e_i(A, P->vec)));
     Expr *hi = P->split_k == 1 ? e_i(A, K) : emin(A, E_ADD(A, k0, e_i(A, P->k_chunk)), e_i(A, K));
-    /* bdot: where every slice is whole unrolled rounds (K and the chunk multiples of U * S), the unrolled loop
-     * covers every lane's rounds and the other is left out */
-    int passes = P->bdot && U > 1 && K % (U * S) == 0 && P->k_chunk % (U * S) == 0 ? 1 : 2;
-    for (int pass = U > 1 ? 0 : 1; pass < passes; pass++) {
+    Var *iv = b->red[0].v;
+    if (P->bdot) {
+        /* one loop: for c = lo; c < hi; c += U * S, each accumulator one bdot of the lane's rounds from c (S
+         * apart), min(U, ceil((hi - c) / S)) of them (U where every slice is whole unrolled rounds) */
+        Var *cv = new_var(A, B->nvars, "c");
+        Expr *c = e_var(A, cv), *nb = e_i(A, U);
+        if (U > 1 && (K % (U * S) || P->k_chunk % (U * S)))
+            nb = emin(A, e_i(A, U), E_DIV(A, E_ADD(A, E_SUB(A, hi, c), e_i(A, S - 1)), e_i(A, S)));
+        TStmt *f = ts_for(A, cv, lo, hi, e_i(A, S * U), b->nacc);
+        for (int a = 0; a < b->nacc; a++) {
+            TStmt *q = ts(A, TS_BDOT);
+            q->reg = 2 * a; q->buf = P->wop[a]->buf; q->vec = (int)U; q->gn = S; q->lo = nb; q->group = P->group;
+            q->idx = ARENA_ARRAY(A, Expr *, 2);
+            q->idx[0] = P->wop[a]->a[0]; q->idx[1] = c;
+            if (P->debug_row)   /* the deliberate fault: the next row */
+                q->idx[0] = imod(A, E_ADD(A, q->idx[0], e_i(A, 1)), q->buf->dims[0]);
+            q->e = expr_subst(A, P->xop, iv, c);
+            ts_add(f, q);
+        }
+        ts_add(in, f);
+    }
+    for (int pass = U > 1 ? 0 : 1; !P->bdot && pass < 2; pass++) {
         int64_t rounds = pass ? 1 : U;
         Var *cv = new_var(A, B->nvars, pass ? "c" : "cu");
         /* the unrolled loop runs while its last round starts inside the slice; the other from where it
@@ -236,23 +298,6 @@ void gemv_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *
         if (pass && U > 1) {
             Expr *lr = E_DIV(A, E_ADD(A, e_bin(A, EX_MAX, E_SUB(A, hi, lo), e_i(A, 0)), e_i(A, S - 1)), e_i(A, S));
             flo = E_ADD(A, lo, E_MUL(A, E_DIV(A, lr, e_i(A, U)), e_i(A, U * S)));
-        }
-        Var *iv = b->red[0].v;
-        if (P->bdot) {
-            /* each accumulator: one bdot of the lane's rounds (blocks S elements apart) from element c */
-            TStmt *f = ts_for(A, cv, flo, fhi, e_i(A, S * rounds), b->nacc);
-            for (int a = 0; a < b->nacc; a++) {
-                TStmt *q = ts(A, TS_BDOT);
-                q->reg = 2 * a; q->buf = P->wop[a]->buf; q->vec = (int)rounds; q->gn = S;
-                q->idx = ARENA_ARRAY(A, Expr *, 2);
-                q->idx[0] = P->wop[a]->a[0]; q->idx[1] = e_var(A, cv);
-                if (P->debug_row)   /* the deliberate fault: the next row */
-                    q->idx[0] = imod(A, E_ADD(A, q->idx[0], e_i(A, 1)), q->buf->dims[0]);
-                q->e = expr_subst(A, P->xop, iv, e_var(A, cv));
-                ts_add(f, q);
-            }
-            ts_add(in, f);
-            continue;
         }
         Expr *sum[2] = {reg(A, GEMV_R_ACC0), reg(A, GEMV_R_ACC1)};
         TStmt *vl[64]; Expr *src[8];
