@@ -410,7 +410,7 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             lin_index(o, k, s->e->buf, s->e->a, t);
             str_printf(o, "), ");
             emit_expr(o, k, s->lo, t);
-            str_printf(o, "%s);\n", s->dot ? ", acts_q8" : "");
+            str_printf(o, "%s, %d);\n", s->dot ? ", acts_q8" : "", s->prefetch);
             break;
         case TS_DOT16: {
             /* runtime/cpu_dot16.h: the weight row from its element, the activation rows from the load's element
@@ -430,10 +430,11 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             if (s->gn == 1) {
                 str_printf(o, "r%d = cpu_dot16_1(%s, %s, ", s->reg, w.s, xr.s);
                 emit_expr(o, k, s->lo, t);
-                str_printf(o, ");\n");
+                str_printf(o, ", %d);\n", s->prefetch);
             } else {
                 str_printf(o, "cpu_dot16_%d(%s, %s, %lldLL, ", (int)s->gn, w.s, xr.s, (long long)x->dims[1]);
                 emit_expr(o, k, s->lo, t);
+                str_printf(o, ", %d", s->prefetch);
                 for (int j = 0; j < s->gn; j++) str_printf(o, ", &r%d", s->reg + j);
                 str_printf(o, ");\n");
             }

@@ -165,12 +165,16 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
                    s->dot ? "bf16 pairs for the bf16 dot product (f32 slivers where the CPU lacks it)" : "f32 slivers");
         return;
     case TS_QDOT:
-        kfmt(p, "r%d = qdot(%B ..] (%s blocks), %E .., K %E)%s\n", s->reg, s->buf, s->idx,
+        kfmt(p, "r%d = qdot(%B ..] (%s blocks), %E .., K %E)%s", s->reg, s->buf, s->idx,
              dtype_names[s->buf->dtype], s->e, s->lo, s->dot ? ", activations rounded to 8 bits" : "");
+        if (s->prefetch) str_printf(p->o, ", prefetching %d bytes ahead", s->prefetch);
+        str_printf(p->o, "\n");
         return;
     case TS_DOT16:
-        kfmt(p, "r%d..r%d = dot16(%B ..] (bf16), rows of %E .. rounded to bf16 (%d rows), K %E)\n", s->reg,
+        kfmt(p, "r%d..r%d = dot16(%B ..] (bf16), rows of %E .. rounded to bf16 (%d rows), K %E)", s->reg,
              s->reg + (int)s->gn - 1, s->buf, s->idx, s->e, (int)s->gn, s->lo);
+        if (s->prefetch) str_printf(p->o, ", prefetching %d bytes ahead", s->prefetch);
+        str_printf(p->o, "\n");
         return;
     case TS_BDOT: {
         int64_t nb;
@@ -385,6 +389,7 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
             else if (!expr_is_const(s->lo, &K) || K % dtype_block[s->buf->dtype] || K > row)
                 m = "qdot of partial blocks";
             else if (s->reg < 0 || s->reg >= k->nregs) m = "qdot into an undeclared register";
+            else if (s->prefetch < 0 || s->prefetch % 64) m = "qdot prefetch not whole cache lines";
         }
         else if (s->k == TS_DOT16) {
             int64_t K;
@@ -395,6 +400,7 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
             else if (!expr_is_const(s->lo, &K) || K > row || K > s->e->buf->dims[1]) m = "dot16 past a row";
             else if ((s->gn != 1 && s->gn != 4 && s->gn != 8) || s->reg < 0 || s->reg + s->gn > k->nregs)
                 m = "dot16 into undeclared registers";
+            else if (s->prefetch < 0 || s->prefetch % 64) m = "dot16 prefetch not whole cache lines";
         }
         else if (s->k == TS_BDOT) {
             /* the runtime's block dot products: 32-element blocks, at most BDOT_MAX (8) of them */

@@ -52,6 +52,7 @@ typedef struct TStmt {
      * first element), w the bf16 weight buf's row from element idx */
     int gsmem[3]; int64_t gn;
     int group;                 /* bdot: blocks a round */
+    int prefetch;              /* qdot, dot16: the weights this many bytes ahead of the loads prefetched (0: none) */
     bool dot;
     int64_t run_rows, run_gap;
 } TStmt;

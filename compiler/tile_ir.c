@@ -22,6 +22,8 @@ void knobs_set(Knobs *k, const char *assign) {
     long v = strtol(eq + 1, &end, 10);
     size_t nl = (size_t)(eq - assign);
     if (*end || eq[1] == 0) die_user(NULL, "--knob", "'%s': value is not an integer", assign);
+    if (nl == strlen("cpu_prefetch") && !strncmp(assign, "cpu_prefetch", nl) && v % 64)
+        die_user(NULL, "--knob", "cpu_prefetch must be a multiple of 64 (bytes: whole cache lines)");
 #define X(s, f, d, lo, hi, p2) \
     if (nl == strlen(s) && !strncmp(assign, s, nl)) { \
         if (v < (lo) || v > (hi) || ((p2) && v && !pow2(v))) \

@@ -42,7 +42,9 @@ extern const char *const sched_names[];
  * rounds their activations to 8 bits per block of 32 for integer products (runtime/cpu_quant_q8.h; 0: f32
  * activations, runtime/cpu_quant.h). cpu_rows_bf16=1 makes cpu_rows' linears of bf16 weights bf16 dot products
  * (runtime/cpu_dot16.h, the activations rounded to bf16; 0: f32 multiply-adds on the widened weights), and bf16
- * linears run them in calls of up to cpu_dot16_max_n tokens (the GEMM above that). */
+ * linears run them in calls of up to cpu_dot16_max_n tokens (the GEMM above that). cpu_prefetch: how many bytes
+ * of the weights ahead of their loads those decode dot products (qdot, dot16) prefetch (0: none; a multiple of
+ * 64, the cache line). */
 #define KNOBS(X) \
     X("flat_block", flat_block, 256, 32, 1024, true) \
     X("reduce_block_max", reduce_block_max, 256, 32, 1024, true) \
@@ -80,7 +82,8 @@ extern const char *const sched_names[];
     X("cpu_dot16_max_n", cpu_dot16_max_n, 32, 0, 1 << 20, false) \
     X("debug_bdot_row", debug_bdot_row, 0, 0, 1, false) \
     X("gemv_bdot_groups", gemv_bdot_groups, 1, 0, 1, false) \
-    X("debug_pack_row", debug_pack_row, 0, 0, 1, false)
+    X("debug_pack_row", debug_pack_row, 0, 0, 1, false) \
+    X("cpu_prefetch", cpu_prefetch, 4096, 0, 1 << 20, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;
     KNOBS(X)
@@ -140,6 +143,8 @@ typedef struct {
      * cpu_rows_bf16) with the activations rounded to bf16, eight or four tokens at a time sharing each weight
      * load */
     bool dot16;
+    int prefetch;              /* qdot, dot16: bytes of the weights ahead of the loads prefetched (knob cpu_prefetch;
+                                * 0: none) */
 } CpuRowsParams;
 /* cpu_gemm (compiler/schedules/cpu_gemm.c): y[t, o] = sum_k xop(t, k) * wop(o, k), packed panels and
  * runtime/cpu_gemm.h's register-tile kernel */

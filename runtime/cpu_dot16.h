@@ -68,24 +68,27 @@ __attribute__((noinline, unused)) static float cpu_dot16_c(const uint16_t *w, co
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define CPU_DOT16_FN static __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), unused))
-/* How far ahead of its loads a group of 4 or 8 tokens prefetches the weights (bf16 values: 8 KB, the next rows
- * of the task's run), into L2. A batch's dot products take long enough per weight row that the hardware
- * prefetcher, which follows the loads, keeps too few lines in flight: 8 tokens per load (rows of 896, 2 threads,
- * Zen 4) ran at 72 G multiply-adds/s (the weights at 18 GB/s) without it, 100-111 with 3 KB into L1 and
- * 111-124 with 8 KB into L2. A prefetch past the weights' end is harmless (prefetches do not fault). One token
- * alone streams at the memory's speed without it (3 KB into L1 lowered it from 31-34 GB/s to 23-31). */
-#define CPU_DOT16_PREFETCH 4096
+/* `prefetch` (the cpu_rows schedule's, knob cpu_prefetch): the weights that many bytes ahead of the loads are
+ * prefetched into L2 (0: none; a prefetch past the weights' end is harmless: prefetches do not fault). A batch's
+ * dot products take long enough per weight row that the hardware prefetcher, which follows the loads, keeps too
+ * few lines in flight: 8 tokens per load (rows of 896, 2 threads, Zen 4) ran at 72 G multiply-adds/s (the
+ * weights at 18 GB/s) without it, 100-111 with 3 KB into L1 and 111-124 with 8 KB into L2. One token alone
+ * streamed at that Zen 4's memory speed without it (3 KB into L1 lowered it from 31-34 GB/s to 23-31); on an
+ * Intel Xeon (AMX) it did not: Qwen2.5-0.5B's shapes in bf16 (988 MB a token) decoded at 17.4 tok/s without
+ * and 21.1-21.5 with 2-4 KB into L2 (21 GB/s, of the 23.6 a plain 2-thread read reaches there). */
 /* g tokens' rows (ldx apart) against one weight row: per token two accumulators over steps of 64, one step of
  * 32 into the first, the rest (masked) into the second, then their sum. g is a constant where it is inlined. */
 __attribute__((always_inline)) CPU_DOT16_FN inline void cpu_dot16_v(const int g, const uint16_t *w,
                                                                      const uint16_t *x, int64_t ldx, int64_t k,
-                                                                     float *out) {
+                                                                     int64_t prefetch, float *out) {
     __m512 acc[8][2];
     for (int t = 0; t < g; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 64 <= k; i += 64) {
-        if (g >= 4) _mm_prefetch((const char *)(w + i + CPU_DOT16_PREFETCH), _MM_HINT_T1);
-        if (g >= 4) _mm_prefetch((const char *)(w + i + CPU_DOT16_PREFETCH + 32), _MM_HINT_T1);
+        if (prefetch) {   /* the step's 128 bytes */
+            _mm_prefetch((const char *)(w + i) + prefetch, _MM_HINT_T1);
+            _mm_prefetch((const char *)(w + i) + prefetch + 64, _MM_HINT_T1);
+        }
         __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + i), w1 = (__m512bh)_mm512_loadu_si512(w + i + 32);
         for (int t = 0; t < g; t++) {
             acc[t][0] = _mm512_dpbf16_ps(acc[t][0], (__m512bh)_mm512_loadu_si512(x + t * ldx + i), w0);
@@ -106,55 +109,60 @@ __attribute__((always_inline)) CPU_DOT16_FN inline void cpu_dot16_v(const int g,
     }
     for (int t = 0; t < g; t++) out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
 }
-__attribute__((noinline)) CPU_DOT16_FN float cpu_dot16_1_v(const uint16_t *w, const uint16_t *x, int64_t k) {
+__attribute__((noinline)) CPU_DOT16_FN float cpu_dot16_1_v(const uint16_t *w, const uint16_t *x, int64_t k,
+                                                           int64_t prefetch) {
     float r;
-    cpu_dot16_v(1, w, x, 0, k, &r);
+    cpu_dot16_v(1, w, x, 0, k, prefetch, &r);
     return r;
 }
 __attribute__((noinline)) CPU_DOT16_FN void cpu_dot16_4_v(const uint16_t *w, const uint16_t *x, int64_t ldx,
-                                                          int64_t k, float *out) {
-    cpu_dot16_v(4, w, x, ldx, k, out);
+                                                          int64_t k, int64_t prefetch, float *out) {
+    cpu_dot16_v(4, w, x, ldx, k, prefetch, out);
 }
 __attribute__((noinline)) CPU_DOT16_FN void cpu_dot16_8_v(const uint16_t *w, const uint16_t *x, int64_t ldx,
-                                                          int64_t k, float *out) {
-    cpu_dot16_v(8, w, x, ldx, k, out);
+                                                          int64_t k, int64_t prefetch, float *out) {
+    cpu_dot16_v(8, w, x, ldx, k, prefetch, out);
 }
 #undef CPU_DOT16_FN
 #endif
 
-/* one token: sum over i < k of w[i] * x[i] */
-static inline float cpu_dot16_1(const uint16_t *w, const uint16_t *x, int64_t k) {
+/* one token: sum over i < k of w[i] * x[i]; the weights `prefetch` bytes ahead prefetched (above) */
+static inline float cpu_dot16_1(const uint16_t *w, const uint16_t *x, int64_t k, int64_t prefetch) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (cpu_gemm_dot16_ok()) return cpu_dot16_1_v(w, x, k);
+    if (cpu_gemm_dot16_ok()) return cpu_dot16_1_v(w, x, k, prefetch);
 #endif
+    (void)prefetch;
     return cpu_dot16_c(w, x, k);
 }
 
 /* g = 4 or 8 tokens (rows of x, ldx apart) against one weight row: out[0 .. g), each as cpu_dot16_1 gives it */
-static inline void cpu_dot16_g(int g, const uint16_t *w, const uint16_t *x, int64_t ldx, int64_t k, float *out) {
+static inline void cpu_dot16_g(int g, const uint16_t *w, const uint16_t *x, int64_t ldx, int64_t k,
+                               int64_t prefetch, float *out) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (cpu_gemm_dot16_ok()) {
-        if (g == 8) cpu_dot16_8_v(w, x, ldx, k, out);
-        else cpu_dot16_4_v(w, x, ldx, k, out);
+        if (g == 8) cpu_dot16_8_v(w, x, ldx, k, prefetch, out);
+        else cpu_dot16_4_v(w, x, ldx, k, prefetch, out);
         return;
     }
 #endif
+    (void)prefetch;
     for (int t = 0; t < g; t++) out[t] = cpu_dot16_c(w, x + t * ldx, k);
 }
 
 /* four tokens: *r0 .. *r3 */
-static inline void cpu_dot16_4(const uint16_t *w, const uint16_t *x, int64_t ldx, int64_t k, float *r0, float *r1,
-                               float *r2, float *r3) {
+static inline void cpu_dot16_4(const uint16_t *w, const uint16_t *x, int64_t ldx, int64_t k, int64_t prefetch,
+                               float *r0, float *r1, float *r2, float *r3) {
     float out[4];
-    cpu_dot16_g(4, w, x, ldx, k, out);
+    cpu_dot16_g(4, w, x, ldx, k, prefetch, out);
     *r0 = out[0]; *r1 = out[1]; *r2 = out[2]; *r3 = out[3];
 }
 
 /* eight tokens: *r0 .. *r7 */
-static inline void cpu_dot16_8(const uint16_t *w, const uint16_t *x, int64_t ldx, int64_t k, float *r0, float *r1,
-                               float *r2, float *r3, float *r4, float *r5, float *r6, float *r7) {
+static inline void cpu_dot16_8(const uint16_t *w, const uint16_t *x, int64_t ldx, int64_t k, int64_t prefetch,
+                               float *r0, float *r1, float *r2, float *r3, float *r4, float *r5, float *r6,
+                               float *r7) {
     float out[8];
-    cpu_dot16_g(8, w, x, ldx, k, out);
+    cpu_dot16_g(8, w, x, ldx, k, prefetch, out);
     *r0 = out[0]; *r1 = out[1]; *r2 = out[2]; *r3 = out[3]; *r4 = out[4]; *r5 = out[5]; *r6 = out[6]; *r7 = out[7];
 }
 #endif

@@ -57,7 +57,10 @@ static inline void cpu_acts_q8_quantize(CpuActsQ8 *a, const float *x, int64_t k)
     for (int64_t b = 0; b < k / 32; b++) {
         const float *xb = x + 32 * b;
         float amax = 0;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        for (int j = 0; j < 32; j++) {   /* fmaxf's value (a NaN is passed over), inline: fmaxf is a library call */
+            const float v = fabsf(xb[j]);
+            amax = v > amax ? v : amax;
+        }
         const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
         int sum = 0;
         for (int j = 0; j < 32; j++) {
@@ -196,34 +199,38 @@ __attribute__((always_inline)) CPU_Q8_V3 __m256 cpu_q8_block_v3(int type, const 
 }
 /* two blocks a step, each into its own sums: the multiply-adds of one do not wait for the other's */
 __attribute__((always_inline)) CPU_Q8_V3 float cpu_qdot_q8_v3_type(int type, const uint8_t *b, const CpuActsQ8 *a,
-                                                                  int64_t nblocks) {
+                                                                  int64_t nblocks, int64_t prefetch) {
     const int bytes = type == 0 ? 34 : type == 1 ? 18 : type == 2 ? 20 : type == 6 ? 22 : 24;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     float side0 = 0, side1 = 0;
     int64_t i = 0;
     for (; i + 2 <= nblocks; i += 2, b += 2 * bytes) {
+        cpu_prefetch_step(b, 2 * bytes, prefetch);
         acc0 = cpu_q8_block_v3(type, b, a, i, &side0, acc0);
         acc1 = cpu_q8_block_v3(type, b + bytes, a, i + 1, &side1, acc1);
     }
     if (i < nblocks) acc0 = cpu_q8_block_v3(type, b, a, i, &side0, acc0);
     return cpu_q8_hsum(_mm256_add_ps(acc0, acc1)) + side0 + side1;
 }
-CPU_Q8_V3 float cpu_qdot_q8_v3(int type, const uint8_t *b, const CpuActsQ8 *a, int64_t nblocks) {
+CPU_Q8_V3 float cpu_qdot_q8_v3(int type, const uint8_t *b, const CpuActsQ8 *a, int64_t nblocks,
+                               int64_t prefetch) {
     switch (type) {
-    case 0: return cpu_qdot_q8_v3_type(0, b, a, nblocks);
-    case 1: return cpu_qdot_q8_v3_type(1, b, a, nblocks);
-    case 2: return cpu_qdot_q8_v3_type(2, b, a, nblocks);
-    case 6: return cpu_qdot_q8_v3_type(6, b, a, nblocks);
-    default: return cpu_qdot_q8_v3_type(7, b, a, nblocks);
+    case 0: return cpu_qdot_q8_v3_type(0, b, a, nblocks, prefetch);
+    case 1: return cpu_qdot_q8_v3_type(1, b, a, nblocks, prefetch);
+    case 2: return cpu_qdot_q8_v3_type(2, b, a, nblocks, prefetch);
+    case 6: return cpu_qdot_q8_v3_type(6, b, a, nblocks, prefetch);
+    default: return cpu_qdot_q8_v3_type(7, b, a, nblocks, prefetch);
     }
 }
 /* the K-quants: Q4_K / Q5_K per sub-block of 32 (one activation block): the integer sum widened, times d * sc *
  * d_x, the minimum's dmin * m * d_x * sum(q) in a scalar; Q6_K's signed values (q - 32) per pair of sub-blocks of
  * 16, each half of the lanes multiplied by its sub-block's scale in the integer multiply-add */
-CPU_Q8_V3 float cpu_qdot_q8_k_v3(int type, const uint8_t *b, const CpuActsQ8 *a, int64_t nsuper) {
+CPU_Q8_V3 float cpu_qdot_q8_k_v3(int type, const uint8_t *b, const CpuActsQ8 *a, int64_t nsuper,
+                                 int64_t prefetch) {
     __m256 acc = _mm256_setzero_ps();
     float side = 0;
     for (int64_t i = 0; i < nsuper; i++) {
+        cpu_prefetch_step(b, type == 5 ? 210 : type == 4 ? 176 : 144, prefetch);
         const int8_t *xq = a->q + 256 * i;
         const float *dx = a->d + 8 * i;
         if (type == 5) {
@@ -269,9 +276,10 @@ CPU_Q8_V3 float cpu_qdot_q8_k_v3(int type, const uint8_t *b, const CpuActsQ8 *a,
 static inline const char *cpu_quant_q8_isa_name(void) { return cpu_quant_isa() >= 3 ? "AVX2" : "portable C"; }
 
 /* sum over k of x[k] * w[first + k] with x rounded to 8 bits (above), w of type `type`; first and k whole
- * blocks; a: the calling thread's row (cpu_acts_q8_begin), x quantized into it unless it holds x already */
+ * blocks; a: the calling thread's row (cpu_acts_q8_begin), x quantized into it unless it holds x already; the
+ * weights `prefetch` bytes ahead prefetched (cpu_quant.h's cpu_prefetch_step) */
 static inline float cpu_qdot_q8(int type, const uint8_t *w, int64_t first, const float *x, int64_t k,
-                                CpuActsQ8 *a) {
+                                CpuActsQ8 *a, int64_t prefetch) {
     static const int16_t block_bytes[8] = {34, 18, 20, 144, 176, 210, 22, 24};
     const bool kquant = cpu_qdot_is_super(type);
     const int block = kquant ? 256 : 32;
@@ -279,7 +287,7 @@ static inline float cpu_qdot_q8(int type, const uint8_t *w, int64_t first, const
     const uint8_t *b = w + first / block * block_bytes[type];
 #if defined(__x86_64__) && defined(__GNUC__)
     if (cpu_quant_isa() >= 3)
-        return kquant ? cpu_qdot_q8_k_v3(type, b, a, k / 256) : cpu_qdot_q8_v3(type, b, a, k / 32);
+        return kquant ? cpu_qdot_q8_k_v3(type, b, a, k / 256, prefetch) : cpu_qdot_q8_v3(type, b, a, k / 32, prefetch);
 #endif
     return kquant ? cpu_qdot_q8_k_c(type, b, a, k / 256) : cpu_qdot_q8_c(type, b, a, k / 32);
 }

@@ -237,6 +237,32 @@ def test_barriers_and_tokens_kernels():
     assert batch.count("each token: n = 1") == 1, "only attention loops over the tokens"
 
 
+def test_prefetch_knob():
+    """Knob cpu_prefetch (cpu_rows' prefetch of the weights ahead of the decode dot products' loads) reaches the
+    tile IR, the kernel IR and the emitted calls with its value, is left out at 0, and must be whole cache
+    lines. (That prefetching leaves the sums alone: tests/c/test_cpu_dot16.c runs with and without it, and
+    every qdot / dot16 check here and in test_quant.py runs with the default.)"""
+    fix = fixture("qwen2-tied", "bf16")
+    for value in (None, 0, 640):
+        knobs = () if value is None else ("--knob", "cpu_prefetch=%d" % value)
+        want = 4096 if value is None else value
+        tile = run([LLMCC, "compile", fix, "--target", "cpu", "--ir", "tile"] + list(knobs)).stdout
+        kern = run([LLMCC, "compile", fix, "--target", "cpu", "--ir", "kernel"] + list(knobs)).stdout
+        dot16 = [l for l in kern.splitlines() if "= dot16(" in l]
+        assert dot16, kern[:2000]
+        if want:
+            assert "the weights prefetched %d bytes ahead" % want in tile, tile[:3000]
+            assert all(l.endswith("prefetching %d bytes ahead" % want) for l in dot16), dot16[:4]
+        else:
+            assert "bytes ahead" not in tile and not any("prefetch" in l for l in dot16), dot16[:4]
+    out = build(fix, "cpu")
+    calls = re.findall(r"cpu_dot16_[148]\([^;]*;", open(os.path.join(out, "model.c")).read())
+    assert calls and all(re.search(r", 4096(, &r\d+)*\);$", c) for c in calls), calls[:4]
+    p = run([LLMCC, "compile", fix, "--target", "cpu", "--ir", "tile", "--knob", "cpu_prefetch=100"], check=False)
+    assert p.returncode == 1 and p.stderr.strip() == \
+        "llmcc: --knob: cpu_prefetch must be a multiple of 64 (bytes: whole cache lines)", p.stderr
+
+
 def test_aarch64_builds_with_neon():
     """The same model.c compiles for aarch64 (a cross gcc, where installed: apt-get install gcc-aarch64-linux-gnu)
     and its kernels' loops become NEON vector FMAs (fmla on .4s lanes)."""

@@ -113,6 +113,8 @@ int cpu_rows_choose(const ScheduleChoice *c, TileKernel *k, TileKernel **out) {
     if (P->token_loop) rows = product(c->A, k->body.par + 1, k->body.npar - 1);
     P->dot16 = P->token_loop && kn->cpu_rows_bf16 && dot16_form(&k->body, &P->xop, P->wop);
     if (P->dot16) P->group = 1;   /* one dot product per element: groups are of tokens (eight, four) */
+    /* the runtime dot products' prefetch (runtime/cpu_quant.h's cpu_prefetch_step says what it gained) */
+    P->prefetch = P->qdot || P->dot16 ? kn->cpu_prefetch : 0;
     /* cpu_tasks tasks at n = 1 (more for larger n, but in a token loop): enough to balance any thread count; a
      * token loop's task reads at most 256 KiB of weights, which stay in the core's L2 cache for the next token */
     P->chunk = max_i((t1 + kn->cpu_tasks - 1) / kn->cpu_tasks, 1);
@@ -144,6 +146,7 @@ void cpu_rows_print(Str *o, const TileKernel *k) {
         str_printf(o, ", each a dot product of %s's %s blocks (%s) and a row of %s%s", P->wop[0]->buf->name,
                    dtype_names[P->wop[0]->buf->dtype], P->acts_q8 ? "integer products" : "dequantized in registers",
                    P->xop->buf->name, P->acts_q8 ? " rounded to 8 bits per 32" : "");
+    if (P->prefetch) str_printf(o, ", the weights prefetched %d bytes ahead", P->prefetch);
     if (b->side.buf) str_printf(o, ", storing the fused %s on the way", b->side.buf->name);
     if (b->tail_store.buf) str_printf(o, ", then %s over its row", b->tail_store.buf->name);
     str_printf(o, "\n");
@@ -151,6 +154,8 @@ void cpu_rows_print(Str *o, const TileKernel *k) {
 const char *cpu_rows_verify(const TileKernel *k) {
     const CpuRowsParams *P = &k->body.cpu;
     if (P->group < 1 || P->chunk < 1 || P->chunk % P->group) return "cpu_rows parameters";
+    if (P->prefetch < 0 || P->prefetch % 64 || (P->prefetch && !P->qdot && !P->dot16))
+        return "cpu_rows prefetch not whole cache lines or without a runtime dot product";
     if (P->qdot && (P->group != 1 || !P->xop || !P->wop[0] || (k->body.nacc == 2 && !P->wop[1])))
         return "cpu_rows qdot without its operands or in a group";
     if (P->token_loop && (!groupable(&k->body) || k->body.npar < 2))
@@ -237,6 +242,7 @@ static void element_group(KernelBuilder *B, const NestBody *b, int G, Var *g, TS
                 /* the element's weight row and activation row, from k = 0 */
                 TStmt *q = ts(A, TS_QDOT);
                 q->reg = acc; q->buf = P->wop[a]->buf; q->lo = b->red[0].extent; q->dot = P->acts_q8;
+                q->prefetch = P->prefetch;
                 q->idx = ARENA_ARRAY(A, Expr *, 2);
                 q->idx[0] = expr_subst_vars(A, P->wop[a]->a[0], from, to[r], np); q->idx[1] = e_i(A, 0);
                 if (P->debug_row)   /* the deliberate fault: the next row */
@@ -275,7 +281,7 @@ static void dot16_element(KernelBuilder *B, const NestBody *b, int G, Var *g, Va
     f->nbody += decompose(A, f->body + f->nbody, ax + 1, np - 1, e_var(A, g));
     for (int a = 0; a < na; a++) {
         TStmt *q = ts(A, TS_DOT16);
-        q->reg = a * G; q->gn = G; q->buf = P->wop[a]->buf; q->lo = b->red[0].extent;
+        q->reg = a * G; q->gn = G; q->buf = P->wop[a]->buf; q->lo = b->red[0].extent; q->prefetch = P->prefetch;
         q->idx = ARENA_ARRAY(A, Expr *, 2);
         q->idx[0] = expr_subst_vars(A, P->wop[a]->a[0], from, to, np); q->idx[1] = e_i(A, 0);
         q->e = expr_subst(A, expr_subst_vars(A, P->xop, from, to, np), b->red[0].v, e_i(A, 0));

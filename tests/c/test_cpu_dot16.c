@@ -46,11 +46,11 @@ int main(void) {
             a = cpu_acts16_begin();   /* a new kernel: the input rounded again */
             const uint16_t *xs = cpu_acts16(a, x, ROWS * ldx);
             float four[4], eight[8], one[ROWS];
-            cpu_dot16_4(w, xs, ldx, k, &four[0], &four[1], &four[2], &four[3]);
-            cpu_dot16_8(w, xs, ldx, k, &eight[0], &eight[1], &eight[2], &eight[3], &eight[4], &eight[5], &eight[6],
-                        &eight[7]);
+            cpu_dot16_4(w, xs, ldx, k, 4096, &four[0], &four[1], &four[2], &four[3]);
+            cpu_dot16_8(w, xs, ldx, k, 4096, &eight[0], &eight[1], &eight[2], &eight[3], &eight[4], &eight[5],
+                        &eight[6], &eight[7]);
             for (int t = 0; t < ROWS; t++) {
-                one[t] = cpu_dot16_1(w, xs + t * ldx, k);
+                one[t] = cpu_dot16_1(w, xs + t * ldx, k, t % 2 ? 4096 : 0);   /* with and without prefetches */
                 double ref = 0, mag = 0;
                 for (int64_t i = 0; i < k; i++) {
                     double p = (double)bf16_value(w[i]) * (double)bf16_value(xs[t * ldx + i]);
