@@ -293,15 +293,29 @@ static inline void cpu_gemm_load8_k(int form, const uint8_t *row, int64_t kk, cp
 /* Row r of the weights, in runs of `run` consecutive rows whose starts are `gap` rows apart (a RoPE pair's
  * halves: runs of head_dim / 2 rows, every head_dim; else one run) */
 #define CPU_GEMM_ROW_AT(w, r) ((const char *)(w) + (((r) / run) * gap + (r) % run) * ldw_bytes)
-/* The 8 x 8 block of rows r0.. and words kk.. into v (whole rows of 8 words within the row's end) */
-static inline void cpu_gemm_load8(int form, const char *w, int64_t ldw_bytes, int64_t run, int64_t gap, int64_t r0,
-                                  int64_t n, int64_t kk, cpu_gemm_u32x8 *v) {
+/* The 8 x 8 block of words kk.. of the rows at rows[0..8) (NULL: a row past n, zero) into v (whole rows of 8
+ * words within the row's end). f32 and bf16 (plain, inlined into the pack's clone for each ISA: called, the
+ * baseline function's 16-byte stores of v and the AVX clone's 32-byte loads of them missed store forwarding,
+ * two thirds of the pack's time in a Qwen2.5-0.5B-shaped f32 prompt on an Intel Xeon), then the block types. */
+__attribute__((always_inline)) static inline void cpu_gemm_load8_plain(int form, const char *const rows[8],
+                                                                       int64_t kk, cpu_gemm_u32x8 *v) {
     for (int q = 0; q < 8; q++) {
-        const char *row = CPU_GEMM_ROW_AT(w, r0 + q);
-        if (r0 + q >= n) { cpu_gemm_u32x8 z = {0}; v[q] = z; }
+        const char *row = rows[q];
+        if (!row) { cpu_gemm_u32x8 z = {0}; v[q] = z; }
         else if (form == CPU_GEMM_W_F32) __builtin_memcpy(&v[q], (const float *)row + kk, 32);
+        else if (form == CPU_GEMM_W_BF16) {
+            cpu_gemm_u16x8 h;
+            __builtin_memcpy(&h, (const uint16_t *)row + kk, 16);
+            v[q] = __builtin_convertvector(h, cpu_gemm_u32x8) << 16;
+        } else __builtin_memcpy(&v[q], (const uint16_t *)row + 2 * kk, 32);
+    }
+}
+static inline void cpu_gemm_load8(int form, const char *const rows[8], int64_t kk, cpu_gemm_u32x8 *v) {
+    for (int q = 0; q < 8; q++) {
+        const char *row = rows[q];
+        if (!row) { cpu_gemm_u32x8 z = {0}; v[q] = z; }
         else if (cpu_gemm_form_is_super(form)) cpu_gemm_load8_k(form, (const uint8_t *)row, kk, &v[q]);
-        else if (form >= CPU_GEMM_W_Q8_0) {
+        else {
             /* 8 values of one block (kk is a multiple of 8): 8 int8, or 8 nibbles of the low or high half (Q5_0 /
              * Q5_1: plus 16 times their 8 bits of qh, a little-endian uint32 after d and m) */
             const uint8_t *b = (const uint8_t *)row + cpu_gemm_row_bytes(form, kk / 32 * 32);
@@ -327,11 +341,6 @@ static inline void cpu_gemm_load8(int form, const char *w, int64_t ldw_bytes, in
             if (has_min) f += f16_at(b + 2);
             __builtin_memcpy(&v[q], &f, 32);
         }
-        else if (form == CPU_GEMM_W_BF16) {
-            cpu_gemm_u16x8 h;
-            __builtin_memcpy(&h, (const uint16_t *)row + kk, 16);
-            v[q] = __builtin_convertvector(h, cpu_gemm_u32x8) << 16;
-        } else __builtin_memcpy(&v[q], (const uint16_t *)row + 2 * kk, 32);
     }
 }
 /* Slivers of `width` columns (16: the f32 tile's NR; 32: the dot16 tile's two vectors of pairs), words words
@@ -352,9 +361,14 @@ CPU_KERNEL CPU_GEMM_FN void cpu_gemm_pack_rows(int form, int64_t n, int64_t rows
     for (int64_t j0 = 0; j0 < rows; j0 += width) {
         uint32_t *sl = panel + j0 * words;
         for (int64_t r0 = j0; r0 < j0 + width; r0 += 8) {
+            /* the 8 rows' addresses once (CPU_GEMM_ROW_AT divides by run: 16 divisions an 8 x 8 block cost more
+             * than the block's loads, most of a Qwen2.5-0.5B-shaped f32 prompt's time on an Intel Xeon) */
+            const char *rowp[8];
+            for (int q = 0; q < 8; q++) rowp[q] = r0 + q < n ? CPU_GEMM_ROW_AT(w, r0 + q) : NULL;
             for (int64_t kk = 0; kk < whole; kk += 8) {
                 cpu_gemm_u32x8 v[8];
-                cpu_gemm_load8(form, (const char *)w, ldw_bytes, run, gap, r0, n, kk, v);
+                if (form <= CPU_GEMM_W_BF16_PAIRS) cpu_gemm_load8_plain(form, rowp, kk, v);
+                else cpu_gemm_load8(form, rowp, kk, v);
                 CPU_GEMM_TRANSPOSE8(v);
                 for (int q = 0; q < 8; q++) __builtin_memcpy(sl + (kk + q) * width + (r0 - j0), &v[q], 32);
             }
