@@ -73,7 +73,7 @@
 
 /* CPU_GEMM_SIZES_ONLY: the tile's sizes alone (the compiler's cpu_gemm schedule packs for them) */
 #ifndef CPU_GEMM_SIZES_ONLY
-#include "kernels.h"   /* f16_at: a GGUF block's f16 scale, widened */
+#include "kernels.h"   /* f16_at: a GGUF block's f16 scale, widened; kq_scale, kq_min */
 #if defined(__GNUC__) && !defined(__clang__)
 /* contract c += a * b into one FMA despite -std=c11 (see the header comment) */
 #define CPU_GEMM_FN static __attribute__((optimize("fp-contract=fast"), unused))
@@ -250,7 +250,8 @@ static inline float cpu_gemm_block_elem(int form, const uint8_t *row, int64_t q)
     const int j = (int)(q % 32), qs = form == CPU_GEMM_W_Q4_1 ? 4 : 2;
     if (form == CPU_GEMM_W_Q8_0) return f16_at(b) * (float)(int8_t)b[2 + j];
     const int nib = (b[qs + j % 16] >> (j < 16 ? 0 : 4)) & 15;
-    return form == CPU_GEMM_W_Q4_0 ? f16_at(b) * (float)(nib - 8) : f16_at(b) * (float)nib + f16_at(b + 2);
+    return form == CPU_GEMM_W_Q4_0 ? f16_at(b) * (float)(nib - 8)
+                                   : f16_at(b) * (float)nib + f16_at(b + 2);
 }
 static inline uint32_t cpu_gemm_word(int form, const void *row, int64_t q, int64_t k) {
     if (form == CPU_GEMM_W_F32) { uint32_t v; __builtin_memcpy(&v, (const float *)row + q, 4); return v; }
@@ -276,7 +277,8 @@ static inline void cpu_gemm_load8_k(int form, const uint8_t *row, int64_t kk, cp
         __builtin_memcpy(&lo, b + 64 * h + 32 * (t % 2) + j, 8);
         __builtin_memcpy(&hi, b + 128 + 32 * h + j, 8);
         const cpu_gemm_i8x8 q = (cpu_gemm_i8x8)(((lo >> (t < 2 ? 0 : 4)) & 15) | ((hi >> 2 * t) & 3) << 4) - 32;
-        f = __builtin_convertvector(q, cpu_gemm_f32x8) * (f16_at(b + 208) * (float)(int8_t)b[192 + e / 16]);
+        f = __builtin_convertvector(q, cpu_gemm_f32x8) *
+            (f16_at(b + 208) * (float)(int8_t)b[192 + e / 16]);
     } else {
         const int s = e / 32;
         __builtin_memcpy(&lo, b + (form == CPU_GEMM_W_Q5_K ? 48 : 16) + 32 * (s / 2) + j, 8);
@@ -294,9 +296,10 @@ static inline void cpu_gemm_load8_k(int form, const uint8_t *row, int64_t kk, cp
  * halves: runs of head_dim / 2 rows, every head_dim; else one run) */
 #define CPU_GEMM_ROW_AT(w, r) ((const char *)(w) + (((r) / run) * gap + (r) % run) * ldw_bytes)
 /* The 8 x 8 block of words kk.. of the rows at rows[0..8) (NULL: a row past n, zero) into v (whole rows of 8
- * words within the row's end). f32 and bf16 (plain, inlined into the pack's clone for each ISA: called, the
- * baseline function's 16-byte stores of v and the AVX clone's 32-byte loads of them missed store forwarding,
- * two thirds of the pack's time in a Qwen2.5-0.5B-shaped f32 prompt on an Intel Xeon), then the block types. */
+ * words within the row's end): f32 and bf16 (plain), then the block types. Both run in the pack's own ISA: plain
+ * inlined, the block types (too long to inline for every form) a clone per ISA. A baseline function called from
+ * the AVX-512 clone stored v in 16-byte halves that the clone's 32-byte loads could not take from the store
+ * buffer: two thirds of the pack's time in a Qwen2.5-0.5B-shaped f32 prompt on an Intel Xeon. */
 __attribute__((always_inline)) static inline void cpu_gemm_load8_plain(int form, const char *const rows[8],
                                                                        int64_t kk, cpu_gemm_u32x8 *v) {
     for (int q = 0; q < 8; q++) {
@@ -310,7 +313,8 @@ __attribute__((always_inline)) static inline void cpu_gemm_load8_plain(int form,
         } else __builtin_memcpy(&v[q], (const uint16_t *)row + 2 * kk, 32);
     }
 }
-static inline void cpu_gemm_load8(int form, const char *const rows[8], int64_t kk, cpu_gemm_u32x8 *v) {
+CPU_KERNEL __attribute__((noinline, unused)) static void cpu_gemm_load8(int form, const char *const rows[8],
+                                                                        int64_t kk, cpu_gemm_u32x8 *v) {
     for (int q = 0; q < 8; q++) {
         const char *row = rows[q];
         if (!row) { cpu_gemm_u32x8 z = {0}; v[q] = z; }

@@ -29,13 +29,24 @@
 /* bf16 / f16 weights are widened to f32 at each load */
 DEVFN float bf16_to_f32(uint32_t h) { uint32_t u = h << 16; float f; memcpy(&f, &u, 4); return f; }
 DEVFN float ld_bf16(const uint16_t *p, int64_t i) { return bf16_to_f32(p[i]); }
+/* exact for every half (NaN, infinities, subnormals), without a loop so that it inlines: called, a CPU kernel's
+ * AVX-512 clone paid about 40 cycles a call on an Intel Xeon (a baseline SSE function: the SSE / AVX transition),
+ * half of a Q4_1 prompt's time in cpu_gemm's weight pack */
 DEVFN float f16_to_f32(uint32_t h) {
-    uint32_t s = (h & 0x8000u) << 16, e = (h >> 10) & 31, m = h & 1023, u;
-    if (e == 31) u = s | 0x7f800000u | (m << 13);
-    else if (e) u = s | ((e + 112) << 23) | (m << 13);
-    else if (!m) u = s;
-    else { e = 113; while (!(m & 1024)) { m <<= 1; e--; } u = s | (e << 23) | ((m & 1023) << 13); }
-    float f; memcpy(&f, &u, 4); return f;
+    uint32_t u = (h & 0x7fffu) << 13;          /* exponent and mantissa, in place for f32 */
+    const uint32_t e = u & 0x0f800000u;
+    float f;
+    if (e == 0x0f800000u) u += 0x70000000u;    /* infinity / NaN: the exponent all ones */
+    else if (e) u += 0x38000000u;              /* normal: rebias 15 -> 127 */
+    else {                                     /* zero / subnormal m * 2^-24 = 2^-14 * (1 + m / 1024) - 2^-14, exact */
+        u += 0x38800000u;
+        memcpy(&f, &u, 4);
+        f -= 6.103515625e-05f;
+        memcpy(&u, &f, 4);
+    }
+    u |= (h & 0x8000u) << 16;
+    memcpy(&f, &u, 4);
+    return f;
 }
 DEVFN float ld_f16(const uint16_t *p, int64_t i) { return f16_to_f32(p[i]); }
 

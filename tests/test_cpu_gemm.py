@@ -8,6 +8,9 @@ vector-extension C becomes different code per target: at baseline x86-64
 target) under ASan + UBSan. Each runs the bf16 dot product as the CPU has it (AVX512_BF16 where present)
 and once more with LLMCC_CPU_BF16_DOT=0, the f32 stand-in every other CPU runs."""
 import platform
+import subprocess
+
+import numpy as np
 
 from testlib import Skip, build_c, run
 
@@ -35,6 +38,21 @@ def test_cpu_gemm_avx2_sanitized():
     if "avx2" not in flags or "fma" not in flags:
         raise Skip("this CPU has no AVX2 + FMA to run an x86-64-v3 build on")
     check(build_c("test_cpu_gemm_v3_san", SRC, extra=("-O2", "-march=x86-64-v3") + SAN))
+
+
+def test_f16_to_f32_every_half():
+    """runtime/kernels.h's f16_to_f32 (GGUF block scales, f16 weights; inlined into the CPU kernels' clones) against
+    numpy's conversion for all 65536 halves, bit for bit (NaN payloads kept as numpy keeps them), with the
+    generated model's flags and without."""
+    want = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32).view(np.uint32)
+    for name, extra in (("O0", ("-O0",)), ("O3_fast", ("-O3", "-ffp-contract=fast", "-fno-math-errno",
+                                                       "-fassociative-math", "-fno-signed-zeros",
+                                                       "-fno-trapping-math"))):
+        exe = build_c("f16_all_" + name, ["tests/c/f16_all.c"], extra=extra)
+        got = np.frombuffer(subprocess.run([exe], stdout=subprocess.PIPE, check=True).stdout, dtype=np.uint32)
+        bad = np.flatnonzero(got != want)
+        assert got.size == 65536 and bad.size == 0, "%s: %d differ, first 0x%04x: 0x%08x, numpy 0x%08x" % (
+            name, bad.size, bad[0], got[bad[0]], want[bad[0]])
 
 
 def test_cpu_dot16():
