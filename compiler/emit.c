@@ -1434,8 +1434,9 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                       "    int threads = cpu_threads(n, desc, size);\n    size_t len = strlen(desc);\n");
         if (program_has_dot(kp, false))
             str_printf(o, "    len += (size_t)snprintf(desc + len, size - len, \"; a prompt's bf16 linears: %%s\",\n"
-                          "        cpu_gemm_dot16_ok() ? \"bf16 dot products (AVX512_BF16)\"\n"
-                          "                            : \"f32 FMAs on bf16-rounded activations\");\n");
+                          "        !cpu_gemm_dot16_ok() ? \"f32 FMAs on bf16-rounded activations\"\n"
+                          "        : cpu_gemm_amx_ok() ? \"bf16 tile products (AMX)\"\n"
+                          "        : \"bf16 dot products (AVX512_BF16)\");\n");
         bool acts_q8 = false;   /* knob cpu_qdot_q8: runtime/cpu_quant_q8.h's integer products */
         for (int i = 0; i < kp->nk; i++) acts_q8 |= kp->kernels[i]->has_acts_q8;
         if (program_has_dot(kp, true))

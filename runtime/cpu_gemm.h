@@ -153,9 +153,10 @@ CPU_KERNEL CPU_GEMM_FN void cpu_gemm_tile(int64_t k, const float *a, int64_t rs,
  *               passes its activations so: no panel to pack in every task)
  *   bpack: n columns in slivers of NR: element (j, kk) at bpack[(j / NR) * NR * k + kk * NR + j % NR]
  * c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0) + sum_kk a(i, kk) * bpack(j, kk), for i < m, j < n.
- * Only the m x n corner of c is written (edge tiles go through a local tile). */
-CPU_KERNEL CPU_GEMM_FN void cpu_gemm_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                                            const float *bpack, float *c, int64_t ldc, int accumulate) {
+ * Only the m x n corner of c is written (edge tiles go through a local tile). cpu_gemm_packed (below) runs this
+ * portable form or, for what it can, the AVX-512 one. */
+CPU_KERNEL CPU_GEMM_FN void cpu_gemm_packed_v(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                              const float *bpack, float *c, int64_t ldc, int accumulate) {
     /* an in-place A has no rows past m: its last, partial sliver of rows is packed (zero-padded) once per k block
      * here, for every B sliver to use */
     int64_t edge = lda ? m % CPU_GEMM_MR : 0, edge0 = m - edge;
@@ -442,17 +443,74 @@ static inline float cpu_gemm_round_bf16(float f) {
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
-static int cpu_gemm_dot16_ok(void) {
-    static int ok = -1; /* once: every thread computes the same value */
-    int v = __atomic_load_n(&ok, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char *e = getenv("LLMCC_CPU_BF16_DOT");
-        __builtin_cpu_init();
-        v = (!e || strcmp(e, "0") != 0) && __builtin_cpu_supports("avx512bf16");
-        __atomic_store_n(&ok, v, __ATOMIC_RELAXED);
+/* ---- f32 on AVX-512: the register tile in zmm registers ----
+ * The portable tile above is written in 8-lane vectors, which the x86-64-v4 clone keeps in ymm registers: half
+ * an AVX-512 FMA's lanes (on the project's Xeon VM one core sustains 214 GFLOP/s of zmm FMAs, 137 of ymm). This
+ * tile is 8 rows x 32 columns (two slivers of NR) in 16 zmm accumulators, + 2 for B, each A value a broadcast
+ * from memory: 16 FMAs against 10 loads per k step, for an activation matrix read in place (lda > 0: every
+ * model's linears); the same FMA chain per element as the portable tile (k in order, blocks of KC added in
+ * turn), so results are bit for bit the same. LLMCC_CPU_AVX512=0 in the environment keeps the portable tile. */
+/* The body of a function returning, once per process (every thread computes the same value), whether the CPU has a
+ * path (`has`, evaluated once) and the environment variable `env` does not turn it off ("0") */
+#define CPU_GEMM_PATH_OK(env, has) do { \
+        static int ok_ = -1; \
+        int v_ = __atomic_load_n(&ok_, __ATOMIC_RELAXED); \
+        if (v_ < 0) { \
+            const char *e_ = getenv(env); \
+            __builtin_cpu_init(); \
+            v_ = (!e_ || strcmp(e_, "0") != 0) && (has); \
+            __atomic_store_n(&ok_, v_, __ATOMIC_RELAXED); \
+        } \
+        return v_; \
+    } while (0)
+static int cpu_gemm_avx512_ok(void) { CPU_GEMM_PATH_OK("LLMCC_CPU_AVX512", __builtin_cpu_supports("avx512f")); }
+#define CPU_GEMM_Z_FN static __attribute__((target("avx512f"), unused))
+/* The 8 x 32 tiles in zmm registers (this one and the bf16 dot product's below): 16 accumulators acc<row><half>,
+ * a k step's 8 rows, and the stores (+ c where accumulating) */
+#define CPU_GEMM_Z_ACCS __m512 acc00 = _mm512_setzero_ps(), acc01 = acc00, acc10 = acc00, acc11 = acc00, \
+        acc20 = acc00, acc21 = acc00, acc30 = acc00, acc31 = acc00, acc40 = acc00, acc41 = acc00, acc50 = acc00, \
+        acc51 = acc00, acc60 = acc00, acc61 = acc00, acc70 = acc00, acc71 = acc00
+#define CPU_GEMM_Z_ROWS(ROW) do { ROW(0); ROW(1); ROW(2); ROW(3); ROW(4); ROW(5); ROW(6); ROW(7); } while (0)
+#define CPU_GEMM_Z_OUT(r) do { \
+        if (accumulate) { \
+            acc##r##0 = _mm512_add_ps(_mm512_loadu_ps(c + (r) * ldc), acc##r##0); \
+            acc##r##1 = _mm512_add_ps(_mm512_loadu_ps(c + (r) * ldc + 16), acc##r##1); \
+        } \
+        _mm512_storeu_ps(c + (r) * ldc, acc##r##0); \
+        _mm512_storeu_ps(c + (r) * ldc + 16, acc##r##1); \
+    } while (0)
+#define CPU_GEMM_Z_ROW(r) do { \
+        __m512 a_ = _mm512_set1_ps(a[(r) * lda]); \
+        acc##r##0 = _mm512_fmadd_ps(a_, b0, acc##r##0); \
+        acc##r##1 = _mm512_fmadd_ps(a_, b1, acc##r##1); \
+    } while (0)
+/* c (8 x 32, row stride ldc) (+)= 8 rows of a (lda apart) times slivers b and b + bnext, kc long */
+CPU_GEMM_Z_FN void cpu_gemm_tile_z(int64_t kc, const float *a, int64_t lda, const float *b, int64_t bnext,
+                                   float *c, int64_t ldc, int accumulate) {
+    CPU_GEMM_Z_ACCS;
+    for (int r = 0; r < 8; r++) __builtin_prefetch(c + r * ldc, 1), __builtin_prefetch(c + r * ldc + 31, 1);
+    for (int64_t kk = 0; kk < kc; kk++, a++, b += CPU_GEMM_NR) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + bnext);
+        CPU_GEMM_Z_ROWS(CPU_GEMM_Z_ROW);
     }
-    return v;
+    CPU_GEMM_Z_ROWS(CPU_GEMM_Z_OUT);
 }
+#undef CPU_GEMM_Z_ROW
+/* cpu_gemm_packed's whole 8 x 32 tiles (m and n multiples of 8 and 32) of an A read in place */
+CPU_GEMM_Z_FN void cpu_gemm_packed_z(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                                     const float *bpack, float *c, int64_t ldc, int accumulate) {
+    for (int64_t p0 = 0; p0 < k || p0 == 0; p0 += CPU_GEMM_KC) {
+        int64_t kc = k - p0 < CPU_GEMM_KC ? k - p0 : CPU_GEMM_KC;
+        int acc = accumulate || p0 > 0;
+        /* i outer: the 8 rows' block of A (kc floats each) stays in L1 while the B slivers stream from L2 */
+        for (int64_t i0 = 0; i0 < m; i0 += 8)
+            for (int64_t j0 = 0; j0 < n; j0 += 32)
+                cpu_gemm_tile_z(kc, a + i0 * lda + p0, lda, bpack + j0 * k + p0 * CPU_GEMM_NR, CPU_GEMM_NR * k,
+                                c + i0 * ldc + j0, ldc, acc);
+    }
+}
+#undef CPU_GEMM_Z_FN
+static int cpu_gemm_dot16_ok(void) { CPU_GEMM_PATH_OK("LLMCC_CPU_BF16_DOT", __builtin_cpu_supports("avx512bf16")); }
 #define CPU_GEMM_DOT_FN static __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), unused))
 #define CPU_GEMM_DOT_ROW(r) do { \
         int ai_; \
@@ -461,35 +519,23 @@ static int cpu_gemm_dot16_ok(void) {
         acc##r##0 = _mm512_dpbf16_ps(acc##r##0, a_, b0); \
         acc##r##1 = _mm512_dpbf16_ps(acc##r##1, a_, b1); \
     } while (0)
-#define CPU_GEMM_DOT_OUT(r) do { \
-        if (accumulate) { \
-            acc##r##0 = _mm512_add_ps(acc##r##0, _mm512_loadu_ps(c + (r) * ldc)); \
-            acc##r##1 = _mm512_add_ps(acc##r##1, _mm512_loadu_ps(c + (r) * ldc + 16)); \
-        } \
-        _mm512_storeu_ps(c + (r) * ldc, acc##r##0); \
-        _mm512_storeu_ps(c + (r) * ldc + 16, acc##r##1); \
-    } while (0)
 /* The 8 x 32 tile: c (+)= 8 rows of pairs a (rows lda words apart) times a sliver b of kp lines of 32 pairs */
 CPU_GEMM_DOT_FN void cpu_gemm_dot_tile(int64_t kp, const int *a, int64_t lda, const uint32_t *b, float *c,
                                        int64_t ldc, int accumulate) {
-    __m512 acc00 = _mm512_setzero_ps(), acc01 = acc00, acc10 = acc00, acc11 = acc00, acc20 = acc00, acc21 = acc00;
-    __m512 acc30 = acc00, acc31 = acc00, acc40 = acc00, acc41 = acc00, acc50 = acc00, acc51 = acc00;
-    __m512 acc60 = acc00, acc61 = acc00, acc70 = acc00, acc71 = acc00;
+    CPU_GEMM_Z_ACCS;
     for (int64_t p = 0; p < kp; p++, b += CPU_GEMM_DOT_NR) {
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 16);
-        CPU_GEMM_DOT_ROW(0); CPU_GEMM_DOT_ROW(1); CPU_GEMM_DOT_ROW(2); CPU_GEMM_DOT_ROW(3);
-        CPU_GEMM_DOT_ROW(4); CPU_GEMM_DOT_ROW(5); CPU_GEMM_DOT_ROW(6); CPU_GEMM_DOT_ROW(7);
+        CPU_GEMM_Z_ROWS(CPU_GEMM_DOT_ROW);
     }
-    CPU_GEMM_DOT_OUT(0); CPU_GEMM_DOT_OUT(1); CPU_GEMM_DOT_OUT(2); CPU_GEMM_DOT_OUT(3);
-    CPU_GEMM_DOT_OUT(4); CPU_GEMM_DOT_OUT(5); CPU_GEMM_DOT_OUT(6); CPU_GEMM_DOT_OUT(7);
+    CPU_GEMM_Z_ROWS(CPU_GEMM_Z_OUT);
 }
 #undef CPU_GEMM_DOT_ROW
-#undef CPU_GEMM_DOT_OUT
-/* c[m x n] (+)= bf16(x[m x k]) x panel^T: x's rows (ldx apart) into pairs in xs (rows padded to 8 with zeros,
- * (k + 1) / 2 words each), then the tiles, j outer as cpu_gemm_packed's */
-CPU_GEMM_DOT_FN void cpu_gemm_dot_avx512(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx, int *xs,
-                                         const uint32_t *panel, float *c, int64_t ldc, int accumulate) {
-    int64_t kp = (k + 1) / 2, mp = (m + CPU_GEMM_DOT_MR - 1) / CPU_GEMM_DOT_MR * CPU_GEMM_DOT_MR;
+#undef CPU_GEMM_Z_ACCS
+#undef CPU_GEMM_Z_ROWS
+#undef CPU_GEMM_Z_OUT
+/* x's rows [0, m) (ldx apart) as bf16 pairs in xs, (k + 1) / 2 words a row; rows [m, mp) zero */
+CPU_GEMM_DOT_FN void cpu_gemm_dot_pairs(int64_t m, int64_t mp, int64_t k, const float *x, int64_t ldx, int *xs) {
+    int64_t kp = (k + 1) / 2;
     for (int64_t i = 0; i < mp; i++) {
         int *row = xs + i * kp;
         const float *xr = x + i * ldx;
@@ -504,6 +550,13 @@ CPU_GEMM_DOT_FN void cpu_gemm_dot_avx512(int64_t m, int64_t n, int64_t k, const 
             __builtin_memcpy(row + p, &pair, 4);
         }
     }
+}
+/* c[m x n] (+)= bf16(x[m x k]) x panel^T: x's rows into pairs in xs (rows padded to 8 with zeros), then the
+ * tiles, j outer as cpu_gemm_packed's */
+CPU_GEMM_DOT_FN void cpu_gemm_dot_avx512(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx, int *xs,
+                                         const uint32_t *panel, float *c, int64_t ldc, int accumulate) {
+    int64_t kp = (k + 1) / 2, mp = (m + CPU_GEMM_DOT_MR - 1) / CPU_GEMM_DOT_MR * CPU_GEMM_DOT_MR;
+    cpu_gemm_dot_pairs(m, mp, k, x, ldx, xs);
     for (int64_t j0 = 0; j0 < n; j0 += CPU_GEMM_DOT_NR) {
         const uint32_t *b = panel + j0 * kp;
         int64_t nr = n - j0 < CPU_GEMM_DOT_NR ? n - j0 : CPU_GEMM_DOT_NR;
@@ -522,15 +575,132 @@ CPU_GEMM_DOT_FN void cpu_gemm_dot_avx512(int64_t m, int64_t n, int64_t k, const 
         }
     }
 }
+
+/* ---- AMX: the same bf16 products on tile registers ----
+ * Intel's Xeons from Sapphire Rapids on (AMX-BF16) multiply a 16 x 32 bf16 tile by a 32 x 16 one into a 16 x 16
+ * f32 tile in one instruction (tdpbf16ps, 8192 multiply-adds): 3.1 TFLOP/s on one core of the project's Xeon VM,
+ * where vdpbf16ps peaks near 0.4. The operands are already in its layouts: the panel's pairs are B's (a row of 16
+ * columns' pairs per pair of k: 64 bytes, 128 apart in a sliver of 32 columns), the activations' pairs A's (a row
+ * per token). Inputs as the vdpbf16ps tile takes them (bf16 rounded to nearest even, denormals as zero), f32
+ * sums in another order: within f32 summation of the other paths. Linux lends a process the tiles' 8 KiB of state
+ * only when asked (arch_prctl ARCH_REQ_XCOMP_PERM, kernel 5.16 on); where that fails, the CPU has no AMX or
+ * LLMCC_CPU_AMX=0 is in the environment, the vdpbf16ps tile runs. Only K of whole tiles (k a multiple of 32,
+ * every model's hidden sizes): a tile row of B past the panel's last pair would read the next sliver. */
+#include <cpuid.h>
+/* arch_prctl(code, arg) as the raw system call (number 158 on x86-64): glibc's syscall() is declared only with
+ * _DEFAULT_SOURCE, which a strict -std=c11 build of the generated code does not have */
+static inline long cpu_gemm_arch_prctl(long code, long arg) {
+    long ret;
+    __asm__ volatile("syscall" : "=a"(ret) : "a"(158L), "D"(code), "S"(arg) : "rcx", "r11", "memory");
+    return ret;
+}
+/* CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE; then the kernel's permission for XTILEDATA (feature 18),
+ * which is the process's, for every thread */
+static int cpu_gemm_has_amx(void) {
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 22 & 1) && (edx >> 24 & 1) &&
+           cpu_gemm_arch_prctl(0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+}
+static int cpu_gemm_amx_ok(void) { CPU_GEMM_PATH_OK("LLMCC_CPU_AMX", cpu_gemm_dot16_ok() && cpu_gemm_has_amx()); }
+/* ldtilecfg's 64 bytes: palette 1, then each tile register's bytes per row and rows */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t bytes_per_row[16];
+    uint8_t rows[16];
+} cpu_gemm_tile_config;
+/* Accumulator tile T (0..3: rows +16 * (T / 2), columns +16 * (T % 2) of the 32 x 32 block at c) in or out: in
+ * place where its 16 x 16 lie inside the m x n corner, else through edge[T] (only the corner copied) */
+#define CPU_GEMM_AMX_C_IN(T) do { \
+        if (!(T == 0 || (T == 1 && col1) || (T == 2 && row1) || (T == 3 && row1 && col1))) break; \
+        int64_t mr_ = m - i0 - 16 * (T / 2), nr_ = n - j0 - 16 * (T % 2); \
+        float *ct_ = c + (i0 + 16 * (T / 2)) * ldc + j0 + 16 * (T % 2); \
+        if (mr_ >= 16 && nr_ >= 16) { \
+            if (accumulate) _tile_loadd(T, ct_, ldc * 4); \
+            else _tile_zero(T); \
+            break; \
+        } \
+        for (int i_ = 0; i_ < 16; i_++) \
+            for (int j_ = 0; j_ < 16; j_++) \
+                edge[T][i_ * 16 + j_] = accumulate && i_ < mr_ && j_ < nr_ ? ct_[i_ * ldc + j_] : 0.0f; \
+        _tile_loadd(T, edge[T], 64); \
+    } while (0)
+#define CPU_GEMM_AMX_C_OUT(T) do { \
+        if (!(T == 0 || (T == 1 && col1) || (T == 2 && row1) || (T == 3 && row1 && col1))) break; \
+        int64_t mr_ = m - i0 - 16 * (T / 2), nr_ = n - j0 - 16 * (T % 2); \
+        float *ct_ = c + (i0 + 16 * (T / 2)) * ldc + j0 + 16 * (T % 2); \
+        if (mr_ >= 16 && nr_ >= 16) { _tile_stored(T, ct_, ldc * 4); break; } \
+        _tile_stored(T, edge[T], 64); \
+        for (int i_ = 0; i_ < mr_ && i_ < 16; i_++) \
+            for (int j_ = 0; j_ < nr_ && j_ < 16; j_++) ct_[i_ * ldc + j_] = edge[T][i_ * 16 + j_]; \
+    } while (0)
+/* c[m x n] (+)= xs (m pairs rows, padded with zero rows to a multiple of 16) x panel^T, kp a multiple of 16:
+ * blocks of 32 x 32 (four accumulator tiles 0..3, A tiles 4 and 5, B tiles 6 and 7), j inner */
+static __attribute__((target("amx-tile,amx-bf16"), unused)) void
+cpu_gemm_dot_amx(int64_t m, int64_t n, int64_t kp, const int *xs, const uint32_t *panel, float *c, int64_t ldc,
+                 int accumulate) {
+    cpu_gemm_tile_config cfg = {.palette = 1};
+    for (int t = 0; t < 8; t++) cfg.bytes_per_row[t] = 64, cfg.rows[t] = 16;
+    _tile_loadconfig(&cfg);
+    float edge[4][16 * 16];
+    for (int64_t i0 = 0; i0 < m; i0 += 32)
+        for (int64_t j0 = 0; j0 < n; j0 += 32) {
+            const bool row1 = m - i0 > 16, col1 = n - j0 > 16;   /* whether the second row / column of tiles is */
+            const int *a = xs + i0 * kp;
+            const uint32_t *b = panel + j0 * kp;
+            CPU_GEMM_AMX_C_IN(0); CPU_GEMM_AMX_C_IN(1); CPU_GEMM_AMX_C_IN(2); CPU_GEMM_AMX_C_IN(3);
+            for (int64_t p = 0; p < kp; p += 16) {
+                _tile_loadd(4, a + p, kp * 4);
+                _tile_loadd(6, b + p * CPU_GEMM_DOT_NR, CPU_GEMM_DOT_NR * 4);
+                _tile_dpbf16ps(0, 4, 6);
+                if (col1) {
+                    _tile_loadd(7, b + p * CPU_GEMM_DOT_NR + 16, CPU_GEMM_DOT_NR * 4);
+                    _tile_dpbf16ps(1, 4, 7);
+                }
+                if (row1) {
+                    _tile_loadd(5, a + 16 * kp + p, kp * 4);
+                    _tile_dpbf16ps(2, 5, 6);
+                    if (col1) _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            CPU_GEMM_AMX_C_OUT(0); CPU_GEMM_AMX_C_OUT(1); CPU_GEMM_AMX_C_OUT(2); CPU_GEMM_AMX_C_OUT(3);
+        }
+    _tile_release();   /* the tiles' state back to init: a context switch need not save it */
+}
+#undef CPU_GEMM_AMX_C_IN
+#undef CPU_GEMM_AMX_C_OUT
 #undef CPU_GEMM_DOT_FN
 #else
 static int cpu_gemm_dot16_ok(void) { return 0; }
+static int cpu_gemm_amx_ok(void) { return 0; }
 #endif
+#undef CPU_GEMM_PATH_OK
+/* The f32 GEMM of cpu_gemm_packed_v's layouts: where the CPU has AVX-512 and A is read in place, its whole 8 x 32
+ * tiles by the zmm kernel and the rest (the last m % 8 rows, n % 32 columns) by the portable one */
+static inline void cpu_gemm_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bpack,
+                                   float *c, int64_t ldc, int accumulate) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    int64_t m8 = m / 8 * 8, n32 = n / 32 * 32;
+    if (lda && m8 && n32 && cpu_gemm_avx512_ok()) {
+        cpu_gemm_packed_z(m8, n32, k, a, lda, bpack, c, ldc, accumulate);
+        if (n32 < n) cpu_gemm_packed_v(m8, n - n32, k, a, lda, bpack + n32 * k, c + n32, ldc, accumulate);
+        if (m8 < m) cpu_gemm_packed_v(m - m8, n, k, a + m8 * lda, lda, bpack, c + m8 * ldc, ldc, accumulate);
+        return;
+    }
+#endif
+    cpu_gemm_packed_v(m, n, k, a, lda, bpack, c, ldc, accumulate);
+}
 /* The cpu_gemm schedule's gemm statement for bf16 weights (dot): c[m x n] (+)= bf16(x) x panel^T, the
- * panel as cpu_gemm_pack_bf16 wrote it. xs: scratch of 8 * ceil(m / 8) x k floats. */
+ * panel as cpu_gemm_pack_bf16 wrote it. xs: scratch of 8 * ceil(m / 8) x k floats (AMX's 16 * ceil(m / 16) rows of
+ * k / 2 pairs fit in it). */
 static inline void cpu_gemm_dot(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx, float *xs,
                                 const float *panel, float *c, int64_t ldc, int accumulate) {
 #if defined(__x86_64__) && defined(__GNUC__)
+    if (cpu_gemm_dot16_ok() && k % 32 == 0 && cpu_gemm_amx_ok()) {
+        cpu_gemm_dot_pairs(m, (m + 15) / 16 * 16, k, x, ldx, (int *)(void *)xs);
+        cpu_gemm_dot_amx(m, n, k / 2, (const int *)(const void *)xs, (const uint32_t *)(const void *)panel, c, ldc,
+                         accumulate);
+        return;
+    }
     if (cpu_gemm_dot16_ok()) {
         cpu_gemm_dot_avx512(m, n, k, x, ldx, (int *)(void *)xs, (const uint32_t *)(const void *)panel, c, ldc,
                             accumulate);

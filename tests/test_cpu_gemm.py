@@ -5,8 +5,10 @@ dot products (tests/c/test_cpu_dot16.c: against a double sum, and the four- and 
 form bit for bit the one-token form). Built twice, since the same
 vector-extension C becomes different code per target: at baseline x86-64
 (SSE2) with -O2, and with -O2 -march=x86-64-v3 (AVX2 + FMA, the tuned
-target) under ASan + UBSan. Each runs the bf16 dot product as the CPU has it (AVX512_BF16 where present)
-and once more with LLMCC_CPU_BF16_DOT=0, the f32 stand-in every other CPU runs."""
+target) under ASan + UBSan. Each runs the bf16 dot product as the CPU has it (AMX tiles, else AVX512_BF16,
+where present), with LLMCC_CPU_AMX=0 (the AVX512_BF16 tile on a CPU with AMX), with LLMCC_CPU_BF16_DOT=0
+(the f32 stand-in every other CPU runs) and with LLMCC_CPU_AVX512=0 (the portable f32 tile where the zmm one
+would run)."""
 import platform
 import subprocess
 
@@ -18,26 +20,35 @@ SRC = ["tests/c/test_cpu_gemm.c"]
 SAN = ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all")
 
 
-def check(exe, stand_in="f32 stand-in"):
-    for env in ({}, {"LLMCC_CPU_BF16_DOT": "0"}):
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        return f.read().split()
+
+
+def check(exe, stand_in="f32 stand-in", amx=False):
+    """amx: the program names the AMX path where this CPU (and its kernel) has it, and not with LLMCC_CPU_AMX=0"""
+    for env in ({}, {"LLMCC_CPU_AMX": "0"}, {"LLMCC_CPU_BF16_DOT": "0"}, {"LLMCC_CPU_AVX512": "0"}):
         p = run([exe], env=env)
         assert " 0 failed" in p.stdout, p.stdout + p.stderr
-        if env:
+        if "LLMCC_CPU_BF16_DOT" in env:
             assert stand_in in p.stdout, p.stdout
+        if amx:
+            want = "amx_bf16" in cpu_flags() and "amx_tile" in cpu_flags() and env.get("LLMCC_CPU_AMX", "1") != "0" \
+                and env.get("LLMCC_CPU_BF16_DOT", "1") != "0"
+            assert ("AMX" in p.stdout) == want, (env, p.stdout)
 
 
 def test_cpu_gemm_baseline():
-    check(build_c("test_cpu_gemm_O2", SRC, extra=("-O2",)))
+    check(build_c("test_cpu_gemm_O2", SRC, extra=("-O2",)), amx=True)
 
 
 def test_cpu_gemm_avx2_sanitized():
     if platform.machine() not in ("x86_64", "AMD64"):
         raise Skip("x86-64-v3 is an x86-64 target")
-    with open("/proc/cpuinfo") as f:
-        flags = f.read().split()
+    flags = cpu_flags()
     if "avx2" not in flags or "fma" not in flags:
         raise Skip("this CPU has no AVX2 + FMA to run an x86-64-v3 build on")
-    check(build_c("test_cpu_gemm_v3_san", SRC, extra=("-O2", "-march=x86-64-v3") + SAN))
+    check(build_c("test_cpu_gemm_v3_san", SRC, extra=("-O2", "-march=x86-64-v3") + SAN), amx=True)
 
 
 def test_f16_to_f32_every_half():

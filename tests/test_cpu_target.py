@@ -10,8 +10,9 @@ independent references, as the GPU schedules are checked through cuda-emu elsewh
   the default giving the same ids, --info naming what runs.
 bf16 weights at prefill (cpu_gemm, n > 3) are also run with the bf16 dot product (knob cpu_gemm_bf16=1):
 the activations are rounded to bf16 first (runtime/cpu_gemm.h), and the references round them the same way
-(xs_of); those runs go through AVX512_BF16 where this CPU has it and, with LLMCC_CPU_BF16_DOT=0, through the
-f32 stand-in.
+(xs_of); those runs go through AMX tiles (K a multiple of 32) and AVX512_BF16 where this CPU has them, through
+AVX512_BF16 alone with LLMCC_CPU_AMX=0 and, with LLMCC_CPU_BF16_DOT=0, through the f32 stand-in; f32 ones through
+the AVX-512 (zmm) tile where the CPU has it and, with LLMCC_CPU_AVX512=0, through the portable one.
 Tolerances: a sum of K terms computed in f32 in any order (vector lanes, K steps) is within
 (K + 4) * 2^-24 * sum |terms| of the exact one; a wrong or missing term is far outside it."""
 import os
@@ -50,8 +51,10 @@ def xs_of(x, n, dot):
 
 
 def each_dot_path(dot):
-    """The environments that run the bf16 dot product each way: as this CPU has it, and the f32 stand-in."""
-    return ({}, {"LLMCC_CPU_BF16_DOT": "0"}) if dot else ({},)
+    """The environments that run the bf16 dot product each way: as this CPU has it (AMX tiles where it has them and K is
+    a multiple of 32), AVX512_BF16's vdpbf16ps tile (LLMCC_CPU_AMX=0), and the f32 stand-in; f32 GEMMs with and
+    without the AVX-512 (zmm) tile."""
+    return ({}, {"LLMCC_CPU_AMX": "0"}, {"LLMCC_CPU_BF16_DOT": "0"}) if dot else ({}, {"LLMCC_CPU_AVX512": "0"})
 
 
 def compile_cpu(args, dot):
@@ -68,7 +71,7 @@ def test_linear_decode_and_prefill():
     # (maxn, M, K, dtype, bias, n): n <= 3 takes cpu_rows (groups of 4 and the rest), larger n cpu_gemm
     cases = [(2, 1, 5, "f32", True, 1), (3, 33, 96, "bf16", False, 3), (3, 37, 1000, "f16", True, 2),
              (64, 130, 600, "bf16", True, 37), (64, 100, 96, "f32", False, 64), (100, 70, 257, "f16", True, 97),
-             (8, 64, 64, "bf16", False, 4)]
+             (8, 64, 64, "bf16", False, 4), (64, 200, 160, "bf16", True, 45), (64, 96, 64, "f32", True, 61)]
     rng = np.random.default_rng(5)
     for maxn, M, K, dt, bias, n, dot in [c + (dot,) for c in cases for dot in dots(c[3], c[0])]:
         exe, tile, d = compile_cpu(["linear", maxn, M, K, dt, 1 if bias else 0], dot)
@@ -89,7 +92,8 @@ def test_linear_decode_and_prefill():
 
 def test_fused_pair_halves_and_residual():
     rng = np.random.default_rng(9)
-    mlps = ((3, 172, 96, "f32", 2), (2, 64, 1000, "bf16", 1), (64, 100, 300, "bf16", 40), (64, 70, 64, "f16", 5))
+    mlps = ((3, 172, 96, "f32", 2), (2, 64, 1000, "bf16", 1), (64, 100, 300, "bf16", 40), (64, 70, 64, "f16", 5),
+            (64, 80, 96, "bf16", 50))
     for (maxn, M, K, dt, n), dot in [(c, dot) for c in mlps for dot in dots(c[3], c[0])]:
         exe, tile, d = compile_cpu(["mlp", maxn, M, K, dt], dot)
         assert "gate_proj_up_proj" in tile, tile

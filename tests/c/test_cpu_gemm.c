@@ -199,6 +199,8 @@ int main(void)
         {1, 1, 1}, {1, 16, 7}, {6, 16, 1}, {6, 16, 4}, {6, 16, 5}, {12, 32, 64}, {7, 17, 5}, {5, 15, 3},
         {13, 33, 65}, {1, 100, 33}, {100, 1, 9}, {37, 70, 131}, {64, 48, 896}, {2, 3, 0}, {6, 16, 0},
         {7, 19, CPU_GEMM_KC}, {7, 19, CPU_GEMM_KC + 1}, {11, 21, 2 * CPU_GEMM_KC + 3},
+        /* k a multiple of 32 (the AMX tiles' K, where the CPU has them): edges of their 16 x 16 and 32 x 32 blocks */
+        {1, 1, 32}, {16, 16, 32}, {17, 33, 96}, {33, 47, 64}, {48, 128, 896}, {37, 70, 160},
     };
     int cases = 0, failed = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -210,6 +212,8 @@ int main(void)
                     failed += check(m, n, k, n + pad, accumulate, variant) != 0;
                 }
     printf("test_cpu_gemm: %d cases, %d failed (MR %d, NR %d, KC %d; bf16 dot products: %s)\n", cases, failed,
-           CPU_GEMM_MR, CPU_GEMM_NR, CPU_GEMM_KC, cpu_gemm_dot16_ok() ? "AVX512_BF16" : "f32 stand-in");
+           CPU_GEMM_MR, CPU_GEMM_NR, CPU_GEMM_KC,
+           !cpu_gemm_dot16_ok() ? "f32 stand-in" : cpu_gemm_amx_ok() ? "AMX where k % 32 == 0, else AVX512_BF16"
+                                                                    : "AVX512_BF16");
     return failed != 0;
 }
