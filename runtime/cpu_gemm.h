@@ -266,9 +266,16 @@ static inline uint32_t cpu_gemm_word(int form, const void *row, int64_t q, int64
     const uint16_t *h = (const uint16_t *)row + 2 * q;
     return h[0] | (2 * q + 1 < k ? (uint32_t)h[1] << 16 : 0u);
 }
+typedef int32_t cpu_gemm_i32x8 __attribute__((vector_size(32)));
+/* 8 small integers (8-bit lanes) as floats, through 32-bit integers: gcc 12 converts 8-bit lanes to float one
+ * lane at a time (vpextrb + vcvtsi2ss, the most sampled instructions of a Q4_K_M prompt's weight pack), the
+ * 32-bit ones in one vcvtdq2ps */
+#define CPU_GEMM_WIDEN8(q) __builtin_convertvector(__builtin_convertvector((q), cpu_gemm_i32x8), cpu_gemm_f32x8)
 /* 8 values of a K-quant row from kk (a multiple of 8: one sub-block of 32, Q6_K's of 16), dequantized as
- * kernels.h's ld_q4_k ... does (the products exact, Q4_K / Q5_K's minimum subtracted with one rounding) */
-static inline void cpu_gemm_load8_k(int form, const uint8_t *row, int64_t kk, cpu_gemm_u32x8 *v) {
+ * kernels.h's ld_q4_k ... does (the products exact, Q4_K / Q5_K's minimum subtracted with one rounding). Always
+ * inlined into cpu_gemm_load8's clones: left to gcc it stayed a baseline function, 22% of a Q4_K_M prompt. */
+__attribute__((always_inline)) static inline void cpu_gemm_load8_k(int form, const uint8_t *row, int64_t kk,
+                                                                   cpu_gemm_u32x8 *v) {
     const uint8_t *b = row + cpu_gemm_row_bytes(form, kk / 256 * 256);
     const int e = (int)(kk % 256), j = e % 32;
     cpu_gemm_u8x8 lo, hi;
@@ -278,7 +285,7 @@ static inline void cpu_gemm_load8_k(int form, const uint8_t *row, int64_t kk, cp
         __builtin_memcpy(&lo, b + 64 * h + 32 * (t % 2) + j, 8);
         __builtin_memcpy(&hi, b + 128 + 32 * h + j, 8);
         const cpu_gemm_i8x8 q = (cpu_gemm_i8x8)(((lo >> (t < 2 ? 0 : 4)) & 15) | ((hi >> 2 * t) & 3) << 4) - 32;
-        f = __builtin_convertvector(q, cpu_gemm_f32x8) *
+        f = CPU_GEMM_WIDEN8(q) *
             (f16_at(b + 208) * (float)(int8_t)b[192 + e / 16]);
     } else {
         const int s = e / 32;
@@ -288,7 +295,7 @@ static inline void cpu_gemm_load8_k(int form, const uint8_t *row, int64_t kk, cp
             __builtin_memcpy(&hi, b + 16 + j, 8);
             q |= ((hi >> s) & 1) << 4;
         }
-        f = __builtin_convertvector(q, cpu_gemm_f32x8) * (f16_at(b) * (float)kq_scale(b + 4, s)) -
+        f = CPU_GEMM_WIDEN8(q) * (f16_at(b) * (float)kq_scale(b + 4, s)) -
             f16_at(b + 2) * (float)kq_min(b + 4, s);
     }
     __builtin_memcpy(v, &f, 32);
@@ -342,7 +349,7 @@ CPU_KERNEL __attribute__((noinline, unused)) static void cpu_gemm_load8(int form
                 if (form == CPU_GEMM_W_Q4_0) q8 -= 8;
                 if (form == CPU_GEMM_W_Q5_0) q8 -= 16;
             }
-            cpu_gemm_f32x8 f = __builtin_convertvector(q8, cpu_gemm_f32x8) * f16_at(b);
+            cpu_gemm_f32x8 f = CPU_GEMM_WIDEN8(q8) * f16_at(b);
             if (has_min) f += f16_at(b + 2);
             __builtin_memcpy(&v[q], &f, 32);
         }
