@@ -8,7 +8,10 @@
  * intrinsics, so the same source becomes AVX2 + FMA with -march=x86-64-v3,
  * SSE2 at baseline x86-64 (each f32x8 split in two xmm halves) and NEON on
  * aarch64 (two q registers). Loads and stores go through __builtin_memcpy, so
- * no pointer needs any alignment.
+ * no pointer needs any alignment. On x86-64 the file also holds what a CPU may
+ * add, chosen when the program runs (each with an environment switch): an
+ * 8 x 32 f32 tile in AVX-512's zmm registers, bf16 products on AVX512_BF16's
+ * vdpbf16ps and on AMX tiles (the sections below say how and what they gained).
  *
  * Why 6 x 16 (MR x NR) for AVX2: x86-64 has 16 ymm registers. 6 rows x 2
  * vectors of 8 columns = 12 accumulators, + 2 for the B row + 1 for the
