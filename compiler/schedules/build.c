@@ -162,6 +162,9 @@ void declare_regs(KKernel *k, int n) {
 }
 
 /* ---- kernel IR: kernel statements ---- */
+KStmt *cp_sync(Arena *A, KStmtKind kind, int n) {
+    KStmt *s = ARENA_NEW(A, KStmt); s->k = kind; s->wait_n = n; return s;
+}
 KStmt *phase(Arena *A, TStmt **body, int n, bool barrier) {
     KStmt *k = ARENA_NEW(A, KStmt); k->k = KS_PHASE; k->body = body; k->nbody = n; k->barrier = barrier; return k;
 }

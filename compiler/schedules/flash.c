@@ -1,7 +1,9 @@
 /* flash.c: the flash_attn and flash_combine schedules. flash_attn: an
  * attention fused by loop_flash: a block per (tokens, kv head, key slice),
  * a warp per (token, head) row of the group (the group's heads share the
- * staged K/V tiles: no copies for GQA); per tile of 32 keys a lane scores
+ * staged K/V tiles: no copies for GQA; staged by 16-byte cp.async copies,
+ * all of a thread's in flight at once, where K and V are f32 rows a multiple
+ * of 4 long, else by scalar loads); per tile of 32 keys a lane scores
  * one key, a shuffle tree gives the row max, the online softmax rescales
  * the running sum and the lanes' P.V accumulators (lane d, d+32..); split
  * over the keys (flash decoding) for short calls, then flash_combine: a
@@ -10,6 +12,8 @@
 #include "schedules/schedule.h"
 
 #define FLASH_BC 32            /* keys per tile: one per lane when scoring */
+/* cp.async staging: at most this many 16-byte copies of each tile per thread and pass */
+#define FLASH_STAGE_VECS 8
 /* registers: the lane's score / p, a shuffle partner / the rescale factor, the row's running max m, this
  * lane's running sum, the tile's max / the new m, the m exp() subtracts, then o[d] for d = lane, lane + 32, .. */
 enum { FLASH_R_P, FLASH_R_TMP, FLASH_R_MAX, FLASH_R_SUM, FLASH_R_NEW_MAX, FLASH_R_SUB, FLASH_R_O };
@@ -18,10 +22,28 @@ enum { FLASH_S_Q, FLASH_S_K, FLASH_S_V, FLASH_S_P };
 /* flash_combine's registers */
 enum { COMBINE_R_MAX, COMBINE_R_SUM, COMBINE_R_O, COMBINE_R_SCALE };
 
+/* Whether K and V are plain f32 loads whose last index is d, of rows a multiple of 4 long (so 4 consecutive
+ * d are 16 aligned bytes), with hd and hv multiples of 4 (a copy never straddles two rows of a tile) */
+static bool flash_vec_ok(const AttnDesc *d) {
+    for (int m = 0; m < 2; m++) {
+        const Expr *L = m ? d->v : d->k;
+        if (L->k != EX_LOAD || L->buf->dtype != DT_F32 ||
+            L->buf->dims[L->buf->ndim - 1] % 4 || L->a[L->nargs - 1]->k != EX_VAR || L->a[L->nargs - 1]->var != d->d)
+            return false;
+        for (int i = 0; i + 1 < L->nargs; i++)
+            if (expr_uses_var(L->a[i], d->d)) return false;
+    }
+    return d->hd % 4 == 0 && d->hv % 4 == 0;
+}
+
+/* The K tile's row stride: lane l scores key l, reading row l, so that rows fall in different banks. By
+ * loads: hd + 1, the lanes reading element e. By cp.async: hd + 4 (16-byte rows), the lanes reading
+ * element (e + l) % hd (q too): bank 5 l + e, all different. */
+static int64_t flash_k_stride(const AttnDesc *d) { return flash_vec_ok(d) ? d->hd + 4 : d->hd + 1; }
+
 /* Shared floats of a flash_attn block of w warps: Q rows, K and V tiles, P */
 static int64_t flash_smem_floats(const AttnDesc *d, int w) {
-    /* K rows padded by one float: lane l reads row l, so the rows fall in different banks */
-    return (int64_t)w * d->hd + FLASH_BC * (d->hd + 1) + FLASH_BC * d->hv + (int64_t)w * FLASH_BC;
+    return (int64_t)w * d->hd + FLASH_BC * flash_k_stride(d) + FLASH_BC * d->hv + (int64_t)w * FLASH_BC;
 }
 bool flash_fits(const AttnDesc *d) {
     /* registers: 6 + one accumulator per 32 of hv; one warp per head of a group */
@@ -38,6 +60,10 @@ static TileKernel *flash_kernel(Arena *A, const LoopNest *nest, const AttnDesc *
     P->tq = tq;
     P->split = split;
     k->block = 32 * tq * (int)d->group;
+    /* as many as stage a whole tile in one pass (flash decoding's blocks read a tile or two: all of it in
+     * flight), within FLASH_STAGE_VECS per pass */
+    int64_t vecs = (FLASH_BC * max_i(d->hd, d->hv) / 4 + k->block - 1) / k->block;
+    P->stage_vecs = flash_vec_ok(d) ? (int)min_i(vecs, FLASH_STAGE_VECS) : 0;
     k->smem_floats = (int)flash_smem_floats(d, tq * (int)d->group);
     P->nsplit = split > 1 ? emin(A, e_i(A, split), ceil_div(A, d->len, FLASH_BC)) : e_i(A, 1);
     k->grid = E_MUL(A, E_MUL(A, ceil_div(A, d->rows, tq), e_i(A, d->heads / d->group)), P->nsplit);
@@ -99,10 +125,12 @@ void flash_print(Str *o, const TileKernel *k) {
     str_printf(o, "] by %d, kv head, key slice); warp -> a (token, head) row of the kv head's %lld heads\n"
                "  per %d keys [%s<", P->tq, (long long)d->group, FLASH_BC, d->j->name);
     expr_print(o, d->len);
-    str_printf(o, "]: K/V tile to shared memory once for the block, lane -> one key's score (dot over %lld from shared "
-               "memory), shfl_xor max tree, online softmax (running max, per-lane sums), lane -> d, d+32, .. of P.V "
-               "(%lld)\n",
-               (long long)d->hd, (long long)d->hv);
+    str_printf(o, "]: K/V tile to shared memory once for the block (");
+    if (P->stage_vecs) str_printf(o, "16-byte cp.async, %d of each tile per thread a pass", P->stage_vecs);
+    else str_printf(o, "scalar loads");
+    str_printf(o, "), lane -> one key's score (dot over %lld from shared memory%s), shfl_xor max tree, online softmax "
+               "(running max, per-lane sums), lane -> d, d+32, .. of P.V (%lld)\n",
+               (long long)d->hd, P->stage_vecs ? ", from element lane" : "", (long long)d->hv);
     if (P->work) str_printf(o, "  slices write (o, max, sum) to %s\n", P->work->name);
 }
 void flash_combine_print(Str *o, const TileKernel *k) {
@@ -139,6 +167,64 @@ static TStmt **flash_lets(Arena *A, const AttnDesc *d, const FlashBlock *fb, int
     *n = 3;
     return l;
 }
+/* e (of K or V, or an index of their loads) at key j, element c, for the block's kv head */
+static Expr *flash_kv_at(Arena *A, const AttnDesc *d, const FlashBlock *fb, Expr *e, Expr *j, Expr *c) {
+    Expr *h = E_MUL(A, fb->kvh, e_i(A, d->group));
+    return expr_subst(A, expr_subst(A, expr_subst(A, e, d->h, h), d->j, j), d->d, c);
+}
+
+/* The tile's K and V rows of the kv head at key j0 (the group's first head reads what every head of it
+ * reads) into shared memory, rows past jhi zero, added to ub. By loads: a loop per tile, each load stored at
+ * once (the machine code waits for each load before it issues the next). stage_vecs: 16-byte cp.async
+ * copies, stage_vecs of each tile per thread and pass of a loop (one pass where the tile allows), a copy
+ * past jhi zero-filling its destination; then wait_group 0 and a barrier, so that all of a thread's copies
+ * are in flight together (ptxas interleaves loads with their stores, not copies with a wait). */
+static void flash_stage(KernelBuilder *B, const TileKernel *t, const FlashBlock *fb, Expr *j0, Expr *jhi, KList *ub) {
+    Arena *A = B->A;
+    const FlashParams *P = &t->flash;
+    const AttnDesc *d = P->attn;
+    const int64_t BC = FLASH_BC, U = P->stage_vecs, width[2] = {d->hd, d->hv}, ld[2] = {flash_k_stride(d), d->hv};
+    if (!U) {
+        TStmt **ps = tlist(A, 2);
+        for (int m = 0; m < 2; m++) {
+            Var *xv = new_var(A, B->nvars, m ? "xv" : "xk");
+            TStmt *f = ts_for(A, xv, tid(A), e_i(A, BC * width[m]), e_i(A, t->block), 2);
+            Expr *r = idiv(A, e_var(A, xv), width[m]), *c = imod(A, e_var(A, xv), width[m]);
+            Expr *j = E_ADD(A, j0, r), *si = E_ADD(A, E_MUL(A, r, e_i(A, ld[m])), c);
+            sstore_where(A, f, FLASH_S_K + m, si, lt(A, j, jhi), flash_kv_at(A, d, fb, m ? d->v : d->k, j, c));
+            ps[m] = f;
+        }
+        kl_add(A, ub, phase(A, ps, 2, true));
+        return;
+    }
+    Var *xs = new_var(A, B->nvars, "xs");
+    TStmt *f = ts_for(A, xs, E_MUL(A, tid(A), e_i(A, 4)), e_i(A, BC * max_i(width[0], width[1])),
+                      e_i(A, t->block * 4 * U), (int)(2 * U));
+    for (int m = 0; m < 2; m++)
+        for (int u = 0; u < U; u++) {
+            Expr *x = E_ADD(A, e_var(A, xs), e_i(A, u * t->block * 4));
+            Expr *r = idiv(A, x, width[m]), *c = imod(A, x, width[m]), *j = E_ADD(A, j0, r);
+            const Expr *L = m ? d->v : d->k;
+            TStmt *cp = ts(A, TS_CP_ASYNC);
+            cp->vec = 16;
+            cp->smem = FLASH_S_K + m;
+            cp->sidx = E_ADD(A, E_MUL(A, r, e_i(A, ld[m])), c);
+            cp->buf = L->buf;
+            cp->idx = ARENA_ARRAY(A, Expr *, L->nargs);
+            for (int i = 0; i < L->nargs; i++) cp->idx[i] = flash_kv_at(A, d, fb, L->a[i], j, c);
+            cp->e = lt(A, j, jhi);
+            TStmt *in = ts_if(A, lt(A, x, e_i(A, BC * width[m])), 1);   /* a copy inside the tile */
+            ts_add(in, cp);
+            ts_add(f, in);
+        }
+    TStmt **ps = tlist(A, 1);
+    ps[0] = f;
+    kl_add(A, ub, phase(A, ps, 1, false));
+    kl_add(A, ub, cp_sync(A, KS_CP_COMMIT, 0));
+    kl_add(A, ub, cp_sync(A, KS_CP_WAIT, 0));
+    kl_add(A, ub, phase(A, NULL, 0, true));
+}
+
 void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {
     Arena *A = B->A;
     const FlashParams *P = &t->flash;
@@ -149,7 +235,7 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
     const int R_P = FLASH_R_P, R_TMP = FLASH_R_TMP, R_MAX = FLASH_R_MAX, R_SUM = FLASH_R_SUM, R_NEW = FLASH_R_NEW_MAX;
     declare_regs(k, RO + no);
     k->nsmem = 4;
-    k->smem[FLASH_S_Q].size = (int)(W * HD); k->smem[FLASH_S_K].size = (int)(BC * (HD + 1));
+    k->smem[FLASH_S_Q].size = (int)(W * HD); k->smem[FLASH_S_K].size = (int)(BC * flash_k_stride(d));
     k->smem[FLASH_S_V].size = (int)(BC * HV); k->smem[FLASH_S_P].size = (int)(W * BC);
     /* the block's coordinates and key range, computed once (uniform) */
     Expr *SE = S > 1 ? ulet(B, body, "nsplit", P->nsplit) : e_i(A, 1);
@@ -187,27 +273,15 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
 
     Var *j0 = new_var(A, B->nvars, "j0");
     KList ub = {0};
-    /* stage the tile's K and V rows of the kv head (the group's first head reads what every head of it reads) */
-    TStmt **ps = tlist(A, 2);
-    for (int m = 0; m < 2; m++) {
-        int64_t width = m ? HV : HD, ld = m ? HV : HD + 1;
-        Var *xv = new_var(A, B->nvars, m ? "xv" : "xk");
-        TStmt *f = ts_for(A, xv, tid(A), e_i(A, BC * width), e_i(A, t->block), 2);
-        Expr *r = idiv(A, e_var(A, xv), width), *c = imod(A, e_var(A, xv), width);
-        Expr *j = E_ADD(A, e_var(A, j0), r), *si = E_ADD(A, E_MUL(A, r, e_i(A, ld)), c);
-        Expr *val = m ? d->v : d->k;
-        val = expr_subst(A, expr_subst(A, expr_subst(A, val, d->h, E_MUL(A, fb.kvh, e_i(A, G))), d->j, j), d->d, c);
-        sstore_where(A, f, FLASH_S_K + m, si, lt(A, j, jhi), val);
-        ps[m] = f;
-    }
-    kl_add(A, &ub, phase(A, ps, 2, true));
+    flash_stage(B, t, &fb, e_var(A, j0), jhi, &ub);
     /* lane l scores key j0 + l: p = scale * q . k, -inf past the row's keys */
     TStmt **pq = flash_lets(A, d, &fb, 5, &n);
     Var *ev = new_var(A, B->nvars, "e");
     pq[n++] = ts_assign(A, R_P, e_f(A, 0.0));
     TStmt *fd = ts_for(A, ev, e_i(A, 0), e_i(A, HD), e_i(A, 1), 1);
-    Expr *qe = sload(A, FLASH_S_Q, E_ADD(A, E_MUL(A, w, e_i(A, HD)), e_var(A, ev)));
-    Expr *ke = sload(A, FLASH_S_K, E_ADD(A, E_MUL(A, lane, e_i(A, HD + 1)), e_var(A, ev)));
+    Expr *el = P->stage_vecs ? imod(A, E_ADD(A, e_var(A, ev), lane), HD) : e_var(A, ev);   /* flash_k_stride */
+    Expr *qe = sload(A, FLASH_S_Q, E_ADD(A, E_MUL(A, w, e_i(A, HD)), el));
+    Expr *ke = sload(A, FLASH_S_K, E_ADD(A, E_MUL(A, lane, e_i(A, flash_k_stride(d))), el));
     ts_add(fd, ts_assign(A, R_P, E_ADD(A, reg(A, R_P), E_MUL(A, qe, ke))));
     pq[n++] = fd;
     Expr *jk = E_ADD(A, e_var(A, j0), lane);

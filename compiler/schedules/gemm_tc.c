@@ -314,12 +314,9 @@ static void gtc_mma(const TcTile *G, KList *ub, int xs, int ws) {
     }
 }
 
-static KStmt *kcp(Arena *A, KStmtKind kind, int n) {
-    KStmt *s = ARENA_NEW(A, KStmt); s->k = kind; s->wait_n = n; return s;
-}
 /* the wait that leaves the newest S - 2 groups (steps i+2 .. i+S-1) in flight; debug_cp_async: one more */
 static KStmt *gtc_wait(const TcTile *G) {
-    return kcp(G->B->A, KS_CP_WAIT, G->P->stages - 2 + G->B->kn->debug_cp_async);
+    return cp_sync(G->B->A, KS_CP_WAIT, G->P->stages - 2 + G->B->kn->debug_cp_async);
 }
 
 /* One K step i of the pipeline at kt, reading stage b = i % S:
@@ -342,7 +339,7 @@ static void gtc_step(const TcTile *G, KList *ub, Expr *kt, int b) {
     if (!cp) gtc_regs(G, 1, GTC_R_PREFETCH + nx, E_ADD(A, kt, e_i(A, G->BK)), 0, false, p, &n);
     CHECK(n <= cap, "gemm_tc step");
     kl_add(A, ub, phase(A, p, n, false));
-    if (cp) kl_add(A, ub, kcp(A, KS_CP_COMMIT, 0));
+    if (cp) kl_add(A, ub, cp_sync(A, KS_CP_COMMIT, 0));
     gtc_mma(G, ub, b, S + b);
     if (cp) kl_add(A, ub, gtc_wait(G));
     TStmt **q = tlist(A, 4 + nx + nw);
@@ -366,7 +363,7 @@ static void gemm_tc_pipeline(const TcTile *G, KList *body) {
         int n = 0;
         gtc_cp_w(G, S + s, e_i(A, s * G->BK), p, &n);
         kl_add(A, body, phase(A, p, n, false));
-        kl_add(A, body, kcp(A, KS_CP_COMMIT, 0));
+        kl_add(A, body, cp_sync(A, KS_CP_COMMIT, 0));
     }
     TStmt *x0 = gtc_stage(G, 0, 0, e_i(A, 0));
     kl_phase(A, body, !cp, cp ? 1 : 2, x0, cp ? NULL : gtc_stage(G, 1, S, e_i(A, 0)));
@@ -382,7 +379,7 @@ static void gemm_tc_pipeline(const TcTile *G, KList *body) {
     }
     for (int s = 0; s < T % S; s++) gtc_step(G, body, e_i(A, (rounds * S + s) * G->BK), s);
     /* the look-ahead copies past K: none left in flight when the block exits */
-    if (cp) kl_add(A, body, kcp(A, KS_CP_WAIT, 0));
+    if (cp) kl_add(A, body, cp_sync(A, KS_CP_WAIT, 0));
 }
 
 void gemm_tc_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList *body) {

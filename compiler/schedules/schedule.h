@@ -111,6 +111,8 @@ void ts_add(TStmt *parent, TStmt *child);
 /* smem sm[idx] = 0, then = v where cond holds: added to parent */
 void sstore_where(Arena *A, TStmt *parent, int sm, Expr *idx, Expr *cond, Expr *v);
 KStmt *phase(Arena *A, TStmt **body, int n, bool barrier);
+/* cp_async_commit_group (KS_CP_COMMIT), or cp_async_wait_group n (KS_CP_WAIT) */
+KStmt *cp_sync(Arena *A, KStmtKind kind, int n);
 /* A phase of body[0..n) without the lets nothing in it reads (schedules whose phases share one set of
  * lets; unused ones would be C warnings). */
 KStmt *phase_pruned(Arena *A, TStmt **b, int n, bool barrier);
