@@ -194,6 +194,34 @@ static void emit_vload(Str *o, const KKernel *k, const TStmt *s, Target t) {
     else str_printf(o, ", %d);\n", s->vec);
 }
 
+/* A run of vector loads (b[0..n), CUDA): every vector's words loaded, then a zero that depends on all of them,
+ * then each vector widened through it, so that the run is in flight before any arithmetic reads one of its
+ * values (runtime/kernels.h vload_words) */
+static void emit_vload_run(Str *o, const KKernel *k, TStmt *const *b, int n, int d, Target t) {
+    for (int i = 0; i < n; i++) {
+        const TStmt *s = b[i];
+        int words = s->vec * dtype_sizes[s->buf->dtype] / 4;
+        CHECK(words == 1 || words == 2 || ((words & 3) == 0 && words <= 16), "vector of %d words", words);
+        if (i) ind(o, d);
+        str_printf(o, "uint32_t "); var_name(o, s->v); str_printf(o, "_w[%d]; vload_words(", words);
+        var_name(o, s->v); str_printf(o, "_w, ");
+        param_name(o, k, kernel_param_index(k, s->buf));
+        str_printf(o, " + "); lin_index(o, k, s->buf, s->idx, t); str_printf(o, ", %d);\n", words);
+    }
+    ind(o, d);
+    str_printf(o, "const uint32_t "); var_name(o, b[0]->v); str_printf(o, "_z = zero_after(");
+    for (int i = 0; i < n; i++) { str_printf(o, i ? " ^ " : ""); var_name(o, b[i]->v); str_printf(o, "_w[0]"); }
+    str_printf(o, ");\n");
+    for (int i = 0; i < n; i++) {
+        const TStmt *s = b[i];
+        ind(o, d);
+        str_printf(o, "float "); var_name(o, s->v);
+        str_printf(o, "[%d]; vload_widen_%s(", s->vec, dtype_names[s->buf->dtype]);
+        var_name(o, s->v); str_printf(o, ", "); var_name(o, s->v); str_printf(o, "_w, %d, ", s->vec);
+        var_name(o, b[0]->v); str_printf(o, "_z);\n");
+    }
+}
+
 /* cp.async of s->vec bytes: CUDA issues cp.async.{ca,cg}.shared.global with src-size 0 when the predicate
  * is false (the destination is zero-filled and the source, then the buffer's base, is not read); C queues
  * the copy for the wait_group that completes it (cp_async_issue in the prelude). */
@@ -333,7 +361,14 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             emit_tstmts(o, k, s->body, s->nbody, d + 1, t);
             ind(o, d); str_printf(o, "}\n");
             break;
-        case TS_VLOAD: emit_vload(o, k, s, t); break;
+        case TS_VLOAD: {
+            int last = i;
+            while (t == TARGET_CUDA && last + 1 < n && b[last + 1]->k == TS_VLOAD) last++;
+            if (last > i) emit_vload_run(o, k, b + i, last - i + 1, d, t);
+            else emit_vload(o, k, s, t);
+            i = last;
+            break;
+        }
         case TS_GEMM:
             /* runtime/cpu_gemm.h; the tile's rows are gn apart */
             CHECK(t != TARGET_CUDA, "gemm in CUDA");

@@ -125,12 +125,13 @@ DEVFN void bdot_ld64(const uint8_t *p, uint32_t *r) {
  * from moving any product (which reads the word through it) between the loads (asm volatile statements keep their
  * order); it emits no instruction */
 DEVFN void bdot_hold(uint32_t *v) { asm volatile("" : "+r"(*v)); }
-/* 0, through a value ptxas cannot know (the dynamic shared memory is never 4 GiB) */
-DEVFN float bdot_zero_after(uint32_t all) {
+/* 0, through a value ptxas cannot know (the dynamic shared memory is never 4 GiB): what reads it waits for all */
+DEVFN uint32_t zero_after(uint32_t all) {
     uint32_t z;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(z));
-    return __uint_as_float(z == 0xffffffffu ? all : 0u);
+    return z == 0xffffffffu ? all : 0u;
 }
+DEVFN float bdot_zero_after(uint32_t all) { return __uint_as_float(zero_after(all)); }
 /* the hardware's conversion (exact, as f16_to_f32): no branches between the loads and their uses */
 DEVFN float bdot_h2f(uint32_t h) {
     float f;
@@ -484,25 +485,40 @@ DEVFN uint16_t f32_to_f16(float f) {
 }
 
 #ifdef __CUDACC__
-/* vload_<dtype>(v, p, o, n): p[o .. o + n) widened to f32, read with 4-, 8- or 16-byte loads */
-template <int F16, typename T> DEVFN void vload_(float *v, const T *p, int64_t o, int n) {
-    const int per = 4 / (int)sizeof *p, words = n / per;   /* elements per 32-bit word */
-    uint32_t w[16];
+/* vload_words(w, p, words): the 32-bit words at p (16-byte aligned where words >= 4, 8 where 2, else 4) by 16-,
+ * 8- or 4-byte loads. vload_widen_<dtype>(v, w, n, z): the words' n elements as f32, each word XOR z first. A
+ * run of vloads (the emitter's: a schedule's unrolled round) loads every vector's words, then z = zero_after(the
+ * XOR of one word of each), then widens: z is 0, but ptxas cannot know it, so no conversion or product can start
+ * before the run's last load has issued, and the whole run is in flight at once (without it ptxas moved the
+ * products up between the loads: scripts/sass_report). vload_<dtype>(v, p, o, n): p[o .. o + n) as f32, alone. */
+DEVFN void vload_words(uint32_t *w, const void *p, int words) {
     if (words >= 4) {
 #pragma unroll
         for (int c = 0; c < words / 4; c++) {
-            const uint4 q = ((const uint4 *)(p + o))[c];
+            const uint4 q = ((const uint4 *)p)[c];
             w[4 * c] = q.x; w[4 * c + 1] = q.y; w[4 * c + 2] = q.z; w[4 * c + 3] = q.w;
         }
     } else if (words == 2) {
-        const uint2 q = *(const uint2 *)(p + o);
+        const uint2 q = *(const uint2 *)p;
         w[0] = q.x; w[1] = q.y;
-    } else w[0] = *(const uint32_t *)(p + o);
+    } else w[0] = *(const uint32_t *)p;
+}
+template <int F16, int PER> DEVFN void vload_widen_(float *v, const uint32_t *w, int n, uint32_t z) {
 #pragma unroll
-    for (int i = 0; i < words; i++)
-        if (per == 1) v[i] = __uint_as_float(w[i]);
-        else if (F16) { v[2 * i] = f16_to_f32(w[i] & 0xffffu); v[2 * i + 1] = f16_to_f32(w[i] >> 16); }
-        else { v[2 * i] = bf16_to_f32(w[i] & 0xffffu); v[2 * i + 1] = bf16_to_f32(w[i] >> 16); }
+    for (int i = 0; i < n / PER; i++)
+        if (PER == 1) v[i] = __uint_as_float(w[i] ^ z);
+        else if (F16) { v[2 * i] = f16_to_f32((w[i] ^ z) & 0xffffu); v[2 * i + 1] = f16_to_f32((w[i] ^ z) >> 16); }
+        else { v[2 * i] = bf16_to_f32((w[i] ^ z) & 0xffffu); v[2 * i + 1] = bf16_to_f32((w[i] ^ z) >> 16); }
+}
+DEVFN void vload_widen_f32(float *v, const uint32_t *w, int n, uint32_t z) { vload_widen_<0, 1>(v, w, n, z); }
+DEVFN void vload_widen_bf16(float *v, const uint32_t *w, int n, uint32_t z) { vload_widen_<0, 2>(v, w, n, z); }
+DEVFN void vload_widen_f16(float *v, const uint32_t *w, int n, uint32_t z) { vload_widen_<1, 2>(v, w, n, z); }
+template <int F16, typename T> DEVFN void vload_(float *v, const T *p, int64_t o, int n) {
+    uint32_t w[16];
+    const int per = 4 / (int)sizeof *p;   /* elements per 32-bit word */
+    vload_words(w, p + o, n / per);
+    if (per == 1) vload_widen_<0, 1>(v, w, n, 0u);
+    else vload_widen_<F16, 2>(v, w, n, 0u);
 }
 DEVFN void vload_f32(float *v, const float *p, int64_t o, int n) { vload_<0>(v, p, o, n); }
 DEVFN void vload_bf16(float *v, const uint16_t *p, int64_t o, int n) { vload_<0>(v, p, o, n); }
