@@ -27,7 +27,8 @@ extern const char *const sched_names[];
  * "chosen from the shapes" where the range allows it. debug_shfl_offset is
  * a deliberate fault (added to every shuffle delta) so tests can show that
  * a wrong lane is caught; debug_cp_async=1 makes gemm_tc wait for one
- * cp.async group fewer than it reads; debug_pair_swap=1 stages a gemm_tc
+ * cp.async group fewer than it reads (flash_attn: its K/V tile's copies
+ * still pending when the tile is read); debug_pair_swap=1 stages a gemm_tc
  * pair's two weights in each other's rows of the W tile; debug_topk_order=1
  * breaks top_k's ties towards the larger index. The cpu_* knobs: rows of a
  * linear that one CPU task computes together (cpu_group; 0: chosen), tasks

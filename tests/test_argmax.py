@@ -28,16 +28,18 @@ CASES = [
 
 def test_argmax_against_numpy():
     for i, expr in enumerate(CASES):
-        p, t = dump_run(expr, "argmax%d" % i)
-        assert p.returncode == 0 and "matches the reference" in p.stdout, expr + "\n" + p.stdout + p.stderr
-        out = t.pop("output")
-        x = t["input0"]
-        if "* 0" in expr:
-            x = x * 0 - 1
-        if "torch.ones(3, 5000)" in expr:
-            x = x * t["input1"]
-        want = np.argmax(x, axis=-1).reshape(out.shape)
-        assert np.array_equal(out, want), "%s: %s vs numpy %s" % (expr, out.ravel()[:8], want.ravel()[:8])
+        for target in ("cuda-emu", "cpu"):   # the GPU's argmax schedule, and the CPU target's
+            p, t = dump_run(expr, "argmax%d%s" % (i, target), ["--target", target])
+            assert p.returncode == 0 and "matches the reference" in p.stdout, expr + "\n" + p.stdout + p.stderr
+            out = t.pop("output")
+            x = t["input0"]
+            if "* 0" in expr:
+                x = x * 0 - 1
+            if "torch.ones(3, 5000)" in expr:
+                x = x * t["input1"]
+            want = np.argmax(x, axis=-1).reshape(out.shape)
+            assert np.array_equal(out, want), "%s %s: %s vs numpy %s" % (target, expr, out.ravel()[:8],
+                                                                         want.ravel()[:8])
 
 
 def test_argmax_errors():

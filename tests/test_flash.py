@@ -48,16 +48,19 @@ def test_sdpa_against_numpy_every_variant():
         for knobs in KNOBS:
             sched = schedules(expr, knobs)
             assert sched[0] == "flash_attn" and set(sched) <= {"flash_attn", "flash_combine"}, "%s %s: %s" % (expr, knobs, sched)
-            p, t = dump_run(expr, "flash%d" % n, knobs)
-            n += 1
-            assert p.returncode == 0 and "matches the reference" in p.stdout, "%s %s:\n%s%s" % (expr, knobs, p.stdout, p.stderr)
-            out = t.pop("output")
-            want = sdpa(t["input0"], t["input1"], t["input2"], is_causal=causal)
-            # f32 kernels against float64 numpy: llmcc run's own bound
-            tol = 1e-4 * np.abs(want) + 1e-5 * np.abs(want).max()
-            bad = np.abs(out - want) > tol
-            assert not bad.any(), "%s %s: %d values differ from numpy, first at %s: %r vs %r" % (
-                expr, knobs, bad.sum(), np.argwhere(bad)[0], out[bad][0], want[bad][0])
+            # the flash schedules run on cuda-emu (the knobs are theirs); the CPU target's cpu_attn once
+            for target in ("cuda-emu",) + (("cpu",) if not knobs else ()):
+                p, t = dump_run(expr, "flash%d" % n, ["--target", target] + knobs)
+                n += 1
+                assert p.returncode == 0 and "matches the reference" in p.stdout, "%s %s %s:\n%s%s" % (
+                    target, expr, knobs, p.stdout, p.stderr)
+                out = t.pop("output")
+                want = sdpa(t["input0"], t["input1"], t["input2"], is_causal=causal)
+                # f32 kernels against float64 numpy: llmcc run's own bound
+                tol = 1e-4 * np.abs(want) + 1e-5 * np.abs(want).max()
+                bad = np.abs(out - want) > tol
+                assert not bad.any(), "%s %s %s: %d values differ from numpy, first at %s: %r vs %r" % (
+                    target, expr, knobs, bad.sum(), np.argwhere(bad)[0], out[bad][0], want[bad][0])
 
 
 def test_split_variant_uses_the_combine():
@@ -79,6 +82,17 @@ def test_wrong_mask_is_caught():
         assert p.returncode == 1 and "DOES NOT MATCH" in p.stdout, p.stdout + p.stderr
         p = run([LLMCC, "run", "--target", "cuda-emu", "-c", expr] + knobs)
         assert "matches the reference" in p.stdout
+
+
+def test_pending_tile_copies_are_caught():
+    # debug_cp_async=1: the K/V tile's cp.async copies are still pending (wait_group 1, one group committed) when
+    # the scores read the tile: the kernel verifier must refuse it (hd 32: the copies' path; the prefill and the
+    # split decode variants)
+    expr = SDPA % ("1, 2, 40, 32", "1, 2, 40, 32", "1, 2, 40, 32", ", is_causal=True")
+    for knobs in ([], ["--knob", "flash_split=2", "--knob", "flash_min_n=64"]):
+        p = run([LLMCC, "run", "--target", "cuda-emu", "-c", expr, "--knob", "debug_cp_async=1"] + knobs, check=False)
+        assert p.returncode != 0 and "while a cp.async into it may be pending" in p.stderr, p.stdout + p.stderr
+        assert "16-byte cp.async" in run([LLMCC, "compile", "-c", expr, "--ir", "tile"] + knobs).stdout
 
 
 def test_loop_ir_shows_the_rewrite():

@@ -50,15 +50,16 @@ def numpy_topk(x, k):
 def test_topk_against_numpy():
     for i, (expr, inp, knobs) in enumerate(CASES):
         extra = sum((["--knob", k] for k in knobs), [])
-        p, t = dump_run(expr, "topk%d" % i, extra)
-        assert p.returncode == 0 and "matches the reference" in p.stdout, expr + "\n" + p.stdout + p.stderr
-        out = t.pop("output")
-        k = int(expr.rsplit(",", 1)[1].strip(" )"))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            want = numpy_topk(inp(t), k)
-        assert out.shape == want.shape, "%s: shape %s, numpy %s" % (expr, out.shape, want.shape)
-        assert np.array_equal(out, want), "%s %s: first difference at %s: %r vs numpy %r" % (
-            expr, knobs, np.argwhere(out != want)[0], out[out != want][0], want[out != want][0])
+        for target in ("cuda-emu", "cpu"):   # the GPU's top_k schedules, and the CPU target's
+            p, t = dump_run(expr, "topk%d%s" % (i, target), ["--target", target] + extra)
+            assert p.returncode == 0 and "matches the reference" in p.stdout, expr + "\n" + p.stdout + p.stderr
+            out = t.pop("output")
+            k = int(expr.rsplit(",", 1)[1].strip(" )"))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                want = numpy_topk(inp(t), k)
+            assert out.shape == want.shape, "%s %s: shape %s, numpy %s" % (target, expr, out.shape, want.shape)
+            assert np.array_equal(out, want), "%s %s %s: first difference at %s: %r vs numpy %r" % (
+                target, expr, knobs, np.argwhere(out != want)[0], out[out != want][0], want[out != want][0])
 
 
 def test_topk_schedules_in_guarded_buffers():

@@ -221,7 +221,7 @@ static void flash_stage(KernelBuilder *B, const TileKernel *t, const FlashBlock 
     ps[0] = f;
     kl_add(A, ub, phase(A, ps, 1, false));
     kl_add(A, ub, cp_sync(A, KS_CP_COMMIT, 0));
-    kl_add(A, ub, cp_sync(A, KS_CP_WAIT, 0));
+    kl_add(A, ub, cp_sync(A, KS_CP_WAIT, B->kn->debug_cp_async));   /* the fault: the tile's copies left pending */
     kl_add(A, ub, phase(A, NULL, 0, true));
 }
 
