@@ -774,7 +774,12 @@ static void emit_launch(Str *o, const Names *nm, const KLaunch *l, int seg, bool
         str_printf(o, "%s", a.s);
         str_free(&a);
     }
-    str_printf(o, ");\n"); ind(o, d); str_printf(o, "}\n");
+    str_printf(o, ");\n");
+    if (cuda) {   /* LLMCC_CUDA_CHECK=1: the kernel and its graph op named where it fails (runtime/kernels.h) */
+        ind(o, d + 1);
+        str_printf(o, "LAUNCH_CHECK(\"%s\", \"%s\", %s);\n", l->k->name, mod, seg >= 0 ? "l" : "-1");
+    }
+    ind(o, d); str_printf(o, "}\n");
 }
 
 static void put_indented(Str *o, const char *text, int d) {
@@ -1462,7 +1467,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                   "    return 0;\n}\n\n", 2 * KM, nm.act[tk->id], KM);
     if (cuda)
         str_printf(o, "int model_threads(int n, char *desc, size_t size) {\n    (void)n;\n"
-                      "    snprintf(desc, size, \"the GPU (CUDA)\");\n    return 0;\n}\n\n");
+                      "    gpu_describe(desc, size);\n    return 0;\n}\n\n");
     else {
         /* --info names how the prompt's bf16 linears and the block-type weights multiply on this CPU */
         str_printf(o, "int model_threads(int n, char *desc, size_t size) {\n"

@@ -672,20 +672,69 @@ static inline void cp_async_wait(CpQueue *c, int pending) {
 #ifndef LLMCC_MODEL_API_H
 #elif defined(__CUDACC__)
 #define MEM_CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) return cudaGetErrorString(e_); } while (0)
+#ifndef LLMCC_ARCH
+#define LLMCC_ARCH "sm_90"     /* the Makefile's ARCH: what the kernels were compiled for */
+#endif
+/* LLMCC_CUDA_CHECK=1 (read by mem_device): after every launch, wait for the kernel and name it and its graph op
+ * if it or its launch failed (slow: a synchronisation per kernel), instead of a late error at the next copy */
+static int launch_checks;
+static inline void launch_check(const char *kernel, const char *op, int layer) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) return;
+    if (layer >= 0) fprintf(stderr, "llmcc: CUDA error in %s (model.layers.%d.%s): %s\n", kernel, layer, op,
+                            cudaGetErrorString(e));
+    else fprintf(stderr, "llmcc: CUDA error in %s (%s): %s\n", kernel, op, cudaGetErrorString(e));
+    exit(1);
+}
+#define LAUNCH_CHECK(kernel, op, layer) do { if (launch_checks) launch_check(kernel, op, layer); } while (0)
+/* "CUDA X.Y" of a cudaDriverGetVersion / CUDART_VERSION number */
+#define CUDA_VER(v) (v) / 1000, (v) % 1000 / 10
+/* The GPU, its driver and the runtime in one line (model_threads' description: --info, --stats) */
+static inline void gpu_describe(char *desc, size_t size) {
+    int drv = 0, dev = 0;
+    cudaDeviceProp p;
+    cudaDriverGetVersion(&drv);
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        char d[40] = "no NVIDIA driver";
+        if (drv) snprintf(d, sizeof d, "driver CUDA %d.%d", CUDA_VER(drv));
+        snprintf(desc, size, "no CUDA GPU (%s; runtime CUDA %d.%d, kernels for %s)", d, CUDA_VER(CUDART_VERSION),
+                 LLMCC_ARCH);
+        return;
+    }
+    snprintf(desc, size, "%s (compute capability %d.%d, %d SMs, %.1f GiB), driver CUDA %d.%d, runtime CUDA %d.%d, "
+             "kernels for %s", p.name, p.major, p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0,
+             CUDA_VER(drv), CUDA_VER(CUDART_VERSION), LLMCC_ARCH);
+}
 static inline const char *mem_device(void) {
-    static char why[200];
+    static char why[640];
+    const char *check = getenv("LLMCC_CUDA_CHECK");
+    launch_checks = check && *check && strcmp(check, "0");
     /* the runtime is linked in (static cudart); the driver must be at least as new (CUDA 13: R580 or later) */
     int drv = 0;
     if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0 && drv < CUDART_VERSION) {
         snprintf(why, sizeof why, "the NVIDIA driver supports CUDA %d.%d, this executable was built with CUDA %d.%d: "
-                 "update the driver", drv / 1000, drv % 1000 / 10, CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+                 "update the driver", CUDA_VER(drv), CUDA_VER(CUDART_VERSION));
         return why;
     }
-    int ndev = 0;
+    int ndev = 0, dev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e == cudaSuccess && ndev) return NULL;
-    snprintf(why, sizeof why, "no CUDA GPU is available (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
-    return why;
+    if (e != cudaSuccess || !ndev) {
+        snprintf(why, sizeof why, "no CUDA GPU is available (%s)", e != cudaSuccess ? cudaGetErrorString(e)
+                                                                                      : "no devices");
+        return why;
+    }
+    /* sm_NN code runs on compute capability N.N and later (newer majors through the PTX embedded with it) */
+    cudaDeviceProp p;
+    int need = atoi(LLMCC_ARCH + 3);
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess &&
+        p.major * 10 + p.minor < need) {
+        snprintf(why, sizeof why, "the GPU (%.200s) has compute capability %d.%d and this executable's kernels are "
+                 "for %s: build it with llmcc build --arch sm_%d%d (sm_80 or later: the kernels use bf16 mma and "
+                 "cp.async)", p.name, p.major, p.minor, LLMCC_ARCH, p.major, p.minor);
+        return why;
+    }
+    return NULL;
 }
 /* bytes of zeros */
 static inline const char *mem_zalloc(void *p, size_t bytes) {

@@ -7,6 +7,7 @@ the CUDA build of every fixture (compiles and links here; runs only on a
 GPU, see scripts/gpu_check.sh)."""
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -137,6 +138,14 @@ def test_cuda_builds_every_fixture():
             r = run([os.path.join(out, "m"), "--prompt-ids", "1,2", "-n", "2"], check=False)
             lines = [l for l in r.stderr.splitlines() if l.strip()]
             assert r.returncode != 0 and len(lines) == 1 and "GPU" in lines[0], (r.returncode, r.stderr)
+            # --info names the device it has (none here), the runtime and the architecture of the kernels
+            info = run([os.path.join(out, "m"), "--info"]).stdout
+            assert re.search(r"^compute: no CUDA GPU \((no NVIDIA driver|driver CUDA \d+\.\d+); runtime CUDA \d+\.\d+, "
+                             r"kernels for sm_90\)$", info, re.M), info
+        # every launch is followed by its LLMCC_CUDA_CHECK check, naming the kernel and its graph op
+        src = open(os.path.join(out, "model.cu")).read()
+        launches = re.findall(r"^\s*(k_\w+)<<<.*\n(?:.*\n)*?\s*LAUNCH_CHECK\(\"(\w+)\", \"([\w.]+)\", (l|-1)\);", src, re.M)
+        assert len(launches) == src.count("<<<") > 0 and all(k == n for k, n, _, _ in launches), launches[:3]
 
 
 def test_compile_every_ir_level():
