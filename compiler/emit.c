@@ -1319,6 +1319,16 @@ static long long decode_weight_bytes(const KProgram *kp) {
     return total;
 }
 
+/* The launches of a one-token model_forward call: all but those only for more tokens (prefill alternatives) */
+static int decode_launches(const KProgram *kp) {
+    int count = 0;
+    for (int l = 0; l < kp->nl; l++) {
+        const KLaunch *L = &kp->launches[l];
+        count += !(L->run_if == 1 && L->min_n >= 1) && !(L->run_if == 2 && L->min_n < 1);
+    }
+    return count;
+}
+
 /* model_info, from the caller's ModelInfo and the program's tensors */
 static void emit_model_info(Str *o, const KProgram *kp, const ModelInfo *mi, Target t) {
     const TProgram *tp = kp->tp;
@@ -1330,8 +1340,8 @@ static void emit_model_info(Str *o, const KProgram *kp, const ModelInfo *mi, Tar
     str_printf(o, "%s},\n    ", mi->n_eos ? "" : "0");
     const float f[4] = {mi->temperature, mi->top_p, mi->min_p, mi->repetition_penalty};
     for (int i = 0; i < 4; i++) { float_lit(o, f[i]); str_printf(o, i < 3 ? ", " : ""); }
-    str_printf(o, ",\n    %d,\n    %d, tensor_names,\n    %lld,\n    %lldLL,\n};\n", mi->top_k, tp->n_weights,
-               tp->top_k ? (long long)tp->top_k->dims[2] : 0LL, decode_weight_bytes(kp));
+    str_printf(o, ",\n    %d,\n    %d, tensor_names,\n    %lld,\n    %lldLL,\n    %d,\n};\n", mi->top_k, tp->n_weights,
+               tp->top_k ? (long long)tp->top_k->dims[2] : 0LL, decode_weight_bytes(kp), decode_launches(kp));
 }
 
 /* whether a statement in b takes bf16 dot products (a gemm's: runtime/cpu_gemm.h's cpu_gemm_dot) or, with

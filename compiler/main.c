@@ -334,7 +334,7 @@ static EmitOptions emit_options(const Compilation *c, Target t, const char *name
                                   m->intermediate_size, m->num_hidden_layers, m->num_attention_heads,
                                   m->num_key_value_heads, m->head_dim, c->max_ctx, c->max_batch, m->bos_token_id,
                                   m->n_eos, {0}, (float)m->temperature, (float)m->top_p, (float)m->min_p,
-                                  (float)m->repetition_penalty, m->top_k, 0, NULL, 0, 0}};
+                                  (float)m->repetition_penalty, m->top_k, 0, NULL, 0, 0, 0}};
     CHECK(m->n_eos <= MODEL_MAX_EOS, "%d eos ids", m->n_eos);
     memcpy(eo.info.eos_ids, m->eos_token_ids, sizeof(int) * (size_t)m->n_eos);
     return eo;

@@ -29,6 +29,7 @@ typedef struct {
     int max_top_k;               /* the most model_topk gives (0: none; the sampler reads the logits) */
     long long decode_weight_bytes;   /* weight bytes one decode step reads: each weight whole, the embedding's
                                       * gather one row (--stats: bytes per token) */
+    int decode_launches;         /* kernel launches of a one-token model_forward call (--info, --stats) */
 } ModelInfo;
 
 extern const ModelInfo model_info;

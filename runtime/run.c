@@ -367,6 +367,7 @@ static void print_info(int ctx) {
            mi->vocab_size, mi->hidden_size, mi->intermediate_size, mi->n_layers);
     printf("heads: %d\nkv heads: %d\nhead dim: %d\n", mi->n_heads, mi->n_kv_heads, mi->head_dim);
     printf("context: %d (compiled: %d)\nmax batch: %d\n", ctx, mi->max_ctx, mi->max_batch);
+    printf("launches per token: %d (a one-token forward call's kernels)\n", mi->decode_launches);
     printf("bos id: %d\neos ids:", mi->bos_id);
     for (int i = 0; i < mi->n_eos; i++) printf(" %d", mi->eos_ids[i]);
     printf("\nsampling defaults: temperature %g, top-k %d, top-p %g, min-p %g, repetition penalty %g\n",
@@ -861,6 +862,7 @@ int main(int argc, char **argv) {
         double wbytes = (double)model_info.decode_weight_bytes;
         fprintf(stderr, "decode reads: %.1f MB of weights a token (%.1f GB/s at this speed)\n", wbytes / 1e6,
                 td > 0 ? wbytes * st.n_decode / td / 1e9 : 0.0);
+        fprintf(stderr, "launches per token: %d\n", model_info.decode_launches);
         fprintf(stderr, "sampled: %ld by the device's argmax, %ld from its top-k "
                 "(%ld of them from the logits: a tie at the k-th), %ld from the logits\n",
                 st.n_argmax, st.n_topk, G.topk_ties, st.n_gen - st.n_argmax - st.n_topk);

@@ -196,14 +196,15 @@ def test_no_prompt_starts_from_bos():
 def test_info():
     p = bx("--info", check=True)
     for s in ("name: bigram", "architecture: BigramForTesting", "target: cpu", "vocab size: 300",
-              "context: 64", "max batch: 4", "f32", "memory:", "payload: "):
+              "context: 64", "max batch: 4", "f32", "memory:", "payload: ",
+              "launches per token: 1 (a one-token forward call's kernels)"):
         assert s in p.stdout, s
     assert "context: 16" in bx("--info", "--ctx", 16, check=True).stdout
 
 
 def test_stats():
     p = bx("--prompt-ids", "10,11", "--ids", "-n", 5, "--stats", check=True)
-    for s in ("prompt tokens: 2", "prompt:", "tok/s", "decode:", "time to first token"):
+    for s in ("prompt tokens: 2", "prompt:", "tok/s", "decode:", "time to first token", "launches per token: 1\n"):
         assert s in p.stderr, s
 
 

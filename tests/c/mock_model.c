@@ -18,7 +18,7 @@ const ModelInfo model_info = {
     .bos_id = 1, .n_eos = 2, .eos_ids = { 2, 3 },
     .temperature = 0.0f, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .top_k = 0,
     .n_tensors = 1, .tensor_names = names, .max_top_k = 0,
-    .decode_weight_bytes = (long long)V * V * 4,
+    .decode_weight_bytes = (long long)V * V * 4, .decode_launches = 1,
 };
 
 /* kv: [slots][ctx] the ids fed; next_pos[slot]: the first position not fed (a call may start there or before it:

@@ -24,6 +24,7 @@ extern "C" const ModelInfo model_info = {
     1, names,
     0,
     (long long)V * V * 4,
+    1,
 };
 
 struct Model { float *w, *out; int ctx, next_pos; };   /* one slot: model_init_slots refuses more */
