@@ -6,14 +6,27 @@
 # several tokens, gemm_tc for bf16); and the CUDA ids without --logits (the
 # argmax taken on the GPU) against those with, and --top-k sampling from the
 # GPU's top-k against the host sampler's draw. One table row per fixture and
-# prompt; exits 1 if any row fails. Needs: nvcc, python3 + numpy, the repo
-# (run from anywhere). Takes well under 5 minutes.
+# prompt; exits 1 if any row fails. Then decode end to end: a 2-layer
+# Qwen2.5-7B-shaped bf16 checkpoint (random weights) built for CUDA, its
+# --stats decode time per token at context ~1024 beside the machine-code
+# report's bound for the same executable (scripts/sass_report; skipped where
+# nvdisasm is missing), and the full model's bound times measured / report. Needs: nvcc, python3 +
+# numpy, the repo (run from anywhere). The whole run stops after
+# GPU_CHECK_LIMIT seconds (default 480), saying so.
 set -uo pipefail
+LIMIT=${GPU_CHECK_LIMIT:-480}
+if [ -z "${GPU_CHECK_INNER:-}" ]; then   # the whole run as one child under timeout
+  GPU_CHECK_INNER=1 timeout -k 5 "$LIMIT" "$(readlink -f "$0")" "$@"
+  rc=$?
+  if [ $rc = 124 ] || [ $rc = 137 ]; then echo "gpu_check: stopped after ${LIMIT} s (GPU_CHECK_LIMIT): FAILED"; fi
+  exit $rc
+fi
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu_check}
 mkdir -p "$OUT"
 make -s llmcc >/dev/null || { echo "gpu_check: building llmcc failed"; exit 1; }
-nvidia-smi -L 2>/dev/null | head -1 || echo "gpu_check: nvidia-smi not found"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 \
+  | sed 's/^/gpu: /' || echo "gpu_check: nvidia-smi not found"
 SHORT=1,4,7,10,13,40,77
 LONG=$(python3 -c "print(','.join(str((i * 37) % 200 + 3) for i in range(40)))")
 N=32
@@ -67,5 +80,36 @@ sys.exit(1 if bad else 0)
 PY
   done
 done
-[ $fail = 0 ] && echo "gpu_check: all fixtures agree" || echo "gpu_check: FAILED"
+[ $fail = 0 ] && echo "gpu_check: all fixtures agree" || echo "gpu_check: fixtures FAILED"
+[ -x "$OUT/llama-gqa-f32-cuda/m" ] && "$OUT/llama-gqa-f32-cuda/m" --info | grep '^compute:'
+
+# decode end to end: 2 layers of Qwen2.5-7B (bf16, random weights), 64 tokens after a 960-token prompt
+q="$OUT/qwen7b-L2"
+[ -f "$q/model.safetensors.index.json" ] || python3 scripts/make_synthetic_checkpoint \
+  ../shared/assets/hf-configs/Qwen2.5-7B.config.json "$q" --layers 2 >/dev/null \
+  || { echo "gpu_check: the 2-layer checkpoint failed (../shared/assets/hf-configs)"; exit 1; }
+build/llmcc build "$q" -o "$q-cuda" --target cuda --name m 2>/dev/null && make -s -C "$q-cuda" -j >/dev/null 2>"$q.log" \
+  || { echo "gpu_check: the 2-layer CUDA build failed (see $q.log)"; exit 1; }
+P=$(python3 -c "print(','.join(str((i * 7919) % 150000 + 10) for i in range(960)))")
+"$q-cuda/m" --prompt-ids "$P" -n 64 --temperature 0 --repeat-penalty 1 --ignore-eos --ids --stats >/dev/null 2>"$q.stats" \
+  || { echo "gpu_check: the 2-layer run failed: $(head -1 "$q.stats")"; exit 1; }
+mkdir -p "$OUT/qwen7b-config" && cp ../shared/assets/hf-configs/Qwen2.5-7B.config.json "$OUT/qwen7b-config/config.json"
+python3 scripts/sass_report "$q" --pos 1024 > "$q.report" 2>&1
+python3 scripts/sass_report "$OUT/qwen7b-config" --pos 1024 > "$OUT/qwen7b.report" 2>&1
+python3 - "$q.stats" "$q.report" "$OUT/qwen7b.report" <<'PY'
+import re, sys
+stats, report, full = (open(f).read() for f in sys.argv[1:])
+m = re.search(r"decode: ([\d.]+) tok/s \((\d+) steps, ([\d.]+) ms\)", stats)
+us = float(m.group(3)) * 1e3 / int(m.group(2))
+print("decode, 2 layers of Qwen2.5-7B (bf16), context ~1024: measured %.1f us a token (%s tok/s)" % (us, m.group(1)))
+bound = lambda text: re.search(r"the kernels' bounds sum to ([\d.]+) us; bandwidth bound ([\d.]+) us", text)
+r, f = bound(report), bound(full)
+if not r or not f:
+    print("  machine-code report: none (%s)" % (report.strip().splitlines() or ["empty"])[-1][:100])
+    sys.exit(0)
+ratio = us / float(r.group(1))
+print("  report: %s us (HBM bound %s us); measured / report %.2f" % (r.group(1), r.group(2), ratio))
+print("  28 layers: report %s us (HBM bound %s us), times that ratio %.1f us a token (%.1f tok/s)" % (
+    f.group(1), f.group(2), float(f.group(1)) * ratio, 1e6 / (float(f.group(1)) * ratio)))
+PY
 exit $fail

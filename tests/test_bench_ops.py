@@ -8,7 +8,8 @@ weights, input and cache rows that --dump writes, and makes sure those cache
 rows matter (the result without them is far off). The `bench:` lines must
 hold figures that agree with each other and with the prose; --no-check must
 say it skipped the reference and still fail on non-finite output. The
-script's CPU dry run (BENCH_OPS_CPU=1) must run every row."""
+script's CPU dry run (BENCH_OPS_CPU=1) must run every row. scripts/gpu_check.sh keeps
+to its time limit."""
 import os
 import re
 import shutil
@@ -146,3 +147,13 @@ def test_gemm_sweep_dry_run():
     rows = [l for l in p.stdout.splitlines() if re.match(r"\w+ \d+->\d+ ", l)]
     assert len(rows) == 6 and all(len(l.split()) == 4 and "n/a" not in l for l in rows), p.stdout
     assert "128x128_s2" in p.stdout and "64x128_s2" not in p.stdout, p.stdout
+
+
+def test_gpu_check_stops_at_its_limit():
+    """scripts/gpu_check.sh runs as one child under GPU_CHECK_LIMIT seconds: past it, it says so and fails (124),
+    from any working directory"""
+    env = dict(os.environ, GPU_CHECK_LIMIT="2", OUT=os.path.join(tmpdir("gpu_check"), "out"))
+    p = subprocess.run(["bash", "gpu_check.sh"], cwd=os.path.join(ROOT, "scripts"), env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 124 and "gpu_check: stopped after 2 s (GPU_CHECK_LIMIT): FAILED" in p.stdout, (
+        p.returncode, p.stdout, p.stderr)
