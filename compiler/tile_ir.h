@@ -128,8 +128,8 @@ typedef struct {
     int split;                 /* key slices (flash decoding); 1: none */
     Expr *nsplit;              /* slices at run time: min(split, one per 32 keys), so none is empty */
     Buffer *work;              /* split > 1: the slices' partials [rows*heads*split, hv + 2]: o, max, sum */
-    int stage_vecs;            /* K/V tiles staged by this many 4-wide vector loads of each per thread and pass, all
-                                * issued before their stores; 0: scalar loads, each stored at once */
+    int stage_vecs;            /* K/V tiles staged by this many 16-byte cp.async copies of each per thread and pass,
+                                * all issued before one wait_group; 0: scalar loads, each stored at once */
 } FlashParams;
 /* cpu_rows (compiler/schedules/cpu_rows.c): tasks of consecutive output elements */
 typedef struct {
