@@ -46,6 +46,7 @@ typedef struct {
     uint64_t seed;
     int iters;
     int64_t perturb;           /* >= 0: (testing) the output value to spoil before the check */
+    bool kv_dtype_set; DType kv_dtype;   /* --kv-dtype */
     Knobs knobs;
     const char *ignore_keys[32];  /* --ignore-config-key KEY */
     ConfigOptions config;
@@ -102,6 +103,11 @@ static void parse(int argc, char **argv, RunOpts *o) {
         }
         else if (!strcmp(a, "--iters")) { NEED(); o->iters = run_int(a, v, 1, 1000000, "an integer in 1..1000000"); }
         else if (!strcmp(a, "--target")) { NEED(); o->target = parse_target(v); o->target_set = true; }
+        else if (!strcmp(a, "--kv-dtype")) {
+            NEED();
+            o->kv_dtype = parse_kv_dtype(v);
+            o->kv_dtype_set = true;
+        }
         else if (!strcmp(a, "--layer")) {
             NEED();
             o->one_layer = true;
@@ -111,8 +117,8 @@ static void parse(int argc, char **argv, RunOpts *o) {
         else if (!strcmp(a, "--pos")) { NEED(); o->pos = run_int(a, v, 0, MAX_POS, "a position in 0..131072"); }
         else if (a[0] == '-')
             die_user(NULL, a, "unknown option for run (-c EXPR | MODEL --layer N [--tokens N] [--pos P], --bench, "
-                     "--profile, --no-check, --seed N, --iters N, --target cpu|cuda, --dump DIR, --knob NAME=VALUE, "
-                     "--ignore-config-key KEY)");
+                     "--profile, --no-check, --seed N, --iters N, --target cpu|cuda-emu|cuda, --kv-dtype f32|bf16, "
+                     "--dump DIR, --knob NAME=VALUE, --ignore-config-key KEY)");
         else if (!o->model) o->model = a;
         else die_user(NULL, a, "unexpected argument");
 #undef NEED
@@ -122,6 +128,8 @@ static void parse(int argc, char **argv, RunOpts *o) {
         die_user(NULL, "--layer", "run MODEL needs --layer N (one decoder layer); "
                  "a whole model is llmcc build MODEL -o DIR, then its executable");
     if (!o->model && o->one_layer) die_user(NULL, "--layer", "needs a MODEL");
+    if (!o->model && o->kv_dtype_set)
+        die_user(NULL, "--kv-dtype", "needs MODEL --layer N (an expression has no KV cache)");
     if (!o->model && o->pos) die_user(NULL, "--pos", "needs MODEL --layer N (an expression has no KV cache)");
     if (!o->expr && !o->model)
         die_user(NULL, "-c", "run needs an expression: llmcc run -c \"F.softmax(torch.randn(4, 64), dim=-1)\"");
@@ -224,21 +232,33 @@ static double *fill_leaf(const GNode *n, uint64_t seed, const char *path, uint8_
     return v;
 }
 
-/* --pos: the rows before pos of cache buffer b (f32 [ctx, kv_heads, head_dim]) are
- * standard normal, as a rotated key or a value of unit-scale activations would be
- * in size; the rows from pos on start at zero, the layer writes them. Writes the
- * whole buffer the harness reads; returns the pos rows' values. */
+/* --pos: the rows before pos of cache buffer b (f32 or bf16 [ctx, kv_heads, head_dim]) are
+ * standard normal (bf16: rounded to it), as a rotated key or a value of unit-scale
+ * activations would be in size; the rows from pos on start at zero, the layer writes
+ * them. Writes the whole buffer the harness reads; returns the pos rows' values. */
 static double *fill_cache(const Buffer *b, int64_t pos, uint64_t seed, const char *path) {
     int64_t row = b->dims[1] * b->dims[2], N = buffer_elems(b);
-    CHECK(b->dtype == DT_F32 && b->ndim == 3 && pos <= b->dims[0], "%s: not an f32 cache of %lld rows",
+    const bool bf16 = b->dtype == DT_BF16;
+    CHECK((b->dtype == DT_F32 || bf16) && b->ndim == 3 && pos <= b->dims[0], "%s: not a cache of %lld rows",
           b->name, (long long)pos);
-    float *raw = calloc((size_t)N, sizeof(float));
+    const size_t size = bf16 ? sizeof(uint16_t) : sizeof(float);
+    uint8_t *raw = calloc((size_t)N, size);
     double *v = malloc(sizeof(double) * (size_t)(pos * row + 1));
     CHECK(raw && v, "out of memory (%lld values)", (long long)N);
     uint64_t s = seed * 0x100000001b3ULL + (uint64_t)(b->id + 0x10000) * 0x9e3779b97f4a7c15ULL;
-    for (int64_t i = 0; i < pos * row; i++) v[i] = raw[i] = randn(&s);
+    for (int64_t i = 0; i < pos * row; i++) {
+        float x = (float)randn(&s);
+        if (bf16) {
+            uint16_t h = pack_f32_to_bf16(x);
+            memcpy(raw + (size_t)i * size, &h, size);
+            v[i] = pack_bf16_to_f32(h);
+        } else {
+            memcpy(raw + (size_t)i * size, &x, size);
+            v[i] = x;
+        }
+    }
     FILE *f = fopen(path, "wb");
-    if (!f || fwrite(raw, sizeof(float), (size_t)N, f) != (size_t)N || fclose(f))
+    if (!f || fwrite(raw, size, (size_t)N, f) != (size_t)N || fclose(f))
         die_user(path, NULL, "cannot write: %s", strerror(errno));
     free(raw);
     return v;
@@ -389,6 +409,7 @@ int cmd_run(int argc, char **argv) {
             if (st_dir_has_weights(dir)) { st_open_dir(&c.A, dir, &c.st); c.have_weights = true; }
         }
         c.one_layer = true; c.layer = o.layer;
+        c.kv_dtype = o.kv_dtype_set ? o.kv_dtype : kv_dtype_default(target);
         c.max_batch = o.tokens;
         c.max_ctx = o.tokens + o.pos;
         title = arena_printf(&c.A, "layer %d of %s, %d tokens at position %d (%s weights)", o.layer, dir, o.tokens,

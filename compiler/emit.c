@@ -129,7 +129,13 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t) {
     case EX_TID: str_printf(o, "tid"); return;
     case EX_BID: str_printf(o, "bid"); return;
     case EX_REG: str_printf(o, t != TARGET_CUDA && !k->task ? "r%lld[tid]" : "r%lld", (long long)e->i); return;
-    case EX_SLOAD: str_printf(o, "smem%lld[", (long long)e->i); emit_expr(o, k, a[0], t); str_printf(o, "]"); return;
+    case EX_SLOAD:   /* a b16 array's element widened (flash_attn's bf16 K/V tiles) */
+        str_printf(o, k->smem[e->i].f16   ? "f16_to_f32(smem%lld["
+                      : k->smem[e->i].b16 ? "bf16_to_f32(smem%lld["
+                                          : "smem%lld[", (long long)e->i);
+        emit_expr(o, k, a[0], t);
+        str_printf(o, k->smem[e->i].b16 || k->smem[e->i].f16 ? "])" : "]");
+        return;
     case EX_VELEM: var_name(o, e->var); str_printf(o, "[%lld]", (long long)e->i); return;
     case EX_LOAD: {
         int p = kernel_param_index(k, e->buf);
@@ -330,14 +336,19 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             break;
         case TS_STORE: {
             int p = kernel_param_index(k, s->buf);
-            /* i32: a b32 register's bits (tests/c/op_harness.c reads fragments back this way) */
-            CHECK(s->buf->dtype == DT_F32 || s->buf->dtype == DT_I32, "stores are f32 or i32");
+            /* i32: a b32 register's bits (tests/c/op_harness.c reads fragments back this way); bf16 (a KV cache):
+             * the f32 value rounded to nearest even */
+            const DType dt = s->buf->dtype;
+            CHECK(dt == DT_F32 || dt == DT_I32 || dt == DT_BF16, "stores are f32, i32 or bf16");
             param_name(o, k, p);
             str_printf(o, "[");
             lin_index(o, k, s->buf, s->idx, t);
-            str_printf(o, s->buf->dtype == DT_I32 ? "] = (int32_t)(" : "] = ");
+            str_printf(o, dt == DT_I32    ? "] = (int32_t)("
+                          : dt != DT_BF16 ? "] = "
+                          : s->truncate   ? "] = f32_to_bf16_truncated("
+                                          : "] = f32_to_bf16(");
             emit_expr(o, k, s->e, t);
-            str_printf(o, s->buf->dtype == DT_I32 ? ");\n" : ";\n");
+            str_printf(o, dt != DT_F32 ? ");\n" : ";\n");
             break;
         }
         case TS_IF: {
@@ -1178,12 +1189,13 @@ static void emit_model_struct(Str *o, const Names *nm, const TProgram *tp) {
         str_printf(o, "    const %s *%s; /* %s */\n", ctype_of(b->dtype), nm->field[b->id], b->name);
     }
     if (nm->nlfield) str_printf(o, "    LayerWeights layers[%d];\n", nm->nlayers);
-    str_printf(o, "    const float *c[%d];\n    uint8_t *act;\n    float *kc, *vc, *logits, *host_logits;\n"
+    str_printf(o, "    const float *c[%d];\n    uint8_t *act;\n    %s *kc, *vc; /* the KV cache (%s) */\n"
+                  "    float *logits, *host_logits;\n"
                   "    int32_t *ids;\n    float *work;\n    int ctx;\n    size_t wbytes, kvbytes, actbytes;\n"
                   "    int slots;       /* KV caches, one per conversation (model_init_slots) */\n"
-                  "    size_t slot_off; /* floats from kc / vc to the cache model_use_slot chose */\n"
+                  "    size_t slot_off; /* elements from kc / vc to the cache model_use_slot chose */\n"
                   "    void *wdev;\n};\n\n",
-               nm->nconst ? nm->nconst : 1);
+               nm->nconst ? nm->nconst : 1, ctype_of(tp->g->kv_dtype), dtype_names[tp->g->kv_dtype]);
 }
 
 /* model_init: the typed fields from w. A field at the same stride in every layer fills in one loop. */
@@ -1239,7 +1251,7 @@ static void emit_act_macros(Str *o, const Names *nm, const KProgram *kp, int n_l
         str_printf(o, "] */\n");
     }
     str_printf(o, "#define ACT(name) ((float *)(m->act + ACT_##name))\n"
-                  "/* layer l's rows of the KV cache in use (kc, vc; the slot's): ctx positions of %lld floats */\n"
+                  "/* layer l's rows of the KV cache in use (kc, vc; the slot's): ctx positions of %lld elements */\n"
                   "#define LAYER_KV(cache, l) (m->cache + m->slot_off + (size_t)(l) * m->ctx * %lld)\n"
                   "/* model_forward_batch: layer l's rows of slot s's KV cache */\n"
                   "#define SLOT_KV(cache, l, s) (m->cache + ((size_t)(s) * %d + (size_t)(l)) * m->ctx * %lld)\n"
@@ -1268,15 +1280,15 @@ static void emit_model_init(Str *o, const Names *nm, const KProgram *kp, const M
                   "            return err;\n        }\n    }\n"
                   "    Model *m = (Model *)calloc(1, sizeof *m);\n    if (!m) return \"out of memory\";\n"
                   "    m->ctx = ctx;\n    m->slots = slots;\n    size_t kv = (size_t)slots * %d * ctx * %lld;\n"
-                  "    m->kvbytes = 2 * kv * sizeof(float);\n    m->actbytes = %lld;\n"
+                  "    m->kvbytes = 2 * kv * sizeof *m->kc;\n    m->actbytes = %lld;\n"
                   "    const char *e = mem_device();\n"
                   "    if (!e) e = mem_weights(m->w, &m->wdev, &m->wbytes, t, data, %d);\n",
                tp->n_weights, mi->n_layers, (long long)tp->kv_layer_elems, (long long)tp->act_bytes, tp->n_weights);
     for (int i = 0; i < nm->nconst; i++)
         str_printf(o, "    if (!e) e = mem_const(&m->c[%d], c_%d, sizeof c_%d);\n", i, i, i);
     str_printf(o, "    if (!e) e = mem_zalloc(&m->act, m->actbytes + 1);\n"
-                  "    if (!e) e = mem_zalloc(&m->kc, kv * sizeof(float));\n"
-                  "    if (!e) e = mem_zalloc(&m->vc, kv * sizeof(float));\n"
+                  "    if (!e) e = mem_zalloc(&m->kc, kv * sizeof *m->kc);\n"
+                  "    if (!e) e = mem_zalloc(&m->vc, kv * sizeof *m->vc);\n"
                   "    if (!e) e = mem_zalloc(&m->logits, (size_t)%d * %lld * sizeof(float)); /* a row per token */\n"
                   "    if (!e) e = mem_zalloc(&m->ids, %d * sizeof(int32_t));\n"
                   "    if (!e) e = mem_zalloc(&m->work, %lld); /* split-K partials */\n"
@@ -1340,8 +1352,9 @@ static void emit_model_info(Str *o, const KProgram *kp, const ModelInfo *mi, Tar
     str_printf(o, "%s},\n    ", mi->n_eos ? "" : "0");
     const float f[4] = {mi->temperature, mi->top_p, mi->min_p, mi->repetition_penalty};
     for (int i = 0; i < 4; i++) { float_lit(o, f[i]); str_printf(o, i < 3 ? ", " : ""); }
-    str_printf(o, ",\n    %d,\n    %d, tensor_names,\n    %lld,\n    %lldLL,\n    %d,\n};\n", mi->top_k, tp->n_weights,
-               tp->top_k ? (long long)tp->top_k->dims[2] : 0LL, decode_weight_bytes(kp), decode_launches(kp));
+    str_printf(o, ",\n    %d,\n    %d, tensor_names,\n    %lld,\n    %lldLL,\n    %d,\n    \"%s\",\n};\n", mi->top_k,
+               tp->n_weights, tp->top_k ? (long long)tp->top_k->dims[2] : 0LL, decode_weight_bytes(kp),
+               decode_launches(kp), dtype_names[tp->g->kv_dtype]);
 }
 
 /* whether a statement in b takes bf16 dot products (a gemm's: runtime/cpu_gemm.h's cpu_gemm_dot) or, with

@@ -70,9 +70,9 @@ void graph_print(Str *o, const Graph *g) {
     const ModelConfig *c = g->cfg;
     if (c) {
         str_printf(o, "# graph IR: %s, %d layers, hidden %d, heads %d/%d (kv), head_dim %d, vocab %d; "
-                   "n = tokens per call (<= %d), ctx %d\n", c->architecture, c->num_hidden_layers,
-                   c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim, c->vocab_size,
-                   g->max_batch, g->max_ctx);
+                   "n = tokens per call (<= %d), ctx %d, kv cache %s\n", c->architecture,
+                   c->num_hidden_layers, c->hidden_size, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+                   c->vocab_size, g->max_batch, g->max_ctx, dtype_names[g->kv_dtype]);
         if (g->one_layer)
             str_printf(o, "# decoder layer %d only: its input is hidden_states [n, %d], its output the layer's\n",
                        g->layer, c->hidden_size);

@@ -77,6 +77,7 @@ typedef struct {
     bool one_layer;            /* only decoder layer `layer` of the model (graph_select_layer) */
     int layer;
     int max_batch, max_ctx;
+    DType kv_dtype;            /* the KV cache's elements: f32 or bf16 (--kv-dtype; the kernels round to it) */
 } Graph;
 
 /* Where weights come from: a checkpoint (shapes checked, dtypes read) or

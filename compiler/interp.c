@@ -231,6 +231,11 @@ double *interp_run(const Graph *g, double *const *leaves, const InterpOptions *i
                 memcpy(o, io->cache[i], sizeof(double) * (size_t)(pos * n->dims[1]));
             }
             memcpy(o + pos * n->dims[1], v[x->id], sizeof(double) * (size_t)N);
+            /* a bf16 cache (g->kv_dtype) holds each value rounded to nearest even from f32, as the kernels store
+             * it; attention reads the rounded values (the rows before pos were written rounded) */
+            if (g->kv_dtype == DT_BF16)
+                for (int64_t f = pos * n->dims[1]; f < pos * n->dims[1] + N; f++)
+                    o[f] = pack_bf16_to_f32(pack_f32_to_bf16((float)o[f]));
             break;
         case G_ATTENTION: attention(n, v[x->id], v[n->in[1]->id], v[n->in[2]->id], o, pos); break;
         default: die_user(NULL, graph_op_names[n->op], "the reference does not evaluate this op yet");

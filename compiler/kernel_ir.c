@@ -138,7 +138,9 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
     case TS_LET: kfmt(p, "let %s = %E\n", s->v->name, s->e); return;
     case TS_ASSIGN: kfmt(p, "r%d = %E\n", s->reg, s->e); return;
     case TS_SSTORE: kfmt(p, "smem%d[%E] = %E\n", s->smem, s->sidx, s->e); return;
-    case TS_STORE: kfmt(p, "%B] = %E\n", s->buf, s->idx, s->e); return;
+    case TS_STORE:
+        kfmt(p, s->truncate ? "%B] = %E  (truncated to bf16)\n" : "%B] = %E\n", s->buf, s->idx, s->e);
+        return;
     case TS_IF: kfmt(p, "if %E:\n", s->e); break;
     case TS_FOR:
         kfmt(p, "for %s = %E; %s < %E; %s += %E:\n", s->v->name, s->lo, s->v->name, s->e, s->v->name, s->step);
@@ -258,6 +260,22 @@ int kernel_param_index(const KKernel *k, const Buffer *b) {
     return -1;
 }
 
+/* knob debug_kv_round's fault: every store to a bf16 KV cache truncates */
+static void truncate_kv_stores(TStmt **b, int n) {
+    for (int i = 0; i < n; i++) {
+        if (b[i]->k == TS_STORE && b[i]->buf->dtype == DT_BF16 &&
+            (b[i]->buf->kind == BUF_KCACHE || b[i]->buf->kind == BUF_VCACHE))
+            b[i]->truncate = true;
+        truncate_kv_stores(b[i]->body, b[i]->nbody);
+    }
+}
+static void truncate_kv_kstores(KStmt **b, int n) {
+    for (int i = 0; i < n; i++) {
+        if (b[i]->k == KS_PHASE) truncate_kv_stores(b[i]->body, b[i]->nbody);
+        else if (b[i]->k == KS_UFOR) truncate_kv_kstores(b[i]->kbody, b[i]->nk);
+    }
+}
+
 void kernel_lower(Arena *A, const TileProgram *tp, KProgram *kp) {
     int nvars = tp->lp->tp->nvars;
     KernelBuilder B = {A, &nvars, &tp->knobs, tp->max_batch, tp->max_ctx};
@@ -269,6 +287,7 @@ void kernel_lower(Arena *A, const TileProgram *tp, KProgram *kp) {
     char **canon = ARENA_ARRAY(A, char *, tp->n);
     for (int i = 0; i < tp->n; i++) {
         KKernel *k = materialise(&B, tp->k[i]);
+        if (tp->knobs.debug_kv_round) truncate_kv_kstores(k->body, k->nbody);
         Str s = {0};
         kernel_print_one(&s, k, false);
         KKernel *same = NULL;

@@ -55,6 +55,8 @@ typedef struct TStmt {
     int prefetch;              /* qdot, dot16: the weights this many bytes ahead of the loads prefetched (0: none) */
     bool dot;
     int64_t run_rows, run_gap;
+    bool truncate;             /* store to a bf16 KV cache: the value truncated (knob debug_kv_round's fault), not
+                                * rounded to nearest even */
 } TStmt;
 
 #define KSTMT_KINDS(X) X(KS_PHASE, "phase") X(KS_UFOR, "ufor") X(KS_SHFL, "shfl") X(KS_MMA, "mma") \

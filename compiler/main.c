@@ -101,7 +101,8 @@ static const char USAGE[] =
     "  run MODEL --layer N [--tokens N] [--pos P]   the same for decoder layer N over N tokens\n"
     "                             (default 5) at position P (default 0; the KV cache rows before P are\n"
     "                             seeded random values, the reference reads the same), with the\n"
-    "                             checkpoint's weights (random without them)\n"
+    "                             checkpoint's weights (random without them); --kv-dtype f32|bf16 (the\n"
+    "                             target's default, below): the cache's dtype, which the reference rounds to\n"
     "  build MODEL -o DIR         write a self-contained project to DIR; `make -C DIR` builds it\n"
     "  inspect MODEL              print the parsed config and the checkpoint's tensors\n"
     "  inspect FILE.gguf          print a GGUF file's header, metadata and tensors (--config-only: the\n"
@@ -130,6 +131,8 @@ static const char USAGE[] =
     "  --arch SM                  CUDA architecture (default: sm_90)\n"
     "  --ctx N                    KV-cache positions (default: min(max_position_embeddings, 8192))\n"
     "  --max-batch N              most tokens per forward call, i.e. the prefill chunk (default: 64)\n"
+    "  --kv-dtype f32|bf16        the KV cache's elements (default: bf16 for cuda and cuda-emu, f32 for cpu);\n"
+    "                             bf16 stores each key and value rounded to nearest even (half the traffic)\n"
     "  --print-after STAGE        print the IR right after pipeline stage STAGE ran and was verified, on\n"
     "                             stdout (with its level's printer): frontend, select_layer, decompose,\n"
     "                             plan_memory, lift_loops, flash_attention, fuse, fuse_epilogues, schedule,\n"
@@ -173,6 +176,7 @@ typedef struct {
     bool quant_all;              /* --quant-all */
     int compress;
     DType dtype;
+    bool kv_dtype_set; DType kv_dtype;   /* --kv-dtype */
     uint64_t seed;
     const char *expr;          /* -c EXPR */
     bool one_layer; int layer; /* --layer N */
@@ -184,6 +188,14 @@ Target parse_target(const char *v) {
     for (int t = 0; t < TARGET_COUNT; t++) if (!strcmp(v, target_names[t])) return (Target)t;
     die_user(NULL, "--target", "'%s' is not a target (cpu, cuda-emu, cuda)", v);
 }
+
+DType parse_kv_dtype(const char *v) {
+    if (!strcmp(v, "f32")) return DT_F32;
+    if (!strcmp(v, "bf16")) return DT_BF16;
+    die_user(NULL, "--kv-dtype", "'%s' is not a KV-cache dtype (f32, bf16)", v);
+}
+
+DType kv_dtype_default(Target t) { return t == TARGET_CPU ? DT_F32 : DT_BF16; }
 
 void parse_ignore_key(ConfigOptions *c, const char **keys, const char *v) {
     if (c->n_ignore_keys == 32) die_user(NULL, "--ignore-config-key", "given more than 32 times");
@@ -250,6 +262,7 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
             o->quant = (DType)d;
         }
         else if (!strcmp(a, "--quant-all")) o->quant_all = true;
+        else if (!strcmp(a, "--kv-dtype")) { NEED(); o->kv_dtype = parse_kv_dtype(v); o->kv_dtype_set = true; }
         else if (!strcmp(a, "--random-weights")) {
             NEED();
             char *end;
@@ -305,6 +318,7 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
         model_config_load(&c->A, dir, &o->config, &c->cfg);
     }
     c->max_batch = o->max_batch;
+    c->kv_dtype = o->kv_dtype_set ? o->kv_dtype : kv_dtype_default(o->target);
     c->max_ctx = o->ctx ? o->ctx : (c->cfg.max_position_embeddings < 8192 ? c->cfg.max_position_embeddings : 8192);
     model_config_check_context(&c->cfg, c->max_ctx);
     c->force_dtype = o->force_dtype;
@@ -334,7 +348,7 @@ static EmitOptions emit_options(const Compilation *c, Target t, const char *name
                                   m->intermediate_size, m->num_hidden_layers, m->num_attention_heads,
                                   m->num_key_value_heads, m->head_dim, c->max_ctx, c->max_batch, m->bos_token_id,
                                   m->n_eos, {0}, (float)m->temperature, (float)m->top_p, (float)m->min_p,
-                                  (float)m->repetition_penalty, m->top_k, 0, NULL, 0, 0, 0}};
+                                  (float)m->repetition_penalty, m->top_k, 0, NULL, 0, 0, 0, NULL}};
     CHECK(m->n_eos <= MODEL_MAX_EOS, "%d eos ids", m->n_eos);
     memcpy(eo.info.eos_ids, m->eos_token_ids, sizeof(int) * (size_t)m->n_eos);
     return eo;

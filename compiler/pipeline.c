@@ -24,6 +24,8 @@ static void st_frontend(Compilation *c) {
     if (c->cfg.torch_dtype && !strcmp(c->cfg.torch_dtype, "float16")) ws.assumed = DT_F16;
     CHECK(!c->force_dtype || c->weight_dtype != DT_I32, "weight dtype");
     graph_build(&c->A, &c->g, &c->cfg, &ws, c->max_batch, c->max_ctx);
+    CHECK(c->kv_dtype == DT_F32 || c->kv_dtype == DT_BF16, "kv cache dtype %s", dtype_names[c->kv_dtype]);
+    c->g.kv_dtype = c->kv_dtype;
     /* --dtype: the packer converts, so the kernels load what it writes */
     if (c->force_dtype)
         for (int i = 0; i < c->g.n; i++)

@@ -372,7 +372,7 @@ static void lower_node(TL *L, GNode *n) {
     case G_KV_WRITE: {
         Buffer *src = n->in[0]->buf;
         n->buf = new_buf(L, arena_printf(A, "%s[%d]", n->is_v ? "v_cache" : "k_cache", n->layer),
-                         n->is_v ? BUF_VCACHE : BUF_KCACHE, DT_F32, 3, g->max_ctx, n->kv_heads, n->head_dim);
+                         n->is_v ? BUF_VCACHE : BUF_KCACHE, g->kv_dtype, 3, g->max_ctx, n->kv_heads, n->head_dim);
         n->buf->layer = n->layer;
         TOp *op = new_op(L, TOP_INDEXMAP, n, n->buf);
         t = axis(L, op, "t", e_param(A, P_N));

@@ -39,7 +39,8 @@ extern const char *const sched_names[];
  * right one (the last row's reads the first); debug_bdot_row=1 does the same to the gemv
  * schedule's block dot products (bdot); gemv_bdot_groups=0 keeps bdot to a block a round (narrow loads) where
  * groups of blocks with 16- or 8-byte loads would fit (and the K-quants to element loads); debug_pack_row=1 makes
- * cpu_gemm's runtime weight pack start a row late (a panel's rows shifted by one, its last zero). cpu_qdot_q8=1
+ * cpu_gemm's runtime weight pack start a row late (a panel's rows shifted by one, its last zero); debug_kv_round=1
+ * makes the stores into a bf16 KV cache truncate instead of rounding to nearest even. cpu_qdot_q8=1
  * rounds their activations to 8 bits per block of 32 for integer products (runtime/cpu_quant_q8.h; 0: f32
  * activations, runtime/cpu_quant.h). cpu_rows_bf16=1 makes cpu_rows' linears of bf16 weights bf16 dot products
  * (runtime/cpu_dot16.h, the activations rounded to bf16; 0: f32 multiply-adds on the widened weights), and bf16
@@ -84,6 +85,7 @@ extern const char *const sched_names[];
     X("debug_bdot_row", debug_bdot_row, 0, 0, 1, false) \
     X("gemv_bdot_groups", gemv_bdot_groups, 1, 0, 1, false) \
     X("debug_pack_row", debug_pack_row, 0, 0, 1, false) \
+    X("debug_kv_round", debug_kv_round, 0, 0, 1, false) \
     X("cpu_prefetch", cpu_prefetch, 4096, 0, 1 << 20, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;

@@ -467,6 +467,8 @@ DEVFN uint16_t f32_to_bf16(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
+/* knob debug_kv_round's fault (a bf16 KV cache's stores): the low 16 bits dropped, no rounding */
+DEVFN uint16_t f32_to_bf16_truncated(float f) { uint32_t u; memcpy(&u, &f, 4); return (uint16_t)(u >> 16); }
 /* activations staged as f16 (for f16 weights): round to nearest even; past 65504 -> inf, below 2^-14 subnormal */
 DEVFN uint16_t f32_to_f16(float f) {
     uint32_t u; memcpy(&u, &f, 4);

@@ -30,6 +30,7 @@ typedef struct {
     long long decode_weight_bytes;   /* weight bytes one decode step reads: each weight whole, the embedding's
                                       * gather one row (--stats: bytes per token) */
     int decode_launches;         /* kernel launches of a one-token model_forward call (--info, --stats) */
+    const char *kv_dtype;        /* the KV cache's elements: "f32" or "bf16" (llmcc build --kv-dtype) */
 } ModelInfo;
 
 extern const ModelInfo model_info;

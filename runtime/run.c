@@ -367,6 +367,7 @@ static void print_info(int ctx) {
            mi->vocab_size, mi->hidden_size, mi->intermediate_size, mi->n_layers);
     printf("heads: %d\nkv heads: %d\nhead dim: %d\n", mi->n_heads, mi->n_kv_heads, mi->head_dim);
     printf("context: %d (compiled: %d)\nmax batch: %d\n", ctx, mi->max_ctx, mi->max_batch);
+    printf("kv cache: %s\n", mi->kv_dtype);
     printf("launches per token: %d (a one-token forward call's kernels)\n", mi->decode_launches);
     printf("bos id: %d\neos ids:", mi->bos_id);
     for (int i = 0; i < mi->n_eos; i++) printf(" %d", mi->eos_ids[i]);

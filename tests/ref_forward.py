@@ -224,6 +224,12 @@ def bf16_rows(x, rows):
     return x
 
 
+def bf16_round(x):
+    """x (any shape) rounded to bf16 (nearest even) from f32, as a bf16 KV cache stores it."""
+    x = np.asarray(x, dtype=F32)
+    return bf16_rows(x.reshape(-1, 1), x.size).reshape(x.shape)
+
+
 def q8_round(x):
     """x [n, K] (K whole blocks of 32) as the 8-bit activations see it: d * q per block, in f32"""
     x = np.asarray(x, dtype=F32)
@@ -242,10 +248,11 @@ def new_cache(model):
     return [{"k": None, "v": None} for _ in range(model["L"])]
 
 
-def forward(model, ids, cache=None, start=0, bf16_x_rows=0, q8=False):
+def forward(model, ids, cache=None, start=0, bf16_x_rows=0, q8=False, kv_bf16=False):
     """Causal forward of ids at positions start..start+n-1. cache: from
     new_cache (extended in place) or None (no history). bf16_x_rows, q8
-    (round the decoder layers' linears' inputs to 8 bits): see the module's doc. Returns [n, vocab]."""
+    (round the decoder layers' linears' inputs to 8 bits): see the module's doc. kv_bf16: keys (rotated)
+    and values rounded to bf16, as a bf16 KV cache (llmcc build --kv-dtype bf16) holds them. Returns [n, vocab]."""
     rx = bf16_x_rows
     lin = (lambda x, w, b: linear(q8_round(x), w, b)) if q8 else linear
     ids = np.asarray(ids, dtype=np.int64)
@@ -265,6 +272,8 @@ def forward(model, ids, cache=None, start=0, bf16_x_rows=0, q8=False):
             k = rmsnorm(k, lay["k_norm"], model["eps"])
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
+        if kv_bf16:
+            k, v = bf16_round(k), bf16_round(v)
         if cache is not None:
             c = cache[li]
             if c["k"] is not None:
@@ -302,15 +311,16 @@ def logits_all(model, ids, bf16_x_rows=0):
     return forward(model, ids, None, 0, bf16_x_rows)
 
 
-def greedy(model, prompt_ids, n_new, bf16_dots=False):
-    """Greedy decode n_new tokens after prompt_ids (incremental, KV cache); bf16_dots: the module's doc."""
+def greedy(model, prompt_ids, n_new, bf16_dots=False, kv_bf16=False):
+    """Greedy decode n_new tokens after prompt_ids (incremental, KV cache); bf16_dots: the module's doc; kv_bf16:
+    forward's (a bf16 KV cache, the GPU's default)."""
     cache = new_cache(model)
     prompt_ids = list(prompt_ids)
     if not prompt_ids:
         raise ValueError("empty prompt")
     rows = len(prompt_ids) if bf16_dots else 0
     q8 = bool(model.get("q8_linears"))
-    lg = forward(model, prompt_ids, cache, 0, rows, q8 and len(prompt_ids) <= CPU_BF16_DOT_ABOVE)[-1]
+    lg = forward(model, prompt_ids, cache, 0, rows, q8 and len(prompt_ids) <= CPU_BF16_DOT_ABOVE, kv_bf16)[-1]
     pos = len(prompt_ids)
     ids, steps = [], []
     for k in range(n_new):
@@ -318,7 +328,7 @@ def greedy(model, prompt_ids, n_new, bf16_dots=False):
         ids.append(t)
         steps.append(lg)
         if k + 1 < n_new:
-            lg = forward(model, [t], cache, pos, 1 if bf16_dots else 0, q8)[-1]
+            lg = forward(model, [t], cache, pos, 1 if bf16_dots else 0, q8, kv_bf16)[-1]
             pos += 1
     return ids, steps
 

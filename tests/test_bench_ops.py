@@ -34,10 +34,13 @@ def bench_lines(out):
 def test_pos_against_numpy():
     d = fixture("llama-gqa")
     model = ref_forward.load(d)
-    for layer, tokens, pos in ((1, 3, 7), (0, 1, 40)):
-        out = os.path.join(tmpdir("bench_ops"), "pos-%d-%d" % (tokens, pos))
+    # cuda-emu's default KV cache is bf16 (the GPU's): numpy rounds the call's keys and values as it stores
+    # them (the rows before pos are bf16 values already); f32 asked for, they stay f32
+    for layer, tokens, pos, kv in ((1, 3, 7, "bf16"), (0, 1, 40, "bf16"), (1, 3, 7, "f32"), (0, 1, 40, "f32")):
+        out = os.path.join(tmpdir("bench_ops"), "pos-%d-%d-%s" % (tokens, pos, kv))
         shutil.rmtree(out, ignore_errors=True)
-        p = run([LLMCC, "run", "--target", "cuda-emu", d, "--layer", str(layer), "--tokens", str(tokens), "--pos", str(pos), "--dump", out])
+        p = run([LLMCC, "run", "--target", "cuda-emu", d, "--layer", str(layer), "--tokens", str(tokens), "--pos", str(pos),
+                 "--dump", out] + (["--kv-dtype", kv] if kv == "f32" else []))
         assert "matches the reference" in p.stdout and "at position %d" % pos in p.stdout, p.stdout
         pre = "model.layers.%d.self_attn." % layer
         kc, vc = np.load(os.path.join(out, pre + "k_cache.npy")), np.load(os.path.join(out, pre + "v_cache.npy"))
@@ -45,13 +48,15 @@ def test_pos_against_numpy():
         assert 0.5 < kc.std() < 2 and not np.array_equal(kc, vc), "the cache rows do not look like independent randn"
         x = np.load(os.path.join(out, "hidden_states.npy")).astype(np.float64)
         got = np.load(os.path.join(out, "output.npy"))
-        want = layer_forward(model, layer, x, pos, kc.astype(np.float64), vc.astype(np.float64))
+        if kv == "bf16":
+            assert np.array_equal(kc, ref_forward.bf16_round(kc)), "the bf16 cache's rows are not bf16 values"
+        want = layer_forward(model, layer, x, pos, kc.astype(np.float64), vc.astype(np.float64), kv_bf16=kv == "bf16")
         # f32 kernels against float64 numpy: the bound the e2e tests use
         tol = 1e-4 * float(np.abs(want).max())
         diff = float(np.abs(got - want).max())
         assert diff <= tol, "layer %d at pos %d: max |diff| %.3g > %.3g" % (layer, pos, diff, tol)
         # the cache rows are read: the same tokens at the same positions over a zero cache differ
-        blind = layer_forward(model, layer, x, pos, 0 * kc.astype(np.float64), 0 * vc.astype(np.float64))
+        blind = layer_forward(model, layer, x, pos, 0 * kc.astype(np.float64), 0 * vc.astype(np.float64), kv_bf16=kv == "bf16")
         assert float(np.abs(got - blind).max()) > 100 * tol, "the output does not depend on the cache rows before --pos"
 
 
@@ -157,3 +162,17 @@ def test_gpu_check_stops_at_its_limit():
                        text=True, timeout=60)
     assert p.returncode == 124 and "gpu_check: stopped after 2 s (GPU_CHECK_LIMIT): FAILED" in p.stdout, (
         p.returncode, p.stdout, p.stderr)
+
+
+def test_bf16_cache_rounding_fault_is_caught():
+    """knob debug_kv_round=1 (a bf16 KV cache's stores truncate instead of rounding to nearest even) must fail
+    the reference on the GPU's schedules (cuda-emu: decode and a prompt, flash_attn's bf16 tiles) and on the CPU's
+    with --kv-dtype bf16; without the knob both match"""
+    d = fixture("llama-gqa")
+    for target, tokens in (("cuda-emu", 1), ("cuda-emu", 20), ("cpu", 3)):
+        args = [LLMCC, "run", "--target", target, d, "--layer", "1", "--tokens", str(tokens), "--pos", "40",
+                "--kv-dtype", "bf16"]
+        p = run(args)
+        assert "matches the reference" in p.stdout, p.stdout
+        p = subprocess.run(args + ["--knob", "debug_kv_round=1"], capture_output=True, text=True)
+        assert p.returncode != 0 and "DOES NOT MATCH" in p.stdout, (target, tokens, p.stdout, p.stderr)

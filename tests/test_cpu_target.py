@@ -181,8 +181,10 @@ def test_fixture_both_targets_and_threads():
     model = ref_forward.load(d)
     for target in ("cpu", "cuda-emu"):
         # cpu: every call through the bf16 dot products, modelled by the reference; the tolerance adds what the
-        # rounding moves the logits (test_fullsize.check_against_ref says why)
-        ref_ids, ref_logits = ref_forward.greedy(model, PROMPT, 16, bf16_dots=target == "cpu")
+        # rounding moves the logits (test_fullsize.check_against_ref says why). cuda-emu: its bf16 KV cache (the
+        # GPU's default), modelled likewise
+        ref_ids, ref_logits = ref_forward.greedy(model, PROMPT, 16, bf16_dots=target == "cpu",
+                                                 kv_bf16=target == "cuda-emu")
         ref = np.asarray(ref_logits, dtype=np.float64)
         plain_ids, plain_logits = ref_forward.greedy(model, PROMPT, 16)
         assert plain_ids == ref_ids, "the bf16 rounding changes the reference's greedy ids: the slack is moot"

@@ -46,10 +46,11 @@ def check_fixture(kind, dtype, n_ids, check_logits, extra=()):
     check_exe(os.path.join(build(d, "cpu", extra), "m"), d, kind, dtype, n_ids, check_logits)
 
 
-def check_exe(exe, d, kind, dtype, n_ids, check_logits):
-    """exe's greedy ids (the first n_ids) and, with check_logits, every step's logits against ref_forward's"""
+def check_exe(exe, d, kind, dtype, n_ids, check_logits, kv_bf16=False):
+    """exe's greedy ids (the first n_ids) and, with check_logits, every step's logits against ref_forward's
+    (kv_bf16: its keys and values rounded as a bf16 KV cache stores them, the GPU's default)"""
     model = ref_forward.load(d)
-    ref_ids, ref_logits = ref_forward.greedy(model, PROMPT, 32)
+    ref_ids, ref_logits = ref_forward.greedy(model, PROMPT, 32, kv_bf16=kv_bf16)
     lp = os.path.join(tmpdir("e2e"), "%s-%s-%s.logits" % (kind, dtype, os.path.basename(os.path.dirname(exe))))
     p = run([exe, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "32", "--temperature", "0", "--repeat-penalty", "1", "--ids",
              "--ignore-eos", "--logits", lp])
@@ -86,6 +87,24 @@ def test_llama_gqa_f32_chunked_prefill():
 def test_bf16_fixtures_greedy():
     for kind in KINDS:
         check_fixture(kind, "bf16", 16, False)
+
+
+def test_kv_cache_dtypes():
+    """The KV cache's dtype: bf16 by default on cuda-emu (the GPU's schedules), f32 on cpu, the other with
+    --kv-dtype; each executable's greedy ids and every step's logits against the numpy reference with its keys
+    and values rounded (or not) the same way; --info names it"""
+    d = fixture("llama-gqa", "f32")
+    for target, extra, kv in (("cuda-emu", (), "bf16"), ("cuda-emu", ("--kv-dtype", "f32"), "f32"),
+                              ("cpu", ("--kv-dtype", "bf16"), "bf16")):
+        exe = os.path.join(build(d, target, extra), "m")
+        check_exe(exe, d, "llama-gqa", "f32", 32, True, kv_bf16=kv == "bf16")
+        info = run([exe, "--info"]).stdout
+        assert re.search(r"^kv cache: %s$" % kv, info, re.M), info
+    # the reference's rounding is observable: without it the bf16 cache's logits are off the bound
+    model = ref_forward.load(d)
+    plain = np.asarray(ref_forward.greedy(model, PROMPT, 32)[1])
+    rounded = np.asarray(ref_forward.greedy(model, PROMPT, 32, kv_bf16=True)[1])
+    assert np.abs(plain - rounded).max() > 1e-4 * np.abs(plain).max(), "bf16 rounding moves no logit past the bound"
 
 
 def test_aidreams_matches_llama2c():
@@ -132,7 +151,8 @@ def test_cuda_builds_every_fixture():
             assert "libcudart" not in ldd, ldd
             if gpu:
                 # the same checks as the CPU build's (test_llama_gqa_f32 ..., test_bf16_fixtures_greedy)
-                check_exe(os.path.join(out, "m"), fixture(kind, dtype), kind, dtype, 32 if dtype == "f32" else 16, dtype == "f32")
+                check_exe(os.path.join(out, "m"), fixture(kind, dtype), kind, dtype, 32 if dtype == "f32" else 16, dtype == "f32",
+                          kv_bf16=True)
                 continue
             # without a GPU the executable must say so in one line and exit non-zero
             r = run([os.path.join(out, "m"), "--prompt-ids", "1,2", "-n", "2"], check=False)
@@ -142,6 +162,7 @@ def test_cuda_builds_every_fixture():
             info = run([os.path.join(out, "m"), "--info"]).stdout
             assert re.search(r"^compute: no CUDA GPU \((no NVIDIA driver|driver CUDA \d+\.\d+); runtime CUDA \d+\.\d+, "
                              r"kernels for sm_90\)$", info, re.M), info
+            assert re.search(r"^kv cache: bf16$", info, re.M), info   # the GPU's default
         # every launch is followed by its LLMCC_CUDA_CHECK check, naming the kernel and its graph op
         src = open(os.path.join(out, "model.cu")).read()
         launches = re.findall(r"^\s*(k_\w+)<<<.*\n(?:.*\n)*?\s*LAUNCH_CHECK\(\"(\w+)\", \"([\w.]+)\", (l|-1)\);", src, re.M)

@@ -110,13 +110,15 @@ def test_model_prefill_and_decode_against_reference():
     flash_min_n: the prefill variant, several tokens per block) then 20 decode
     steps (the split variant and its combine), greedy ids and every step's
     logits against the numpy reference; with the split pinned to 3 slices and
-    with the prefill variant for every call too."""
+    with the prefill variant for every call too. The KV cache bf16 (the default: flash_attn's tiles bf16, the
+    reference's keys and values rounded as it stores them) and f32."""
     d = fixture("llama-gqa", "f32")
     model = ref_forward.load(d)
     prompt = [(i * 37) % 200 + 3 for i in range(45)]
-    ref_ids, ref_logits = ref_forward.greedy(model, prompt, 20)
-    ref = np.asarray(ref_logits, dtype=np.float32)
-    for knobs in ([], ["--knob", "flash_split=3"], ["--knob", "flash_min_n=0", "--knob", "flash_tokens=2"]):
+    for knobs in ([], ["--knob", "flash_split=3"], ["--knob", "flash_min_n=0", "--knob", "flash_tokens=2"],
+                  ["--kv-dtype", "f32"]):
+        ref_ids, ref_logits = ref_forward.greedy(model, prompt, 20, kv_bf16="f32" not in knobs)
+        ref = np.asarray(ref_logits, dtype=np.float32)
         out = build(d, "cuda-emu", knobs)
         lp = out + ".logits"
         p = run([os.path.join(out, "m"), "--prompt-ids", ",".join(map(str, prompt)), "-n", "20", "--temperature", "0",

@@ -193,11 +193,12 @@ def fixture(kind="llama-gqa"):
     return d
 
 
-def layer_forward(model, li, x, pos=0, k_cache=None, v_cache=None):
+def layer_forward(model, li, x, pos=0, k_cache=None, v_cache=None, kv_bf16=False):
     """One decoder layer at positions pos..pos+n-1 over a cache holding pos rows
     before them (k_cache, v_cache: [pos, kv_heads * head_dim], keys already
     rotated, as a cache holds them): the body of ref_forward.forward's loop
-    (transformers' modeling code), with its helpers."""
+    (transformers' modeling code), with its helpers. kv_bf16: the call's keys and
+    values rounded to bf16 (nearest even) as a bf16 cache stores them."""
     n = x.shape[0]
     nh, nkv, hd = model["nh"], model["nkv"], model["hd"]
     lay = model["layers"][li]
@@ -207,6 +208,8 @@ def layer_forward(model, li, x, pos=0, k_cache=None, v_cache=None):
     k = ref_forward.linear(h, lay["k_proj"], lay["k_proj.b"]).reshape(n, nkv, hd).transpose(1, 0, 2)
     v = ref_forward.linear(h, lay["v_proj"], lay["v_proj.b"]).reshape(n, nkv, hd).transpose(1, 0, 2)
     q, k = ref_forward.apply_rope(q, cos, sin), ref_forward.apply_rope(k, cos, sin)
+    if kv_bf16:
+        k, v = ref_forward.bf16_round(k), ref_forward.bf16_round(v)
     if pos:
         k = np.concatenate([k_cache.reshape(pos, nkv, hd).transpose(1, 0, 2), k], axis=1)
         v = np.concatenate([v_cache.reshape(pos, nkv, hd).transpose(1, 0, 2), v], axis=1)

@@ -22,28 +22,41 @@ enum { FLASH_S_Q, FLASH_S_K, FLASH_S_V, FLASH_S_P };
 /* flash_combine's registers */
 enum { COMBINE_R_MAX, COMBINE_R_SUM, COMBINE_R_O, COMBINE_R_SCALE };
 
-/* Whether K and V are plain f32 loads whose last index is d, of rows a multiple of 4 long (so 4 consecutive
- * d are 16 aligned bytes), with hd and hv multiples of 4 (a copy never straddles two rows of a tile) */
+/* K's and V's elements: bf16 (a bf16 KV cache) or f32 */
+static bool flash_kv_bf16(const AttnDesc *d) { return d->k->k == EX_LOAD && d->k->buf->dtype == DT_BF16; }
+/* the elements of a 16-byte copy: 4 f32 or 8 bf16 */
+static int flash_copy_elems(const AttnDesc *d) { return flash_kv_bf16(d) ? 8 : 4; }
+
+/* Whether K and V are plain loads of one dtype, f32 or bf16, whose last index is d, of rows a multiple of a
+ * 16-byte copy's elements long (so that many consecutive d are 16 aligned bytes), with hd and hv multiples of it
+ * (a copy never straddles two rows of a tile) */
 static bool flash_vec_ok(const AttnDesc *d) {
+    const int64_t c = flash_copy_elems(d);
     for (int m = 0; m < 2; m++) {
         const Expr *L = m ? d->v : d->k;
-        if (L->k != EX_LOAD || L->buf->dtype != DT_F32 ||
-            L->buf->dims[L->buf->ndim - 1] % 4 || L->a[L->nargs - 1]->k != EX_VAR || L->a[L->nargs - 1]->var != d->d)
+        if (L->k != EX_LOAD || (L->buf->dtype != DT_F32 && L->buf->dtype != DT_BF16) ||
+            L->buf->dtype != d->k->buf->dtype || L->buf->dims[L->buf->ndim - 1] % c ||
+            L->a[L->nargs - 1]->k != EX_VAR || L->a[L->nargs - 1]->var != d->d)
             return false;
         for (int i = 0; i + 1 < L->nargs; i++)
             if (expr_uses_var(L->a[i], d->d)) return false;
     }
-    return d->hd % 4 == 0 && d->hv % 4 == 0;
+    return d->hd % c == 0 && d->hv % c == 0;
 }
+/* the K and V tiles in shared memory as bf16 (copied as they are from a bf16 cache, widened where read) */
+static bool flash_tiles_b16(const AttnDesc *d) { return flash_vec_ok(d) && flash_kv_bf16(d); }
 
 /* The K tile's row stride: lane l scores key l, reading row l, so that rows fall in different banks. By
- * loads: hd + 1, the lanes reading element e. By cp.async: hd + 4 (16-byte rows), the lanes reading
- * element (e + l) % hd (q too): bank 5 l + e, all different. */
-static int64_t flash_k_stride(const AttnDesc *d) { return flash_vec_ok(d) ? d->hd + 4 : d->hd + 1; }
+ * loads: hd + 1, the lanes reading element e. By cp.async: hd + a copy's elements (16-byte rows), the lanes
+ * reading element (e + l) % hd (q too): f32, bank 5 l + e, all different; bf16, word 4.5 l + e / 2 (two lanes
+ * share at most a word's bank where their words differ). */
+static int64_t flash_k_stride(const AttnDesc *d) { return flash_vec_ok(d) ? d->hd + flash_copy_elems(d) : d->hd + 1; }
 
-/* Shared floats of a flash_attn block of w warps: Q rows, K and V tiles, P */
+/* Shared floats (4-byte words) of a flash_attn block of w warps: Q rows, K and V tiles (bf16 tiles: two
+ * elements a word), P */
 static int64_t flash_smem_floats(const AttnDesc *d, int w) {
-    return (int64_t)w * d->hd + FLASH_BC * flash_k_stride(d) + FLASH_BC * d->hv + (int64_t)w * FLASH_BC;
+    int64_t tiles = FLASH_BC * flash_k_stride(d) + FLASH_BC * d->hv;
+    return (int64_t)w * d->hd + (flash_tiles_b16(d) ? (tiles + 1) / 2 : tiles) + (int64_t)w * FLASH_BC;
 }
 bool flash_fits(const AttnDesc *d) {
     /* registers: 6 + one accumulator per 32 of hv; one warp per head of a group */
@@ -62,7 +75,7 @@ static TileKernel *flash_kernel(Arena *A, const LoopNest *nest, const AttnDesc *
     k->block = 32 * tq * (int)d->group;
     /* as many as stage a whole tile in one pass (flash decoding's blocks read a tile or two: all of it in
      * flight), within FLASH_STAGE_VECS per pass */
-    int64_t vecs = (FLASH_BC * max_i(d->hd, d->hv) / 4 + k->block - 1) / k->block;
+    int64_t vecs = (FLASH_BC * max_i(d->hd, d->hv) / flash_copy_elems(d) + k->block - 1) / k->block;
     P->stage_vecs = flash_vec_ok(d) ? (int)min_i(vecs, FLASH_STAGE_VECS) : 0;
     k->smem_floats = (int)flash_smem_floats(d, tq * (int)d->group);
     P->nsplit = split > 1 ? emin(A, e_i(A, split), ceil_div(A, d->len, FLASH_BC)) : e_i(A, 1);
@@ -126,7 +139,9 @@ void flash_print(Str *o, const TileKernel *k) {
                "  per %d keys [%s<", P->tq, (long long)d->group, FLASH_BC, d->j->name);
     expr_print(o, d->len);
     str_printf(o, "]: K/V tile to shared memory once for the block (");
-    if (P->stage_vecs) str_printf(o, "16-byte cp.async, %d of each tile per thread a pass", P->stage_vecs);
+    if (P->stage_vecs)
+        str_printf(o, "16-byte cp.async, %d of each tile per thread a pass%s", P->stage_vecs,
+                   flash_tiles_b16(d) ? ", kept bf16" : "");
     else str_printf(o, "scalar loads");
     str_printf(o, "), lane -> one key's score (dot over %lld from shared memory%s), shfl_xor max tree, online softmax "
                "(running max, per-lane sums), lane -> d, d+32, .. of P.V (%lld)\n",
@@ -184,6 +199,7 @@ static void flash_stage(KernelBuilder *B, const TileKernel *t, const FlashBlock 
     const FlashParams *P = &t->flash;
     const AttnDesc *d = P->attn;
     const int64_t BC = FLASH_BC, U = P->stage_vecs, width[2] = {d->hd, d->hv}, ld[2] = {flash_k_stride(d), d->hv};
+    const int64_t C = flash_copy_elems(d);
     if (!U) {
         TStmt **ps = tlist(A, 2);
         for (int m = 0; m < 2; m++) {
@@ -198,11 +214,11 @@ static void flash_stage(KernelBuilder *B, const TileKernel *t, const FlashBlock 
         return;
     }
     Var *xs = new_var(A, B->nvars, "xs");
-    TStmt *f = ts_for(A, xs, E_MUL(A, tid(A), e_i(A, 4)), e_i(A, BC * max_i(width[0], width[1])),
-                      e_i(A, t->block * 4 * U), (int)(2 * U));
+    TStmt *f = ts_for(A, xs, E_MUL(A, tid(A), e_i(A, C)), e_i(A, BC * max_i(width[0], width[1])),
+                      e_i(A, t->block * C * U), (int)(2 * U));
     for (int m = 0; m < 2; m++)
         for (int u = 0; u < U; u++) {
-            Expr *x = E_ADD(A, e_var(A, xs), e_i(A, u * t->block * 4));
+            Expr *x = E_ADD(A, e_var(A, xs), e_i(A, u * t->block * C));
             Expr *r = idiv(A, x, width[m]), *c = imod(A, x, width[m]), *j = E_ADD(A, j0, r);
             const Expr *L = m ? d->v : d->k;
             TStmt *cp = ts(A, TS_CP_ASYNC);
@@ -237,6 +253,7 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
     k->nsmem = 4;
     k->smem[FLASH_S_Q].size = (int)(W * HD); k->smem[FLASH_S_K].size = (int)(BC * flash_k_stride(d));
     k->smem[FLASH_S_V].size = (int)(BC * HV); k->smem[FLASH_S_P].size = (int)(W * BC);
+    k->smem[FLASH_S_K].b16 = k->smem[FLASH_S_V].b16 = flash_tiles_b16(d);
     /* the block's coordinates and key range, computed once (uniform) */
     Expr *SE = S > 1 ? ulet(B, body, "nsplit", P->nsplit) : e_i(A, 1);
     Expr *rest = ulet(B, body, "rest", E_DIV(A, bid(A), SE));
