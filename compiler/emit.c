@@ -83,6 +83,14 @@ static void param_name(Str *o, const KKernel *k, int p) {
  * makes the variant impossible (failed). */
 static struct { bool on, failed; } tokens_mode;
 
+/* ---- the decode step's CUDA Graph (GPU targets): emit_program's kernels take pos from decode_pos where their
+ * argument is -1; decode_step's grids read grid_pos for pos (the longest context's), and it holds only the
+ * launches that run at n = 1 ---- */
+static bool decode_pos_kernels, graph_grids;
+/* a GPU target's model code: every launch followed by LAUNCH_CHECK (CUDA: LLMCC_CUDA_CHECK's check; cuda-emu: a
+ * count of launches, so that a capture of the decode step counts its kernels as CUDA's does) */
+static bool gpu_model;
+
 /* e is pos + X or X + pos: X, else NULL */
 static const Expr *pos_plus(const Expr *e) {
     if (e->k != EX_ADD) return NULL;
@@ -129,12 +137,10 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, Target t) {
     case EX_TID: str_printf(o, "tid"); return;
     case EX_BID: str_printf(o, "bid"); return;
     case EX_REG: str_printf(o, t != TARGET_CUDA && !k->task ? "r%lld[tid]" : "r%lld", (long long)e->i); return;
-    case EX_SLOAD:   /* a b16 array's element widened (flash_attn's bf16 K/V tiles) */
-        str_printf(o, k->smem[e->i].f16   ? "f16_to_f32(smem%lld["
-                      : k->smem[e->i].b16 ? "bf16_to_f32(smem%lld["
-                                          : "smem%lld[", (long long)e->i);
+    case EX_SLOAD:   /* a b16 array's element widened where the array says so (flash_attn's bf16 K/V tiles) */
+        str_printf(o, k->smem[e->i].widen ? "bf16_to_f32(smem%lld[" : "smem%lld[", (long long)e->i);
         emit_expr(o, k, a[0], t);
-        str_printf(o, k->smem[e->i].b16 || k->smem[e->i].f16 ? "])" : "]");
+        str_printf(o, k->smem[e->i].widen ? "])" : "]");
         return;
     case EX_VELEM: var_name(o, e->var); str_printf(o, "[%lld]", (long long)e->i); return;
     case EX_LOAD: {
@@ -758,7 +764,7 @@ void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, bool
     ind(o, d + 1); str_printf(o, "int64_t grid = "); emit_host_expr(o, l->grid); str_printf(o, ";\n");
     if (team) { ind(o, d + 1); str_printf(o, "#pragma omp parallel\n"); }
     ind(o, d + 1);
-    if (cuda) str_printf(o, "%s<<<(unsigned)grid, %d>>>(n, pos", l->k->name, l->k->block);
+    if (cuda) str_printf(o, "%s<<<(unsigned)grid, %d, 0, STREAM>>>(n, pos", l->k->name, l->k->block);
     else str_printf(o, "%s(grid, n, pos", l->k->name);
 }
 
@@ -786,7 +792,7 @@ static void emit_launch(Str *o, const Names *nm, const KLaunch *l, int seg, bool
         str_free(&a);
     }
     str_printf(o, ");\n");
-    if (cuda) {   /* LLMCC_CUDA_CHECK=1: the kernel and its graph op named where it fails (runtime/kernels.h) */
+    if (cuda || gpu_model) {   /* LLMCC_CUDA_CHECK=1: the kernel and its graph op named where it fails (kernels.h) */
         ind(o, d + 1);
         str_printf(o, "LAUNCH_CHECK(\"%s\", \"%s\", %s);\n", l->k->name, mod, seg >= 0 ? "l" : "-1");
     }
@@ -846,6 +852,12 @@ static void emit_layer_loop(Str *o, Str *txt, int lay0, int cnt, int lo, int hi)
     str_printf(o, "    }\n");
 }
 
+/* whether a launch runs in a one-token call (not one of the alternatives for more tokens): decode_step's
+ * launches, model_info.decode_launches, decode_weight_bytes' */
+static bool runs_at_one_token(const KLaunch *l) {
+    return !(l->run_if == 1 && l->min_n >= 1) && !(l->run_if == 2 && l->min_n < 1);
+}
+
 /* ---- model_forward_batch: which launches run per token ---- */
 static bool expr_reads_pos(const Expr *e) { return expr_reads_param(e, P_POS); }
 static bool tstmts_read_pos(TStmt *const *b, int n) {
@@ -867,6 +879,11 @@ static bool kstmts_read_pos(KStmt *const *b, int n) {
             return true;
     }
     return false;
+}
+
+void emit_pos_prologue(Str *o, const KKernel *k) {
+    if (decode_pos_kernels && kstmts_read_pos(k->body, k->nbody))
+        str_printf(o, "    if (pos < 0) pos = decode_pos; /* the decode step's CUDA Graph: the step's position */\n");
 }
 static bool uses_kind(const KLaunch *l, BufKind kind) {
     for (int j = 0; j < l->k->nparams; j++) if (l->args[j]->kind == kind) return true;
@@ -990,7 +1007,8 @@ static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda,
     Str *txt = calloc((size_t)kp->nl + 1, sizeof(Str)), *lit = calloc((size_t)kp->nl + 1, sizeof(Str));
     for (int i = 0; i < kp->nl; i++) {
         const KLaunch *l = &kp->launches[i];
-        if (kernel_is_sampling(l) || (mode == FWD_BATCH && !in_batch(l))) continue;
+        if (kernel_is_sampling(l) || (mode == FWD_BATCH && !in_batch(l)) || (graph_grids && !runs_at_one_token(l)))
+            continue;
         int ly = layer_of(l->module, NULL);
         if (mode == FWD_BATCH && !batchable(l)) ok = false;
         CHECK(!n || !tail[n - 1] || l->tail, "%s after the model's tail", l->module);
@@ -1045,7 +1063,8 @@ static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda,
                     in_tail = true;
                     if (mode == FWD_ONE)
                         str_printf(o, "    { /* the tail: the last token's logits, n = 1 row from row pos = n - 1 */\n"
-                                      "    const int tail_row = n - 1;\n    const int n = 1, pos = tail_row;\n");
+                                      "    const int tail_row = n - 1;\n    const int n = 1, pos = tail_row;\n%s",
+                                   graph_grids ? "    const int grid_pos = pos;\n    (void)grid_pos;\n" : "");
                     else str_printf(o, "    { /* the tail: every token's logits, n rows from row pos = 0 */\n");
                 }
                 put_indented(o, lit[j].s, 1);
@@ -1063,7 +1082,7 @@ void emit_host_expr(Str *o, const Expr *e) {
     /* grids use only n, pos and integer arithmetic */
     switch (e->k) {
     case EX_ICONST: str_printf(o, "%lldLL", (long long)e->i); return;
-    case EX_PARAM: str_printf(o, "(int64_t)%s", param_names[e->i]); return;
+    case EX_PARAM: str_printf(o, "(int64_t)%s", graph_grids && e->i == P_POS ? "grid_pos" : param_names[e->i]); return;
     case EX_ADD: case EX_SUB: case EX_MUL: case EX_DIV: case EX_MOD:
         str_printf(o, "("); emit_host_expr(o, e->a[0]); str_printf(o, " %s ", expr_names[e->k]);
         emit_host_expr(o, e->a[1]); str_printf(o, ")");
@@ -1194,7 +1213,12 @@ static void emit_model_struct(Str *o, const Names *nm, const TProgram *tp) {
                   "    int32_t *ids;\n    float *work;\n    int ctx;\n    size_t wbytes, kvbytes, actbytes;\n"
                   "    int slots;       /* KV caches, one per conversation (model_init_slots) */\n"
                   "    size_t slot_off; /* elements from kc / vc to the cache model_use_slot chose */\n"
-                  "    void *wdev;\n};\n\n",
+                  "    int slot;        /* that cache */\n"
+                  "    void *wdev;\n"
+                  "    void *stream;    /* the kernels' (CUDA; NULL on the CPU) */\n"
+                  "    int graph;       /* model_use_graph: the decode step as one CUDA Graph launch */\n"
+                  "    void **graphs;   /* [slots] the step's graph for each cache slot, once captured */\n"
+                  "    int graph_kernels; /* the kernels the last capture holds */\n};\n\n",
                nm->nconst ? nm->nconst : 1, ctype_of(tp->g->kv_dtype), dtype_names[tp->g->kv_dtype]);
 }
 
@@ -1263,7 +1287,7 @@ static void emit_act_macros(Str *o, const Names *nm, const KProgram *kp, int n_l
 
 /* model_init: the payload checked against the compiled table, the buffers allocated (runtime/kernels.h's
  * mem_*: device memory for CUDA, host memory for C), the typed weight fields filled */
-static void emit_model_init(Str *o, const Names *nm, const KProgram *kp, const ModelInfo *mi) {
+static void emit_model_init(Str *o, const Names *nm, const KProgram *kp, const ModelInfo *mi, bool graph) {
     const TProgram *tp = kp->tp;
     str_printf(o, "const char *model_init_slots(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx,\n"
                   "                             int slots) {\n"
@@ -1292,16 +1316,23 @@ static void emit_model_init(Str *o, const Names *nm, const KProgram *kp, const M
                   "    if (!e) e = mem_zalloc(&m->logits, (size_t)%d * %lld * sizeof(float)); /* a row per token */\n"
                   "    if (!e) e = mem_zalloc(&m->ids, %d * sizeof(int32_t));\n"
                   "    if (!e) e = mem_zalloc(&m->work, %lld); /* split-K partials */\n"
+                  "    if (!e) e = mem_stream(&m->stream);\n"
+                  "    if (!e && !(m->graphs = (void **)calloc((size_t)slots, sizeof *m->graphs)))\n"
+                  "        e = \"out of memory\";\n"
                   "    if (e) { snprintf(err, sizeof err, \"%%s\", e); model_free(m); return err; }\n",
                mi->max_batch, (long long)mi->vocab_size, mi->max_batch, (long long)kernel_work_bytes(kp) + 16);
     emit_weight_fields(o, nm, tp);
-    str_printf(o, "    *out = m;\n    return NULL;\n}\n\n"
+    str_printf(o, "    m->graph = %s;\n    *out = m;\n    return NULL;\n}\n\n"
                   "const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {\n"
                   "    return model_init_slots(out, t, data, ctx, 1);\n}\n\n"
                   "int model_use_slot(Model *m, int slot) {\n"
                   "    if (slot < 0 || slot >= m->slots) return -1;\n"
-                  "    m->slot_off = (size_t)slot * %d * m->ctx * %lld;\n    return 0;\n}\n\n",
-               mi->n_layers, (long long)tp->kv_layer_elems);
+                  "    m->slot = slot;\n"
+                  "    m->slot_off = (size_t)slot * %d * m->ctx * %lld;\n    return 0;\n}\n\n"
+                  "int model_use_graph(Model *m, int on) {\n    m->graph = on && %s;\n    return m->graph;\n}\n\n"
+                  "int model_graph_kernels(const Model *m) { return m->graph_kernels; }\n\n",
+               graph ? "graph_default()" : "0", mi->n_layers, (long long)tp->kv_layer_elems,
+               graph ? "graph_default()" : "0");
 }
 
 /* The weight bytes one decode step (n = 1) reads: every weight its launches take, whole, but one taken by a launch
@@ -1313,7 +1344,7 @@ static long long decode_weight_bytes(const KProgram *kp) {
     CHECK(bytes, "out of memory");
     for (int l = 0; l < kp->nl; l++) {
         const KLaunch *L = &kp->launches[l];
-        if (L->run_if == 1 && L->min_n >= 1) continue;   /* runs only when n > min_n */
+        if (!runs_at_one_token(L)) continue;   /* runs only for more tokens */
         bool gather = false;
         for (int i = 0; i < L->k->nparams; i++) gather |= L->args[i]->kind == BUF_INPUT;
         for (int i = 0; i < L->k->nparams; i++) {
@@ -1331,13 +1362,12 @@ static long long decode_weight_bytes(const KProgram *kp) {
     return total;
 }
 
-/* The launches of a one-token model_forward call: all but those only for more tokens (prefill alternatives) */
+/* The launches of a one-token model_forward call: all but those only for more tokens (prefill alternatives) and
+ * the sampler's (model_topk's) */
 static int decode_launches(const KProgram *kp) {
     int count = 0;
-    for (int l = 0; l < kp->nl; l++) {
-        const KLaunch *L = &kp->launches[l];
-        count += !(L->run_if == 1 && L->min_n >= 1) && !(L->run_if == 2 && L->min_n < 1);
-    }
+    for (int l = 0; l < kp->nl; l++)
+        count += runs_at_one_token(&kp->launches[l]) && !kernel_is_sampling(&kp->launches[l]);
     return count;
 }
 
@@ -1398,7 +1428,16 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
             str_printf(o, "%s%.9ef,", j % 6 ? " " : "\n    ", (double)b->const_data[j]);
         str_printf(o, "\n};\n");
     }
+    /* the GPU's builds: the decode step runs as one CUDA Graph (decode_step below), its kernels reading the
+     * position from device memory */
+    if (eo->target != TARGET_CPU)
+        /* CUDA: constant memory, read through the constant cache as one broadcast value (a global load of it
+         * came first among a gemv's loads and delayed its weights' by a memory latency) */
+        str_printf(o, "\n/* the position of the decode step a CUDA Graph replays (model_forward sets it) */\n"
+                      "static %sint decode_pos;\n", cuda ? "__constant__ " : "");
+    decode_pos_kernels = gpu_model = eo->target != TARGET_CPU;
     emit_kernels(o, kp, eo->target);
+    decode_pos_kernels = false;
     /* model_forward_batch's _tokens variants */
     bool any_tokens = false;
     for (int i = 0; i < kp->nk && program_batchable(kp); i++) {
@@ -1428,21 +1467,44 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                   "static const struct { uint32_t dtype, ndim; uint64_t shape[2]; } tensor_shapes[%d] = "
                   "{TENSORS(SHAPE_OF)};\n\n", tp->n_weights);
     emit_model_struct(o, &nm, tp);
-    emit_model_init(o, &nm, kp, mi);
+    const bool graph = eo->target != TARGET_CPU;   /* the decode step as one CUDA Graph launch (decode_step) */
+    emit_model_init(o, &nm, kp, mi, graph);
     emit_act_macros(o, &nm, kp, mi->n_layers);
     /* model_forward: the launch plan; the argmax kernel's result (an index held exactly in an f32) sits in
      * the activation arena */
     const Buffer *nt = tp->next_token, *tk = tp->top_k;
     CHECK(nt && nt->kind == BUF_ACT && nt->act_offset >= 0, "the model has no argmax of its logits");
     CHECK(tk && tk->kind == BUF_ACT && tk->act_offset >= 0 && tk->ndim == 3, "the model has no topk of its logits");
+    if (cuda) str_printf(o, "#undef STREAM\n#define STREAM ((cudaStream_t)m->stream) /* the model's launches */\n\n");
+    if (graph) {
+        str_printf(o, "/* The decode step (n = 1) as its CUDA Graph holds it: every launch with pos = -1, so that the "
+                      "kernels read\n * the position from decode_pos, and the grids of the longest context (grid_pos; "
+                      "flash_decode's slices\n * past the position's find no keys): one capture serves every step of "
+                      "a KV-cache slot. */\n"
+                      "static void decode_step(Model *m) {\n    const int n = 1, pos = -1, grid_pos = m->ctx - 1;\n"
+                      "    (void)pos; (void)grid_pos;\n");
+        graph_grids = true;
+        emit_forward(o, &nm, kp, cuda, false, FWD_ONE);
+        graph_grids = false;
+        str_printf(o, "}\n\n");
+    }
     str_printf(o, "int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {\n"
                   "    mem_put(m->ids, ids, (size_t)n * sizeof(int32_t));\n");
+    if (graph)
+        str_printf(o, "    if (n == 1 && m->graph) { /* decode: one launch of the step's graph, at position pos */\n"
+                      "        const int at = pos;\n%s"
+                      "        graph_replay(&m->graphs[m->slot], &m->graph_kernels, decode_step, m, m->stream);\n"
+                      "    } else {\n",
+                   cuda ? "        cudaMemcpyToSymbolAsync(decode_pos, &at, sizeof at, 0, cudaMemcpyHostToDevice,"
+                          " STREAM);\n"
+                        : "        decode_pos = at;\n");
     /* cpu: one team for the whole plan; each kernel shares its blocks among the team (omp for, nowait), and
      * the team waits where a launch uses what the ones before wrote (emit_forward's barriers) */
     const char *team = eo->target == TARGET_CPU ? "    #pragma omp parallel\n    {\n" : "";
     str_printf(o, "%s", team);
     emit_forward(o, &nm, kp, cuda, *team != 0, FWD_ONE);
     if (*team) str_printf(o, "    }\n");
+    if (graph) str_printf(o, "    }\n");
     str_printf(o, "    float next;\n    mem_get(&next, ACT(%s), sizeof next, model_info.name);\n"
                   "    if (logits) mem_get(logits, m->logits, %lld * sizeof(float), model_info.name);\n"
                   "    return (int)next;\n}\n\n", nm.act[nt->id], V);
@@ -1517,8 +1579,11 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                   "    return m->wbytes + m->kvbytes + m->actbytes;\n}\n\n");
     str_printf(o, "void model_free(Model *m) {\n    if (!m) return;\n"
                   "    mem_free(m->wdev); mem_free(m->act); mem_free(m->kc); mem_free(m->vc);\n"
-                  "    mem_free(m->logits); mem_free(m->ids); mem_free(m->work);\n");
+                  "    mem_free(m->logits); mem_free(m->ids); mem_free(m->work);\n"
+                  "    for (int i = 0; m->graphs && i < m->slots; i++) graph_free(m->graphs[i]);\n"
+                  "    free(m->graphs);\n    mem_stream_free(m->stream);\n");
     if (nm.nconst) str_printf(o, "    for (int i = 0; i < %d; i++) mem_free_const(m->c[i]);\n", nm.nconst);
     str_printf(o, "    free(m);\n}\n%s", cuda ? "} /* extern \"C\" */\n" : "");
     arena_free(&nm.A);
+    gpu_model = false;
 }

@@ -43,6 +43,9 @@ void emit_kernel_c(Str *o, const KKernel *k, Target t);
 /* k's name as its function's (a token-positions variant's, emit.c, with _tokens) */
 void emit_kernel_name(Str *o, const KKernel *k);
 void emit_kernel_cuda(Str *o, const KKernel *k);
+/* a kernel's first statement in a GPU-target model (emit_program): where it reads pos and its argument is -1 (the
+ * decode step's CUDA Graph), the position from device memory (decode_pos) */
+void emit_pos_prologue(Str *o, const KKernel *k);
 const char *ctype_of(DType d);
 /* What a C compiler needs beyond -std=c11 -O2 -fopenmp for target t's kernels (model.c, a harness) */
 const char *emit_cflags(Target t);

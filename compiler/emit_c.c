@@ -21,6 +21,7 @@ void emit_kernel_c(Str *o, const KKernel *k, Target t) {
     emit_params(o, k, t);
     /* cpu: called by every thread of model_forward's team, which share the blocks; cuda-emu: a team per call */
     str_printf(o, ") {\n    (void)n; (void)pos;\n");
+    emit_pos_prologue(o, k);
     if (k->has_acts_q8)   /* this thread's 8-bit activation row (runtime/cpu_quant_q8.h), quantized at first use */
         str_printf(o, "    CpuActsQ8 *acts_q8 = cpu_acts_q8_begin();\n");
     if (k->has_acts16)   /* this thread's input rounded to bf16 (runtime/cpu_dot16.h), at the first dot product */

@@ -12,6 +12,7 @@ void emit_kernel_cuda(Str *o, const KKernel *k) {
     str_printf(o, ") %s(", k->name);
     emit_params(o, k, TARGET_CUDA);
     str_printf(o, ") {\n    const int64_t tid = threadIdx.x, bid = blockIdx.x;\n    (void)n; (void)pos; (void)bid;\n");
+    emit_pos_prologue(o, k);
     for (int i = 0; i < k->nsmem; i++)
         /* 16-byte aligned: ldmatrix rows and cp.async destinations */
         str_printf(o, "    __shared__ %s%s smem%d[%d];\n", k->smem[i].b16 || k->has_cp_async ? "__align__(16) " : "",

@@ -235,7 +235,11 @@ void kernel_print_one(Str *o, const KKernel *k, bool header) {
         str_printf(o, "]%s%s\n", header ? "  = " : "", header ? b->name : "");
     }
     for (int i = 0; i < k->nsmem; i++)
-        str_printf(o, "  shared smem%d: %s[%d]\n", i, k->smem[i].f16 ? "b16 (f16)" : k->smem[i].b16 ? "b16" : "f32",
+        str_printf(o, "  shared smem%d: %s[%d]\n", i,
+                   k->smem[i].f16     ? "b16 (f16)"
+                   : k->smem[i].widen ? "b16 (bf16 values)"
+                   : k->smem[i].b16   ? "b16"
+                                      : "f32",
                    k->smem[i].size);
     for (int i = 0; i < k->nregs; i++)
         str_printf(o, "  register r%d: %s per thread\n", i, k->regs[i].b32 ? "b32" : "f32");
@@ -329,6 +333,8 @@ static const char *ver_uniform(Arena *A, const Expr *e, Var **uvars, int nu) {
 static const char *ver_refs(Arena *A, const KKernel *k, const Expr *e) {
     if (e->k == EX_REG && (e->i < 0 || e->i >= k->nregs)) return "undeclared register";
     if (e->k == EX_SLOAD && (e->i < 0 || e->i >= k->nsmem)) return "undeclared shared array";
+    if (e->k == EX_SLOAD && k->smem[e->i].widen && (!k->smem[e->i].b16 || k->smem[e->i].f16))
+        return "a widened shared array that is not of bf16";
     if (e->k == EX_LOAD && kernel_param_index(k, e->buf) < 0)
         return arena_printf(A, "%s is not a parameter", e->buf->name);
     for (int i = 0; i < e->nargs; i++) { const char *m = ver_refs(A, k, e->a[i]); if (m) return m; }

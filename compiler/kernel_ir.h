@@ -92,8 +92,9 @@ typedef struct KStmt {
     int wait_n;                /* wait_group */
 } KStmt;
 
-/* b16: uint16 elements, f16: IEEE halves, else bf16 bits (f32 stores round to nearest even) */
-typedef struct { int size; bool b16, f16; } SmemDecl;
+/* b16: uint16 elements, f16: IEEE halves, else bf16 bits (f32 stores round to nearest even); widen: a b16
+ * element read (EX_SLOAD) is its bf16 value as an f32 (flash_attn's K/V tiles), else its bits */
+typedef struct { int size; bool b16, f16, widen; } SmemDecl;
 typedef struct { EType t; bool b32; } RegDecl;     /* b32: a .b32 fragment register (two bf16) */
 
 #define MAX_PARAMS 16

@@ -22,6 +22,8 @@
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #define DEVFN static __device__ __forceinline__
+/* the stream launches go to: the default one, but in a model's host code (model.cu: the model's own) */
+#define STREAM 0
 #else
 #define DEVFN static inline
 #endif
@@ -776,6 +778,41 @@ static inline void mem_get(void *host, const void *dev, size_t bytes, const char
 }
 static inline void mem_free(const void *p) { cudaFree((void *)p); }
 static inline void mem_free_const(const float *p) { cudaFree((void *)p); }
+/* The decode step's CUDA Graph (emit.c's decode_step): step(m)'s launches on stream s captured into *exec at the
+ * first call, then replayed, one launch for all of them. A failure ends the program, naming it. */
+static inline void graph_replay(void **exec, int *kernels, void (*step)(Model *), Model *m, void *s) {
+    cudaError_t e = cudaSuccess;
+    if (!*exec) {
+        cudaGraph_t g = NULL;
+        size_t nodes = 0;
+        e = cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeThreadLocal);
+        if (e == cudaSuccess) {
+            step(m);
+            e = cudaStreamEndCapture((cudaStream_t)s, &g);
+        }
+        if (e == cudaSuccess) e = cudaGraphGetNodes(g, NULL, &nodes);
+        *kernels = (int)nodes;
+        if (e == cudaSuccess) e = cudaGraphInstantiate((cudaGraphExec_t *)exec, g, 0);
+        if (g) cudaGraphDestroy(g);
+    }
+    if (e == cudaSuccess) e = cudaGraphLaunch((cudaGraphExec_t)*exec, (cudaStream_t)s);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "llmcc: CUDA error in the decode step's graph: %s (--no-graph launches its kernels one by "
+                "one)\n", cudaGetErrorString(e));
+        exit(1);
+    }
+}
+static inline void graph_free(void *exec) { if (exec) cudaGraphExecDestroy((cudaGraphExec_t)exec); }
+/* whether the decode step runs as a graph by default: not under LLMCC_CUDA_CHECK (a check synchronises after
+ * each launch, which a capture cannot hold) */
+static inline int graph_default(void) { return !launch_checks; }
+/* the stream a model's kernels run on (capturable, unlike the legacy default stream; it synchronises with it,
+ * so mem_put / mem_get keep their order with the kernels) */
+static inline const char *mem_stream(void **s) {
+    MEM_CK(cudaStreamCreate((cudaStream_t *)s));
+    return NULL;
+}
+static inline void mem_stream_free(void *s) { if (s) cudaStreamDestroy((cudaStream_t)s); }
 #undef MEM_CK
 #else
 static inline const char *mem_device(void) { return NULL; }
@@ -802,6 +839,23 @@ static inline void mem_get(void *host, const void *dev, size_t bytes, const char
 }
 static inline void mem_free(const void *p) { free((void *)p); }
 static inline void mem_free_const(const float *p) { (void)p; }
+/* cuda-emu: every launch counted (emit.c puts LAUNCH_CHECK after each, as for CUDA) */
+static long launch_count __attribute__((unused));
+#define LAUNCH_CHECK(kernel, op, layer) (void)(launch_count++)
+/* cuda-emu's stand-in for the decode step's CUDA Graph: the launches a capture holds, run as captured (the
+ * same arguments every step, the position from decode_pos); *exec marks the slot's step captured, *kernels
+ * gets the launches of a capture */
+static inline void graph_replay(void **exec, int *kernels, void (*step)(Model *), Model *m, void *s) {
+    (void)s;
+    long before = launch_count;
+    step(m);
+    if (!*exec) *kernels = (int)(launch_count - before);
+    *exec = (void *)exec;
+}
+static inline void graph_free(void *exec) { (void)exec; }
+static inline int graph_default(void) { return 1; }
+static inline const char *mem_stream(void **s) { *s = NULL; return NULL; }
+static inline void mem_stream_free(void *s) { (void)s; }
 
 /* ---- the CPU's threads (model_threads, runtime/model_api.h) ---- */
 #include <omp.h>

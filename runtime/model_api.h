@@ -77,4 +77,12 @@ void model_logits(Model *m, float *logits);
 /* Bytes of device (or host, for the CPU) memory taken: weights, KV cache, activations. */
 size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act);
 void model_free(Model *m);
+/* The decode step (model_forward with n = 1): on (the GPU builds' default), one launch of a CUDA Graph of its
+ * kernels, captured at a cache slot's first step with the position read from device memory, so that it serves
+ * every later step; off (--no-graph), its kernels launched one by one. Returns whether the graph is used: 0 on
+ * the cpu target and under LLMCC_CUDA_CHECK (which synchronises after each launch). cuda-emu runs the captured
+ * step's launches as the graph would replay them. */
+int model_use_graph(Model *m, int on);
+/* The kernels the decode step's graph holds, counted at its capture (0 before the first decode step) */
+int model_graph_kernels(const Model *m);
 #endif

@@ -48,6 +48,7 @@ static struct {
     int think_open, think_close;   /* <think> / </think> ids, -1 when the tokenizer has none */
     int reply_start;       /* ids[reply_start..n_ids): the last turn's reply */
     char compute[256];     /* model_threads: what runs the kernels */
+    bool no_graph;         /* --no-graph: the decode step's kernels launched one by one */
 } G;
 
 static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -99,6 +100,7 @@ typedef struct {
     bool hide_thinking;
     int ctx;
     int threads;                   /* --threads (0: one per physical core) */
+    bool no_graph;                 /* --no-graph (model_use_graph) */
     const char *ppl_path;          /* --perplexity FILE */
     int ppl_ctx;                   /* --ppl-ctx: tokens per window (0: 512, at most --ctx) */
     bool serve;                    /* --serve: the HTTP server (serve.c) */
@@ -150,6 +152,8 @@ static void usage(void) {
            "                          windows of --ppl-ctx N tokens (default 512), the second half of each\n"
            "                          scored; prints \"perplexity: P\" and exits\n"
            "  --ctx N                 KV-cache length (default and most: %d)\n"
+           "  --no-graph              (GPU builds) launch the decode step's kernels one by one, not as one\n"
+           "                          CUDA Graph (to compare; LLMCC_CUDA_CHECK=1 does so too)\n"
            "  --serve                 serve the OpenAI HTTP API (POST /v1/chat/completions, /v1/completions,\n"
            "                          GET /v1/models, /health) until SIGTERM; the sampling options above\n"
            "                          are the requests' defaults\n"
@@ -264,6 +268,7 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--info")) { NOVAL(); o->info = true; }
         else if (IS("--ctx")) o->ctx = (int)parse_int(flag, VAL(), 1, mi->max_ctx, NULL);
         else if (IS("--threads")) o->threads = (int)parse_int(flag, VAL(), 1, 1024, NULL);
+        else if (IS("--no-graph")) { NOVAL(); o->no_graph = true; }
         else if (IS("--perplexity")) o->ppl_path = VAL();
         else if (IS("--ppl-ctx")) o->ppl_ctx = (int)parse_int(flag, VAL(), 4, mi->max_ctx, NULL);
         else if (IS("--verify")) { NOVAL(); o->verify = true; }
@@ -358,6 +363,17 @@ static void check_tensors(void) {
 
 static double mib(size_t b) { return b / 1048576.0; }
 
+/* "launches per token: ...": one graph launch where the decode step runs as a CUDA Graph (model_use_graph) */
+static void launches_line(FILE *f) {
+    if (model_use_graph(G.model, !G.no_graph) && model_graph_kernels(G.model))   /* after a decode step */
+        fprintf(f, "launches per token: 1 (a CUDA Graph; its capture holds %d kernels; --no-graph: %d launches)\n",
+                model_graph_kernels(G.model), model_info.decode_launches);
+    else if (model_use_graph(G.model, !G.no_graph))
+        fprintf(f, "launches per token: 1 (a CUDA Graph of the step's %d kernels; --no-graph: %d launches)\n",
+                model_info.decode_launches, model_info.decode_launches);
+    else fprintf(f, "launches per token: %d (a one-token forward call's kernels)\n", model_info.decode_launches);
+}
+
 static void print_info(int ctx) {
     const ModelInfo *mi = &model_info;
     const PayloadHeader *h = G.pl.hdr;
@@ -368,7 +384,6 @@ static void print_info(int ctx) {
     printf("heads: %d\nkv heads: %d\nhead dim: %d\n", mi->n_heads, mi->n_kv_heads, mi->head_dim);
     printf("context: %d (compiled: %d)\nmax batch: %d\n", ctx, mi->max_ctx, mi->max_batch);
     printf("kv cache: %s\n", mi->kv_dtype);
-    printf("launches per token: %d (a one-token forward call's kernels)\n", mi->decode_launches);
     printf("bos id: %d\neos ids:", mi->bos_id);
     for (int i = 0; i < mi->n_eos; i++) printf(" %d", mi->eos_ids[i]);
     printf("\nsampling defaults: temperature %g, top-k %d, top-p %g, min-p %g, repetition penalty %g\n",
@@ -404,9 +419,11 @@ static void print_info(int ctx) {
            G.pl.has_footer ? "" : ", from LLMCC_PAYLOAD");
     const char *err = model_init(&G.model, G.pl.tensors, G.pl.base, ctx);
     if (err) {
+        printf("launches per token: %d (a one-token forward call's kernels)\n", mi->decode_launches);
         printf("memory: unknown (%s)\n", err);
         G.model = NULL;
     } else {
+        launches_line(stdout);
         size_t wb = 0, kv = 0, act = 0;
         size_t tot = model_memory_bytes(G.model, &wb, &kv, &act);
         printf("memory: %.1f MiB (weights %.1f MiB, kv cache %.1f MiB, activations %.1f MiB)\n",
@@ -701,6 +718,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     Opts o;
     parse_args(argc, argv, &o);
+    G.no_graph = o.no_graph;
     model_threads(o.threads, G.compute, sizeof G.compute);
     const int V = mi->vocab_size;
     if (V <= 0) die("the model has no vocabulary");
@@ -802,6 +820,7 @@ int main(int argc, char **argv) {
     payload_prefault(&G.pl);   /* the weights' pages mapped now, not a fault at a time in the first prompt */
     err = model_init_slots(&G.model, G.pl.tensors, G.pl.base, G.ctx, o.serve ? o.so.parallel : 1);
     if (err) { G.model = NULL; die("%s", err); }
+    model_use_graph(G.model, !G.no_graph);
 
     if (o.ppl_path) {
         perplexity(&o);
@@ -863,7 +882,7 @@ int main(int argc, char **argv) {
         double wbytes = (double)model_info.decode_weight_bytes;
         fprintf(stderr, "decode reads: %.1f MB of weights a token (%.1f GB/s at this speed)\n", wbytes / 1e6,
                 td > 0 ? wbytes * st.n_decode / td / 1e9 : 0.0);
-        fprintf(stderr, "launches per token: %d\n", model_info.decode_launches);
+        launches_line(stderr);
         fprintf(stderr, "sampled: %ld by the device's argmax, %ld from its top-k "
                 "(%ld of them from the logits: a tie at the k-th), %ld from the logits\n",
                 st.n_argmax, st.n_topk, G.topk_ties, st.n_gen - st.n_argmax - st.n_topk);

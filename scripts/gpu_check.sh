@@ -5,7 +5,9 @@
 # split-KV flash decoding) and a 40-token one (prefill: flash_attn blocks of
 # several tokens, gemm_tc for bf16); and the CUDA ids without --logits (the
 # argmax taken on the GPU) against those with, and --top-k sampling from the
-# GPU's top-k against the host sampler's draw. One table row per fixture and
+# GPU's top-k against the host sampler's draw, and the decode step's CUDA
+# Graph (the default) against --no-graph. The CPU build has the GPU's bf16
+# KV cache (--kv-dtype bf16). One table row per fixture and
 # prompt; exits 1 if any row fails. Then decode end to end: a 2-layer
 # Qwen2.5-7B-shaped bf16 checkpoint (random weights) built for CUDA, its
 # --stats decode time per token at context ~1024 beside the machine-code
@@ -37,7 +39,8 @@ for kind in llama-gqa qwen2-tied llama-linear; do
     d="$OUT/$kind-$dtype"
     [ -f "$d/config.json" ] || python3 scripts/make_fixture.py "$kind" "$d" --dtype "$dtype" --seed 7 >/dev/null
     for t in cpu cuda; do
-      build/llmcc build "$d" -o "$d-$t" --target "$t" --name m 2>/dev/null && make -s -C "$d-$t" -j >/dev/null 2>"$d-$t.log" \
+      kv=(); [ $t = cpu ] && kv=(--kv-dtype bf16)   # the GPU's KV cache, so that the logits compare at 1e-4
+      build/llmcc build "$d" -o "$d-$t" --target "$t" --name m "${kv[@]}" 2>/dev/null && make -s -C "$d-$t" -j >/dev/null 2>"$d-$t.log" \
         || { echo "gpu_check: $kind-$dtype $t build failed (see $d-$t.log)"; fail=1; continue 2; }
       for p in short long; do
         [ $p = short ] && ids=$SHORT || ids=$LONG
@@ -48,6 +51,10 @@ for kind in llama-gqa qwen2-tied llama-linear; do
     # without --logits the runtime takes the GPU's argmax (model.next_token)
     "$d-cuda/m" --prompt-ids $SHORT -n $N --temperature 0 --repeat-penalty 1 --ignore-eos --ids > "$d-cuda-argmax.ids" 2>"$d-cuda.err" \
       || { echo "gpu_check: $kind-$dtype cuda run failed: $(head -1 "$d-cuda.err")"; fail=1; continue; }
+    # the decode step's kernels one by one (--no-graph) against the graph's replays: the same logits, bit for bit
+    "$d-cuda/m" --prompt-ids $SHORT -n $N --temperature 0 --repeat-penalty 1 --ignore-eos --ids --no-graph \
+      --logits "$d-cuda-nograph.logits" > "$d-cuda-nograph.ids" 2>"$d-cuda.err" \
+      || { echo "gpu_check: $kind-$dtype cuda --no-graph run failed: $(head -1 "$d-cuda.err")"; fail=1; continue; }
     # --top-k sampling from the GPU's top-k (model_topk) against the host sampler over the logits, same seed
     topk=(--prompt-ids $SHORT -n $N --temperature 0.8 --top-k 20 --top-p 0.9 --seed 3 --repeat-penalty 1 --ignore-eos --ids)
     { "$d-cuda/m" "${topk[@]}" > "$d-cuda-topk.ids" && "$d-cuda/m" "${topk[@]}" --logits "$d-cuda-topk.logits" > "$d-cuda-topk-host.ids"; } 2>"$d-cuda.err" \
@@ -73,6 +80,9 @@ for p in ("short", "long"):
 g = open(d + "-cuda-argmax.ids").read().split() == open(d + "-cuda-short.ids").read().split()
 bad += not g
 print("%-20s %-6s %-6s %-10s %-12s %-12s %s" % (kind, dtype, "argmax", "same" if g else "DIFFER", "-", "-", "ok" if g else "FAIL"))
+ng = open(d + "-cuda-nograph.logits", "rb").read() == open(d + "-cuda-short.logits", "rb").read()
+bad += not ng
+print("%-20s %-6s %-6s %-10s %-12s %-12s %s" % (kind, dtype, "graph", "same" if ng else "DIFFER", "-", "-", "ok" if ng else "FAIL"))
 k = open(d + "-cuda-topk.ids").read().split() == open(d + "-cuda-topk-host.ids").read().split()
 bad += not k
 print("%-20s %-6s %-6s %-10s %-12s %-12s %s" % (kind, dtype, "top-k", "same" if k else "DIFFER", "-", "-", "ok" if k else "FAIL"))
@@ -93,6 +103,10 @@ build/llmcc build "$q" -o "$q-cuda" --target cuda --name m 2>/dev/null && make -
 P=$(python3 -c "print(','.join(str((i * 7919) % 150000 + 10) for i in range(960)))")
 "$q-cuda/m" --prompt-ids "$P" -n 64 --temperature 0 --repeat-penalty 1 --ignore-eos --ids --stats >/dev/null 2>"$q.stats" \
   || { echo "gpu_check: the 2-layer run failed: $(head -1 "$q.stats")"; exit 1; }
+"$q-cuda/m" --prompt-ids "$P" -n 64 --temperature 0 --repeat-penalty 1 --ignore-eos --ids --stats --no-graph >/dev/null \
+  2>"$q-nograph.stats" || { echo "gpu_check: the 2-layer --no-graph run failed: $(head -1 "$q-nograph.stats")"; exit 1; }
+grep -h '^launches per token' "$q.stats" "$q-nograph.stats"
+grep -h '^decode:' "$q-nograph.stats" | sed 's/^/--no-graph /'
 mkdir -p "$OUT/qwen7b-config" && cp ../shared/assets/hf-configs/Qwen2.5-7B.config.json "$OUT/qwen7b-config/config.json"
 python3 scripts/sass_report "$q" --pos 1024 > "$q.report" 2>&1
 python3 scripts/sass_report "$OUT/qwen7b-config" --pos 1024 > "$OUT/qwen7b.report" 2>&1

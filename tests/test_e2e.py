@@ -107,6 +107,34 @@ def test_kv_cache_dtypes():
     assert np.abs(plain - rounded).max() > 1e-4 * np.abs(plain).max(), "bf16 rounding moves no logit past the bound"
 
 
+def test_decode_step_is_one_graph_launch():
+    """The GPU builds' decode step is one CUDA Graph launch a token (issue 16). model.cu's one-token branch of
+    model_forward replays decode_step's graph, one graph launch and no kernel launch of its own; on cuda-emu, which
+    runs the captured step as a replay does (pos -1 in every launch, the kernels reading it from device memory; the
+    grids of the longest context) and counts the launches a capture holds (CUDA: the graph's nodes), the capture
+    holds the launch plan's one-token launches (model_info.decode_launches), and 200 greedy tokens (positions across
+    several of flash_decode's key slices) give the ids and every step's logits of --no-graph bit for bit"""
+    d = fixture("llama-gqa", "f32")
+    cu = run([LLMCC, "compile", d, "--ir", "cuda"]).stdout
+    one = re.search(r"if \(n == 1 && m->graph\) \{(.*?)\} else \{", cu, re.S).group(1)
+    assert one.count("graph_replay(") == 1 and "<<<" not in one, one
+    info = re.search(r"^const ModelInfo model_info = \{(.*?)^\};", cu, re.M | re.S).group(1)
+    plan = int(info.split(",")[-3])
+    exe = os.path.join(build(d, "cuda-emu"), "m")
+    base = [exe, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "200", "--temperature", "0", "--repeat-penalty", "1",
+            "--ids", "--ignore-eos", "--stats"]
+    out = {}
+    for way in ("graph", "no-graph"):
+        lp = os.path.join(tmpdir("e2e"), "graph-%s.logits" % way)
+        p = run(base + ["--logits", lp] + (["--no-graph"] if way == "no-graph" else []))
+        out[way] = (p.stdout, open(lp, "rb").read())
+        want = ("launches per token: 1 (a CUDA Graph; its capture holds %d kernels" % plan if way == "graph"
+                else "launches per token: %d (" % plan)
+        assert plan > 10 and want in p.stderr, (way, plan, p.stderr)
+    assert len(out["graph"][0].split()) == 200 and len(out["graph"][1]) > 0
+    assert out["graph"] == out["no-graph"], "the graph's decode differs from the kernels launched one by one"
+
+
 def test_aidreams_matches_llama2c():
     ref_dir = shared("aidreams260K")
     d = os.path.join(tmpdir("e2e"), "aidreams")

@@ -375,10 +375,10 @@ def test_bf16_model_prefill_on_gemm_tc():
     for chunk, extra in ((64, ()), (20, ("--max-batch", "20"))):
         ref_forward.linear = lambda x, wt, b: linear_tc(x, wt, b, chunk)
         try:
-            ref_ids, ref_logits = ref_forward.greedy(model, LONG_PROMPT, 6)
+            ref_ids, ref_logits = ref_forward.greedy(model, LONG_PROMPT, 6, kv_bf16=True)   # cuda-emu's bf16 KV cache
         finally:
             ref_forward.linear = plain
-        f32_ids, f32_logits = ref_forward.greedy(model, LONG_PROMPT, 6)
+        f32_ids, f32_logits = ref_forward.greedy(model, LONG_PROMPT, 6, kv_bf16=True)
         assert f32_ids == ref_ids, "the bf16 staging changes the fixture's greedy ids: pick another prompt"
         exe = os.path.join(build(d, "cuda-emu", extra), "m")
         tile = run([LLMCC, "compile", d, "--ir", "tile"] + list(extra)).stdout

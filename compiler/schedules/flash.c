@@ -131,9 +131,9 @@ void flash_print(Str *o, const TileKernel *k) {
     const FlashParams *P = &k->flash;
     const AttnDesc *d = P->attn;
     long long kvh = (long long)(d->heads / d->group);
-    str_printf(o, " tokens=%d warps=%d split=%d keys_per_tile=%d\n  block (bid/%d/%lld, bid/%d%%%lld, bid%%%d) -> "
-               "(tokens [%s<", P->tq, k->block / 32, P->split, FLASH_BC, P->split, kvh, P->split, kvh, P->split,
-               d->t->name);
+    str_printf(o, " tokens=%d warps=%d split=%d keys_per_tile=%d\n  block (bid%%rb/%lld, bid%%rb%%%lld, bid/rb; "
+               "rb = blocks of %d tokens x %lld kv heads) -> (tokens [%s<", P->tq, k->block / 32, P->split, FLASH_BC,
+               kvh, kvh, P->tq, kvh, d->t->name);
     expr_print(o, d->rows);
     str_printf(o, "] by %d, kv head, key slice); warp -> a (token, head) row of the kv head's %lld heads\n"
                "  per %d keys [%s<", P->tq, (long long)d->group, FLASH_BC, d->j->name);
@@ -254,10 +254,15 @@ void flash_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KList 
     k->smem[FLASH_S_Q].size = (int)(W * HD); k->smem[FLASH_S_K].size = (int)(BC * flash_k_stride(d));
     k->smem[FLASH_S_V].size = (int)(BC * HV); k->smem[FLASH_S_P].size = (int)(W * BC);
     k->smem[FLASH_S_K].b16 = k->smem[FLASH_S_V].b16 = flash_tiles_b16(d);
-    /* the block's coordinates and key range, computed once (uniform) */
+    k->smem[FLASH_S_K].widen = k->smem[FLASH_S_V].widen = flash_tiles_b16(d);
+    /* the block's coordinates and key range, computed once (uniform). Slice-major: the grid's first rb blocks are
+     * slice 0 of every (token block, kv head), and so on, so that a grid of more slices than nsplit (a CUDA
+     * Graph's, sized for the longest context) leaves the blocks past nsplit's with no keys (jlo >= len): they
+     * write an empty partial (m = -inf, l = 0) that flash_combine does not read */
     Expr *SE = S > 1 ? ulet(B, body, "nsplit", P->nsplit) : e_i(A, 1);
-    Expr *rest = ulet(B, body, "rest", E_DIV(A, bid(A), SE));
-    Expr *slice = S > 1 ? ulet(B, body, "slice", e_bin(A, EX_MOD, bid(A), SE)) : e_i(A, 0);
+    Expr *rb = S > 1 ? ulet(B, body, "rb", E_MUL(A, ceil_div(A, d->rows, P->tq), e_i(A, KVH))) : NULL;
+    Expr *rest = S > 1 ? ulet(B, body, "rest", e_bin(A, EX_MOD, bid(A), rb)) : bid(A);
+    Expr *slice = S > 1 ? ulet(B, body, "slice", E_DIV(A, bid(A), rb)) : e_i(A, 0);
     Expr *kvh = ulet(B, body, "kvh", imod(A, rest, KVH));
     Expr *t0 = ulet(B, body, "t0", E_MUL(A, idiv(A, rest, KVH), e_i(A, P->tq)));
     FlashBlock fb = {slice, kvh, t0, new_var(A, B->nvars, "lane")};

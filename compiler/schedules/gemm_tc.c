@@ -397,7 +397,7 @@ void gemm_tc_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLis
     k->nsmem = 2 * S;
     /* f16 weights: the tiles hold halves (X rounded to f16) and the mma multiplies f16 */
     bool f16 = P->wop[0]->buf->dtype == DT_F16;
-    for (int i = 0; i < 2 * S; i++) k->smem[i] = (SmemDecl){(i < S ? BM : BN) * LD, true, f16};
+    for (int i = 0; i < 2 * S; i++) k->smem[i] = (SmemDecl){(i < S ? BM : BN) * LD, true, f16, false};
     /* uniform: the block's tile origin */
     Expr *lane = imod(A, tid(A), 32), *warp = idiv(A, tid(A), 32);
     TcTile G = {B, t, P, E_MUL(A, idiv(A, bid(A), nbo), e_i(A, BM)), E_MUL(A, imod(A, bid(A), nbo), e_i(A, BO)), lane,

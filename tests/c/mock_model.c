@@ -18,7 +18,7 @@ const ModelInfo model_info = {
     .bos_id = 1, .n_eos = 2, .eos_ids = { 2, 3 },
     .temperature = 0.0f, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .top_k = 0,
     .n_tensors = 1, .tensor_names = names, .max_top_k = 0,
-    .decode_weight_bytes = (long long)V * V * 4, .decode_launches = 1,
+    .decode_weight_bytes = (long long)V * V * 4, .decode_launches = 1, .kv_dtype = "f32",
 };
 
 /* kv: [slots][ctx] the ids fed; next_pos[slot]: the first position not fed (a call may start there or before it:
@@ -28,6 +28,9 @@ struct Model { const float *w; int ctx, slots, slot; int *next_pos; int32_t *kv;
 const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {
     return model_init_slots(out, t, data, ctx, 1);
 }
+
+int model_use_graph(Model *m, int on) { (void)m; (void)on; return 0; }   /* no graph on the CPU */
+int model_graph_kernels(const Model *m) { (void)m; return 0; }
 
 int model_use_slot(Model *m, int slot) {
     if (slot < 0 || slot >= m->slots) return -1;

@@ -25,6 +25,7 @@ extern "C" const ModelInfo model_info = {
     0,
     (long long)V * V * 4,
     1,
+    "f32",
 };
 
 struct Model { float *w, *out; int ctx, next_pos; };   /* one slot: model_init_slots refuses more */
@@ -41,6 +42,8 @@ extern "C" const char *model_init_slots(Model **out, const PayloadTensor *t, con
     return model_init(out, t, data, ctx);
 }
 extern "C" int model_use_slot(Model *m, int slot) { (void)m; return slot == 0 ? 0 : -1; }
+extern "C" int model_use_graph(Model *m, int on) { (void)m; (void)on; return 0; }   /* one kernel a step */
+extern "C" int model_graph_kernels(const Model *m) { (void)m; return 0; }
 
 extern "C" const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {
     *out = NULL;
