@@ -1218,7 +1218,8 @@ static void emit_model_struct(Str *o, const Names *nm, const TProgram *tp) {
                   "    void *stream;    /* the kernels' (CUDA; NULL on the CPU) */\n"
                   "    int graph;       /* model_use_graph: the decode step as one CUDA Graph launch */\n"
                   "    void **graphs;   /* [slots] the step's graph for each cache slot, once captured */\n"
-                  "    int graph_kernels; /* the kernels the last capture holds */\n};\n\n",
+                  "    int graph_kernels; /* the kernels the last capture holds */\n"
+                  "    int32_t *pen_ids; float *pen_sub; /* [vocab] model_penalize's ids and amounts */\n};\n\n",
                nm->nconst ? nm->nconst : 1, ctype_of(tp->g->kv_dtype), dtype_names[tp->g->kv_dtype]);
 }
 
@@ -1317,10 +1318,13 @@ static void emit_model_init(Str *o, const Names *nm, const KProgram *kp, const M
                   "    if (!e) e = mem_zalloc(&m->ids, %d * sizeof(int32_t));\n"
                   "    if (!e) e = mem_zalloc(&m->work, %lld); /* split-K partials */\n"
                   "    if (!e) e = mem_stream(&m->stream);\n"
+                  "    if (!e) e = mem_zalloc(&m->pen_ids, %lld * sizeof(int32_t)); /* model_penalize's */\n"
+                  "    if (!e) e = mem_zalloc(&m->pen_sub, %lld * sizeof(float));\n"
                   "    if (!e && !(m->graphs = (void **)calloc((size_t)slots, sizeof *m->graphs)))\n"
                   "        e = \"out of memory\";\n"
                   "    if (e) { snprintf(err, sizeof err, \"%%s\", e); model_free(m); return err; }\n",
-               mi->max_batch, (long long)mi->vocab_size, mi->max_batch, (long long)kernel_work_bytes(kp) + 16);
+               mi->max_batch, (long long)mi->vocab_size, mi->max_batch, (long long)kernel_work_bytes(kp) + 16,
+               (long long)mi->vocab_size, (long long)mi->vocab_size);
     emit_weight_fields(o, nm, tp);
     str_printf(o, "    m->graph = %s;\n    *out = m;\n    return NULL;\n}\n\n"
                   "const char *model_init(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx) {\n"
@@ -1571,6 +1575,14 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                        acts_q8 ? "cpu_quant_q8_isa_name()" : "cpu_quant_isa_name()");
         str_printf(o, "    (void)len;\n    return threads;\n}\n\n");
     }
+    /* model_penalize: the ids and amounts copied to the device, one kernel (runtime/kernels.h) */
+    str_printf(o, "int model_penalize(Model *m, const int32_t *ids, const float *sub, int n, float rep) {\n"
+                  "    if (n < 0 || n > %lld) return -1;\n"
+                  "    for (int j = 0; j < n; j++) if (ids[j] < 0 || ids[j] >= %lld) return -1;\n"
+                  "    mem_put(m->pen_ids, ids, (size_t)n * sizeof *ids);\n"
+                  "    mem_put(m->pen_sub, sub, (size_t)n * sizeof *sub);\n"
+                  "    penalize_launch(m->logits, m->pen_ids, m->pen_sub, n, rep, m->stream);\n"
+                  "    return 0;\n}\n\n", V, V);
     str_printf(o, "void model_logits(Model *m, float *logits) {\n"
                   "    mem_get(logits, m->logits, %lld * sizeof(float), model_info.name);\n}\n\n", V);
     str_printf(o, "size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {\n"
@@ -1580,6 +1592,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     str_printf(o, "void model_free(Model *m) {\n    if (!m) return;\n"
                   "    mem_free(m->wdev); mem_free(m->act); mem_free(m->kc); mem_free(m->vc);\n"
                   "    mem_free(m->logits); mem_free(m->ids); mem_free(m->work);\n"
+                  "    mem_free(m->pen_ids); mem_free(m->pen_sub);\n"
                   "    for (int i = 0; m->graphs && i < m->slots; i++) graph_free(m->graphs[i]);\n"
                   "    free(m->graphs);\n    mem_stream_free(m->stream);\n");
     if (nm.nconst) str_printf(o, "    for (int i = 0; i < %d; i++) mem_free_const(m->c[i]);\n", nm.nconst);

@@ -28,6 +28,12 @@
 #define DEVFN static inline
 #endif
 
+/* model_penalize's update of one logit (runtime/model_api.h; sample.c's order and operations, each rounded on
+ * its own: CUDA's FMA contraction cannot join them) */
+DEVFN float penalize_logit(float x, float sub, float rep) {
+    if (rep != 1.0f) x = x > 0 ? x / rep : x * rep;
+    return x - sub;
+}
 /* bf16 / f16 weights are widened to f32 at each load */
 DEVFN float bf16_to_f32(uint32_t h) { uint32_t u = h << 16; float f; memcpy(&f, &u, 4); return f; }
 DEVFN float ld_bf16(const uint16_t *p, int64_t i) { return bf16_to_f32(p[i]); }
@@ -803,6 +809,14 @@ static inline void graph_replay(void **exec, int *kernels, void (*step)(Model *)
     }
 }
 static inline void graph_free(void *exec) { if (exec) cudaGraphExecDestroy((cudaGraphExec_t)exec); }
+/* model_penalize: a thread per id (the ids are distinct) */
+static __global__ void k_penalize(float *logits, const int32_t *ids, const float *sub, int n, float rep) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < n) logits[ids[j]] = penalize_logit(logits[ids[j]], sub[j], rep);
+}
+static inline void penalize_launch(float *logits, const int32_t *ids, const float *sub, int n, float rep, void *s) {
+    if (n > 0) k_penalize<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)s>>>(logits, ids, sub, n, rep);
+}
 /* whether the decode step runs as a graph by default: not under LLMCC_CUDA_CHECK (a check synchronises after
  * each launch, which a capture cannot hold) */
 static inline int graph_default(void) { return !launch_checks; }
@@ -854,6 +868,10 @@ static inline void graph_replay(void **exec, int *kernels, void (*step)(Model *)
 }
 static inline void graph_free(void *exec) { (void)exec; }
 static inline int graph_default(void) { return 1; }
+static inline void penalize_launch(float *logits, const int32_t *ids, const float *sub, int n, float rep, void *s) {
+    (void)s;
+    for (int j = 0; j < n; j++) logits[ids[j]] = penalize_logit(logits[ids[j]], sub[j], rep);
+}
 static inline const char *mem_stream(void **s) { *s = NULL; return NULL; }
 static inline void mem_stream_free(void *s) { (void)s; }
 

@@ -72,6 +72,12 @@ int model_forward_batch(Model *m, const int32_t *ids, const int *slots, const in
  * device: largest first, equal values by the smaller id first, NaN counted as -inf. Returns 0, or -1
  * when k is out of range. Sampling with top-k then copies 2k numbers, not the logits. */
 int model_topk(Model *m, int k, float *vals, int32_t *ids);
+/* The sampler's penalties on the last model_forward call's logits, on the device, in place (so that model_topk
+ * then sees them, and sampling with penalties copies 2k numbers too): for each of the n distinct ids[j], x / rep
+ * if x > 0 else x * rep (rep 1: unchanged), then x - sub[j] (the frequency and presence penalties, computed by the
+ * caller as sample.c does; 0 where none). Returns 0, or -1 when n is outside 0..vocab_size or an id is out of
+ * range. */
+int model_penalize(Model *m, const int32_t *ids, const float *sub, int n, float rep);
 /* Copies the last model_forward call's logits (vocab_size floats), as if it had been given logits. */
 void model_logits(Model *m, float *logits);
 /* Bytes of device (or host, for the CPU) memory taken: weights, KV cache, activations. */

@@ -49,6 +49,7 @@ static struct {
     int reply_start;       /* ids[reply_start..n_ids): the last turn's reply */
     char compute[256];     /* model_threads: what runs the kernels */
     bool no_graph;         /* --no-graph: the decode step's kernels launched one by one */
+    float *pen_sub;        /* [vocab] model_penalize's amounts */
 } G;
 
 static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -114,7 +115,7 @@ static void usage(void) {
     char dev_topk[256] = "";
     if (kmax > 1)
         snprintf(dev_topk, sizeof dev_topk, "\n                          "
-                 "(2..%d with --repeat-penalty 1: drawn from the device's top-k,\n"
+                 "(2..%d: drawn from the device's top-k, penalties applied there,\n"
                  "                          %s; --device-topk / --no-device-topk)", kmax,
                  mi->target && !strcmp(mi->target, "cuda") ? "by default"
                                                            : "with --device-topk (the CPU has the logits at hand)");
@@ -334,11 +335,25 @@ static int sample_topk(const Opts *o) {
     float v[MODEL_TOPK_CAP];
     int32_t id[MODEL_TOPK_CAP];
     int k = o->sp.top_k;
+    SampleParams plain = o->sp;   /* the penalties are in the device's logits from here on */
+    if (o->sp.rep != 1.0f || o->sp.freq != 0 || o->sp.pres != 0) {
+        /* sample.c's amounts: the repetition penalty over the history's ids, frequency and presence over the
+         * generated ones' counts */
+        const Sampler *s = &G.smp;
+        for (int j = 0; j < s->n_uniq; j++) {
+            int c = s->count[s->uniq[j]];
+            G.pen_sub[j] = c && (o->sp.freq != 0 || o->sp.pres != 0) ? (float)c * o->sp.freq + o->sp.pres : 0.0f;
+        }
+        if (model_penalize(G.model, s->uniq, G.pen_sub, s->n_uniq, o->sp.rep) != 0)
+            die("internal error: model_penalize(%d ids) failed", s->n_uniq);
+        plain.rep = 1.0f;
+        plain.freq = plain.pres = 0;
+    }
     if (model_topk(G.model, k + 1, v, id) != 0) die("internal error: model_topk(%d) failed", k + 1);
     if (v[k - 1] / o->sp.temperature == v[k] / o->sp.temperature) {
         G.topk_ties++;
         model_logits(G.model, G.logits);
-        return sampler_sample(&G.smp, &o->sp, G.logits);
+        return sampler_sample(&G.smp, &plain, G.logits);
     }
     SampleCand *c = G.smp.cand;
     for (int i = 0; i < k; i++) { c[i].id = id[i]; c[i].v = v[i] / o->sp.temperature; }
@@ -469,7 +484,7 @@ static void cleanup(void) {
     if (G.model) model_free(G.model);
     if (G.tok) tokenizer_free(G.tok);
     if (G.logits_f) fclose(G.logits_f);
-    free(G.ids); free(G.logits); free(G.outbuf);
+    free(G.ids); free(G.logits); free(G.outbuf); free(G.pen_sub);
     sampler_free(&G.smp);
     free(G.pending);
     for (int i = 0; i < G.n_msgs; i++) free((char *)G.msgs[i].content);
@@ -532,10 +547,10 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
     /* Greedy decoding without a penalty takes the argmax the model computes on the device (the rule of
      * sample()'s greedy branch); then no logits are copied back. */
     bool dev_argmax = !sample_needs_logits(&o->sp) && !G.logits_f;
-    /* Top-k sampling without a penalty takes its candidates from the device's top-k likewise */
+    /* Top-k sampling takes its candidates from the device's top-k likewise, after the penalties applied to the
+     * device's logits (model_penalize) */
     bool dev_topk = o->device_topk && !dev_argmax && o->sp.top_k > 1 && o->sp.top_k < mi->max_top_k &&
-                    o->sp.top_k < MODEL_TOPK_CAP && o->sp.rep == 1.0f && o->sp.freq == 0 &&
-                    o->sp.pres == 0 && !G.logits_f;
+                    o->sp.top_k < MODEL_TOPK_CAP && !G.logits_f;
     float *lg = dev_argmax || dev_topk ? NULL : G.logits;
     int next = 0;
 
@@ -804,7 +819,8 @@ int main(int argc, char **argv) {
     G.cap_ids = G.ctx + 2;
     G.ids = malloc((size_t)G.cap_ids * sizeof *G.ids);
     G.logits = malloc((size_t)V * sizeof *G.logits);
-    if (sampler_init(&G.smp, V)) die("out of memory");
+    G.pen_sub = malloc((size_t)V * sizeof *G.pen_sub);
+    if (!G.pen_sub || sampler_init(&G.smp, V)) die("out of memory");
     G.outcap = 1024;
     if (G.tok && tokenizer_max_piece_bytes(G.tok) + 64 > G.outcap) G.outcap = tokenizer_max_piece_bytes(G.tok) + 64;
     G.outbuf = malloc(G.outcap);

@@ -172,6 +172,31 @@ def test_model_topk_sampling_matches_host():
     assert "--device-topk" in run([exe, "--help"]).stdout
 
 
+def test_penalties_on_the_device():
+    """The repetition, frequency and presence penalties applied to the device's logits (model_penalize), then
+    its top-k: the same ids as the host sampler over every logit, seed by seed, on the cpu target and on cuda-emu
+    (the GPU builds' path: bf16 KV cache, the decode graph); Qwen2.5-Instruct's generation_config defaults among
+    them (temperature 0.7, top-k 20, top-p 0.8, repetition penalty 1.05). The penalties change the draw (else the
+    comparison would not see them), and --stats says the device's top-k drew every token."""
+    d = fixture("qwen2-tied", "f32")
+    for target in ("cpu", "cuda-emu"):
+        exe = os.path.join(build(d, target), "m")
+        for pen, other, seed in ((("--repeat-penalty", "1.05"), ("--temperature", "0.7", "--top-p", "0.8"), 1),
+                                 (("--repeat-penalty", "1.3"), (), 2),
+                                 (("--repeat-penalty", "1.1", "--frequency-penalty", "0.5", "--presence-penalty", "0.3"),
+                                  (), 3),
+                                 (("--presence-penalty", "1.5"), (), 4)):
+            base = [exe, "--prompt-ids", "1,4,7,10,13", "-n", "60", "--top-k", "20", "--seed", str(seed), "--ids",
+                    "--ignore-eos", "--stats", "--temperature", "0.9", "--repeat-penalty", "1"] + list(other)
+            dev = run(base + list(pen) + ["--device-topk"])
+            host = run(base + list(pen) + ["--logits", exe + ".logits"])
+            assert dev.stdout == host.stdout, "%s %s: device %s, host %s" % (target, pen, dev.stdout, host.stdout)
+            s = sampled(dev)
+            assert s["topk"] == 60 and s["logits"] == 0, dev.stderr
+            plain = run(base + ["--device-topk"])
+            assert plain.stdout != dev.stdout, "%s %s: the penalties change nothing" % (target, pen)
+
+
 def tied_fixture():
     """qwen2-tied with embedding rows 50.. all equal to row 50: with tied embeddings their logits are
     equal at every step, so the k-th candidate often ties with tokens outside the top k."""

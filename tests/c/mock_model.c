@@ -102,6 +102,11 @@ int model_forward_batch(Model *m, const int32_t *ids, const int *slots, const in
 /* no device top-k (max_top_k 0): the sampler reads the logits */
 int model_topk(Model *m, int k, float *vals, int32_t *ids) { (void)m; (void)k; (void)vals; (void)ids; return -1; }
 void model_logits(Model *m, float *logits) { memcpy(logits, m->last, V * sizeof(float)); }
+/* max_top_k is 0: the runtime samples from the logits and never asks */
+int model_penalize(Model *m, const int32_t *ids, const float *sub, int n, float rep) {
+    (void)m; (void)ids; (void)sub; (void)n; (void)rep;
+    abort();
+}
 
 size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {
     size_t w = (size_t)V * V * sizeof(float), k = (size_t)m->ctx * m->slots * sizeof(int32_t), a = V * sizeof(float);

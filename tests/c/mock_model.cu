@@ -94,6 +94,10 @@ extern "C" int model_forward_batch(Model *m, const int32_t *ids, const int *slot
 /* no device top-k (max_top_k 0): the sampler reads the logits */
 extern "C" int model_topk(Model *m, int k, float *vals, int32_t *ids) { (void)m; (void)k; (void)vals; (void)ids; return -1; }
 extern "C" void model_logits(Model *m, float *logits) { cudaMemcpy(logits, m->out, V * 4, cudaMemcpyDeviceToHost); }
+extern "C" int model_penalize(Model *m, const int32_t *ids, const float *sub, int n, float rep) {
+    (void)m; (void)ids; (void)sub; (void)n; (void)rep;
+    return -1;   /* max_top_k 0: the runtime samples from the logits */
+}
 
 extern "C" size_t model_memory_bytes(const Model *m, size_t *weights, size_t *kv, size_t *act) {
     (void)m;
