@@ -21,6 +21,7 @@
 #define MAXI(a, b) ((a) > (b) ? (a) : (b))
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
+#include "stage.h"
 #define DEVFN static __device__ __forceinline__
 /* the stream launches go to: the default one, but in a model's host code (model.cu: the model's own) */
 #define STREAM 0
@@ -757,20 +758,51 @@ static inline const char *mem_const(const float **p, const float *host, size_t b
     MEM_CK(cudaMemcpy((void *)*p, host, bytes, cudaMemcpyHostToDevice));
     return NULL;
 }
-/* the payload's tensors, each at a 256-byte boundary of one allocation *base */
+/* stage.h's copy and wait on CUDA: buffer k's copies on stream k */
+static inline int stage_copy_cuda(void *ctx, int k, void *dst, const void *from, size_t len) {
+    return cudaMemcpyAsync(dst, from, len, cudaMemcpyHostToDevice, ((cudaStream_t *)ctx)[k]) != cudaSuccess;
+}
+static inline int stage_wait_cuda(void *ctx, int k) {
+    return cudaStreamSynchronize(((cudaStream_t *)ctx)[k]) != cudaSuccess;
+}
+#define STAGE_BYTES ((size_t)32 << 20)   /* each staging buffer: large enough that a copy's fixed cost is small */
+/* bytes from the host to the device through stage.h's two pinned buffers; one plain (pageable) copy where pinned
+ * memory or a stream cannot be had */
+static inline const char *mem_upload(uint8_t *dst, const uint8_t *src, size_t bytes) {
+    cudaStream_t streams[2] = { NULL, NULL };
+    Stager s = { { NULL, NULL }, STAGE_BYTES, streams, stage_copy_cuda, stage_wait_cuda };
+    int staged = bytes > STAGE_BYTES;
+    for (int k = 0; k < 2 && staged; k++)
+        staged = cudaHostAlloc(&s.buf[k], STAGE_BYTES, cudaHostAllocDefault) == cudaSuccess &&
+                 cudaStreamCreateWithFlags(&streams[k], cudaStreamNonBlocking) == cudaSuccess;
+    const char *why = NULL;
+    if (staged && stage_upload(&s, dst, src, bytes)) {
+        cudaError_t e = cudaGetLastError();
+        why = e != cudaSuccess ? cudaGetErrorString(e) : "the weights' copy to the GPU failed";
+    } else if (!staged) {
+        cudaGetLastError();   /* a pinned allocation that failed is not the upload's error */
+        cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) why = cudaGetErrorString(e);
+    }
+    for (int k = 0; k < 2; k++) {
+        if (s.buf[k]) cudaFreeHost(s.buf[k]);
+        if (streams[k]) cudaStreamDestroy(streams[k]);
+    }
+    return why;
+}
+/* the payload's tensors in one allocation *base, laid out as in the payload (from its first tensor on: the
+ * payload's alignment, PAYLOAD_ALIGN, keeps each at a 256-byte boundary), uploaded in one piece */
 static inline const char *mem_weights(const void **w, void **base, size_t *bytes, const PayloadTensor *t,
                                       const uint8_t *data, int n) {
-    size_t off = 0;
-    for (int i = 0; i < n; i++) off += (t[i].nbytes + 255) & ~(size_t)255;
-    *bytes = off;
-    MEM_CK(cudaMalloc(base, off ? off : 1));
-    off = 0;
+    uint64_t lo = n ? t[0].offset : 0, hi = lo;
     for (int i = 0; i < n; i++) {
-        MEM_CK(cudaMemcpy((uint8_t *)*base + off, data + t[i].offset, t[i].nbytes, cudaMemcpyHostToDevice));
-        w[i] = (uint8_t *)*base + off;
-        off += (t[i].nbytes + 255) & ~(size_t)255;
+        if (t[i].offset < lo) lo = t[i].offset;
+        if (t[i].offset + t[i].nbytes > hi) hi = t[i].offset + t[i].nbytes;
     }
-    return NULL;
+    *bytes = (size_t)(hi - lo);
+    MEM_CK(cudaMalloc(base, *bytes ? *bytes : 1));
+    for (int i = 0; i < n; i++) w[i] = (uint8_t *)*base + (t[i].offset - lo);
+    return mem_upload((uint8_t *)*base, data + lo, *bytes);
 }
 static inline void mem_put(void *dev, const void *host, size_t bytes) {
     cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice);

@@ -50,7 +50,13 @@ static struct {
     char compute[256];     /* model_threads: what runs the kernels */
     bool no_graph;         /* --no-graph: the decode step's kernels launched one by one */
     float *pen_sub;        /* [vocab] model_penalize's amounts */
+    double t_start;        /* now_s() as main began (--stats: start-up, the first token from the start) */
+    double t_weights;      /* seconds to bind the weights: mapped (cpu) or copied to the GPU (model_init) */
+    double t_ready;        /* seconds from the start until the model was ready */
 } G;
+
+/* a CUDA build (not cpu, not cuda-emu): the weights live in the GPU's memory */
+static bool on_gpu(void) { return model_info.target && !strcmp(model_info.target, "cuda"); }
 
 static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static _Noreturn void die(const char *fmt, ...) {
@@ -117,8 +123,7 @@ static void usage(void) {
         snprintf(dev_topk, sizeof dev_topk, "\n                          "
                  "(2..%d: drawn from the device's top-k, penalties applied there,\n"
                  "                          %s; --device-topk / --no-device-topk)", kmax,
-                 mi->target && !strcmp(mi->target, "cuda") ? "by default"
-                                                           : "with --device-topk (the CPU has the logits at hand)");
+                 on_gpu() ? "by default" : "with --device-topk (the CPU has the logits at hand)");
     printf("usage: %s [options]\n"
            "Runs %s (%s, %s), weights and tokenizer built in.\n\n"
            "  --prompt TEXT, -p TEXT  text to continue (BOS added as the tokenizer says), or with a\n"
@@ -208,7 +213,7 @@ static void parse_args(int argc, char **argv, Opts *o) {
     o->sp.rep = mi->repetition_penalty;
     o->sp.top_k = mi->top_k;
     o->ctx = mi->max_ctx;
-    o->device_topk = mi->target && !strcmp(mi->target, "cuda");
+    o->device_topk = on_gpu();
     o->think = TOK_THINK_DEFAULT;
     o->so = (ServeOpts){ .host = "127.0.0.1", .port = 8080, .parallel = 1, .max_body = 1 << 20, .timeout_s = 30,
                          .max_conns = 512, .stats_every = 10 };
@@ -302,7 +307,7 @@ static void parse_args(int argc, char **argv, Opts *o) {
         die("--serve takes its prompts from HTTP requests: no --prompt, --prompt-ids, -i, --tokenize, "
             "--perplexity, --ids or --logits");
     if (o->serve && (o->has_n || o->ignore_eos || o->think != TOK_THINK_DEFAULT || o->chat_on || o->chat_off ||
-                     o->hide_thinking || o->device_topk != (mi->target && !strcmp(mi->target, "cuda"))))
+                     o->hide_thinking || o->device_topk != on_gpu()))
         die("--serve: each request says its max_tokens, ignore_eos, chat_template_kwargs.enable_thinking and "
             "route (chat or completions): no -n, --ignore-eos, --think, --no-think, --chat, --no-chat, "
             "--hide-thinking or --device-topk");
@@ -507,6 +512,7 @@ static _Noreturn void too_long(const char *what, int n, const char *with) {
 /* ---------------------------------------------------------------- generation */
 typedef struct {
     double t_prefill, t_first, t_decode;
+    double t_first_start;  /* the first token, in seconds from the program's start */
     long n_prompt, n_gen, n_decode, n_argmax, n_topk;
     long n_think;          /* generated tokens of reasoning, <think> and </think> included */
     int turns;
@@ -570,7 +576,10 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
     G.reply_start = G.n_ids;
     while (n_gen < max_new) {
         int tok = dev_argmax ? next : dev_topk ? sample_topk(o) : sampler_sample(&G.smp, &o->sp, G.logits);
-        if (n_gen == 0 && st->turns == 0) st->t_first = now_s() - t0;
+        if (n_gen == 0 && st->turns == 0) {
+            st->t_first = now_s() - t0;
+            st->t_first_start = now_s() - G.t_start;
+        }
         if (!o->ignore_eos && is_eos(tok)) break;
         if (G.logits_f && fwrite(G.logits, sizeof(float), (size_t)V, G.logits_f) != (size_t)V)
             die("--logits %s: %s", o->logits_path, strerror(errno));
@@ -729,6 +738,7 @@ static void perplexity(const Opts *o) {
 
 int main(int argc, char **argv) {
     const ModelInfo *mi = &model_info;
+    G.t_start = now_s();
     G.name = mi->name && *mi->name ? mi->name : "llmcc";
     signal(SIGPIPE, SIG_IGN);
     Opts o;
@@ -833,9 +843,14 @@ int main(int argc, char **argv) {
         if (!G.logits_f) die("--logits %s: %s", o.logits_path, strerror(errno));
     }
 
-    payload_prefault(&G.pl);   /* the weights' pages mapped now, not a fault at a time in the first prompt */
+    /* the weights' pages mapped now, not a fault at a time in the first prompt; a CUDA build reads them once, to
+     * copy them to the GPU (kernels.h's mem_upload), which faults them in as it goes */
+    double t_weights = now_s();
+    if (!on_gpu()) payload_prefault(&G.pl);
     err = model_init_slots(&G.model, G.pl.tensors, G.pl.base, G.ctx, o.serve ? o.so.parallel : 1);
     if (err) { G.model = NULL; die("%s", err); }
+    G.t_weights = now_s() - t_weights;
+    G.t_ready = now_s() - G.t_start;
     model_use_graph(G.model, !G.no_graph);
 
     if (o.ppl_path) {
@@ -888,6 +903,11 @@ int main(int argc, char **argv) {
     if (o.stats) {
         double tp = st.t_prefill, td = st.t_decode;
         fprintf(stderr, "compute: %s\n", G.compute);
+        size_t wb = 0;
+        model_memory_bytes(G.model, &wb, NULL, NULL);
+        fprintf(stderr, "start-up: %.1f ms (the weights %s in %.1f ms: %.1f MB, %.2f GB/s)\n", G.t_ready * 1e3,
+                on_gpu() ? "copied to the GPU" : "mapped", G.t_weights * 1e3, wb / 1e6,
+                G.t_weights > 0 ? wb / G.t_weights / 1e9 : 0.0);
         fprintf(stderr, "prompt tokens: %ld\n", st.n_prompt);
         fprintf(stderr, "prompt: %.2f tok/s (%.1f ms)\n", tp > 0 ? st.n_prompt / tp : 0.0, tp * 1e3);
         fprintf(stderr, "generated tokens: %ld\n", st.n_gen);
@@ -904,7 +924,9 @@ int main(int argc, char **argv) {
                 st.n_argmax, st.n_topk, G.topk_ties, st.n_gen - st.n_argmax - st.n_topk);
         if (G.think_open >= 0) fprintf(stderr, "reasoning tokens: %ld of the generated\n", st.n_think);
         if (st.turns > 1) fprintf(stderr, "turns: %d\n", st.turns);
-        if (st.turns > 0) fprintf(stderr, "time to first token: %.1f ms\n", st.t_first * 1e3);
+        if (st.turns > 0)
+            fprintf(stderr, "time to first token: %.1f ms (%.1f ms from the program's start)\n", st.t_first * 1e3,
+                    st.t_first_start * 1e3);
     }
     cleanup();
     return 0;

@@ -106,6 +106,7 @@ P=$(python3 -c "print(','.join(str((i * 7919) % 150000 + 10) for i in range(960)
 "$q-cuda/m" --prompt-ids "$P" -n 64 --temperature 0 --repeat-penalty 1 --ignore-eos --ids --stats --no-graph >/dev/null \
   2>"$q-nograph.stats" || { echo "gpu_check: the 2-layer --no-graph run failed: $(head -1 "$q-nograph.stats")"; exit 1; }
 grep -h '^launches per token' "$q.stats" "$q-nograph.stats"
+grep -h '^start-up\|^time to first token' "$q.stats"   # the weights through runtime/stage.h's pinned buffers
 grep -h '^decode:' "$q-nograph.stats" | sed 's/^/--no-graph /'
 mkdir -p "$OUT/qwen7b-config" && cp ../shared/assets/hf-configs/Qwen2.5-7B.config.json "$OUT/qwen7b-config/config.json"
 python3 scripts/sass_report "$q" --pos 1024 > "$q.report" 2>&1

@@ -3,6 +3,7 @@ compiler/pack.c, templates/Makefile.cpu) around a mock model: a bigram table
 (tests/c/mock_model.c) whose logits are row ids[-1] of the one tensor in the
 payload. Builds the project the way `llmcc build` lays it out."""
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -204,8 +205,14 @@ def test_info():
 
 def test_stats():
     p = bx("--prompt-ids", "10,11", "--ids", "-n", 5, "--stats", check=True)
-    for s in ("prompt tokens: 2", "prompt:", "tok/s", "decode:", "time to first token", "launches per token: 1 (a one-token forward call's kernels)\n"):
+    for s in ("prompt tokens: 2", "prompt:", "tok/s", "decode:", "time to first token",
+              "launches per token: 1 (a one-token forward call's kernels)\n"):
         assert s in p.stderr, s
+    # start-up: the mock's weights (V x V floats) mapped, and the first token after the model was ready
+    up = re.search(r"start-up: ([\d.]+) ms \(the weights mapped in ([\d.]+) ms: ([\d.]+) MB, [\d.]+ GB/s\)\n", p.stderr)
+    assert up and float(up.group(3)) == round(V * V * 4 / 1e6, 1) and float(up.group(2)) <= float(up.group(1)), p.stderr
+    first = re.search(r"time to first token: ([\d.]+) ms \(([\d.]+) ms from the program's start\)\n", p.stderr)
+    assert first and float(first.group(2)) >= float(up.group(1)) and float(first.group(2)) >= float(first.group(1))
 
 
 def test_verify_ok_and_env_payload():
@@ -478,6 +485,15 @@ def test_cuda_makefile():
     if r.returncode == 1 and "no CUDA device" in r.stderr:
         raise Skip("built and checked; no GPU to run it on")
     assert ids_of(r) == greedy([10, 11], 8)
+
+
+def test_stage_upload():
+    """runtime/stage.h, the CUDA build's weight upload through two staging buffers (tests/c/test_stage.c: copies
+    land only when their stream is waited for, so refilling a buffer too early uploads wrong bytes)"""
+    exe_ = build_c("test_stage", ["tests/c/test_stage.c"], extra=("-O1", "-fsanitize=address,undefined",
+                                                                 "-fno-sanitize-recover=all"))
+    p = run([exe_])
+    assert p.stdout.endswith(" 0 failed\n") and " passed" in p.stdout, p.stdout + p.stderr
 
 
 # ---- bad input: each case's documented behaviour (docs/errors.md, "The executable") ----
