@@ -42,6 +42,7 @@ typedef struct {
     bool one_layer;
     int layer, tokens, pos;
     bool bench, profile, target_set, no_check;
+    bool cold;                 /* --cold: the caches flushed before each timed call (emit_harness.h) */
     Target target;
     uint64_t seed;
     int iters;
@@ -83,6 +84,7 @@ static void parse(int argc, char **argv, RunOpts *o) {
         if (!strcmp(a, "-c")) { NEED(); o->expr = v; }
         else if (!strcmp(a, "--bench")) o->bench = true;
         else if (!strcmp(a, "--profile")) o->profile = true;
+        else if (!strcmp(a, "--cold")) o->cold = true;
         else if (!strcmp(a, "--no-check")) o->no_check = true;
         else if (!strcmp(a, "--dump")) { NEED(); o->dump = v; }
         else if (!strcmp(a, "--knob")) { NEED(); knobs_set(&o->knobs, v); }
@@ -117,8 +119,8 @@ static void parse(int argc, char **argv, RunOpts *o) {
         else if (!strcmp(a, "--pos")) { NEED(); o->pos = run_int(a, v, 0, MAX_POS, "a position in 0..131072"); }
         else if (a[0] == '-')
             die_user(NULL, a, "unknown option for run (-c EXPR | MODEL --layer N [--tokens N] [--pos P], --bench, "
-                     "--profile, --no-check, --seed N, --iters N, --target cpu|cuda-emu|cuda, --kv-dtype f32|bf16, "
-                     "--dump DIR, --knob NAME=VALUE, --ignore-config-key KEY)");
+                     "--profile, --cold, --no-check, --seed N, --iters N, --target cpu|cuda-emu|cuda, "
+                     "--kv-dtype f32|bf16, --dump DIR, --knob NAME=VALUE, --ignore-config-key KEY)");
         else if (!o->model) o->model = a;
         else die_user(NULL, a, "unexpected argument");
 #undef NEED
@@ -128,6 +130,8 @@ static void parse(int argc, char **argv, RunOpts *o) {
         die_user(NULL, "--layer", "run MODEL needs --layer N (one decoder layer); "
                  "a whole model is llmcc build MODEL -o DIR, then its executable");
     if (!o->model && o->one_layer) die_user(NULL, "--layer", "needs a MODEL");
+    if (o->cold && !o->bench && !o->profile)
+        die_user(NULL, "--cold", "goes with --bench or --profile (it times cold calls)");
     if (!o->model && o->kv_dtype_set)
         die_user(NULL, "--kv-dtype", "needs MODEL --layer N (an expression has no KV cache)");
     if (!o->model && o->pos) die_user(NULL, "--pos", "needs MODEL --layer N (an expression has no KV cache)");
@@ -489,7 +493,8 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "%s\n", msg ? msg : "");
         die_internal(__FILE__, __LINE__, "the generated harness does not compile: %s", cc);
     }
-    const char *cmd = arena_printf(A, "%s %s %d %d", qexe, shell_quote(A, tmp), timed ? o.iters : 0, o.profile ? 1 : 0);
+    const char *cmd = arena_printf(A, "%s %s %d %d %d %d %d", qexe, shell_quote(A, tmp), timed ? o.iters : 0,
+                                   o.profile ? 1 : 0, ho.n, ho.pos, o.cold ? 1 : 0);
     FILE *p = popen(cmd, "r");
     if (!p) die_user(NULL, NULL, "cannot run the harness: %s", strerror(errno));
     double t_iter = 0, *lt = calloc((size_t)c.kp.nl + 1, sizeof(double));
@@ -625,7 +630,8 @@ int cmd_run(int argc, char **argv) {
         traffic(g, o.pos, &bytes, &flops);
         char b1[32], b3[32];
         human(b1, sizeof b1, bytes, "B");
-        printf("  time: %.4g ms per call (mean of %d calls, after a warm-up call)\n", t_iter * 1e3, iters);
+        printf("  time: %.4g ms per call (mean of %d calls, after a warm-up call%s)\n", t_iter * 1e3, iters,
+               o.cold ? "; each after the caches were flushed, timed launch by launch" : "");
         printf("  bytes: %s (inputs and weights%s read once, the output written once): %.4g GB/s\n", b1,
                o.pos ? " and the cache rows before --pos" : "", bytes / t_iter * 1e-9);
         if (flops > 0) {
@@ -644,10 +650,10 @@ int cmd_run(int argc, char **argv) {
         else printf("  peak figures of %s are not known to llmcc: no share of peak\n", gpu.name);
         /* one line of NAME=VALUE for scripts (scripts/bench_ops.sh); peaks 0 where unknown */
         printf("bench: name=total ms=%.6g iters=%d bytes=%.6g gbs=%.6g flops=%.6g tflops=%.6g target=%s peak_gbs=%g "
-               "peak_bf16_tflops=%g check=%s nonfinite=%lld kernels=%d launches=%d\n",
+               "peak_bf16_tflops=%g check=%s nonfinite=%lld kernels=%d launches=%d cold=%d\n",
                t_iter * 1e3, iters, bytes, bytes / t_iter * 1e-9, flops, flops / t_iter * 1e-12, target_names[target],
                cuda ? gpu.gbs : 0.0, cuda ? gpu.bf16_tflops : 0.0, !ref ? "skipped" : bad ? "mismatch" : "match", nf,
-               c.kp.nk, c.kp.nl);
+               c.kp.nk, c.kp.nl, o.cold ? 1 : 0);
     }
     if (o.profile) {
         double total = 0;

@@ -1,13 +1,16 @@
 /* emit_harness.h: a standalone program that runs one compiled graph (an
  * expression, or one decoder layer) once or in a timing loop. Used by
  * `llmcc run` and printed by `llmcc compile -c EXPR --ir c|cuda`.
- *   ./harness DIR ITERS PROFILE [N POS]
+ *   ./harness DIR ITERS PROFILE [N POS [COLD]]
  * reads every input and weight (and with cache_files the KV caches) from
  * DIR/<harness_leaf_file>, raw in the buffer's dtype, writes the output
  * (f32) to DIR/out.bin, and with ITERS > 0 (or -1: as many as fit in about
  * half a second) prints
  *   time SECONDS_PER_ITER ITERS
- *   launch INDEX KERNEL SECONDS_PER_ITER        (PROFILE 1: one line per launch) */
+ *   launch INDEX KERNEL SECONDS_PER_ITER        (PROFILE 1: one line per launch)
+ * COLD 1 (llmcc run --cold): before each timed call, twice the last-level cache (the GPU's L2) is written, so that
+ * the call reads its weights from memory as a whole model's step does (its weights far exceed the cache); the
+ * time is then the sum of the call's launches. */
 #ifndef LLMCC_EMIT_HARNESS_H
 #define LLMCC_EMIT_HARNESS_H
 #include "emit.h"

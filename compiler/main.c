@@ -94,6 +94,8 @@ static const char USAGE[] =
     "  run -c EXPR [--bench] [--profile]    compile EXPR, run it on random inputs, check it against a\n"
     "                             plain double-precision reference; --bench: time, GB/s, FLOP/s;\n"
     "                             --profile: time per kernel; both add `bench: name=... ms=...` lines;\n"
+    "                             --cold: each timed call after a flush of the caches (GPU: twice its L2),\n"
+    "                             so that the weights come from memory as in a whole model's step;\n"
     "                             --no-check: skip the reference (only checks the output is finite),\n"
     "                             for shapes where it would take minutes; --seed N, --iters N, --dump DIR\n"
     "                             (inputs, weights and output as .npy), --target cpu|cuda-emu|cuda\n"

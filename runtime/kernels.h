@@ -982,6 +982,7 @@ static inline int cpu_threads(int n, char *desc, size_t size) {
  * bytes, zeroed; any failure ends it ---- */
 #ifdef LLMCC_HARNESS
 #include <time.h>
+#include <unistd.h>
 #ifdef __CUDACC__
 static inline void ck(cudaError_t e, const char *what) {
     if (e != cudaSuccess) { fprintf(stderr, "harness: %s: %s\n", what, cudaGetErrorString(e)); exit(1); }
@@ -999,6 +1000,15 @@ static inline void to_host(void *h, const void *d, size_t bytes) {
     ck(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost), "copy from the GPU");
 }
 static inline void sync_dev(void) { ck(cudaGetLastError(), "kernel launch"); ck(cudaDeviceSynchronize(), "kernel"); }
+/* llmcc run --cold: bytes to write between timed calls so that what a call reads comes from memory (twice the L2) */
+static inline size_t cache_flush_bytes(void) {
+    int l2 = 0;
+    ck(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0), "the L2's size");
+    return 2 * (size_t)(l2 > 0 ? l2 : 64 << 20);
+}
+static inline void cache_flush(void *scratch, size_t bytes, int i) {
+    ck(cudaMemset(scratch, i & 0xff, bytes), "the caches' flush");
+}
 #else
 static inline void *dev_alloc(size_t bytes) {
     void *p = NULL;
@@ -1012,6 +1022,15 @@ static inline void *dev_alloc(size_t bytes) {
 static inline void to_dev(void *d, const void *h, size_t bytes) { memcpy(d, h, bytes); }
 static inline void to_host(void *h, const void *d, size_t bytes) { memcpy(h, d, bytes); }
 static inline void sync_dev(void) {}
+/* llmcc run --cold: twice the last-level cache (64 MiB where the C library does not say) */
+static inline size_t cache_flush_bytes(void) {
+    long llc = 0;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    return 2 * (size_t)(llc > 0 ? llc : 32 << 20);
+}
+static inline void cache_flush(void *scratch, size_t bytes, int i) { memset(scratch, i & 0xff, bytes); }
 #endif
 static inline double now_s(void) {
     struct timespec ts;

@@ -2,8 +2,17 @@
 # bench_ops.sh: per-op GPU benchmark at Qwen2.5-7B's shapes (hidden 3584,
 # intermediate 18944, 28 heads / 4 KV heads, head_dim 128, vocab 152064),
 # for a machine with an NVIDIA GPU. Prints one table:
-#   decode GEMV (n = 1)   every linear incl. lm_head (`llmcc run -c nn.Linear`):
-#                         GB/s against the GPU's peak bandwidth; target >= 85%
+#   decode GEMV (n = 1)   every linear incl. lm_head (`llmcc run -c nn.Linear --cold`:
+#                         each call after the L2 was flushed, so the weights come from
+#                         HBM as in a whole model's step): GB/s against the GPU's peak
+#                         bandwidth; target >= 85%
+#   the layer's kernels   one decoder layer as the model runs it (`llmcc run MODEL --layer
+#                         0 --cold --profile`: fused kernels, split-K, flash decoding), each
+#                         graph op's time and weight GB/s at n = 1 (context 1024; target >= 85%
+#                         for the linears) and at the shipped --max-batch 64 (time, TFLOP/s)
+#   end to end            a 2-layer Qwen2.5-7B-shaped executable (random bf16 weights, `llmcc
+#                         build`): --stats decode tok/s after a 960-token prompt, and the 28-layer
+#                         figure it implies (its time a token + 26 x the cold layer's)
 #   prefill GEMM          the layer's linears at 512 and 2048 tokens (`llmcc run
 #                         MODEL --layer 0 --tokens T --profile`, gemm_tc) against
 #                         cublasGemmEx on the same shapes (scripts/bench_cublas.cu,
@@ -42,14 +51,14 @@ fail=0
 
 if [ "${BENCH_OPS_CPU:-0}" = 1 ]; then
   MODE=cpu TARGET=(--target cpu) ITERS=(--iters 3) CUBLAS_ITERS=3
-  H=256 I=704 NH=4 NKV=2 HD=64 V=4096 N1=32 N2=48 C1=64 C2=128 BOS=1
+  H=256 I=704 NH=4 NKV=2 HD=64 V=4096 N1=32 N2=48 C1=64 C2=128 BOS=1 MB=8 GEN=16
 else
   if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1 || ! command -v nvcc >/dev/null 2>&1; then
     echo "bench_ops: needs an NVIDIA GPU and nvcc (nvidia-smi finds no GPU here); BENCH_OPS_CPU=1 runs a small-shape dry run on the CPU" >&2
     exit 2
   fi
   MODE=cuda TARGET=(--target cuda) ITERS=() CUBLAS_ITERS=50
-  H=3584 I=18944 NH=28 NKV=4 HD=128 V=152064 N1=512 N2=2048 C1=1024 C2=4096 BOS=151643
+  H=3584 I=18944 NH=28 NKV=4 HD=128 V=152064 N1=512 N2=2048 C1=1024 C2=4096 BOS=151643 MB=64 GEN=64
 fi
 # Qwen2.5-7B's config.json (../shared/assets/hf-configs/Qwen2.5-7B.config.json), or its small
 # stand-in; no weights: llmcc run fills them with seeded random values
@@ -139,7 +148,7 @@ gate_up_proj $H $I False
 down_proj $I $H False
 lm_head $H $V False"
 while read -r name K M bias; do
-  step "gemv_$name" 90 $LLMCC run -c "nn.Linear($K, $M, bias=$bias, dtype=torch.bfloat16)(torch.randn(1, $K))" --bench "${ITERS[@]}" "${TARGET[@]}"
+  step "gemv_$name" 90 $LLMCC run -c "nn.Linear($K, $M, bias=$bias, dtype=torch.bfloat16)(torch.randn(1, $K))" --bench --cold "${ITERS[@]}" "${TARGET[@]}"
 done <<< "$GEMVS"
 
 # the sampler's top-k over the logits (model_topk: what --top-k 20 asks for, k + 1 = 21)
@@ -157,6 +166,9 @@ layer "prefill_t${N1}_plain" --tokens $N1 --no-check "${PLAIN[@]}"
 layer "prefill_t${N1}_unfused" --tokens $N1 --no-check "${PLAIN[@]}" --knob fuse=0
 layer "prefill_t${N2}_plain" --tokens $N2 --no-check "${PLAIN[@]}"
 layer "decode_c${C2}_plain" --tokens 1 --pos $C2 "${PLAIN[@]}"
+# the layer's kernels from memory (--cold), one token at context C1 and the shipped max batch
+layer "cold_n1" --tokens 1 --pos $C1 --cold
+layer "cold_n$MB" --tokens $MB --pos $C1 --no-check --cold
 if [ $FLASH = 1 ]; then
   layer "decode_c${C1}_flash" --tokens 1 --pos $C1 --knob flash=1
   layer "decode_c${C2}_flash" --tokens 1 --pos $C2 --knob flash=1
@@ -164,10 +176,24 @@ if [ $FLASH = 1 ]; then
   layer "prefill_t${N2}_flash" --tokens $N2 --no-check --knob flash=1
 fi
 
-python3 - "$DIR" "$MODE" "$FLASH" "$H" "$I" "$NH" "$NKV" "$HD" "$V" "$N1" "$N2" "$C1" "$C2" "$(($(date +%s) - T0))" "$BUDGET" <<'PY' | tee "$DIR/table.txt"
+# end to end: 2 layers of the model built as an executable, GEN tokens after a prompt of C1 - GEN
+E2E="$DIR/e2e"
+if [ -f "$E2E/model.safetensors.index.json" ] && cmp -s "$DIR/model/config.json" "$E2E/source-config.json"; then
+  printf "e2e_checkpoint\t0\t0\tok (kept)\n" >> "$DIR/steps.tsv"
+else
+  rm -rf "$E2E" "$E2E-bin"
+  step e2e_checkpoint 150 python3 scripts/make_synthetic_checkpoint "$DIR/model/config.json" "$E2E" --layers 2 \
+    && cp "$DIR/model/config.json" "$E2E/source-config.json"
+fi
+step e2e_build 240 bash -c 'rm -rf "$2" && "$1" build "$3" -o "$2" --name m "${@:4}" && make -s -C "$2" -j8' _ \
+  "$LLMCC" "$E2E-bin" "$E2E" "${TARGET[@]}"
+P=$(python3 -c "print(','.join(str((i * 7919) % ($V - 10) + 10) for i in range($C1 - $GEN)))")
+step e2e_run 120 "$E2E-bin/m" --prompt-ids "$P" -n $GEN --temperature 0 --repeat-penalty 1 --ignore-eos --ids --stats
+
+python3 - "$DIR" "$MODE" "$FLASH" "$H" "$I" "$NH" "$NKV" "$HD" "$V" "$N1" "$N2" "$C1" "$C2" "$MB" "$(($(date +%s) - T0))" "$BUDGET" <<'PY' | tee "$DIR/table.txt"
 import os, re, sys
 d, mode, flash = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-H, I, NH, NKV, HD, V, N1, N2, C1, C2, wall, budget = map(int, sys.argv[4:])
+H, I, NH, NKV, HD, V, N1, N2, C1, C2, MB, wall, budget = map(int, sys.argv[4:])
 
 def lines(name):
     """bench: lines of a step's log, by name (total, module:..., cublas:...)"""
@@ -201,7 +227,7 @@ print("bench_ops: %s, Qwen2.5-7B shapes: hidden %d, intermediate %d, %d heads / 
     "CUDA" if mode == "cuda" else "CPU DRY RUN (C backend, small stand-in shapes)", H, I, NH, NKV, HD, V))
 print("  peak bandwidth %.0f GB/s: %s" % (peak, peak_src))
 print()
-print("%-34s %10s %10s %8s %8s %6s" % ("decode GEMV (n = 1, bf16 W)", "ms", "GB/s", "% peak", "target", "result"))
+print("%-34s %10s %10s %8s %8s %6s" % ("decode GEMV (n = 1, bf16 W, cold)", "ms", "GB/s", "% peak", "target", "result"))
 for name, K, M in (("q_proj", H, NH * HD), ("kv_proj", H, NKV * HD), ("o_proj", NH * HD, H), ("gate_up_proj", H, I), ("down_proj", I, H), ("lm_head", H, V)):
     t = lines("gemv_" + name).get("total")
     ms = float(t["ms"]) if t else None
@@ -241,6 +267,38 @@ for label, name in (("decode, context %d" % C1, "decode_c%d" % C1), ("prefill %d
     if a and b:
         label += ", %s/%s launches" % (a["launches"], b["launches"])
     print("  %-32s %10s %10s %8s %8s %6s" % (label, f(fa, "%.4g"), f(fb, "%.4g"), f(r, "%.3f"), "<=1.0", verdict(r <= 1.0 if r else None)))
+print()
+# the layer's kernels as the model runs them, weights from memory: (label, module suffix, weight bytes, flops a token)
+kv_bytes = 2 * C1 * NKV * HD * (2 if mode == "cuda" else 4)   # K and V rows before C1 (the KV cache: bf16 on CUDA)
+ops = (("q_proj", ".self_attn.q_proj", 2 * H * NH * HD, 2 * H * NH * HD), ("k_proj", ".self_attn.k_proj", 2 * H * NKV * HD, 2 * H * NKV * HD),
+       ("v_proj", ".self_attn.v_proj", 2 * H * NKV * HD, 2 * H * NKV * HD), ("attention (KV cache)", ".self_attn.attention", kv_bytes, 4 * C1 * NH * HD),
+       ("o_proj", ".self_attn.o_proj", 2 * NH * HD * H, 2 * NH * HD * H), ("gate_up_proj", ".mlp.gate_proj", 4 * H * I, 4 * H * I),
+       ("down_proj", ".mlp.down_proj", 2 * I * H, 2 * I * H))
+one, batch = lines("cold_n1"), lines("cold_n%d" % MB)
+print("%-34s %10s %10s %8s %8s %6s %10s %10s" % ("cold layer, context %d" % C1, "n=1 ms", "GB/s", "% peak", "target", "result", "n=%d ms" % MB, "TFLOP/s"))
+for label, suffix, wbytes, flops in ops:
+    ms1, msb = module_ms(one, suffix), module_ms(batch, suffix)
+    gbs = wbytes / (ms1 * 1e-3) * 1e-9 if ms1 else None
+    pct = 100 * gbs / peak if gbs else None
+    linear = "attention" not in label
+    tf = MB * flops / (msb * 1e-3) * 1e-12 if msb else None
+    print("  %-32s %10s %10s %8s %8s %6s %10s %10s" % ("cold " + label, f(ms1, "%.4g"), f(gbs, "%.4g"), f(pct, "%.1f%%"), ">=85%" if linear else "-",
+          verdict(pct >= 85 if pct else None) if linear else "info", f(msb, "%.4g"), f(tf, "%.4g")))
+t1, tb = one.get("total"), batch.get("total")
+print(("  %-32s %10s %10s %8s %8s %6s %10s" % ("cold whole layer (%s / %s launches)" % (t1["launches"] if t1 else "?", tb["launches"] if tb else "?"),
+      f(float(t1["ms"]) if t1 else None, "%.4g"), "", "", "-", "info", f(float(tb["ms"]) if tb else None, "%.4g"))).rstrip())
+print()
+print("%-34s %10s %10s %8s" % ("end to end (executable, --stats)", "tok/s", "ms/token", "layers"))
+st = open(os.path.join(d, "e2e_run.log"), errors="replace").read() if os.path.exists(os.path.join(d, "e2e_run.log")) else ""
+m = re.search(r"decode: ([\d.]+) tok/s \((\d+) steps, ([\d.]+) ms\)", st)
+t2 = float(m.group(3)) / int(m.group(2)) if m and int(m.group(2)) else None
+tl = float(t1["ms"]) if t1 else None
+print("  %-32s %10s %10s %8s %6s" % ("e2e measured, 2 layers", f(1e3 / t2 if t2 else None, "%.4g"), f(t2, "%.4g"), "2", "info"))
+t28 = t2 + 26 * tl if t2 and tl else None
+print("  %-32s %10s %10s %8s %6s" % ("e2e scaled: + 26 cold layers", f(1e3 / t28 if t28 else None, "%.4g"), f(t28, "%.4g"), "28", "info"))
+for l in st.splitlines():
+    if l.startswith(("launches per token", "start-up")):
+        print("  " + l)
 print()
 print("%-34s %10s %10s %8s %8s %6s" % ("sampling (no target)", "ms", "", "", "", ""))
 t = lines("topk").get("total")

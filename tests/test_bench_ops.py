@@ -129,7 +129,36 @@ def test_bench_ops_dry_run():
     flash = "unknown knob 'flash'" not in open(os.path.join(d, "flash_probe.log")).read()
     for l in attn:
         assert ("n/a (no flash knob)" in l) != flash, l
+    # the layer's kernels from memory (--cold), at n = 1 and at the max batch: a figure in every column
+    num = r"([0-9.e+-]+)"
+    cold = [re.match(r"  cold (.+?) +%s +%s +%s%% +(>=85%%|-) +(PASS|FAIL|info) +%s +%s$" % ((num,) * 5), l)
+            for l in out.splitlines() if l.startswith("  cold ") and "whole layer" not in l]
+    assert len(cold) == 7 and all(cold), out
+    for m in cold:   # a verdict for the linears, none for attention (its bytes are the cache's)
+        assert (m.group(6) == "info") == m.group(1).startswith("attention"), m.group(0)
+    whole = re.search(r"  cold whole layer \((\d+) / (\d+) launches\) +%s +- +info +%s$" % (num, num), out, re.M)
+    assert whole, out
+    # end to end: the 2-layer executable's time a token, and 26 more cold layers on top of it
+    m2 = re.search(r"e2e measured, 2 layers +%s +%s +2 +info$" % (num, num), out, re.M)
+    m28 = re.search(r"e2e scaled: \+ 26 cold layers +%s +%s +28 +info$" % (num, num), out, re.M)
+    assert m2 and m28 and "launches per token:" in out and "start-up:" in out, out
+    t2, t28, layer = float(m2.group(2)), float(m28.group(2)), float(whole.group(3))
+    assert abs(t28 - (t2 + 26 * layer)) <= 1e-3 * t28 + 1e-3, (t2, t28, layer)
+    assert abs(float(m28.group(1)) - 1e3 / t28) <= 1e-3 * float(m28.group(1)), m28.group(0)
     assert re.search(r"steps: \d+ run, 0 failed", out) and "total wall time" in out, out
+
+
+def test_cold_bench():
+    """--cold: each timed call after a flush of the caches, its time the sum of its launches'"""
+    p = run([LLMCC, "run", "--target", "cuda-emu", fixture("llama-gqa"), "--layer", "0", "--tokens", "1", "--pos", "5",
+             "--bench", "--profile", "--cold", "--iters", "2"])
+    t = bench_lines(p.stdout)["total"]
+    assert t["cold"] == "1" and t["check"] == "match" and "each after the caches were flushed" in p.stdout, p.stdout
+    s = re.search(r"their sum is ([\d.e+-]+) ms", p.stdout)
+    assert abs(float(s.group(1)) - float(t["ms"])) <= 1e-3 * float(t["ms"]), p.stdout
+    assert bench_lines(run([LLMCC, "run", "--target", "cuda-emu", "-c", "F.silu(torch.randn(8))", "--bench",
+                            "--iters", "1"]).stdout)["total"]["cold"] == "0"
+    check_error(["run", "-c", "F.silu(torch.randn(8))", "--cold"], "--cold: ", ["goes with --bench or --profile"])
 
 
 def test_bench_ops_budget():
