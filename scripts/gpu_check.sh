@@ -7,14 +7,17 @@
 # argmax taken on the GPU) against those with, and --top-k sampling from the
 # GPU's top-k against the host sampler's draw, and the decode step's CUDA
 # Graph (the default) against --no-graph. The CPU build has the GPU's bf16
-# KV cache (--kv-dtype bf16). One table row per fixture and
+# KV cache (--kv-dtype bf16) and f32 products. One table row per fixture and
 # prompt; exits 1 if any row fails. Then decode end to end: a 2-layer
 # Qwen2.5-7B-shaped bf16 checkpoint (random weights) built for CUDA, its
 # --stats decode time per token at context ~1024 beside the machine-code
 # report's bound for the same executable (scripts/sass_report; skipped where
 # nvdisasm is missing), and the full model's bound times measured / report. Needs: nvcc, python3 +
 # numpy, the repo (run from anywhere). The whole run stops after
-# GPU_CHECK_LIMIT seconds (default 480), saying so.
+# GPU_CHECK_LIMIT seconds (default 480), saying so. GPU_CHECK_EMU=1: the
+# same run without a GPU (tests/test_bench_ops.py), cuda-emu standing in for
+# CUDA and a small Qwen2-shaped config for Qwen2.5-7B's: it checks the script,
+# not the GPU.
 set -uo pipefail
 LIMIT=${GPU_CHECK_LIMIT:-480}
 if [ -z "${GPU_CHECK_INNER:-}" ]; then   # the whole run as one child under timeout
@@ -27,8 +30,21 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu_check}
 mkdir -p "$OUT"
 make -s llmcc >/dev/null || { echo "gpu_check: building llmcc failed"; exit 1; }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 \
-  | sed 's/^/gpu: /' || echo "gpu_check: nvidia-smi not found"
+EMU=${GPU_CHECK_EMU:-0}
+CUDA=cuda QCONFIG=../shared/assets/hf-configs/Qwen2.5-7B.config.json QNAME="Qwen2.5-7B" V=152064
+if [ "$EMU" = 1 ]; then
+  CUDA=cuda-emu QCONFIG="$OUT/small-qwen2.json" QNAME="a small Qwen2" V=4096
+  echo "gpu: none (GPU_CHECK_EMU=1: cuda-emu stands in for CUDA)"
+  cat > "$QCONFIG" <<EOF
+{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu", "hidden_size": 256,
+ "intermediate_size": 704, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 28,
+ "head_dim": 64, "vocab_size": $V, "max_position_embeddings": 4096, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+ "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 1, "torch_dtype": "bfloat16"}
+EOF
+else
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 \
+    | sed 's/^/gpu: /' || echo "gpu_check: nvidia-smi not found"
+fi
 SHORT=1,4,7,10,13,40,77
 LONG=$(python3 -c "print(','.join(str((i * 37) % 200 + 3) for i in range(40)))")
 N=32
@@ -39,8 +55,11 @@ for kind in llama-gqa qwen2-tied llama-linear; do
     d="$OUT/$kind-$dtype"
     [ -f "$d/config.json" ] || python3 scripts/make_fixture.py "$kind" "$d" --dtype "$dtype" --seed 7 >/dev/null
     for t in cpu cuda; do
-      kv=(); [ $t = cpu ] && kv=(--kv-dtype bf16)   # the GPU's KV cache, so that the logits compare at 1e-4
-      build/llmcc build "$d" -o "$d-$t" --target "$t" --name m "${kv[@]}" 2>/dev/null && make -s -C "$d-$t" -j >/dev/null 2>"$d-$t.log" \
+      # the CPU build with the GPU's KV cache and its f32 products (the cpu target's bf16 linears round their
+      # activations to bf16 by default: ~1e-2 apart), so that the logits compare at 1e-4
+      kv=(); [ $t = cpu ] && kv=(--kv-dtype bf16 --knob cpu_rows_bf16=0 --knob cpu_gemm_bf16=0)
+      tt=$t; [ $t = cuda ] && tt=$CUDA
+      build/llmcc build "$d" -o "$d-$t" --target "$tt" --name m "${kv[@]}" 2>/dev/null && make -s -C "$d-$t" -j >/dev/null 2>"$d-$t.log" \
         || { echo "gpu_check: $kind-$dtype $t build failed (see $d-$t.log)"; fail=1; continue 2; }
       for p in short long; do
         [ $p = short ] && ids=$SHORT || ids=$LONG
@@ -95,12 +114,12 @@ done
 
 # decode end to end: 2 layers of Qwen2.5-7B (bf16, random weights), 64 tokens after a 960-token prompt
 q="$OUT/qwen7b-L2"
-[ -f "$q/model.safetensors.index.json" ] || python3 scripts/make_synthetic_checkpoint \
-  ../shared/assets/hf-configs/Qwen2.5-7B.config.json "$q" --layers 2 >/dev/null \
+[ "$EMU" = 1 ] && q="$OUT/small-L2"
+[ -f "$q/model.safetensors.index.json" ] || python3 scripts/make_synthetic_checkpoint "$QCONFIG" "$q" --layers 2 >/dev/null \
   || { echo "gpu_check: the 2-layer checkpoint failed (../shared/assets/hf-configs)"; exit 1; }
-build/llmcc build "$q" -o "$q-cuda" --target cuda --name m 2>/dev/null && make -s -C "$q-cuda" -j >/dev/null 2>"$q.log" \
+build/llmcc build "$q" -o "$q-cuda" --target $CUDA --name m 2>/dev/null && make -s -C "$q-cuda" -j >/dev/null 2>"$q.log" \
   || { echo "gpu_check: the 2-layer CUDA build failed (see $q.log)"; exit 1; }
-P=$(python3 -c "print(','.join(str((i * 7919) % 150000 + 10) for i in range(960)))")
+P=$(python3 -c "print(','.join(str((i * 7919) % ($V - 10) + 10) for i in range(960)))")
 "$q-cuda/m" --prompt-ids "$P" -n 64 --temperature 0 --repeat-penalty 1 --ignore-eos --ids --stats >/dev/null 2>"$q.stats" \
   || { echo "gpu_check: the 2-layer run failed: $(head -1 "$q.stats")"; exit 1; }
 "$q-cuda/m" --prompt-ids "$P" -n 64 --temperature 0 --repeat-penalty 1 --ignore-eos --ids --stats --no-graph >/dev/null \
@@ -108,15 +127,16 @@ P=$(python3 -c "print(','.join(str((i * 7919) % 150000 + 10) for i in range(960)
 grep -h '^launches per token' "$q.stats" "$q-nograph.stats"
 grep -h '^start-up\|^time to first token' "$q.stats"   # the weights through runtime/stage.h's pinned buffers
 grep -h '^decode:' "$q-nograph.stats" | sed 's/^/--no-graph /'
-mkdir -p "$OUT/qwen7b-config" && cp ../shared/assets/hf-configs/Qwen2.5-7B.config.json "$OUT/qwen7b-config/config.json"
+mkdir -p "$OUT/qwen7b-config" && cp "$QCONFIG" "$OUT/qwen7b-config/config.json"
 python3 scripts/sass_report "$q" --pos 1024 > "$q.report" 2>&1
 python3 scripts/sass_report "$OUT/qwen7b-config" --pos 1024 > "$OUT/qwen7b.report" 2>&1
-python3 - "$q.stats" "$q.report" "$OUT/qwen7b.report" <<'PY'
+python3 - "$q.stats" "$q.report" "$OUT/qwen7b.report" "$QNAME" <<'PY'
 import re, sys
-stats, report, full = (open(f).read() for f in sys.argv[1:])
+stats, report, full = (open(f).read() for f in sys.argv[1:4])
+name = sys.argv[4]
 m = re.search(r"decode: ([\d.]+) tok/s \((\d+) steps, ([\d.]+) ms\)", stats)
 us = float(m.group(3)) * 1e3 / int(m.group(2))
-print("decode, 2 layers of Qwen2.5-7B (bf16), context ~1024: measured %.1f us a token (%s tok/s)" % (us, m.group(1)))
+print("decode, 2 layers of %s (bf16), context ~1024: measured %.1f us a token (%s tok/s)" % (name, us, m.group(1)))
 bound = lambda text: re.search(r"the kernels' bounds sum to ([\d.]+) us; bandwidth bound ([\d.]+) us", text)
 r, f = bound(report), bound(full)
 if not r or not f:

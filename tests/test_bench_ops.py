@@ -193,6 +193,25 @@ def test_gpu_check_stops_at_its_limit():
         p.returncode, p.stdout, p.stderr)
 
 
+def test_gpu_check_emulated():
+    """GPU_CHECK_EMU=1 runs scripts/gpu_check.sh whole without a GPU (cuda-emu for CUDA, a small Qwen2 for
+    Qwen2.5-7B): every fixture's row agrees (ids, logits at 1e-4, the device's argmax, the graph against --no-graph,
+    device top-k against the host sampler) and the end-to-end lines are printed, so that the script a GPU run gets
+    has run (it once compared the GPU with the cpu target's bf16-activation products, 1e-2 apart)"""
+    env = dict(os.environ, GPU_CHECK_EMU="1", GPU_CHECK_LIMIT="900", OUT=os.path.join(tmpdir("gpu_check_emu"), "out"))
+    p = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_check.sh")], env=env, capture_output=True,
+                       text=True, timeout=960)
+    out = p.stdout
+    assert p.returncode == 0 and "gpu_check: all fixtures agree" in out, (p.returncode, out, p.stderr)
+    rows = re.findall(r"^(llama-gqa|qwen2-tied|llama-linear) +(f32|bf16) +(short|long|argmax|graph|top-k) .* (ok|FAIL)$",
+                      out, re.M)
+    assert len(rows) == 30 and all(r[3] == "ok" for r in rows), out
+    assert re.search(r"^launches per token: 1 \(a CUDA Graph; its capture holds (\d+) kernels; --no-graph: \1 launches\)",
+                     out, re.M), out
+    assert re.search(r"^decode, 2 layers of a small Qwen2 \(bf16\), context ~1024: measured [\d.]+ us", out, re.M), out
+    assert "start-up: " in out and "time to first token: " in out, out
+
+
 def test_bf16_cache_rounding_fault_is_caught():
     """knob debug_kv_round=1 (a bf16 KV cache's stores truncate instead of rounding to nearest even) must fail
     the reference on the GPU's schedules (cuda-emu: decode and a prompt, flash_attn's bf16 tiles) and on the CPU's
