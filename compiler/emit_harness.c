@@ -116,7 +116,7 @@ void emit_harness(Str *o, const KProgram *kp, const HarnessOptions *ho) {
                   "    if (cold) {   /* each call after a flush of the caches, timed launch by launch */\n"
                   "        size_t flush = cache_flush_bytes();\n        void *scratch = dev_alloc(flush);\n"
                   "        for (int i = 0; i < iters; i++) {\n"
-                  "            cache_flush(scratch, flush, i);\n            sync_dev();\n"
+                  "            cache_flush(scratch, flush, i);\n            sync_dev();\n            cache_hold();\n"
                   "            forward(n, pos, kt);\n            sync_dev();\n        }\n"
                   "        double sum = 0;\n        for (int i = 0; i < NLAUNCH; i++) sum += kt[i];\n"
                   "        printf(\"time %%.9g %%d\\n\", sum / iters, iters);\n"

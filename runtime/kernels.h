@@ -706,6 +706,8 @@ static inline void gpu_describe(char *desc, size_t size) {
     int drv = 0, dev = 0;
     cudaDeviceProp p;
     cudaDriverGetVersion(&drv);
+    cudaFree(0);   /* the context made now (hundreds of ms), not inside --stats' time to copy the weights */
+    cudaGetLastError();
     if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
         char d[40] = "no NVIDIA driver";
         if (drv) snprintf(d, sizeof d, "driver CUDA %d.%d", CUDA_VER(drv));
@@ -800,7 +802,7 @@ static inline const char *mem_weights(const void **w, void **base, size_t *bytes
         if (t[i].offset + t[i].nbytes > hi) hi = t[i].offset + t[i].nbytes;
     }
     *bytes = (size_t)(hi - lo);
-    MEM_CK(cudaMalloc(base, *bytes ? *bytes : 1));
+    MEM_CK(cudaMalloc(base, *bytes + 256));   /* + 256: vector loads past the last tensor's end stay inside */
     for (int i = 0; i < n; i++) w[i] = (uint8_t *)*base + (t[i].offset - lo);
     return mem_upload((uint8_t *)*base, data + lo, *bytes);
 }
@@ -826,7 +828,9 @@ static inline void graph_replay(void **exec, int *kernels, void (*step)(Model *)
         e = cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeThreadLocal);
         if (e == cudaSuccess) {
             step(m);
+            cudaError_t launch = cudaPeekAtLastError();   /* a launch that failed: the cause, not "invalidated" */
             e = cudaStreamEndCapture((cudaStream_t)s, &g);
+            if (launch != cudaSuccess) e = launch;
         }
         if (e == cudaSuccess) e = cudaGraphGetNodes(g, NULL, &nodes);
         *kernels = (int)nodes;
@@ -1009,6 +1013,17 @@ static inline size_t cache_flush_bytes(void) {
 static inline void cache_flush(void *scratch, size_t bytes, int i) {
     ck(cudaMemset(scratch, i & 0xff, bytes), "the caches' flush");
 }
+/* --cold: a millisecond's wait on the GPU before a timed call, so that its launches and events are all queued
+ * when the GPU reaches them (after a flush the GPU is idle: an event would time the host's launch too) */
+static __global__ void k_hold(long long cycles) {
+    long long t = clock64();
+    while (clock64() - t < cycles) {}
+}
+static inline void cache_hold(void) {
+    int khz = 0;
+    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+    k_hold<<<1, 1>>>((long long)(khz > 0 ? khz : 2000000));
+}
 #else
 static inline void *dev_alloc(size_t bytes) {
     void *p = NULL;
@@ -1031,6 +1046,7 @@ static inline size_t cache_flush_bytes(void) {
     return 2 * (size_t)(llc > 0 ? llc : 32 << 20);
 }
 static inline void cache_flush(void *scratch, size_t bytes, int i) { memset(scratch, i & 0xff, bytes); }
+static inline void cache_hold(void) {}   /* the C harness times each launch on the host */
 #endif
 static inline double now_s(void) {
     struct timespec ts;

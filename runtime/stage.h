@@ -23,15 +23,17 @@ typedef struct {
 } Stager;
 
 /* bytes from src (host memory, e.g. the payload's mapping) to dst (device memory), a buffer's worth at a time,
- * the two buffers in turn; 0, or -1 when a copy or a wait failed */
+ * the two buffers in turn; 0, or -1 when a copy or a wait failed (nothing is left in flight either way) */
 static inline int stage_upload(const Stager *s, uint8_t *dst, const uint8_t *src, size_t bytes) {
-    int k = 0;
-    for (size_t off = 0; off < bytes; off += s->size, k ^= 1) {
+    int k = 0, failed = 0;
+    for (size_t off = 0; off < bytes && !failed; off += s->size, k ^= 1) {
         size_t len = bytes - off < s->size ? bytes - off : s->size;
-        if (s->wait(s->ctx, k)) return -1;   /* buffer k's previous copy has landed: refill it */
-        memcpy(s->buf[k], src + off, len);
-        if (s->copy(s->ctx, k, dst + off, s->buf[k], len)) return -1;
+        failed = s->wait(s->ctx, k);   /* buffer k's previous copy has landed: refill it */
+        if (!failed) memcpy(s->buf[k], src + off, len);
+        failed = failed || s->copy(s->ctx, k, dst + off, s->buf[k], len);
     }
-    return s->wait(s->ctx, 0) || s->wait(s->ctx, 1) ? -1 : 0;
+    /* both streams waited for, also after a failure: the caller frees the buffers next */
+    int wait0 = s->wait(s->ctx, 0), wait1 = s->wait(s->ctx, 1);
+    return failed || wait0 || wait1 ? -1 : 0;
 }
 #endif
