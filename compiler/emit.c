@@ -116,6 +116,14 @@ static void lin_index(Str *o, const KKernel *k, const Buffer *b, Expr *const *id
     }
 }
 
+/* a pointer to b's element at idx: its parameter + (the linear index) */
+static void elem_ptr(Str *o, const KKernel *k, const Buffer *b, Expr *const *idx, Target t) {
+    param_name(o, k, kernel_param_index(k, b));
+    str_printf(o, " + (");
+    lin_index(o, k, b, idx, t);
+    str_printf(o, ")");
+}
+
 /* a C float literal that reads back as the same f32 */
 static void float_lit(Str *o, double v) {
     if (isinf(v)) { str_printf(o, v < 0 ? "(-INFINITY)" : "INFINITY"); return; }
@@ -293,10 +301,8 @@ static void emit_bdot(Str *o, const KKernel *k, const TStmt *s, const char *step
     lin_index(o, k, s->buf, s->idx, t);
     str_printf(o, ", %lld, ", (long long)s->gn);
     if (!load) {
-        param_name(o, k, kernel_param_index(k, s->e->buf));
-        str_printf(o, " + (");
-        lin_index(o, k, s->e->buf, s->e->a, t);
-        str_printf(o, "), ");
+        elem_ptr(o, k, s->e->buf, s->e->a, t);
+        str_printf(o, ", ");
     }
     emit_expr(o, k, s->lo, t);
     str_printf(o, "%s);\n", !strcmp(step, "_dot") ? ", bdot_z" : "");
@@ -393,18 +399,11 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             emit_expr(o, k, s->e, t);
             str_printf(o, ", %lld, ", (long long)s->gn);
             emit_expr(o, k, s->lo, t);
-            if (s->dot) {
+            if (s->buf) {
                 str_printf(o, ", ");
-                param_name(o, k, kernel_param_index(k, s->buf));
-                str_printf(o, " + (");
-                lin_index(o, k, s->buf, s->idx, t);
-                str_printf(o, "), %lld, smem%d", (long long)s->buf->dims[s->buf->ndim - 1], s->gsmem[0]);
-            } else if (s->buf) {
-                str_printf(o, ", ");
-                param_name(o, k, kernel_param_index(k, s->buf));
-                str_printf(o, " + (");
-                lin_index(o, k, s->buf, s->idx, t);
-                str_printf(o, "), %lld", (long long)s->buf->dims[s->buf->ndim - 1]);
+                elem_ptr(o, k, s->buf, s->idx, t);
+                str_printf(o, ", %lld", (long long)s->buf->dims[s->buf->ndim - 1]);
+                if (s->dot) str_printf(o, ", smem%d", s->gsmem[0]);
             } else {
                 str_printf(o, ", smem%d, 0", s->gsmem[0]);
             }
@@ -414,40 +413,29 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             emit_expr(o, k, s->step, t);
             str_printf(o, " != 0);\n");
             break;
-        case TS_PACK:
+        case TS_PACK: {
             /* runtime/cpu_gemm.h: weight rows into the panel */
             CHECK(t != TARGET_CUDA, "pack in CUDA");
-            if (dtype_is_quant(s->buf->dtype)) {
-                /* block types: the weight and its first element's index (the runtime finds the block) */
-                str_printf(o, "cpu_gemm_pack_q(%d, ", (int)(s->buf->dtype - DT_Q8_0));
-                emit_expr(o, k, s->e, t);
-                str_printf(o, ", %lld, ", (long long)s->gn);
-                emit_expr(o, k, s->lo, t);
-                str_printf(o, ", ");
-                param_name(o, k, kernel_param_index(k, s->buf));
-                str_printf(o, ", ");
-                lin_index(o, k, s->buf, s->idx, t);
-                str_printf(o, ", %lld, %lld, %lld, smem%d, ", (long long)s->buf->dims[s->buf->ndim - 1],
-                           (long long)s->run_rows, (long long)s->run_gap, s->smem);
-                emit_expr(o, k, s->sidx, t);
-                str_printf(o, ");\n");
-                break;
-            }
-            str_printf(o, "cpu_gemm_pack_%s(", s->buf->dtype == DT_BF16 ? "bf16" : "f32");
+            const bool q = dtype_is_quant(s->buf->dtype);
+            if (q) str_printf(o, "cpu_gemm_pack_q(%d, ", (int)(s->buf->dtype - DT_Q8_0));
+            else str_printf(o, "cpu_gemm_pack_%s(", s->buf->dtype == DT_BF16 ? "bf16" : "f32");
             emit_expr(o, k, s->e, t);
             str_printf(o, ", %lld, ", (long long)s->gn);
             emit_expr(o, k, s->lo, t);
             str_printf(o, ", ");
-            param_name(o, k, kernel_param_index(k, s->buf));
-            str_printf(o, " + (");
-            lin_index(o, k, s->buf, s->idx, t);
-            str_printf(o, "), %lld, %lld, %lld, ", (long long)s->buf->dims[s->buf->ndim - 1], (long long)s->run_rows,
+            if (q) {   /* block types: the weight and its first element's index (the runtime finds the block) */
+                param_name(o, k, kernel_param_index(k, s->buf));
+                str_printf(o, ", ");
+                lin_index(o, k, s->buf, s->idx, t);
+            } else elem_ptr(o, k, s->buf, s->idx, t);
+            str_printf(o, ", %lld, %lld, %lld, ", (long long)s->buf->dims[s->buf->ndim - 1], (long long)s->run_rows,
                        (long long)s->run_gap);
             if (s->buf->dtype == DT_BF16) str_printf(o, "%d, ", s->dot);
             str_printf(o, "smem%d, ", s->smem);
             emit_expr(o, k, s->sidx, t);
             str_printf(o, ");\n");
             break;
+        }
         case TS_QDOT:
             /* runtime/cpu_quant.h: type dtype - q8_0 (q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, q5_0, q5_1); the
              * activations from the load's element on */
@@ -457,10 +445,8 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             str_printf(o, ", ");
             lin_index(o, k, s->buf, s->idx, t);
             str_printf(o, ", ");
-            param_name(o, k, kernel_param_index(k, s->e->buf));
-            str_printf(o, " + (");
-            lin_index(o, k, s->e->buf, s->e->a, t);
-            str_printf(o, "), ");
+            elem_ptr(o, k, s->e->buf, s->e->a, t);
+            str_printf(o, ", ");
             emit_expr(o, k, s->lo, t);
             str_printf(o, "%s, %d);\n", s->dot ? ", acts_q8" : "", s->prefetch);
             break;
@@ -470,10 +456,7 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Targe
             CHECK(t == TARGET_CPU && s->e->k == EX_LOAD, "dot16 off the cpu target or of a non-load");
             const Buffer *x = s->e->buf;
             Str w = {0}, xr = {0};
-            param_name(&w, k, kernel_param_index(k, s->buf));
-            str_printf(&w, " + (");
-            lin_index(&w, k, s->buf, s->idx, t);
-            str_printf(&w, ")");
+            elem_ptr(&w, k, s->buf, s->idx, t);
             str_printf(&xr, "cpu_acts16(acts16, ");
             param_name(&xr, k, kernel_param_index(k, x));
             str_printf(&xr, ", n * %lldLL) + (", (long long)x->dims[1]);
