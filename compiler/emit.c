@@ -696,17 +696,16 @@ static void names_init(Names *nm, const KProgram *kp) {
  * activations and ids, its slot's KV cache; to a _tokens kernel: the KV caches from slot 0's (kv_rows). */
 typedef enum { ARGS_CALL, ARGS_PER_TOKEN, ARGS_TOKENS } ArgsMode;
 
+/* Layer layer as host code in the body of decoder layer seg (l, l - 1, ..), else literal */
+static void layer_index(Str *o, int layer, int seg) {
+    if (layer == seg) str_printf(o, "l");
+    else if (seg >= 0) str_printf(o, "l %c %d", layer < seg ? '-' : '+', abs(layer - seg));
+    else str_printf(o, "%d", layer);
+}
+
 /* Strings of a model-level weight's field could meet another's: they are checked when the struct is printed. */
 static void host_arg(Str *o, const Names *nm, const Buffer *b, int seg, ArgsMode mode) {
     const bool per_token = mode == ARGS_PER_TOKEN;
-    if (mode != ARGS_CALL && (b->kind == BUF_KCACHE || b->kind == BUF_VCACHE)) {
-        const char *c = b->kind == BUF_KCACHE ? "kc" : "vc", *s = per_token ? "slots[t]" : "0";
-        if (b->layer == seg) str_printf(o, "SLOT_KV(%s, l, %s)", c, s);
-        else if (seg >= 0) str_printf(o, "SLOT_KV(%s, l %c %d, %s)", c, b->layer < seg ? '-' : '+',
-                                      abs(b->layer - seg), s);
-        else str_printf(o, "SLOT_KV(%s, %d, %s)", c, b->layer, s);
-        return;
-    }
     if (per_token && b->kind == BUF_ACT && b->rows_n) {
         int64_t row = 1;
         for (int d = 1; d < b->ndim; d++) row *= b->dims[d];
@@ -719,18 +718,18 @@ static void host_arg(Str *o, const Names *nm, const Buffer *b, int seg, ArgsMode
         int wl = nm->layer[b->id];
         if (wl < 0) str_printf(o, "m->%s", nm->field[b->id]);
         else if (wl == seg) str_printf(o, "L->%s", nm->field[b->id]);
-        else if (seg >= 0)
-            str_printf(o, "m->layers[l %c %d].%s", wl < seg ? '-' : '+', abs(wl - seg), nm->field[b->id]);
-        else str_printf(o, "m->layers[%d].%s", wl, nm->field[b->id]);
+        else {
+            str_printf(o, "m->layers[");
+            layer_index(o, wl, seg);
+            str_printf(o, "].%s", nm->field[b->id]);
+        }
         return;
     }
-    case BUF_KCACHE: case BUF_VCACHE: {
-        const char *c = b->kind == BUF_KCACHE ? "kc" : "vc";
-        if (b->layer == seg) str_printf(o, "LAYER_KV(%s, l)", c);
-        else if (seg >= 0) str_printf(o, "LAYER_KV(%s, l %c %d)", c, b->layer < seg ? '-' : '+', abs(b->layer - seg));
-        else str_printf(o, "LAYER_KV(%s, %d)", c, b->layer);
+    case BUF_KCACHE: case BUF_VCACHE:   /* a call's: the slot in use; else slot t's (per token) or 0's */
+        str_printf(o, "%s(%s, ", mode == ARGS_CALL ? "LAYER_KV" : "SLOT_KV", b->kind == BUF_KCACHE ? "kc" : "vc");
+        layer_index(o, b->layer, seg);
+        str_printf(o, mode == ARGS_CALL ? ")" : per_token ? ", slots[t])" : ", 0)");
         return;
-    }
     case BUF_INPUT: str_printf(o, "m->ids"); return;
     case BUF_OUTPUT: str_printf(o, "m->logits"); return;
     case BUF_ACT: str_printf(o, "ACT(%s)", nm->act[b->id]); return;
