@@ -528,10 +528,7 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
                 str_printf(o, "for (int64_t w_ = 0; w_ < %d; w_ += 32) ", k->block);
                 str_printf(o, "ldmatrix_warp(\"%s\", w_, smem%d, %d, laneaddr, %d", k->name, s->lsmem,
                            k->smem[s->lsmem].size, s->nmat);
-                for (int j = 0; j < 4; j++) {
-                    if (j < s->nmat) str_printf(o, ", r%d", s->ldst[j]);
-                    else str_printf(o, ", NULL");
-                }
+                for (int j = 0; j < 4; j++) str_printf(o, j < s->nmat ? ", r%d" : ", NULL", s->ldst[j]);
                 str_printf(o, ");\n");
             }
         } else if (s->k == KS_CP_COMMIT) {
