@@ -933,26 +933,22 @@ static bool launches_conflict(const KLaunch *a, const KLaunch *b, FwdMode mode) 
     return false;
 }
 
-/* One unit of the plan at indent 0: a launch, or in model_forward_batch the per-token launches of one unit in a
- * loop over the tokens. In model_forward_batch every launch takes the schedule for decode (n <= min_n: gemv,
- * cpu_rows; emit_forward leaves the others out), so each token's row is computed as a call with it alone
- * computes it. */
-static void emit_unit(Str *o, const Names *nm, const KProgram *kp, const int *ids, int cnt, int seg, bool cuda,
-                      FwdMode mode, bool barrier) {
-    const KLaunch *first = &kp->launches[ids[0]];
+/* One launch of the plan at indent 0, in model_forward_batch in a loop over the tokens where it runs per token.
+ * In model_forward_batch every launch takes the schedule for decode (n <= min_n: gemv, cpu_rows; emit_forward
+ * leaves the others out), so each token's row is computed as a call with it alone computes it. */
+static void emit_unit(Str *o, const Names *nm, const KLaunch *launch, int seg, bool cuda, FwdMode mode,
+                      bool barrier) {
     str_append(o, "", 0);
     if (barrier) str_printf(o, "#pragma omp barrier /* the launches since the last one wrote what this one uses */\n");
-    BatchWay way = mode == FWD_BATCH ? batch_way(first) : BATCH_ONCE;
+    BatchWay way = mode == FWD_BATCH ? batch_way(launch) : BATCH_ONCE;
     bool per_token = way == BATCH_PER_TOKEN;
     if (per_token)
         str_printf(o, "for (int t = 0; t < n; t++) { /* each token: n = 1 at its position, its slot's KV cache */\n"
                       "    const int n = 1, pos = positions[t];\n");
-    for (int i = 0; i < cnt; i++) {
-        KLaunch l = kp->launches[ids[i]];
-        l.run_if = emitted_run_if(&l, mode);
-        emit_launch(o, nm, &l, seg, cuda, per_token,
-                    per_token ? ARGS_PER_TOKEN : way == BATCH_TOKENS ? ARGS_TOKENS : ARGS_CALL);
-    }
+    KLaunch l = *launch;
+    l.run_if = emitted_run_if(&l, mode);
+    emit_launch(o, nm, &l, seg, cuda, per_token,
+                per_token ? ARGS_PER_TOKEN : way == BATCH_TOKENS ? ARGS_TOKENS : ARGS_CALL);
     if (per_token) str_printf(o, "}\n");
 }
 /* Whether model_forward_batch runs l: the decode schedules (n <= min_n) for all, so that a token in a batch is
@@ -981,7 +977,6 @@ static int emitted_run_if(const KLaunch *l, FwdMode mode) {
  * false where a launch is not batchable: model_forward_batch then returns -1. */
 static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda, bool team, FwdMode mode) {
     int n = 0, *lay = malloc(sizeof(int) * (size_t)(kp->nl + 1)), *at = malloc(sizeof(int) * (size_t)(kp->nl + 1));
-    int *cnt = calloc((size_t)kp->nl + 1, sizeof(int));
     bool *tail = calloc((size_t)kp->nl + 1, sizeof(bool)), ok = true;
     Str *txt = calloc((size_t)kp->nl + 1, sizeof(Str)), *lit = calloc((size_t)kp->nl + 1, sizeof(Str));
     for (int i = 0; i < kp->nl; i++) {
@@ -991,31 +986,27 @@ static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda,
         int ly = layer_of(l->module, NULL);
         if (mode == FWD_BATCH && !batchable(l)) ok = false;
         CHECK(!n || !tail[n - 1] || l->tail, "%s after the model's tail", l->module);
-        at[n] = i; cnt[n] = 1; lay[n] = ly; tail[n] = l->tail;
+        at[n] = i; lay[n] = ly; tail[n] = l->tail;
         n++;
     }
-    /* team: the barriers; since[0 .. nsince) the units since the last one */
+    /* team: the barriers; since[0 .. nsince) the launches since the last one */
     int *since = malloc(sizeof(int) * (size_t)(n + 1)), nsince = 0;
     for (int u = 0; ok && u < n; u++) {
-        int ids[MAX_PARAMS];
-        CHECK(cnt[u] <= MAX_PARAMS, "a unit of %d launches", cnt[u]);
-        for (int j = 0; j < cnt[u]; j++) ids[j] = at[u] + j;
+        const KLaunch *l = &kp->launches[at[u]];
         bool barrier = false;
         for (int v = 0; team && v < nsince && !barrier; v++)
-            for (int a = 0; a < cnt[since[v]] && !barrier; a++)
-                for (int b = 0; b < cnt[u] && !barrier; b++)
-                    barrier = launches_conflict(&kp->launches[at[since[v]] + a], &kp->launches[ids[b]], mode);
+            barrier = launches_conflict(&kp->launches[since[v]], l, mode);
         if (barrier) nsince = 0;
-        since[nsince++] = u;
-        emit_unit(&txt[u], nm, kp, ids, cnt[u], lay[u], cuda, mode, barrier);
-        emit_unit(&lit[u], nm, kp, ids, cnt[u], -1, cuda, mode, barrier);
+        since[nsince++] = at[u];
+        emit_unit(&txt[u], nm, l, lay[u], cuda, mode, barrier);
+        emit_unit(&lit[u], nm, l, -1, cuda, mode, barrier);
     }
     free(since);
     bool in_tail = false;
     for (int s = 0; ok && s < n;) {
         int e = s;
         while (e < n && lay[e] == lay[s]) e++;
-        int cnt_l = e - s, nseg = 1;   /* the run: layers lay[s] .. lay[s] + nseg - 1, cnt_l units each */
+        int cnt_l = e - s, nseg = 1;   /* the run: layers lay[s] .. lay[s] + nseg - 1, cnt_l launches each */
         while (lay[s] >= 0 && s + (nseg + 1) * cnt_l <= n) {
             int t = s + nseg * cnt_l;
             bool same = lay[t] == lay[s] + nseg && (t + cnt_l == n || lay[t + cnt_l] != lay[t]);
@@ -1053,7 +1044,7 @@ static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda,
     }
     if (in_tail) str_printf(o, "    }\n");
     for (int i = 0; i < n; i++) { str_free(&txt[i]); str_free(&lit[i]); }
-    free(txt); free(lit); free(lay); free(at); free(cnt); free(tail);
+    free(txt); free(lit); free(lay); free(at); free(tail);
     return ok;
 }
 
