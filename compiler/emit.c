@@ -841,11 +841,9 @@ static bool runs_at_one_token(const KLaunch *l) {
 static bool expr_reads_pos(const Expr *e) { return expr_reads_param(e, P_POS); }
 static bool tstmts_read_pos(TStmt *const *b, int n) {
     for (int i = 0; i < n; i++) {
-        const TStmt *s = b[i];
-        if (expr_reads_pos(s->e) || expr_reads_pos(s->lo) || expr_reads_pos(s->step) || expr_reads_pos(s->sidx) ||
-            tstmts_read_pos(s->body, s->nbody))
-            return true;
-        for (int d = 0; s->buf && s->idx && d < s->buf->ndim; d++) if (expr_reads_pos(s->idx[d])) return true;
+        const Expr *e[TS_MAX_EXPRS];
+        for (int j = 0, ne = ts_exprs(b[i], e); j < ne; j++) if (expr_reads_pos(e[j])) return true;
+        if (tstmts_read_pos(b[i]->body, b[i]->nbody)) return true;
     }
     return false;
 }
@@ -1517,7 +1515,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     for (int i = 0, first = 1; i < kp->nl; i++)
         if (kernel_is_sampling(&kp->launches[i])) {
             if (*team && !first) str_printf(o, "    #pragma omp barrier\n");
-            emit_launch(o, &nm, &kp->launches[i], -1, cuda, 1, false);
+            emit_launch(o, &nm, &kp->launches[i], -1, cuda, 1, ARGS_CALL);
             first = 0;
         }
     if (*team) str_printf(o, "    }\n");
