@@ -1317,8 +1317,7 @@ static long long decode_weight_bytes(const KProgram *kp) {
     for (int l = 0; l < kp->nl; l++) {
         const KLaunch *L = &kp->launches[l];
         if (!runs_at_one_token(L)) continue;   /* runs only for more tokens */
-        bool gather = false;
-        for (int i = 0; i < L->k->nparams; i++) gather |= L->args[i]->kind == BUF_INPUT;
+        bool gather = uses_kind(L, BUF_INPUT);
         for (int i = 0; i < L->k->nparams; i++) {
             const Buffer *b = L->args[i];
             if (b->kind != BUF_WEIGHT) continue;
