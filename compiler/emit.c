@@ -525,9 +525,8 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, Target t) {
                 emit_expr(o, k, s->laddr, t);
                 str_printf(o, "; /* ldmatrix */\n");
                 ind(o, d);
-                str_printf(o, "for (int64_t w_ = 0; w_ < %d; w_ += 32) ", k->block);
-                str_printf(o, "ldmatrix_warp(\"%s\", w_, smem%d, %d, laneaddr, %d", k->name, s->lsmem,
-                           k->smem[s->lsmem].size, s->nmat);
+                str_printf(o, "for (int64_t w_ = 0; w_ < %d; w_ += 32) ldmatrix_warp(\"%s\", w_, "
+                              "smem%d, %d, laneaddr, %d", k->block, k->name, s->lsmem, k->smem[s->lsmem].size, s->nmat);
                 for (int j = 0; j < 4; j++) str_printf(o, j < s->nmat ? ", r%d" : ", NULL", s->ldst[j]);
                 str_printf(o, ");\n");
             }
@@ -1521,13 +1520,11 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     str_printf(o, "    float out[%lld];\n    mem_get(out, ACT(%s), sizeof out, model_info.name);\n"
                   "    for (int i = 0; i < k; i++) { vals[i] = out[i]; ids[i] = (int32_t)out[%lld + i]; }\n"
                   "    return 0;\n}\n\n", 2 * KM, nm.act[tk->id], KM);
-    if (cuda)
-        str_printf(o, "int model_threads(int n, char *desc, size_t size) {\n    (void)n;\n"
-                      "    gpu_describe(desc, size);\n    return 0;\n}\n\n");
+    str_printf(o, "int model_threads(int n, char *desc, size_t size) {\n");
+    if (cuda) str_printf(o, "    (void)n;\n    gpu_describe(desc, size);\n    return 0;\n}\n\n");
     else {
         /* --info names how the prompt's bf16 linears and the block-type weights multiply on this CPU */
-        str_printf(o, "int model_threads(int n, char *desc, size_t size) {\n"
-                      "    int threads = cpu_threads(n, desc, size);\n    size_t len = strlen(desc);\n");
+        str_printf(o, "    int threads = cpu_threads(n, desc, size);\n    size_t len = strlen(desc);\n");
         if (program_has_dot(kp, false))
             str_printf(o, "    len += (size_t)snprintf(desc + len, size - len, \"; a prompt's bf16 linears: %%s\",\n"
                           "        !cpu_gemm_dot16_ok() ? \"f32 FMAs on bf16-rounded activations\"\n"

@@ -10,10 +10,8 @@
 #include "emit.h"
 
 void emit_kernel_c(Str *o, const KKernel *k, Target t) {
-    if (k->task)
-        str_printf(o, "\n/* %s: from %s, %s, a task per block */\n", k->name, k->module, sched_names[k->sched]);
-    else str_printf(o, "\n/* %s: from %s, %s, %d threads per block */\n", k->name, k->module, sched_names[k->sched],
-                    k->block);
+    str_printf(o, "\n/* %s: from %s, %s, ", k->name, k->module, sched_names[k->sched]);
+    str_printf(o, k->task ? "a task per block */\n" : "%d threads per block */\n", k->block);
     /* cpu: compiled for each instruction set, one chosen at start (CPU_KERNEL, runtime/cpu_gemm.h) */
     str_printf(o, "%sstatic void ", t == TARGET_CPU ? "CPU_KERNEL " : "");
     emit_kernel_name(o, k);

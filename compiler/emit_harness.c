@@ -49,8 +49,7 @@ void emit_harness(Str *o, const KProgram *kp, const HarnessOptions *ho) {
         else str_printf(o, "static void *buf%d;  /* %s %s */\n", b->id, bufkind_names[b->kind], b->name);
     }
     /* the launch plan; kt (optional) receives each launch's time */
-    str_printf(o, "\n#define NLAUNCH %d\n", kp->nl);
-    str_printf(o, "static const char *const launch_kernel[NLAUNCH + 1] = {");
+    str_printf(o, "\n#define NLAUNCH %d\nstatic const char *const launch_kernel[NLAUNCH + 1] = {", kp->nl);
     for (int i = 0; i < kp->nl; i++) str_printf(o, "\"%s\", ", kp->launches[i].k->name);
     str_printf(o, "NULL};\n");
     if (cuda) str_printf(o, "static cudaEvent_t ev[NLAUNCH + 1];\n");
