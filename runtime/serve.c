@@ -175,9 +175,7 @@ typedef struct {
     size_t sent;                 /* text bytes already streamed */
     Sampler smp;
     double t_start, t_first;
-    int finish;                  /* 0: running; FIN_STOP; FIN_LENGTH */
 } Slot;
-enum { FIN_STOP = 1, FIN_LENGTH = 2 };
 
 static struct {
     const ServeOpts *so;
@@ -783,92 +781,89 @@ static void reply_id(Buf *b, const Conn *c, const char *object) {
     buf_json_str(b, S.name, strlen(S.name));
 }
 static void usage_json(Buf *b, const Slot *s) {
-    buf_fmt(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%ld,\"total_tokens\":%ld,"
+    buf_fmt(b, ",\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%ld,\"total_tokens\":%ld,"
             "\"prompt_tokens_details\":{\"cached_tokens\":%d}}", s->n_prompt, s->n_gen, s->n_prompt + s->n_gen,
             s->n_cached);
+}
+/* a streamed reply's event, up to its id */
+static void event_open(Buf *b, const Conn *c, const Req *r) {
+    buf_str(b, "data: {");
+    reply_id(b, c, r->chat ? "chat.completion.chunk" : "text_completion");
+}
+/* ,"choices":[...] with the one choice: a chat's text as the content of its key ("message" or "delta"; role: after
+ * "role":"assistant"; text NULL: an empty delta), a completion's as "text" (NULL: ""); finish: the finish_reason,
+ * NULL while streaming */
+static void choices_json(Buf *b, const Req *r, const char *key, bool role, const char *text, size_t n,
+                         const char *finish) {
+    buf_str(b, ",\"choices\":[{\"index\":0,");
+    if (r->chat) {
+        buf_fmt(b, "\"%s\":{%s", key, role ? "\"role\":\"assistant\"," : "");
+        if (text) { buf_str(b, "\"content\":"); buf_json_str(b, text, n); }
+        buf_str(b, "}");
+    } else {
+        buf_str(b, "\"text\":");
+        buf_json_str(b, text ? text : "", n);
+    }
+    buf_str(b, ",\"logprobs\":null,\"finish_reason\":");
+    if (finish) buf_fmt(b, "\"%s\"}]", finish);
+    else buf_str(b, "null}]");
+}
+
+/* one event of a stream: text[0..n) as the choice's delta (see choices_json) */
+static void stream_delta(Conn *c, const Req *r, bool role, const char *text, size_t n) {
+    Buf b = {0};
+    event_open(&b, c, r);
+    choices_json(&b, r, "delta", role, text, n, NULL);
+    buf_str(&b, "}\n\n");
+    chunk(c, &b);
+    buf_free(&b);
 }
 
 /* streams text[sent..upto) as one event */
 static void stream_text(Slot *s, Conn *c, size_t upto) {
     if (upto <= s->sent) return;
-    Buf b = {0};
-    buf_str(&b, "data: {");
-    reply_id(&b, c, s->req->chat ? "chat.completion.chunk" : "text_completion");
-    if (s->req->chat) {
-        buf_str(&b, ",\"choices\":[{\"index\":0,\"delta\":{\"content\":");
-        buf_json_str(&b, s->text.p + s->sent, upto - s->sent);
-        buf_str(&b, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
-    } else {
-        buf_str(&b, ",\"choices\":[{\"index\":0,\"text\":");
-        buf_json_str(&b, s->text.p + s->sent, upto - s->sent);
-        buf_str(&b, ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
-    }
-    chunk(c, &b);
-    buf_free(&b);
+    stream_delta(c, s->req, false, s->text.p + s->sent, upto - s->sent);
     s->sent = upto;
 }
 
 /* The opening of a streamed chat reply: the assistant's role. */
 static void stream_open(Slot *s, Conn *c) {
     send_head(c, 200, "text/event-stream", -1, !c->keep_alive || g_stop);
-    if (!s->req->chat) return;
-    Buf b = {0};
-    buf_str(&b, "data: {");
-    reply_id(&b, c, "chat.completion.chunk");
-    buf_str(&b, ",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-                "\"finish_reason\":null}]}\n\n");
-    chunk(c, &b);
-    buf_free(&b);
+    if (s->req->chat) stream_delta(c, s->req, true, "", 0);
 }
 
-static void slot_finish(Slot *s) {
+/* The reply's end; why: its finish_reason, "stop" or "length" */
+static void slot_finish(Slot *s, const char *why) {
     Conn *c = &S.conns[s->conn];
     const Req *r = s->req;
-    const char *why = s->finish == FIN_STOP ? "stop" : "length";
     S.n_tokens_in += s->n_prompt;
     S.n_tokens_out += s->n_gen;
     s->n_served++;
+    Buf b = {0};
     if (r->stream) {
         stream_text(s, c, s->text.len);
-        Buf b = {0};
-        buf_str(&b, "data: {");
-        reply_id(&b, c, r->chat ? "chat.completion.chunk" : "text_completion");
-        if (r->chat) {
-            buf_fmt(&b, ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"%s\"}]", why);
-        } else {
-            buf_fmt(&b, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"%s\"}]", why);
-        }
+        event_open(&b, c, r);
+        choices_json(&b, r, "delta", false, NULL, 0, why);
         buf_str(&b, "}\n\n");
         if (r->include_usage) {   /* OpenAI's last chunk: no choices, the usage */
-            buf_str(&b, "data: {");
-            reply_id(&b, c, r->chat ? "chat.completion.chunk" : "text_completion");
-            buf_str(&b, ",\"choices\":[],");
+            event_open(&b, c, r);
+            buf_str(&b, ",\"choices\":[]");
             usage_json(&b, s);
             buf_str(&b, "}\n\n");
         }
         buf_str(&b, "data: [DONE]\n\n");
         chunk(c, &b);
-        buf_free(&b);
         if (!c->http10) conn_send(c, "0\r\n\r\n", 5);
         request_done(c);
     } else {
-        Buf b = {0};
         buf_str(&b, "{");
         reply_id(&b, c, r->chat ? "chat.completion" : "text_completion");
-        if (r->chat) {
-            buf_str(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-            buf_json_str(&b, s->text.p ? s->text.p : "", s->text.len);
-            buf_fmt(&b, "},\"logprobs\":null,\"finish_reason\":\"%s\"}],", why);
-        } else {
-            buf_str(&b, ",\"choices\":[{\"index\":0,\"text\":");
-            buf_json_str(&b, s->text.p ? s->text.p : "", s->text.len);
-            buf_fmt(&b, ",\"logprobs\":null,\"finish_reason\":\"%s\"}],", why);
-        }
+        choices_json(&b, r, "message", true, s->text.p ? s->text.p : "", s->text.len, why);
         usage_json(&b, s);
         buf_str(&b, "}");
         send_json(c, 200, &b);
-        buf_free(&b);
     }
+    buf_free(&b);
     slot_release(s);
 }
 
@@ -983,7 +978,6 @@ static bool slot_start(void) {
             for (int i = 0; i < n; i++) tokdec_push(&s->dec, s->ids[i], S.piece, S.piece_cap);
         s->text.len = 0;
         s->sent = 0;
-        s->finish = 0;
         s->t_start = now_s();
         c->state = CONN_SERVING;
         S.n_requests++;
@@ -1081,13 +1075,12 @@ static void slot_took(Slot *s, const float *logits) {
     Conn *c = &S.conns[s->conn];
     const Req *r = s->req;
     if (s->n_fed < s->n_prompt) return;
-    if (s->n_gen >= s->max_new) { s->finish = FIN_LENGTH; slot_finish(s); return; }
+    if (s->n_gen >= s->max_new) { slot_finish(s, "length"); return; }
     int tok = s->dev_argmax ? s->next : sampler_sample(&s->smp, &r->sp, logits);
     if (s->n_gen == 0) s->t_first = now_s() - s->t_start;
     if (!r->ignore_eos && S.sm->is_stop(tok)) {
         slot_add_text(s, S.piece, tokdec_flush(&s->dec, S.piece, S.piece_cap));
-        s->finish = FIN_STOP;
-        slot_finish(s);
+        slot_finish(s, "stop");
         return;
     }
     s->ids[s->n_ids++] = tok;
@@ -1098,7 +1091,7 @@ static void slot_took(Slot *s, const float *logits) {
     bool stopped = slot_add_text(s, S.piece, n);
     if (!stopped && s->n_gen >= s->max_new) {
         stopped = slot_add_text(s, S.piece, tokdec_flush(&s->dec, S.piece, S.piece_cap));
-        if (!stopped) { s->finish = FIN_LENGTH; slot_finish(s); return; }
+        if (!stopped) { slot_finish(s, "length"); return; }
     }
     if (s->text.oom) {   /* a stream already begun is cut off; a whole reply gets its error */
         if (r->stream) c->state = CONN_CLOSING;
@@ -1106,7 +1099,7 @@ static void slot_took(Slot *s, const float *logits) {
         slot_release(s);
         return;
     }
-    if (stopped) { s->finish = FIN_STOP; slot_finish(s); return; }
+    if (stopped) { slot_finish(s, "stop"); return; }
     if (r->stream) stream_text(s, c, s->text.len - stop_holdback(s));
 }
 
