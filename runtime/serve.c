@@ -1022,15 +1022,10 @@ static void slot_step(Slot *s) {
     double t0 = now_s();
     float *lg = s->dev_argmax ? NULL : S.logits;
     model_use_slot(S.sm->model, s->index);
-    if (s->n_fed < s->n_prompt) {
-        int mb = chunk_tokens();
-        int k = s->n_prompt - s->n_fed < mb ? s->n_prompt - s->n_fed : mb;
-        s->next = model_forward(S.sm->model, s->ids + s->n_fed, k, s->n_fed, lg);
-        s->n_fed += k;
-    } else {
-        s->next = model_forward(S.sm->model, s->ids + s->n_fed, 1, s->n_fed, lg);
-        s->n_fed++;
-    }
+    int mb = chunk_tokens(), left = s->n_prompt - s->n_fed;
+    int k = left <= 0 ? 1 : left < mb ? left : mb;   /* the last sampled token, or a prefill chunk */
+    s->next = model_forward(S.sm->model, s->ids + s->n_fed, k, s->n_fed, lg);
+    s->n_fed += k;
     S.busy_s += now_s() - t0;
     slot_took(s, S.logits);
 }
