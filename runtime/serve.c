@@ -293,6 +293,7 @@ static void send_error(Conn *c, int status, const char *type, const char *param,
     buf_free(&b);
 }
 #define BAD_REQUEST(c, param, ...) send_error(c, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+#define SERVER_OOM(c) send_error(c, 500, "server_error", NULL, NULL, "out of memory")
 
 /* ---------------------------------------------------------------- HTTP parsing (llhttp callbacks) */
 static Conn *conn_of(llhttp_t *p) { return (Conn *)p->data; }
@@ -550,7 +551,7 @@ static bool parse_request(Conn *c, bool chat) {
     int n = jsmn_parse(&jp, j.js, c->body.len, NULL, 0);
     if (n <= 0) { BAD_REQUEST(c, NULL, "the body is not valid JSON"); return false; }
     j.t = malloc((size_t)n * sizeof *j.t);
-    if (!j.t) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); return false; }
+    if (!j.t) { SERVER_OOM(c); return false; }
     jsmn_init(&jp);
     j.n = jsmn_parse(&jp, j.js, c->body.len, j.t, (unsigned)n);
     bool ok = false;
@@ -576,7 +577,7 @@ static bool parse_request(Conn *c, bool chat) {
             goto out;
         }
         r->msgs = calloc((size_t)j.t[k].size, sizeof *r->msgs);
-        if (!r->msgs) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
+        if (!r->msgs) { SERVER_OOM(c); goto out; }
         int m = k + 1;
         for (int e = 0; e < j.t[k].size; e++, m = json_skip(&j, m)) {
             snprintf(field, sizeof field, "messages[%d]", e);
@@ -621,14 +622,14 @@ static bool parse_request(Conn *c, bool chat) {
                     buf_add(&b, pt, pl);
                     free(pt);
                 }
-                if (b.oom) { buf_free(&b); send_error(c, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
+                if (b.oom) { buf_free(&b); SERVER_OOM(c); goto out; }
                 text = b.p;
                 len = b.len;
             } else if (!(text = json_text(&j, content, &len, &why))) {
                 BAD_REQUEST(c, field, "%s: %s", field, why);
                 goto out;
             }
-            if (!text) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
+            if (!text) { SERVER_OOM(c); goto out; }
             r->msgs[r->n_msgs++] = (ChatMsg){ rname, text, len };
         }
         k = json_get(&j, 0, "chat_template_kwargs");
@@ -890,7 +891,7 @@ static int request_ids(Conn *c, int32_t **ids) {
         ChatMsg *with = NULL;
         if (!has_system && S.sm->system) {   /* --system: the system message of chats that bring none */
             with = malloc((size_t)(nm + 1) * sizeof *with);
-            if (!with) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); return -1; }
+            if (!with) { SERVER_OOM(c); return -1; }
             with[0] = (ChatMsg){ "system", S.sm->system, strlen(S.sm->system) };
             memcpy(with + 1, m, (size_t)nm * sizeof *m);
             m = with;
@@ -899,7 +900,7 @@ static int request_ids(Conn *c, int32_t **ids) {
         size_t tl;
         char *text = tokenizer_chat_render_think(tok, m, nm, true, false, r->think, &tl);
         free(with);
-        if (!text) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); return -1; }
+        if (!text) { SERVER_OOM(c); return -1; }
         n = tokenizer_encode(tok, text, tl, false, ids);
         free(text);
     } else {
@@ -909,7 +910,7 @@ static int request_ids(Conn *c, int32_t **ids) {
             return -1;
         }
     }
-    if (n < 0) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); return -1; }
+    if (n < 0) { SERVER_OOM(c); return -1; }
     for (int i = 0; i < n; i++)
         if ((*ids)[i] < 0 || (*ids)[i] >= model_info.vocab_size) {
             send_error(c, 500, "server_error", NULL, NULL, "the tokenizer gave id %d, outside the vocabulary",
@@ -1090,7 +1091,7 @@ static void slot_took(Slot *s, const float *logits) {
     }
     if (s->text.oom) {   /* a stream already begun is cut off; a whole reply gets its error */
         if (r->stream) c->state = CONN_CLOSING;
-        else send_error(c, 500, "server_error", NULL, NULL, "out of memory");
+        else SERVER_OOM(c);
         slot_release(s);
         return;
     }
