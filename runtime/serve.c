@@ -541,14 +541,10 @@ static bool parse_request(Conn *c, bool chat) {
     r->sp = *def;
     r->max_tokens = -1;
     r->think = TOK_THINK_DEFAULT;
-    if (memchr(c->body.p ? c->body.p : "", 0, c->body.len)) {
-        BAD_REQUEST(c, NULL, "the body is not valid JSON");
-        return false;
-    }
     Json j = { c->body.p ? c->body.p : "", NULL, 0 };
     jsmn_parser jp;
     jsmn_init(&jp);
-    int n = jsmn_parse(&jp, j.js, c->body.len, NULL, 0);
+    int n = memchr(j.js, 0, c->body.len) ? 0 : jsmn_parse(&jp, j.js, c->body.len, NULL, 0);
     if (n <= 0) { BAD_REQUEST(c, NULL, "the body is not valid JSON"); return false; }
     j.t = malloc((size_t)n * sizeof *j.t);
     if (!j.t) { SERVER_OOM(c); return false; }
