@@ -1314,14 +1314,17 @@ static void conn_accept(void) {
 }
 
 /* ---------------------------------------------------------------- the loop */
+static int slots_busy(void) {
+    int busy = 0;
+    for (int k = 0; k < S.n_slots; k++) busy += S.slots[k].active;
+    return busy;
+}
+
 static void print_stats(void) {
     double now = now_s(), dt = now - S.t_last_stats;
     long out = S.n_tokens_out;
-    int open = 0, busy = 0;
-    for (int k = 0; k < S.n_slots; k++) {
-        out += S.slots[k].active ? S.slots[k].n_gen : 0;
-        busy += S.slots[k].active;
-    }
+    int open = 0, busy = slots_busy();
+    for (int k = 0; k < S.n_slots; k++) out += S.slots[k].active ? S.slots[k].n_gen : 0;
     for (int i = 0; i < S.n_conns; i++) open += S.conns[i].fd >= 0;
     fprintf(stderr, "%s: %ld requests (%ld answered with an error), %ld prompt tokens, %ld generated; "
             "%.1f tok/s generated over the last %.0f s; slots busy %d of %d; queue %d; %d connections; "
@@ -1339,12 +1342,6 @@ static void print_stats(void) {
     }
     S.t_last_stats = now;
     S.last_tokens_out = out;
-}
-
-static int slots_busy(void) {
-    int busy = 0;
-    for (int k = 0; k < S.n_slots; k++) busy += S.slots[k].active;
-    return busy;
 }
 
 static int open_listener(void) {
