@@ -279,15 +279,13 @@ static void send_error(Conn *c, int status, const char *type, const char *param,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    const char *key[] = { "message", "type", "param", "code" }, *val[] = { msg, type, param, code };
     Buf b = {0};
-    buf_str(&b, "{\"error\":{\"message\":");
-    buf_json_str(&b, msg, strlen(msg));
-    buf_str(&b, ",\"type\":");
-    buf_json_str(&b, type, strlen(type));
-    buf_str(&b, ",\"param\":");
-    if (param) buf_json_str(&b, param, strlen(param)); else buf_str(&b, "null");
-    buf_str(&b, ",\"code\":");
-    if (code) buf_json_str(&b, code, strlen(code)); else buf_str(&b, "null");
+    buf_str(&b, "{\"error\":{");
+    for (int i = 0; i < 4; i++) {
+        buf_fmt(&b, "%s\"%s\":", i ? "," : "", key[i]);
+        if (val[i]) buf_json_str(&b, val[i], strlen(val[i])); else buf_str(&b, "null");
+    }
     buf_str(&b, "}}");
     send_json(c, status, &b);
     buf_free(&b);
