@@ -1196,9 +1196,7 @@ static void request_done(Conn *c) {
     if (c->state == CONN_CLOSING) return;   /* the peer is gone, or the reply closes: nothing more is read */
     c->state = c->keep_alive && !c->peer_eof ? CONN_READING : CONN_CLOSING;
     c->t_request = c->t_active = now_s();
-    c->in_request = false;
-    c->head_bytes = 0;
-    c->body.len = c->url.len = c->auth.len = 0;
+    c->in_request = false;   /* the next request's head and body are reset as it begins (on_message_begin) */
     if (c->keep_alive) llhttp_resume(&c->http);
 }
 
