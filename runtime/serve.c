@@ -433,13 +433,10 @@ static bool json_num(const Json *j, int i, double *v) {
 static bool json_valid(const Json *j) {
     for (int i = 0; i < j->n; i++) {
         const jsmntok_t *t = &j->t[i];
-        if (t->type == JSMN_PRIMITIVE) {
-            const char *s = j->js + t->start;
-            int n = t->end - t->start;
-            if (!json_null(j, i) && !json_text_is(j, i, JSMN_PRIMITIVE, "true") &&
-                !json_text_is(j, i, JSMN_PRIMITIVE, "false") && !json_number_text(s, n))
-                return false;
-        }
+        bool b;
+        if (t->type == JSMN_PRIMITIVE && !json_null(j, i) && !json_bool(j, i, &b) &&
+            !json_number_text(j->js + t->start, t->end - t->start))
+            return false;
         if (t->type != JSMN_OBJECT) continue;
         int k = i + 1;
         for (int e = 0; e < t->size; e++) {
