@@ -117,30 +117,27 @@ int sampler_sample(Sampler *s, const SampleParams *p, const float *logits) {
     return sampler_sample_from(s, p, c, n, mx);
 }
 
+/* Keeps the candidates whose weight exp(v - mx) is at least w, and the most likely; returns their count. */
+static int keep_from(SampleCand *c, int n, float mx, double w) {
+    int m = 0;
+    for (int i = 0; i < n; i++) if (exp((double)c[i].v - mx) >= w || c[i].v == mx) c[m++] = c[i];
+    return m;
+}
+
 int sampler_sample_from(Sampler *s, const SampleParams *p, SampleCand *c, int n, float mx) {
     double sum = 0;
     for (int i = 0; i < n; i++) sum += exp((double)c[i].v - mx);
     if (p->top_p < 1.0f) {
         /* tokens below (1-p)/(n-1) of the mass can never be in the nucleus (but for the most likely, which
          * always is: with p < 1/n it may be below the bound too): drop them before sorting */
-        if (n > 1) {
-            double cut = (1.0 - p->top_p) / (n - 1) * sum;
-            int m = 0;
-            for (int i = 0; i < n; i++) if (exp((double)c[i].v - mx) >= cut || c[i].v == mx) c[m++] = c[i];
-            n = m;
-        }
+        if (n > 1) n = keep_from(c, n, mx, (1.0 - p->top_p) / (n - 1) * sum);
         qsort(c, (size_t)n, sizeof *c, cand_desc);
         double cum = 0, lim = p->top_p * sum;
         int m = 0;
         while (m < n && (m == 0 || cum < lim)) { cum += exp((double)c[m].v - mx); m++; }
         n = m;
     }
-    if (p->min_p > 0) {
-        int m = 0;
-        for (int i = 0; i < n; i++)
-            if (exp((double)c[i].v - mx) >= p->min_p || c[i].v == mx) c[m++] = c[i];
-        n = m;
-    }
+    if (p->min_p > 0) n = keep_from(c, n, mx, p->min_p);
     double tot = 0;
     for (int i = 0; i < n; i++) tot += exp((double)c[i].v - mx);
     double r = rng_unit(s) * tot, acc = 0;

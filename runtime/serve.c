@@ -175,9 +175,7 @@ typedef struct {
     size_t sent;                 /* text bytes already streamed */
     Sampler smp;
     double t_start, t_first;
-    int finish;                  /* 0: running; FIN_STOP; FIN_LENGTH */
 } Slot;
-enum { FIN_STOP = 1, FIN_LENGTH = 2 };
 
 static struct {
     const ServeOpts *so;
@@ -281,20 +279,19 @@ static void send_error(Conn *c, int status, const char *type, const char *param,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    const char *key[] = { "message", "type", "param", "code" }, *val[] = { msg, type, param, code };
     Buf b = {0};
-    buf_str(&b, "{\"error\":{\"message\":");
-    buf_json_str(&b, msg, strlen(msg));
-    buf_str(&b, ",\"type\":");
-    buf_json_str(&b, type, strlen(type));
-    buf_str(&b, ",\"param\":");
-    if (param) buf_json_str(&b, param, strlen(param)); else buf_str(&b, "null");
-    buf_str(&b, ",\"code\":");
-    if (code) buf_json_str(&b, code, strlen(code)); else buf_str(&b, "null");
+    buf_str(&b, "{\"error\":{");
+    for (int i = 0; i < 4; i++) {
+        buf_fmt(&b, "%s\"%s\":", i ? "," : "", key[i]);
+        if (val[i]) buf_json_str(&b, val[i], strlen(val[i])); else buf_str(&b, "null");
+    }
     buf_str(&b, "}}");
     send_json(c, status, &b);
     buf_free(&b);
 }
 #define BAD_REQUEST(c, param, ...) send_error(c, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+#define SERVER_OOM(c) send_error(c, 500, "server_error", NULL, NULL, "out of memory")
 
 /* ---------------------------------------------------------------- HTTP parsing (llhttp callbacks) */
 static Conn *conn_of(llhttp_t *p) { return (Conn *)p->data; }
@@ -436,13 +433,10 @@ static bool json_num(const Json *j, int i, double *v) {
 static bool json_valid(const Json *j) {
     for (int i = 0; i < j->n; i++) {
         const jsmntok_t *t = &j->t[i];
-        if (t->type == JSMN_PRIMITIVE) {
-            const char *s = j->js + t->start;
-            int n = t->end - t->start;
-            if (!json_null(j, i) && !json_text_is(j, i, JSMN_PRIMITIVE, "true") &&
-                !json_text_is(j, i, JSMN_PRIMITIVE, "false") && !json_number_text(s, n))
-                return false;
-        }
+        bool b;
+        if (t->type == JSMN_PRIMITIVE && !json_null(j, i) && !json_bool(j, i, &b) &&
+            !json_number_text(j->js + t->start, t->end - t->start))
+            return false;
         if (t->type != JSMN_OBJECT) continue;
         int k = i + 1;
         for (int e = 0; e < t->size; e++) {
@@ -542,17 +536,13 @@ static bool parse_request(Conn *c, bool chat) {
     r->sp = *def;
     r->max_tokens = -1;
     r->think = TOK_THINK_DEFAULT;
-    if (memchr(c->body.p ? c->body.p : "", 0, c->body.len)) {
-        BAD_REQUEST(c, NULL, "the body is not valid JSON");
-        return false;
-    }
     Json j = { c->body.p ? c->body.p : "", NULL, 0 };
     jsmn_parser jp;
     jsmn_init(&jp);
-    int n = jsmn_parse(&jp, j.js, c->body.len, NULL, 0);
+    int n = memchr(j.js, 0, c->body.len) ? 0 : jsmn_parse(&jp, j.js, c->body.len, NULL, 0);
     if (n <= 0) { BAD_REQUEST(c, NULL, "the body is not valid JSON"); return false; }
     j.t = malloc((size_t)n * sizeof *j.t);
-    if (!j.t) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); return false; }
+    if (!j.t) { SERVER_OOM(c); return false; }
     jsmn_init(&jp);
     j.n = jsmn_parse(&jp, j.js, c->body.len, j.t, (unsigned)n);
     bool ok = false;
@@ -578,7 +568,7 @@ static bool parse_request(Conn *c, bool chat) {
             goto out;
         }
         r->msgs = calloc((size_t)j.t[k].size, sizeof *r->msgs);
-        if (!r->msgs) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
+        if (!r->msgs) { SERVER_OOM(c); goto out; }
         int m = k + 1;
         for (int e = 0; e < j.t[k].size; e++, m = json_skip(&j, m)) {
             snprintf(field, sizeof field, "messages[%d]", e);
@@ -623,14 +613,14 @@ static bool parse_request(Conn *c, bool chat) {
                     buf_add(&b, pt, pl);
                     free(pt);
                 }
-                if (b.oom) { buf_free(&b); send_error(c, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
+                if (b.oom) { buf_free(&b); SERVER_OOM(c); goto out; }
                 text = b.p;
                 len = b.len;
             } else if (!(text = json_text(&j, content, &len, &why))) {
                 BAD_REQUEST(c, field, "%s: %s", field, why);
                 goto out;
             }
-            if (!text) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); goto out; }
+            if (!text) { SERVER_OOM(c); goto out; }
             r->msgs[r->n_msgs++] = (ChatMsg){ rname, text, len };
         }
         k = json_get(&j, 0, "chat_template_kwargs");
@@ -783,92 +773,89 @@ static void reply_id(Buf *b, const Conn *c, const char *object) {
     buf_json_str(b, S.name, strlen(S.name));
 }
 static void usage_json(Buf *b, const Slot *s) {
-    buf_fmt(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%ld,\"total_tokens\":%ld,"
+    buf_fmt(b, ",\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%ld,\"total_tokens\":%ld,"
             "\"prompt_tokens_details\":{\"cached_tokens\":%d}}", s->n_prompt, s->n_gen, s->n_prompt + s->n_gen,
             s->n_cached);
+}
+/* a streamed reply's event, up to its id */
+static void event_open(Buf *b, const Conn *c, const Req *r) {
+    buf_str(b, "data: {");
+    reply_id(b, c, r->chat ? "chat.completion.chunk" : "text_completion");
+}
+/* ,"choices":[...] with the one choice: a chat's text as the content of its key ("message" or "delta"; role: after
+ * "role":"assistant"; text NULL: an empty delta), a completion's as "text" (NULL: ""); finish: the finish_reason,
+ * NULL while streaming */
+static void choices_json(Buf *b, const Req *r, const char *key, bool role, const char *text, size_t n,
+                         const char *finish) {
+    buf_str(b, ",\"choices\":[{\"index\":0,");
+    if (r->chat) {
+        buf_fmt(b, "\"%s\":{%s", key, role ? "\"role\":\"assistant\"," : "");
+        if (text) { buf_str(b, "\"content\":"); buf_json_str(b, text, n); }
+        buf_str(b, "}");
+    } else {
+        buf_str(b, "\"text\":");
+        buf_json_str(b, text ? text : "", n);
+    }
+    buf_str(b, ",\"logprobs\":null,\"finish_reason\":");
+    if (finish) buf_fmt(b, "\"%s\"}]", finish);
+    else buf_str(b, "null}]");
+}
+
+/* one event of a stream: text[0..n) as the choice's delta (see choices_json) */
+static void stream_delta(Conn *c, const Req *r, bool role, const char *text, size_t n) {
+    Buf b = {0};
+    event_open(&b, c, r);
+    choices_json(&b, r, "delta", role, text, n, NULL);
+    buf_str(&b, "}\n\n");
+    chunk(c, &b);
+    buf_free(&b);
 }
 
 /* streams text[sent..upto) as one event */
 static void stream_text(Slot *s, Conn *c, size_t upto) {
     if (upto <= s->sent) return;
-    Buf b = {0};
-    buf_str(&b, "data: {");
-    reply_id(&b, c, s->req->chat ? "chat.completion.chunk" : "text_completion");
-    if (s->req->chat) {
-        buf_str(&b, ",\"choices\":[{\"index\":0,\"delta\":{\"content\":");
-        buf_json_str(&b, s->text.p + s->sent, upto - s->sent);
-        buf_str(&b, "},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
-    } else {
-        buf_str(&b, ",\"choices\":[{\"index\":0,\"text\":");
-        buf_json_str(&b, s->text.p + s->sent, upto - s->sent);
-        buf_str(&b, ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
-    }
-    chunk(c, &b);
-    buf_free(&b);
+    stream_delta(c, s->req, false, s->text.p + s->sent, upto - s->sent);
     s->sent = upto;
 }
 
 /* The opening of a streamed chat reply: the assistant's role. */
 static void stream_open(Slot *s, Conn *c) {
     send_head(c, 200, "text/event-stream", -1, !c->keep_alive || g_stop);
-    if (!s->req->chat) return;
-    Buf b = {0};
-    buf_str(&b, "data: {");
-    reply_id(&b, c, "chat.completion.chunk");
-    buf_str(&b, ",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-                "\"finish_reason\":null}]}\n\n");
-    chunk(c, &b);
-    buf_free(&b);
+    if (s->req->chat) stream_delta(c, s->req, true, "", 0);
 }
 
-static void slot_finish(Slot *s) {
+/* The reply's end; why: its finish_reason, "stop" or "length" */
+static void slot_finish(Slot *s, const char *why) {
     Conn *c = &S.conns[s->conn];
     const Req *r = s->req;
-    const char *why = s->finish == FIN_STOP ? "stop" : "length";
     S.n_tokens_in += s->n_prompt;
     S.n_tokens_out += s->n_gen;
     s->n_served++;
+    Buf b = {0};
     if (r->stream) {
         stream_text(s, c, s->text.len);
-        Buf b = {0};
-        buf_str(&b, "data: {");
-        reply_id(&b, c, r->chat ? "chat.completion.chunk" : "text_completion");
-        if (r->chat) {
-            buf_fmt(&b, ",\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"%s\"}]", why);
-        } else {
-            buf_fmt(&b, ",\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"%s\"}]", why);
-        }
+        event_open(&b, c, r);
+        choices_json(&b, r, "delta", false, NULL, 0, why);
         buf_str(&b, "}\n\n");
         if (r->include_usage) {   /* OpenAI's last chunk: no choices, the usage */
-            buf_str(&b, "data: {");
-            reply_id(&b, c, r->chat ? "chat.completion.chunk" : "text_completion");
-            buf_str(&b, ",\"choices\":[],");
+            event_open(&b, c, r);
+            buf_str(&b, ",\"choices\":[]");
             usage_json(&b, s);
             buf_str(&b, "}\n\n");
         }
         buf_str(&b, "data: [DONE]\n\n");
         chunk(c, &b);
-        buf_free(&b);
         if (!c->http10) conn_send(c, "0\r\n\r\n", 5);
         request_done(c);
     } else {
-        Buf b = {0};
         buf_str(&b, "{");
         reply_id(&b, c, r->chat ? "chat.completion" : "text_completion");
-        if (r->chat) {
-            buf_str(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-            buf_json_str(&b, s->text.p ? s->text.p : "", s->text.len);
-            buf_fmt(&b, "},\"logprobs\":null,\"finish_reason\":\"%s\"}],", why);
-        } else {
-            buf_str(&b, ",\"choices\":[{\"index\":0,\"text\":");
-            buf_json_str(&b, s->text.p ? s->text.p : "", s->text.len);
-            buf_fmt(&b, ",\"logprobs\":null,\"finish_reason\":\"%s\"}],", why);
-        }
+        choices_json(&b, r, "message", true, s->text.p ? s->text.p : "", s->text.len, why);
         usage_json(&b, s);
         buf_str(&b, "}");
         send_json(c, 200, &b);
-        buf_free(&b);
     }
+    buf_free(&b);
     slot_release(s);
 }
 
@@ -895,7 +882,7 @@ static int request_ids(Conn *c, int32_t **ids) {
         ChatMsg *with = NULL;
         if (!has_system && S.sm->system) {   /* --system: the system message of chats that bring none */
             with = malloc((size_t)(nm + 1) * sizeof *with);
-            if (!with) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); return -1; }
+            if (!with) { SERVER_OOM(c); return -1; }
             with[0] = (ChatMsg){ "system", S.sm->system, strlen(S.sm->system) };
             memcpy(with + 1, m, (size_t)nm * sizeof *m);
             m = with;
@@ -904,7 +891,7 @@ static int request_ids(Conn *c, int32_t **ids) {
         size_t tl;
         char *text = tokenizer_chat_render_think(tok, m, nm, true, false, r->think, &tl);
         free(with);
-        if (!text) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); return -1; }
+        if (!text) { SERVER_OOM(c); return -1; }
         n = tokenizer_encode(tok, text, tl, false, ids);
         free(text);
     } else {
@@ -914,7 +901,7 @@ static int request_ids(Conn *c, int32_t **ids) {
             return -1;
         }
     }
-    if (n < 0) { send_error(c, 500, "server_error", NULL, NULL, "out of memory"); return -1; }
+    if (n < 0) { SERVER_OOM(c); return -1; }
     for (int i = 0; i < n; i++)
         if ((*ids)[i] < 0 || (*ids)[i] >= model_info.vocab_size) {
             send_error(c, 500, "server_error", NULL, NULL, "the tokenizer gave id %d, outside the vocabulary",
@@ -983,7 +970,6 @@ static bool slot_start(void) {
             for (int i = 0; i < n; i++) tokdec_push(&s->dec, s->ids[i], S.piece, S.piece_cap);
         s->text.len = 0;
         s->sent = 0;
-        s->finish = 0;
         s->t_start = now_s();
         c->state = CONN_SERVING;
         S.n_requests++;
@@ -1028,15 +1014,10 @@ static void slot_step(Slot *s) {
     double t0 = now_s();
     float *lg = s->dev_argmax ? NULL : S.logits;
     model_use_slot(S.sm->model, s->index);
-    if (s->n_fed < s->n_prompt) {
-        int mb = chunk_tokens();
-        int k = s->n_prompt - s->n_fed < mb ? s->n_prompt - s->n_fed : mb;
-        s->next = model_forward(S.sm->model, s->ids + s->n_fed, k, s->n_fed, lg);
-        s->n_fed += k;
-    } else {
-        s->next = model_forward(S.sm->model, s->ids + s->n_fed, 1, s->n_fed, lg);
-        s->n_fed++;
-    }
+    int mb = chunk_tokens(), left = s->n_prompt - s->n_fed;
+    int k = left <= 0 ? 1 : left < mb ? left : mb;   /* the last sampled token, or a prefill chunk */
+    s->next = model_forward(S.sm->model, s->ids + s->n_fed, k, s->n_fed, lg);
+    s->n_fed += k;
     S.busy_s += now_s() - t0;
     slot_took(s, S.logits);
 }
@@ -1081,13 +1062,12 @@ static void slot_took(Slot *s, const float *logits) {
     Conn *c = &S.conns[s->conn];
     const Req *r = s->req;
     if (s->n_fed < s->n_prompt) return;
-    if (s->n_gen >= s->max_new) { s->finish = FIN_LENGTH; slot_finish(s); return; }
+    if (s->n_gen >= s->max_new) { slot_finish(s, "length"); return; }
     int tok = s->dev_argmax ? s->next : sampler_sample(&s->smp, &r->sp, logits);
     if (s->n_gen == 0) s->t_first = now_s() - s->t_start;
     if (!r->ignore_eos && S.sm->is_stop(tok)) {
         slot_add_text(s, S.piece, tokdec_flush(&s->dec, S.piece, S.piece_cap));
-        s->finish = FIN_STOP;
-        slot_finish(s);
+        slot_finish(s, "stop");
         return;
     }
     s->ids[s->n_ids++] = tok;
@@ -1098,15 +1078,15 @@ static void slot_took(Slot *s, const float *logits) {
     bool stopped = slot_add_text(s, S.piece, n);
     if (!stopped && s->n_gen >= s->max_new) {
         stopped = slot_add_text(s, S.piece, tokdec_flush(&s->dec, S.piece, S.piece_cap));
-        if (!stopped) { s->finish = FIN_LENGTH; slot_finish(s); return; }
+        if (!stopped) { slot_finish(s, "length"); return; }
     }
     if (s->text.oom) {   /* a stream already begun is cut off; a whole reply gets its error */
         if (r->stream) c->state = CONN_CLOSING;
-        else send_error(c, 500, "server_error", NULL, NULL, "out of memory");
+        else SERVER_OOM(c);
         slot_release(s);
         return;
     }
-    if (stopped) { s->finish = FIN_STOP; slot_finish(s); return; }
+    if (stopped) { slot_finish(s, "stop"); return; }
     if (r->stream) stream_text(s, c, s->text.len - stop_holdback(s));
 }
 
@@ -1213,9 +1193,7 @@ static void request_done(Conn *c) {
     if (c->state == CONN_CLOSING) return;   /* the peer is gone, or the reply closes: nothing more is read */
     c->state = c->keep_alive && !c->peer_eof ? CONN_READING : CONN_CLOSING;
     c->t_request = c->t_active = now_s();
-    c->in_request = false;
-    c->head_bytes = 0;
-    c->body.len = c->url.len = c->auth.len = 0;
+    c->in_request = false;   /* the next request's head and body are reset as it begins (on_message_begin) */
     if (c->keep_alive) llhttp_resume(&c->http);
 }
 
@@ -1329,14 +1307,17 @@ static void conn_accept(void) {
 }
 
 /* ---------------------------------------------------------------- the loop */
+static int slots_busy(void) {
+    int busy = 0;
+    for (int k = 0; k < S.n_slots; k++) busy += S.slots[k].active;
+    return busy;
+}
+
 static void print_stats(void) {
     double now = now_s(), dt = now - S.t_last_stats;
     long out = S.n_tokens_out;
-    int open = 0, busy = 0;
-    for (int k = 0; k < S.n_slots; k++) {
-        out += S.slots[k].active ? S.slots[k].n_gen : 0;
-        busy += S.slots[k].active;
-    }
+    int open = 0, busy = slots_busy();
+    for (int k = 0; k < S.n_slots; k++) out += S.slots[k].active ? S.slots[k].n_gen : 0;
     for (int i = 0; i < S.n_conns; i++) open += S.conns[i].fd >= 0;
     fprintf(stderr, "%s: %ld requests (%ld answered with an error), %ld prompt tokens, %ld generated; "
             "%.1f tok/s generated over the last %.0f s; slots busy %d of %d; queue %d; %d connections; "
@@ -1354,12 +1335,6 @@ static void print_stats(void) {
     }
     S.t_last_stats = now;
     S.last_tokens_out = out;
-}
-
-static int slots_busy(void) {
-    int busy = 0;
-    for (int k = 0; k < S.n_slots; k++) busy += S.slots[k].active;
-    return busy;
 }
 
 static int open_listener(void) {
