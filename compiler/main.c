@@ -199,12 +199,6 @@ DType parse_kv_dtype(const char *v) {
 
 DType kv_dtype_default(Target t) { return t == TARGET_CPU ? DT_F32 : DT_BF16; }
 
-void parse_ignore_key(ConfigOptions *c, const char **keys, const char *v) {
-    if (c->n_ignore_keys == 32) die_user(NULL, "--ignore-config-key", "given more than 32 times");
-    keys[c->n_ignore_keys++] = v;
-    c->ignore_keys = keys;
-}
-
 static int parse_int(const char *flag, const char *v, int lo, int hi) {
     char *end;
     errno = 0;
