@@ -524,20 +524,17 @@ int cmd_run(int argc, char **argv) {
     /* a model layer's bf16 linears run on tensor cores (gemm_tc) when the call has more than
      * gemm_min_n tokens; tile_ir.c makes the same choice */
     bool tc = o.model && target != TARGET_CPU && c.knobs.gemm_tc && o.tokens > c.knobs.gemm_min_n;
-    /* so do the cpu target's bf16 dot products (cpu_gemm with dot), where the call's tokens run them */
-    for (int i = 0; i < c.tip.n; i++) {
-        const TileKernel *t = c.tip.k[i];
-        tc |= t->kind == SCHED_CPU_GEMM && t->body.cpug.dot && (!t->run_if || !o.model || o.tokens > t->min_n);
-        /* and cpu_rows' (dot16: decode, and calls of up to cpu_dot16_max_n tokens) */
-        tc |= t->kind == SCHED_CPU_ROWS && t->body.cpu.dot16 &&
-              (!t->run_if || !o.model || (t->run_if == 2 ? o.tokens <= t->min_n : o.tokens > t->min_n));
-    }
-    /* the cpu target's block-type dot products at decode (cpu_rows qdot) round their activations to 8 bits */
     bool q8 = false;
     for (int i = 0; i < c.tip.n; i++) {
         const TileKernel *t = c.tip.k[i];
-        q8 |= t->kind == SCHED_CPU_ROWS && t->body.cpu.acts_q8 &&
-              (!t->run_if || !o.model || (t->run_if == 2 ? o.tokens <= t->min_n : o.tokens > t->min_n));
+        /* whether the call's tokens run t (cpu_gemm is always the first of its pair: run_if 1) */
+        bool runs = !t->run_if || !o.model || (t->run_if == 2 ? o.tokens <= t->min_n : o.tokens > t->min_n);
+        /* so do the cpu target's bf16 dot products (cpu_gemm with dot) */
+        tc |= t->kind == SCHED_CPU_GEMM && t->body.cpug.dot && runs;
+        /* and cpu_rows' (dot16: decode, and calls of up to cpu_dot16_max_n tokens) */
+        tc |= t->kind == SCHED_CPU_ROWS && t->body.cpu.dot16 && runs;
+        /* the cpu target's block-type dot products at decode (cpu_rows qdot) round their activations to 8 bits */
+        q8 |= t->kind == SCHED_CPU_ROWS && t->body.cpu.acts_q8 && runs;
     }
     InterpOptions io = {.bf16_linear_x = tc, .q8_linear_x = q8, .pos = o.pos, .cache = cache};
     /* --no-check: no reference (its double loops would take minutes at full size); what is
