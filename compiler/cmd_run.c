@@ -401,17 +401,11 @@ int cmd_run(int argc, char **argv) {
     const char *title = o.expr;
     if (o.model) {
         /* one layer over --tokens tokens at position --pos: that many cache rows before them */
-        const char *dir = o.model;
-        if (gguf_is_gguf_path(o.model)) {   /* a GGUF file always has its weights */
-            c.gguf = ARENA_NEW(&c.A, GgufModel);
-            gguf_model_open(&c.A, o.model, &o.config, c.gguf, &c.cfg);
+        const char *dir = open_model(&c, o.model, &o.config);
+        if (c.gguf) {   /* a GGUF file always has its weights */
             gguf_model_tensors(&c.A, c.gguf, &c.cfg, &c.st);
             c.have_weights = true;
-        } else {
-            dir = model_resolve_dir(&c.A, o.model, llmcc_root(&c.A));
-            model_config_load(&c.A, dir, &o.config, &c.cfg);
-            if (st_dir_has_weights(dir)) { st_open_dir(&c.A, dir, &c.st); c.have_weights = true; }
-        }
+        } else if (st_dir_has_weights(dir)) { st_open_dir(&c.A, dir, &c.st); c.have_weights = true; }
         c.one_layer = true; c.layer = o.layer;
         c.kv_dtype = o.kv_dtype_set ? o.kv_dtype : kv_dtype_default(target);
         c.max_batch = o.tokens;
@@ -679,10 +673,8 @@ int cmd_run(int argc, char **argv) {
     }
     for (int i = 0; i < g->n; i++) { free(leaves[i]); free(cache[i]); free(blocks[i]); }
     free(leaves); free(cache); free(blocks); free(ref); free(got); free(lt);
-    if (c.have_weights) st_close(&c.st);
-    if (c.gguf) gguf_model_close(c.gguf);
     cleanup();
     g_tmp = NULL;
-    arena_free(A);
+    teardown(&c);
     return rc;
 }
