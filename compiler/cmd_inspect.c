@@ -71,8 +71,7 @@ int cmd_inspect(int argc, char **argv) {
         else if (strcmp(argv[i], "--config-keys") == 0) config_keys = true;
         else if (strcmp(argv[i], "--ignore-config-key") == 0) {
             if (i + 1 == argc) die_user(NULL, argv[i], "needs a value");
-            if (co.n_ignore_keys == 32) die_user(NULL, argv[i], "given more than 32 times");
-            ignore[co.n_ignore_keys++] = argv[++i];
+            parse_ignore_key(&co, ignore, argv[++i]);
         }
         else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             printf(INSPECT_USAGE "\n"

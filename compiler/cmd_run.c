@@ -401,17 +401,11 @@ int cmd_run(int argc, char **argv) {
     const char *title = o.expr;
     if (o.model) {
         /* one layer over --tokens tokens at position --pos: that many cache rows before them */
-        const char *dir = o.model;
-        if (gguf_is_gguf_path(o.model)) {   /* a GGUF file always has its weights */
-            c.gguf = ARENA_NEW(&c.A, GgufModel);
-            gguf_model_open(&c.A, o.model, &o.config, c.gguf, &c.cfg);
+        const char *dir = open_model(&c, o.model, &o.config);
+        if (c.gguf) {   /* a GGUF file always has its weights */
             gguf_model_tensors(&c.A, c.gguf, &c.cfg, &c.st);
             c.have_weights = true;
-        } else {
-            dir = model_resolve_dir(&c.A, o.model, llmcc_root(&c.A));
-            model_config_load(&c.A, dir, &o.config, &c.cfg);
-            if (st_dir_has_weights(dir)) { st_open_dir(&c.A, dir, &c.st); c.have_weights = true; }
-        }
+        } else if (st_dir_has_weights(dir)) { st_open_dir(&c.A, dir, &c.st); c.have_weights = true; }
         c.one_layer = true; c.layer = o.layer;
         c.kv_dtype = o.kv_dtype_set ? o.kv_dtype : kv_dtype_default(target);
         c.max_batch = o.tokens;
@@ -524,20 +518,17 @@ int cmd_run(int argc, char **argv) {
     /* a model layer's bf16 linears run on tensor cores (gemm_tc) when the call has more than
      * gemm_min_n tokens; tile_ir.c makes the same choice */
     bool tc = o.model && target != TARGET_CPU && c.knobs.gemm_tc && o.tokens > c.knobs.gemm_min_n;
-    /* so do the cpu target's bf16 dot products (cpu_gemm with dot), where the call's tokens run them */
-    for (int i = 0; i < c.tip.n; i++) {
-        const TileKernel *t = c.tip.k[i];
-        tc |= t->kind == SCHED_CPU_GEMM && t->body.cpug.dot && (!t->run_if || !o.model || o.tokens > t->min_n);
-        /* and cpu_rows' (dot16: decode, and calls of up to cpu_dot16_max_n tokens) */
-        tc |= t->kind == SCHED_CPU_ROWS && t->body.cpu.dot16 &&
-              (!t->run_if || !o.model || (t->run_if == 2 ? o.tokens <= t->min_n : o.tokens > t->min_n));
-    }
-    /* the cpu target's block-type dot products at decode (cpu_rows qdot) round their activations to 8 bits */
     bool q8 = false;
     for (int i = 0; i < c.tip.n; i++) {
         const TileKernel *t = c.tip.k[i];
-        q8 |= t->kind == SCHED_CPU_ROWS && t->body.cpu.acts_q8 &&
-              (!t->run_if || !o.model || (t->run_if == 2 ? o.tokens <= t->min_n : o.tokens > t->min_n));
+        /* whether the call's tokens run t (cpu_gemm is always the first of its pair: run_if 1) */
+        bool runs = !t->run_if || !o.model || (t->run_if == 2 ? o.tokens <= t->min_n : o.tokens > t->min_n);
+        /* so do the cpu target's bf16 dot products (cpu_gemm with dot) */
+        tc |= t->kind == SCHED_CPU_GEMM && t->body.cpug.dot && runs;
+        /* and cpu_rows' (dot16: decode, and calls of up to cpu_dot16_max_n tokens) */
+        tc |= t->kind == SCHED_CPU_ROWS && t->body.cpu.dot16 && runs;
+        /* the cpu target's block-type dot products at decode (cpu_rows qdot) round their activations to 8 bits */
+        q8 |= t->kind == SCHED_CPU_ROWS && t->body.cpu.acts_q8 && runs;
     }
     InterpOptions io = {.bf16_linear_x = tc, .q8_linear_x = q8, .pos = o.pos, .cache = cache};
     /* --no-check: no reference (its double loops would take minutes at full size); what is
@@ -682,10 +673,8 @@ int cmd_run(int argc, char **argv) {
     }
     for (int i = 0; i < g->n; i++) { free(leaves[i]); free(cache[i]); free(blocks[i]); }
     free(leaves); free(cache); free(blocks); free(ref); free(got); free(lt);
-    if (c.have_weights) st_close(&c.st);
-    if (c.gguf) gguf_model_close(c.gguf);
     cleanup();
     g_tmp = NULL;
-    arena_free(A);
+    teardown(&c);
     return rc;
 }

@@ -298,6 +298,12 @@ static bool ignored(const ConfigOptions *o, const char *key) {
     return false;
 }
 
+void parse_ignore_key(ConfigOptions *c, const char **keys, const char *v) {
+    if (c->n_ignore_keys == 32) die_user(NULL, "--ignore-config-key", "given more than 32 times");
+    keys[c->n_ignore_keys++] = v;
+    c->ignore_keys = keys;
+}
+
 /* A key llmcc reads but implements only at its default: any other value is refused, unless ignored. */
 static void require_false(Arena *a, const Json *j, const ConfigOptions *o, const char *key, const char *what) {
     if (!ignored(o, key) && get_bool(a, j, 0, key, false))

@@ -22,6 +22,8 @@ typedef struct {
     const char *const *ignore_keys;
     int n_ignore_keys;
 } ConfigOptions;
+/* --ignore-config-key KEY (every command that reads a config): v into c, whose keys are `keys` (room for 32) */
+void parse_ignore_key(ConfigOptions *c, const char **keys, const char *v);
 
 #define LLMCC_MAX_EOS 8
 

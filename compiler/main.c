@@ -199,12 +199,6 @@ DType parse_kv_dtype(const char *v) {
 
 DType kv_dtype_default(Target t) { return t == TARGET_CPU ? DT_F32 : DT_BF16; }
 
-void parse_ignore_key(ConfigOptions *c, const char **keys, const char *v) {
-    if (c->n_ignore_keys == 32) die_user(NULL, "--ignore-config-key", "given more than 32 times");
-    keys[c->n_ignore_keys++] = v;
-    c->ignore_keys = keys;
-}
-
 static int parse_int(const char *flag, const char *v, int lo, int hi) {
     char *end;
     errno = 0;
@@ -304,6 +298,17 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
                  "(or --print-after STAGE)");
 }
 
+const char *open_model(Compilation *c, const char *model, const ConfigOptions *co) {
+    if (gguf_is_gguf_path(model)) {
+        c->gguf = ARENA_NEW(&c->A, GgufModel);
+        gguf_model_open(&c->A, model, co, c->gguf, &c->cfg);
+        return model;
+    }
+    const char *dir = model_resolve_dir(&c->A, model, llmcc_root(&c->A));
+    model_config_load(&c->A, dir, co, &c->cfg);
+    return dir;
+}
+
 static void setup(Compilation *c, const Opts *o, bool weights) {
     memset(c, 0, sizeof *c);
     c->expr = o->expr; c->one_layer = o->one_layer; c->layer = o->layer;
@@ -311,14 +316,7 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
     c->knobs = o->knobs;
     c->target = o->target;
     if (o->expr) { c->max_batch = c->max_ctx = 1; return; }
-    const char *dir = NULL;
-    if (gguf_is_gguf_path(o->model)) {
-        c->gguf = ARENA_NEW(&c->A, GgufModel);
-        gguf_model_open(&c->A, o->model, &o->config, c->gguf, &c->cfg);
-    } else {
-        dir = model_resolve_dir(&c->A, o->model, llmcc_root(&c->A));
-        model_config_load(&c->A, dir, &o->config, &c->cfg);
-    }
+    const char *dir = open_model(c, o->model, &o->config);
     c->max_batch = o->max_batch;
     c->kv_dtype = o->kv_dtype_set ? o->kv_dtype : kv_dtype_default(o->target);
     c->max_ctx = o->ctx ? o->ctx : (c->cfg.max_position_embeddings < 8192 ? c->cfg.max_position_embeddings : 8192);
@@ -331,13 +329,13 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
     if (c->gguf && !(weights && o->random_weights)) {
         gguf_model_tensors(&c->A, c->gguf, &c->cfg, &c->st);
         c->have_weights = true;
-    } else if (dir && weights && !o->random_weights) {
+    } else if (!c->gguf && weights && !o->random_weights) {
         st_open_dir(&c->A, dir, &c->st);
         c->have_weights = true;
     }
 }
 
-static void teardown(Compilation *c) {
+void teardown(Compilation *c) {
     st_close(&c->st);
     if (c->gguf) gguf_model_close(c->gguf);
     arena_free(&c->A);

@@ -69,26 +69,25 @@ typedef struct {
     const char *name;
     IrLevel produces;
     void (*run)(Compilation *);
-    const char *(*verify)(Compilation *);
-    void (*print)(Compilation *, Str *);
 } Stage;
 
 static const Stage STAGES[] = {
-    {"frontend", IR_GRAPH, st_frontend, v_graph, p_graph},
-    {"select_layer", IR_GRAPH, st_select_layer, v_graph, p_graph},
-    {"decompose", IR_TENSOR, st_decompose, v_tensor, NULL},
-    {"plan_memory", IR_TENSOR, st_plan_memory, v_tensor, p_tensor},
-    {"lift_loops", IR_LOOP, st_loops, v_loop, p_loop},
-    {"flash_attention", IR_LOOP, st_flash, v_loop, p_loop},
-    {"fuse", IR_LOOP, st_fuse, v_loop, p_loop},
-    {"fuse_epilogues", IR_LOOP, st_epilogues, v_loop, p_loop},
-    {"schedule", IR_TILE, st_schedule, v_tile, p_tile},
-    {"materialise", IR_KERNEL, st_materialise, v_kernel, p_kernel},
-    {"cleanup", IR_KERNEL, st_cleanup, v_kernel, p_kernel},
+    {"frontend", IR_GRAPH, st_frontend},
+    {"select_layer", IR_GRAPH, st_select_layer},
+    {"decompose", IR_TENSOR, st_decompose},
+    {"plan_memory", IR_TENSOR, st_plan_memory},
+    {"lift_loops", IR_LOOP, st_loops},
+    {"flash_attention", IR_LOOP, st_flash},
+    {"fuse", IR_LOOP, st_fuse},
+    {"fuse_epilogues", IR_LOOP, st_epilogues},
+    {"schedule", IR_TILE, st_schedule},
+    {"materialise", IR_KERNEL, st_materialise},
+    {"cleanup", IR_KERNEL, st_cleanup},
 };
 
-/* a stage without its own printer prints with its level's */
-static void (*const LEVEL_PRINT[])(Compilation *, Str *) = {p_graph, p_tensor, p_loop, p_tile, p_kernel};
+/* after each stage: the verifier and printer of the level it produces */
+static const struct { const char *(*verify)(Compilation *); void (*print)(Compilation *, Str *); } LEVELS[] = {
+    {v_graph, p_graph}, {v_tensor, p_tensor}, {v_loop, p_loop}, {v_tile, p_tile}, {v_kernel, p_kernel}};
 #define NSTAGES (int)(sizeof STAGES / sizeof STAGES[0])
 
 int pipeline_print_after_parse(const char *name) {
@@ -113,9 +112,9 @@ void pipeline_run(Compilation *c, IrLevel level, Str *dump) {
         const Stage *s = &STAGES[i];
         if (s->produces > last) break;
         s->run(c);
-        const char *err = s->verify(c);
+        const char *err = LEVELS[s->produces].verify(c);
         if (err) die_internal(__FILE__, __LINE__, "IR verifier after stage %s: %s", s->name, err);
-        void (*print)(Compilation *, Str *) = s->print ? s->print : LEVEL_PRINT[s->produces];
+        void (*print)(Compilation *, Str *) = LEVELS[s->produces].print;
         if (c->print_after == PRINT_AFTER_ALL) {
             str_printf(c->print_out, "=== after stage %d/%d %s (%s IR) ===\n", i + 1, NSTAGES, s->name,
                        ir_level_names[s->produces]);

@@ -58,7 +58,6 @@ bool file_exists(const char *path);
 bool dir_exists(const char *path);
 /* Writes data to path atomically (path.tmp then rename); dies with a user error on failure. */
 void write_file_atomic(const char *path, const void *data, size_t len);
-/* path join into arena */
 char *path_join(Arena *a, const char *dir, const char *name);
 
 /* FNV-1a of s[0..n): hash tables keyed by names, and fingerprints of known texts */
