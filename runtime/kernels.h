@@ -155,24 +155,23 @@ static inline void bdot_fault(const uint8_t *p, int bytes) {
     fprintf(stderr, "llmcc: bdot: misaligned %d-byte load at %p\n", bytes, (const void *)p);
     abort();
 }
+/* n little-endian 4-byte words at p, which must be 4n-byte aligned */
+static inline void bdot_ld_words(const uint8_t *p, uint32_t *r, int n) {
+    if ((uintptr_t)p % (4 * n)) bdot_fault(p, 4 * n);
+    for (int c = 0; c < n; c++) r[c] = (uint32_t)p[4 * c] | (uint32_t)p[4 * c + 1] << 8 |
+                                      (uint32_t)p[4 * c + 2] << 16 | (uint32_t)p[4 * c + 3] << 24;
+}
 static inline uint32_t bdot_ld32(const uint8_t *p) {
-    if ((uintptr_t)p % 4) bdot_fault(p, 4);
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    uint32_t v;
+    bdot_ld_words(p, &v, 1);
+    return v;
 }
 static inline uint32_t bdot_ld16(const uint8_t *p) {
     if ((uintptr_t)p % 2) bdot_fault(p, 2);
     return (uint32_t)p[0] | (uint32_t)p[1] << 8;
 }
-static inline void bdot_ld128(const uint8_t *p, uint32_t *r) {
-    if ((uintptr_t)p % 16) bdot_fault(p, 16);
-    for (int c = 0; c < 4; c++) r[c] = (uint32_t)p[4 * c] | (uint32_t)p[4 * c + 1] << 8 |
-                                      (uint32_t)p[4 * c + 2] << 16 | (uint32_t)p[4 * c + 3] << 24;
-}
-static inline void bdot_ld64(const uint8_t *p, uint32_t *r) {
-    if ((uintptr_t)p % 8) bdot_fault(p, 8);
-    for (int c = 0; c < 2; c++) r[c] = (uint32_t)p[4 * c] | (uint32_t)p[4 * c + 1] << 8 |
-                                      (uint32_t)p[4 * c + 2] << 16 | (uint32_t)p[4 * c + 3] << 24;
-}
+static inline void bdot_ld128(const uint8_t *p, uint32_t *r) { bdot_ld_words(p, r, 4); }
+static inline void bdot_ld64(const uint8_t *p, uint32_t *r) { bdot_ld_words(p, r, 2); }
 #endif
 /* BDOT_R(k): unit k (a 4-byte word where the block's loads are words, else a 2-byte half) of the block being
  * summed: in bdot_<T> (step 0) rw[k], the block's own load k; in bdot_<T>_x<G>, picked from the group's words rw
