@@ -209,6 +209,26 @@ DEVFN uint32_t bdot_unit(const uint32_t *rw, int ro, int step, int k) {
                 for (int c = WORDS - 1; c >= 0; c--) { bdot_hold(&r->w[u][c]); all ^= r->w[u][c]; }             \
         return all;                                                                                              \
     }
+/* the dot of F's rounds u < nb (at most ROUNDS) of G blocks of BYTES each: a block's units BDOT_R(k) as step says
+ * (0: the block's own loads, one block a round) */
+#define BDOT_DOT_FN(F, ROUNDS, G, BYTES, STEP, SCALES, VALUE)                                                     \
+    DEVFN float bdot_##F##_dot(const bdot_raw_##F *r, int64_t i, int64_t stride, const float *x, int nb,         \
+                               float sum) {                                                                      \
+        (void)i;                                                                                                 \
+        BDOT_UNROLL                                                                                              \
+        for (int u = 0; u < ROUNDS; u++) {                                                                       \
+            if (u >= nb) break;                                                                                  \
+            BDOT_UNROLL                                                                                          \
+            for (int b = 0; b < G; b++) {                                                                        \
+                const uint32_t *rw = r->w[u];                                                                    \
+                const int ro = b * BYTES, step = STEP;                                                           \
+                SCALES;                                                                                          \
+                const float *xu = x + u * stride + 32 * b;                                                       \
+                for (int j = 0; j < 32; j++) sum += xu[j] * (VALUE);                                             \
+            }                                                                                                    \
+        }                                                                                                        \
+        return sum;                                                                                              \
+    }
 /* bdot_<T>: WORDS loads of LD (STEP bytes each) a block of BYTES; SCALES reads the block's scale (and minimum) from
  * its units BDOT_R(k), VALUE is value j of the block */
 #define BDOT_FN(T, WORDS, BYTES, LD, STEP, SCALES, VALUE)                                                         \
@@ -220,20 +240,7 @@ DEVFN uint32_t bdot_unit(const uint32_t *rw, int ro, int step, int k) {
                 for (int c = 0; c < WORDS; c++) r->w[u][c] = LD(w + ((i + u * stride) >> 5) * BYTES + STEP * c); \
     }                                                                                                            \
     BDOT_HOLD_FN(T, BDOT_MAX, WORDS)                                                                             \
-    DEVFN float bdot_##T##_dot(const bdot_raw_##T *r, int64_t i, int64_t stride, const float *x, int nb,         \
-                               float sum) {                                                                      \
-        (void)i;                                                                                                 \
-        BDOT_UNROLL                                                                                              \
-        for (int u = 0; u < BDOT_MAX; u++) {                                                                     \
-            if (u >= nb) break;                                                                                  \
-            const uint32_t *rw = r->w[u];                                                                        \
-            const int ro = 0, step = 0;                                                                          \
-            SCALES;                                                                                              \
-            const float *xu = x + u * stride;                                                                    \
-            for (int j = 0; j < 32; j++) sum += xu[j] * (VALUE);                                                 \
-        }                                                                                                        \
-        return sum;                                                                                              \
-    }                                                                                                            \
+    BDOT_DOT_FN(T, BDOT_MAX, 1, BYTES, 0, SCALES, VALUE)                                                         \
     BDOT_WRAP(T)
 /* bdot_<T>_x<G>: groups of G blocks (GBYTES = G * BYTES, a multiple of LW), each loaded as GBYTES / LW loads of LW
  * bytes (bdot_ld128 or bdot_ld64), up to GMAX groups a lane */
@@ -252,23 +259,7 @@ DEVFN uint32_t bdot_unit(const uint32_t *rw, int ro, int step, int k) {
                 }                                                                                                \
     }                                                                                                            \
     BDOT_HOLD_FN(T##_x##G, GMAX, G * BYTES / 4)                                                                  \
-    DEVFN float bdot_##T##_x##G##_dot(const bdot_raw_##T##_x##G *r, int64_t i, int64_t stride, const float *x,  \
-                                      int nb, float sum) {                                                       \
-        (void)i;                                                                                                 \
-        BDOT_UNROLL                                                                                              \
-        for (int u = 0; u < GMAX; u++) {                                                                         \
-            if (u >= nb) break;                                                                                  \
-            BDOT_UNROLL                                                                                          \
-            for (int b = 0; b < G; b++) {                                                                        \
-                const uint32_t *rw = r->w[u];                                                                    \
-                const int ro = b * BYTES, step = STEP;                                                           \
-                SCALES;                                                                                          \
-                const float *xu = x + u * stride + 32 * b;                                                       \
-                for (int j = 0; j < 32; j++) sum += xu[j] * (VALUE);                                             \
-            }                                                                                                    \
-        }                                                                                                        \
-        return sum;                                                                                              \
-    }                                                                                                            \
+    BDOT_DOT_FN(T##_x##G, GMAX, G, BYTES, STEP, SCALES, VALUE)                                                   \
     BDOT_WRAP(T##_x##G)
 /* each type's block form, then its group form (GROUP: G, at most GMAX groups a lane, LW-byte loads; the gemv
  * schedule's table bdot_groups in compiler/schedules/gemv.c names the same) */
