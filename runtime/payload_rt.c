@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #ifdef LLMCC_ZSTD
 #include <pthread.h>
@@ -169,8 +168,6 @@ static const char *unpack(Payload *p) {
 #ifndef LLMCC_ZSTD
     return "the payload is compressed and this runtime was built without zstd (LLMCC_ZSTD)";
 #else
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     void *m = mmap(NULL, (size_t)zh->raw_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         return msg("cannot allocate %llu bytes to decompress the weights into: %s", (unsigned long long)zh->raw_size,
@@ -188,8 +185,6 @@ static const char *unpack(Payload *p) {
     mprotect(m, (size_t)zh->raw_size, PROT_READ);
     p->base = m;
     p->size = zh->raw_size;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    p->unpack_s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
     return NULL;
 #endif
 }
