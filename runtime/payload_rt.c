@@ -280,9 +280,5 @@ void payload_prefault(const Payload *p) {
 void payload_close(Payload *p) {
     if (p->base) munmap((void *)p->base, (size_t)p->size);
     if (p->zbase) munmap((void *)p->zbase, (size_t)p->zsize);
-    p->base = NULL;
-    p->zbase = NULL;
-    p->hdr = NULL;
-    p->tensors = NULL;
-    p->tok_blob = NULL;
+    memset(p, 0, sizeof *p);   /* nothing left pointing into the unmapped memory */
 }
