@@ -66,13 +66,9 @@ static uint64_t copy(FILE *in, const char *name, PayloadSum *h) {
 
 /* The footer of the size bytes of payload at off, sum their checksum */
 static PayloadFooter footer(uint64_t off, uint64_t size, const PayloadSum *sum) {
-    PayloadFooter f;
-    memset(&f, 0, sizeof f);
+    PayloadFooter f = { .version = PAYLOAD_VERSION, .payload_offset = off, .payload_size = size,
+                        .checksum = payload_sum_final(sum) };
     memcpy(f.magic, FOOTER_MAGIC, 8);
-    f.version = PAYLOAD_VERSION;
-    f.payload_offset = off;
-    f.payload_size = size;
-    f.checksum = payload_sum_final(sum);
     return f;
 }
 
@@ -193,13 +189,9 @@ static uint64_t compress_payload(const char *pay, int level, PayloadSum *sum) {
         jobs[t].cc = ZSTD_createCCtx();
         if (!jobs[t].plane_buf || !jobs[t].out || !jobs[t].cc) die("out of memory");
     }
-    ZPayloadHeader zh;
-    memset(&zh, 0, sizeof zh);
+    ZPayloadHeader zh = { .version = PAYLOAD_VERSION, .n_frames = nf, .raw_size = h.total_size,
+                          .frame_size = ZFRAME_SIZE };
     memcpy(zh.magic, ZPAYLOAD_MAGIC, 8);
-    zh.version = PAYLOAD_VERSION;
-    zh.n_frames = nf;
-    zh.raw_size = h.total_size;
-    zh.frame_size = ZFRAME_SIZE;
     put(&zh, sizeof zh, sum);
     uint64_t off = sizeof zh;
     uint32_t ti = 0;   /* tensors are in offset order: a cursor finds the one a frame starts in */

@@ -155,24 +155,23 @@ static inline void bdot_fault(const uint8_t *p, int bytes) {
     fprintf(stderr, "llmcc: bdot: misaligned %d-byte load at %p\n", bytes, (const void *)p);
     abort();
 }
+/* n little-endian 4-byte words at p, which must be 4n-byte aligned */
+static inline void bdot_ld_words(const uint8_t *p, uint32_t *r, int n) {
+    if ((uintptr_t)p % (4 * n)) bdot_fault(p, 4 * n);
+    for (int c = 0; c < n; c++) r[c] = (uint32_t)p[4 * c] | (uint32_t)p[4 * c + 1] << 8 |
+                                      (uint32_t)p[4 * c + 2] << 16 | (uint32_t)p[4 * c + 3] << 24;
+}
 static inline uint32_t bdot_ld32(const uint8_t *p) {
-    if ((uintptr_t)p % 4) bdot_fault(p, 4);
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    uint32_t v;
+    bdot_ld_words(p, &v, 1);
+    return v;
 }
 static inline uint32_t bdot_ld16(const uint8_t *p) {
     if ((uintptr_t)p % 2) bdot_fault(p, 2);
     return (uint32_t)p[0] | (uint32_t)p[1] << 8;
 }
-static inline void bdot_ld128(const uint8_t *p, uint32_t *r) {
-    if ((uintptr_t)p % 16) bdot_fault(p, 16);
-    for (int c = 0; c < 4; c++) r[c] = (uint32_t)p[4 * c] | (uint32_t)p[4 * c + 1] << 8 |
-                                      (uint32_t)p[4 * c + 2] << 16 | (uint32_t)p[4 * c + 3] << 24;
-}
-static inline void bdot_ld64(const uint8_t *p, uint32_t *r) {
-    if ((uintptr_t)p % 8) bdot_fault(p, 8);
-    for (int c = 0; c < 2; c++) r[c] = (uint32_t)p[4 * c] | (uint32_t)p[4 * c + 1] << 8 |
-                                      (uint32_t)p[4 * c + 2] << 16 | (uint32_t)p[4 * c + 3] << 24;
-}
+static inline void bdot_ld128(const uint8_t *p, uint32_t *r) { bdot_ld_words(p, r, 4); }
+static inline void bdot_ld64(const uint8_t *p, uint32_t *r) { bdot_ld_words(p, r, 2); }
 #endif
 /* BDOT_R(k): unit k (a 4-byte word where the block's loads are words, else a 2-byte half) of the block being
  * summed: in bdot_<T> (step 0) rw[k], the block's own load k; in bdot_<T>_x<G>, picked from the group's words rw
@@ -210,6 +209,26 @@ DEVFN uint32_t bdot_unit(const uint32_t *rw, int ro, int step, int k) {
                 for (int c = WORDS - 1; c >= 0; c--) { bdot_hold(&r->w[u][c]); all ^= r->w[u][c]; }             \
         return all;                                                                                              \
     }
+/* the dot of F's rounds u < nb (at most ROUNDS) of G blocks of BYTES each: a block's units BDOT_R(k) as step says
+ * (0: the block's own loads, one block a round) */
+#define BDOT_DOT_FN(F, ROUNDS, G, BYTES, STEP, SCALES, VALUE)                                                     \
+    DEVFN float bdot_##F##_dot(const bdot_raw_##F *r, int64_t i, int64_t stride, const float *x, int nb,         \
+                               float sum) {                                                                      \
+        (void)i;                                                                                                 \
+        BDOT_UNROLL                                                                                              \
+        for (int u = 0; u < ROUNDS; u++) {                                                                       \
+            if (u >= nb) break;                                                                                  \
+            BDOT_UNROLL                                                                                          \
+            for (int b = 0; b < G; b++) {                                                                        \
+                const uint32_t *rw = r->w[u];                                                                    \
+                const int ro = b * BYTES, step = STEP;                                                           \
+                SCALES;                                                                                          \
+                const float *xu = x + u * stride + 32 * b;                                                       \
+                for (int j = 0; j < 32; j++) sum += xu[j] * (VALUE);                                             \
+            }                                                                                                    \
+        }                                                                                                        \
+        return sum;                                                                                              \
+    }
 /* bdot_<T>: WORDS loads of LD (STEP bytes each) a block of BYTES; SCALES reads the block's scale (and minimum) from
  * its units BDOT_R(k), VALUE is value j of the block */
 #define BDOT_FN(T, WORDS, BYTES, LD, STEP, SCALES, VALUE)                                                         \
@@ -221,20 +240,7 @@ DEVFN uint32_t bdot_unit(const uint32_t *rw, int ro, int step, int k) {
                 for (int c = 0; c < WORDS; c++) r->w[u][c] = LD(w + ((i + u * stride) >> 5) * BYTES + STEP * c); \
     }                                                                                                            \
     BDOT_HOLD_FN(T, BDOT_MAX, WORDS)                                                                             \
-    DEVFN float bdot_##T##_dot(const bdot_raw_##T *r, int64_t i, int64_t stride, const float *x, int nb,         \
-                               float sum) {                                                                      \
-        (void)i;                                                                                                 \
-        BDOT_UNROLL                                                                                              \
-        for (int u = 0; u < BDOT_MAX; u++) {                                                                     \
-            if (u >= nb) break;                                                                                  \
-            const uint32_t *rw = r->w[u];                                                                        \
-            const int ro = 0, step = 0;                                                                          \
-            SCALES;                                                                                              \
-            const float *xu = x + u * stride;                                                                    \
-            for (int j = 0; j < 32; j++) sum += xu[j] * (VALUE);                                                 \
-        }                                                                                                        \
-        return sum;                                                                                              \
-    }                                                                                                            \
+    BDOT_DOT_FN(T, BDOT_MAX, 1, BYTES, 0, SCALES, VALUE)                                                         \
     BDOT_WRAP(T)
 /* bdot_<T>_x<G>: groups of G blocks (GBYTES = G * BYTES, a multiple of LW), each loaded as GBYTES / LW loads of LW
  * bytes (bdot_ld128 or bdot_ld64), up to GMAX groups a lane */
@@ -253,23 +259,7 @@ DEVFN uint32_t bdot_unit(const uint32_t *rw, int ro, int step, int k) {
                 }                                                                                                \
     }                                                                                                            \
     BDOT_HOLD_FN(T##_x##G, GMAX, G * BYTES / 4)                                                                  \
-    DEVFN float bdot_##T##_x##G##_dot(const bdot_raw_##T##_x##G *r, int64_t i, int64_t stride, const float *x,  \
-                                      int nb, float sum) {                                                       \
-        (void)i;                                                                                                 \
-        BDOT_UNROLL                                                                                              \
-        for (int u = 0; u < GMAX; u++) {                                                                         \
-            if (u >= nb) break;                                                                                  \
-            BDOT_UNROLL                                                                                          \
-            for (int b = 0; b < G; b++) {                                                                        \
-                const uint32_t *rw = r->w[u];                                                                    \
-                const int ro = b * BYTES, step = STEP;                                                           \
-                SCALES;                                                                                          \
-                const float *xu = x + u * stride + 32 * b;                                                       \
-                for (int j = 0; j < 32; j++) sum += xu[j] * (VALUE);                                             \
-            }                                                                                                    \
-        }                                                                                                        \
-        return sum;                                                                                              \
-    }                                                                                                            \
+    BDOT_DOT_FN(T##_x##G, GMAX, G, BYTES, STEP, SCALES, VALUE)                                                   \
     BDOT_WRAP(T##_x##G)
 /* each type's block form, then its group form (GROUP: G, at most GMAX groups a lane, LW-byte loads; the gemv
  * schedule's table bdot_groups in compiler/schedules/gemv.c names the same) */
@@ -400,9 +390,9 @@ BDOT_KQ_FN(q4_k, 144, 0)
 BDOT_KQ_FN(q5_k, 176, 1)
 /* q6_k: the half's pieces ql (64 bytes at 64 h), qh (32 at 128 + 32 h), scales (8 at 192 + 8 h): w[u] = their
  * words and one more each (the word after the piece where the super-block starts 2 bytes past a word, mis[u]:
- * then realigned as they are read), d[u] the scale */
-enum { BDOT_Q6_QL = 0, BDOT_Q6_QH = 17, BDOT_Q6_SC = 26, BDOT_Q6_WORDS = 29 };
-typedef struct { uint32_t w[BDOT_KMAX][BDOT_Q6_WORDS], d[BDOT_KMAX]; int mis[BDOT_KMAX]; } bdot_raw_q6_k_h;
+ * then realigned as they are read), then the scale d */
+enum { BDOT_Q6_QL = 0, BDOT_Q6_QH = 17, BDOT_Q6_SC = 26, BDOT_Q6_D = 29, BDOT_Q6_WORDS = 30 };
+typedef struct { uint32_t w[BDOT_KMAX][BDOT_Q6_WORDS]; int mis[BDOT_KMAX]; } bdot_raw_q6_k_h;
 DEVFN void bdot_q6_k_h_load(bdot_raw_q6_k_h *r, const uint8_t *w, int64_t i, int64_t stride, int nb) {
     const int h = (int)((i >> 7) & 1);
     BDOT_UNROLL
@@ -423,21 +413,10 @@ DEVFN void bdot_q6_k_h_load(bdot_raw_q6_k_h *r, const uint8_t *w, int64_t i, int
             rw[BDOT_Q6_SC] = bdot_ld32(a + 192 + 8 * h);
             rw[BDOT_Q6_SC + 1] = bdot_ld32(a + 196 + 8 * h);
             rw[BDOT_Q6_SC + 2] = bdot_ld32(a + 192 + 8 * h + (mis ? 8 : 0));
-            r->d[u] = bdot_ld16(b + 208);
+            rw[BDOT_Q6_D] = bdot_ld16(b + 208);
         }
 }
-DEVFN uint32_t bdot_q6_k_h_hold(bdot_raw_q6_k_h *r, int nb) {
-    uint32_t all = 0;
-    BDOT_UNROLL
-    for (int u = BDOT_KMAX - 1; u >= 0; u--)
-        if (u < nb) {
-            BDOT_UNROLL
-            for (int c = BDOT_Q6_WORDS - 1; c >= 0; c--) { bdot_hold(&r->w[u][c]); all ^= r->w[u][c]; }
-            bdot_hold(&r->d[u]);
-            all ^= r->d[u];
-        }
-    return all;
-}
+BDOT_HOLD_FN(q6_k_h, BDOT_KMAX, BDOT_Q6_WORDS)
 DEVFN float bdot_q6_k_h_dot(const bdot_raw_q6_k_h *r, int64_t i, int64_t stride, const float *x, int nb, float sum) {
     (void)i;
     BDOT_UNROLL
@@ -451,7 +430,7 @@ DEVFN float bdot_q6_k_h_dot(const bdot_raw_q6_k_h *r, int64_t i, int64_t stride,
         for (int c = 0; c < 8; c++) qh[c] = bdot_shift16(rw[BDOT_Q6_QH + c], rw[BDOT_Q6_QH + c + 1], r->mis[u]);
         BDOT_UNROLL
         for (int c = 0; c < 2; c++) sc[c] = bdot_shift16(rw[BDOT_Q6_SC + c], rw[BDOT_Q6_SC + c + 1], r->mis[u]);
-        const float d = bdot_h2f(r->d[u]);
+        const float d = bdot_h2f(rw[BDOT_Q6_D]);
         BDOT_UNROLL
         for (int t = 0; t < 4; t++)
             BDOT_UNROLL

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #ifdef LLMCC_ZSTD
 #include <pthread.h>
@@ -59,8 +58,8 @@ static const char *msg(const char *fmt, ...) {
     va_end(ap);
     return g_msg;
 }
-static const char *bad_version(uint32_t v) {
-    return msg("the payload is version %u, this runtime reads version %u", v, PAYLOAD_VERSION);
+static const char *bad_version(const char *what, uint32_t v) {
+    return msg("the %s is version %u, this runtime reads version %u", what, v, PAYLOAD_VERSION);
 }
 
 static const char *check_header(Payload *p) {
@@ -70,7 +69,7 @@ static const char *check_header(Payload *p) {
         return msg(DAMAGED "of %llu bytes is shorter than its header)", (unsigned long long)size);
     const PayloadHeader *h = (const PayloadHeader *)b;
     if (memcmp(h->magic, PAYLOAD_MAGIC, 8) != 0) return DAMAGED "header magic is wrong)";
-    if (h->version != PAYLOAD_VERSION) return bad_version(h->version);
+    if (h->version != PAYLOAD_VERSION) return bad_version("payload", h->version);
     if (h->total_size != size)
         return msg(DAMAGED "is %llu bytes, its header says %llu)", (unsigned long long)size,
                    (unsigned long long)h->total_size);
@@ -155,7 +154,7 @@ static void *unpack_worker(void *arg) {
 static const char *unpack(Payload *p) {
     const ZPayloadHeader *zh = (const ZPayloadHeader *)p->zbase;
     if (p->zsize < sizeof *zh) return DAMAGED "compressed header is cut short)";
-    if (zh->version != PAYLOAD_VERSION) return bad_version(zh->version);
+    if (zh->version != PAYLOAD_VERSION) return bad_version("payload", zh->version);
     uint64_t tab = (uint64_t)zh->n_frames * sizeof(ZFrame);
     if (zh->frame_size == 0 || zh->frame_size % 2 || zh->frame_size > (1u << 30) || zh->raw_size == 0 ||
         (zh->raw_size + zh->frame_size - 1) / zh->frame_size != zh->n_frames || tab > p->zsize - sizeof *zh)
@@ -169,8 +168,6 @@ static const char *unpack(Payload *p) {
 #ifndef LLMCC_ZSTD
     return "the payload is compressed and this runtime was built without zstd (LLMCC_ZSTD)";
 #else
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     void *m = mmap(NULL, (size_t)zh->raw_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         return msg("cannot allocate %llu bytes to decompress the weights into: %s", (unsigned long long)zh->raw_size,
@@ -188,8 +185,6 @@ static const char *unpack(Payload *p) {
     mprotect(m, (size_t)zh->raw_size, PROT_READ);
     p->base = m;
     p->size = zh->raw_size;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    p->unpack_s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
     return NULL;
 #endif
 }
@@ -222,9 +217,7 @@ const char *payload_open(Payload *p, const char *argv0) {
         if (fsize < sizeof f || pread(fd, &f, sizeof f, (off_t)(fsize - sizeof f)) != (ssize_t)sizeof f ||
             memcmp(f.magic, FOOTER_MAGIC, 8) != 0)
             return close_fd(fd, DAMAGED "footer not found at the end of the file)");
-        if (f.version != PAYLOAD_VERSION)
-            return close_fd(fd, msg("the payload footer is version %u, this runtime reads version %u", f.version,
-                                    PAYLOAD_VERSION));
+        if (f.version != PAYLOAD_VERSION) return close_fd(fd, bad_version("payload footer", f.version));
         if (f.payload_offset % PAYLOAD_ALIGN != 0 || f.payload_offset > fsize - sizeof f ||
             f.payload_size != fsize - sizeof f - f.payload_offset)
             return close_fd(fd, DAMAGED "offset or size in the footer does not match the file)");
@@ -287,9 +280,5 @@ void payload_prefault(const Payload *p) {
 void payload_close(Payload *p) {
     if (p->base) munmap((void *)p->base, (size_t)p->size);
     if (p->zbase) munmap((void *)p->zbase, (size_t)p->zsize);
-    p->base = NULL;
-    p->zbase = NULL;
-    p->hdr = NULL;
-    p->tensors = NULL;
-    p->tok_blob = NULL;
+    memset(p, 0, sizeof *p);   /* nothing left pointing into the unmapped memory */
 }

@@ -24,7 +24,6 @@ typedef struct {
     bool compressed;
     const uint8_t *zbase;
     uint64_t zsize;
-    double unpack_s;              /* seconds the decoding took */
 } Payload;
 
 /* Maps and checks the payload (cheap checks only: footer, header, bounds of

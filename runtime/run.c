@@ -383,15 +383,16 @@ static void check_tensors(void) {
 
 static double mib(size_t b) { return b / 1048576.0; }
 
-/* "launches per token: ...": one graph launch where the decode step runs as a CUDA Graph (model_use_graph) */
+/* "launches per token: ...": one graph launch where the decode step runs as a CUDA Graph (model_use_graph; without
+ * a model, as when model_init failed, the forward call's kernels) */
 static void launches_line(FILE *f) {
-    if (model_use_graph(G.model, !G.no_graph) && model_graph_kernels(G.model))   /* after a decode step */
+    const int graph = G.model && model_use_graph(G.model, !G.no_graph), n = model_info.decode_launches;
+    if (graph && model_graph_kernels(G.model))   /* after a decode step */
         fprintf(f, "launches per token: 1 (a CUDA Graph; its capture holds %d kernels; --no-graph: %d launches)\n",
-                model_graph_kernels(G.model), model_info.decode_launches);
-    else if (model_use_graph(G.model, !G.no_graph))
-        fprintf(f, "launches per token: 1 (a CUDA Graph of the step's %d kernels; --no-graph: %d launches)\n",
-                model_info.decode_launches, model_info.decode_launches);
-    else fprintf(f, "launches per token: %d (a one-token forward call's kernels)\n", model_info.decode_launches);
+                model_graph_kernels(G.model), n);
+    else if (graph)
+        fprintf(f, "launches per token: 1 (a CUDA Graph of the step's %d kernels; --no-graph: %d launches)\n", n, n);
+    else fprintf(f, "launches per token: %d (a one-token forward call's kernels)\n", n);
 }
 
 static void print_info(int ctx) {
@@ -438,12 +439,10 @@ static void print_info(int ctx) {
     printf("payload: %llu bytes (%.1f MiB)%s\n", (unsigned long long)G.pl.size, mib(G.pl.size),
            G.pl.has_footer ? "" : ", from LLMCC_PAYLOAD");
     const char *err = model_init(&G.model, G.pl.tensors, G.pl.base, ctx);
-    if (err) {
-        printf("launches per token: %d (a one-token forward call's kernels)\n", mi->decode_launches);
-        printf("memory: unknown (%s)\n", err);
-        G.model = NULL;
-    } else {
-        launches_line(stdout);
+    if (err) G.model = NULL;
+    launches_line(stdout);
+    if (err) printf("memory: unknown (%s)\n", err);
+    else {
         size_t wb = 0, kv = 0, act = 0;
         size_t tot = model_memory_bytes(G.model, &wb, &kv, &act);
         printf("memory: %.1f MiB (weights %.1f MiB, kv cache %.1f MiB, activations %.1f MiB)\n",
