@@ -292,7 +292,7 @@ const char *config_key_class(Arch arch, const char *key) {
     return NULL;
 }
 
-static bool ignored(const ConfigOptions *o, const char *key) {
+bool config_key_ignored(const ConfigOptions *o, const char *key) {
     for (int i = 0; o && i < o->n_ignore_keys; i++)
         if (strcmp(o->ignore_keys[i], key) == 0) return true;
     return false;
@@ -306,7 +306,7 @@ void parse_ignore_key(ConfigOptions *c, const char **keys, const char *v) {
 
 /* A key llmcc reads but implements only at its default: any other value is refused, unless ignored. */
 static void require_false(Arena *a, const Json *j, const ConfigOptions *o, const char *key, const char *what) {
-    if (!ignored(o, key) && get_bool(a, j, 0, key, false))
+    if (!config_key_ignored(o, key) && get_bool(a, j, 0, key, false))
         die_user(j->path, key, "true is not supported (%s); --ignore-config-key %s builds without it", what, key);
 }
 
@@ -322,7 +322,7 @@ static void check_keys(Arena *a, const Json *j, const ConfigOptions *o, ModelCon
     for (int k = json_obj_first(j, 0); k >= 0; k = json_obj_next(j, 0, k)) {
         const char *key = json_get_str(a, j, k, NULL);
         if (!key || config_key_class(c->arch, key)) continue;
-        if (ignored(o, key)) { c->ignored_keys[c->n_ignored_keys++] = key; continue; }
+        if (config_key_ignored(o, key)) { c->ignored_keys[c->n_ignored_keys++] = key; continue; }
         if (strcmp(key, "quantization_config") == 0)
             die_user(j->path, key, "quantized checkpoints are not supported yet (a dequantized copy without this key "
                      "is)");
@@ -334,7 +334,7 @@ static void check_keys(Arena *a, const Json *j, const ConfigOptions *o, ModelCon
 /* layer_types (transformers 5, Qwen2/Qwen3): one entry per layer; only full attention is implemented. */
 static void read_layer_types(Arena *a, const Json *j, const ConfigOptions *o, ModelConfig *c) {
     int lt = present(j, 0, "layer_types");
-    if (lt < 0 || ignored(o, "layer_types")) return;
+    if (lt < 0 || config_key_ignored(o, "layer_types")) return;
     if (json_type(j, lt) != JSON_ARRAY) die_user(j->path, "layer_types", "must be a list, got %s", json_raw(a, j, lt));
     if (json_size(j, lt) != c->num_hidden_layers)
         die_user(j->path, "layer_types", "has %d entries for %d layers", json_size(j, lt), c->num_hidden_layers);

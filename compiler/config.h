@@ -75,6 +75,8 @@ void model_config_check_context(const ModelConfig *cfg, int max_ctx);
 /* How config.json's key KEY is treated for architecture ARCH: "read", "default-only" (read; only the default is
  * implemented), "inert" (does not change the forward pass) or NULL (unknown: refused). */
 const char *config_key_class(Arch arch, const char *key);
+/* Whether KEY was named by --ignore-config-key (opts may be NULL). */
+bool config_key_ignored(const ConfigOptions *opts, const char *key);
 /* The llmcc checkout: two directories above /proc/self/exe (build/llmcc -> repo);
  * NULL when that cannot be read. */
 const char *llmcc_root(Arena *a);

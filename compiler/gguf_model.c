@@ -68,12 +68,6 @@ const char *gguf_key_class(const char *arch_name, const char *key) {
     return NULL;
 }
 
-static bool ignored(const ConfigOptions *o, const char *key) {
-    for (int i = 0; o && i < o->n_ignore_keys; i++)
-        if (!strcmp(o->ignore_keys[i], key)) return true;
-    return false;
-}
-
 /* Every key classified; the ignored ones recorded for inspect; --ignore-config-key of a read key refused. */
 static void check_keys(Arena *a, const GgufModel *m, const ConfigOptions *o, ModelConfig *c) {
     const GgufFile *g = &m->file;
@@ -87,7 +81,7 @@ static void check_keys(Arena *a, const GgufModel *m, const ConfigOptions *o, Mod
     for (int k = 0; k < g->n_kv; k++) {
         const char *key = g->kv[k].key;
         if (gguf_key_class(m->arch_name, key)) continue;
-        if (ignored(o, key)) { c->ignored_keys[c->n_ignored_keys++] = key; continue; }
+        if (config_key_ignored(o, key)) { c->ignored_keys[c->n_ignored_keys++] = key; continue; }
         die_user(g->path, key, "unknown to llmcc for GGUF architecture %s, which cannot tell whether it changes the "
                  "model; if it does not, build with --ignore-config-key %s", m->arch_name, key);
     }

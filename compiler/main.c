@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 int cmd_inspect(int argc, char **argv);
@@ -415,12 +414,6 @@ static char *replace_all(const char *s, const char *key, const char *val) {
     }
     if (!o.s) str_append(&o, "", 0);
     return o.s;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* This process's peak resident memory in MiB (Linux's VmHWM), or -1 where it

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 static uint64_t align_up(uint64_t x) { return (x + PAYLOAD_ALIGN - 1) / PAYLOAD_ALIGN * PAYLOAD_ALIGN; }
@@ -507,12 +506,6 @@ typedef struct {
 
 #define WBUF (4u << 20)
 #define CHUNK_ELEMS ((size_t)1 << 20)
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static _Noreturn void fail(Writer *w, const char *what, const char *name) {
     int e = errno;

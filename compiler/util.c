@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 struct ArenaBlock { ArenaBlock *next; size_t cap, used; _Alignas(16) unsigned char data[]; };
@@ -157,6 +158,12 @@ char *path_join(Arena *a, const char *dir, const char *name) {
     size_t dl = strlen(dir);
     if (dl && dir[dl - 1] == '/') return arena_printf(a, "%s%s", dir, name);
     return arena_printf(a, "%s/%s", dir, name);
+}
+
+double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 uint64_t fnv1a(const char *s, size_t n) {

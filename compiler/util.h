@@ -62,6 +62,8 @@ char *path_join(Arena *a, const char *dir, const char *name);
 
 /* FNV-1a of s[0..n): hash tables keyed by names, and fingerprints of known texts */
 uint64_t fnv1a(const char *s, size_t n);
+/* Seconds on the monotonic clock (for timing what a command reports). */
+double now_s(void);
 
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t m);
