@@ -21,6 +21,7 @@
 #define MAXI(a, b) ((a) > (b) ? (a) : (b))
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
+#include <unistd.h>   /* sysconf: the staged upload's threads */
 #include "stage.h"
 #define DEVFN static __device__ __forceinline__
 /* the stream launches go to: the default one, but in a model's host code (model.cu: the model's own) */
@@ -747,11 +748,14 @@ static inline int stage_wait_cuda(void *ctx, int k) {
     return cudaStreamSynchronize(((cudaStream_t *)ctx)[k]) != cudaSuccess;
 }
 #define STAGE_BYTES ((size_t)32 << 20)   /* each staging buffer: large enough that a copy's fixed cost is small */
+#define STAGE_FILLERS 8                  /* threads filling a buffer (fewer on a machine with fewer CPUs) */
 /* bytes from the host to the device through stage.h's two pinned buffers; one plain (pageable) copy where pinned
  * memory or a stream cannot be had */
 static inline const char *mem_upload(uint8_t *dst, const uint8_t *src, size_t bytes) {
     cudaStream_t streams[2] = { NULL, NULL };
-    Stager s = { { NULL, NULL }, STAGE_BYTES, streams, stage_copy_cuda, stage_wait_cuda };
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int fillers = cpus < 1 ? 1 : cpus < STAGE_FILLERS ? (int)cpus : STAGE_FILLERS;
+    Stager s = { { NULL, NULL }, STAGE_BYTES, streams, stage_copy_cuda, stage_wait_cuda, fillers };
     int staged = bytes > STAGE_BYTES;
     for (int k = 0; k < 2 && staged; k++)
         staged = cudaHostAlloc(&s.buf[k], STAGE_BYTES, cudaHostAllocDefault) == cudaSuccess &&
