@@ -102,9 +102,10 @@ def rope_params(cfg):
     return theta, p.get("rope_type", p.get("type")), p
 
 
-def write_gguf(d, out, outtype, permute_qk=True):
+def write_gguf(d, out, outtype, permute_qk=True, spm=None):
     """d's checkpoint as a GGUF file the way the converter writes one; permute_qk=False leaves llama's q/k rows
-    in Hugging Face's order (a wrong file, for the test that the permutation matters)."""
+    in Hugging Face's order (a wrong file, for the test that the permutation matters). spm: a SentencePiece
+    tokenizer's (pieces, scores, types) to write as a "llama" tokenizer (else placeholder tokens, none)."""
     cfg = json.load(open(os.path.join(d, "config.json")))
     arch = GGUF_ARCH[cfg["architectures"][0]]
     tensors = read_safetensors(os.path.join(d, "model.safetensors"))
@@ -133,7 +134,16 @@ def write_gguf(d, out, outtype, permute_qk=True):
         w.add_vocab_size(cfg["vocab_size"])
         w.add_rope_dimension_count(head_dim)
     w.add_quantization_version(2)
-    w.add_token_list(["<t%d>" % i for i in range(cfg["vocab_size"])])
+    if spm:
+        w.add_tokenizer_model("llama")
+        w.add_token_list(spm[0])
+        w.add_token_scores(spm[1])
+        w.add_token_types(spm[2])
+        w.add_unk_token_id(0)
+        w.add_add_bos_token(True)
+        w.add_add_eos_token(False)
+    else:
+        w.add_token_list(["<t%d>" % i for i in range(cfg["vocab_size"])])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
 
@@ -233,6 +243,32 @@ def compare(kind, outtype="f32", dtype="f32", exact=True):
         assert kernels(got) == kernels(ref), "%s: the kernels differ from the directory's" % g
     else:
         assert diff <= 1e-5 * float(np.max(np.abs(log_r))), "%s: logits differ by %g" % (g, diff)
+
+
+def test_sentencepiece_file_tells_the_directories_story():
+    """aidreams260K (a real pretrained tiny Llama, ../shared/assets) with its SentencePiece tokenizer (llama2.c's
+    tok512.bin) as one GGUF file with a "llama" tokenizer (pieces and scores, no merges: compiler/tokenizer_gguf.c
+    builds them): a text prompt gives the directory's ids and text (scripts/convert_llama2c.py's tokenizer.json,
+    which `tokenizers` checks in test_tokenizer.py)."""
+    need_gguf()
+    import test_gguf_tokenizer
+    ref = testlib.shared("aidreams260K")
+    d = os.path.join(DIR, "aidreams260K")
+    run([sys.executable, os.path.join(ROOT, "scripts", "convert_llama2c.py"), os.path.join(ref, "aidreams260K.bin"),
+         os.path.join(ref, "tok512.bin"), d])
+    g = d + "-spm.gguf"
+    write_gguf(d, g, "f32", spm=test_gguf_tokenizer.spm_vocab(os.path.join(ref, "tok512.bin")))
+    outs = []
+    for model, tag in ((d, "aidreams260K"), (g, "aidreams260K-spm")):
+        exe = os.path.join(build(model, tag), "m")
+        args = ["--prompt", "Once upon a time, Lily saw a", "-n", "48", "--temperature", "0", "--ignore-eos"]
+        outs.append((run([exe] + args + ["--ids"]).stdout, run([exe] + args).stdout))
+    print("    %s" % outs[1][1][:80])
+    assert outs[1] == outs[0] and len(outs[0][0].split()) == 48, outs
+    assert outs[0][1].startswith("Once upon a time, Lily saw a"), outs[0][1]
+    text = "Once upon a time, Lily saw a \u2603 (snowman) in the  garden.\n"
+    tok = [run([LLMCC, "tokenize", m, text]).stdout for m in (d, g)]
+    assert tok[1] == tok[0] and tok[0].startswith("1 "), tok
 
 
 def test_f32_files_build_the_directories_model():

@@ -306,19 +306,26 @@ def tiny(name, drop=(), **kv):
     """A vocabulary-only GGUF: the tiny tokenizer above, KEY=VALUE pairs replaced (the key's dots as
     underscores after tokenizer_ggml_ / tokenizer_), keys in DROP left out."""
     need("gguf")
-    import gguf
     vals = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2", "tokenizer.ggml.tokens": TINY_TOKENS,
             "tokenizer.ggml.token_type": TINY_TYPES, "tokenizer.ggml.merges": TINY_MERGES,
             "tokenizer.ggml.bos_token_id": 259, "tokenizer.ggml.eos_token_id": 259}
+    return write_vocab(os.path.join(DIR, "tiny", name + ".gguf"), vals, drop, kv)
+
+
+def write_vocab(path, vals, drop, kv):
+    """A vocabulary-only GGUF of the metadata VALS, KEY=VALUE pairs of KV replacing them (the key's dots as
+    underscores after tokenizer_ggml_ / tokenizer_), keys in DROP left out."""
+    import gguf
     for k, v in kv.items():
         vals[k.replace("tokenizer_ggml_", "tokenizer.ggml.").replace("tokenizer_chat", "tokenizer.chat")] = v
-    path = os.path.join(DIR, "tiny", name + ".gguf")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     w = gguf.GGUFWriter(path, "llama")
     for k, v in vals.items():
         if k in drop:
             continue
-        if k == "tokenizer.ggml.token_type":
+        if k == "tokenizer.ggml.scores":
+            w.add_array(k, [float(x) for x in v])   # FLOAT32, as add_token_scores writes them
+        elif k == "tokenizer.ggml.token_type":
             w.add_array(k, v)   # gguf-py writes a list of ints as INT32, as add_token_types does
         elif isinstance(v, bool):
             w.add_bool(k, v)
@@ -390,6 +397,74 @@ def expect_error(path, key, what, *flags):
     prefix = "llmcc: %s: %s: " % (path, key)
     assert lines[0].startswith(prefix) and what in lines[0], (lines[0], prefix, what)
     assert "internal error" not in p.stderr and "Sanitizer" not in p.stderr
+
+
+# ---------------------------------------------------------------- SentencePiece ("llama")
+def spm_vocab(path):
+    """A llama2.c tokenizer.bin (int32 max piece length, then per piece f32 score, int32 length, bytes) as
+    convert_hf_to_gguf.py's _set_vocab_sentencepiece lists the SentencePiece model behind it: the pieces
+    (U+2581 for a space), their scores and types (<unk> unknown, <s> </s> control, <0xNN> byte, the rest
+    normal)."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    off, toks, scores, types = 4, [], [], []
+    while off < len(data):
+        score, n = struct.unpack_from("<fi", data, off)
+        piece = data[off + 8:off + 8 + n].decode("utf-8")
+        off += 8 + n
+        i = len(toks)
+        if i < 3:
+            toks.append(("<unk>", "<s>", "</s>")[i])
+            types.append((2, 3, 3)[i])
+        else:
+            toks.append(piece.replace(" ", "\u2581"))
+            types.append(6 if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">") else 1)
+        scores.append(score)
+    return toks, scores, types
+
+
+def llama2_gguf(name, drop=(), **kv):
+    """Llama 2's tokenizer as a vocabulary-only "llama" GGUF, as convert_hf_to_gguf.py writes it from
+    tokenizer.model (spm_vocab, from llama2.c's export of the same model: every piece and score), with the
+    special ids and add_bos_token. KEY=VALUE pairs replace metadata as in tiny(); keys in DROP are left out."""
+    need("gguf")
+    toks, scores, types = spm_vocab(shared("tokenizers", "llama2", "tokenizer.bin"))
+    vals = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": toks, "tokenizer.ggml.scores": scores,
+            "tokenizer.ggml.token_type": types, "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2,
+            "tokenizer.ggml.unknown_token_id": 0, "tokenizer.ggml.add_bos_token": True,
+            "tokenizer.ggml.add_eos_token": False}
+    return write_vocab(os.path.join(DIR, "llama2", name + ".gguf"), vals, drop, kv)
+
+
+def test_llama2_spm_gguf_matches_tokenizers():
+    """A SentencePiece GGUF keeps no merges: llmcc builds them from the scores (compiler/tokenizer_gguf.c
+    spm_merges). Against `tokenizers` on Llama 2's tokenizer.json (tests/data/tokenizer_expected.json "llama2",
+    the corpus with and without special tokens, and decoding) and llama.cpp's Llama 2 test vectors (made by
+    HF AutoTokenizer from meta-llama/Llama-2-7b-hf)."""
+    path = llama2_gguf("llama2")
+    tt.check_corpus("llama2", tt.convert_llama2(tmpdir("gguf_tok_llama2_json")), packed_from=path)
+    tt.llamacpp_vectors(path, "ggml-vocab-llama-spm.gguf")
+    # BOS by add_bos_token (true: llama.cpp's default for SentencePiece); a space in front; bytes for the rest
+    assert ids_of(path, "Hello world") == [1, 15043, 3186]
+    # (the ids `tokenizers` gives: no piece for U+2603, so its UTF-8 bytes as <0xE2> <0x98> <0x83>, ids byte + 3)
+    assert ids_of(path, "\u2603\x07") == [1, 29871, 229, 155, 134, 10]
+    assert llmcc("detokenize", path, "1", "15043", "3186", "8").stdout == "Hello world\x05"
+    p = llama2_gguf("llama2_no_bos", tokenizer_ggml_add_bos_token=False)
+    assert ids_of(p, "Hello world") == [15043, 3186]
+
+
+def test_llama2_spm_gguf_errors():
+    S, K = "tokenizer.ggml.scores", "tokenizer.ggml."
+    expect_error(llama2_gguf("scores_absent", drop=(S,)), S, "absent: a SentencePiece vocabulary needs its scores")
+    expect_error(llama2_gguf("scores_short", tokenizer_ggml_scores=[0.0] * 31999), S, "31999 scores for 32000 tokens")
+    expect_error(llama2_gguf("no_space_prefix", tokenizer_ggml_add_space_prefix=False), K + "add_space_prefix",
+                 "false is not supported yet")
+    expect_error(llama2_gguf("extra_spaces", tokenizer_ggml_remove_extra_whitespaces=True),
+                 K + "remove_extra_whitespaces", "true is not supported yet")
+    # (ids 3..258 are byte tokens, no merges: the first normal piece's score is the first read)
+    expect_error(llama2_gguf("scores_nan", tokenizer_ggml_scores=[float("nan")] * 32000), S + "[259]",
+                 "nan is not a finite score")
 
 
 def test_tiny_errors():
