@@ -454,6 +454,13 @@ def test_llama2_spm_gguf_matches_tokenizers():
     assert ids_of(p, "Hello world") == [15043, 3186]
 
 
+def test_tinyllama_spm_gguf_chat_ids():
+    """TinyLlama-1.1B-Chat's GGUF: the Llama 2 vocabulary with its Zephyr template in tokenizer.chat_template gives
+    the ids of transformers' apply_chat_template (tests/data/chat_expected.json "tinyllama", as test_chat.py)."""
+    import test_chat
+    test_chat.check_family("tinyllama", llama2_gguf("tinyllama_chat", tokenizer_chat_template=test_chat.ZEPHYR))
+
+
 def test_llama2_spm_gguf_errors():
     S, K = "tokenizer.ggml.scores", "tokenizer.ggml."
     expect_error(llama2_gguf("scores_absent", drop=(S,)), S, "absent: a SentencePiece vocabulary needs its scores")
