@@ -391,9 +391,9 @@ BDOT_KQ_FN(q4_k, 144, 0)
 BDOT_KQ_FN(q5_k, 176, 1)
 /* q6_k: the half's pieces ql (64 bytes at 64 h), qh (32 at 128 + 32 h), scales (8 at 192 + 8 h): w[u] = their
  * words and one more each (the word after the piece where the super-block starts 2 bytes past a word, mis[u]:
- * then realigned as they are read), then the scale d */
-enum { BDOT_Q6_QL = 0, BDOT_Q6_QH = 17, BDOT_Q6_SC = 26, BDOT_Q6_D = 29, BDOT_Q6_WORDS = 30 };
-typedef struct { uint32_t w[BDOT_KMAX][BDOT_Q6_WORDS]; int mis[BDOT_KMAX]; } bdot_raw_q6_k_h;
+ * then realigned as they are read), d[u] the scale */
+enum { BDOT_Q6_QL = 0, BDOT_Q6_QH = 17, BDOT_Q6_SC = 26, BDOT_Q6_WORDS = 29 };
+typedef struct { uint32_t w[BDOT_KMAX][BDOT_Q6_WORDS], d[BDOT_KMAX]; int mis[BDOT_KMAX]; } bdot_raw_q6_k_h;
 DEVFN void bdot_q6_k_h_load(bdot_raw_q6_k_h *r, const uint8_t *w, int64_t i, int64_t stride, int nb) {
     const int h = (int)((i >> 7) & 1);
     BDOT_UNROLL
@@ -414,10 +414,21 @@ DEVFN void bdot_q6_k_h_load(bdot_raw_q6_k_h *r, const uint8_t *w, int64_t i, int
             rw[BDOT_Q6_SC] = bdot_ld32(a + 192 + 8 * h);
             rw[BDOT_Q6_SC + 1] = bdot_ld32(a + 196 + 8 * h);
             rw[BDOT_Q6_SC + 2] = bdot_ld32(a + 192 + 8 * h + (mis ? 8 : 0));
-            rw[BDOT_Q6_D] = bdot_ld16(b + 208);
+            r->d[u] = bdot_ld16(b + 208);
         }
 }
-BDOT_HOLD_FN(q6_k_h, BDOT_KMAX, BDOT_Q6_WORDS)
+DEVFN uint32_t bdot_q6_k_h_hold(bdot_raw_q6_k_h *r, int nb) {
+    uint32_t all = 0;
+    BDOT_UNROLL
+    for (int u = BDOT_KMAX - 1; u >= 0; u--)
+        if (u < nb) {
+            BDOT_UNROLL
+            for (int c = BDOT_Q6_WORDS - 1; c >= 0; c--) { bdot_hold(&r->w[u][c]); all ^= r->w[u][c]; }
+            bdot_hold(&r->d[u]);
+            all ^= r->d[u];
+        }
+    return all;
+}
 DEVFN float bdot_q6_k_h_dot(const bdot_raw_q6_k_h *r, int64_t i, int64_t stride, const float *x, int nb, float sum) {
     (void)i;
     BDOT_UNROLL
@@ -431,7 +442,7 @@ DEVFN float bdot_q6_k_h_dot(const bdot_raw_q6_k_h *r, int64_t i, int64_t stride,
         for (int c = 0; c < 8; c++) qh[c] = bdot_shift16(rw[BDOT_Q6_QH + c], rw[BDOT_Q6_QH + c + 1], r->mis[u]);
         BDOT_UNROLL
         for (int c = 0; c < 2; c++) sc[c] = bdot_shift16(rw[BDOT_Q6_SC + c], rw[BDOT_Q6_SC + c + 1], r->mis[u]);
-        const float d = bdot_h2f(rw[BDOT_Q6_D]);
+        const float d = bdot_h2f(r->d[u]);
         BDOT_UNROLL
         for (int t = 0; t < 4; t++)
             BDOT_UNROLL
