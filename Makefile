@@ -5,8 +5,10 @@
 #   make MODEL=DIR|NAME       compile MODEL into build/NAME/ and build its executable
 #        [TARGET=cpu|cuda]    default: cuda where nvcc and a GPU are present, else cpu
 #   make llmcc                the compiler alone: build/llmcc
-#   make test                 every test that needs no GPU (ends with "N passed, N failed")
-#   make test-asan            the same with AddressSanitizer + UndefinedBehaviorSanitizer
+#   make test                 every test that needs no GPU (pytest on every core; ends with its summary line)
+#   make test-quick           the unit and ops tiers: the edit loop (docs/testing.md)
+#   make test-asan            the tests marked asan with AddressSanitizer + UndefinedBehaviorSanitizer
+#                             [PYTEST_ARGS="-k WORD -x --lf ..."] for any of the three
 #   make deps                 install the build dependencies (Debian/Ubuntu, as root)
 #   make fuzz                 run the libFuzzer harnesses (FUZZ_SECONDS=N each)
 #   make lint                 style of compiler/ and runtime/ (scripts/lint.py): lines of at most
@@ -24,9 +26,13 @@ OBJDIR := $(BUILD)/obj$(if $(SAN),-san)
 OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(SRCS))
 LLMCC := $(BUILD)/llmcc$(if $(SAN),-san)
 
-DEB_PKGS := gcc make libjsmn-dev libzstd-dev libutf8proc-dev node-llhttp python3 python3-numpy python3-pip
+DEB_PKGS := gcc make libjsmn-dev libzstd-dev libutf8proc-dev node-llhttp python3 python3-numpy python3-pip ccache
+# the suite: pytest, spread over every core by pytest-xdist (a module's tests on one worker: tests/conftest.py)
+TEST_JOBS   ?= auto
+PYTEST_ARGS ?=
+PYTEST      := $(PYTHON) -m pytest tests -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
-.PHONY: all llmcc test test-asan deps clean check-deps lint
+.PHONY: all llmcc test test-quick test-asan deps clean check-deps lint
 .DEFAULT_GOAL := all
 
 # One line naming the Debian package when a dependency is missing.
@@ -47,6 +53,7 @@ $(OBJDIR)/%.o: %.c $(HDRS)
 deps:
 	apt-get update -qq && apt-get install -y -qq $(DEB_PKGS)
 	@$(PYTHON) -c "import numpy" 2>/dev/null || pip install numpy
+	@$(PYTHON) -c "import pytest, xdist" 2>/dev/null || pip install pytest pytest-xdist
 	@$(PYTHON) -c "import tokenizers" 2>/dev/null || pip install tokenizers || echo "llmcc: tokenizers (PyPI) not installed: the tokenizer parity tests will skip"
 	@$(PYTHON) -c "import gguf" 2>/dev/null || pip install gguf || echo "llmcc: gguf (PyPI: llama.cpp's gguf-py) not installed: the block-type and GGUF reference tests will skip"
 	@$(PYTHON) -c "import openai" 2>/dev/null || pip install openai || echo "llmcc: openai (PyPI) not installed: the --serve tests with the official client will skip"
@@ -54,14 +61,17 @@ deps:
 	@$(PYTHON) scripts/fetch_smollm2 --gguf || echo "llmcc: the default model's GGUF was not fetched: make will try again, or build models/austen-2m"
 
 test: llmcc
-	$(PYTHON) tests/run.py
+	$(PYTEST)
+
+test-quick: llmcc
+	$(PYTEST) -m "unit or ops"
 
 lint:
 	$(PYTHON) scripts/lint.py
 
 test-asan:
 	$(MAKE) llmcc SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" OPT=-O1
-	LLMCC_SANITIZE=1 LLMCC_BIN=$(abspath $(BUILD))/llmcc-san ASAN_OPTIONS=detect_leaks=0 $(PYTHON) tests/run.py
+	LLMCC_SANITIZE=1 LLMCC_BIN=$(abspath $(BUILD))/llmcc-san ASAN_OPTIONS=detect_leaks=0 $(PYTEST) -m asan
 
 # ---- models ----
 HAVE_GPU := $(shell command -v nvcc >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)

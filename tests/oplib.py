@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from testlib import CFLAGS, ROOT, build_c, run, tmpdir
+from testlib import CC, CFLAGS, ROOT, build_c, lock, run, tmpdir
 
 U = 2.0 ** -24
 HARNESS_SRCS = (["compiler/util.c", "compiler/expr.c", "compiler/tensor_ir.c", "compiler/loop_ir.c", "compiler/tile_ir.c",
@@ -37,16 +37,18 @@ def compile_op(args, knobs=()):
     for k in knobs:
         kn += ["--knob", k]
     h = harness()
-    gen = os.path.join(d, "gen.c")
-    src = run([h] + [str(a) for a in args] + kn).stdout
-    with open(gen, "w") as f:
-        f.write(src)
-    tile = run([h] + [str(a) for a in args] + kn + ["--print", "tile"]).stdout
     exe = os.path.join(d, "op")
-    # under make test-asan the kernels are sanitized too: reads out of bounds (guards see only writes)
-    san = [f for f in CFLAGS if f.startswith("-fsanitize") or f.startswith("-fno-sanitize") or f == "-fno-omit-frame-pointer"]
-    run(["gcc", "-std=c11", "-O1", "-fopenmp", "-Wall", "-Wextra", "-Werror", "-I" + ROOT] + san + [gen, os.path.join(ROOT, "tests", "c", "op_main.c"),
-         "-o", exe, "-lm"])
+    with lock(d):   # two test modules may build the same op at once
+        gen = os.path.join(d, "gen.c")
+        src = run([h] + [str(a) for a in args] + kn).stdout
+        with open(gen, "w") as f:
+            f.write(src)
+        tile = run([h] + [str(a) for a in args] + kn + ["--print", "tile"]).stdout
+        # under make test-asan the kernels are sanitized too: reads out of bounds (guards see only writes)
+        san = [f for f in CFLAGS if f.startswith("-fsanitize") or f.startswith("-fno-sanitize")
+               or f == "-fno-omit-frame-pointer"]
+        run(CC + ["-std=c11", "-O1", "-fopenmp", "-Wall", "-Wextra", "-Werror", "-I" + ROOT] + san +
+            [gen, os.path.join(ROOT, "tests", "c", "op_main.c"), "-o", exe, "-lm"])
     return exe, tile, d
 
 

@@ -14,21 +14,14 @@ import shutil
 import struct
 
 import testlib
-from testlib import LLMCC, ROOT, run
+from testlib import LLMCC, build_exe, model_fixture, run
 
 BASE = os.path.join(testlib.TMP, "bad_input")
-_base = None
 
 
 def base_model():
     """The tiny llama-gqa checkpoint (config, generation config, safetensors, tokenizer)."""
-    global _base
-    if _base is None:
-        d = os.path.join(BASE, "base")
-        if not os.path.exists(os.path.join(d, "model.safetensors")):
-            run(["python3", os.path.join(ROOT, "scripts", "make_fixture.py"), "llama-gqa", d, "--seed", "5"])
-        _base = d
-    return _base
+    return model_fixture("llama-gqa", "f32", seed=5)
 
 
 def variant(name):
@@ -539,18 +532,8 @@ def test_refuses_foreign_output():
 
 # ---- the executable ----
 
-_exe = None
-
-
 def fixture_exe():
-    global _exe
-    if _exe is None:
-        d = os.path.join(BASE, "exe")
-        if not os.path.exists(os.path.join(d, "m")):
-            run([LLMCC, "build", base_model(), "-o", d, "--target", "cpu", "--name", "m"])
-            run(["make", "-C", d, "-j2", "-s"])
-        _exe = os.path.join(d, "m")
-    return _exe
+    return os.path.join(build_exe(base_model(), "cpu", ["--name", "m"]), "m")
 
 
 def one_line(p, *needles):

@@ -19,7 +19,7 @@ import numpy as np
 
 import ref_forward
 from test_torch_expr import check_error, fixture, layer_forward
-from testlib import LLMCC, ROOT, run, tmpdir
+from testlib import LLMCC, ROOT, model_fixture, run, tmpdir
 
 
 def bench_lines(out):
@@ -61,9 +61,7 @@ def test_pos_against_numpy():
 
 
 def test_pos_on_tensor_cores_and_mismatch():
-    d = os.path.join(tmpdir("bench_ops"), "llama-gqa-bf16")
-    if not os.path.exists(os.path.join(d, "config.json")):
-        run(["python3", os.path.join(ROOT, "scripts", "make_fixture.py"), "llama-gqa", d, "--dtype", "bf16"])
+    d = model_fixture("llama-gqa", "bf16", seed=0)
     p = run([LLMCC, "run", "--target", "cuda-emu", d, "--layer", "0", "--tokens", "20", "--pos", "9"])
     assert "matches the reference" in p.stdout, p.stdout
     p = subprocess.run([LLMCC, "run", "--target", "cuda-emu", d, "--layer", "0", "--tokens", "2", "--pos", "9", "--perturb", "5"], capture_output=True, text=True)

@@ -13,7 +13,7 @@ import subprocess
 import shutil
 import sys
 
-from testlib import LLMCC, ROOT, Skip, run, shared, tmpdir
+from testlib import LLMCC, ROOT, Skip, build_exe, model_fixture, run, shared, tmpdir
 
 EXPECTED = os.path.join(ROOT, "tests", "data", "chat_expected.json")
 
@@ -324,10 +324,8 @@ def fixture_exe(kind, name, *assets):
     if kind not in _exes:
         for a in assets:
             shared(*a)
-        fx, out = tmpdir("chat_" + kind), os.path.join(tmpdir("chat_%s_build" % kind), "proj")
-        run([sys.executable, os.path.join(ROOT, "scripts", "make_fixture.py"), kind, fx, "--dtype", "bf16"])
-        run([LLMCC, "build", fx, "-o", out, "--target", "cpu", "--ctx", "256"])
-        run(["make", "-C", out, "-s", "-j2"])
+        fx = model_fixture(kind, "bf16", seed=0)
+        out = build_exe(fx, "cpu", ["--ctx", "256", "--name", name])   # test_serve's too
         _exes[kind] = (os.path.join(out, name), fx)
     return _exes[kind]
 

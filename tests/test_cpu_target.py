@@ -176,7 +176,7 @@ def test_ops_through_run():
 
 def test_fixture_both_targets_and_threads():
     """Greedy ids and every step's logits of both CPU targets against the numpy reference; the cpu build's
-    ids with one thread and with the default; --info names the threads and the instruction set."""
+    ids with one thread and with two; --info names the threads and the instruction set."""
     d = fixture("qwen2-tied", "bf16")
     model = ref_forward.load(d)
     for target in ("cpu", "cuda-emu"):
@@ -194,7 +194,7 @@ def test_fixture_both_targets_and_threads():
         lp = exe + ".logits"
         base = [exe, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "16", "--temperature", "0", "--repeat-penalty", "1",
                 "--ids", "--ignore-eos"]
-        ids = [int(x) for x in run(base + ["--logits", lp]).stdout.split()]
+        ids = [int(x) for x in run(base + ["--logits", lp, "--threads", "2"]).stdout.split()]
         assert ids == list(ref_ids), "%s: ids %s, reference %s" % (target, ids, list(ref_ids))
         got = read_logits(lp, ref.shape[1])
         err = np.abs(got - ref[:len(got)]).max()
@@ -204,7 +204,7 @@ def test_fixture_both_targets_and_threads():
         if target == "cpu":
             assert kinds <= {"cpu_rows", "cpu_gemm", "cpu_attn", "top_k", "top_k_merge"} and "cpu_gemm" in kinds, kinds
             one = [int(x) for x in run(base + ["--threads", "1"]).stdout.split()]
-            assert one == ids, "one thread: %s, default: %s" % (one, ids)
+            assert one == ids, "one thread: %s, two: %s" % (one, ids)
             info = run([exe, "--info"]).stdout
             assert "target: cpu" in info and "compute: " in info and "kernels for " in info, info
         else:

@@ -15,24 +15,20 @@ import subprocess
 import numpy as np
 
 import ref_forward
-from testlib import LLMCC, ROOT, Skip, run, shared, tmpdir
+from testlib import LLMCC, ROOT, Skip, build_exe, model_fixture, run, shared, tmpdir
 
 KINDS = ["llama-gqa", "qwen2-tied", "llama-linear"]
 PROMPT = [1, 4, 7, 10, 13, 40, 77]
 
 
 def fixture(kind, dtype):
-    d = os.path.join(tmpdir("e2e"), "%s-%s" % (kind, dtype))
-    if not os.path.exists(os.path.join(d, "model.safetensors")):
-        run(["python3", os.path.join(ROOT, "scripts", "make_fixture.py"), kind, d, "--dtype", dtype, "--seed", "7"])
-    return d
+    """the fixture checkpoint KIND in DTYPE, seed 7 (shared with test_argmax, test_cpu_target, test_flash, ...)"""
+    return model_fixture(kind, dtype, seed=7)
 
 
 def build(model_dir, target, extra=()):
-    out = model_dir + "-" + target + ("-" + "-".join(extra).replace("-", "") if extra else "")
-    run([LLMCC, "build", model_dir, "-o", out, "--target", target, "--name", "m"] + list(extra))
-    run(["make", "-C", out, "-j2"])
-    return out
+    """model_dir's executable `m` for TARGET (built once per content: testlib.build_exe); returns its project"""
+    return build_exe(model_dir, target, ["--name", "m"] + list(extra))
 
 
 def read_logits(path, vocab):
@@ -52,8 +48,10 @@ def check_exe(exe, d, kind, dtype, n_ids, check_logits, kv_bf16=False):
     model = ref_forward.load(d)
     ref_ids, ref_logits = ref_forward.greedy(model, PROMPT, 32, kv_bf16=kv_bf16)
     lp = os.path.join(tmpdir("e2e"), "%s-%s-%s.logits" % (kind, dtype, os.path.basename(os.path.dirname(exe))))
+    # two threads whatever the cores this process may use (a pytest-xdist worker has one): the kernels' shares of
+    # the work and the barriers between them are what these checks run
     p = run([exe, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "32", "--temperature", "0", "--repeat-penalty", "1", "--ids",
-             "--ignore-eos", "--logits", lp])
+             "--ignore-eos", "--logits", lp, "--threads", "2"])
     ours = [int(x) for x in p.stdout.split()]
     assert ours[:n_ids] == list(ref_ids[:n_ids]), "greedy ids differ:\nours %s\nref  %s" % (ours, list(ref_ids))
     assert len(set(ref_ids)) > 1, "degenerate fixture: greedy repeats one token"
@@ -213,6 +211,27 @@ def test_compile_every_ir_level():
         src = os.path.join(tmpdir("e2e"), "ir_cuda.cu")
         open(src, "w").write(cu)
         run(["nvcc", "-arch=sm_90", "-I" + ROOT, "-c", src, "-o", src + ".o"])
+
+
+def test_compiler_over_every_fixture():
+    """Every fixture kind of scripts/make_fixture.py that needs no outside tokenizer through `llmcc build` (the
+    whole pipeline, packing included, without make) for every target, and in bf16 for the cpu target: what
+    make test-asan runs the sanitized compiler over."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_fixture", os.path.join(ROOT, "scripts", "make_fixture.py"))
+    make_fixture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_fixture)
+    top = tmpdir("e2e_every_fixture")
+    for kind in make_fixture.KINDS + make_fixture.FAMILY_KINDS + ("llama-k",):
+        for dtype, targets in (("f32", ("cpu", "cuda-emu", "cuda")), ("bf16", ("cpu",))):
+            d = model_fixture(kind, dtype, seed=7)
+            for target in targets:
+                out = os.path.join(top, "%s-%s-%s" % (kind, dtype, target))
+                shutil.rmtree(out, ignore_errors=True)
+                p = run([LLMCC, "build", d, "-o", out, "--target", target, "--name", "m"])
+                src = os.path.join(out, "model.cu" if target == "cuda" else "model.c")
+                assert os.path.getsize(src) > 1000 and "launches per step" in p.stderr + p.stdout, (kind, target)
+                shutil.rmtree(out)
 
 
 def test_real_configs_compile():

@@ -25,7 +25,7 @@ import numpy as np
 
 from oplib import U, check_rows, compile_op, run_op, weight, wrong
 from test_mma import round_x
-from testlib import LLMCC, ROOT, run, tmpdir
+from testlib import LLMCC, model_fixture, run
 
 
 def kernels(tile):
@@ -185,10 +185,7 @@ def test_epilogue_residual():
 
 
 def fixture(kind, dtype):
-    d = os.path.join(tmpdir("epilogues"), "%s-%s" % (kind, dtype))
-    if not os.path.exists(os.path.join(d, "config.json")):
-        run(["python3", os.path.join(ROOT, "scripts", "make_fixture.py"), kind, d, "--dtype", dtype, "--seed", "11"])
-    return d
+    return model_fixture(kind, dtype, seed=11)
 
 
 def test_model_nests_and_layers():

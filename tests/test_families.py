@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from testlib import LLMCC, ROOT, run, tmpdir
+from testlib import LLMCC, ROOT, build_exe, model_fixture, run, tmpdir
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import make_fixture  # noqa: E402
@@ -26,18 +26,11 @@ EXPECTED = json.load(open(os.path.join(ROOT, "tests", "data", "family_expected.j
 
 
 def fixture(kind, dtype, layout, seed):
-    d = os.path.join(tmpdir("families"), "%s-%s-%s-%d" % (kind, dtype, layout, seed))
-    if not os.path.exists(os.path.join(d, "model.safetensors")):
-        run([sys.executable, os.path.join(ROOT, "scripts", "make_fixture.py"), kind, d, "--dtype", dtype,
-             "--layout", layout, "--seed", str(seed)])
-    return d
+    return model_fixture(kind, dtype, seed=seed, layout=layout)
 
 
 def build(d, extra=()):
-    out = d + "-cpu"
-    run([LLMCC, "build", d, "-o", out, "--target", "cpu", "--name", "m"] + list(extra))
-    run(["make", "-C", out, "-j2"])
-    return out
+    return build_exe(d, "cpu", ["--name", "m"] + list(extra))
 
 
 def generate(out, prompt, n, tag=""):
@@ -81,7 +74,7 @@ def test_smollm_style():
     # the chat prompt as transformers' apply_chat_template gives it, and greedy decoding after it
     check_case("smollm-f32-v5", 1e-4)
     c = EXPECTED["smollm-f32-v5"]
-    out = fixture(c["kind"], c["dtype"], c["layout"], c["seed"]) + "-cpu"
+    out = build(fixture(c["kind"], c["dtype"], c["layout"], c["seed"]))
     p = run([os.path.join(out, "m"), "--prompt", c["chat_question"], "--tokenize"])
     assert [int(x) for x in p.stdout.split()] == c["chat_prompt_ids"], (p.stdout, c["chat_prompt_ids"])
     p = run([os.path.join(out, "m"), "--prompt", c["chat_question"], "-n", str(len(c["chat_ids"])), "--temperature",

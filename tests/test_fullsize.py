@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 import ref_forward
-from testlib import LLMCC, ROOT, Skip, build_c, run, shared, tmpdir
+from testlib import LLMCC, ROOT, Skip, build_c, model_fixture, run, shared, tmpdir
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import make_fixture  # noqa: E402
@@ -30,10 +30,7 @@ SYNTH = os.path.join(ROOT, "scripts", "make_synthetic_checkpoint")
 
 
 def fixture(kind, dtype):
-    d = os.path.join(tmpdir("fullsize"), "%s-%s" % (kind, dtype))
-    if not os.path.exists(os.path.join(d, "model.safetensors")):
-        run(["python3", os.path.join(ROOT, "scripts", "make_fixture.py"), kind, d, "--dtype", dtype, "--seed", "7"])
-    return d
+    return model_fixture(kind, dtype, seed=7)
 
 
 def config_only(kind):

@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 import testlib
-from testlib import LLMCC, ROOT, Skip, run, tmpdir
+from testlib import LLMCC, ROOT, Skip, build_exe, model_fixture, run, tmpdir
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import make_fixture  # noqa: E402
@@ -63,11 +63,7 @@ def converter():
 
 
 def fixture(kind, dtype="f32", seed=3):
-    d = os.path.join(DIR, "%s-%s-%d" % (kind, dtype, seed))
-    if not os.path.exists(os.path.join(d, "model.safetensors")):
-        run([sys.executable, os.path.join(ROOT, "scripts", "make_fixture.py"), kind, d, "--dtype", dtype,
-             "--seed", str(seed)])
-    return d
+    return model_fixture(kind, dtype, seed=seed)
 
 
 # ---- gguf-py's writer, following convert_hf_to_gguf.py (base.py's TextModel.set_gguf_parameters, llama.py's
@@ -188,30 +184,20 @@ def gguf_of(kind, outtype="f32", dtype="f32", seed=3, writer=None):
     d = fixture(kind, dtype, seed)
     conv = converter()
     writer = writer or ("llama.cpp" if conv else "gguf-py")
-    out = "%s-%s-%s.gguf" % (d, outtype, writer)
-    # the converter's files are kept between runs (seconds each, from a fixture that is kept too); this file's
-    # writer may have changed since
-    if not os.path.exists(out) or (writer == "gguf-py" and out not in _built):
-        _built.add(out)
+    out = os.path.join(DIR, "%s-%s-%s.gguf" % (os.path.basename(d), outtype, writer))
+
+    def make(path):
         if writer == "llama.cpp":
             run([sys.executable, os.path.join(ROOT, "tests", "llamacpp_convert.py"), conv, d, "--outtype", outtype,
-                 "--outfile", out + ".tmp"], timeout=900)
+                 "--outfile", path], timeout=900)
         else:
-            write_gguf(d, out + ".tmp", outtype)
-        os.replace(out + ".tmp", out)
-    return out
-
-
-_built = set()   # built by this run's llmcc (never an earlier run's)
+            write_gguf(d, path, outtype)
+    # made once for the fixture, the converter (or this file's writer) and the type
+    return testlib.once(out, testlib.digest(("file", d), ("file", conv or __file__), outtype, writer), make)
 
 
 def build(model, tag, args=()):
-    out = os.path.join(DIR, "out-" + tag)
-    if out not in _built:
-        run([LLMCC, "build", model, "-o", out, "--target", "cpu", "--name", "m"] + list(args))
-        run(["make", "-C", out, "-j2"])
-        _built.add(out)
-    return out
+    return build_exe(model, "cpu", ["--name", "m"] + list(args), tag="gguf_model-" + tag)
 
 
 def generate(out):

@@ -17,9 +17,8 @@ import sys
 import threading
 import time
 
-from testlib import ROOT, LLMCC, Skip, run, shared, tmpdir
+from testlib import ROOT, Skip, build_exe, digest, model_fixture, once, run, shared, tmpdir
 
-SANITIZE = os.environ.get("LLMCC_SANITIZE") == "1"
 _exes = {}
 
 
@@ -28,20 +27,18 @@ def exe(kind="qwen", target="cpu"):
     cpu target or cuda-emu (the GPU's schedules run on the CPU)."""
     if (kind, target) in _exes:
         return _exes[kind, target]
-    fx, out = tmpdir("serve_fx_" + kind), os.path.join(tmpdir("serve_build_%s_%s" % (kind, target)), "proj")
     if kind == "qwen":
         shared("tokenizers", "qwen2.5-instruct", "tokenizer.json")
-        run([sys.executable, os.path.join(ROOT, "scripts", "make_fixture.py"), "qwen2-tok", fx, "--dtype", "bf16"])
+        fx = model_fixture("qwen2-tok", "bf16", seed=0)   # test_chat's qwen executable too
     else:
         ref = shared("aidreams260K")
-        run([sys.executable, os.path.join(ROOT, "scripts", "convert_llama2c.py"),
-             os.path.join(ref, "aidreams260K.bin"), os.path.join(ref, "tok512.bin"), fx])
-    run([LLMCC, "build", fx, "-o", out, "--target", target, "--ctx", "256", "--name", kind])
-    args = ["make", "-C", out, "-s", "-j2"]
-    if SANITIZE:
-        san = "-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
-        args += ["CFLAGS=" + san, "LDFLAGS=" + san]
-    run(args)
+        fx = os.path.join(tmpdir("serve_fx_" + kind), "model")
+
+        def convert(d):
+            run([sys.executable, os.path.join(ROOT, "scripts", "convert_llama2c.py"),
+                 os.path.join(ref, "aidreams260K.bin"), os.path.join(ref, "tok512.bin"), d])
+        once(fx, digest(("file", os.path.join(ROOT, "scripts", "convert_llama2c.py"))), convert)
+    out = build_exe(fx, target, ["--ctx", "256", "--name", kind])   # with the sanitizers under make test-asan
     _exes[kind, target] = os.path.join(out, kind)
     return _exes[kind, target]
 

@@ -15,7 +15,7 @@ import os
 import struct
 import sys
 
-from testlib import ROOT, Skip, build_c, run, shared, tmpdir
+from testlib import ROOT, Skip, build_c, lock, run, shared, tmpdir, write_atomic
 
 SOURCES = ["tests/c/tokenizer_driver.c", "runtime/tokenizer.c", "compiler/tokenizer_pack.c",
            "compiler/json.c", "compiler/util.c", "compiler/tokenizer_gguf.c", "compiler/gguf.c"]
@@ -121,15 +121,13 @@ def write_gpt2_fixture(variant, d=None):
         raise Skip("tests/data/gpt2_tokenizer.json is absent (python3 scripts/gen_tokenizer_expected.py --retrain)")
     d = d or tmpdir("tok_" + variant)
     os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(gpt2_fixture_json(variant), f, ensure_ascii=False)
+    write_atomic(os.path.join(d, "tokenizer.json"), json.dumps(gpt2_fixture_json(variant), ensure_ascii=False))
     return d
 
 
 def write_spm_fixture():
     d = tmpdir("tok_spm_fixture")
-    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(spm_fixture_json(), f, ensure_ascii=False)
+    write_atomic(os.path.join(d, "tokenizer.json"), json.dumps(spm_fixture_json(), ensure_ascii=False))
     return d
 
 
@@ -137,8 +135,7 @@ def write_spm_metaspace():
     """The fixture with Metaspace(first, split) and the Metaspace decoder (always_split's form: every flag)."""
     d = tmpdir("tok_spm_metaspace")
     pre, dec = SPM_METASPACE_FORMS["first_split_default"][0], _meta(prepend_scheme="always", split=True)
-    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(spm_metaspace_json(pre, dec), f, ensure_ascii=False)
+    write_atomic(os.path.join(d, "tokenizer.json"), json.dumps(spm_metaspace_json(pre, dec), ensure_ascii=False))
     return d
 
 
@@ -166,8 +163,9 @@ def write_llama2_metaspace(variant, out=None, chat_template=None):
     if importlib.util.find_spec("transformers") is None:
         raise Skip("transformers (PyPI) is not installed")
     out = out or tmpdir("tok_llama2_meta_" + variant)
-    run([sys.executable, os.path.join(ROOT, "scripts", "llama2_metaspace.py"), variant, out] +
-        (["--chat-template", chat_template] if chat_template else []))
+    with lock(out):   # test_families and test_chat write these too
+        run([sys.executable, os.path.join(ROOT, "scripts", "llama2_metaspace.py"), variant, out] +
+            (["--chat-template", chat_template] if chat_template else []))
     return out
 
 
@@ -350,8 +348,7 @@ def test_gpt2_empty_normalizer_sequence():
     d = tmpdir("tok_gpt2_empty_norm")
     t = gpt2_fixture_json("gpt2_digits")
     t["normalizer"] = {"type": "Sequence", "normalizers": []}
-    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(t, f, ensure_ascii=False)
+    write_atomic(os.path.join(d, "tokenizer.json"), json.dumps(t, ensure_ascii=False))
     got = encode_all(d, exp["texts"])
     want = exp["tokenizers"]["gpt2_digits"]["ids"]
     bad = [t for t, g, w in zip(exp["texts"], got, want) if g[0] != w]
@@ -372,8 +369,7 @@ def test_gpt2_missing_byte_tokens():
                                                        for m in t["model"]["merges"]))
     t["model"]["vocab"] = {k: v for k, v in t["model"]["vocab"].items() if k not in gone}
     d = tmpdir("tok_gpt2_missing_bytes")
-    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(t, f, ensure_ascii=False)
+    write_atomic(os.path.join(d, "tokenizer.json"), json.dumps(t, ensure_ascii=False))
     hf = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
     texts = ["a\x04b", "\x04", "x \x1d\x1d y\x04", "caf\u00c0 \u00ff \x04\x041\x042", "plain text", "\x1d 12 \x04 "]
     got = encode_all(d, texts)
@@ -428,8 +424,7 @@ def test_spm_metaspace_forms():
              "\u2581the \u2581\u2581x", "a</s>  b", "", " ", "\n\nthe", "zz\tq"]
     for name, (pre, dec) in SPM_METASPACE_FORMS.items():
         d = tmpdir("tok_spm_meta_" + name)
-        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
-            json.dump(spm_metaspace_json(pre, dec), f, ensure_ascii=False)
+        write_atomic(os.path.join(d, "tokenizer.json"), json.dumps(spm_metaspace_json(pre, dec), ensure_ascii=False))
         hf = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
         got = encode_all(d, texts)
         want = [hf.encode(t, add_special_tokens=False).ids for t in texts]

@@ -17,7 +17,7 @@ import subprocess
 import numpy as np
 
 import ref_forward
-from testlib import LLMCC, ROOT, run, tmpdir
+from testlib import LLMCC, ROOT, model_fixture, run, tmpdir
 
 
 # ---- numpy references, from the PyTorch documentation's formulas ----
@@ -187,10 +187,7 @@ def test_errors():
 
 
 def fixture(kind="llama-gqa"):
-    d = os.path.join(tmpdir("torch_expr"), kind)
-    if not os.path.exists(os.path.join(d, "config.json")):
-        run(["python3", os.path.join(ROOT, "scripts", "make_fixture.py"), kind, d])
-    return d
+    return model_fixture(kind, "f32", seed=0)
 
 
 def layer_forward(model, li, x, pos=0, k_cache=None, v_cache=None, kv_bf16=False):
