@@ -327,8 +327,8 @@ def build_quant_against(model_dir, dt, out, model, prompt, n):
         diffs.append(float(np.max(np.abs(got[s] - ref))) / float(np.max(np.abs(ref))))
     print("    %s%s: logits / max|logit| differ by %s" % (dt, " (8-bit activations)" if q8 else "",
                                                       " ".join("%.0e" % d for d in diffs)))
-    if q8:   # test_build_quant_matches_reference's docstring: close up to a first divergence, then within 2e-2
-        assert diffs[0] <= 1e-4 and diffs[1] <= 1e-4 and max(diffs) <= 2e-2, (dt, diffs)
+    if q8:   # test_build_quant_matches_reference's docstring: most steps close, every step within 2e-2
+        assert diffs[0] <= 1e-4 and float(np.median(diffs[1:])) <= 1e-4 and max(diffs) <= 2e-2, (dt, diffs)
     else:
         assert max(diffs) <= 1e-4, (dt, diffs)
     return exe, p.stderr
@@ -344,10 +344,12 @@ def test_build_quant_matches_reference():
 
     With 8-bit activations, an input that lies within f32 summation error of a rounding boundary (the reference
     sums in another order) can round to the neighbouring integer: that element moves by a whole step max|x| / 127,
-    and the logits by up to about 1% of their range from then on (measured: every step within 1e-6 x max until
-    such a step, from 8 to 13 of 16 here, then 2e-3 to 9e-3). So there: the prompt's step and the first decode step
-    (the first through the 8-bit path) within 1e-4 x max, which a systematic error (a wrong scale, a wrong block)
-    misses, and every step within 2e-2 x max."""
+    and the logits by up to about 1% of their range at that step and sometimes the next few (measured: every step
+    within 1e-6 x max but such steps, 2e-4 to 9e-3 there). Which steps flip depends on the instruction set the
+    kernels are compiled for: built for x86-64-v4 alone, q4_1 flipped at the first decode step (1.6e-4), which the
+    target_clones build on the same CPU did not. So there: the prompt's step (f32 activations) and the median
+    decode step within 1e-4 x max, which a systematic error (a wrong scale, a wrong block, a wrong rounding) moves
+    at every step, and every step within 2e-2 x max."""
     quants, T = gguf_or_skip()
     import ref_forward
     from testlib import ROOT
