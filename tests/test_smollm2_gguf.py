@@ -129,7 +129,15 @@ def test_smollm2_q8_activations_perplexity():
         assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
         peer = float(re.search(r"Final estimate: PPL = ([0-9.]+)", p.stdout + p.stderr).group(1))
         print("    llama-perplexity, same file and windows: %.4f (llmcc / llama.cpp %.4f)" % (peer, got / peer))
-        assert abs(got - peer) <= 0.005 * peer, (got, peer)
+        # The two programs round the activations to 8 bits in places that differ: llama.cpp also rounds the lm_head's
+        # (llmcc keeps them f32), keeps f16 block scales and an f16 KV cache, and which of its kernels runs (so where
+        # it rounds) depends on the instruction set: its perplexity on an AVX2-only Zen 3 was 0.58% above its own on
+        # AVX-512 machines, where llmcc's (the same AVX2 integer path on both) was within 0.05% of it. That move is
+        # the size of one 8-bit rounding's effect on this text, which llmcc measures here as |got - f32| (0.58% on
+        # an AVX-512 Xeon). So they agree within 0.5% plus that effect: a bound from what each rounds, not from
+        # the machine.
+        bound = 0.005 * peer + abs(got - f32)
+        assert abs(got - peer) <= bound, (got, peer, bound)
     else:
         print("    llama-perplexity is not built (../shared/tools/peer-llamacpp): its comparison is skipped")
     shutil.rmtree(out, ignore_errors=True)
