@@ -478,10 +478,16 @@ int cmd_run(int argc, char **argv) {
     const char *root = llmcc_root(A);
     if (!root) die_user("/proc/self/exe", NULL, "cannot find llmcc's own directory (runtime/)");
     const char *inc = shell_quote(A, root);
-    const char *cc = cuda ? arena_printf(A, "nvcc -O2 -arch=%s -I%s -o %s %s > %s 2>&1", gpu.arch, inc, qexe, qsrc,
-                                         qlog)
-                          : arena_printf(A, "cc %s %s -fopenmp -std=c11 -I%s -o %s %s -lm > %s 2>&1", opt,
-                                         emit_cflags(target), inc, qexe, qsrc, qlog);
+    /* the compilers and flags of the environment, as the emitted Makefiles take them (CC, CFLAGS, NVCC) */
+    const char *env_cc = getenv("CC"), *env_nvcc = getenv("NVCC"), *env_cflags = getenv("CFLAGS");
+    const char *cc = cuda ? arena_printf(A, "%s -O2 -arch=%s -I%s -o %s %s > %s 2>&1",
+                                         env_nvcc && *env_nvcc ? env_nvcc : "nvcc", gpu.arch, inc, qexe, qsrc, qlog)
+                          /* compiled, then linked: a compiler cache (ccache as $CC) keeps the object */
+                          : arena_printf(A, "%s %s %s %s -fopenmp -std=c11 -I%s -c -o %s.o %s > %s 2>&1 && "
+                                         "%s -fopenmp -o %s %s.o -lm >> %s 2>&1",
+                                         env_cc && *env_cc ? env_cc : "cc", opt, emit_cflags(target),
+                                         env_cflags ? env_cflags : "", inc, qexe, qsrc, qlog,
+                                         env_cc && *env_cc ? env_cc : "cc", qexe, qexe, qlog);
     if (system(cc) != 0) {
         char *msg = read_file(log, NULL);
         fprintf(stderr, "%s\n", msg ? msg : "");

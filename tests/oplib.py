@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from testlib import CC, CFLAGS, ROOT, build_c, lock, run, tmpdir
+from testlib import CC, CFLAGS, ROOT, build_c, digest, lock, once, run, tmpdir
 
 U = 2.0 ** -24
 HARNESS_SRCS = (["compiler/util.c", "compiler/expr.c", "compiler/tensor_ir.c", "compiler/loop_ir.c", "compiler/tile_ir.c",
@@ -47,9 +47,19 @@ def compile_op(args, knobs=()):
         # under make test-asan the kernels are sanitized too: reads out of bounds (guards see only writes)
         san = [f for f in CFLAGS if f.startswith("-fsanitize") or f.startswith("-fno-sanitize")
                or f == "-fno-omit-frame-pointer"]
-        run(CC + ["-std=c11", "-O1", "-fopenmp", "-Wall", "-Wextra", "-Werror", "-I" + ROOT] + san +
-            [gen, os.path.join(ROOT, "tests", "c", "op_main.c"), "-o", exe, "-lm"])
+        # compiled and linked apart, so that ccache keeps the objects (it caches no compile-and-link command);
+        # the kernels for this CPU's instruction set alone where tests/conftest.py says so ($CFLAGS)
+        flags = ["-std=c11", "-O1", "-fopenmp", "-Wall", "-Wextra", "-Werror", "-I" + ROOT] + san
+        run(CC + flags + os.environ.get("CFLAGS", "").split() + ["-c", gen, "-o", gen + ".o"])
+        run(CC + ["-fopenmp"] + san + [gen + ".o", op_main(flags), "-o", exe, "-lm"])
     return exe, tile, d
+
+
+def op_main(flags):
+    """tests/c/op_main.c's object (the harness's main), compiled once for FLAGS"""
+    src = os.path.join(ROOT, "tests", "c", "op_main.c")
+    obj = os.path.join(tmpdir("bin"), "op_main-%s.o" % digest(flags)[:12])
+    return once(obj, digest(("file", src), flags), lambda o: run(CC + flags + ["-c", src, "-o", o]))
 
 
 def to_bf16(a):
