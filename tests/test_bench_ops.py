@@ -109,7 +109,9 @@ def test_no_check():
 
 
 def test_bench_ops_dry_run():
-    """The CPU dry run: every row gets figures (flash rows: n/a while llmcc has no flash knob)."""
+    """The CPU dry run: every row gets figures (flash rows: n/a while llmcc has no flash knob). About a minute
+    cold on the 2-core machine: scripts/bench_ops.sh builds and runs every row's harness (what a GPU run of the
+    script would time), and the script is what this checks; a second run takes its objects from ccache."""
     d = tmpdir("bench_ops_dry")
     env = dict(os.environ, BENCH_OPS_CPU="1", BENCH_OPS_DIR=d, LLMCC_BIN=LLMCC)
     p = subprocess.run([os.path.join(ROOT, "scripts", "bench_ops.sh")], capture_output=True, text=True, env=env, timeout=300)
@@ -192,7 +194,9 @@ def test_gpu_check_stops_at_its_limit():
 
 
 def test_gpu_check_emulated():
-    """GPU_CHECK_EMU=1 runs scripts/gpu_check.sh whole without a GPU (cuda-emu for CUDA, a small Qwen2 for
+    """GPU_CHECK_EMU=1 runs scripts/gpu_check.sh whole without a GPU (over a minute cold on the 2-core machine:
+    the script builds its 13 executables itself, as it will on the GPU machine, whose 15 minutes allow no
+    untested script) (cuda-emu for CUDA, a small Qwen2 for
     Qwen2.5-7B): every fixture's row agrees (ids, logits at 1e-4, the device's argmax, the graph against --no-graph,
     device top-k against the host sampler) and the end-to-end lines are printed, so that the script a GPU run gets
     has run (it once compared the GPU with the cpu target's bf16-activation products, 1e-2 apart)"""
