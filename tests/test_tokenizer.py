@@ -341,6 +341,83 @@ def test_gpt2_plain_hf_corpus():
     check_corpus("gpt2_plain", write_gpt2_fixture("gpt2_plain"))
 
 
+# Texts for every alternative of GPT-2's regex and of Qwen2's ('s 't 're 've 'm 'll 'd, in either case; letters,
+# numbers, other characters with and without a space before them; runs of spaces before a word and at the end;
+# newlines, tabs, other scripts)
+PRETOKEN_TEXTS = [
+    "you'd he'll we've they're I'm it's don't", "YOU'D HE'LL WE'VE THEY'RE I'M IT'S DON'T", "'dog 'sun 'tree 'lly",
+    "a  b   c    d\t\te\n\nf \n g  ", "x = 12 + 345;  y=-6.78e9 ", "  leading and trailing  ", "\u00e9t\u00e9 na\u00efve",
+    "\u4f60\u597d\uff0c\u4e16\u754c 42\u4e2a", "tabs\tand\r\nlines\r\n\r\n", "!!! ?? ... --- ' '' '''", "don''t 'S 'T 'RE",
+    "\U0001f600emoji\U0001f600 in words \u0663\u0664", "it's 'sno\u017ft' \u017f",
+]
+
+
+def boundary_tokenizer(name, pre_tokenizer, normalizer=None):
+    """A byte-level BPE (the GPT-2 fixture's special tokens and 256 byte symbols) whose vocabulary holds every
+    pre-token that `tokenizers` makes of the corpus and PRETOKEN_TEXTS with PRE_TOKENIZER, each merged left to
+    right: nearly every pre-token becomes one token, so the ids show where the text was split (a boundary too many
+    leaves two tokens; one too few, the token of two neighbours: see `across`). Returns (its
+    directory, the texts, `tokenizers`' Tokenizer of it); skips without `tokenizers` or the fixture."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise Skip("tokenizers (PyPI) is not installed (make deps)")
+    if not os.path.exists(GPT2_FIXTURE):
+        raise Skip("tests/data/gpt2_tokenizer.json is absent")
+    t = gpt2_fixture_json("gpt2_plain")
+    t["pre_tokenizer"], t["normalizer"] = pre_tokenizer, normalizer
+    base = sorted(t["model"]["vocab"].items(), key=lambda kv: kv[1])[:3 + 256]   # the specials, the 256 bytes
+    vocab, merges = dict(base), []
+    tok = Tokenizer.from_str(json.dumps(dict(t, model=dict(t["model"], vocab=vocab, merges=[]))))
+    texts = load_expected()["texts"] + PRETOKEN_TEXTS
+    across = []
+    for text in texts:
+        norm = tok.normalizer.normalize_str(text) if tok.normalizer else text
+        words = [w for w, _ in tok.pre_tokenizer.pre_tokenize_str(norm)]
+        for word in words:
+            for k in range(2, len(word) + 1):
+                if word[:k] not in vocab:
+                    vocab[word[:k]] = len(vocab)
+                    merges.append([word[:k - 1], word[k - 1]])
+        across += zip(words, words[1:])
+    # and two neighbours as one token, merged after every pre-token is whole: `tokenizers` never merges across
+    # a boundary, so only a split that misses one (e.g. "'dog" kept whole where "'d" ends a piece) takes them
+    for a, b in across:
+        if a + b not in vocab:
+            vocab[a + b] = len(vocab)
+            merges.append([a, b])
+    t["model"] = dict(t["model"], vocab=vocab, merges=merges)
+    d = tmpdir("tok_boundaries_" + name)
+    write_atomic(os.path.join(d, "tokenizer.json"), json.dumps(t, ensure_ascii=False))
+    return d, texts, Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+
+
+def check_boundaries(name, pre_tokenizer, normalizer=None):
+    d, texts, ref = boundary_tokenizer(name, pre_tokenizer, normalizer)
+    want = [ref.encode(t, add_special_tokens=False).ids for t in texts]
+    bad = [(t, ids, w) for t, (ids, _), w in zip(texts, encode_all(d, texts), want) if ids != w]
+    assert sum(len(w) for w in want) < sum(len(t.encode("utf-8")) for t in texts) / 2, "the merges join too little"
+    assert not bad, "%s: %d of %d texts split otherwise than `tokenizers` splits them; the first: %r\nours %s\nref  %s" % (
+        (name, len(bad), len(texts)) + bad[0])
+
+
+def test_gpt2_regex_boundaries():
+    """GPT-2's regex (ByteLevel with use_regex) splits every text where `tokenizers` does (boundary_tokenizer: the
+    fixture's own 1,024 tokens have too few merges to show most boundaries; its ids stayed the same with GPT-2's
+    'd contraction dropped), alone and after Digits, with add_prefix_space"""
+    for variant in ("gpt2_plain", "gpt2_digits", "gpt2_prefix_space"):
+        check_boundaries(variant, GPT2_VARIANTS[variant])
+
+
+def test_qwen2_and_llama3_regex_boundaries():
+    """The Split regexes and NFC of the real Qwen2.5 and Llama 3 tokenizer.json files split every text where
+    `tokenizers` does (boundary_tokenizer)"""
+    for name, tok in (("qwen2", "qwen2.5-instruct"), ("llama3", "llama3-instruct")):
+        with open(shared("tokenizers", tok, "tokenizer.json"), encoding="utf-8") as f:
+            real = json.load(f)
+        check_boundaries(name, real["pre_tokenizer"], real["normalizer"])
+
+
 def test_gpt2_empty_normalizer_sequence():
     """An empty normalizer Sequence (transformers' GGUF converter writes one) is no
     normalizer: the ids are those `tokenizers` gave without one."""
