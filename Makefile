@@ -26,11 +26,12 @@ OBJDIR := $(BUILD)/obj$(if $(SAN),-san)
 OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(SRCS))
 LLMCC := $(BUILD)/llmcc$(if $(SAN),-san)
 
-DEB_PKGS := gcc make libjsmn-dev libzstd-dev libutf8proc-dev node-llhttp python3 python3-numpy python3-pip ccache
+DEB_PKGS := gcc make libjsmn-dev libzstd-dev libutf8proc-dev node-llhttp python3 python3-numpy python3-pip ccache \
+            python3-pytest python3-pytest-xdist
 # the suite: pytest, spread over every core by pytest-xdist (a module's tests on one worker: tests/conftest.py)
 TEST_JOBS   ?= auto
 PYTEST_ARGS ?=
-PYTEST      := $(PYTHON) -m pytest tests -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
+PYTEST      := $(PYTHON) -m pytest tests -n $(TEST_JOBS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 .PHONY: all llmcc test test-quick test-asan deps clean check-deps lint
 .DEFAULT_GOAL := all

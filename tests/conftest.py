@@ -15,7 +15,7 @@
   threads ask for them (--threads 2: test_e2e's fixture checks, test_cpu_target).
 - Order: under `--dist loadfile` a module's tests stay on one worker, in the order they are written (they
   share module-level state: an executable built on first use, a server); the slowest modules are handed out
-  first (SLOW_FIRST, with --no-loadscope-reorder), so that the workers finish together. What two modules
+  first (SLOW_FIRST; pytest-xdist's own reordering off), so that the workers finish together. What two modules
   share (a fixture, an executable, a C program) is made under a lock (testlib.once)."""
 import os
 import shutil
@@ -94,6 +94,8 @@ _setup_environment()
 
 
 def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False   # SLOW_FIRST's order, not pytest-xdist's (its most tests first)
     for tier in TIERS:
         config.addinivalue_line("markers", "%s: the %s tier (tests/conftest.py TIERS)" % (tier, tier))
     config.addinivalue_line("markers", "asan: run by make test-asan under the sanitizers (tests/conftest.py ASAN)")
