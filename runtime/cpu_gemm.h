@@ -68,7 +68,14 @@
  * the program starts (an ifunc: GCC's target_clones); elsewhere (aarch64: NEON is the baseline) once. The
  * kernels call no function of another instruction set, and their OpenMP loops are `omp for` inside the
  * caller's parallel region, so no code of theirs is outlined out of the clones. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(LLMCC_NO_CLONES)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(LLMCC_ONE_CLONE)
+/* -DLLMCC_ONE_CLONE=4 (or 3): that clone alone, the same code (tests/conftest.py builds so: a third of the time) */
+#if LLMCC_ONE_CLONE == 4
+#define CPU_KERNEL __attribute__((target("arch=x86-64-v4")))
+#else
+#define CPU_KERNEL __attribute__((target("arch=x86-64-v3")))
+#endif
+#elif defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(LLMCC_NO_CLONES)
 #define CPU_KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CPU_KERNEL

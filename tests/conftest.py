@@ -7,9 +7,10 @@
   fixture, an executable of each target and the server's bad requests.
 - Builds: the C compilers of the emitted projects and of the tests' own programs go through ccache (a cache
   under build/tests/ccache, so a second run on an unchanged tree compiles nothing), and the emitted CPU
-  kernels are built for this CPU's instruction set alone (-DLLMCC_NO_CLONES: no target_clones), the one the
-  executable would choose when it starts; LLMCC_TEST_CLONES=1 in the environment builds all three as users get
-  them.
+  kernels are built as the one clone this CPU's executable would choose when it starts (-DLLMCC_ONE_CLONE=4
+  or 3, runtime/cpu_gemm.h: the same code as that clone; -march for the whole file was not: helpers that a
+  clone calls stay baseline code, and their rounding moved a bf16 model's greedy ids); LLMCC_TEST_CLONES=1 in
+  the environment builds all three as users get them.
 - Cores: under pytest-xdist each worker runs on its own share of the cores (sched_setaffinity, inherited by
   what it starts), so an executable's threads never compete with the other worker's; the tests that are about
   threads ask for them (--threads 2: test_e2e's fixture checks, test_cpu_target).
@@ -65,9 +66,8 @@ def _setup_environment():
         os.environ.setdefault("CCACHE_BASEDIR", ROOT)
         os.environ.setdefault("CCACHE_NOHASHDIR", "1")   # every project's copy of runtime/ is one cache entry
         os.environ.setdefault("CCACHE_MAXSIZE", "4G")
-    if os.environ.get("LLMCC_TEST_CLONES") != "1" and "CFLAGS" not in os.environ:
-        arch = _isa()
-        os.environ["CFLAGS"] = "-DLLMCC_NO_CLONES" + (" -march=" + arch if arch else "")
+    if os.environ.get("LLMCC_TEST_CLONES") != "1" and "CFLAGS" not in os.environ and _isa():
+        os.environ["CFLAGS"] = "-DLLMCC_ONE_CLONE=" + _isa()[-1]
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     cpus = sorted(os.sched_getaffinity(0))
     if worker and 1 < count <= len(cpus):
