@@ -7,7 +7,7 @@
  * --pos P` starts the layer's KV cache with P seeded rows (decode at a long
  * context); --no-check skips the reference where it would take minutes.
  * MODEL may be a GGUF file (gguf_model.h). */
-#include "pipeline.h"
+#include "driver.h"
 #include "emit_harness.h"
 #include "gguf_model.h"
 #include "interp.h"

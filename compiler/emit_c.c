@@ -7,26 +7,26 @@
  * gather a warp's fragments and compute per the PTX ISA's layouts
  * (mma_warp / ldmatrix_warp in the prelude); cp.async copies are queued
  * per block and performed by the wait_group that completes them. */
-#include "emit.h"
+#include "emit_kernel.h"
 
-void emit_kernel_c(Str *o, const KKernel *k, Target t) {
+void emit_kernel_c(Str *o, const KKernel *k, KernelText *kt) {
     str_printf(o, "\n/* %s: from %s, %s, ", k->name, k->module, sched_names[k->sched]);
     str_printf(o, k->task ? "a task per block */\n" : "%d threads per block */\n", k->block);
     /* cpu: compiled for each instruction set, one chosen at start (CPU_KERNEL, runtime/cpu_gemm.h) */
-    str_printf(o, "%sstatic void ", t == TARGET_CPU ? "CPU_KERNEL " : "");
-    emit_kernel_name(o, k);
+    str_printf(o, "%sstatic void ", kt->target == TARGET_CPU ? "CPU_KERNEL " : "");
+    emit_kernel_name(o, k, kt);
     str_printf(o, "(int64_t grid, ");
-    emit_params(o, k, t);
+    emit_params(o, k, kt);
     /* cpu: called by every thread of model_forward's team, which share the blocks; cuda-emu: a team per call */
     str_printf(o, ") {\n    (void)n; (void)pos;\n");
-    emit_pos_prologue(o, k);
+    emit_pos_prologue(o, k, kt);
     if (k->has_acts_q8)   /* this thread's 8-bit activation row (runtime/cpu_quant_q8.h), quantized at first use */
         str_printf(o, "    CpuActsQ8 *acts_q8 = cpu_acts_q8_begin();\n");
     if (k->has_acts16)   /* this thread's input rounded to bf16 (runtime/cpu_dot16.h), at the first dot product */
         str_printf(o, "    CpuActs16 *acts16 = cpu_acts16_begin();\n");
     /* cpu: no barrier at the end (nowait): the host code has one before a launch that needs it (emit.c) */
     str_printf(o, "    #pragma omp %sfor schedule(static)%s\n    for (int64_t bid = 0; bid < grid; bid++) {\n",
-               t == TARGET_CPU ? "" : "parallel ", t == TARGET_CPU ? " nowait" : "");
+               kt->target == TARGET_CPU ? "" : "parallel ", kt->target == TARGET_CPU ? " nowait" : "");
     for (int i = 0; k->task && i < k->nsmem; i++)
         str_printf(o, "        _Alignas(32) float smem%d[%d]; /* scratch */\n", i, k->smem[i].size);
     for (int i = 0; i < k->nregs && k->task; i++) str_printf(o, "        float r%d = 0;\n", i);
@@ -47,7 +47,7 @@ void emit_kernel_c(Str *o, const KKernel *k, Target t) {
         str_printf(o, "        CpQueue cpq_ = {0}; /* cp.async: the block's pending copies */\n");
         for (int i = 0; i < k->nsmem; i++) str_printf(o, "        memset(smem%d, 0xff, sizeof smem%d);\n", i, i);
     }
-    emit_kstmts(o, k, k->body, k->nbody, 2, t);
+    emit_kstmts(o, k, k->body, k->nbody, 2, kt);
     if (k->has_cp_async) str_printf(o, "        free(cpq_.q);\n");
     str_printf(o, "    }\n}\n");
 }

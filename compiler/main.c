@@ -6,7 +6,7 @@
  *   llmcc tokenize DIR [TEXT] / detokenize DIR ID...   (DIR or FILE.gguf)
  * MODEL is a Hugging Face directory or a GGUF file (gguf_model.h) wherever a model is taken.
  */
-#include "pipeline.h"
+#include "driver.h"
 #include "emit_harness.h"
 #include "gguf_model.h"
 #include "pack.h"
@@ -14,7 +14,6 @@
 #include "../runtime/payload.h"
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,18 +184,6 @@ typedef struct {
     ConfigOptions config;
 } Opts;
 
-Target parse_target(const char *v) {
-    for (int t = 0; t < TARGET_COUNT; t++) if (!strcmp(v, target_names[t])) return (Target)t;
-    die_user(NULL, "--target", "'%s' is not a target (cpu, cuda-emu, cuda)", v);
-}
-
-DType parse_kv_dtype(const char *v) {
-    if (!strcmp(v, "f32")) return DT_F32;
-    if (!strcmp(v, "bf16")) return DT_BF16;
-    die_user(NULL, "--kv-dtype", "'%s' is not a KV-cache dtype (f32, bf16)", v);
-}
-
-DType kv_dtype_default(Target t) { return t == TARGET_CPU ? DT_F32 : DT_BF16; }
 
 static int parse_int(const char *flag, const char *v, int lo, int hi) {
     char *end;
@@ -297,16 +284,6 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
                  "(or --print-after STAGE)");
 }
 
-const char *open_model(Compilation *c, const char *model, const ConfigOptions *co) {
-    if (gguf_is_gguf_path(model)) {
-        c->gguf = ARENA_NEW(&c->A, GgufModel);
-        gguf_model_open(&c->A, model, co, c->gguf, &c->cfg);
-        return model;
-    }
-    const char *dir = model_resolve_dir(&c->A, model, llmcc_root(&c->A));
-    model_config_load(&c->A, dir, co, &c->cfg);
-    return dir;
-}
 
 static void setup(Compilation *c, const Opts *o, bool weights) {
     memset(c, 0, sizeof *c);
@@ -334,11 +311,6 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
     }
 }
 
-void teardown(Compilation *c) {
-    st_close(&c->st);
-    if (c->gguf) gguf_model_close(c->gguf);
-    arena_free(&c->A);
-}
 
 /* what emit_program says of the model beyond its kernels */
 static EmitOptions emit_options(const Compilation *c, Target t, const char *name) {
@@ -387,11 +359,6 @@ static int cmd_compile(int argc, char **argv) {
 
 /* ---- build: everything goes into DIR.tmp-PID, renamed into place at the end ---- */
 static const char *g_tmpdir;
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb; (void)flag; (void)ftw;
-    return remove(p);
-}
-void rm_rf(const char *p) { nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
 static void cleanup_tmp(void) { if (g_tmpdir) rm_rf(g_tmpdir); }
 
 static void copy_file(const char *from, const char *to) {

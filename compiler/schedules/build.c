@@ -1,18 +1,7 @@
-/* build.c: the schedule table, and the tile- and kernel-IR builders several
- * schedules share (schedule.h). */
+/* build.c: the tile- and kernel-IR builders several schedules share (schedule.h). The table of the
+ * schedules is table.c's: the families call these builders, the table calls the families. */
 #include "schedules/schedule.h"
 #include <stdarg.h>
-
-const Schedule schedules[SCHED_COUNT] = {
-#define X(kind, p, choose, verify, rule) [kind] = {choose, p##_print, verify, p##_materialise, rule},
-    SCHEDULES(X)
-#undef X
-};
-const SchedKind schedule_order[SCHED_COUNT] = {
-#define X(kind, p, choose, verify, rule) kind,
-    SCHEDULES(X)
-#undef X
-};
 
 /* ---- tile IR ---- */
 Expr *ceil_div(Arena *A, Expr *x, int64_t d) { return E_DIV(A, E_ADD(A, x, e_i(A, d - 1)), e_i(A, d)); }

@@ -1,6 +1,6 @@
 /* schedule.h: what every schedule (tile_ir.h) provides, the table that
  * ties each SchedKind to it, and the kernel-IR builders the schedules share
- * (compiler/schedules/build.c). A new schedule is one file here and one
+ * (compiler/schedules/build.c; the table: table.c). A new schedule is one file here and one
  * line in SCHEDULES. */
 #ifndef LLMCC_SCHEDULE_H
 #define LLMCC_SCHEDULE_H

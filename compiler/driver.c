@@ -1,0 +1,45 @@
+/* driver.c: what the commands that compile a model share (main.c's compile and build, cmd_run.c's run):
+ * opening MODEL (a directory or a GGUF file), freeing a compilation, the values of --target and --kv-dtype,
+ * and removing a scratch directory. */
+#include "driver.h"
+#include "gguf_model.h"
+#include <ftw.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+Target parse_target(const char *v) {
+    for (int t = 0; t < TARGET_COUNT; t++) if (!strcmp(v, target_names[t])) return (Target)t;
+    die_user(NULL, "--target", "'%s' is not a target (cpu, cuda-emu, cuda)", v);
+}
+
+DType parse_kv_dtype(const char *v) {
+    if (!strcmp(v, "f32")) return DT_F32;
+    if (!strcmp(v, "bf16")) return DT_BF16;
+    die_user(NULL, "--kv-dtype", "'%s' is not a KV-cache dtype (f32, bf16)", v);
+}
+
+DType kv_dtype_default(Target t) { return t == TARGET_CPU ? DT_F32 : DT_BF16; }
+
+const char *open_model(Compilation *c, const char *model, const ConfigOptions *co) {
+    if (gguf_is_gguf_path(model)) {
+        c->gguf = ARENA_NEW(&c->A, GgufModel);
+        gguf_model_open(&c->A, model, co, c->gguf, &c->cfg);
+        return model;
+    }
+    const char *dir = model_resolve_dir(&c->A, model, llmcc_root(&c->A));
+    model_config_load(&c->A, dir, co, &c->cfg);
+    return dir;
+}
+
+void teardown(Compilation *c) {
+    st_close(&c->st);
+    if (c->gguf) gguf_model_close(c->gguf);
+    arena_free(&c->A);
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb; (void)flag; (void)ftw;
+    return remove(p);
+}
+void rm_rf(const char *p) { nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }

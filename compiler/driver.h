@@ -1,0 +1,17 @@
+/* driver.h: what the commands that compile a model share (driver.c): main.c's compile and build and
+ * cmd_run.c's run open a model, tear a compilation down and read --target and --kv-dtype alike. */
+#ifndef LLMCC_DRIVER_H
+#define LLMCC_DRIVER_H
+#include "pipeline.h"
+
+/* MODEL's config into c->cfg (a GGUF file: opened as c->gguf), returning its directory (a GGUF file: MODEL);
+ * what a compilation holds, freed; --target's value (dies on another); rm -rf */
+const char *open_model(Compilation *c, const char *model, const ConfigOptions *co);
+void teardown(Compilation *c);
+Target parse_target(const char *v);
+/* --kv-dtype's value (f32 or bf16; dies on another), and the default where it is not given: bf16 for the GPU's
+ * schedules (cuda, and cuda-emu, which runs them exactly), f32 for the CPU's */
+DType parse_kv_dtype(const char *v);
+DType kv_dtype_default(Target t);
+void rm_rf(const char *path);
+#endif
