@@ -12,7 +12,8 @@
 #   make deps                 install the build dependencies (Debian/Ubuntu, as root)
 #   make fuzz                 run the libFuzzer harnesses (FUZZ_SECONDS=N each)
 #   make lint                 style of compiler/ and runtime/ (scripts/lint.py): lines of at most
-#                             120 columns, no tabs, no trailing whitespace; lists FILE:LINE
+#                             120 columns, no tabs, no trailing whitespace; lists FILE:LINE; and no
+#                             include or call cycle among their files (scripts/house_graph.py)
 CC       ?= cc
 OPT      ?= -O2
 SAN      ?=
@@ -69,6 +70,7 @@ test-quick: llmcc
 
 lint:
 	$(PYTHON) scripts/lint.py
+	$(PYTHON) scripts/house_graph.py --check
 
 test-asan:
 	$(MAKE) llmcc SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" OPT=-O1

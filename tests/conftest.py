@@ -27,7 +27,8 @@ from testlib import ROOT, TMP
 
 TIERS = {
     "unit": ["test_bad_input", "test_config_keys", "test_fuzz_regressions", "test_gguf", "test_gguf_tokenizer",
-             "test_loaders", "test_print_after", "test_reference", "test_runtime", "test_tokenizer", "test_chat"],
+             "test_loaders", "test_print_after", "test_reference", "test_runtime", "test_tokenizer", "test_chat",
+             "test_house"],
     "ops": ["test_argmax", "test_bench_ops", "test_cpu_gemm", "test_cpu_target", "test_epilogues", "test_flash",
             "test_mma", "test_ops", "test_quant", "test_sass_report", "test_topk", "test_torch_expr"],
     "models": ["test_default_model", "test_e2e", "test_families", "test_fullsize", "test_gguf_model"],
