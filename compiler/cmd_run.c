@@ -12,6 +12,7 @@
 #include "gguf_model.h"
 #include "interp.h"
 #include "pack.h"
+#include "quant.h"
 #include "torch_expr.h"
 #include <errno.h>
 #include <math.h>
@@ -207,8 +208,8 @@ static double *fill_leaf(const GNode *n, uint64_t seed, const char *path, uint8_
         }
         switch (quant ? DT_F32 : n->dtype) {
         case DT_F32: ((float *)raw)[i] = x; break;
-        case DT_BF16: ((uint16_t *)raw)[i] = pack_f32_to_bf16(x); x = pack_bf16_to_f32(((uint16_t *)raw)[i]); break;
-        case DT_F16: ((uint16_t *)raw)[i] = pack_f32_to_f16(x); x = pack_f16_to_f32(((uint16_t *)raw)[i]); break;
+        case DT_BF16: ((uint16_t *)raw)[i] = cvt_f32_to_bf16(x); x = cvt_bf16_to_f32(((uint16_t *)raw)[i]); break;
+        case DT_F16: ((uint16_t *)raw)[i] = cvt_f32_to_f16(x); x = cvt_f16_to_f32(((uint16_t *)raw)[i]); break;
         default: UNREACHABLE();
         }
         v[i] = x;
@@ -222,9 +223,9 @@ static double *fill_leaf(const GNode *n, uint64_t seed, const char *path, uint8_
         const float bound = n->fill == FILL_UNIFORM ? (float)fmax(fabs(n->fill_lo), fabs(n->fill_hi)) : 1.0f;
         if (n->dtype == DT_Q5_0 || n->dtype == DT_Q5_1)
             pack_random_q5_blocks((uint32_t)n->dtype, s, bound, (size_t)N, q);
-        else if (dtype_block[n->dtype] == 32) pack_quant_blocks((uint32_t)n->dtype, raw, (size_t)N, q);
+        else if (dtype_block[n->dtype] == 32) quant_blocks((uint32_t)n->dtype, raw, (size_t)N, q);
         else pack_random_kquant_blocks((uint32_t)n->dtype, s, bound, (size_t)N, q);
-        pack_dequant_blocks((uint32_t)n->dtype, q, (size_t)N, raw);
+        dequant_blocks((uint32_t)n->dtype, q, (size_t)N, raw);
         for (int64_t i = 0; i < N; i++) v[i] = ((float *)raw)[i];
         free(raw);
         raw = *blocks = q;
@@ -253,9 +254,9 @@ static double *fill_cache(const Buffer *b, int64_t pos, uint64_t seed, const cha
     for (int64_t i = 0; i < pos * row; i++) {
         float x = (float)randn(&s);
         if (bf16) {
-            uint16_t h = pack_f32_to_bf16(x);
+            uint16_t h = cvt_f32_to_bf16(x);
             memcpy(raw + (size_t)i * size, &h, size);
-            v[i] = pack_bf16_to_f32(h);
+            v[i] = cvt_bf16_to_f32(h);
         } else {
             memcpy(raw + (size_t)i * size, &x, size);
             v[i] = x;
@@ -286,7 +287,7 @@ static double *copy_leaf(const GNode *n, const StTensor *t, const int64_t *row_f
     if (dtype_is_quant(n->dtype)) {
         float *f = malloc(sizeof(float) * (size_t)N);
         CHECK(f, "out of memory");
-        pack_dequant_blocks((uint32_t)n->dtype, data, (size_t)N, f);
+        dequant_blocks((uint32_t)n->dtype, data, (size_t)N, f);
         for (int64_t i = 0; i < N; i++) v[i] = f[i];
         free(f);
     }
@@ -295,8 +296,8 @@ static double *copy_leaf(const GNode *n, const StTensor *t, const int64_t *row_f
         float f;
         switch (n->dtype) {
         case DT_F32: memcpy(&f, data + 4 * i, 4); v[i] = f; break;
-        case DT_BF16: memcpy(&h, data + 2 * i, 2); v[i] = pack_bf16_to_f32(h); break;
-        case DT_F16: memcpy(&h, data + 2 * i, 2); v[i] = pack_f16_to_f32(h); break;
+        case DT_BF16: memcpy(&h, data + 2 * i, 2); v[i] = cvt_bf16_to_f32(h); break;
+        case DT_F16: memcpy(&h, data + 2 * i, 2); v[i] = cvt_f16_to_f32(h); break;
         default: UNREACHABLE();
         }
     }

@@ -22,10 +22,10 @@ void emit_launch_guard(Str *o, const KLaunch *l) {
 }
 
 static const char *pdt(DType d) {
-    static const char *const n[DT_COUNT] = {[DT_F32] = "PDT_F32", [DT_F16] = "PDT_F16", [DT_BF16] = "PDT_BF16",
-                                            [DT_I32] = "PDT_I32", [DT_Q8_0] = "PDT_Q8_0", [DT_Q4_0] = "PDT_Q4_0",
-                                            [DT_Q4_1] = "PDT_Q4_1", [DT_Q4_K] = "PDT_Q4_K", [DT_Q5_K] = "PDT_Q5_K",
-                                            [DT_Q6_K] = "PDT_Q6_K", [DT_Q5_0] = "PDT_Q5_0", [DT_Q5_1] = "PDT_Q5_1"};
+    /* the payload's code of d (runtime/payload.h: DType's value is the same code) */
+#define DTYPE_PDT_NAME(id, name, bytes, block, ggml) "PDT_" #id,
+    static const char *const n[DT_COUNT] = {ALL_DTYPES(DTYPE_PDT_NAME)};
+#undef DTYPE_PDT_NAME
     return n[d];
 }
 

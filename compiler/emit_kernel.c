@@ -12,12 +12,11 @@ const char *ctype_of(DType d) {
     switch (d) {
     case DT_F32: return "float";
     case DT_F16: case DT_BF16: return "uint16_t";
-    case DT_Q8_0: case DT_Q4_0: case DT_Q4_1: case DT_Q4_K: case DT_Q5_K: case DT_Q6_K: case DT_Q5_0: case DT_Q5_1:
-        return "uint8_t";   /* blocks: runtime/kernels.h's ld_q* read them */
     case DT_I32: return "int32_t";
-    case DT_COUNT: break;
+    default:
+        CHECK(dtype_is_quant(d), "dtype %d", (int)d);
+        return "uint8_t";   /* blocks: runtime/kernels.h's ld_q* read them */
     }
-    UNREACHABLE();
 }
 
 static void var_name(Str *o, const Var *v) { str_printf(o, "%s_%d", v->name, v->id); }

@@ -5,13 +5,11 @@
 #include <math.h>
 #include <string.h>
 
-const char *const dtype_names[] = {DTYPES(X_NAME)};
-/* the third entry of DTYPES (bytes) and EXPR_KINDS (arity); DTYPES' fourth (elements per block) */
+const char *const dtype_names[] = {ALL_DTYPES(DTYPE_NAME)};
+const int dtype_sizes[] = {ALL_DTYPES(DTYPE_BYTES)};
+const int dtype_block[] = {ALL_DTYPES(DTYPE_BLOCK)};
+/* the third entry of EXPR_KINDS (arity) */
 #define X_THIRD(e, s, n, ...) n,
-#define X_FOURTH(e, s, n, b) b,
-const int dtype_sizes[] = {DTYPES(X_THIRD)};
-const int dtype_block[] = {DTYPES(X_FOURTH)};
-#undef X_FOURTH
 int64_t dtype_bytes(DType d, int64_t elems) {
     const bool whole = elems % dtype_block[d] == 0;   /* (a % in CHECK's condition would be read as a format) */
     CHECK(whole, "%lld values of %s: not whole blocks", (long long)elems, dtype_names[d]);

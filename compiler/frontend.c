@@ -22,14 +22,10 @@ static DType st_to_dtype(const char *file, const char *name, StDtype d) {
     case ST_F32: return DT_F32;
     case ST_F16: return DT_F16;
     case ST_BF16: return DT_BF16;
-    case ST_Q8_0: return DT_Q8_0;   /* GGUF's block types (a GGUF file's tensors) */
-    case ST_Q4_0: return DT_Q4_0;
-    case ST_Q4_1: return DT_Q4_1;
-    case ST_Q4_K: return DT_Q4_K;
-    case ST_Q5_K: return DT_Q5_K;
-    case ST_Q6_K: return DT_Q6_K;
-    case ST_Q5_0: return DT_Q5_0;
-    case ST_Q5_1: return DT_Q5_1;
+    /* GGUF's block types (a GGUF file's tensors) */
+#define ST_BLOCK_CASE(id, name, bytes, block, ggml) case ST_##id: return DT_##id;
+    BLOCK_DTYPES(ST_BLOCK_CASE)
+#undef ST_BLOCK_CASE
     default: die_user(file, name, "dtype %s is not supported (supported: F32, F16, BF16)", st_dtype_name(d));
     }
 }

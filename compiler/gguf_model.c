@@ -3,6 +3,7 @@
  * every key is classified (read, inert, or refused by name), as config.c classifies config.json's. */
 #include "gguf_model.h"
 #include "graph.h"
+#include "quant.h"
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -184,8 +185,8 @@ static void read_rope(Arena *a, const GgufModel *m, ModelConfig *c) {
         uint16_t h;
         switch (t->type) {
         case GGML_TYPE_F32: memcpy(&f[i], t->data + 4 * i, 4); break;
-        case GGML_TYPE_F16: memcpy(&h, t->data + 2 * i, 2); f[i] = pack_f16_to_f32(h); break;
-        case GGML_TYPE_BF16: memcpy(&h, t->data + 2 * i, 2); f[i] = pack_bf16_to_f32(h); break;
+        case GGML_TYPE_F16: memcpy(&h, t->data + 2 * i, 2); f[i] = cvt_f16_to_f32(h); break;
+        case GGML_TYPE_BF16: memcpy(&h, t->data + 2 * i, 2); f[i] = cvt_bf16_to_f32(h); break;
         default: die_user(g->path, t->name, "type %s is not supported (supported: F32, F16, BF16)",
                           ggml_type_name(t->type));
         }
@@ -343,21 +344,17 @@ static const char *rename_tensor(Arena *a, const char *name, bool to_hf) {
     return NULL;
 }
 
-/* The element type of a ggml tensor type that llmcc compiles; false for the others. The one place that says
- * which ggml types llmcc takes: quantized types are added here. */
+/* The element type of a ggml tensor type that llmcc compiles; false for the others: the float types, and the
+ * block types of runtime/dtypes.h (a row there is a type llmcc takes). */
 static bool ggml_weight_dtype(GgmlType t, StDtype *out) {
     switch (t) {
     case GGML_TYPE_F32: *out = ST_F32; return true;
     case GGML_TYPE_F16: *out = ST_F16; return true;
     case GGML_TYPE_BF16: *out = ST_BF16; return true;
-    case GGML_TYPE_Q8_0: *out = ST_Q8_0; return true;
-    case GGML_TYPE_Q4_0: *out = ST_Q4_0; return true;
-    case GGML_TYPE_Q4_1: *out = ST_Q4_1; return true;
-    case GGML_TYPE_Q4_K: *out = ST_Q4_K; return true;
-    case GGML_TYPE_Q5_K: *out = ST_Q5_K; return true;
-    case GGML_TYPE_Q6_K: *out = ST_Q6_K; return true;
-    case GGML_TYPE_Q5_0: *out = ST_Q5_0; return true;
-    case GGML_TYPE_Q5_1: *out = ST_Q5_1; return true;
+    /* the block types: runtime/dtypes.h's ggml column */
+#define GGML_BLOCK_CASE(id, name, bytes, block, ggml) case ggml: *out = ST_##id; return true;
+    BLOCK_DTYPES(GGML_BLOCK_CASE)
+#undef GGML_BLOCK_CASE
     default: return false;
     }
 }

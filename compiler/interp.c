@@ -2,7 +2,7 @@
  * the textbook formula: broadcasting by explicit index arithmetic, softmax
  * with the max subtracted, attention as scores -> softmax -> weighted sum. */
 #include "interp.h"
-#include "pack.h"
+#include "quant.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,7 +213,7 @@ double *interp_run(const Graph *g, double *const *leaves, const InterpOptions *i
                     double s = b ? b[j] : 0;
                     for (int64_t k = 0; k < in; k++) {
                         double xv = q8_x ? xq[k] : v[x->id][r * in + k];
-                        if (round_x) xv = pack_bf16_to_f32(pack_f32_to_bf16((float)xv));
+                        if (round_x) xv = cvt_bf16_to_f32(cvt_f32_to_bf16((float)xv));
                         s += xv * w[j * in + k];
                     }
                     o[r * last + j] = s;
@@ -235,7 +235,7 @@ double *interp_run(const Graph *g, double *const *leaves, const InterpOptions *i
              * it; attention reads the rounded values (the rows before pos were written rounded) */
             if (g->kv_dtype == DT_BF16)
                 for (int64_t f = pos * n->dims[1]; f < pos * n->dims[1] + N; f++)
-                    o[f] = pack_bf16_to_f32(pack_f32_to_bf16((float)o[f]));
+                    o[f] = cvt_bf16_to_f32(cvt_f32_to_bf16((float)o[f]));
             break;
         case G_ATTENTION: attention(n, v[x->id], v[n->in[1]->id], v[n->in[2]->id], o, pos); break;
         default: die_user(NULL, graph_op_names[n->op], "the reference does not evaluate this op yet");

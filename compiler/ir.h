@@ -5,17 +5,14 @@
 #ifndef LLMCC_IR_H
 #define LLMCC_IR_H
 #include "util.h"
+#include "dtypes.h"
 
-/* Storage types of buffers: name, bytes per block, elements per block. Arithmetic is f32 (values) and i64
- * (indices). The block types are GGUF's (llama.cpp's ggml): a row of a weight is whole blocks, each block its
- * f16 scale (and minimum) and 8-, 5- or 4-bit integers (blocks of 32), or for the K-quants super-blocks of 256
- * values with 6- or 8-bit scales per sub-block; dequantized to f32 where an element is loaded (runtime/kernels.h
- * ld_q8_0 ..., docs/gguf.md "Quantized weights"); only weights have them. */
-#define DTYPES(X) X(DT_F32, "f32", 4, 1) X(DT_F16, "f16", 2, 1) X(DT_BF16, "bf16", 2, 1) X(DT_I32, "i32", 4, 1) \
-    X(DT_Q8_0, "q8_0", 34, 32) X(DT_Q4_0, "q4_0", 18, 32) X(DT_Q4_1, "q4_1", 20, 32) \
-    X(DT_Q4_K, "q4_k", 144, 256) X(DT_Q5_K, "q5_k", 176, 256) X(DT_Q6_K, "q6_k", 210, 256) \
-    X(DT_Q5_0, "q5_0", 22, 32) X(DT_Q5_1, "q5_1", 24, 32)
-typedef enum { DTYPES(X_ENUM) DT_COUNT } DType;
+/* Storage types of buffers: runtime/dtypes.h's rows as DT_F32, DT_Q8_0, ... (the value is the type's payload
+ * code). Arithmetic is f32 (values) and i64 (indices). A row of a weight of a block type is whole blocks,
+ * dequantized to f32 where an element is loaded (runtime/kernels.h ld_q8_0 ..., docs/gguf.md "Quantized
+ * weights"); only weights have them. */
+#define DTYPE_DT_ENUM(id, name, bytes, block, ggml) DT_##id,
+typedef enum { ALL_DTYPES(DTYPE_DT_ENUM) DT_COUNT } DType;
 extern const char *const dtype_names[];
 extern const int dtype_sizes[];   /* bytes per block (per element for the scalar types) */
 extern const int dtype_block[];   /* elements per block: 1 for the scalar types */

@@ -10,6 +10,7 @@
 #include "emit_harness.h"
 #include "gguf_model.h"
 #include "pack.h"
+#include "quant.h"
 #include "tokenizer_pack.h"
 #include "../runtime/payload.h"
 #include <dirent.h>
@@ -236,11 +237,15 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         }
         else if (!strcmp(a, "--quant")) {
             NEED();
-            int d = DT_Q8_0;   /* the types pack.c can quantize into (every block type but Q5_K) */
-            while (d <= DT_Q6_K && (d == DT_Q5_K || strcmp(v, dtype_names[d]))) d++;
-            if (d > DT_Q6_K)
-                die_user(NULL, "--quant", "'%s' is not a block type llmcc quantizes into (%s)", v,
-                         "q8_0, q4_0, q4_1, q4_k, q6_k");
+            int d = DT_Q8_0;   /* the block types quant.c has a quantizer for */
+            while (d < DT_COUNT && (!quant_has_quantizer((uint32_t)d) || strcmp(v, dtype_names[d]))) d++;
+            if (d == DT_COUNT) {
+                Str names = {0};
+                for (int q = DT_Q8_0; q < DT_COUNT; q++)
+                    if (quant_has_quantizer((uint32_t)q))
+                        str_printf(&names, "%s%s", names.len ? ", " : "", dtype_names[q]);
+                die_user(NULL, "--quant", "'%s' is not a block type llmcc quantizes into (%s)", v, names.s);
+            }
             o->quant = (DType)d;
         }
         else if (!strcmp(a, "--quant-all")) o->quant_all = true;
@@ -398,13 +403,6 @@ static double peak_memory_mib(void) {
     return kib < 0 ? -1 : kib / 1024.0;
 }
 
-/* a payload tensor's dtype is its buffer's DType */
-_Static_assert((int)DT_F32 == PDT_F32 && (int)DT_F16 == PDT_F16 && (int)DT_BF16 == PDT_BF16 &&
-               (int)DT_I32 == PDT_I32 && (int)DT_Q8_0 == PDT_Q8_0 && (int)DT_Q4_0 == PDT_Q4_0 &&
-               (int)DT_Q4_1 == PDT_Q4_1 && (int)DT_Q4_K == PDT_Q4_K && (int)DT_Q5_K == PDT_Q5_K &&
-               (int)DT_Q6_K == PDT_Q6_K && (int)DT_Q5_0 == PDT_Q5_0 && (int)DT_Q5_1 == PDT_Q5_1,
-               "DType and the payload's dtype codes agree");
-
 static int cmd_build(int argc, char **argv) {
     Opts o;
     parse_opts(argc, argv, &o, true);
@@ -501,12 +499,12 @@ static int cmd_build(int argc, char **argv) {
         const StTensor *t = st_find(&c.st, b->name);
         CHECK(t, "weight %s vanished", b->name);
         pt[i].data = t->data; pt[i].nbytes = t->nbytes;
+#define ST_BLOCK_PDT(id, name, bytes, block, ggml) [ST_##id] = PDT_##id,
         static const uint32_t pdt[] = {[ST_F32] = PDT_F32, [ST_F16] = PDT_F16, [ST_BF16] = PDT_BF16,
-                                       [ST_Q8_0] = PDT_Q8_0, [ST_Q4_0] = PDT_Q4_0, [ST_Q4_1] = PDT_Q4_1,
-                                       [ST_Q4_K] = PDT_Q4_K, [ST_Q5_K] = PDT_Q5_K, [ST_Q6_K] = PDT_Q6_K,
-                                       [ST_Q5_0] = PDT_Q5_0, [ST_Q5_1] = PDT_Q5_1};
-        CHECK(t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16 || (t->dtype >= ST_Q8_0 &&
-              t->dtype <= ST_Q5_1), "weight %s dtype", b->name);
+                                       BLOCK_DTYPES(ST_BLOCK_PDT)};
+#undef ST_BLOCK_PDT
+        CHECK(t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16 || st_is_block(t->dtype),
+              "weight %s dtype", b->name);
         uint32_t sdt = pdt[t->dtype];
         if (sdt != pt[i].dtype) { ps[i].convert = true; ps[i].src_dtype = sdt; }
         for (int f = 0; f < c.st.nfiles; f++)

@@ -61,21 +61,12 @@ typedef struct {
 void pack_payload_ex(const char *out_path, const PackTensor *tensors, const PackSource *src, int n,
                      const uint8_t *tok_blob, size_t tok_size);
 
-/* Element conversions the packer uses (round to nearest even; NaN stays NaN). */
-uint16_t pack_f32_to_bf16(float f);
-uint16_t pack_f32_to_f16(float f);
-float pack_bf16_to_f32(uint16_t h);
-float pack_f16_to_f32(uint16_t h);
-/* GGUF's block types (runtime/kernels.h gives the layouts). pack_quant_blocks: n values (whole blocks of 32, of 256
- * for the K-quants) of x quantized into PDT_Q8_0, PDT_Q4_0, PDT_Q4_1, PDT_Q4_K or PDT_Q6_K blocks at out as
- * llama.cpp's reference quantizers do (ggml-quants.c, bit for bit; Q5_K has none here).
- * pack_random_kquant_blocks: n values (whole super-blocks of 256) of PDT_Q4_K, PDT_Q5_K or PDT_Q6_K as random
- * blocks (every integer and sub-block scale byte drawn from seed, the f16 super-block scales such that the values
- * stay within about +-bound). pack_dequant_blocks: n values of any block type at in, dequantized into out.
- * pack_random_q5_blocks: n values (whole blocks of 32) of PDT_Q5_0 or PDT_Q5_1 as random blocks, within +-bound
- * (no quantizer into them here). */
-void pack_quant_blocks(uint32_t dt, const float *x, size_t n, uint8_t *out);
+/* Random blocks of GGUF's block types (runtime/kernels.h gives the layouts), for --random-weights and llmcc run:
+ * pack_random_kquant_blocks: n values (whole super-blocks of 256) of PDT_Q4_K, PDT_Q5_K or PDT_Q6_K (every
+ * integer and sub-block scale byte drawn from seed, the f16 super-block scales such that the values stay within
+ * about +-bound); pack_random_q5_blocks: n values (whole blocks of 32) of PDT_Q5_0 or PDT_Q5_1, within +-bound
+ * (no quantizer into them here: quant.h). */
 void pack_random_kquant_blocks(uint32_t dt, uint64_t seed, float bound, size_t n, uint8_t *out);
 void pack_random_q5_blocks(uint32_t dt, uint64_t seed, float bound, size_t n, uint8_t *out);
-void pack_dequant_blocks(uint32_t dt, const uint8_t *in, size_t n, float *out);
+
 #endif

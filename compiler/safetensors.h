@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "util.h"
+#include "dtypes.h"
 
 /* X(enum, name in the header, element size in bytes) */
 #define ST_DTYPES(X) \
@@ -22,10 +23,16 @@ typedef enum {
     ST_DTYPES(ST_X_ENUM)
 #undef ST_X_ENUM
     ST_DTYPE_COUNT,
-    /* GGUF's block types (32 values a block; the K-quants 256): never in a safetensors file (the parser knows
-     * only the names above), the dtype of a GGUF file's tensors (gguf_model.c) */
-    ST_Q8_0, ST_Q4_0, ST_Q4_1, ST_Q4_K, ST_Q5_K, ST_Q6_K, ST_Q5_0, ST_Q5_1
+    /* GGUF's block types (runtime/dtypes.h's BLOCK_DTYPES: ST_Q8_0, ...): never in a safetensors file (the parser
+     * knows only the names above), the dtype of a GGUF file's tensors (gguf_model.c) */
+#define ST_BLOCK_ENUM(id, name, bytes, block, ggml) ST_##id,
+    BLOCK_DTYPES(ST_BLOCK_ENUM)
+#undef ST_BLOCK_ENUM
+    ST_BLOCK_END
 } StDtype;
+/* a block type's StDtype, and whether d is one */
+#define ST_FIRST_BLOCK (ST_DTYPE_COUNT + 1)
+static inline bool st_is_block(StDtype d) { return d >= ST_FIRST_BLOCK && d < ST_BLOCK_END; }
 
 const char *st_dtype_name(StDtype);
 size_t st_dtype_size(StDtype);
@@ -99,8 +106,10 @@ static const struct { const char *name; unsigned char size; } st_dtypes[] = {
 };
 
 const char *st_dtype_name(StDtype d) {
-    static const char *const blocks[] = {"Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"};
-    if (d >= ST_Q8_0 && d <= ST_Q5_1) return blocks[d - ST_Q8_0];
+#define ST_BLOCK_NAME(id, name, bytes, block, ggml) #id,
+    static const char *const blocks[] = {BLOCK_DTYPES(ST_BLOCK_NAME)};
+#undef ST_BLOCK_NAME
+    if (st_is_block(d)) return blocks[d - ST_FIRST_BLOCK];
     return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].name : "?";
 }
 size_t st_dtype_size(StDtype d) { return (unsigned)d < ST_DTYPE_COUNT ? st_dtypes[d].size : 0; }

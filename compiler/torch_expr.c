@@ -522,10 +522,10 @@ static Value name_value(P *p, const char *s, int col) {
     static const struct { const char *name; DType dt; } dts[] = {
         {"torch.float32", DT_F32}, {"torch.float", DT_F32}, {"torch.bfloat16", DT_BF16}, {"torch.float16", DT_F16},
         {"torch.half", DT_F16},
-        /* not torch's: GGUF's block types, for nn.Linear's weights (llama.cpp's names) */
-        {"llmcc.q8_0", DT_Q8_0}, {"llmcc.q4_0", DT_Q4_0}, {"llmcc.q4_1", DT_Q4_1}, {"llmcc.q4_k", DT_Q4_K},
-        {"llmcc.q5_k", DT_Q5_K}, {"llmcc.q6_k", DT_Q6_K},
-        {"llmcc.q5_0", DT_Q5_0}, {"llmcc.q5_1", DT_Q5_1},
+        /* not torch's: GGUF's block types, for nn.Linear's weights (llama.cpp's names: llmcc.q8_0, ...) */
+#define LLMCC_BLOCK_DTYPE(id, name, bytes, block, ggml) {"llmcc." name, DT_##id},
+        BLOCK_DTYPES(LLMCC_BLOCK_DTYPE)
+#undef LLMCC_BLOCK_DTYPE
     };
     for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
         if (!strcmp(s, dts[i].name)) { v.k = V_DTYPE; v.dtype = dts[i].dt; return v; }

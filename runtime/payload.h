@@ -18,25 +18,28 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include "dtypes.h"
 
 #define PAYLOAD_MAGIC   "LLMCCWT1"    /* 8 bytes, no NUL stored */
 #define FOOTER_MAGIC    "LLMCCEND"
 #define PAYLOAD_VERSION 1u
 #define PAYLOAD_ALIGN   65536u        /* allows huge pages; mmap-able offsets */
 
-/* The block types are GGUF's (ggml's block_q8_0, block_q4_0, block_q4_1, block_q5_0, block_q5_1: 32 values a
- * block; the K-quants block_q4_K, block_q5_K, block_q6_K: super-blocks of 256), the last dimension whole blocks.
- * Q5_0 and Q5_1 came later than the K-quants: their codes follow, so that earlier payloads keep their meaning. */
-enum { PDT_F32 = 0, PDT_F16 = 1, PDT_BF16 = 2, PDT_I32 = 3, PDT_Q8_0 = 4, PDT_Q4_0 = 5, PDT_Q4_1 = 6, PDT_Q4_K = 7,
-       PDT_Q5_K = 8, PDT_Q6_K = 9, PDT_Q5_0 = 10, PDT_Q5_1 = 11 };
+/* A tensor's dtype code is its row in dtypes.h (PDT_F32 = 0, ... PDT_Q5_1 = 11): the block types are GGUF's
+ * (ggml's block_q8_0 ... 32 values a block; the K-quants super-blocks of 256), the last dimension whole blocks. */
+#define DTYPE_PDT_ENUM(id, name, bytes, block, ggml) PDT_##id,
+enum { ALL_DTYPES(DTYPE_PDT_ENUM) PDT_COUNT };
+/* rows are only appended: a payload written earlier keeps its meaning */
+static_assert(PDT_BF16 == 2 && PDT_Q8_0 == 4 && PDT_Q6_K == 9 && PDT_Q5_1 == 11, "dtypes.h's rows moved");
 /* Bytes per block (per element for the scalar types) of a PDT_* dtype, 0 for an unknown one. */
 static inline size_t payload_dtype_bytes(uint32_t dt) {
-    static const uint8_t bytes[] = {4, 2, 2, 4, 34, 18, 20, 144, 176, 210, 22, 24};
-    return dt < sizeof bytes ? bytes[dt] : 0;
+    static const uint8_t bytes[] = {ALL_DTYPES(DTYPE_BYTES)};
+    return dt < PDT_COUNT ? bytes[dt] : 0;
 }
-/* Elements per block: 1 for the scalar types. */
+/* Elements per block: 1 for the scalar types (and an unknown one). */
 static inline size_t payload_dtype_block(uint32_t dt) {
-    return dt >= PDT_Q4_K && dt <= PDT_Q6_K ? 256 : dt >= PDT_Q8_0 ? 32 : 1;
+    static const uint16_t block[] = {ALL_DTYPES(DTYPE_BLOCK)};
+    return dt < PDT_COUNT ? block[dt] : 1;
 }
 /* Bytes of count elements of dt, 0 where count is not whole blocks (or dt unknown); *overflow where the
  * size does not fit in 64 bits. */

@@ -21,11 +21,8 @@ static char g_msg[4400];
 #define DAMAGED "the executable is truncated or damaged (payload "
 
 const char *payload_dtype_name(uint32_t dtype) {
-    static const char *const names[] = {[PDT_F32] = "f32", [PDT_F16] = "f16", [PDT_BF16] = "bf16", [PDT_I32] = "i32",
-                                        [PDT_Q8_0] = "q8_0", [PDT_Q4_0] = "q4_0", [PDT_Q4_1] = "q4_1",
-                                        [PDT_Q4_K] = "q4_k", [PDT_Q5_K] = "q5_k", [PDT_Q6_K] = "q6_k",
-                                        [PDT_Q5_0] = "q5_0", [PDT_Q5_1] = "q5_1"};
-    return dtype <= PDT_Q5_1 ? names[dtype] : "?";
+    static const char *const names[] = {ALL_DTYPES(DTYPE_NAME)};
+    return dtype < PDT_COUNT ? names[dtype] : "?";
 }
 
 /* argv[0] resolution when /proc is not mounted: a path, or a PATH search. */

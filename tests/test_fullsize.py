@@ -262,11 +262,11 @@ def test_dtype_bf16_to_f32():
 
 
 def test_conversions_match_numpy():
-    """pack.c's f32 -> f16 / bf16 and back against numpy on edge cases and random bit patterns."""
+    """quant.c's f32 -> f16 / bf16 and back against numpy on edge cases and random bit patterns."""
     src = os.path.join(tmpdir("fullsize"), "conv_driver.c")
     with open(src, "w") as f:
         f.write(r'''
-#include "pack.h"
+#include "quant.h"
 #include <stdio.h>
 #include <stdlib.h>
 int main(int argc, char **argv) {
@@ -275,15 +275,15 @@ int main(int argc, char **argv) {
     if (!in || !out) return 2;
     float x;
     while (fread(&x, 4, 1, in) == 1) {
-        uint16_t h = pack_f32_to_f16(x), b = pack_f32_to_bf16(x);
-        float hb = pack_f16_to_f32(h), bb = pack_bf16_to_f32(b);
+        uint16_t h = cvt_f32_to_f16(x), b = cvt_f32_to_bf16(x);
+        float hb = cvt_f16_to_f32(h), bb = cvt_bf16_to_f32(b);
         fwrite(&h, 2, 1, out); fwrite(&b, 2, 1, out); fwrite(&hb, 4, 1, out); fwrite(&bb, 4, 1, out);
     }
     fclose(in); fclose(out);
     return 0;
 }
 ''')
-    exe = build_c("conv_driver", [src, "compiler/pack.c", "compiler/util.c"])
+    exe = build_c("conv_driver", [src, "compiler/quant.c", "compiler/util.c"])
     rng = np.random.default_rng(3)
     bits = np.concatenate([
         rng.integers(0, 2**32, 200000, dtype=np.uint64).astype(np.uint32),

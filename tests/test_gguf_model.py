@@ -419,7 +419,7 @@ def quantized_file_against_its_dequantization(kind, ftype, want, layers, down_di
     ffn_down both (by layer), against the same file with every tensor dequantized by gguf-py: the same greedy ids
     and logits within f32 summation (the prompt's cpu_gemm packs the same f32 weights; the decode steps' dot
     products sum per block or sub-block, then scale); `llmcc run --layer more_bits_layer` (a layer whose attn_v
-    and ffn_down have the higher type) against the interpreter on pack.c's dequantization"""
+    and ffn_down have the higher type) against the interpreter on quant.c's dequantization"""
     q = quantized_of(kind, ftype)
     types = {t.name: t.tensor_type.name for t in GGUFReader(q).tensors if len(t.shape) == 2}
     assert set(types.values()) == want, (ftype, types)

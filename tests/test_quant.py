@@ -4,7 +4,7 @@ the linears' schedules.
 
 The reference is gguf-py (PyPI `gguf`, llama.cpp's own Python package): it quantizes the test's
 weights and dequantizes them, independently of llmcc's C (runtime/kernels.h ld_q*, runtime/cpu_quant.h,
-compiler/pack.c). gguf-py cannot quantize the K-quants: their weights are random blocks (every integer and
+compiler/quant.c). gguf-py cannot quantize the K-quants: their weights are random blocks (every integer and
 sub-block scale byte random, the f16 super-block scales positive and sane), which gguf-py dequantizes. llmcc has
 no quantizer into Q5_0 / Q5_1 (gguf-py has): `llmcc run -c` makes random blocks of those too.
 Each case runs a linear through the op harness (tests/oplib.py: guard regions around every buffer,

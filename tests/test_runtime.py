@@ -32,7 +32,7 @@ def project():
         if fn.endswith((".c", ".h")):
             shutil.copy(os.path.join(ROOT, "runtime", fn), os.path.join(d, "runtime", fn))
     shutil.copy(os.path.join(ROOT, "tests", "c", "mock_model.c"), os.path.join(d, "model.c"))
-    mk = build_c("mk_payload", ["tests/c/mk_payload.c", "compiler/pack.c", "compiler/util.c"])
+    mk = build_c("mk_payload", ["tests/c/mk_payload.c", "compiler/pack.c", "compiler/quant.c", "compiler/util.c"])
     run([mk, os.path.join(d, "payload.bin")])
     with open(os.path.join(ROOT, "templates", "Makefile.cpu")) as f:
         mf = f.read()
@@ -345,7 +345,7 @@ int main(int argc, char **argv) {
     return 0;
 }
 ''')
-    exe_ = build_c("pack_multi", [src, "compiler/pack.c", "compiler/util.c"])
+    exe_ = build_c("pack_multi", [src, "compiler/pack.c", "compiler/quant.c", "compiler/util.c"])
     out = os.path.join(tmpdir("runtime"), "multi.bin")
     run([exe_, out])
     assert not os.path.exists(out + ".tmp")
@@ -416,7 +416,7 @@ def tok_env(add_bos=True):
         with open(blob, "wb") as f:
             f.write(tok_blob(add_bos))
         out = os.path.join(t, "payload_tok%d.bin" % add_bos)
-        run([build_c("mk_payload", ["tests/c/mk_payload.c", "compiler/pack.c", "compiler/util.c"]), out, blob])
+        run([build_c("mk_payload", ["tests/c/mk_payload.c", "compiler/pack.c", "compiler/quant.c", "compiler/util.c"]), out, blob])
         _tok_payloads[add_bos] = out
     return {"LLMCC_PAYLOAD": _tok_payloads[add_bos]}
 
