@@ -2,7 +2,6 @@
  * (emit_kernel.h), the Model struct, model_init, and the launch plan (model_forward, model_forward_batch, the
  * decode step's CUDA Graph). */
 #include "emit.h"
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

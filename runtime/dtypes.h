@@ -28,5 +28,4 @@
 #define DTYPE_NAME(id, name, bytes, block, ggml) name,
 #define DTYPE_BYTES(id, name, bytes, block, ggml) bytes,
 #define DTYPE_BLOCK(id, name, bytes, block, ggml) block,
-#define DTYPE_GGML(id, name, bytes, block, ggml) ggml,
 #endif
