@@ -6,13 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the decode step's CUDA Graph (GPU targets): emit_program's kernels take pos from decode_pos where their
- * argument is -1 (KernelText.decode_pos); decode_step's grids read grid_pos for pos (the longest context's), and
- * it holds only the launches that run at n = 1 ---- */
-static bool graph_grids;
-/* a GPU target's model code: every launch followed by LAUNCH_CHECK (CUDA: LLMCC_CUDA_CHECK's check; cuda-emu: a
- * count of launches, so that a capture of the decode step counts its kernels as CUDA's does) */
-static bool gpu_model;
+/* What a piece of host code is printed for: the plan and its names; CUDA source or C; a GPU target's model code
+ * (every launch followed by LAUNCH_CHECK: CUDA's LLMCC_CUDA_CHECK check; cuda-emu's count of launches, so that a
+ * capture of the decode step counts its kernels as CUDA's does); the decode step's CUDA Graph (its grids read
+ * grid_pos, the longest context's, for pos). */
+typedef struct {
+    const Plan *plan;
+    const PlanNames *nm;
+    bool cuda, gpu, graph_grids;
+} Host;
+
+static void host_expr(Str *o, const Expr *e, bool graph_grids);
 
 /* ---- host side ---- */
 void emit_launch_guard(Str *o, const KLaunch *l) {
@@ -28,97 +32,6 @@ static const char *pdt(DType d) {
     return n[d];
 }
 
-/* What the host code calls the buffers: activations by their ACT_ offset macros, constants by their
- * deduplicated arrays (every layer's rotary inv_freq is one), weights by their fields (LayerWeights for a
- * decoder layer's, struct Model for the others). */
-typedef struct {
-    Arena A;
-    int nid;                   /* buffer ids are below */
-    const char **act, **field; /* by buffer id: an activation's macro suffix, a weight's field */
-    int *cidx, *layer;         /* by buffer id: a constant's array, a weight's layer (-1: the model's) */
-    const Buffer **cfirst;     /* by array: its first buffer */
-    int nconst, nlayers;
-    const Buffer **lfield; int nlfield;   /* LayerWeights: the first buffer of each field */
-} Names;
-
-static const char *ident_a(Arena *A, const Buffer *b, bool upper) {
-    Str s = {0};
-    emit_ident(&s, b, upper);
-    const char *r = arena_strdup(A, s.s);
-    str_free(&s);
-    return r;
-}
-
-static void name_act(Names *nm, const Buffer *b, const Buffer **named, int *nnamed) {
-    if (b->kind != BUF_ACT || nm->act[b->id]) return;
-    const char *base = ident_a(&nm->A, b, true), *name = base;
-    for (int k = 2;; k++) {   /* a name keeps one offset: another offset takes the next number */
-        int j = 0;
-        while (j < *nnamed && strcmp(nm->act[named[j]->id], name)) j++;
-        if (j == *nnamed || named[j]->act_offset == b->act_offset) break;
-        name = arena_printf(&nm->A, "%s_%d", base, k);
-    }
-    nm->act[b->id] = name;
-    named[(*nnamed)++] = b;
-}
-
-static void names_init(Names *nm, const KProgram *kp) {
-    const TProgram *tp = kp->tp;
-    memset(nm, 0, sizeof *nm);
-    for (int i = 0; i < tp->nbufs; i++) nm->nid = tp->bufs[i]->id >= nm->nid ? tp->bufs[i]->id + 1 : nm->nid;
-    nm->act = ARENA_ARRAY(&nm->A, const char *, nm->nid);
-    nm->field = ARENA_ARRAY(&nm->A, const char *, nm->nid);
-    nm->cidx = ARENA_ARRAY(&nm->A, int, nm->nid);
-    nm->layer = ARENA_ARRAY(&nm->A, int, nm->nid);
-    nm->cfirst = ARENA_ARRAY(&nm->A, const Buffer *, tp->nbufs);
-    nm->lfield = ARENA_ARRAY(&nm->A, const Buffer *, tp->n_weights + 1);
-    const Buffer **named = ARENA_ARRAY(&nm->A, const Buffer *, tp->nbufs);
-    int nnamed = 0;
-    for (int i = 0; i < kp->nl; i++)
-        for (int j = 0; j < kp->launches[i].k->nparams; j++) name_act(nm, kp->launches[i].args[j], named, &nnamed);
-    if (tp->next_token) name_act(nm, tp->next_token, named, &nnamed);
-    if (tp->top_k) name_act(nm, tp->top_k, named, &nnamed);
-    for (int i = 0; i < tp->nbufs; i++) {
-        const Buffer *b = tp->bufs[i];
-        if (b->kind != BUF_CONST) continue;
-        int c = 0;
-        while (c < nm->nconst && (nm->cfirst[c]->dims[0] != b->dims[0] ||
-                                  memcmp(nm->cfirst[c]->const_data, b->const_data, (size_t)b->dims[0] * 4))) c++;
-        if (c == nm->nconst) nm->cfirst[nm->nconst++] = b;
-        nm->cidx[b->id] = c;
-    }
-    for (int i = 0; i < tp->n_weights; i++) {
-        const Buffer *b = tp->weights[i];
-        const char *rest;
-        int l = emit_layer_of(b->name, &rest);
-        nm->field[b->id] = ident_a(&nm->A, b, false);
-        int f = 0;
-        while (f < nm->nlfield && strcmp(nm->field[nm->lfield[f]->id], nm->field[b->id])) f++;
-        /* a field holds one C type and shape in every layer: one dtype, or block types (uint8_t), which mixed
-         * files have per layer (llama.cpp's Q4_K_M: some layers' ffn_down and attn_v Q6_K, the rest Q4_K); the
-         * kernels that read them are specialised per dtype already (distinct kernel IR) */
-        const Buffer *first = f < nm->nlfield ? nm->lfield[f] : NULL;
-        if (l >= 0 && first &&
-            ((first->dtype != b->dtype && !(dtype_is_quant(b->dtype) && dtype_is_quant(first->dtype))) ||
-             first->ndim != b->ndim || memcmp(first->dims, b->dims, sizeof b->dims)))
-            l = -1;
-        if (l < 0) {   /* a model-level field: the whole name where a layer's would not fit, clear of Model's own */
-            Str f = {0};
-            emit_ident_str(&f, strncmp(b->name, "model.", 6) ? b->name : b->name + 6, false);
-            static const char *const own[] = {"w", "c", "act", "kc", "vc", "logits", "host_logits", "ids", "work",
-                                               "ctx", "wbytes", "kvbytes", "actbytes", "wdev", "layers", "slots",
-                                               "slot_off", NULL};
-            bool clash = false;
-            for (int j = 0; own[j]; j++) clash |= !strcmp(f.s, own[j]);
-            nm->field[b->id] = arena_printf(&nm->A, "%s%s", clash ? "w_" : "", f.s);
-            str_free(&f);
-        }
-        if (l >= 0 && f == nm->nlfield) nm->lfield[nm->nlfield++] = b;
-        nm->layer[b->id] = l;
-        if (l + 1 > nm->nlayers) nm->nlayers = l + 1;
-    }
-}
-
 /* How a launch's arguments are passed: to a call of its n tokens (model_forward's, or model_forward_batch's of
  * tokens whose rows are independent); in model_forward_batch's loop over the tokens (t): the token's rows of the
  * activations and ids, its slot's KV cache; to a _tokens kernel: the KV caches from slot 0's (kv_rows). */
@@ -131,8 +44,7 @@ static void layer_index(Str *o, int layer, int seg) {
     else str_printf(o, "%d", layer);
 }
 
-/* Strings of a model-level weight's field could meet another's: they are checked when the struct is printed. */
-static void host_arg(Str *o, const Names *nm, const Buffer *b, int seg, ArgsMode mode) {
+static void host_arg(Str *o, const PlanNames *nm, const Buffer *b, int seg, ArgsMode mode) {
     const bool per_token = mode == ARGS_PER_TOKEN;
     if (per_token && b->kind == BUF_ACT && b->rows_n) {
         int64_t row = 1;
@@ -168,41 +80,43 @@ static void host_arg(Str *o, const Names *nm, const Buffer *b, int seg, ArgsMode
     UNREACHABLE();
 }
 
-void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, bool team, int d) {
-    emit_indent(o, d); emit_launch_guard(o, l);
+/* A launch of k (l's kernel or its _tokens variant) at indent d up to its arguments */
+static void launch_open(Str *o, const KLaunch *l, int run_if, const KKernel *k, const char *mod, bool cuda, bool team,
+                        int d, bool graph_grids) {
+    emit_indent(o, d);
+    KLaunch guard = *l;
+    guard.run_if = run_if;
+    emit_launch_guard(o, &guard);
     str_printf(o, "{ /* %s */\n", mod);
-    emit_indent(o, d + 1); str_printf(o, "int64_t grid = "); emit_host_expr(o, l->grid); str_printf(o, ";\n");
+    emit_indent(o, d + 1); str_printf(o, "int64_t grid = "); host_expr(o, l->grid, graph_grids); str_printf(o, ";\n");
     if (team) { emit_indent(o, d + 1); str_printf(o, "#pragma omp parallel\n"); }
     emit_indent(o, d + 1);
-    if (cuda) str_printf(o, "%s<<<(unsigned)grid, %d, 0, STREAM>>>(n, pos", l->k->name, l->k->block);
-    else str_printf(o, "%s(grid, n, pos", l->k->name);
+    if (cuda) str_printf(o, "%s<<<(unsigned)grid, %d, 0, STREAM>>>(n, pos", k->name, k->block);
+    else if (k->tokens) str_printf(o, "%s_tokens(grid, n, pos, positions, kv_rows", k->name);
+    else str_printf(o, "%s(grid, n, pos", k->name);
+}
+void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, bool team, int d) {
+    launch_open(o, l, l->run_if, l->k, mod, cuda, team, d, false);
 }
 
-/* One launch at indent d; seg >= 0: it runs in the body of decoder layer seg (l, L), else literal. Arguments
- * wrap at 120 columns; mode: host_arg's (ARGS_TOKENS: the kernel's _tokens variant, with positions, kv_rows). */
-static void emit_launch(Str *o, const Names *nm, const KLaunch *l, int seg, bool cuda, int d, ArgsMode mode) {
-    const char *mod = l->module;
-    if (seg >= 0) emit_layer_of(mod, &mod);
-    emit_launch_open(o, l, mod, cuda, false, d);
-    if (mode == ARGS_TOKENS) {   /* emit_launch_open's call, renamed */
-        size_t call = strlen(l->k->name) + strlen("(grid, n, pos");
-        CHECK(!cuda && !l->run_if && o->len >= call && !strncmp(o->s + o->len - call, l->k->name, strlen(l->k->name)),
-              "a _tokens launch of %s on the gpu or under a guard", l->k->name);
-        o->len -= call;
-        str_printf(o, "%s_tokens(grid, n, pos, positions, kv_rows", l->k->name);
-    }
+/* One step at indent d; seg >= 0: it runs in the body of decoder layer seg (l, L), else literal. Arguments
+ * wrap at 120 columns. */
+static void emit_launch(Str *o, const Host *h, const PlanStep *s, int seg, int d, ArgsMode mode) {
+    const KLaunch *l = s->l;
+    const char *mod = seg >= 0 ? plan_module_in_layer(l) : l->module;
+    launch_open(o, l, s->run_if, s->k, mod, h->cuda, false, d, h->graph_grids);
     size_t line = o->len;
     while (o->s[line - 1] != '\n') line--;
     for (int j = 0; j < l->k->nparams; j++) {
         Str a = {0};
-        host_arg(&a, nm, l->args[j], seg, mode);
+        host_arg(&a, h->nm, l->args[j], seg, mode);
         if (o->len - line + a.len + 4 > 120) { str_printf(o, ",\n"); line = o->len; emit_indent(o, d + 3); }
         else str_printf(o, ", ");
         str_printf(o, "%s", a.s);
         str_free(&a);
     }
     str_printf(o, ");\n");
-    if (cuda || gpu_model) {   /* LLMCC_CUDA_CHECK=1: the kernel and its graph op named where it fails (kernels.h) */
+    if (h->cuda || h->gpu) {   /* LLMCC_CUDA_CHECK=1: the kernel and its graph op named where it fails (kernels.h) */
         emit_indent(o, d + 1);
         str_printf(o, "LAUNCH_CHECK(\"%s\", \"%s\", %s);\n", l->k->name, mod, seg >= 0 ? "l" : "-1");
     }
@@ -218,254 +132,107 @@ static void put_indented(Str *o, const char *text, int d) {
     }
 }
 
-/* The text most of a run's layers share at position p: their index in the run */
-static int common_text(Str *const *txt, int nseg, int cnt, int p) {
-    int best = 0, bestn = 0;
-    for (int g = 0; g < nseg; g++) {
-        int c = 0;
-        for (int h = 0; h < nseg; h++) c += !strcmp((*txt)[g * cnt + p].s, (*txt)[h * cnt + p].s);
-        if (c > bestn) { best = g; bestn = c; }
-    }
-    return best;
-}
-
-/* Layers lay0 + lo .. lay0 + hi - 1 of a run (txt: cnt launches per layer) as one loop; a position where
- * some layers' launch differs holds each variant under if (l == ...), the common one under else. */
-static void emit_layer_loop(Str *o, Str *txt, int lay0, int cnt, int lo, int hi) {
-    str_printf(o, "    for (int l = %d; l < %d; l++) { /* decoder layers %d..%d */\n", lay0 + lo, lay0 + hi, lay0 + lo,
-               lay0 + hi - 1);
-    bool usesL = false;
-    for (int i = lo * cnt; i < hi * cnt; i++) usesL |= strstr(txt[i].s, "L->") != NULL;
-    if (usesL) str_printf(o, "        const LayerWeights *L = &m->layers[l];\n");
-    Str *run = txt + lo * cnt;
-    for (int p = 0; p < cnt; p++) {
-        int best = common_text(&run, hi - lo, cnt, p), opened = 0;
-        for (int g = 0; g < hi - lo; g++) {
-            const char *t = run[g * cnt + p].s;
-            bool seen = !strcmp(t, run[best * cnt + p].s);
-            for (int h = 0; h < g && !seen; h++) seen = !strcmp(t, run[h * cnt + p].s);
-            if (seen) continue;
-            str_printf(o, "        %sif (", opened++ ? "} else " : "");
-            for (int h = g, first = 1; h < hi - lo; h++)
-                if (!strcmp(t, run[h * cnt + p].s)) {
-                    str_printf(o, "%sl == %d", first ? "" : " || ", lay0 + lo + h);
-                    first = 0;
-                }
-            str_printf(o, ") { /* this layer's launch differs */\n");
-            put_indented(o, t, 3);
-        }
-        if (!opened) { put_indented(o, run[best * cnt + p].s, 2); continue; }
-        str_printf(o, "        } else {\n");
-        put_indented(o, run[best * cnt + p].s, 3);
-        str_printf(o, "        }\n");
-    }
-    str_printf(o, "    }\n");
-}
-
-/* whether a launch runs in a one-token call (not one of the alternatives for more tokens): decode_step's
- * launches, model_info.decode_launches, decode_weight_bytes' */
-static bool runs_at_one_token(const KLaunch *l) {
-    return !(l->run_if == 1 && l->min_n >= 1) && !(l->run_if == 2 && l->min_n < 1);
-}
-
-/* ---- model_forward_batch: which launches run per token ---- */
-static bool uses_kind(const KLaunch *l, BufKind kind) {
-    for (int j = 0; j < l->k->nparams; j++) if (l->args[j]->kind == kind) return true;
-    return false;
-}
-/* A launch that runs once per token in model_forward_batch (n = 1 at the token's position, its slot's KV cache):
- * one that reads pos (RoPE's angles, the cache rows written, the keys attended) or a KV cache, or takes a split-K
- * workspace (whose partner does). The others run once for all the tokens, as their rows are independent. */
-static bool launch_per_token(const KLaunch *l) {
-    return !l->tail && (uses_kind(l, BUF_KCACHE) || uses_kind(l, BUF_VCACHE) || uses_kind(l, BUF_WORK) ||
-                        expr_reads_param(l->grid, P_POS) || kernel_reads_pos(l->k));
-}
-/* Whether model_forward_batch can run l: not a split-K kernel (the workspace holds one call's partials: a pair
- * would have to run per token in one loop, which the memory plan does not allow for in general; not built yet),
- * a per-token launch's activations all one row per token (attention's scratch rows are not: flash=0), and a
- * decode schedule where it has a prefill alternative. Where one is not, the build has no batched decoding. */
-static bool batchable(const KLaunch *l) {
-    if (uses_kind(l, BUF_WORK)) return false;
-    if (launch_per_token(l))
-        for (int j = 0; j < l->k->nparams; j++)
-            if (l->args[j]->kind == BUF_ACT && !l->args[j]->rows_n) return false;
-    return !l->run_if || l->min_n >= 1;
-}
-
-typedef enum { FWD_ONE, FWD_BATCH } FwdMode;
-
-/* How model_forward_batch runs a launch: once for all the tokens (rows independent of pos and of the caches),
- * once through its kernel's _tokens variant (a cpu kernel whose only uses of pos are the tokens' positions and
- * KV rows: RoPE and the cache writes of the q/k/v projections), or in a loop over the tokens (attention, and
- * where no _tokens variant exists) */
-typedef enum { BATCH_ONCE, BATCH_TOKENS, BATCH_PER_TOKEN } BatchWay;
-static bool has_tokens_variant(const KKernel *k);
-static BatchWay batch_way(const KLaunch *l) {
-    if (!launch_per_token(l)) return BATCH_ONCE;
-    if (l->k->task && !uses_kind(l, BUF_WORK) && !expr_reads_param(l->grid, P_POS) && has_tokens_variant(l->k))
-        return BATCH_TOKENS;
-    return BATCH_PER_TOKEN;
-}
-
-/* ---- the cpu target's barriers: a kernel's omp for has none of its own (nowait, emit_c.c); the team waits
- * (#pragma omp barrier) before a launch that reads or writes memory a launch since the last barrier wrote, or
- * writes memory one of them read. Independent launches (model_forward_batch's per-token instances of one launch,
- * a layer's q, k and v projections) then run without the team waiting between them. ---- */
-static bool mem_overlap(const Buffer *a, const Buffer *b) {
-    if (a == b) return true;
-    if (a->kind != b->kind) return false;
-    switch (a->kind) {
-    case BUF_ACT: {   /* the arena's bytes (the memory plan reuses them for buffers not live together) */
-        int64_t end_a = a->act_offset + dtype_bytes(a->dtype, buffer_elems(a));
-        int64_t end_b = b->act_offset + dtype_bytes(b->dtype, buffer_elems(b));
-        return a->act_offset < end_b && b->act_offset < end_a;
-    }
-    case BUF_KCACHE: case BUF_VCACHE: return a->layer == b->layer;
-    case BUF_WEIGHT: case BUF_CONST: return false;   /* never written */
-    default: return true;   /* the ids, the logits, the split-K workspace: one of each */
-    }
-}
-/* run_if as emitted: in model_forward_batch a launch that runs once for all the tokens drops its guard */
-static int emitted_run_if(const KLaunch *l, FwdMode mode);
-static bool launches_conflict(const KLaunch *a, const KLaunch *b, FwdMode mode) {
-    int ra = emitted_run_if(a, mode), rb = emitted_run_if(b, mode);
-    /* alternatives: never both run (the same n: the tail has its own) */
-    if (ra && rb && ra != rb && a->min_n == b->min_n && a->tail == b->tail) return false;
-    for (int i = 0; i < a->k->nparams; i++)
-        for (int j = 0; j < b->k->nparams; j++)
-            if ((a->k->param_written[i] || b->k->param_written[j]) && mem_overlap(a->args[i], b->args[j]))
-                return true;
-    return false;
-}
-
-/* One launch of the plan at indent 0, in model_forward_batch in a loop over the tokens where it runs per token.
- * In model_forward_batch every launch takes the schedule for decode (n <= min_n: gemv, cpu_rows; emit_forward
+/* One step of a path at indent 0, in model_forward_batch in a loop over the tokens where it runs per token.
+ * In model_forward_batch every launch takes the schedule for decode (n <= min_n: gemv, cpu_rows; the plan
  * leaves the others out), so each token's row is computed as a call with it alone computes it. */
-static void emit_unit(Str *o, const Names *nm, const KLaunch *launch, int seg, bool cuda, FwdMode mode,
-                      bool barrier) {
+static void emit_step(Str *o, const Host *h, const PlanStep *s, int seg) {
     str_append(o, "", 0);
-    if (barrier) str_printf(o, "#pragma omp barrier /* the launches since the last one wrote what this one uses */\n");
-    BatchWay way = mode == FWD_BATCH ? batch_way(launch) : BATCH_ONCE;
-    bool per_token = way == BATCH_PER_TOKEN;
+    if (s->barrier)
+        str_printf(o, "#pragma omp barrier /* the launches since the last one wrote what this one uses */\n");
+    bool per_token = s->way == BATCH_PER_TOKEN;
     if (per_token)
         str_printf(o, "for (int t = 0; t < n; t++) { /* each token: n = 1 at its position, its slot's KV cache */\n"
                       "    const int n = 1, pos = positions[t];\n");
-    KLaunch l = *launch;
-    l.run_if = emitted_run_if(&l, mode);
-    emit_launch(o, nm, &l, seg, cuda, per_token,
-                per_token ? ARGS_PER_TOKEN : way == BATCH_TOKENS ? ARGS_TOKENS : ARGS_CALL);
+    emit_launch(o, h, s, seg, per_token, per_token ? ARGS_PER_TOKEN : s->way == BATCH_TOKENS ? ARGS_TOKENS : ARGS_CALL);
     if (per_token) str_printf(o, "}\n");
 }
-/* Whether model_forward_batch runs l: the decode schedules (n <= min_n) for all, so that a token in a batch is
- * computed as it is alone (a launch in a loop over the tokens keeps its guard, for n = 1: it is left out where
- * that never holds) */
-static bool in_batch(const KLaunch *l) {
-    return !kernel_is_sampling(l) && !(l->run_if == 1 && (batch_way(l) != BATCH_PER_TOKEN || l->min_n >= 1));
-}
-/* whether this build has batched decoding (else model_forward_batch returns -1) */
-static bool program_batchable(const KProgram *kp) {
-    for (int i = 0; i < kp->nl; i++)
-        if (in_batch(&kp->launches[i]) && !batchable(&kp->launches[i])) return false;
-    return true;
-}
-static int emitted_run_if(const KLaunch *l, FwdMode mode) {
-    /* batchable: the decode schedule (a loop's launches keep their guard, for n = 1) */
-    return mode == FWD_BATCH && batch_way(l) != BATCH_PER_TOKEN ? 0 : l->run_if;
+
+/* Layers lo .. hi - 1 of run r as one loop over l: a position where some layers' step differs holds each
+ * variant under if (l == ...), the common one under else. */
+static void emit_layer_loop(Str *o, const Host *h, const PlanPath *pp, const PlanRun *r) {
+    const int lo = r->layer0 + r->loop_lo, hi = r->layer0 + r->loop_hi, cnt = r->per_layer, ng = hi - lo;
+    str_printf(o, "    for (int l = %d; l < %d; l++) { /* decoder layers %d..%d */\n", lo, hi, lo, hi - 1);
+    Str *txt = calloc((size_t)ng * (size_t)cnt, sizeof(Str));
+    bool usesL = false;
+    for (int g = 0; g < ng; g++)
+        for (int p = 0; p < cnt; p++) {
+            if (r->like[g * cnt + p] != g) continue;   /* printed as an earlier layer's */
+            emit_step(&txt[g * cnt + p], h, &pp->steps[r->first + (r->loop_lo + g) * cnt + p], lo + g);
+            usesL |= strstr(txt[g * cnt + p].s, "L->") != NULL;
+        }
+    if (usesL) str_printf(o, "        const LayerWeights *L = &m->layers[l];\n");
+    for (int p = 0; p < cnt; p++) {
+        const int common = r->common[p];
+        int opened = 0;
+        for (int g = 0; g < ng; g++) {
+            if (r->like[g * cnt + p] != g || g == common) continue;
+            str_printf(o, "        %sif (", opened++ ? "} else " : "");
+            for (int u = g, first = 1; u < ng; u++)
+                if (r->like[u * cnt + p] == g) {
+                    str_printf(o, "%sl == %d", first ? "" : " || ", lo + u);
+                    first = 0;
+                }
+            str_printf(o, ") { /* this layer's launch differs */\n");
+            put_indented(o, txt[g * cnt + p].s, 3);
+        }
+        if (!opened) { put_indented(o, txt[common * cnt + p].s, 2); continue; }
+        str_printf(o, "        } else {\n");
+        put_indented(o, txt[common * cnt + p].s, 3);
+        str_printf(o, "        }\n");
+    }
+    str_printf(o, "    }\n");
+    for (int i = 0; i < ng * cnt; i++) str_free(&txt[i]);
+    free(txt);
 }
 
-/* model_forward's launches (model_forward_batch's with FWD_BATCH). The decoder layers run the same kernels: a
- * run of consecutive layers with as many launches each is one loop over l, its launches printed once with
- * L = &m->layers[l], where they bind the same activations and the layer's weights and KV cache. A layer at either
- * end of the run whose launches differ in more than a quarter of the positions (layer 0 gathers the embedding,
- * and its buffers may sit elsewhere in the arena) is printed on its own, as is a layer with another launch count.
- * The tail (graph.h) runs with its own n and pos: the last row (model_forward) or every row (batch). Returns
- * false where a launch is not batchable: model_forward_batch then returns -1. */
-static bool emit_forward(Str *o, const Names *nm, const KProgram *kp, bool cuda, bool team, FwdMode mode) {
-    int n = 0, *lay = malloc(sizeof(int) * (size_t)(kp->nl + 1)), *at = malloc(sizeof(int) * (size_t)(kp->nl + 1));
-    bool *tail = calloc((size_t)kp->nl + 1, sizeof(bool)), ok = true;
-    Str *txt = calloc((size_t)kp->nl + 1, sizeof(Str)), *lit = calloc((size_t)kp->nl + 1, sizeof(Str));
-    for (int i = 0; i < kp->nl; i++) {
-        const KLaunch *l = &kp->launches[i];
-        if (kernel_is_sampling(l) || (mode == FWD_BATCH && !in_batch(l)) || (graph_grids && !runs_at_one_token(l)))
-            continue;
-        int ly = emit_layer_of(l->module, NULL);
-        if (mode == FWD_BATCH && !batchable(l)) ok = false;
-        CHECK(!n || !tail[n - 1] || l->tail, "%s after the model's tail", l->module);
-        at[n] = i; lay[n] = ly; tail[n] = l->tail;
-        n++;
-    }
-    /* team: the barriers; since[0 .. nsince) the launches since the last one */
-    int *since = malloc(sizeof(int) * (size_t)(n + 1)), nsince = 0;
-    for (int u = 0; ok && u < n; u++) {
-        const KLaunch *l = &kp->launches[at[u]];
-        bool barrier = false;
-        for (int v = 0; team && v < nsince && !barrier; v++)
-            barrier = launches_conflict(&kp->launches[since[v]], l, mode);
-        if (barrier) nsince = 0;
-        since[nsince++] = at[u];
-        emit_unit(&txt[u], nm, l, lay[u], cuda, mode, barrier);
-        emit_unit(&lit[u], nm, l, -1, cuda, mode, barrier);
-    }
-    free(since);
+/* A path's steps as the plan lays them out: its loops over the decoder layers, the layers printed alone, the
+ * model's own steps. The tail (graph.h) runs with its own n and pos: the last row (model_forward) or every row
+ * (batch). */
+static void emit_forward(Str *o, const Host *h, FwdPath path) {
+    const PlanPath *pp = &h->plan->path[path];
     bool in_tail = false;
-    for (int s = 0; ok && s < n;) {
-        int e = s;
-        while (e < n && lay[e] == lay[s]) e++;
-        int cnt_l = e - s, nseg = 1;   /* the run: layers lay[s] .. lay[s] + nseg - 1, cnt_l launches each */
-        while (lay[s] >= 0 && s + (nseg + 1) * cnt_l <= n) {
-            int t = s + nseg * cnt_l;
-            bool same = lay[t] == lay[s] + nseg && (t + cnt_l == n || lay[t + cnt_l] != lay[t]);
-            for (int j = t; same && j < t + cnt_l; j++) same = lay[j] == lay[t];
-            if (!same) break;
-            nseg++;
-        }
-        int lo = 0, hi = nseg, *diff = calloc((size_t)nseg, sizeof(int));
-        Str *run = txt + s;
-        for (int p = 0; p < cnt_l; p++) {
-            int best = common_text(&run, nseg, cnt_l, p);
-            for (int g = 0; g < nseg; g++) diff[g] += strcmp(run[g * cnt_l + p].s, run[best * cnt_l + p].s) != 0;
-        }
-        while (hi - lo > 1 && diff[lo] * 4 > cnt_l) lo++;
-        while (hi - lo > 1 && diff[hi - 1] * 4 > cnt_l) hi--;
-        free(diff);
-        if (lay[s] < 0 || hi - lo < 2) lo = hi = nseg;
-        for (int g = 0; g < nseg; g++) {
-            if (g == lo) emit_layer_loop(o, run, lay[s], cnt_l, lo, hi);
-            if (g >= lo && g < hi) continue;
-            if (lay[s] >= 0) str_printf(o, "    /* layer %d: its launches differ from the loop's */\n", lay[s] + g);
-            for (int j = s + g * cnt_l; j < s + (g + 1) * cnt_l; j++) {
-                if (tail[j] && !in_tail) {
+    for (int ri = 0; ri < pp->nruns; ri++) {
+        const PlanRun *r = &pp->runs[ri];
+        for (int g = 0; g < r->nlayers; g++) {
+            if (g == r->loop_lo && r->loop_hi > r->loop_lo) emit_layer_loop(o, h, pp, r);
+            if (g >= r->loop_lo && g < r->loop_hi) continue;
+            if (r->layer0 >= 0)
+                str_printf(o, "    /* layer %d: its launches differ from the loop's */\n", r->layer0 + g);
+            for (int p = 0; p < r->per_layer; p++) {
+                const PlanStep *s = &pp->steps[r->first + g * r->per_layer + p];
+                if (s->l->tail && !in_tail) {
                     in_tail = true;
-                    if (mode == FWD_ONE)
+                    if (path != PATH_BATCH)
                         str_printf(o, "    { /* the tail: the last token's logits, n = 1 row from row pos = n - 1 */\n"
                                       "    const int tail_row = n - 1;\n    const int n = 1, pos = tail_row;\n%s",
-                                   graph_grids ? "    const int grid_pos = pos;\n    (void)grid_pos;\n" : "");
+                                   h->graph_grids ? "    const int grid_pos = pos;\n    (void)grid_pos;\n" : "");
                     else str_printf(o, "    { /* the tail: every token's logits, n rows from row pos = 0 */\n");
                 }
-                put_indented(o, lit[j].s, 1);
+                Str lit = {0};
+                emit_step(&lit, h, s, -1);
+                put_indented(o, lit.s, 1);
+                str_free(&lit);
             }
         }
-        s += nseg * cnt_l;
     }
     if (in_tail) str_printf(o, "    }\n");
-    for (int i = 0; i < n; i++) { str_free(&txt[i]); str_free(&lit[i]); }
-    free(txt); free(lit); free(lay); free(at); free(tail);
-    return ok;
 }
 
-void emit_host_expr(Str *o, const Expr *e) {
+void emit_host_expr(Str *o, const Expr *e) { host_expr(o, e, false); }
+static void host_expr(Str *o, const Expr *e, bool graph_grids) {
     /* grids use only n, pos and integer arithmetic */
     switch (e->k) {
     case EX_ICONST: str_printf(o, "%lldLL", (long long)e->i); return;
     case EX_PARAM: str_printf(o, "(int64_t)%s", graph_grids && e->i == P_POS ? "grid_pos" : param_names[e->i]); return;
     case EX_ADD: case EX_SUB: case EX_MUL: case EX_DIV: case EX_MOD:
-        str_printf(o, "("); emit_host_expr(o, e->a[0]); str_printf(o, " %s ", expr_names[e->k]);
-        emit_host_expr(o, e->a[1]); str_printf(o, ")");
+        str_printf(o, "("); host_expr(o, e->a[0], graph_grids); str_printf(o, " %s ", expr_names[e->k]);
+        host_expr(o, e->a[1], graph_grids); str_printf(o, ")");
         return;
     case EX_MIN: case EX_MAX:
-        str_printf(o, "(("); emit_host_expr(o, e->a[0]); str_printf(o, ") %s (", e->k == EX_MIN ? "<" : ">");
-        emit_host_expr(o, e->a[1]); str_printf(o, ") ? ("); emit_host_expr(o, e->a[0]); str_printf(o, ") : (");
-        emit_host_expr(o, e->a[1]); str_printf(o, "))");
+        str_printf(o, "(("); host_expr(o, e->a[0], graph_grids); str_printf(o, ") %s (", e->k == EX_MIN ? "<" : ">");
+        host_expr(o, e->a[1], graph_grids); str_printf(o, ") ? (");
+        host_expr(o, e->a[0], graph_grids); str_printf(o, ") : (");
+        host_expr(o, e->a[1], graph_grids); str_printf(o, "))");
         return;
     default: CHECK(0, "grid expression uses %s", expr_names[e->k]);
     }
@@ -512,33 +279,6 @@ static void pack_lines(Str *o, const char *s) {
 }
 
 
-/* k's token-positions variant (cpu tasks; tokens_mode) into o; false where k uses pos otherwise */
-static bool emit_kernel_tokens(Str *o, const KKernel *k) {
-    /* cpu_rows only: there pos enters as the graph's pos + t, t the token (cpu_attn's causal bound pos + t + 1
-     * is not a token's position); not with 8-bit activations (cpu_acts_q8 keeps one row per thread, which the
-     * token loop in each task would quantize again task after task) */
-    if (!k->task || k->sched != SCHED_CPU_ROWS || k->has_acts_q8) return false;
-    str_printf(o, "\n/* model_forward_batch's tokens in one call, each at its own position (positions) and in its own "
-                  "slot's\n * KV cache (kv_rows) */");
-    KernelText x = {.target = TARGET_CPU, .tokens = true};
-    emit_kernel_c(o, k, &x);
-    return !x.tokens_failed;
-}
-/* whether k has one (printed once per kernel: the answers of this program's emission) */
-enum { TOKENS_KNOWN_MAX = 1024 };
-static struct { const KKernel *k[TOKENS_KNOWN_MAX]; bool ok[TOKENS_KNOWN_MAX]; int n; } tokens_known;
-static bool has_tokens_variant(const KKernel *k) {
-    for (int i = 0; i < tokens_known.n; i++) if (tokens_known.k[i] == k) return tokens_known.ok[i];
-    Str scratch = {0};
-    bool ok = emit_kernel_tokens(&scratch, k);
-    str_free(&scratch);
-    if (tokens_known.n < TOKENS_KNOWN_MAX) {
-        tokens_known.k[tokens_known.n] = k;
-        tokens_known.ok[tokens_known.n++] = ok;
-    }
-    return ok;
-}
-
 /* every kernel as its dialect prints it; decode_pos: a GPU model's (KernelText) */
 static void emit_kernels_as(Str *o, const KProgram *kp, Target t, bool decode_pos) {
     str_printf(o, "\n/* ---- kernels ---- */\n");
@@ -556,7 +296,7 @@ void emit_kernels(Str *o, const KProgram *kp, Target t) { emit_kernels_as(o, kp,
 
 /* struct Model: the payload's tensors (w), the constants' device copies (c), the buffers; each weight also
  * as a typed field, a decoder layer's in LayerWeights (one per layer) */
-static void emit_model_struct(Str *o, const Names *nm, const TProgram *tp) {
+static void emit_model_struct(Str *o, const PlanNames *nm, const TProgram *tp) {
     if (nm->nlfield) {
         str_printf(o, "typedef struct { /* a decoder layer's weights */\n");
         for (int f = 0; f < nm->nlfield; f++) {
@@ -566,7 +306,7 @@ static void emit_model_struct(Str *o, const Names *nm, const TProgram *tp) {
             bool seen[DT_COUNT] = {false};
             for (int i = 0; i < tp->n_weights; i++) {
                 const Buffer *w = tp->weights[i];
-                if (nm->layer[w->id] < 0 || strcmp(nm->field[w->id], nm->field[b->id]) || seen[w->dtype]) continue;
+                if (nm->lfield_of[w->id] != f || seen[w->dtype]) continue;
                 str_printf(o, "%s%s", o->s[o->len - 1] == ' ' ? "" : "/", dtype_names[w->dtype]);
                 seen[w->dtype] = true;
             }
@@ -600,7 +340,7 @@ static void emit_model_struct(Str *o, const Names *nm, const TProgram *tp) {
 }
 
 /* model_init: the typed fields from w. A field at the same stride in every layer fills in one loop. */
-static void emit_weight_fields(Str *o, const Names *nm, const TProgram *tp) {
+static void emit_weight_fields(Str *o, const PlanNames *nm, const TProgram *tp) {
     for (int i = 0; i < tp->n_weights; i++) {
         const Buffer *b = tp->weights[i];
         if (nm->layer[b->id] < 0)
@@ -612,10 +352,8 @@ static void emit_weight_fields(Str *o, const Names *nm, const TProgram *tp) {
     for (int i = 0; i < nm->nlfield * nm->nlayers; i++) first[i] = -1;
     for (int i = 0; i < tp->n_weights; i++) {
         const Buffer *b = tp->weights[i];
-        int l = nm->layer[b->id], f = 0;
-        if (l < 0) continue;
-        while (strcmp(nm->field[nm->lfield[f]->id], nm->field[b->id])) f++;
-        first[l * nm->nlfield + f] = i;
+        int l = nm->layer[b->id];
+        if (l >= 0) first[l * nm->nlfield + nm->lfield_of[b->id]] = i;
     }
     if (nm->nlayers > 1) stride = first[nm->nlfield] - first[0];
     for (int l = 0; l < nm->nlayers; l++)
@@ -637,15 +375,15 @@ static void emit_weight_fields(Str *o, const Names *nm, const TProgram *tp) {
 
 /* The activation arena: each buffer's byte offset (the memory plan gives buffers whose lifetimes do not
  * overlap the same bytes), and the per-layer KV cache */
-static void emit_act_macros(Str *o, const Names *nm, const KProgram *kp, int n_layers) {
+static void emit_act_macros(Str *o, const PlanNames *nm, const KProgram *kp, int n_layers) {
     const TProgram *tp = kp->tp;
     str_printf(o, "/* the activation arena (f32): byte offsets, reused by buffers that are not live together */\n");
     for (int i = 0; i < tp->nbufs; i++) {
         const Buffer *b = tp->bufs[i];
         if (b->kind != BUF_ACT || !nm->act[b->id]) continue;
-        int j = 0;
+        int j = 0;   /* each name once */
         while (j < i && !(tp->bufs[j]->kind == BUF_ACT && nm->act[tp->bufs[j]->id] &&
-                          !strcmp(nm->act[tp->bufs[j]->id], nm->act[b->id]))) j++;
+                          nm->act_slot[tp->bufs[j]->id] == nm->act_slot[b->id])) j++;
         if (j < i) continue;
         str_printf(o, "#define ACT_%s %lld /* [%lld", nm->act[b->id], (long long)b->act_offset, (long long)b->dims[0]);
         for (int d = 1; d < b->ndim; d++) str_printf(o, ", %lld", (long long)b->dims[d]);
@@ -664,7 +402,7 @@ static void emit_act_macros(Str *o, const Names *nm, const KProgram *kp, int n_l
 
 /* model_init: the payload checked against the compiled table, the buffers allocated (runtime/kernels.h's
  * mem_*: device memory for CUDA, host memory for C), the typed weight fields filled */
-static void emit_model_init(Str *o, const Names *nm, const KProgram *kp, const ModelInfo *mi, bool graph) {
+static void emit_model_init(Str *o, const PlanNames *nm, const KProgram *kp, const ModelInfo *mi, bool graph) {
     const TProgram *tp = kp->tp;
     str_printf(o, "const char *model_init_slots(Model **out, const PayloadTensor *t, const uint8_t *data, int ctx,\n"
                   "                             int slots) {\n"
@@ -724,8 +462,9 @@ static long long decode_weight_bytes(const KProgram *kp) {
     CHECK(bytes, "out of memory");
     for (int l = 0; l < kp->nl; l++) {
         const KLaunch *L = &kp->launches[l];
-        if (!runs_at_one_token(L)) continue;   /* runs only for more tokens */
-        bool gather = uses_kind(L, BUF_INPUT);
+        if (!plan_runs_at_one_token(L)) continue;   /* runs only for more tokens */
+        bool gather = false;
+        for (int i = 0; i < L->k->nparams; i++) gather |= L->args[i]->kind == BUF_INPUT;
         for (int i = 0; i < L->k->nparams; i++) {
             const Buffer *b = L->args[i];
             if (b->kind != BUF_WEIGHT) continue;
@@ -746,7 +485,7 @@ static long long decode_weight_bytes(const KProgram *kp) {
 static int decode_launches(const KProgram *kp) {
     int count = 0;
     for (int l = 0; l < kp->nl; l++)
-        count += runs_at_one_token(&kp->launches[l]) && !kernel_is_sampling(&kp->launches[l]);
+        count += plan_runs_at_one_token(&kp->launches[l]) && !kernel_is_sampling(&kp->launches[l]);
     return count;
 }
 
@@ -783,8 +522,7 @@ static bool program_has_dot(const KProgram *kp, bool qdot) {
     return false;
 }
 
-void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
-    tokens_known.n = 0;   /* has_tokens_variant's answers are this program's */
+void emit_program(Str *o, const KProgram *kp, const Plan *plan, const EmitOptions *eo) {
     const TProgram *tp = kp->tp;
     const ModelInfo *mi = &eo->info;
     bool cuda = eo->target == TARGET_CUDA;
@@ -793,8 +531,9 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                   " * %d distinct kernels, %d launches per forward call. */\n", cuda ? "model.cu" : "model.c",
                eo->source, mi->architecture, kp->nk, kp->nl - kernel_sampling_launches(kp));
     emit_prelude(o, kp, eo->target, "runtime/model_api.h");
-    Names nm;
-    names_init(&nm, kp);
+    const PlanNames nm = plan->names;
+    CHECK(plan->target == eo->target, "a plan for %s emitted for %s", target_names[plan->target],
+          target_names[eo->target]);
     /* constants, each distinct array once */
     for (int c = 0; c < nm.nconst; c++) {
         const Buffer *b = nm.cfirst[c];
@@ -814,19 +553,16 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
          * came first among a gemv's loads and delayed its weights' by a memory latency) */
         str_printf(o, "\n/* the position of the decode step a CUDA Graph replays (model_forward sets it) */\n"
                       "static %sint decode_pos;\n", cuda ? "__constant__ " : "");
-    gpu_model = eo->target != TARGET_CPU;
+    Host host = {plan, &plan->names, cuda, eo->target != TARGET_CPU, false};
     emit_kernels_as(o, kp, eo->target, eo->target != TARGET_CPU);
     /* model_forward_batch's _tokens variants */
-    bool any_tokens = false;
-    for (int i = 0; i < kp->nk && program_batchable(kp); i++) {
-        bool used = false;
-        for (int j = 0; j < kp->nl && !used; j++)
-            used = kp->launches[j].k == kp->kernels[i] && in_batch(&kp->launches[j]) &&
-                   batch_way(&kp->launches[j]) == BATCH_TOKENS;
-        if (!used) continue;
+    const bool any_tokens = plan->ncalled_tokens > 0;
+    for (int i = 0; i < plan->ncalled_tokens; i++) {
         Str k = {0};
-        CHECK(emit_kernel_tokens(&k, kp->kernels[i]), "%s's _tokens variant", kp->kernels[i]->name);
-        any_tokens = true;
+        str_printf(&k, "\n/* model_forward_batch's tokens in one call, each at its own position (positions) and in "
+                       "its own slot's\n * KV cache (kv_rows) */");
+        KernelText x = {.target = TARGET_CPU};
+        emit_kernel_c(&k, plan->called_tokens[i], &x);
         pack_lines(o, k.s);
         str_free(&k);
     }
@@ -861,9 +597,9 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                       "a KV-cache slot. */\n"
                       "static void decode_step(Model *m) {\n    const int n = 1, pos = -1, grid_pos = m->ctx - 1;\n"
                       "    (void)pos; (void)grid_pos;\n");
-        graph_grids = true;
-        emit_forward(o, &nm, kp, cuda, false, FWD_ONE);
-        graph_grids = false;
+        Host step = host;
+        step.graph_grids = true;
+        emit_forward(o, &step, PATH_DECODE_STEP);
         str_printf(o, "}\n\n");
     }
     str_printf(o, "int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {\n"
@@ -880,7 +616,7 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
      * the team waits where a launch uses what the ones before wrote (emit_forward's barriers) */
     const char *team = eo->target == TARGET_CPU ? "    #pragma omp parallel\n    {\n" : "";
     str_printf(o, "%s", team);
-    emit_forward(o, &nm, kp, cuda, *team != 0, FWD_ONE);
+    emit_forward(o, &host, PATH_FORWARD);
     if (*team) str_printf(o, "    }\n");
     if (graph) str_printf(o, "    }\n");
     str_printf(o, "    float next;\n    mem_get(&next, ACT(%s), sizeof next, model_info.name);\n"
@@ -902,11 +638,9 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                       "    for (int t = 0; t < n; t++) kv_rows[t] = KV_ROW(slots[t], positions[t]);\n", mi->max_batch);
     str_printf(o, "    const int pos = 0; /* unread but by the per-token launches (each its token's) and the tail */\n"
                   "    (void)pos;\n%s", team);
-    Str batch = {0};
-    bool batch_ok = emit_forward(&batch, &nm, kp, cuda, *team != 0, FWD_BATCH);
-    if (batch_ok) str_printf(o, "%s", batch.s);
-    else str_printf(o, "    /* not in this build: a split-K kernel or per-token scratch rows (emit.c, batchable) */\n");
-    str_free(&batch);
+    const bool batch_ok = plan->path[PATH_BATCH].ok;
+    if (batch_ok) emit_forward(o, &host, PATH_BATCH);
+    else str_printf(o, "    /* not in this build: a split-K kernel or per-token scratch rows (plan.c, batchable) */\n");
     if (*team) str_printf(o, "    }\n");
     if (batch_ok)
         str_printf(o, "    float best[%d];\n    mem_get(best, ACT(%s), (size_t)n * sizeof(float), model_info.name);\n"
@@ -921,7 +655,8 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
     for (int i = 0, first = 1; i < kp->nl; i++)
         if (kernel_is_sampling(&kp->launches[i])) {
             if (*team && !first) str_printf(o, "    #pragma omp barrier\n");
-            emit_launch(o, &nm, &kp->launches[i], -1, cuda, 1, ARGS_CALL);
+            const PlanStep sampler = {&kp->launches[i], kp->launches[i].k, kp->launches[i].run_if, BATCH_ONCE, false};
+            emit_launch(o, &host, &sampler, -1, 1, ARGS_CALL);
             first = 0;
         }
     if (*team) str_printf(o, "    }\n");
@@ -969,6 +704,4 @@ void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo) {
                   "    free(m->graphs);\n    mem_stream_free(m->stream);\n");
     if (nm.nconst) str_printf(o, "    for (int i = 0; i < %d; i++) mem_free_const(m->c[i]);\n", nm.nconst);
     str_printf(o, "    free(m);\n}\n%s", cuda ? "} /* extern \"C\" */\n" : "");
-    arena_free(&nm.A);
-    gpu_model = false;
 }

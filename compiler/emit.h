@@ -5,6 +5,7 @@
 #ifndef LLMCC_EMIT_H
 #define LLMCC_EMIT_H
 #include "emit_kernel.h"
+#include "plan.h"
 #include "model_api.h"
 
 /* What the host code says beyond the kernels, filled once by the caller: info is model_info as emitted
@@ -16,7 +17,7 @@ typedef struct {
     ModelInfo info;
 } EmitOptions;
 
-void emit_program(Str *o, const KProgram *kp, const EmitOptions *eo);
+void emit_program(Str *o, const KProgram *kp, const Plan *plan, const EmitOptions *eo);
 /* The pieces emit_program is made of, for harnesses that drive kernels on
  * their own (tests/c/op_harness.c): the includes (api_header: a header to
  * include before runtime/kernels.h, or NULL; either needs -I to llmcc's

@@ -14,7 +14,7 @@ void emit_kernel_c(Str *o, const KKernel *k, KernelText *kt) {
     str_printf(o, k->task ? "a task per block */\n" : "%d threads per block */\n", k->block);
     /* cpu: compiled for each instruction set, one chosen at start (CPU_KERNEL, runtime/cpu_gemm.h) */
     str_printf(o, "%sstatic void ", kt->target == TARGET_CPU ? "CPU_KERNEL " : "");
-    emit_kernel_name(o, k, kt);
+    emit_kernel_name(o, k);
     str_printf(o, "(int64_t grid, ");
     emit_params(o, k, kt);
     /* cpu: called by every thread of model_forward's team, which share the blocks; cuda-emu: a team per call */

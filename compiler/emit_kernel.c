@@ -21,17 +21,16 @@ const char *ctype_of(DType d) {
 
 static void var_name(Str *o, const Var *v) { str_printf(o, "%s_%d", v->name, v->id); }
 
-/* Where a name holds "layers.N.", the layer N, and in *rest what follows it; else -1 and the whole name
- * after a leading "model.". Kernels shared by the layers and the host's per-layer tables use the rest. */
-int emit_layer_of(const char *name, const char **rest) {
-    const char *s = strncmp(name, "model.", 6) ? name : name + 6;
+/* What a name shows in an identifier, shared by the layers' kernels and the host's per-layer tables: what
+ * follows its "layers.N." where it holds one, else the whole name after a leading "model." (which layer a
+ * buffer belongs to is the IR's to say: Buffer.layer, KLaunch.layer) */
+static const char *without_layer_prefix(const char *name) {
     for (const char *p = strstr(name, "layers."); p; p = strstr(p + 1, "layers.")) {
         const char *q = p + 7, *d = q;
         while (*d >= '0' && *d <= '9') d++;
-        if ((p == name || p[-1] == '.') && d > q && *d == '.') { if (rest) *rest = d + 1; return atoi(q); }
+        if ((p == name || p[-1] == '.') && d > q && *d == '.') return d + 1;
     }
-    if (rest) *rest = s;
-    return -1;
+    return strncmp(name, "model.", 6) ? name : name + 6;
 }
 
 /* A buffer's name as a C identifier (layer prefix dropped, upper case for macros); names that could meet
@@ -59,7 +58,7 @@ void emit_ident_str(Str *o, const char *s, bool upper) {
 void emit_ident(Str *o, const Buffer *b, bool upper) {
     const char *s;
     if (b->kind == BUF_KCACHE || b->kind == BUF_VCACHE) s = b->kind == BUF_KCACHE ? "k_cache" : "v_cache";
-    else emit_layer_of(b->name, &s);
+    else s = without_layer_prefix(b->name);
     emit_ident_str(o, s, upper);
 }
 
@@ -80,24 +79,10 @@ static void param_name(Str *o, const KKernel *k, int p) {
 }
 
 
-/* e is pos + X or X + pos: X, else NULL */
-static const Expr *pos_plus(const Expr *e) {
-    if (e->k != EX_ADD) return NULL;
-    if (e->a[0]->k == EX_PARAM && e->a[0]->i == P_POS) return e->a[1];
-    if (e->a[1]->k == EX_PARAM && e->a[1]->i == P_POS) return e->a[0];
-    return NULL;
-}
-
 static void lin_index(Str *o, const KKernel *k, const Buffer *b, Expr *const *idx, KernelText *kt) {
     /* row-major: ((i0 * d1 + i1) * d2 + i2) */
     for (int d = 1; d < b->ndim; d++) str_printf(o, "(");
-    if (kt->tokens && (b->kind == BUF_KCACHE || b->kind == BUF_VCACHE)) {
-        const Expr *x = pos_plus(idx[0]);
-        if (!x) kt->tokens_failed = true;
-        str_printf(o, "kv_rows[");
-        emit_expr(o, k, x ? x : idx[0], kt);
-        str_printf(o, "]");
-    } else emit_expr(o, k, idx[0], kt);
+    emit_expr(o, k, idx[0], kt);
     for (int d = 1; d < b->ndim; d++) {
         str_printf(o, " * %lldLL + ", (long long)b->dims[d]);
         emit_expr(o, k, idx[d], kt);
@@ -127,10 +112,9 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, KernelText *kt) {
     case EX_FCONST: emit_float_lit(o, e->f); return;
     case EX_ICONST: str_printf(o, "%lldLL", (long long)e->i); return;
     case EX_VAR: var_name(o, e->var); return;
-    case EX_PARAM:
-        if (kt->tokens && e->i == P_POS) kt->tokens_failed = true;
-        str_printf(o, "%s", param_names[e->i]);
-        return;
+    case EX_PARAM: str_printf(o, "%s", param_names[e->i]); return;
+    case EX_TOKEN_POS: str_printf(o, "(int64_t)positions["); emit_expr(o, k, a[0], kt); str_printf(o, "]"); return;
+    case EX_KV_ROW: str_printf(o, "kv_rows["); emit_expr(o, k, a[0], kt); str_printf(o, "]"); return;
     case EX_TID: str_printf(o, "tid"); return;
     case EX_BID: str_printf(o, "bid"); return;
     case EX_REG: str_printf(o, kt->target != TARGET_CUDA && !k->task ? "r%lld[tid]" : "r%lld", (long long)e->i); return;
@@ -172,12 +156,6 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, KernelText *kt) {
         emit_expr(o, k, a[0], kt); str_printf(o, ", "); emit_expr(o, k, a[1], kt); str_printf(o, ")");
         return;
     default:
-        if (kt->tokens && pos_plus(e)) {
-            str_printf(o, "(int64_t)positions[");
-            emit_expr(o, k, pos_plus(e), kt);
-            str_printf(o, "]");
-            return;
-        }
         str_printf(o, "(");
         emit_expr(o, k, a[0], kt);
         str_printf(o, " %s ", expr_names[e->k]);
@@ -560,7 +538,7 @@ void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int d, KernelText *
 /* One parameter a line, named after the first instance's buffer, with its dtype and shape */
 void emit_params(Str *o, const KKernel *k, KernelText *kt) {
     str_printf(o, "int64_t n, int64_t pos");
-    if (kt->tokens)
+    if (k->tokens)
         str_printf(o, ",\n        const int *restrict positions /* [n] each token's position */,\n"
                       "        const int64_t *restrict kv_rows /* [n] its KV rows: slot * layers * ctx + position */");
     for (int i = 0; i < k->nparams; i++) {
@@ -575,34 +553,12 @@ void emit_params(Str *o, const KKernel *k, KernelText *kt) {
 }
 
 
-/* ---- where a kernel reads pos ---- */
-static bool expr_reads_pos(const Expr *e) { return expr_reads_param(e, P_POS); }
-static bool tstmts_read_pos(TStmt *const *b, int n) {
-    for (int i = 0; i < n; i++) {
-        const Expr *e[TS_MAX_EXPRS];
-        for (int j = 0, ne = ts_exprs(b[i], e); j < ne; j++) if (expr_reads_pos(e[j])) return true;
-        if (tstmts_read_pos(b[i]->body, b[i]->nbody)) return true;
-    }
-    return false;
-}
-static bool kstmts_read_pos(KStmt *const *b, int n) {
-    for (int i = 0; i < n; i++) {
-        const KStmt *s = b[i];
-        if (tstmts_read_pos(s->body, s->nbody) || expr_reads_pos(s->arg) || expr_reads_pos(s->init) ||
-            expr_reads_pos(s->cond) || expr_reads_pos(s->update) || expr_reads_pos(s->laddr) ||
-            kstmts_read_pos(s->kbody, s->nk))
-            return true;
-    }
-    return false;
-}
-
-bool kernel_reads_pos(const KKernel *k) { return kstmts_read_pos(k->body, k->nbody); }
 
 void emit_pos_prologue(Str *o, const KKernel *k, const KernelText *kt) {
     if (kt->decode_pos && kernel_reads_pos(k))
         str_printf(o, "    if (pos < 0) pos = decode_pos; /* the decode step's CUDA Graph: the step's position */\n");
 }
 
-void emit_kernel_name(Str *o, const KKernel *k, const KernelText *kt) {
-    str_printf(o, "%s%s", k->name, kt->tokens ? "_tokens" : "");
+void emit_kernel_name(Str *o, const KKernel *k) {
+    str_printf(o, "%s%s", k->name, k->tokens ? "_tokens" : "");
 }

@@ -5,15 +5,9 @@
 #define LLMCC_EMIT_KERNEL_H
 #include "kernel_ir.h"
 
-/* How a kernel is printed: the target's dialect, and the variants the host plan asks for. */
+/* How a kernel is printed: the target's dialect, and where the position comes from. */
 typedef struct {
     Target target;
-    /* cpu: the token-positions variant (emit.c's model_forward_batch: its tokens each at its own position and
-     * slot, in one call): the name gets _tokens, pos + X (token X's position in a call of consecutive tokens)
-     * prints as positions[X], a KV cache's row pos + X as kv_rows[X] (the row in the cache of all slots) */
-    bool tokens;
-    /* set while printing the tokens variant of a kernel that uses pos otherwise: it has no such variant */
-    bool tokens_failed;
     /* a GPU model's kernels (emit_program): where a kernel reads pos and its argument is -1 (the decode step's
      * CUDA Graph), the position from device memory (decode_pos) */
     bool decode_pos;
@@ -32,18 +26,13 @@ void emit_expr(Str *o, const KKernel *k, const Expr *e, KernelText *kt);
 void emit_kstmts(Str *o, const KKernel *k, KStmt **b, int n, int depth, KernelText *kt);
 /* One parameter a line, named after the first instance's buffer, with its dtype and shape */
 void emit_params(Str *o, const KKernel *k, KernelText *kt);
-/* k's name as its function's (with _tokens for the token-positions variant) */
-void emit_kernel_name(Str *o, const KKernel *k, const KernelText *kt);
+/* k's name as its function's (with _tokens for a _tokens variant, plan.h) */
+void emit_kernel_name(Str *o, const KKernel *k);
 /* a kernel's first statement: where kt->decode_pos and k reads pos, pos from decode_pos when it is -1 */
 void emit_pos_prologue(Str *o, const KKernel *k, const KernelText *kt);
-/* whether any of k's statements reads pos */
-bool kernel_reads_pos(const KKernel *k);
 const char *ctype_of(DType d);
 
-/* names and text, shared with the host plan */
-/* Where a name holds "layers.N.", the layer N, and in *rest what follows it; else -1 and the whole name
- * after a leading "model.". */
-int emit_layer_of(const char *name, const char **rest);
+/* names and text, shared with the plan and the host code */
 /* a name as a C identifier (upper case for macros), suffixed where it could meet a kernel's own names */
 void emit_ident_str(Str *o, const char *s, bool upper);
 /* a buffer's name as a C identifier: its layer prefix dropped, a KV cache as k_cache / v_cache */

@@ -15,6 +15,7 @@ typedef struct {
     const WeightSource *ws;
     const ModelConfig *cfg;
     int n_weights;
+    int layer;                 /* the decoder layer being built (-1: the model's own nodes): every node's layer */
 } FB;
 
 static DType st_to_dtype(const char *file, const char *name, StDtype d) {
@@ -34,6 +35,7 @@ static DType st_to_dtype(const char *file, const char *name, StDtype d) {
 static GNode *weight(FB *b, const char *name, int64_t d0, int64_t d1) {
     int ndim = d1 ? 2 : 1;
     GNode *n = graph_add(b->A, b->g, G_WEIGHT, name);
+    n->layer = b->layer;
     n->ndim = ndim; n->dims[0] = d0; n->dims[1] = d1;
     n->dtype = b->ws->assumed;
     if (b->ws->st) {
@@ -56,6 +58,7 @@ static GNode *weight(FB *b, const char *name, int64_t d0, int64_t d1) {
 
 static GNode *act(FB *b, GraphOp op, const char *name, int64_t width, GNode *x, GNode *y, GNode *z) {
     GNode *n = graph_add(b->A, b->g, op, name);
+    n->layer = b->layer;
     n->ndim = 2; n->rows_n = true; n->dims[1] = width;
     GNode *in[3] = {x, y, z};
     for (int i = 0; i < 3; i++) if (in[i]) n->in[n->nin++] = in[i];
@@ -125,7 +128,7 @@ static const float *rope_inv_freq(FB *b, const char **desc) {
 void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource *ws, int max_batch, int max_ctx) {
     memset(g, 0, sizeof *g);
     g->cfg = cfg; g->max_batch = max_batch; g->max_ctx = max_ctx;
-    FB b = {A, g, ws, cfg, 0};
+    FB b = {A, g, ws, cfg, 0, -1};
     const int D = cfg->hidden_size, H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, hd = cfg->head_dim;
     const int I = cfg->intermediate_size, V = cfg->vocab_size;
     const char *rope_desc = NULL;
@@ -138,6 +141,7 @@ void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource 
 
     for (int L = 0; L < cfg->num_hidden_layers; L++) {
         const char *p = arena_printf(A, "model.layers.%d", L);
+        b.layer = L;
         GNode *x = rmsnorm(&b, arena_printf(A, "%s.input_layernorm", p), h, 0);
         GNode *q = linear(&b, arena_printf(A, "%s.self_attn.q_proj", p), x, D, (int64_t)H * hd, cfg->attention_bias);
         GNode *k = linear(&b, arena_printf(A, "%s.self_attn.k_proj", p), x, D, (int64_t)KV * hd, cfg->attention_bias);
@@ -154,10 +158,10 @@ void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource 
         qr->rope_desc = kr->rope_desc = rope_desc;
         GNode *kw = act(&b, G_KV_WRITE, arena_printf(A, "%s.self_attn.k_cache", p), (int64_t)KV * hd, kr, NULL, NULL);
         GNode *vw = act(&b, G_KV_WRITE, arena_printf(A, "%s.self_attn.v_cache", p), (int64_t)KV * hd, v, NULL, NULL);
-        kw->layer = vw->layer = L; vw->is_v = true;
+        vw->is_v = true;
         kw->kv_heads = vw->kv_heads = KV; kw->head_dim = vw->head_dim = hd;
         GNode *at = act(&b, G_ATTENTION, arena_printf(A, "%s.self_attn.attention", p), (int64_t)H * hd, qr, kw, vw);
-        at->layer = L; at->heads = H; at->kv_heads = KV; at->head_dim = hd;
+        at->heads = H; at->kv_heads = KV; at->head_dim = hd;
         GNode *o = linear(&b, arena_printf(A, "%s.self_attn.o_proj", p), at, (int64_t)H * hd, D, cfg->o_bias);
         h = act(&b, G_ADD, arena_printf(A, "%s.attn_residual", p), D, h, o, NULL);
         x = rmsnorm(&b, arena_printf(A, "%s.post_attention_layernorm", p), h, 0);
@@ -168,6 +172,7 @@ void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource 
         GNode *dn = linear(&b, arena_printf(A, "%s.mlp.down_proj", p), m, I, D, cfg->mlp_bias);
         h = act(&b, G_ADD, arena_printf(A, "%s.mlp_residual", p), D, h, dn, NULL);
     }
+    b.layer = -1;
     /* The tail: logits are needed for some rows only (model_forward: the last token's; model_forward_batch:
      * every token's), so the rows are selected before the final norm; the tail runs with its own n and pos
      * (graph.h's tail) */

@@ -46,7 +46,9 @@ typedef struct GNode {
     DType dtype;
     /* attributes */
     double eps;                /* rms_norm */
-    int heads, kv_heads, head_dim, layer;
+    int heads, kv_heads, head_dim;
+    int layer;                 /* the decoder layer the node belongs to (a KV write's and attention's cache), -1: the
+                                * model's own (the embedding, the tail) */
     bool is_v;                 /* kv_cache_write: the V cache (else K) */
     const float *inv_freq;     /* rope: head_dim/2 frequencies, computed as transformers does */
     const char *rope_desc;

@@ -40,7 +40,7 @@ typedef struct Buffer {
     DType dtype;
     int ndim;
     int64_t dims[MAX_DIMS];    /* allocated extents (rows sized for max_batch / max_ctx) */
-    int layer;                 /* KV-cache views: which layer; else -1 */
+    int layer;                 /* a KV-cache view's and a weight's decoder layer; else -1 */
     int weight_index;          /* weights: index in the payload's tensor table */
     const float *const_data;   /* BUF_CONST: values, dims[0] floats */
     int64_t act_offset;        /* BUF_ACT: byte offset in the activation arena (memory plan) */
@@ -59,7 +59,9 @@ typedef struct Var { int id; const char *name; } Var;
     X(EX_NEG, "neg", 1) X(EX_EXP, "exp", 1) X(EX_RSQRT, "rsqrt", 1) X(EX_COS, "cos", 1) X(EX_SIN, "sin", 1) \
     X(EX_TOF, "f32", 1) X(EX_TOI, "i64", 1) X(EX_SELECT, "select", 3) \
     X(EX_TID, "tid", 0) X(EX_BID, "bid", 0) X(EX_REG, "reg", 0) X(EX_SLOAD, "sload", 1) \
-    X(EX_VELEM, "velem", 0)
+    X(EX_VELEM, "velem", 0) X(EX_TOKEN_POS, "token_pos", 1) X(EX_KV_ROW, "kv_row", 1)
+/* token_pos(x), kv_row(x): a _tokens kernel's (plan.c) token x's position and its row in the KV caches of all
+ * slots (model_forward_batch's positions[x], kv_rows[x]), where the kernel it comes from reads pos + x */
 typedef enum { EXPR_KINDS(X_ENUM) EX_COUNT } ExprKind;
 extern const char *const expr_names[];
 extern const int expr_arity[];

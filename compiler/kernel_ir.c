@@ -309,7 +309,7 @@ void kernel_lower(Arena *A, const TileProgram *tp, KProgram *kp) {
         }
         str_free(&s);
         KLaunch *l = &kp->launches[kp->nl++];
-        l->k = same; l->module = k->module; l->grid = k->grid;
+        l->k = same; l->module = k->module; l->layer = tp->k[i]->nest->layer; l->grid = k->grid;
         l->run_if = tp->k[i]->run_if; l->min_n = tp->k[i]->min_n;
         l->tail = tp->k[i]->nest && tp->k[i]->nest->op && tp->k[i]->nest->op->tail;
         CHECK(same->nparams == k->nparams, "dedup param count");
@@ -582,3 +582,26 @@ int64_t kernel_work_bytes(const KProgram *kp) {
         }
     return most;
 }
+
+/* ---- where a kernel reads pos ---- */
+static bool expr_reads_pos(const Expr *e) { return expr_reads_param(e, P_POS); }
+static bool tstmts_read_pos(TStmt *const *b, int n) {
+    for (int i = 0; i < n; i++) {
+        const Expr *e[TS_MAX_EXPRS];
+        for (int j = 0, ne = ts_exprs(b[i], e); j < ne; j++) if (expr_reads_pos(e[j])) return true;
+        if (tstmts_read_pos(b[i]->body, b[i]->nbody)) return true;
+    }
+    return false;
+}
+static bool kstmts_read_pos(KStmt *const *b, int n) {
+    for (int i = 0; i < n; i++) {
+        const KStmt *s = b[i];
+        if (tstmts_read_pos(s->body, s->nbody) || expr_reads_pos(s->arg) || expr_reads_pos(s->init) ||
+            expr_reads_pos(s->cond) || expr_reads_pos(s->update) || expr_reads_pos(s->laddr) ||
+            kstmts_read_pos(s->kbody, s->nk))
+            return true;
+    }
+    return false;
+}
+
+bool kernel_reads_pos(const KKernel *k) { return kstmts_read_pos(k->body, k->nbody); }

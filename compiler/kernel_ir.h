@@ -116,6 +116,8 @@ typedef struct KKernel {
     bool has_acts_q8;          /* qdot with 8-bit activations: each thread keeps its quantized row (cpu_quant_q8.h) */
     bool has_acts16;           /* dot16: each thread keeps its input rounded to bf16 (cpu_dot16.h) */
     bool task;                 /* a CPU schedule's (BLOCK_TASK): a block is a task of one thread, plain C */
+    bool tokens;               /* a _tokens variant (plan.c): token_pos / kv_row in place of pos, with the tokens'
+                                * positions and KV rows as parameters */
     KStmt **body; int nbody;
     int uses;                  /* launches */
 } KKernel;
@@ -123,6 +125,7 @@ typedef struct KKernel {
 typedef struct {
     KKernel *k;
     const char *module;
+    int layer;                 /* the module's decoder layer (-1: the model's own: the embedding, the tail) */
     Buffer *args[MAX_PARAMS];
     Expr *grid;
     int run_if, min_n;         /* 0: always; 1: only when n > min_n; 2: only when n <= min_n (gemm_tc / gemv) */
@@ -145,6 +148,8 @@ int64_t kernel_work_bytes(const KProgram *kp);
 void kernel_print(Str *o, const KProgram *kp);
 void kernel_print_one(Str *o, const KKernel *k, bool header);
 const char *kernel_verify(Arena *A, const KProgram *kp);
+/* whether any of k's statements reads pos */
+bool kernel_reads_pos(const KKernel *k);
 /* Index of b among k's params for this launch's binding, -1 if none. */
 int kernel_param_index(const KKernel *k, const Buffer *b);
 /* The expressions of statement s itself (not its body): e, lo, step, sidx, then the buffer's indices;

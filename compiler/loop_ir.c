@@ -25,7 +25,7 @@ static LStmt *par_loops(Arena *A, const Axis *ax, int n, LStmt **body, int nbody
 
 static LoopNest *lower_op(Arena *A, const TOp *op) {
     LoopNest *nest = ARENA_NEW(A, LoopNest);
-    nest->module = op->module; nest->kname = op->kname; nest->origin = op->kind; nest->op = op;
+    nest->module = op->module; nest->layer = op->layer; nest->kname = op->kname; nest->origin = op->kind; nest->op = op;
     LStmt *store = stmt(A, LS_STORE);
     store->buf = op->out;
     store->idx = ARENA_ARRAY(A, Expr *, op->out->ndim);

@@ -35,6 +35,7 @@ typedef struct LStmt {
 
 typedef struct {
     const char *module, *kname;
+    int layer;                 /* the module's decoder layer (-1: none) */
     TOpKind origin;
     const TOp *op;             /* the tensor op it was lifted from */
     LStmt *root;

@@ -86,7 +86,8 @@ static const char USAGE[] =
     "\n"
     "commands:\n"
     "  compile MODEL --ir LEVEL   print the model at one IR level: graph, tensor, loop, tile,\n"
-    "                             kernel, cuda, c (needs only MODEL/config.json)\n"
+    "                             kernel, plan (the host code's steps, loops and barriers), cuda, c\n"
+    "                             (needs only MODEL/config.json)\n"
     "  compile -c EXPR --ir LEVEL the same for one PyTorch expression, e.g.\n"
     "                             -c \"nn.RMSNorm(2048)(torch.randn(1, 32, 2048))\" (see below)\n"
     "  compile MODEL --layer N --ir LEVEL   decoder layer N alone (input: hidden states [n, hidden])\n"
@@ -137,7 +138,7 @@ static const char USAGE[] =
     "  --print-after STAGE        print the IR right after pipeline stage STAGE ran and was verified, on\n"
     "                             stdout (with its level's printer): frontend, select_layer, decompose,\n"
     "                             plan_memory, lift_loops, flash_attention, fuse, fuse_epilogues, schedule,\n"
-    "                             materialise, cleanup; `all`: after every stage, each under a line naming it\n"
+    "                             materialise, cleanup, plan; `all`: after every stage, each under a line naming it\n"
     "                             (compile: then --ir is optional; build: the project is written as usual)\n"
     "  --knob NAME=VALUE          pin a schedule parameter (flat_block, reduce_block_max, gemv_*, gemm_*,\n"
     "                             flash (0: plain attention), flash_split, flash_tokens, flash_min_n, fuse\n"
@@ -343,7 +344,7 @@ static int cmd_compile(int argc, char **argv) {
     Str out = {0}, after = {0};
     c.print_out = &after;
     pipeline_run(&c, level, o.ir ? &out : NULL);
-    /* (without --ir, level is at most IR_KERNEL: nothing else to print) */
+    /* (without --ir, level is at most IR_PLAN: nothing else to print) */
     if (level >= IR_CUDA && (c.expr || c.one_layer)) {
         /* not a model: the program llmcc run would build around the kernels */
         const char *title = c.expr ? c.expr : arena_printf(&c.A, "layer %d of %s", c.layer, c.cfg.dir);
@@ -351,7 +352,7 @@ static int cmd_compile(int argc, char **argv) {
         emit_harness(&out, &c.kp, &ho);
     } else if (level >= IR_CUDA) {
         EmitOptions eo = emit_options(&c, o.target, o.name ? o.name : c.cfg.family);
-        emit_program(&out, &c.kp, &eo);
+        emit_program(&out, &c.kp, &c.plan, &eo);
     }
     /* --print-after's stages come first: they ran before --ir's level was printed, or were the last ones run */
     if (after.len) fwrite(after.s, 1, after.len, stdout);
@@ -425,7 +426,7 @@ static int cmd_build(int argc, char **argv) {
     double t_start = now_s();
     Str after = {0};
     c.print_out = &after;
-    pipeline_run(&c, IR_KERNEL, NULL);
+    pipeline_run(&c, IR_PLAN, NULL);
     /* --print-after: the stage's IR on stdout (the build's own messages go to stderr) */
     if (after.len) fwrite(after.s, 1, after.len, stdout);
     fflush(stdout);
@@ -442,7 +443,7 @@ static int cmd_build(int argc, char **argv) {
     /* the kernels and the launch plan */
     Str src = {0};
     EmitOptions eo = emit_options(&c, o.target, name);
-    emit_program(&src, &c.kp, &eo);
+    emit_program(&src, &c.kp, &c.plan, &eo);
     write_file_atomic(path_join(A, tmp, o.target == TARGET_CUDA ? "model.cu" : "model.c"), src.s, src.len);
     str_free(&src);
 

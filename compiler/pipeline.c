@@ -14,7 +14,7 @@ static const char *const ir_level_names[] = {
 
 IrLevel ir_level_parse(const char *s) {
     for (int i = 0; i < IR_COUNT; i++) if (!strcmp(s, ir_level_names[i])) return (IrLevel)i;
-    die_user(NULL, "--ir", "unknown level '%s' (graph, tensor, loop, tile, kernel, cuda, c)", s);
+    die_user(NULL, "--ir", "unknown level '%s' (graph, tensor, loop, tile, kernel, plan, cuda, c)", s);
 }
 
 static void st_frontend(Compilation *c) {
@@ -52,18 +52,21 @@ static void st_epilogues(Compilation *c) { loop_fuse_epilogues(&c->A, &c->lp, c-
 static void st_schedule(Compilation *c) { tile_schedule(&c->A, &c->lp, c->target, &c->knobs, &c->tip); }
 static void st_materialise(Compilation *c) { kernel_lower(&c->A, &c->tip, &c->kp); }
 static void st_cleanup(Compilation *c) { kernel_cleanup(&c->A, &c->kp); }
+static void st_plan(Compilation *c) { plan_build(&c->A, &c->kp, c->target, &c->knobs, &c->plan); }
 
 static const char *v_graph(Compilation *c) { return graph_verify(&c->A, &c->g); }
 static const char *v_tensor(Compilation *c) { return tensor_verify(&c->A, &c->tp); }
 static const char *v_loop(Compilation *c) { return loop_verify(&c->A, &c->lp); }
 static const char *v_tile(Compilation *c) { return tile_verify(&c->A, &c->tip); }
 static const char *v_kernel(Compilation *c) { return kernel_verify(&c->A, &c->kp); }
+static const char *v_plan(Compilation *c) { return plan_verify(&c->A, &c->kp, &c->plan); }
 
 static void p_graph(Compilation *c, Str *o) { graph_print(o, &c->g); }
 static void p_tensor(Compilation *c, Str *o) { tensor_print(o, &c->tp); }
 static void p_loop(Compilation *c, Str *o) { loop_print(o, &c->lp); }
 static void p_tile(Compilation *c, Str *o) { tile_print(o, &c->tip); }
 static void p_kernel(Compilation *c, Str *o) { kernel_print(o, &c->kp); }
+static void p_plan(Compilation *c, Str *o) { plan_print(o, &c->kp, &c->plan); }
 
 typedef struct {
     const char *name;
@@ -83,11 +86,13 @@ static const Stage STAGES[] = {
     {"schedule", IR_TILE, st_schedule},
     {"materialise", IR_KERNEL, st_materialise},
     {"cleanup", IR_KERNEL, st_cleanup},
+    {"plan", IR_PLAN, st_plan},
 };
 
 /* after each stage: the verifier and printer of the level it produces */
 static const struct { const char *(*verify)(Compilation *); void (*print)(Compilation *, Str *); } LEVELS[] = {
-    {v_graph, p_graph}, {v_tensor, p_tensor}, {v_loop, p_loop}, {v_tile, p_tile}, {v_kernel, p_kernel}};
+    {v_graph, p_graph}, {v_tensor, p_tensor}, {v_loop, p_loop}, {v_tile, p_tile}, {v_kernel, p_kernel},
+    {v_plan, p_plan}};
 #define NSTAGES (int)(sizeof STAGES / sizeof STAGES[0])
 
 int pipeline_print_after_parse(const char *name) {
@@ -100,11 +105,11 @@ int pipeline_print_after_parse(const char *name) {
 }
 
 IrLevel pipeline_print_after_level(int print_after) {
-    return print_after > 0 ? STAGES[print_after - 1].produces : IR_KERNEL;
+    return print_after > 0 ? STAGES[print_after - 1].produces : IR_PLAN;
 }
 
 void pipeline_run(Compilation *c, IrLevel level, Str *dump) {
-    IrLevel last = level > IR_KERNEL ? IR_KERNEL : level;
+    IrLevel last = level > IR_PLAN ? IR_PLAN : level;
     if (c->print_after && pipeline_print_after_level(c->print_after) > last)
         last = pipeline_print_after_level(c->print_after);
     CHECK(!c->print_after || c->print_out, "--print-after without an output");

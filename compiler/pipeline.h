@@ -8,7 +8,7 @@
 #include "safetensors.h"
 
 #define IR_LEVELS(X) X(IR_GRAPH, "graph") X(IR_TENSOR, "tensor") X(IR_LOOP, "loop") X(IR_TILE, "tile") \
-    X(IR_KERNEL, "kernel") X(IR_CUDA, "cuda") X(IR_C, "c")
+    X(IR_KERNEL, "kernel") X(IR_PLAN, "plan") X(IR_CUDA, "cuda") X(IR_C, "c")
 typedef enum {
 #define X(e, s) e,
     IR_LEVELS(X)
@@ -38,19 +38,20 @@ typedef struct {
     LProgram lp;
     TileProgram tip;
     KProgram kp;
+    Plan plan;                 /* the host side's decisions (plan.h), for the target's model code */
     int print_after;           /* --print-after: 1 + the stage's index, PRINT_AFTER_ALL, or 0 (none) */
     Str *print_out;            /* where --print-after prints (required when print_after is set) */
 } Compilation;
 #define PRINT_AFTER_ALL (-1)
 
 /* Runs the stages up to and including the one that produces `level`
- * (IR_CUDA / IR_C run everything). When dump is non-NULL, the IR of
+ * (IR_CUDA / IR_C run everything, up to the plan). When dump is non-NULL, the IR of
  * `level` is printed into it. */
 void pipeline_run(Compilation *c, IrLevel level, Str *dump);
 IrLevel ir_level_parse(const char *s);
 /* --print-after NAME: a value for Compilation.print_after; dies naming the
  * valid stages when NAME is neither a stage nor "all" */
 int pipeline_print_after_parse(const char *name);
-/* the level whose IR stage print_after produces (IR_KERNEL for all) */
+/* the level whose IR stage print_after produces (IR_PLAN for all) */
 IrLevel pipeline_print_after_level(int print_after);
 #endif

@@ -37,7 +37,8 @@ static TOp *new_op_part(TL *L, TOpKind kind, const GNode *n, Buffer *out, const 
     TProgram *tp = L->tp;
     arena_grow(L->A, (void **)&tp->ops, tp->n, &tp->cap, sizeof(TOp *));
     TOp *op = ARENA_NEW(L->A, TOp);
-    op->kind = kind; op->module = n->name; op->kname = kernel_base_name(L->A, n->name); op->out = out;
+    op->kind = kind; op->module = n->name; op->layer = n->layer; op->out = out;
+    op->kname = kernel_base_name(L->A, n->name);
     op->picks_token = n->picks_token;
     op->tail = n->tail;
     if (suffix) op->kname = arena_printf(L->A, "%s_%s", op->kname, suffix);
@@ -336,6 +337,7 @@ static void lower_node(TL *L, GNode *n) {
         return;
     case G_WEIGHT:
         n->buf = new_buf(L, n->name, BUF_WEIGHT, n->dtype, n->ndim, n->dims[0], n->dims[1], 0);
+        n->buf->layer = n->layer;
         n->buf->weight_index = tp->n_weights++;
         return;
     case G_EMBED: case G_LAST_TOKEN: {   /* out[t, c]: row ids[t] of the embeddings, or row pos + t of x */

@@ -43,6 +43,7 @@ typedef struct AttnDesc {
 typedef struct TOp {
     TOpKind kind;
     const char *module;        /* graph node it came from */
+    int layer;                 /* that node's decoder layer (-1: none) */
     const char *kname;         /* kernel name (layer-independent) */
     Buffer *out;
     Expr *out_idx[MAX_DIMS];   /* store index, one per out->ndim */

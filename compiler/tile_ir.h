@@ -46,7 +46,8 @@ extern const char *const sched_names[];
  * (runtime/cpu_dot16.h, the activations rounded to bf16; 0: f32 multiply-adds on the widened weights), and bf16
  * linears run them in calls of up to cpu_dot16_max_n tokens (the GEMM above that). cpu_prefetch: how many bytes
  * of the weights ahead of their loads those decode dot products (qdot, dot16) prefetch (0: none; a multiple of
- * 64, the cache line). */
+ * 64, the cache line). debug_plan_barrier=1 makes the plan stage leave out model_forward's barriers (its
+ * verifier then finds the steps that conflict). */
 #define KNOBS(X) \
     X("flat_block", flat_block, 256, 32, 1024, true) \
     X("reduce_block_max", reduce_block_max, 256, 32, 1024, true) \
@@ -86,7 +87,8 @@ extern const char *const sched_names[];
     X("gemv_bdot_groups", gemv_bdot_groups, 1, 0, 1, false) \
     X("debug_pack_row", debug_pack_row, 0, 0, 1, false) \
     X("debug_kv_round", debug_kv_round, 0, 0, 1, false) \
-    X("cpu_prefetch", cpu_prefetch, 4096, 0, 1 << 20, false)
+    X("cpu_prefetch", cpu_prefetch, 4096, 0, 1 << 20, false) \
+    X("debug_plan_barrier", debug_plan_barrier, 0, 0, 1, false)
 typedef struct {
 #define X(s, f, d, lo, hi, p2) int f;
     KNOBS(X)

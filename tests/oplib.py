@@ -15,8 +15,8 @@ from testlib import CC, CFLAGS, ROOT, build_c, digest, lock, once, run, tmpdir
 
 U = 2.0 ** -24
 HARNESS_SRCS = (["compiler/util.c", "compiler/expr.c", "compiler/tensor_ir.c", "compiler/loop_ir.c", "compiler/tile_ir.c",
-                 "compiler/kernel_ir.c", "compiler/emit.c", "compiler/emit_kernel.c", "compiler/emit_c.c",
-                 "compiler/emit_cuda.c", "compiler/graph.c"] +
+                 "compiler/kernel_ir.c", "compiler/emit.c", "compiler/plan.c", "compiler/emit_kernel.c",
+                 "compiler/emit_c.c", "compiler/emit_cuda.c", "compiler/graph.c"] +
                 ["compiler/schedules/" + f for f in sorted(os.listdir(os.path.join(ROOT, "compiler", "schedules")))
                  if f.endswith(".c")] +
                 ["tests/c/op_harness.c"])

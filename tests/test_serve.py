@@ -323,7 +323,7 @@ def test_decode_batches_each_as_alone():
     exactly its text alone: greedy ones and seeded sampled ones (each row's logits), with 3 and 8 slots; on the
     cpu target (cpu_rows' token loop: each task's weight rows for every token in turn; f32 weights, and the
     bf16 qwen fixture's bf16 dot products, eight or four tokens at a time). On cuda-emu (the GPU's schedules)
-    the build has no batched decoding (its flash decoding is split-K: emit.c's batchable) and says so; the slots take
+    the build has no batched decoding (its flash decoding is split-K: plan.c's batchable) and says so; the slots take
     turns, and the texts are still each as alone."""
     for kind, target, slot_counts in (("stories", "cpu", (3, 8)), ("qwen", "cpu", (8,)), ("stories", "cuda-emu", (8,))):
         reqs = [{"prompt": "Tom had %d" % i, "max_tokens": 160, "ignore_eos": True, "temperature": 0}

@@ -1,0 +1,115 @@
+"""test_plan: the plan stage (compiler/plan.c, `--ir plan`) decides what a model's host code runs and the emitter
+only prints it. Checked from both printouts, on tiny fixtures and real configs, for the cpu, cuda-emu and cuda
+targets: each path of the plan (model_forward, model_forward_batch, decode_step) and the function model.c /
+model.cu emits for it hold the same loops over the decoder layers, the same layers printed alone, as many
+launches, barriers and per-token loops; the _tokens kernels defined are the variants the plan says the batch
+calls. The plan's verifier finds the barriers a faulty plan leaves out (knob debug_plan_barrier)."""
+import os
+import re
+import shutil
+
+import pytest
+
+from testlib import LLMCC, model_fixture, run, shared, tmpdir
+
+HEAD = re.compile(r"^(model_forward|model_forward_batch|decode_step): (\d+) steps(.*)$", re.M)
+
+
+def plan_sections(text):
+    """{path: (header's remark, [the section's lines])}"""
+    out, heads = {}, list(HEAD.finditer(text))
+    for i, m in enumerate(heads):
+        end = text.find("\n\n", m.end())
+        out[m.group(1)] = (m.group(3), text[m.end():end if end >= 0 else len(text)].splitlines())
+    return out
+
+
+def emitted_function(src, path):
+    opener = {"model_forward": "int model_forward(Model *m",
+              "model_forward_batch": "int model_forward_batch(Model *m",
+              "decode_step": "static void decode_step(Model *m) {"}[path]
+    start = src.index(opener)
+    return src[start:src.index("\n}\n", start)]
+
+
+def plan_facts(lines):
+    steps = [l for l in lines if "  # " in l]
+    return {
+        "launches": len(steps),
+        "barriers": sum("barrier; " in l for l in steps),
+        "per_token": sum("[per_token]" in l for l in steps),
+        "loops": [(int(a), int(b) + 1) for a, b in (re.match(r"  for l in (\d+)\.\.(\d+):", l).groups()
+                                                    for l in lines if l.startswith("  for l in "))],
+        "alone": [int(re.match(r"  layer (\d+) alone:", l).group(1)) for l in lines if l.endswith(" alone:")],
+    }
+
+
+def emitted_facts(body):
+    return {
+        "launches": body.count("int64_t grid = "),
+        "barriers": body.count("#pragma omp barrier"),
+        "per_token": body.count("/* each token: n = 1"),
+        "loops": [(int(a), int(b)) for a, b in re.findall(r"for \(int l = (\d+); l < (\d+); l\+\+\) \{ /\* decoder", body)],
+        "alone": [int(x) for x in re.findall(r"/\* layer (\d+): its launches differ", body)],
+    }
+
+
+def check_model(model, target, knobs=()):
+    args = [LLMCC, "compile", model] + [a for k in knobs for a in ("--knob", k)]
+    tgt = ["--ir", "cuda"] if target == "cuda" else ["--ir", "c", "--target", target]
+    plan = run(args + ["--ir", "plan", "--target", target]).stdout
+    src = run(args + tgt).stdout
+    assert plan.startswith("# plan IR: %s" % target), plan[:80]
+    sections = plan_sections(plan)
+    want = {"model_forward", "model_forward_batch"} | ({"decode_step"} if target != "cpu" else set())
+    assert set(sections) == want, sorted(sections)
+    for path, (remark, lines) in sections.items():
+        body = emitted_function(src, path)
+        facts = plan_facts(lines)
+        if "not in this build" in remark:   # the batch's -1: the plan's steps are not printed
+            assert path == "model_forward_batch" and "return -1;" in body and "int64_t grid = " not in body
+            continue
+        assert emitted_facts(body) == facts, (model, target, path)
+        assert facts["launches"] > 0 and (target != "cpu" or facts["barriers"] > 0), (path, facts)
+    m = re.search(r"^_tokens variants called: (\d+)(.*)$", plan, re.M)
+    called = {s.strip() for s in m.group(2).split(",") if s.strip()}
+    assert int(m.group(1)) == len(called)
+    assert set(re.findall(r"static void (k_\w+_tokens)\(", src)) == called, (model, target)
+    return sections
+
+
+def real_config(name):
+    d = os.path.join(tmpdir("plan"), name)
+    os.makedirs(d, exist_ok=True)
+    shutil.copy(shared("hf-configs", name + ".config.json"), os.path.join(d, "config.json"))
+    return d
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-emu", "cuda"])
+def test_a_fixture_is_emitted_as_planned(target):
+    check_model(model_fixture("llama-gqa", "bf16"), target)
+    check_model(model_fixture("qwen3", "f32"), target, ["gemm_min_n=2"])
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-emu", "cuda"])
+def test_a_real_model_is_emitted_as_planned(target):
+    sections = check_model(real_config("Qwen2.5-7B"), target)
+    # its 28 layers: one loop on every path, layer 0 apart (the embedding's gather fused into its norm)
+    for path, (_, lines) in sections.items():
+        facts = plan_facts(lines)
+        assert facts["loops"] and sum(b - a for a, b in facts["loops"]) + len(facts["alone"]) == 28, (path, facts)
+
+
+def test_split_k_builds_have_no_batch():
+    # split-K kernels share one workspace: model_forward_batch is -1 in such a build, and the plan says so
+    sections = check_model(model_fixture("llama-gqa", "bf16"), "cuda-emu", ["gemv_split_k=4"])
+    assert "not in this build" in sections["model_forward_batch"][0]
+
+
+def test_the_verifier_finds_a_missing_barrier():
+    d = model_fixture("llama-gqa", "f32")
+    p = run([LLMCC, "compile", d, "--ir", "plan", "--target", "cpu", "--knob", "debug_plan_barrier=1"], check=False)
+    assert p.returncode != 0 and "IR verifier after stage plan" in p.stderr, p.stderr
+    assert re.search(r"model_forward: step \d+ \(\S+\) and step \d+ \(\S+\) conflict with no barrier", p.stderr)
+    # the GPU targets' plans have no team and so no barriers to leave out
+    run([LLMCC, "compile", d, "--ir", "plan", "--target", "cuda-emu", "--knob", "debug_plan_barrier=1"])
