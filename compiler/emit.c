@@ -505,6 +505,66 @@ static void emit_model_info(Str *o, const KProgram *kp, const ModelInfo *mi, Tar
                decode_launches(kp), dtype_names[tp->g->kv_dtype]);
 }
 
+/* One row of the payload's table: name (a string literal, or pieces of one), dtype, rank, shape */
+static void tensor_row(Str *o, const char *name, const Buffer *b, bool more) {
+    str_printf(o, "    X(%s, %s, %d, %lld, %lld)%s\n", name, pdt(b->dtype), b->ndim, (long long)b->dims[0],
+               (long long)(b->ndim > 1 ? b->dims[1] : 0), more ? " \\" : "");
+}
+/* the decoder layers' tensors, where every layer has the same ones in the same order (names, dtypes, shapes) and
+ * they follow each other in the payload: weights first .. first + per * layers - 1 as layer 0's, 1's, ... */
+static bool regular_layers(const TProgram *tp, int *first, int *per, int *layers) {
+    int i = 0;
+    while (i < tp->n_weights && tp->weights[i]->layer < 0) i++;
+    *first = i; *per = 0; *layers = 0;
+    while (i + *per < tp->n_weights && tp->weights[i + *per]->layer == 0) (*per)++;
+    for (int j = i; *per && j < tp->n_weights && tp->weights[j]->layer >= 0; j++) {
+        const Buffer *b = tp->weights[j], *z = tp->weights[i + (j - i) % *per];
+        char pb[32], pz[32];
+        int nb = snprintf(pb, sizeof pb, "model.layers.%d.", b->layer), nz = snprintf(pz, sizeof pz, "model.layers.0.");
+        if (b->layer != (j - i) / *per || strncmp(b->name, pb, (size_t)nb) || strncmp(z->name, pz, (size_t)nz) ||
+            strcmp(b->name + nb, z->name + nz) || b->dtype != z->dtype || b->ndim != z->ndim ||
+            memcmp(b->dims, z->dims, sizeof b->dims))
+            return false;
+        if ((j - i) % *per == 0) (*layers)++;
+    }
+    for (int j = i + *per * *layers; j < tp->n_weights; j++) if (tp->weights[j]->layer >= 0) return false;
+    return *layers > 1;
+}
+
+/* TENSORS(X): the payload's tensors, in order (name, dtype, rank, shape); a decoder layer's as LAYER_TENSORS(X, l)
+ * where every layer has the same */
+static void emit_tensor_table(Str *o, const TProgram *tp) {
+    int first, per, layers;
+    bool regular = regular_layers(tp, &first, &per, &layers);
+    if (regular) {
+        str_printf(o, "/* a decoder layer's tensors (l: its index, a literal) */\n#define LAYER_TENSORS(X, l) \\\n");
+        for (int j = first; j < first + per; j++) {
+            Str name = {0};
+            str_printf(&name, "\"model.layers.\" #l \".%s\"", tp->weights[j]->name + strlen("model.layers.0."));
+            tensor_row(o, name.s, tp->weights[j], j + 1 < first + per);
+            str_free(&name);
+        }
+    }
+    str_printf(o, "#define TENSORS(X) \\\n");
+    for (int i = 0; i < tp->n_weights; i++) {
+        if (regular && i == first) {
+            size_t line = o->len;
+            str_printf(o, "   ");
+            for (int l = 0; l < layers; l++) {
+                if (o->len - line > 96) { str_printf(o, " \\\n   "); line = o->len - 4; }
+                str_printf(o, " LAYER_TENSORS(X, %d)", l);
+            }
+            str_printf(o, "%s\n", first + per * layers < tp->n_weights ? " \\" : "");
+            i += per * layers - 1;
+            continue;
+        }
+        Str name = {0};
+        str_printf(&name, "\"%s\"", tp->weights[i]->name);
+        tensor_row(o, name.s, tp->weights[i], i + 1 < tp->n_weights);
+        str_free(&name);
+    }
+}
+
 /* whether a statement in b takes bf16 dot products (a gemm's: runtime/cpu_gemm.h's cpu_gemm_dot) or, with
  * qdot, block-type dot products (runtime/cpu_quant.h) */
 static bool has_dot(TStmt *const *b, int n, bool qdot) {
@@ -567,13 +627,7 @@ void emit_program(Str *o, const KProgram *kp, const Plan *plan, const EmitOption
         str_free(&k);
     }
     str_printf(o, "\n/* ---- host ---- */\n%s", cuda ? "extern \"C\" {\n" : "");
-    /* the payload's tensors, in order: name, dtype, rank, shape */
-    str_printf(o, "#define TENSORS(X) \\\n");
-    for (int i = 0; i < tp->n_weights; i++) {
-        const Buffer *b = tp->weights[i];
-        str_printf(o, "    X(\"%s\", %s, %d, %lld, %lld)%s\n", b->name, pdt(b->dtype), b->ndim, (long long)b->dims[0],
-                   (long long)(b->ndim > 1 ? b->dims[1] : 0), i + 1 < tp->n_weights ? " \\" : "");
-    }
+    emit_tensor_table(o, tp);
     str_printf(o, "#define NAME_OF(name, dtype, ndim, d0, d1) name,\n"
                   "static const char *const tensor_names[%d] = {TENSORS(NAME_OF)};\n", tp->n_weights);
     emit_model_info(o, kp, mi, eo->target);
