@@ -582,7 +582,55 @@ static bool program_has_dot(const KProgram *kp, bool qdot) {
     return false;
 }
 
+/* Where line s (n bytes, printed from column col) breaks to fit 120 columns: at a space after a comma, else
+ * before an operator, else any space, the rightmost of the first kind that leaves at least 60 columns on the
+ * line; not inside a string or character literal. 0: nowhere. */
+static size_t wrap_point(const char *s, size_t n, size_t col) {
+    size_t best[3] = {0, 0, 0};
+    char quote = 0;
+    for (size_t i = 1; i < n && col + i <= 120; i++) {
+        if (quote) { if (s[i] == '\\') i++; else if (s[i] == quote) quote = 0; continue; }
+        if (s[i] == '"' || s[i] == '\'') { quote = s[i]; continue; }
+        if (s[i] != ' ' || s[i - 1] == ' ' || i + 1 >= n) continue;
+        int kind = s[i - 1] == ',' ? 0 : strchr("+-*/%<>=&|?:", s[i + 1]) ? 1 : 2;
+        best[kind] = i;
+    }
+    for (int kind = 0; kind < 3; kind++) if (best[kind] && col + best[kind] >= 60) return best[kind];
+    return best[0] ? best[0] : best[1] ? best[1] : best[2];
+}
+/* Lines over 120 columns (unrolled kernel statements) broken where wrap_point says, the rest 8 columns in;
+ * preprocessor lines and a macro's continued lines are left whole */
+static void wrap_long_lines(Str *o, size_t from) {
+    Str out = {0};
+    for (size_t at = from; at < o->len;) {
+        const char *line = o->s + at, *nl = memchr(line, '\n', o->len - at);
+        size_t n = nl ? (size_t)(nl - line) : o->len - at, ind = strspn(line, " ");
+        at += n + (nl != NULL);
+        if (n <= 120 || line[ind] == '#' || line[n - 1] == '\\') {
+            str_append(&out, line, n);
+            if (nl) str_printf(&out, "\n");
+            continue;
+        }
+        size_t col = 0, cut;
+        while (col + n > 120 && (cut = wrap_point(line, n, col)) != 0) {
+            size_t keep = cut;
+            while (keep > 0 && line[keep - 1] == ' ') keep--;
+            str_append(&out, line, keep);
+            str_printf(&out, "\n");
+            col = ind + 8;
+            emit_indent(&out, (int)col / 4);
+            line += cut + 1; n -= cut + 1;
+        }
+        str_append(&out, line, n);
+        if (nl) str_printf(&out, "\n");
+    }
+    o->len = from;
+    str_append(o, out.s ? out.s : "", out.len);
+    str_free(&out);
+}
+
 void emit_program(Str *o, const KProgram *kp, const Plan *plan, const EmitOptions *eo) {
+    const size_t from = o->len;
     const TProgram *tp = kp->tp;
     const ModelInfo *mi = &eo->info;
     bool cuda = eo->target == TARGET_CUDA;
@@ -758,4 +806,5 @@ void emit_program(Str *o, const KProgram *kp, const Plan *plan, const EmitOption
                   "    free(m->graphs);\n    mem_stream_free(m->stream);\n");
     if (nm.nconst) str_printf(o, "    for (int i = 0; i < %d; i++) mem_free_const(m->c[i]);\n", nm.nconst);
     str_printf(o, "    free(m);\n}\n%s", cuda ? "} /* extern \"C\" */\n" : "");
+    wrap_long_lines(o, from);
 }

@@ -2,6 +2,7 @@
  * adding a line to STAGES. */
 #include "pipeline.h"
 #include "kernel_cleanup.h"
+#include "kernel_cse.h"
 #include "torch_expr.h"
 #include <stdio.h>
 #include <string.h>
@@ -52,6 +53,7 @@ static void st_epilogues(Compilation *c) { loop_fuse_epilogues(&c->A, &c->lp, c-
 static void st_schedule(Compilation *c) { tile_schedule(&c->A, &c->lp, c->target, &c->knobs, &c->tip); }
 static void st_materialise(Compilation *c) { kernel_lower(&c->A, &c->tip, &c->kp); }
 static void st_cleanup(Compilation *c) { kernel_cleanup(&c->A, &c->kp); }
+static void st_name_indices(Compilation *c) { kernel_name_indices(&c->A, &c->kp); }
 static void st_plan(Compilation *c) { plan_build(&c->A, &c->kp, c->target, &c->knobs, &c->plan); }
 
 static const char *v_graph(Compilation *c) { return graph_verify(&c->A, &c->g); }
@@ -86,6 +88,7 @@ static const Stage STAGES[] = {
     {"schedule", IR_TILE, st_schedule},
     {"materialise", IR_KERNEL, st_materialise},
     {"cleanup", IR_KERNEL, st_cleanup},
+    {"name_indices", IR_KERNEL, st_name_indices},
     {"plan", IR_PLAN, st_plan},
 };
 

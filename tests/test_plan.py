@@ -3,7 +3,9 @@ only prints it. Checked from both printouts, on tiny fixtures and real configs, 
 targets: each path of the plan (model_forward, model_forward_batch, decode_step) and the function model.c /
 model.cu emits for it hold the same loops over the decoder layers, the same layers printed alone, as many
 launches, barriers and per-token loops; the _tokens kernels defined are the variants the plan says the batch
-calls. The plan's verifier finds the barriers a faulty plan leaves out (knob debug_plan_barrier)."""
+calls. The plan's verifier finds the barriers a faulty plan leaves out (knob debug_plan_barrier). And the
+emitted text's shape: no line over 120 columns; an index a kernel's block computes in several statements is
+named once (the name_indices stage)."""
 import os
 import re
 import shutil
@@ -113,3 +115,29 @@ def test_the_verifier_finds_a_missing_barrier():
     assert re.search(r"model_forward: step \d+ \(\S+\) and step \d+ \(\S+\) conflict with no barrier", p.stderr)
     # the GPU targets' plans have no team and so no barriers to leave out
     run([LLMCC, "compile", d, "--ir", "plan", "--target", "cuda-emu", "--knob", "debug_plan_barrier=1"])
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda-emu", "cuda"])
+def test_emitted_lines_fit_120_columns(target):
+    tgt = ["--ir", "cuda"] if target == "cuda" else ["--ir", "c", "--target", target]
+    for model in (real_config("Qwen2.5-7B"), real_config("Qwen3-8B"), model_fixture("llama-gqa", "bf16")):
+        src = run([LLMCC, "compile", model] + tgt).stdout
+        long = [l for l in src.splitlines() if len(l) > 120]
+        assert not long, (model, target, len(long), long[:2])
+
+
+def test_indices_are_named_once():
+    # Qwen2.5-7B's q projection with RoPE (cpu_rows, a RoPE pair's halves): the row of the pair's first half is
+    # ((p / 64) * 128) + (p % 64); before name_indices, each of the 32 statements of the 8-token body wrote it out
+    model = real_config("Qwen2.5-7B")
+    src = run([LLMCC, "compile", model, "--ir", "c", "--target", "cpu"]).stdout
+    start = src.index("static void k_self_attn_q_proj_rotary_q(")
+    body = src[start:src.index("\n}\n", start)]
+    row = re.compile(r"\(\(\(p_(\d+) / 64LL\) \* 128LL\) \+ \(p_\1 % 64LL\)\)")
+    loops = re.findall(r"for \(int64_t p_(\d+) = ", body)
+    assert len(loops) == 3, loops   # the 8-, 4- and 1-token loops
+    assert len(row.findall(body)) == len(loops), row.findall(body)
+    assert len(re.findall(r"const int64_t i_\d+ = \(\(\(p_\d+ / 64LL\) \* 128LL\)", body)) == len(loops)
+    # the kernel IR says the same, and the stage is there to print after
+    after = run([LLMCC, "compile", model, "--target", "cpu", "--print-after", "name_indices"]).stdout
+    assert after.startswith("# kernel IR") and "let i = " in after

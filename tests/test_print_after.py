@@ -11,7 +11,8 @@ from testlib import LLMCC, ROOT, run, tmpdir
 # the pipeline as docs/pipeline.md describes it: (stage, the IR level it produces), in order
 STAGES = [("frontend", "graph"), ("select_layer", "graph"), ("decompose", "tensor"), ("plan_memory", "tensor"),
           ("lift_loops", "loop"), ("flash_attention", "loop"), ("fuse", "loop"), ("fuse_epilogues", "loop"),
-          ("schedule", "tile"), ("materialise", "kernel"), ("cleanup", "kernel"), ("plan", "plan")]
+          ("schedule", "tile"), ("materialise", "kernel"), ("cleanup", "kernel"),
+          ("name_indices", "kernel"), ("plan", "plan")]
 EXPR = "x = torch.randn(3, 40); F.silu(nn.Linear(40, 24, bias=False)(x)) * nn.Linear(40, 24, bias=False)(x)"
 
 
