@@ -3,20 +3,18 @@
  * One thread, one event loop: poll() over the listening socket and the clients' connections, and between two
  * polls one unit of model work (a prefill chunk of max_batch tokens, or one decode step), so that a streamed
  * token goes out as soon as it is sampled and a client that goes away frees its slot at once. HTTP/1.1 is
- * parsed by llhttp (Node.js's parser, Debian's node-llhttp sources compiled in); request bodies are JSON read
- * with jsmn. Routes: POST /v1/chat/completions, POST /v1/completions (both with "stream": server-sent events),
- * GET /v1/models, GET /health.
+ * parsed by llhttp (Node.js's parser, Debian's node-llhttp sources compiled in); what the requests and replies
+ * say is OpenAI's schema (openai.c). Routes: POST /v1/chat/completions, POST /v1/completions (both with
+ * "stream": server-sent events), GET /v1/models, GET /health.
  *
  * Slots (--parallel N): a slot is one request in flight with a KV cache of its own (model_init_slots); requests
  * beyond N wait in a queue, first come first served. Continuous batching: the slots past their prompt decode
  * together, one token each per model_forward_batch call (the weights read once for all of them; each token's
  * logits bit for bit what it gets alone), and a prompt's prefill chunk (model_forward, max_batch tokens) runs
  * between two such steps. A build without model_forward_batch (it returns -1) has its slots take turns. */
-#define JSMN_STATIC
-#define JSMN_STRICT
-#include <jsmn.h>
-
 #include "serve.h"
+#include "buf.h"
+#include "openai.h"
 #include <llhttp.h>
 
 #include <arpa/inet.h>
@@ -42,82 +40,10 @@
 #define IN_PENDING_MAX 65536      /* bytes read ahead while a request is served (pipelining) */
 #define OUT_PENDING_MAX 262144    /* replies not taken up past this: no further request is read */
 #define READS_PER_TURN 4          /* recv calls per connection between two model steps */
-#define MAX_STOP 4                /* OpenAI's limit on stop strings */
-
-/* ---------------------------------------------------------------- buffers */
-typedef struct { char *p; size_t len, cap; bool oom; } Buf;
-
-static void buf_add(Buf *b, const void *data, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) { b->oom = true; return; }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-static void buf_str(Buf *b, const char *s) { buf_add(b, s, strlen(s)); }
-static void buf_fmt(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void buf_fmt(Buf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) buf_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-static void buf_free(Buf *b) { free(b->p); memset(b, 0, sizeof *b); }
-/* s[0..n) as a JSON string, quotes included (the text is valid UTF-8: the decoder gives U+FFFD for the rest) */
-static void buf_json_str(Buf *b, const char *s, size_t n) {
-    buf_add(b, "\"", 1);
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch >= 0x20 && ch != '"' && ch != '\\') continue;
-        buf_add(b, s + run, i - run);
-        run = i + 1;
-        switch (ch) {
-        case '"': buf_add(b, "\\\"", 2); break;
-        case '\\': buf_add(b, "\\\\", 2); break;
-        case '\n': buf_add(b, "\\n", 2); break;
-        case '\r': buf_add(b, "\\r", 2); break;
-        case '\t': buf_add(b, "\\t", 2); break;
-        default: buf_fmt(b, "\\u%04x", ch);
-        }
-    }
-    buf_add(b, s + run, n - run);
-    buf_add(b, "\"", 1);
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* ---------------------------------------------------------------- requests */
-typedef struct {
-    bool chat, stream, include_usage, ignore_eos;
-    ChatMsg *msgs; int n_msgs;         /* chat: texts owned */
-    char *prompt; size_t prompt_len;   /* completions */
-    long max_tokens;                   /* -1: up to the context's end */
-    SampleParams sp;
-    unsigned long long seed; bool has_seed;
-    char *stop[MAX_STOP]; size_t stop_len[MAX_STOP]; int n_stop;
-    int think;                         /* chat_template_kwargs.enable_thinking, or TOK_THINK_DEFAULT */
-} Req;
-
-static void req_free(Req *r) {
-    for (int i = 0; i < r->n_msgs; i++) free((char *)r->msgs[i].content);
-    free(r->msgs);
-    free(r->prompt);
-    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
-    memset(r, 0, sizeof *r);
 }
 
 /* ---------------------------------------------------------------- connections */
@@ -148,16 +74,14 @@ typedef struct {
     bool keep_alive, chunked;
     double t_request;            /* when the request being read began (or the connection opened) */
     double t_active;             /* last byte in or out */
-    Req req;
-    long serial;                 /* request number, for the reply's id */
-    long created;                /* the request's Unix time, in every chunk of its reply */
+    ApiRequest req;
 } Conn;
 
 typedef struct {
     bool active;
     int index;                   /* its KV cache: model_use_slot(index) */
     int conn;                    /* the connection served */
-    Req *req;
+    ApiRequest *req;
     int32_t *ids; int n_ids;     /* prompt, then the generated ids; [ctx + 1] */
     int n_prompt, n_fed;
     int n_cached;                /* the request's prompt tokens whose KV rows were kept from the slot's last one */
@@ -290,8 +214,10 @@ static void send_error(Conn *c, int status, const char *type, const char *param,
     send_json(c, status, &b);
     buf_free(&b);
 }
-#define BAD_REQUEST(c, param, ...) send_error(c, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
 #define SERVER_OOM(c) send_error(c, 500, "server_error", NULL, NULL, "out of memory")
+static void send_api_error(Conn *c, const ApiError *e) {
+    send_error(c, e->status, e->type, e->param[0] ? e->param : NULL, e->code, "%s", e->message);
+}
 
 /* ---------------------------------------------------------------- HTTP parsing (llhttp callbacks) */
 static Conn *conn_of(llhttp_t *p) { return (Conn *)p->data; }
@@ -369,376 +295,6 @@ static int on_message_complete(llhttp_t *p) {
 
 static llhttp_settings_t g_http;
 
-/* ---------------------------------------------------------------- JSON request bodies */
-typedef struct { const char *js; jsmntok_t *t; int n; } Json;
-
-/* the token after token i's whole value */
-static int json_skip(const Json *j, int i) {
-    int k = i + 1;
-    while (k < j->n && j->t[k].start < j->t[i].end) k++;
-    return k;
-}
-static bool json_text_is(const Json *j, int i, jsmntype_t type, const char *s) {
-    size_t n = strlen(s);
-    return i >= 0 && i < j->n && j->t[i].type == type && (size_t)(j->t[i].end - j->t[i].start) == n &&
-           !memcmp(j->js + j->t[i].start, s, n);
-}
-static bool json_is(const Json *j, int i, const char *s) { return json_text_is(j, i, JSMN_STRING, s); }
-/* the value of key in object obj, or -1 */
-static int json_get(const Json *j, int obj, const char *key) {
-    if (obj < 0 || obj >= j->n || j->t[obj].type != JSMN_OBJECT) return -1;
-    int k = obj + 1;
-    for (int e = 0; e < j->t[obj].size; e++) {
-        if (json_is(j, k, key)) return k + 1;
-        k = json_skip(j, k + 1);
-    }
-    return -1;
-}
-static bool json_null(const Json *j, int i) { return json_text_is(j, i, JSMN_PRIMITIVE, "null"); }
-static bool json_bool(const Json *j, int i, bool *v) {
-    if (json_text_is(j, i, JSMN_PRIMITIVE, "true")) { *v = true; return true; }
-    if (json_text_is(j, i, JSMN_PRIMITIVE, "false")) { *v = false; return true; }
-    return false;
-}
-/* whether s[0..n) is a number as JSON writes one: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
-static bool json_number_text(const char *s, int n) {
-    int i = 0;
-    if (i < n && s[i] == '-') i++;
-    if (i < n && s[i] == '0') i++;
-    else if (i < n && s[i] >= '1' && s[i] <= '9') while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-    else return false;
-    if (i < n && s[i] == '.') {
-        if (++i >= n || s[i] < '0' || s[i] > '9') return false;
-        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-    }
-    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-        if (++i < n && (s[i] == '+' || s[i] == '-')) i++;
-        if (i >= n || s[i] < '0' || s[i] > '9') return false;
-        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-    }
-    return i == n;
-}
-static bool json_num(const Json *j, int i, double *v) {
-    if (i < 0 || i >= j->n || j->t[i].type != JSMN_PRIMITIVE) return false;
-    char tmp[64];
-    int n = j->t[i].end - j->t[i].start;
-    if (n <= 0 || n >= (int)sizeof tmp || !json_number_text(j->js + j->t[i].start, n)) return false;
-    memcpy(tmp, j->js + j->t[i].start, (size_t)n);
-    tmp[n] = 0;
-    *v = strtod(tmp, NULL);
-    return isfinite(*v);
-}
-/* jsmn (strict) lets a key without a value through ({"a"}) and literals it only glances at (tru, -): every
- * object's keys are strings with one value, every primitive a literal or a number */
-static bool json_valid(const Json *j) {
-    for (int i = 0; i < j->n; i++) {
-        const jsmntok_t *t = &j->t[i];
-        bool b;
-        if (t->type == JSMN_PRIMITIVE && !json_null(j, i) && !json_bool(j, i, &b) &&
-            !json_number_text(j->js + t->start, t->end - t->start))
-            return false;
-        if (t->type != JSMN_OBJECT) continue;
-        int k = i + 1;
-        for (int e = 0; e < t->size; e++) {
-            if (k + 1 >= j->n || j->t[k].type != JSMN_STRING || j->t[k].size != 1) return false;
-            k = json_skip(j, k + 1);
-        }
-    }
-    return true;
-}
-static int utf8_len(const unsigned char *s, size_t n) {   /* bytes of one valid UTF-8 character, or 0 */
-    unsigned char b = s[0];
-    int len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || (size_t)len > n) return 0;
-    uint32_t cp = len == 1 ? b : len == 2 ? b & 0x1Fu : len == 3 ? b & 0x0Fu : b & 0x07u;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3Fu);
-    }
-    static const uint32_t min_cp[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-static void put_utf8(Buf *b, uint32_t cp) {
-    char o[4];
-    size_t n;
-    if (cp < 0x80) { o[0] = (char)cp; n = 1; }
-    else if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
-    else if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | (cp >> 6 & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
-        n = 3;
-    } else {
-        o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-        o[2] = (char)(0x80 | (cp >> 6 & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-        n = 4;
-    }
-    buf_add(b, o, n);
-}
-static int hex4(const char *s, uint32_t *v) {
-    *v = 0;
-    for (int i = 0; i < 4; i++) {
-        char ch = s[i];
-        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
-              : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        *v = *v << 4 | (uint32_t)d;
-    }
-    return 0;
-}
-/* The string token i unescaped into a malloc'd NUL-terminated text; NULL when it is not a string, or is not
- * valid UTF-8 (*why says which). */
-static char *json_text(const Json *j, int i, size_t *len, const char **why) {
-    *why = "must be a string";
-    if (i < 0 || j->t[i].type != JSMN_STRING) return NULL;
-    const char *s = j->js + j->t[i].start;
-    size_t n = (size_t)(j->t[i].end - j->t[i].start);
-    Buf b = {0};
-    buf_add(&b, "", 0);
-    *why = "is not valid UTF-8";
-    for (size_t k = 0; k < n;) {
-        unsigned char ch = (unsigned char)s[k];
-        if (ch == '\\' && k + 1 < n) {
-            char e = s[k + 1];
-            k += 2;
-            const char *simple = strchr("\"\\/bfnrt", e);
-            if (e && simple) { buf_add(&b, &"\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"], 1); continue; }
-            uint32_t cp, lo;
-            if (e != 'u' || k + 4 > n || hex4(s + k, &cp)) goto bad;
-            k += 4;
-            if (cp >= 0xD800 && cp <= 0xDBFF) {   /* a surrogate pair's high half: the low half follows */
-                if (k + 6 > n || s[k] != '\\' || s[k + 1] != 'u' || hex4(s + k + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
-                    goto bad;
-                k += 6;
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            } else if (cp >= 0xDC00 && cp <= 0xDFFF) goto bad;
-            put_utf8(&b, cp);
-            continue;
-        }
-        int l = utf8_len((const unsigned char *)s + k, n - k);
-        if (!l) goto bad;
-        buf_add(&b, s + k, (size_t)l);
-        k += (size_t)l;
-    }
-    if (b.oom) { *why = "is too large (out of memory)"; goto bad; }
-    *len = b.len;
-    return b.p;
-bad:
-    buf_free(&b);
-    return NULL;
-}
-
-/* Reads the body into c->req; on a fault answers 400 naming the field and returns false. */
-static bool parse_request(Conn *c, bool chat) {
-    const SampleParams *def = &S.sm->defaults;
-    Req *r = &c->req;
-    req_free(r);
-    r->chat = chat;
-    r->sp = *def;
-    r->max_tokens = -1;
-    r->think = TOK_THINK_DEFAULT;
-    Json j = { c->body.p ? c->body.p : "", NULL, 0 };
-    jsmn_parser jp;
-    jsmn_init(&jp);
-    int n = memchr(j.js, 0, c->body.len) ? 0 : jsmn_parse(&jp, j.js, c->body.len, NULL, 0);
-    if (n <= 0) { BAD_REQUEST(c, NULL, "the body is not valid JSON"); return false; }
-    j.t = malloc((size_t)n * sizeof *j.t);
-    if (!j.t) { SERVER_OOM(c); return false; }
-    jsmn_init(&jp);
-    j.n = jsmn_parse(&jp, j.js, c->body.len, j.t, (unsigned)n);
-    bool ok = false;
-    const char *why;
-    char field[64];
-    double v;
-    bool flag;
-    int k;
-    if (j.n <= 0 || !json_valid(&j)) {
-        BAD_REQUEST(c, NULL, "the body is not valid JSON");
-        goto out;
-    }
-    if (j.t[0].type != JSMN_OBJECT || json_skip(&j, 0) != j.n) {
-        BAD_REQUEST(c, NULL, "the body is not a JSON object");
-        goto out;
-    }
-    /* the text */
-    if (chat) {
-        k = json_get(&j, 0, "messages");
-        if (k < 0) { BAD_REQUEST(c, "messages", "messages: missing (an array of messages)"); goto out; }
-        if (j.t[k].type != JSMN_ARRAY || j.t[k].size == 0) {
-            BAD_REQUEST(c, "messages", "messages: must be a non-empty array");
-            goto out;
-        }
-        r->msgs = calloc((size_t)j.t[k].size, sizeof *r->msgs);
-        if (!r->msgs) { SERVER_OOM(c); goto out; }
-        int m = k + 1;
-        for (int e = 0; e < j.t[k].size; e++, m = json_skip(&j, m)) {
-            snprintf(field, sizeof field, "messages[%d]", e);
-            if (j.t[m].type != JSMN_OBJECT) { BAD_REQUEST(c, field, "%s: must be an object", field); goto out; }
-            int role = json_get(&j, m, "role"), content = json_get(&j, m, "content");
-            const char *rname = json_is(&j, role, "system") || json_is(&j, role, "developer") ? "system"
-                              : json_is(&j, role, "user") ? "user" : json_is(&j, role, "assistant") ? "assistant"
-                              : NULL;
-            if (!rname) {
-                snprintf(field, sizeof field, "messages[%d].role", e);
-                BAD_REQUEST(c, field, "%s: must be \"system\", \"developer\", \"user\" or \"assistant\" "
-                            "(tools are not supported)", field);
-                goto out;
-            }
-            snprintf(field, sizeof field, "messages[%d].content", e);
-            size_t len = 0;
-            char *text = NULL;
-            if (content < 0 || json_null(&j, content)) {
-                if (!json_is(&j, role, "assistant")) { BAD_REQUEST(c, field, "%s: missing", field); goto out; }
-                text = calloc(1, 1);
-            } else if (j.t[content].type == JSMN_ARRAY) {   /* content parts: the texts, joined by newlines */
-                Buf b = {0};
-                buf_add(&b, "", 0);
-                int part = content + 1;
-                for (int q = 0; q < j.t[content].size; q++, part = json_skip(&j, part)) {
-                    int type = json_get(&j, part, "type"), ptext = json_get(&j, part, "text");
-                    if (!json_is(&j, type, "text")) {
-                        buf_free(&b);
-                        snprintf(field, sizeof field, "messages[%d].content[%d].type", e, q);
-                        BAD_REQUEST(c, field, "%s: only \"text\" parts are supported", field);
-                        goto out;
-                    }
-                    size_t pl;
-                    char *pt = json_text(&j, ptext, &pl, &why);
-                    if (!pt) {
-                        buf_free(&b);
-                        snprintf(field, sizeof field, "messages[%d].content[%d].text", e, q);
-                        BAD_REQUEST(c, field, "%s: %s", field, why);
-                        goto out;
-                    }
-                    if (q) buf_add(&b, "\n", 1);
-                    buf_add(&b, pt, pl);
-                    free(pt);
-                }
-                if (b.oom) { buf_free(&b); SERVER_OOM(c); goto out; }
-                text = b.p;
-                len = b.len;
-            } else if (!(text = json_text(&j, content, &len, &why))) {
-                BAD_REQUEST(c, field, "%s: %s", field, why);
-                goto out;
-            }
-            if (!text) { SERVER_OOM(c); goto out; }
-            r->msgs[r->n_msgs++] = (ChatMsg){ rname, text, len };
-        }
-        k = json_get(&j, 0, "chat_template_kwargs");
-        int think = json_get(&j, k, "enable_thinking");
-        if (think >= 0) {
-            if (!json_bool(&j, think, &flag)) {
-                BAD_REQUEST(c, "chat_template_kwargs.enable_thinking", "chat_template_kwargs.enable_thinking: "
-                            "must be true or false");
-                goto out;
-            }
-            r->think = flag;
-        }
-    } else {
-        k = json_get(&j, 0, "prompt");
-        if (k >= 0 && j.t[k].type == JSMN_ARRAY && j.t[k].size == 1 && j.t[k + 1].type == JSMN_STRING) k++;
-        if (k < 0) { BAD_REQUEST(c, "prompt", "prompt: missing (a string)"); goto out; }
-        if (!(r->prompt = json_text(&j, k, &r->prompt_len, &why))) {
-            BAD_REQUEST(c, "prompt", "prompt: %s%s", why,
-                        j.t[k].type == JSMN_ARRAY ? " (one prompt per request: no arrays of several)" : "");
-            goto out;
-        }
-    }
-    /* the limits and the sampling */
-    k = json_get(&j, 0, "max_completion_tokens");
-    if (k < 0 || json_null(&j, k)) k = json_get(&j, 0, "max_tokens");
-    if (k >= 0 && !json_null(&j, k)) {
-        if (!json_num(&j, k, &v) || v != floor(v) || v < 1 || v > 1e9) {
-            BAD_REQUEST(c, "max_tokens", "max_tokens: must be a whole number >= 1");
-            goto out;
-        }
-        r->max_tokens = (long)v;
-    }
-    struct { const char *name; float *dst; double lo, hi; bool lo_open; const char *range; } nums[] = {
-        { "temperature", &r->sp.temperature, 0, 2, false, "a number in 0..2" },
-        { "top_p", &r->sp.top_p, 0, 1, false, "a number in 0..1" },
-        { "min_p", &r->sp.min_p, 0, 1, false, "a number in 0..1" },
-        { "repetition_penalty", &r->sp.rep, 0, 1e6, true, "a number > 0" },
-        { "frequency_penalty", &r->sp.freq, -2, 2, false, "a number in -2..2" },
-        { "presence_penalty", &r->sp.pres, -2, 2, false, "a number in -2..2" },
-    };
-    for (size_t q = 0; q < sizeof nums / sizeof *nums; q++) {
-        k = json_get(&j, 0, nums[q].name);
-        if (k < 0 || json_null(&j, k)) continue;
-        if (!json_num(&j, k, &v) || v < nums[q].lo || v > nums[q].hi || (nums[q].lo_open && v == nums[q].lo)) {
-            BAD_REQUEST(c, nums[q].name, "%s: must be %s", nums[q].name, nums[q].range);
-            goto out;
-        }
-        *nums[q].dst = (float)v;
-    }
-    if (r->sp.top_p == 0) { r->sp.top_p = 1; r->sp.top_k = 1; }   /* an empty nucleus keeps the best token */
-    k = json_get(&j, 0, "top_k");
-    if (k >= 0 && !json_null(&j, k)) {
-        if (!json_num(&j, k, &v) || v != floor(v) || v < -1 || v > 1e9) {
-            BAD_REQUEST(c, "top_k", "top_k: must be a whole number >= 0 (0 or -1: off)");
-            goto out;
-        }
-        r->sp.top_k = v < 0 ? 0 : (int)v;
-    }
-    k = json_get(&j, 0, "seed");
-    if (k >= 0 && !json_null(&j, k)) {
-        if (!json_num(&j, k, &v) || v != floor(v) || v < 0 || v > 9007199254740992.0) {
-            BAD_REQUEST(c, "seed", "seed: must be a whole number >= 0");
-            goto out;
-        }
-        r->seed = (unsigned long long)v;
-        r->has_seed = true;
-    }
-    k = json_get(&j, 0, "n");
-    if (k >= 0 && !json_null(&j, k) && (!json_num(&j, k, &v) || v != 1)) {
-        BAD_REQUEST(c, "n", "n: only 1 choice per request is supported");
-        goto out;
-    }
-    /* what OpenAI offers and this server does not: refused by name, not ignored */
-    k = json_get(&j, 0, "tools");
-    if (k >= 0 && !json_null(&j, k) && !(j.t[k].type == JSMN_ARRAY && j.t[k].size == 0)) {
-        BAD_REQUEST(c, "tools", "tools: tool calls are not supported");
-        goto out;
-    }
-    k = json_get(&j, 0, "logprobs");
-    if (k >= 0 && !json_null(&j, k) && !(json_bool(&j, k, &flag) && !flag)) {
-        BAD_REQUEST(c, "logprobs", "logprobs: not supported");
-        goto out;
-    }
-    struct { const char *name; bool *dst; } bools[] = {
-        { "stream", &r->stream }, { "ignore_eos", &r->ignore_eos },
-    };
-    for (size_t q = 0; q < sizeof bools / sizeof *bools; q++) {
-        k = json_get(&j, 0, bools[q].name);
-        if (k >= 0 && !json_null(&j, k) && !json_bool(&j, k, bools[q].dst)) {
-            BAD_REQUEST(c, bools[q].name, "%s: must be true or false", bools[q].name);
-            goto out;
-        }
-    }
-    k = json_get(&j, json_get(&j, 0, "stream_options"), "include_usage");
-    if (k >= 0 && !json_null(&j, k) && !json_bool(&j, k, &r->include_usage)) {
-        BAD_REQUEST(c, "stream_options.include_usage", "stream_options.include_usage: must be true or false");
-        goto out;
-    }
-    k = json_get(&j, 0, "stop");
-    if (k >= 0 && !json_null(&j, k)) {
-        int first = k, count = 1;
-        if (j.t[k].type == JSMN_ARRAY) { first = k + 1; count = j.t[k].size; }
-        if (count > MAX_STOP) { BAD_REQUEST(c, "stop", "stop: at most %d strings", MAX_STOP); goto out; }
-        for (int q = 0, s = first; q < count; q++, s = json_skip(&j, s)) {
-            size_t len;
-            char *t = json_text(&j, s, &len, &why);
-            if (!t) { BAD_REQUEST(c, "stop", "stop: %s (a string or an array of strings)", why); goto out; }
-            if (!len) { free(t); continue; }    /* an empty stop string matches nothing, as OpenAI's */
-            r->stop[r->n_stop] = t;
-            r->stop_len[r->n_stop++] = len;
-        }
-    }
-    ok = true;
-out:
-    free(j.t);
-    return ok;
-}
-
 /* ---------------------------------------------------------------- generation */
 static int chunk_tokens(void) { return model_info.max_batch > 0 ? model_info.max_batch : 1; }
 
@@ -748,7 +304,7 @@ static void slot_release(Slot *s) {
     s->last_used = now_s();
     if (s->conn >= 0) {
         Conn *c = &S.conns[s->conn];
-        req_free(&c->req);
+        api_request_free(&c->req);
     }
     s->active = false;
     s->conn = -1;
@@ -765,48 +321,9 @@ static void chunk(Conn *c, const Buf *payload) {   /* one chunk of a chunked rep
     conn_send(c, "\r\n", 2);
 }
 
-/* "id", "object", "created", "model" of a reply; object: "chat.completion", "chat.completion.chunk",
- * "text_completion" */
-static void reply_id(Buf *b, const Conn *c, const char *object) {
-    buf_fmt(b, "\"id\":\"%s-%lx%04lx\",\"object\":\"%s\",\"created\":%ld,\"model\":",
-            strncmp(object, "chat", 4) ? "cmpl" : "chatcmpl", S.created_base, c->serial, object, c->created);
-    buf_json_str(b, S.name, strlen(S.name));
-}
-static void usage_json(Buf *b, const Slot *s) {
-    buf_fmt(b, ",\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%ld,\"total_tokens\":%ld,"
-            "\"prompt_tokens_details\":{\"cached_tokens\":%d}}", s->n_prompt, s->n_gen, s->n_prompt + s->n_gen,
-            s->n_cached);
-}
-/* a streamed reply's event, up to its id */
-static void event_open(Buf *b, const Conn *c, const Req *r) {
-    buf_str(b, "data: {");
-    reply_id(b, c, r->chat ? "chat.completion.chunk" : "text_completion");
-}
-/* ,"choices":[...] with the one choice: a chat's text as the content of its key ("message" or "delta"; role: after
- * "role":"assistant"; text NULL: an empty delta), a completion's as "text" (NULL: ""); finish: the finish_reason,
- * NULL while streaming */
-static void choices_json(Buf *b, const Req *r, const char *key, bool role, const char *text, size_t n,
-                         const char *finish) {
-    buf_str(b, ",\"choices\":[{\"index\":0,");
-    if (r->chat) {
-        buf_fmt(b, "\"%s\":{%s", key, role ? "\"role\":\"assistant\"," : "");
-        if (text) { buf_str(b, "\"content\":"); buf_json_str(b, text, n); }
-        buf_str(b, "}");
-    } else {
-        buf_str(b, "\"text\":");
-        buf_json_str(b, text ? text : "", n);
-    }
-    buf_str(b, ",\"logprobs\":null,\"finish_reason\":");
-    if (finish) buf_fmt(b, "\"%s\"}]", finish);
-    else buf_str(b, "null}]");
-}
-
-/* one event of a stream: text[0..n) as the choice's delta (see choices_json) */
-static void stream_delta(Conn *c, const Req *r, bool role, const char *text, size_t n) {
+static void stream_delta(Conn *c, const ApiRequest *r, bool role, const char *text, size_t n) {
     Buf b = {0};
-    event_open(&b, c, r);
-    choices_json(&b, r, "delta", role, text, n, NULL);
-    buf_str(&b, "}\n\n");
+    api_stream_delta(&b, r, role, text, n);
     chunk(c, &b);
     buf_free(&b);
 }
@@ -827,93 +344,24 @@ static void stream_open(Slot *s, Conn *c) {
 /* The reply's end; why: its finish_reason, "stop" or "length" */
 static void slot_finish(Slot *s, const char *why) {
     Conn *c = &S.conns[s->conn];
-    const Req *r = s->req;
+    const ApiRequest *r = s->req;
+    ApiUsage u = { s->n_prompt, s->n_gen, s->n_cached };
     S.n_tokens_in += s->n_prompt;
     S.n_tokens_out += s->n_gen;
     s->n_served++;
     Buf b = {0};
     if (r->stream) {
         stream_text(s, c, s->text.len);
-        event_open(&b, c, r);
-        choices_json(&b, r, "delta", false, NULL, 0, why);
-        buf_str(&b, "}\n\n");
-        if (r->include_usage) {   /* OpenAI's last chunk: no choices, the usage */
-            event_open(&b, c, r);
-            buf_str(&b, ",\"choices\":[]");
-            usage_json(&b, s);
-            buf_str(&b, "}\n\n");
-        }
-        buf_str(&b, "data: [DONE]\n\n");
+        api_stream_end(&b, r, why, &u);
         chunk(c, &b);
         if (!c->http10) conn_send(c, "0\r\n\r\n", 5);
         request_done(c);
     } else {
-        buf_str(&b, "{");
-        reply_id(&b, c, r->chat ? "chat.completion" : "text_completion");
-        choices_json(&b, r, "message", true, s->text.p ? s->text.p : "", s->text.len, why);
-        usage_json(&b, s);
-        buf_str(&b, "}");
+        api_reply(&b, r, s->text.p ? s->text.p : "", s->text.len, why, &u);
         send_json(c, 200, &b);
     }
     buf_free(&b);
     slot_release(s);
-}
-
-/* The request's ids (the chat template, or the plain encoding), or an answer of 400. */
-static int request_ids(Conn *c, int32_t **ids) {
-    const Tokenizer *tok = S.sm->tok;
-    Req *r = &c->req;
-    *ids = NULL;
-    int n;
-    if (r->chat) {
-        if (tokenizer_chat_family(tok) == TOK_CHAT_NONE) {
-            BAD_REQUEST(c, "messages", "this model's tokenizer has no chat template: use /v1/completions");
-            return -1;
-        }
-        if (r->think != TOK_THINK_DEFAULT && !tokenizer_chat_has_thinking(tok)) {
-            BAD_REQUEST(c, "chat_template_kwargs.enable_thinking",
-                        "chat_template_kwargs.enable_thinking: this model's chat template has no thinking switch");
-            return -1;
-        }
-        bool has_system = false;
-        for (int i = 0; i < r->n_msgs; i++) has_system |= !strcmp(r->msgs[i].role, "system");
-        ChatMsg *m = r->msgs;
-        int nm = r->n_msgs;
-        ChatMsg *with = NULL;
-        if (!has_system && S.sm->system) {   /* --system: the system message of chats that bring none */
-            with = malloc((size_t)(nm + 1) * sizeof *with);
-            if (!with) { SERVER_OOM(c); return -1; }
-            with[0] = (ChatMsg){ "system", S.sm->system, strlen(S.sm->system) };
-            memcpy(with + 1, m, (size_t)nm * sizeof *m);
-            m = with;
-            nm++;
-        }
-        size_t tl;
-        char *text = tokenizer_chat_render_think(tok, m, nm, true, false, r->think, &tl);
-        free(with);
-        if (!text) { SERVER_OOM(c); return -1; }
-        n = tokenizer_encode(tok, text, tl, false, ids);
-        free(text);
-    } else {
-        n = tokenizer_encode(tok, r->prompt, r->prompt_len, true, ids);
-        if (n == 0) {
-            BAD_REQUEST(c, "prompt", "prompt: empty, and this model adds no BOS token");
-            return -1;
-        }
-    }
-    if (n < 0) { SERVER_OOM(c); return -1; }
-    for (int i = 0; i < n; i++)
-        if ((*ids)[i] < 0 || (*ids)[i] >= model_info.vocab_size) {
-            send_error(c, 500, "server_error", NULL, NULL, "the tokenizer gave id %d, outside the vocabulary",
-                       (*ids)[i]);
-            return -1;
-        }
-    if (n > S.sm->ctx) {
-        send_error(c, 400, "invalid_request_error", r->chat ? "messages" : "prompt", "context_length_exceeded",
-                   "the prompt is %d tokens, longer than the context (%d tokens)", n, S.sm->ctx);
-        return -1;
-    }
-    return n;
 }
 
 /* The rows of slot s's cache a prompt of ids[0..n) keeps: whole chunks of max_batch that it shares with what
@@ -937,8 +385,9 @@ static bool slot_start(void) {
         Conn *c = &S.conns[ci];
         if (c->fd < 0 || c->state != CONN_QUEUED) continue;   /* its client was dropped meanwhile */
         int32_t *ids;
-        int n = request_ids(c, &ids);
-        if (n < 0) { free(ids); continue; }
+        ApiError e;
+        int n = api_request_ids(&c->req, S.sm->tok, S.sm->system, S.sm->ctx, model_info.vocab_size, &ids, &e);
+        if (n < 0) { free(ids); send_api_error(c, &e); continue; }
         int keep = -1;
         for (int k = 0; k < S.n_slots; k++) {
             Slot *t = &S.slots[k];
@@ -948,7 +397,7 @@ static bool slot_start(void) {
         }
         memcpy(s->ids, ids, (size_t)n * sizeof *ids);
         free(ids);
-        Req *r = &c->req;
+        ApiRequest *r = &c->req;
         s->active = true;
         s->conn = ci;
         s->req = r;
@@ -1060,7 +509,7 @@ static bool decode_batch(void) {
  * the next token sampled, the text streamed, the request finished at a stop or at max_tokens */
 static void slot_took(Slot *s, const float *logits) {
     Conn *c = &S.conns[s->conn];
-    const Req *r = s->req;
+    const ApiRequest *r = s->req;
     if (s->n_fed < s->n_prompt) return;
     if (s->n_gen >= s->max_new) { slot_finish(s, "length"); return; }
     int tok = s->dev_argmax ? s->next : sampler_sample(&s->smp, &r->sp, logits);
@@ -1106,8 +555,7 @@ static bool key_ok(const Conn *c) {   /* "Bearer KEY", compared in time independ
 
 static void route(int ci) {
     Conn *c = &S.conns[ci];
-    c->serial = ++S.serial;
-    c->created = (long)time(NULL);
+    long serial = ++S.serial, created = (long)time(NULL);
     const char *url = c->url.p ? c->url.p : "";
     size_t ul = strcspn(url, "?");
     int method = llhttp_get_method(&c->http);
@@ -1135,14 +583,7 @@ static void route(int ci) {
     if (PATH("/v1/models")) {
         if (!get) { send_error(c, 405, "invalid_request_error", NULL, NULL, "/v1/models takes GET"); return; }
         Buf b = {0};
-        buf_str(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
-        buf_json_str(&b, S.name, strlen(S.name));
-        buf_fmt(&b, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"llmcc\",\"meta\":{\"architecture\":",
-                S.created_base);
-        buf_json_str(&b, model_info.architecture, strlen(model_info.architecture));
-        buf_fmt(&b, ",\"context\":%d,\"target\":", S.sm->ctx);
-        buf_json_str(&b, model_info.target, strlen(model_info.target));
-        buf_str(&b, "}}]}");
+        api_models(&b, S.name, S.created_base, model_info.architecture, S.sm->ctx, model_info.target);
         send_json(c, 200, &b);
         buf_free(&b);
         return;
@@ -1155,7 +596,15 @@ static void route(int ci) {
             return;
         }
         if (g_stop) { send_error(c, 503, "server_error", NULL, NULL, "the server is shutting down"); return; }
-        if (!parse_request(c, chat)) return;
+        ApiError e;
+        if (!api_parse_request(&c->req, c->body.p, c->body.len, chat, &S.sm->defaults, &e)) {
+            send_api_error(c, &e);
+            return;
+        }
+        c->req.model = S.name;
+        c->req.id_base = S.created_base;
+        c->req.serial = serial;
+        c->req.created = created;
         c->state = CONN_QUEUED;
         S.queue[S.n_queue++] = ci;
         return;
@@ -1182,7 +631,7 @@ static void conn_close(int ci) {
         }
     close(c->fd);
     c->fd = -1;
-    req_free(&c->req);
+    api_request_free(&c->req);
     buf_free(&c->in); buf_free(&c->out); buf_free(&c->url); buf_free(&c->body); buf_free(&c->auth);
 }
 
