@@ -1,11 +1,8 @@
-/* openai.c: see openai.h. Request bodies are JSON read with jsmn (strict), and what jsmn lets through that
- * JSON forbids is refused here (json_valid); a fault is answered with the field that holds it, as OpenAI's
+/* openai.c: see openai.h. Request bodies are read by runtime/json.c, the compiler's reader too, and strings in
+ * them must be valid UTF-8 (json_string strict); a fault is answered with the field that holds it, as OpenAI's
  * server does, and a feature this server lacks (tools, logprobs, n > 1) is refused by name, not ignored. */
-#define JSMN_STATIC
-#define JSMN_STRICT
-#include <jsmn.h>
-
 #include "openai.h"
+#include "json.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,164 +33,19 @@ void api_request_free(ApiRequest *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* ---------------------------------------------------------------- JSON request bodies */
-typedef struct { const char *js; jsmntok_t *t; int n; } Json;
-
-/* the token after token i's whole value */
-static int json_skip(const Json *j, int i) {
-    int k = i + 1;
-    while (k < j->n && j->t[k].start < j->t[i].end) k++;
-    return k;
-}
-static bool json_text_is(const Json *j, int i, jsmntype_t type, const char *s) {
-    size_t n = strlen(s);
-    return i >= 0 && i < j->n && j->t[i].type == type && (size_t)(j->t[i].end - j->t[i].start) == n &&
-           !memcmp(j->js + j->t[i].start, s, n);
-}
-static bool json_is(const Json *j, int i, const char *s) { return json_text_is(j, i, JSMN_STRING, s); }
-/* the value of key in object obj, or -1 */
-static int json_get(const Json *j, int obj, const char *key) {
-    if (obj < 0 || obj >= j->n || j->t[obj].type != JSMN_OBJECT) return -1;
-    int k = obj + 1;
-    for (int e = 0; e < j->t[obj].size; e++) {
-        if (json_is(j, k, key)) return k + 1;
-        k = json_skip(j, k + 1);
-    }
-    return -1;
-}
-static bool json_null(const Json *j, int i) { return json_text_is(j, i, JSMN_PRIMITIVE, "null"); }
-static bool json_bool(const Json *j, int i, bool *v) {
-    if (json_text_is(j, i, JSMN_PRIMITIVE, "true")) { *v = true; return true; }
-    if (json_text_is(j, i, JSMN_PRIMITIVE, "false")) { *v = false; return true; }
-    return false;
-}
-/* whether s[0..n) is a number as JSON writes one: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
-static bool json_number_text(const char *s, int n) {
-    int i = 0;
-    if (i < n && s[i] == '-') i++;
-    if (i < n && s[i] == '0') i++;
-    else if (i < n && s[i] >= '1' && s[i] <= '9') while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-    else return false;
-    if (i < n && s[i] == '.') {
-        if (++i >= n || s[i] < '0' || s[i] > '9') return false;
-        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-    }
-    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-        if (++i < n && (s[i] == '+' || s[i] == '-')) i++;
-        if (i >= n || s[i] < '0' || s[i] > '9') return false;
-        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-    }
-    return i == n;
-}
-static bool json_num(const Json *j, int i, double *v) {
-    if (i < 0 || i >= j->n || j->t[i].type != JSMN_PRIMITIVE) return false;
-    char tmp[64];
-    int n = j->t[i].end - j->t[i].start;
-    if (n <= 0 || n >= (int)sizeof tmp || !json_number_text(j->js + j->t[i].start, n)) return false;
-    memcpy(tmp, j->js + j->t[i].start, (size_t)n);
-    tmp[n] = 0;
-    *v = strtod(tmp, NULL);
-    return isfinite(*v);
-}
-/* jsmn (strict) lets a key without a value through ({"a"}) and literals it only glances at (tru, -): every
- * object's keys are strings with one value, every primitive a literal or a number */
-static bool json_valid(const Json *j) {
-    for (int i = 0; i < j->n; i++) {
-        const jsmntok_t *t = &j->t[i];
-        bool b;
-        if (t->type == JSMN_PRIMITIVE && !json_null(j, i) && !json_bool(j, i, &b) &&
-            !json_number_text(j->js + t->start, t->end - t->start))
-            return false;
-        if (t->type != JSMN_OBJECT) continue;
-        int k = i + 1;
-        for (int e = 0; e < t->size; e++) {
-            if (k + 1 >= j->n || j->t[k].type != JSMN_STRING || j->t[k].size != 1) return false;
-            k = json_skip(j, k + 1);
-        }
-    }
-    return true;
-}
-static int utf8_len(const unsigned char *s, size_t n) {   /* bytes of one valid UTF-8 character, or 0 */
-    unsigned char b = s[0];
-    int len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || (size_t)len > n) return 0;
-    uint32_t cp = len == 1 ? b : len == 2 ? b & 0x1Fu : len == 3 ? b & 0x0Fu : b & 0x07u;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3Fu);
-    }
-    static const uint32_t min_cp[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-static void put_utf8(Buf *b, uint32_t cp) {
-    char o[4];
-    size_t n;
-    if (cp < 0x80) { o[0] = (char)cp; n = 1; }
-    else if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
-    else if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | (cp >> 6 & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
-        n = 3;
-    } else {
-        o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-        o[2] = (char)(0x80 | (cp >> 6 & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-        n = 4;
-    }
-    buf_add(b, o, n);
-}
-static int hex4(const char *s, uint32_t *v) {
-    *v = 0;
-    for (int i = 0; i < 4; i++) {
-        char ch = s[i];
-        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
-              : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        *v = *v << 4 | (uint32_t)d;
-    }
-    return 0;
-}
-/* The string token i unescaped into a malloc'd NUL-terminated text; NULL when it is not a string, or is not
- * valid UTF-8 (*why says which). */
+/* The string token i decoded into a malloc'd NUL-terminated text; NULL when it is not a string, or is not valid
+ * UTF-8 (*why says which). */
 static char *json_text(const Json *j, int i, size_t *len, const char **why) {
     *why = "must be a string";
-    if (i < 0 || j->t[i].type != JSMN_STRING) return NULL;
-    const char *s = j->js + j->t[i].start;
-    size_t n = (size_t)(j->t[i].end - j->t[i].start);
-    Buf b = {0};
-    buf_add(&b, "", 0);
+    size_t room = json_string_room(j, i), at;
+    if (!room) return NULL;
+    char *text = malloc(room);
+    if (!text) { *why = "is too large (out of memory)"; return NULL; }
+    if (json_string(j, i, text, len, true, &at) == JSON_OK) return text;
     *why = "is not valid UTF-8";
-    for (size_t k = 0; k < n;) {
-        unsigned char ch = (unsigned char)s[k];
-        if (ch == '\\' && k + 1 < n) {
-            char e = s[k + 1];
-            k += 2;
-            const char *simple = strchr("\"\\/bfnrt", e);
-            if (e && simple) { buf_add(&b, &"\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"], 1); continue; }
-            uint32_t cp, lo;
-            if (e != 'u' || k + 4 > n || hex4(s + k, &cp)) goto bad;
-            k += 4;
-            if (cp >= 0xD800 && cp <= 0xDBFF) {   /* a surrogate pair's high half: the low half follows */
-                if (k + 6 > n || s[k] != '\\' || s[k + 1] != 'u' || hex4(s + k + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
-                    goto bad;
-                k += 6;
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            } else if (cp >= 0xDC00 && cp <= 0xDFFF) goto bad;
-            put_utf8(&b, cp);
-            continue;
-        }
-        int l = utf8_len((const unsigned char *)s + k, n - k);
-        if (!l) goto bad;
-        buf_add(&b, s + k, (size_t)l);
-        k += (size_t)l;
-    }
-    if (b.oom) { *why = "is too large (out of memory)"; goto bad; }
-    *len = b.len;
-    return b.p;
-bad:
-    buf_free(&b);
+    free(text);
     return NULL;
 }
-
 
 /* ---------------------------------------------------------------- requests */
 bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, const SampleParams *defaults,
@@ -203,47 +55,42 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
     r->sp = *defaults;
     r->max_tokens = -1;
     r->think = TOK_THINK_DEFAULT;
-    Json j = { body ? body : "", NULL, 0 };
-    jsmn_parser jp;
-    jsmn_init(&jp);
-    int n = memchr(j.js, 0, len) ? 0 : jsmn_parse(&jp, j.js, len, NULL, 0);
-    if (n <= 0) { BAD_REQUEST(err, NULL, "the body is not valid JSON"); return false; }
-    j.t = malloc((size_t)n * sizeof *j.t);
-    if (!j.t) { SERVER_OOM(err); return false; }
-    jsmn_init(&jp);
-    j.n = jsmn_parse(&jp, j.js, len, j.t, (unsigned)n);
+    Json j;
+    size_t at;
+    JsonError read = json_read(&j, body ? body : "", len, &at);
+    if (read == JSON_ERR_OOM) { SERVER_OOM(err); return false; }
     bool ok = false;
     const char *why;
     char field[64];
     double v;
     bool flag;
     int k;
-    if (j.n <= 0 || !json_valid(&j)) {
+    if ((read != JSON_OK && read != JSON_ERR_TRAILING) || json_bad_token(&j) >= 0) {
         BAD_REQUEST(err, NULL, "the body is not valid JSON");
         goto out;
     }
-    if (j.t[0].type != JSMN_OBJECT || json_skip(&j, 0) != j.n) {
+    if (read == JSON_ERR_TRAILING || json_type(&j, 0) != JSON_OBJECT) {
         BAD_REQUEST(err, NULL, "the body is not a JSON object");
         goto out;
     }
     /* the text */
     if (chat) {
-        k = json_get(&j, 0, "messages");
+        k = json_find(&j, 0, "messages");
         if (k < 0) { BAD_REQUEST(err, "messages", "messages: missing (an array of messages)"); goto out; }
-        if (j.t[k].type != JSMN_ARRAY || j.t[k].size == 0) {
+        if (json_type(&j, k) != JSON_ARRAY || json_size(&j, k) == 0) {
             BAD_REQUEST(err, "messages", "messages: must be a non-empty array");
             goto out;
         }
-        r->msgs = calloc((size_t)j.t[k].size, sizeof *r->msgs);
+        r->msgs = calloc((size_t)json_size(&j, k), sizeof *r->msgs);
         if (!r->msgs) { SERVER_OOM(err); goto out; }
         int m = k + 1;
-        for (int e = 0; e < j.t[k].size; e++, m = json_skip(&j, m)) {
+        for (int e = 0; e < json_size(&j, k); e++, m = json_next(&j, m)) {
             snprintf(field, sizeof field, "messages[%d]", e);
-            if (j.t[m].type != JSMN_OBJECT) { BAD_REQUEST(err, field, "%s: must be an object", field); goto out; }
-            int role = json_get(&j, m, "role"), content = json_get(&j, m, "content");
-            const char *rname = json_is(&j, role, "system") || json_is(&j, role, "developer") ? "system"
-                              : json_is(&j, role, "user") ? "user" : json_is(&j, role, "assistant") ? "assistant"
-                              : NULL;
+            if (json_type(&j, m) != JSON_OBJECT) { BAD_REQUEST(err, field, "%s: must be an object", field); goto out; }
+            int role = json_find(&j, m, "role"), content = json_find(&j, m, "content");
+            const char *rname = json_str_eq(&j, role, "system") || json_str_eq(&j, role, "developer") ? "system"
+                              : json_str_eq(&j, role, "user") ? "user"
+                              : json_str_eq(&j, role, "assistant") ? "assistant" : NULL;
             if (!rname) {
                 snprintf(field, sizeof field, "messages[%d].role", e);
                 BAD_REQUEST(err, field, "%s: must be \"system\", \"developer\", \"user\" or \"assistant\" "
@@ -253,16 +100,16 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
             snprintf(field, sizeof field, "messages[%d].content", e);
             size_t len = 0;
             char *text = NULL;
-            if (content < 0 || json_null(&j, content)) {
-                if (!json_is(&j, role, "assistant")) { BAD_REQUEST(err, field, "%s: missing", field); goto out; }
+            if (content < 0 || json_is_null(&j, content)) {
+                if (!json_str_eq(&j, role, "assistant")) { BAD_REQUEST(err, field, "%s: missing", field); goto out; }
                 text = calloc(1, 1);
-            } else if (j.t[content].type == JSMN_ARRAY) {   /* content parts: the texts, joined by newlines */
+            } else if (json_type(&j, content) == JSON_ARRAY) {   /* content parts: the texts, joined by newlines */
                 Buf b = {0};
                 buf_add(&b, "", 0);
                 int part = content + 1;
-                for (int q = 0; q < j.t[content].size; q++, part = json_skip(&j, part)) {
-                    int type = json_get(&j, part, "type"), ptext = json_get(&j, part, "text");
-                    if (!json_is(&j, type, "text")) {
+                for (int q = 0; q < json_size(&j, content); q++, part = json_next(&j, part)) {
+                    int type = json_find(&j, part, "type"), ptext = json_find(&j, part, "text");
+                    if (!json_str_eq(&j, type, "text")) {
                         buf_free(&b);
                         snprintf(field, sizeof field, "messages[%d].content[%d].type", e, q);
                         BAD_REQUEST(err, field, "%s: only \"text\" parts are supported", field);
@@ -290,10 +137,10 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
             if (!text) { SERVER_OOM(err); goto out; }
             r->msgs[r->n_msgs++] = (ChatMsg){ rname, text, len };
         }
-        k = json_get(&j, 0, "chat_template_kwargs");
-        int think = json_get(&j, k, "enable_thinking");
+        k = json_find(&j, 0, "chat_template_kwargs");
+        int think = json_find(&j, k, "enable_thinking");
         if (think >= 0) {
-            if (!json_bool(&j, think, &flag)) {
+            if (!json_is_bool(&j, think, &flag)) {
                 BAD_REQUEST(err, "chat_template_kwargs.enable_thinking", "chat_template_kwargs.enable_thinking: "
                             "must be true or false");
                 goto out;
@@ -301,20 +148,21 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
             r->think = flag;
         }
     } else {
-        k = json_get(&j, 0, "prompt");
-        if (k >= 0 && j.t[k].type == JSMN_ARRAY && j.t[k].size == 1 && j.t[k + 1].type == JSMN_STRING) k++;
+        k = json_find(&j, 0, "prompt");
+        bool one_in_array = json_type(&j, k) == JSON_ARRAY && json_size(&j, k) == 1;   /* ["text"]: the text */
+        if (k >= 0 && one_in_array && json_type(&j, k + 1) == JSON_STRING) k++;
         if (k < 0) { BAD_REQUEST(err, "prompt", "prompt: missing (a string)"); goto out; }
         if (!(r->prompt = json_text(&j, k, &r->prompt_len, &why))) {
             BAD_REQUEST(err, "prompt", "prompt: %s%s", why,
-                        j.t[k].type == JSMN_ARRAY ? " (one prompt per request: no arrays of several)" : "");
+                        json_type(&j, k) == JSON_ARRAY ? " (one prompt per request: no arrays of several)" : "");
             goto out;
         }
     }
     /* the limits and the sampling */
-    k = json_get(&j, 0, "max_completion_tokens");
-    if (k < 0 || json_null(&j, k)) k = json_get(&j, 0, "max_tokens");
-    if (k >= 0 && !json_null(&j, k)) {
-        if (!json_num(&j, k, &v) || v != floor(v) || v < 1 || v > 1e9) {
+    k = json_find(&j, 0, "max_completion_tokens");
+    if (k < 0 || json_is_null(&j, k)) k = json_find(&j, 0, "max_tokens");
+    if (k >= 0 && !json_is_null(&j, k)) {
+        if (!json_number(&j, k, &v) || v != floor(v) || v < 1 || v > 1e9) {
             BAD_REQUEST(err, "max_tokens", "max_tokens: must be a whole number >= 1");
             goto out;
         }
@@ -329,45 +177,45 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
         { "presence_penalty", &r->sp.pres, -2, 2, false, "a number in -2..2" },
     };
     for (size_t q = 0; q < sizeof nums / sizeof *nums; q++) {
-        k = json_get(&j, 0, nums[q].name);
-        if (k < 0 || json_null(&j, k)) continue;
-        if (!json_num(&j, k, &v) || v < nums[q].lo || v > nums[q].hi || (nums[q].lo_open && v == nums[q].lo)) {
+        k = json_find(&j, 0, nums[q].name);
+        if (k < 0 || json_is_null(&j, k)) continue;
+        if (!json_number(&j, k, &v) || v < nums[q].lo || v > nums[q].hi || (nums[q].lo_open && v == nums[q].lo)) {
             BAD_REQUEST(err, nums[q].name, "%s: must be %s", nums[q].name, nums[q].range);
             goto out;
         }
         *nums[q].dst = (float)v;
     }
     if (r->sp.top_p == 0) { r->sp.top_p = 1; r->sp.top_k = 1; }   /* an empty nucleus keeps the best token */
-    k = json_get(&j, 0, "top_k");
-    if (k >= 0 && !json_null(&j, k)) {
-        if (!json_num(&j, k, &v) || v != floor(v) || v < -1 || v > 1e9) {
+    k = json_find(&j, 0, "top_k");
+    if (k >= 0 && !json_is_null(&j, k)) {
+        if (!json_number(&j, k, &v) || v != floor(v) || v < -1 || v > 1e9) {
             BAD_REQUEST(err, "top_k", "top_k: must be a whole number >= 0 (0 or -1: off)");
             goto out;
         }
         r->sp.top_k = v < 0 ? 0 : (int)v;
     }
-    k = json_get(&j, 0, "seed");
-    if (k >= 0 && !json_null(&j, k)) {
-        if (!json_num(&j, k, &v) || v != floor(v) || v < 0 || v > 9007199254740992.0) {
+    k = json_find(&j, 0, "seed");
+    if (k >= 0 && !json_is_null(&j, k)) {
+        if (!json_number(&j, k, &v) || v != floor(v) || v < 0 || v > 9007199254740992.0) {
             BAD_REQUEST(err, "seed", "seed: must be a whole number >= 0");
             goto out;
         }
         r->seed = (unsigned long long)v;
         r->has_seed = true;
     }
-    k = json_get(&j, 0, "n");
-    if (k >= 0 && !json_null(&j, k) && (!json_num(&j, k, &v) || v != 1)) {
+    k = json_find(&j, 0, "n");
+    if (k >= 0 && !json_is_null(&j, k) && (!json_number(&j, k, &v) || v != 1)) {
         BAD_REQUEST(err, "n", "n: only 1 choice per request is supported");
         goto out;
     }
     /* what OpenAI offers and this server does not: refused by name, not ignored */
-    k = json_get(&j, 0, "tools");
-    if (k >= 0 && !json_null(&j, k) && !(j.t[k].type == JSMN_ARRAY && j.t[k].size == 0)) {
+    k = json_find(&j, 0, "tools");
+    if (k >= 0 && !json_is_null(&j, k) && !(json_type(&j, k) == JSON_ARRAY && json_size(&j, k) == 0)) {
         BAD_REQUEST(err, "tools", "tools: tool calls are not supported");
         goto out;
     }
-    k = json_get(&j, 0, "logprobs");
-    if (k >= 0 && !json_null(&j, k) && !(json_bool(&j, k, &flag) && !flag)) {
+    k = json_find(&j, 0, "logprobs");
+    if (k >= 0 && !json_is_null(&j, k) && !(json_is_bool(&j, k, &flag) && !flag)) {
         BAD_REQUEST(err, "logprobs", "logprobs: not supported");
         goto out;
     }
@@ -375,23 +223,23 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
         { "stream", &r->stream }, { "ignore_eos", &r->ignore_eos },
     };
     for (size_t q = 0; q < sizeof bools / sizeof *bools; q++) {
-        k = json_get(&j, 0, bools[q].name);
-        if (k >= 0 && !json_null(&j, k) && !json_bool(&j, k, bools[q].dst)) {
+        k = json_find(&j, 0, bools[q].name);
+        if (k >= 0 && !json_is_null(&j, k) && !json_is_bool(&j, k, bools[q].dst)) {
             BAD_REQUEST(err, bools[q].name, "%s: must be true or false", bools[q].name);
             goto out;
         }
     }
-    k = json_get(&j, json_get(&j, 0, "stream_options"), "include_usage");
-    if (k >= 0 && !json_null(&j, k) && !json_bool(&j, k, &r->include_usage)) {
+    k = json_find(&j, json_find(&j, 0, "stream_options"), "include_usage");
+    if (k >= 0 && !json_is_null(&j, k) && !json_is_bool(&j, k, &r->include_usage)) {
         BAD_REQUEST(err, "stream_options.include_usage", "stream_options.include_usage: must be true or false");
         goto out;
     }
-    k = json_get(&j, 0, "stop");
-    if (k >= 0 && !json_null(&j, k)) {
+    k = json_find(&j, 0, "stop");
+    if (k >= 0 && !json_is_null(&j, k)) {
         int first = k, count = 1;
-        if (j.t[k].type == JSMN_ARRAY) { first = k + 1; count = j.t[k].size; }
+        if (json_type(&j, k) == JSON_ARRAY) { first = k + 1; count = json_size(&j, k); }
         if (count > API_MAX_STOP) { BAD_REQUEST(err, "stop", "stop: at most %d strings", API_MAX_STOP); goto out; }
-        for (int q = 0, s = first; q < count; q++, s = json_skip(&j, s)) {
+        for (int q = 0, s = first; q < count; q++, s = json_next(&j, s)) {
             size_t len;
             char *t = json_text(&j, s, &len, &why);
             if (!t) { BAD_REQUEST(err, "stop", "stop: %s (a string or an array of strings)", why); goto out; }
@@ -402,7 +250,7 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
     }
     ok = true;
 out:
-    free(j.t);
+    json_free(&j);
     if (!ok) api_request_free(r);
     return ok;
 }
