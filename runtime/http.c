@@ -41,7 +41,7 @@ static void conn_send(Conn *c, const void *p, size_t n) {
     if (c->out.len == c->out_off) c->t_sent = now_s();
     buf_add(&c->out, p, n);
     if (c->out.oom || c->out.len - c->out_off > OUT_MAX) {
-        c->state = CONN_CLOSING;   /* dropped by the loop, its slot freed */
+        c->state = CONN_CLOSING;   /* dropped by http_tend, the handler told (closing) */
         c->out.len = c->out_off = 0;
         c->out.oom = false;
     }
@@ -220,7 +220,7 @@ bool http_bearer_ok(const Conn *c, const char *key) {
 void http_close(Http *h, int ci) {
     Conn *c = &h->conns[ci];
     if (c->fd < 0) return;
-    h->on.closing(h->on.ctx, ci);   /* the client went away: its slot is free at once */
+    h->on.closing(h->on.ctx, ci);   /* the client went away: what serves it stops at once */
     close(c->fd);
     c->fd = -1;
     buf_free(&c->in); buf_free(&c->out); buf_free(&c->url); buf_free(&c->body); buf_free(&c->auth);
@@ -237,7 +237,7 @@ static void request_done(Conn *c) {
     if (c->keep_alive) llhttp_resume(parser_of(c));
 }
 
-/* Parses what has been read; a complete request goes to its route. */
+/* Parses what has been read; a complete request goes to the handler. */
 static void conn_pump(Http *h, int ci) {
     Conn *c = &h->conns[ci];
     llhttp_t *parser = parser_of(c);
@@ -281,7 +281,7 @@ static void conn_flush(Conn *c) {
 }
 
 /* The client shut its side (recv gave 0). A stream goes on (writes tell whether the client still reads: a
- * closed socket fails the next send or the one after); a whole reply still to come is dropped, its slot freed
+ * closed socket fails the next send or the one after); a whole reply still to come is dropped (http_close)
  * (a client that closes the connection is gone); a reply already queued is sent, then the connection closed. */
 static void conn_eof(Http *h, int ci) {
     Conn *c = &h->conns[ci];
@@ -307,7 +307,7 @@ static void conn_read(Http *h, int ci) {
         }
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (k < 0 && errno == EINTR) continue;
-        if (k < 0) http_close(h, ci);   /* reset: whatever the client asked for is dropped, its slot freed */
+        if (k < 0) http_close(h, ci);   /* reset: whatever the client asked for is dropped */
         else conn_eof(h, ci);
         return;
     }
