@@ -21,7 +21,7 @@ CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Werror $(SAN)
 BUILD    ?= build
 PYTHON   ?= python3
 
-SRCS := $(wildcard compiler/*.c) $(wildcard compiler/schedules/*.c) runtime/tokenizer.c
+SRCS := $(wildcard compiler/*.c) $(wildcard compiler/schedules/*.c) runtime/tokenizer.c runtime/json.c
 HDRS := $(wildcard compiler/*.h) $(wildcard compiler/schedules/*.h) $(wildcard runtime/*.h)
 OBJDIR := $(BUILD)/obj$(if $(SAN),-san)
 OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(SRCS))
@@ -111,7 +111,7 @@ FUZZ_TARGETS ?= safetensors config tokenizer_json encoder tokblob gguf
 FUZZ_FLAGS   ?=
 FUZZ_GPT2     = $(BUILD)/fuzz/gpt2_digits $(BUILD)/fuzz/gpt2_prefix_space
 FUZZ_TOKDIRS ?= $(abspath ../shared/assets/tokenizers/qwen2.5-instruct):$(abspath ../shared/assets/tokenizers/llama3-instruct):$(abspath $(BUILD))/fuzz/spm:$(abspath $(BUILD))/fuzz/gpt2_digits:$(abspath $(BUILD))/fuzz/gpt2_prefix_space
-FUZZ_SRCS := compiler/util.c compiler/json.c compiler/safetensors.c compiler/config.c compiler/tokenizer_pack.c \
+FUZZ_SRCS := compiler/util.c compiler/json.c runtime/json.c compiler/safetensors.c compiler/config.c compiler/tokenizer_pack.c \
              runtime/tokenizer.c compiler/gguf.c
 FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 .PHONY: fuzz fuzz-build

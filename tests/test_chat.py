@@ -720,7 +720,7 @@ def test_chat_blob_versions_and_corruption():
     src = os.path.join(tmpdir("chat"), "chat_fuzz.c")
     with open(src, "w") as f:
         f.write(CHAT_FUZZ_C)
-    exe = build_c("chat_fuzz", [src, "runtime/tokenizer.c", "compiler/tokenizer_pack.c", "compiler/json.c", "compiler/util.c"],
+    exe = build_c("chat_fuzz", [src, "runtime/tokenizer.c", "compiler/tokenizer_pack.c", "compiler/json.c", "runtime/json.c", "compiler/util.c"],
                   libs=("-lutf8proc", "-lm"))
     d = template_dir("fuzz", CHATML.replace("{% for message in messages %}",
                                             "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"

@@ -10,7 +10,7 @@ import struct
 import testlib
 
 SOURCES = ["tests/c/st_dump.c", "compiler/config.c", "compiler/safetensors.c", "compiler/cmd_inspect.c",
-           "compiler/util.c", "compiler/json.c"]
+           "compiler/util.c", "compiler/json.c", "runtime/json.c"]
 _bin = None
 
 

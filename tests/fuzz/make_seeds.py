@@ -169,7 +169,7 @@ def seeds_tokblob(tmp, dirs):
     exe = os.path.join(tmp, "packer")
     subprocess.check_call(["gcc", "-std=c11", "-D_GNU_SOURCE", "-O1", "-I" + os.path.join(ROOT, "compiler"),
                            "-I" + os.path.join(ROOT, "runtime"), src] +
-                          [os.path.join(ROOT, p) for p in ("compiler/tokenizer_pack.c", "compiler/json.c", "compiler/util.c",
+                          [os.path.join(ROOT, p) for p in ("compiler/tokenizer_pack.c", "compiler/json.c", "runtime/json.c", "compiler/util.c",
                                                            "runtime/tokenizer.c")] + ["-lutf8proc", "-o", exe])
     for d in dirs:
         out = os.path.join(CORPUS, "tokblob", os.path.basename(d))

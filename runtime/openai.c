@@ -1,0 +1,388 @@
+/* openai.c: see openai.h. Request bodies are read by runtime/json.c, the compiler's reader too, and strings in
+ * them must be valid UTF-8 (json_string strict); a fault is answered with the field that holds it, as OpenAI's
+ * server does, and a feature this server lacks (tools, logprobs, n > 1) is refused by name, not ignored. */
+#include "openai.h"
+#include "json.h"
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void api_fail(ApiError *e, int status, const char *type, const char *param, const char *code,
+                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void api_fail(ApiError *e, int status, const char *type, const char *param, const char *code,
+                     const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+}
+#define BAD_REQUEST(e, param, ...) api_fail(e, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+#define SERVER_OOM(e) api_fail(e, 500, "server_error", NULL, NULL, "out of memory")
+
+void api_request_free(ApiRequest *r) {
+    for (int i = 0; i < r->n_msgs; i++) free((char *)r->msgs[i].content);
+    free(r->msgs);
+    free(r->prompt);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* The string token i decoded into a malloc'd NUL-terminated text; NULL when it is not a string, or is not valid
+ * UTF-8 (*why says which). */
+static char *json_text(const Json *j, int i, size_t *len, const char **why) {
+    *why = "must be a string";
+    size_t room = json_string_room(j, i), at;
+    if (!room) return NULL;
+    char *text = malloc(room);
+    if (!text) { *why = "is too large (out of memory)"; return NULL; }
+    if (json_string(j, i, text, len, true, &at) == JSON_OK) return text;
+    *why = "is not valid UTF-8";
+    free(text);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- requests */
+bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, const SampleParams *defaults,
+                       ApiError *err) {
+    api_request_free(r);
+    r->chat = chat;
+    r->sp = *defaults;
+    r->max_tokens = -1;
+    r->think = TOK_THINK_DEFAULT;
+    Json j;
+    size_t at;
+    JsonError read = json_read(&j, body ? body : "", len, &at);
+    if (read == JSON_ERR_OOM) { SERVER_OOM(err); return false; }
+    bool ok = false;
+    const char *why;
+    char field[64];
+    double v;
+    bool flag;
+    int k;
+    if ((read != JSON_OK && read != JSON_ERR_TRAILING) || json_bad_token(&j) >= 0) {
+        BAD_REQUEST(err, NULL, "the body is not valid JSON");
+        goto out;
+    }
+    if (read == JSON_ERR_TRAILING || json_type(&j, 0) != JSON_OBJECT) {
+        BAD_REQUEST(err, NULL, "the body is not a JSON object");
+        goto out;
+    }
+    /* the text */
+    if (chat) {
+        k = json_find(&j, 0, "messages");
+        if (k < 0) { BAD_REQUEST(err, "messages", "messages: missing (an array of messages)"); goto out; }
+        if (json_type(&j, k) != JSON_ARRAY || json_size(&j, k) == 0) {
+            BAD_REQUEST(err, "messages", "messages: must be a non-empty array");
+            goto out;
+        }
+        r->msgs = calloc((size_t)json_size(&j, k), sizeof *r->msgs);
+        if (!r->msgs) { SERVER_OOM(err); goto out; }
+        int m = k + 1;
+        for (int e = 0; e < json_size(&j, k); e++, m = json_next(&j, m)) {
+            snprintf(field, sizeof field, "messages[%d]", e);
+            if (json_type(&j, m) != JSON_OBJECT) { BAD_REQUEST(err, field, "%s: must be an object", field); goto out; }
+            int role = json_find(&j, m, "role"), content = json_find(&j, m, "content");
+            const char *rname = json_str_eq(&j, role, "system") || json_str_eq(&j, role, "developer") ? "system"
+                              : json_str_eq(&j, role, "user") ? "user"
+                              : json_str_eq(&j, role, "assistant") ? "assistant" : NULL;
+            if (!rname) {
+                snprintf(field, sizeof field, "messages[%d].role", e);
+                BAD_REQUEST(err, field, "%s: must be \"system\", \"developer\", \"user\" or \"assistant\" "
+                            "(tools are not supported)", field);
+                goto out;
+            }
+            snprintf(field, sizeof field, "messages[%d].content", e);
+            size_t len = 0;
+            char *text = NULL;
+            if (content < 0 || json_is_null(&j, content)) {
+                if (!json_str_eq(&j, role, "assistant")) { BAD_REQUEST(err, field, "%s: missing", field); goto out; }
+                text = calloc(1, 1);
+            } else if (json_type(&j, content) == JSON_ARRAY) {   /* content parts: the texts, joined by newlines */
+                Buf b = {0};
+                buf_add(&b, "", 0);
+                int part = content + 1;
+                for (int q = 0; q < json_size(&j, content); q++, part = json_next(&j, part)) {
+                    int type = json_find(&j, part, "type"), ptext = json_find(&j, part, "text");
+                    if (!json_str_eq(&j, type, "text")) {
+                        buf_free(&b);
+                        snprintf(field, sizeof field, "messages[%d].content[%d].type", e, q);
+                        BAD_REQUEST(err, field, "%s: only \"text\" parts are supported", field);
+                        goto out;
+                    }
+                    size_t pl;
+                    char *pt = json_text(&j, ptext, &pl, &why);
+                    if (!pt) {
+                        buf_free(&b);
+                        snprintf(field, sizeof field, "messages[%d].content[%d].text", e, q);
+                        BAD_REQUEST(err, field, "%s: %s", field, why);
+                        goto out;
+                    }
+                    if (q) buf_add(&b, "\n", 1);
+                    buf_add(&b, pt, pl);
+                    free(pt);
+                }
+                if (b.oom) { buf_free(&b); SERVER_OOM(err); goto out; }
+                text = b.p;
+                len = b.len;
+            } else if (!(text = json_text(&j, content, &len, &why))) {
+                BAD_REQUEST(err, field, "%s: %s", field, why);
+                goto out;
+            }
+            if (!text) { SERVER_OOM(err); goto out; }
+            r->msgs[r->n_msgs++] = (ChatMsg){ rname, text, len };
+        }
+        k = json_find(&j, 0, "chat_template_kwargs");
+        int think = json_find(&j, k, "enable_thinking");
+        if (think >= 0) {
+            if (!json_is_bool(&j, think, &flag)) {
+                BAD_REQUEST(err, "chat_template_kwargs.enable_thinking", "chat_template_kwargs.enable_thinking: "
+                            "must be true or false");
+                goto out;
+            }
+            r->think = flag;
+        }
+    } else {
+        k = json_find(&j, 0, "prompt");
+        bool one_in_array = json_type(&j, k) == JSON_ARRAY && json_size(&j, k) == 1;   /* ["text"]: the text */
+        if (k >= 0 && one_in_array && json_type(&j, k + 1) == JSON_STRING) k++;
+        if (k < 0) { BAD_REQUEST(err, "prompt", "prompt: missing (a string)"); goto out; }
+        if (!(r->prompt = json_text(&j, k, &r->prompt_len, &why))) {
+            BAD_REQUEST(err, "prompt", "prompt: %s%s", why,
+                        json_type(&j, k) == JSON_ARRAY ? " (one prompt per request: no arrays of several)" : "");
+            goto out;
+        }
+    }
+    /* the limits and the sampling */
+    k = json_find(&j, 0, "max_completion_tokens");
+    if (k < 0 || json_is_null(&j, k)) k = json_find(&j, 0, "max_tokens");
+    if (k >= 0 && !json_is_null(&j, k)) {
+        if (!json_number(&j, k, &v) || v != floor(v) || v < 1 || v > 1e9) {
+            BAD_REQUEST(err, "max_tokens", "max_tokens: must be a whole number >= 1");
+            goto out;
+        }
+        r->max_tokens = (long)v;
+    }
+    struct { const char *name; float *dst; double lo, hi; bool lo_open; const char *range; } nums[] = {
+        { "temperature", &r->sp.temperature, 0, 2, false, "a number in 0..2" },
+        { "top_p", &r->sp.top_p, 0, 1, false, "a number in 0..1" },
+        { "min_p", &r->sp.min_p, 0, 1, false, "a number in 0..1" },
+        { "repetition_penalty", &r->sp.rep, 0, 1e6, true, "a number > 0" },
+        { "frequency_penalty", &r->sp.freq, -2, 2, false, "a number in -2..2" },
+        { "presence_penalty", &r->sp.pres, -2, 2, false, "a number in -2..2" },
+    };
+    for (size_t q = 0; q < sizeof nums / sizeof *nums; q++) {
+        k = json_find(&j, 0, nums[q].name);
+        if (k < 0 || json_is_null(&j, k)) continue;
+        if (!json_number(&j, k, &v) || v < nums[q].lo || v > nums[q].hi || (nums[q].lo_open && v == nums[q].lo)) {
+            BAD_REQUEST(err, nums[q].name, "%s: must be %s", nums[q].name, nums[q].range);
+            goto out;
+        }
+        *nums[q].dst = (float)v;
+    }
+    if (r->sp.top_p == 0) { r->sp.top_p = 1; r->sp.top_k = 1; }   /* an empty nucleus keeps the best token */
+    k = json_find(&j, 0, "top_k");
+    if (k >= 0 && !json_is_null(&j, k)) {
+        if (!json_number(&j, k, &v) || v != floor(v) || v < -1 || v > 1e9) {
+            BAD_REQUEST(err, "top_k", "top_k: must be a whole number >= 0 (0 or -1: off)");
+            goto out;
+        }
+        r->sp.top_k = v < 0 ? 0 : (int)v;
+    }
+    k = json_find(&j, 0, "seed");
+    if (k >= 0 && !json_is_null(&j, k)) {
+        if (!json_number(&j, k, &v) || v != floor(v) || v < 0 || v > 9007199254740992.0) {
+            BAD_REQUEST(err, "seed", "seed: must be a whole number >= 0");
+            goto out;
+        }
+        r->seed = (unsigned long long)v;
+        r->has_seed = true;
+    }
+    k = json_find(&j, 0, "n");
+    if (k >= 0 && !json_is_null(&j, k) && (!json_number(&j, k, &v) || v != 1)) {
+        BAD_REQUEST(err, "n", "n: only 1 choice per request is supported");
+        goto out;
+    }
+    /* what OpenAI offers and this server does not: refused by name, not ignored */
+    k = json_find(&j, 0, "tools");
+    if (k >= 0 && !json_is_null(&j, k) && !(json_type(&j, k) == JSON_ARRAY && json_size(&j, k) == 0)) {
+        BAD_REQUEST(err, "tools", "tools: tool calls are not supported");
+        goto out;
+    }
+    k = json_find(&j, 0, "logprobs");
+    if (k >= 0 && !json_is_null(&j, k) && !(json_is_bool(&j, k, &flag) && !flag)) {
+        BAD_REQUEST(err, "logprobs", "logprobs: not supported");
+        goto out;
+    }
+    struct { const char *name; bool *dst; } bools[] = {
+        { "stream", &r->stream }, { "ignore_eos", &r->ignore_eos },
+    };
+    for (size_t q = 0; q < sizeof bools / sizeof *bools; q++) {
+        k = json_find(&j, 0, bools[q].name);
+        if (k >= 0 && !json_is_null(&j, k) && !json_is_bool(&j, k, bools[q].dst)) {
+            BAD_REQUEST(err, bools[q].name, "%s: must be true or false", bools[q].name);
+            goto out;
+        }
+    }
+    k = json_find(&j, json_find(&j, 0, "stream_options"), "include_usage");
+    if (k >= 0 && !json_is_null(&j, k) && !json_is_bool(&j, k, &r->include_usage)) {
+        BAD_REQUEST(err, "stream_options.include_usage", "stream_options.include_usage: must be true or false");
+        goto out;
+    }
+    k = json_find(&j, 0, "stop");
+    if (k >= 0 && !json_is_null(&j, k)) {
+        int first = k, count = 1;
+        if (json_type(&j, k) == JSON_ARRAY) { first = k + 1; count = json_size(&j, k); }
+        if (count > API_MAX_STOP) { BAD_REQUEST(err, "stop", "stop: at most %d strings", API_MAX_STOP); goto out; }
+        for (int q = 0, s = first; q < count; q++, s = json_next(&j, s)) {
+            size_t len;
+            char *t = json_text(&j, s, &len, &why);
+            if (!t) { BAD_REQUEST(err, "stop", "stop: %s (a string or an array of strings)", why); goto out; }
+            if (!len) { free(t); continue; }    /* an empty stop string matches nothing, as OpenAI's */
+            r->stop[r->n_stop] = t;
+            r->stop_len[r->n_stop++] = len;
+        }
+    }
+    ok = true;
+out:
+    json_free(&j);
+    if (!ok) api_request_free(r);
+    return ok;
+}
+
+int api_request_ids(const ApiRequest *r, const Tokenizer *tok, const char *system, int ctx, int vocab,
+                    int32_t **ids, ApiError *err) {
+    *ids = NULL;
+    int n;
+    if (r->chat) {
+        if (tokenizer_chat_family(tok) == TOK_CHAT_NONE) {
+            BAD_REQUEST(err, "messages", "this model's tokenizer has no chat template: use /v1/completions");
+            return -1;
+        }
+        if (r->think != TOK_THINK_DEFAULT && !tokenizer_chat_has_thinking(tok)) {
+            BAD_REQUEST(err, "chat_template_kwargs.enable_thinking",
+                        "chat_template_kwargs.enable_thinking: this model's chat template has no thinking switch");
+            return -1;
+        }
+        bool has_system = false;
+        for (int i = 0; i < r->n_msgs; i++) has_system |= !strcmp(r->msgs[i].role, "system");
+        ChatMsg *m = r->msgs;
+        int nm = r->n_msgs;
+        ChatMsg *with = NULL;
+        if (!has_system && system) {   /* --system: the system message of chats that bring none */
+            with = malloc((size_t)(nm + 1) * sizeof *with);
+            if (!with) { SERVER_OOM(err); return -1; }
+            with[0] = (ChatMsg){ "system", system, strlen(system) };
+            memcpy(with + 1, m, (size_t)nm * sizeof *m);
+            m = with;
+            nm++;
+        }
+        size_t tl;
+        char *text = tokenizer_chat_render_think(tok, m, nm, true, false, r->think, &tl);
+        free(with);
+        if (!text) { SERVER_OOM(err); return -1; }
+        n = tokenizer_encode(tok, text, tl, false, ids);
+        free(text);
+    } else {
+        n = tokenizer_encode(tok, r->prompt, r->prompt_len, true, ids);
+        if (n == 0) {
+            BAD_REQUEST(err, "prompt", "prompt: empty, and this model adds no BOS token");
+            return -1;
+        }
+    }
+    if (n < 0) { SERVER_OOM(err); return -1; }
+    for (int i = 0; i < n; i++)
+        if ((*ids)[i] < 0 || (*ids)[i] >= vocab) {
+            api_fail(err, 500, "server_error", NULL, NULL, "the tokenizer gave id %d, outside the vocabulary",
+                       (*ids)[i]);
+            return -1;
+        }
+    if (n > ctx) {
+        api_fail(err, 400, "invalid_request_error", r->chat ? "messages" : "prompt", "context_length_exceeded",
+                   "the prompt is %d tokens, longer than the context (%d tokens)", n, ctx);
+        return -1;
+    }
+    return n;
+}
+
+
+/* ---------------------------------------------------------------- replies */
+/* "id", "object", "created", "model" of a reply; object: "chat.completion", "chat.completion.chunk",
+ * "text_completion" */
+static void reply_id(Buf *b, const ApiRequest *r, const char *object) {
+    buf_fmt(b, "\"id\":\"%s-%lx%04lx\",\"object\":\"%s\",\"created\":%ld,\"model\":",
+            strncmp(object, "chat", 4) ? "cmpl" : "chatcmpl", r->id_base, r->serial, object, r->created);
+    buf_json_str(b, r->model, strlen(r->model));
+}
+static void usage_json(Buf *b, const ApiUsage *u) {
+    buf_fmt(b, ",\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%ld,\"total_tokens\":%ld,"
+            "\"prompt_tokens_details\":{\"cached_tokens\":%d}}", u->prompt_tokens, u->completion_tokens,
+            u->prompt_tokens + u->completion_tokens, u->cached_tokens);
+}
+/* a streamed reply's event, up to its id */
+static void event_open(Buf *b, const ApiRequest *r) {
+    buf_str(b, "data: {");
+    reply_id(b, r, r->chat ? "chat.completion.chunk" : "text_completion");
+}
+/* ,"choices":[...] with the one choice: a chat's text as the content of its key ("message" or "delta"; role: after
+ * "role":"assistant"; text NULL: an empty delta), a completion's as "text" (NULL: ""); finish: the finish_reason,
+ * NULL while streaming */
+static void choices_json(Buf *b, const ApiRequest *r, const char *key, bool role, const char *text, size_t n,
+                         const char *finish) {
+    buf_str(b, ",\"choices\":[{\"index\":0,");
+    if (r->chat) {
+        buf_fmt(b, "\"%s\":{%s", key, role ? "\"role\":\"assistant\"," : "");
+        if (text) { buf_str(b, "\"content\":"); buf_json_str(b, text, n); }
+        buf_str(b, "}");
+    } else {
+        buf_str(b, "\"text\":");
+        buf_json_str(b, text ? text : "", n);
+    }
+    buf_str(b, ",\"logprobs\":null,\"finish_reason\":");
+    if (finish) buf_fmt(b, "\"%s\"}]", finish);
+    else buf_str(b, "null}]");
+}
+
+
+void api_stream_delta(Buf *b, const ApiRequest *r, bool role, const char *text, size_t n) {
+    event_open(b, r);
+    choices_json(b, r, "delta", role, text, n, NULL);
+    buf_str(b, "}\n\n");
+}
+
+void api_stream_end(Buf *b, const ApiRequest *r, const char *finish, const ApiUsage *u) {
+    event_open(b, r);
+    choices_json(b, r, "delta", false, NULL, 0, finish);
+    buf_str(b, "}\n\n");
+    if (r->include_usage) {   /* OpenAI's last chunk: no choices, the usage */
+        event_open(b, r);
+        buf_str(b, ",\"choices\":[]");
+        usage_json(b, u);
+        buf_str(b, "}\n\n");
+    }
+    buf_str(b, "data: [DONE]\n\n");
+}
+
+void api_reply(Buf *b, const ApiRequest *r, const char *text, size_t n, const char *finish, const ApiUsage *u) {
+    buf_str(b, "{");
+    reply_id(b, r, r->chat ? "chat.completion" : "text_completion");
+    choices_json(b, r, "message", true, text, n, finish);
+    usage_json(b, u);
+    buf_str(b, "}");
+}
+
+void api_models(Buf *b, const char *model, long created, const char *architecture, int ctx, const char *target) {
+    buf_str(b, "{\"object\":\"list\",\"data\":[{\"id\":");
+    buf_json_str(b, model, strlen(model));
+    buf_fmt(b, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"llmcc\",\"meta\":{\"architecture\":",
+            created);
+    buf_json_str(b, architecture, strlen(architecture));
+    buf_fmt(b, ",\"context\":%d,\"target\":", ctx);
+    buf_json_str(b, target, strlen(target));
+    buf_str(b, "}}]}");
+}
