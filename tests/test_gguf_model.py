@@ -208,9 +208,11 @@ def generate(out):
 
 
 def kernels(out):
-    """model.c without its first line (it names the source) and model_info (sampling defaults and stop ids
-    come from generation_config.json in a directory, from the metadata in a GGUF file)."""
-    src = open(os.path.join(out, "model.c")).read().split("\n", 1)[1]
+    """model.c without its header comment (it names the source, a path that may wrap it over more lines) and
+    model_info (sampling defaults and stop ids come from generation_config.json in a directory, from the
+    metadata in a GGUF file)."""
+    src = open(os.path.join(out, "model.c")).read()
+    src = src[src.index("*/") + 2:]
     a = src.index("const ModelInfo model_info = {")
     return src[:a] + src[src.index("};", a):]
 

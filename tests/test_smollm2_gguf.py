@@ -17,7 +17,8 @@ scripts/fetch_smollm2 saved exactly that model as a directory, which is what is 
     each window's second half as transformers computes it on the same windows, within 1e-5;
   - 8-bit activations (the default, every window's tokens on that path: --knob cpu_gemm_min_n=64): a
     rounding that moves each logit a little (the same llama.cpp's CPU path makes), so not ids but the
-    perplexity on README.md's first 12 KB in windows of 64: within 1% of the f32-activation build's (measured
+    perplexity on tests/data/perplexity_text.txt (README.md's first 12 KB as it read on 2026-12-07, frozen so
+    that the figures compare across changes to the README) in windows of 64: within 1% of the f32-activation build's (measured
     0.58%) and, where llama.cpp's llama-perplexity is built, within 0.5% of its perplexity on the same file and
     windows (the issue's criterion; measured 0.05%).
 Skips with one line where the GGUF file or transformers is absent."""
@@ -109,9 +110,7 @@ def test_smollm2_q8_activations_perplexity():
     out32, exe32, info = build_exe(g, "proj_q8_f32", "cpu_gemm_min_n=64", "cpu_qdot_q8=0")
     assert "8-bit" not in info, info
     # a long text (1798 scored tokens): on a short one a single rounding flip moves the perplexity by ~1%
-    path = os.path.join(tmpdir("smollm2_gguf_run_q8"), "ppl.txt")
-    with open(os.path.join(ROOT, "README.md"), "rb") as f, open(path, "wb") as o:
-        o.write(f.read(12000).decode("utf-8", "ignore").encode())
+    path = os.path.join(ROOT, "tests", "data", "perplexity_text.txt")
 
     def ppl(e):
         return float(run([e, "--perplexity", path, "--ppl-ctx", "64"], timeout=1200).stdout.split()[1])
