@@ -61,14 +61,14 @@ static const char *v_tensor(Compilation *c) { return tensor_verify(&c->A, &c->tp
 static const char *v_loop(Compilation *c) { return loop_verify(&c->A, &c->lp); }
 static const char *v_tile(Compilation *c) { return tile_verify(&c->A, &c->tip); }
 static const char *v_kernel(Compilation *c) { return kernel_verify(&c->A, &c->kp); }
-static const char *v_plan(Compilation *c) { return plan_verify(&c->A, &c->kp, &c->plan); }
+static const char *v_plan(Compilation *c) { return plan_verify(&c->A, &c->plan); }
 
 static void p_graph(Compilation *c, Str *o) { graph_print(o, &c->g); }
 static void p_tensor(Compilation *c, Str *o) { tensor_print(o, &c->tp); }
 static void p_loop(Compilation *c, Str *o) { loop_print(o, &c->lp); }
 static void p_tile(Compilation *c, Str *o) { tile_print(o, &c->tip); }
 static void p_kernel(Compilation *c, Str *o) { kernel_print(o, &c->kp); }
-static void p_plan(Compilation *c, Str *o) { plan_print(o, &c->kp, &c->plan); }
+static void p_plan(Compilation *c, Str *o) { plan_print(o, &c->plan); }
 
 typedef struct {
     const char *name;

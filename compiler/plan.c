@@ -401,7 +401,7 @@ static void print_step(Str *o, const PlanStep *s, bool batch, const char *indent
     if (batch) str_printf(o, " [%s]", batch_way_names[s->way]);
     str_printf(o, "  # %s\n", plan_module_in_layer(s->l));
 }
-void plan_print(Str *o, const KProgram *kp, const Plan *p) {
+void plan_print(Str *o, const Plan *p) {
     str_printf(o, "# plan IR: %s, %s\n", target_names[p->target],
                p->team ? "one OpenMP team (barriers where a step uses what one since the last wrote)"
                        : "a stream of launches; the decode step a CUDA Graph");
@@ -444,11 +444,10 @@ void plan_print(Str *o, const KProgram *kp, const Plan *p) {
     for (int i = 0; i < p->ncalled_tokens; i++) str_printf(o, "%s%s_tokens", i ? ", " : " ", p->called_tokens[i]->name);
     str_printf(o, "\nnames: %d activation macros, %d LayerWeights fields, %d constant arrays\n", p->names.nact,
                p->names.nlfield, p->names.nconst);
-    (void)kp;
 }
 
 /* ---- verifier ---- */
-const char *plan_verify(Arena *A, const KProgram *kp, const Plan *p) {
+const char *plan_verify(Arena *A, const Plan *p) {
     for (int f = 0; f < PATH_COUNT; f++) {
         const PlanPath *pp = &p->path[f];
         int covered = 0;
@@ -490,6 +489,5 @@ const char *plan_verify(Arena *A, const KProgram *kp, const Plan *p) {
         if (covered != pp->n)
             return arena_printf(A, "%s: the runs cover %d of %d steps", fwd_path_names[f], covered, pp->n);
     }
-    (void)kp;
     return NULL;
 }

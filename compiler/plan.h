@@ -70,8 +70,8 @@ typedef struct {
 
 /* knobs: debug_plan_barrier's fault (tile_ir.h) */
 void plan_build(Arena *A, const KProgram *kp, Target t, const Knobs *knobs, Plan *p);
-void plan_print(Str *o, const KProgram *kp, const Plan *p);
-const char *plan_verify(Arena *A, const KProgram *kp, const Plan *p);
+void plan_print(Str *o, const Plan *p);
+const char *plan_verify(Arena *A, const Plan *p);
 /* The launch's module name after its decoder layer's prefix ("self_attn.q_proj"), or the whole name. */
 const char *plan_module_in_layer(const KLaunch *l);
 /* Whether a launch runs in a call of one token (not an alternative for more tokens): the decode step's. */
