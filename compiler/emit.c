@@ -387,7 +387,8 @@ static void emit_act_macros(Str *o, const PlanNames *nm, const KProgram *kp, int
         if (j < i) continue;
         str_printf(o, "#define ACT_%s %lld /* [%lld", nm->act[b->id], (long long)b->act_offset, (long long)b->dims[0]);
         for (int d = 1; d < b->ndim; d++) str_printf(o, ", %lld", (long long)b->dims[d]);
-        str_printf(o, "] */\n");
+        const char *also = nm->act_also[nm->act_slot[b->id]];
+        str_printf(o, "]%s%s */\n", also ? "; also " : "", also ? also : "");
     }
     str_printf(o, "#define ACT(name) ((float *)(m->act + ACT_##name))\n"
                   "/* layer l's rows of the KV cache in use (kc, vc; the slot's): ctx positions of %lld elements */\n"

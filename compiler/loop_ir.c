@@ -220,9 +220,12 @@ static LStmt *store_in(Arena *A, const Shape *c, const Shape *r, int n, Expr *va
  * is B's only reader, reads it at one point, and has as many elements as
  * P (one evaluation of P's value per element either way: nothing is
  * recomputed, one store and one load of B are saved). */
+/* P and C of one decoder layer (or both the model's own): a layer's output is its own, so that every layer is
+ * one program (the host code's loop) and the embedding's gather a step before it */
 static bool try_inline(Arena *A, LProgram *lp, bool *dead, int pi, int ci) {
     Shape p, c;
-    if (!shape_of(lp->nests[pi], &p) || p.red || !identity_store(&p) || !shape_of(lp->nests[ci], &c) || c.red)
+    if (!shape_of(lp->nests[pi], &p) || p.red || !identity_store(&p) || !shape_of(lp->nests[ci], &c) || c.red ||
+        lp->nests[pi]->layer != lp->nests[ci]->layer)
         return false;
     const Buffer *b = p.store->buf;
     if (b->kind != BUF_ACT) return false;
@@ -250,7 +253,7 @@ static bool try_inline(Arena *A, LProgram *lp, bool *dead, int pi, int ci) {
 static bool try_side_store(Arena *A, LProgram *lp, int pi, int ri) {
     Shape p, r;
     if (!shape_of(lp->nests[pi], &p) || p.red || !identity_store(&p) || !shape_of(lp->nests[ri], &r) || !r.red ||
-        r.side)
+        r.side || lp->nests[pi]->layer != lp->nests[ri]->layer)
         return false;
     const Buffer *b = p.store->buf;
     /* argmax's schedule keeps (value, index) pairs and has no side store */

@@ -30,6 +30,7 @@ static void name_act(Arena *A, PlanNames *nm, const Buffer *b, const Buffer **na
     }
     nm->act[b->id] = name;
     nm->act_slot[b->id] = j < *nnamed ? nm->act_slot[named[j]->id] : (*nslots)++;
+    nm->act_first[nm->act_slot[b->id]] = name;
     named[(*nnamed)++] = b;
 }
 
@@ -40,6 +41,8 @@ static void names_init(Arena *A, PlanNames *nm, const KProgram *kp) {
     nm->act = ARENA_ARRAY(A, const char *, nm->nid);
     nm->field = ARENA_ARRAY(A, const char *, nm->nid);
     nm->act_slot = ARENA_ARRAY(A, int, nm->nid);
+    nm->act_first = ARENA_ARRAY(A, const char *, nm->nid);
+    nm->act_also = ARENA_ARRAY(A, const char *, nm->nid);
     nm->cidx = ARENA_ARRAY(A, int, nm->nid);
     nm->layer = ARENA_ARRAY(A, int, nm->nid);
     nm->lfield_of = ARENA_ARRAY(A, int, nm->nid);
@@ -264,9 +267,10 @@ static int64_t row_elems(const Buffer *b) {
 static bool arg_same(const PlanNames *nm, const Buffer *a, int la, const Buffer *b, int lb, bool per_token) {
     if (a->kind != b->kind) return false;
     switch (a->kind) {
-    case BUF_ACT:
+    case BUF_ACT:   /* the same bytes of the arena: one pointer, whatever the buffer's name (names_merge) */
+        (void)nm;
         if (per_token && (a->rows_n != b->rows_n || (a->rows_n && row_elems(a) != row_elems(b)))) return false;
-        return nm->act_slot[a->id] == nm->act_slot[b->id];
+        return a->act_offset == b->act_offset && a->ndim == b->ndim && !memcmp(a->dims, b->dims, sizeof a->dims);
     case BUF_WEIGHT: {
         int wa = nm->layer[a->id], wb = nm->layer[b->id];
         if (wa < 0 || wb < 0) return a == b;
@@ -301,8 +305,8 @@ static int common_layer(const PlanNames *nm, const PlanPath *pp, const PlanRun *
 }
 
 /* The runs of consecutive decoder layers with as many steps each. A layer at either end of a run whose steps
- * differ from the common ones in more than a quarter of the positions (its buffers elsewhere in the arena, the
- * embedding's gather fused into it) is printed on its own; in the loop, the positions where some layers' step
+ * differ from the common ones in more than a quarter of the positions (its buffers elsewhere in the arena) is
+ * printed on its own; in the loop, the positions where some layers' step
  * differs hold each variant (like). */
 static void plan_runs(Arena *A, const PlanNames *nm, PlanPath *pp) {
     pp->runs = ARENA_ARRAY(A, PlanRun, pp->n + 1);
@@ -374,6 +378,46 @@ static void plan_path(Arena *A, const KProgram *kp, Plan *p, FwdPath path, bool 
     plan_runs(A, &p->names, pp);
 }
 
+/* A loop prints one step for the layers it matched: an activation that some layers' step passes under another
+ * name than the most layers' (layer 0 reads the embedding where the others read the previous layer's output,
+ * at the same offset) takes that name everywhere, so that one name serves; its ACT macro lists the names it
+ * took (also). */
+static void merge_slot(Arena *A, PlanNames *nm, int from, int to, const char *name) {
+    const char *also = nm->act_also[from] ? arena_printf(A, "%s, %s", nm->act_also[from], nm->act_first[from])
+                                          : nm->act_first[from];
+    nm->act_also[to] = nm->act_also[to] ? arena_printf(A, "%s, %s", nm->act_also[to], also) : also;
+    for (int i = 0; i < nm->nid; i++)
+        if (nm->act[i] && nm->act_slot[i] == from) { nm->act_slot[i] = to; nm->act[i] = name; }
+    nm->nact--;
+}
+static void names_merge(Arena *A, PlanNames *nm, const PlanPath *pp) {
+    for (int ri = 0; ri < pp->nruns; ri++) {
+        const PlanRun *r = &pp->runs[ri];
+        const int ng = r->loop_hi - r->loop_lo;
+        for (int q = 0; q < r->per_layer && ng > 0; q++)
+            for (int j = 0; j < pp->steps[r->first + q].l->k->nparams; j++) {
+                const Buffer *most = NULL;
+                for (int g = 0, best = 0; g < ng; g++) {   /* the buffer most layers pass */
+                    const Buffer *b = pp->steps[r->first + (r->loop_lo + g) * r->per_layer + q].l->args[j];
+                    int c = 0;
+                    for (int h = 0; h < ng; h++)
+                        c += nm->act_slot[pp->steps[r->first + (r->loop_lo + h) * r->per_layer + q].l->args[j]->id] ==
+                             nm->act_slot[b->id];
+                    if (b->kind == BUF_ACT && c > best) { best = c; most = b; }
+                }
+                for (int g = 0; most && g < ng; g++) {
+                    const PlanStep *s = &pp->steps[r->first + (r->loop_lo + g) * r->per_layer + q];
+                    const PlanStep *shown = &pp->steps[r->first + (r->loop_lo + r->like[g * r->per_layer + q]) *
+                                                                  r->per_layer + q];
+                    const Buffer *a = s->l->args[j];
+                    if (nm->act_slot[a->id] != nm->act_slot[most->id] &&
+                        arg_same(nm, a, 0, most, 0, s->way == BATCH_PER_TOKEN) && step_same(nm, s, 0, shown, 0))
+                        merge_slot(A, nm, nm->act_slot[a->id], nm->act_slot[most->id], nm->act[most->id]);
+                }
+            }
+    }
+}
+
 void plan_build(Arena *A, const KProgram *kp, Target t, const Knobs *knobs, Plan *p) {
     memset(p, 0, sizeof *p);
     p->target = t;
@@ -385,6 +429,7 @@ void plan_build(Arena *A, const KProgram *kp, Target t, const Knobs *knobs, Plan
     for (int f = 0; f < PATH_COUNT; f++)
         if (f != PATH_DECODE_STEP || p->graph)
             plan_path(A, kp, p, (FwdPath)f, f == PATH_FORWARD && knobs->debug_plan_barrier);
+    for (int f = 0; f < PATH_COUNT; f++) names_merge(A, &p->names, &p->path[f]);
     const PlanPath *b = &p->path[PATH_BATCH];
     p->called_tokens = ARENA_ARRAY(A, const KKernel *, kp->nk + 1);
     for (int i = 0; b->ok && i < kp->nk; i++) {

@@ -22,12 +22,14 @@ extern const char *const fwd_path_names[];
 typedef enum { BATCH_WAYS(X_ENUM) BATCH_WAY_COUNT } BatchWay;
 extern const char *const batch_way_names[];
 
-/* What the host code calls the buffers, by buffer id: an activation its ACT macro (act; act_slot: the first
- * buffer of that name, one name per arena offset), a weight its field (field; layer: its LayerWeights layer,
- * -1 for a field of struct Model; lfield_of: the LayerWeights field's index), a constant its array (cidx). */
+/* What the host code calls the buffers, by buffer id: an activation its ACT macro (act; act_slot: one per name,
+ * a name per arena offset; a loop's steps merge the names of the buffers they pass in the same place), a weight
+ * its field (field; layer: its LayerWeights layer, -1 for a field of struct Model; lfield_of: the LayerWeights
+ * field's index), a constant its array (cidx). */
 typedef struct {
     int nid;                   /* buffer ids are below */
     const char **act, **field;
+    const char **act_first, **act_also;   /* by slot: the name it was given; the names merged into it (or NULL) */
     int *act_slot, *cidx, *layer, *lfield_of;
     const Buffer **cfirst;     /* by array: its first buffer */
     int nact, nconst, nlayers;

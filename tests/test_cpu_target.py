@@ -223,13 +223,13 @@ def test_barriers_and_tokens_kernels():
     fors = re.findall(r"#pragma omp for[^\n]*", src)
     assert fors and all(f.endswith(" nowait") for f in fors), set(fors)
     body = lambda name: src[src.index("\nint %s(" % name):].split("\n}\n", 1)[0]
-    layer = lambda text: text[text.index("/* model.layers.1."):]   # the fixture's second (last) layer
+    layer = lambda text: text[text.index("for (int l = 0; l < 2; l++)"):]   # the fixture's layers, one loop
     one, batch = layer(body("model_forward")), layer(body("model_forward_batch"))
 
     def before(text, what):
         """the text between the launch before what and what"""
-        at = text.index("/* model.layers.1.%s */" % what)
-        return text[text.rindex("/* model.", 0, at - 1):at]
+        at = text.index("{ /* %s */" % what)
+        return text[[m.start() for m in re.finditer(r"\{ /\* [\w.]+ \*/", text[:at])][-1]:at]
     BARRIER = "#pragma omp barrier"
     for text in (one, batch):
         assert BARRIER not in before(text, "self_attn.k_proj") and BARRIER not in before(text, "self_attn.v_proj")
