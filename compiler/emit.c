@@ -101,16 +101,34 @@ void emit_launch_open(Str *o, const KLaunch *l, const char *mod, bool cuda, bool
 
 /* One step at indent d; seg >= 0: it runs in the body of decoder layer seg (l, L), else literal. Arguments
  * wrap at 120 columns. */
+/* The model's CPU code (no launch check) calls a kernel as a statement, its grid the first argument, under its
+ * guard; the module in a comment where the kernel's name does not say it. */
+static void call_open(Str *o, const PlanStep *s, const char *mod, int d) {
+    Str name = {0};
+    emit_ident_str(&name, strncmp(mod, "model.", 6) ? mod : mod + 6, false);
+    if (!strstr(s->k->name, name.s)) { emit_indent(o, d); str_printf(o, "/* %s */\n", mod); }
+    str_free(&name);
+    emit_indent(o, d);
+    KLaunch guard = *s->l;
+    guard.run_if = s->run_if;
+    emit_launch_guard(o, &guard);
+    str_printf(o, "%s%s(", s->k->name, s->k->tokens ? "_tokens" : "");
+    host_expr(o, s->l->grid, false);
+    str_printf(o, ", n, pos%s", s->k->tokens ? ", positions, kv_rows" : "");
+}
 static void emit_launch(Str *o, const Host *h, const PlanStep *s, int seg, int d, ArgsMode mode) {
     const KLaunch *l = s->l;
     const char *mod = seg >= 0 ? plan_module_in_layer(l) : l->module;
-    launch_open(o, l, s->run_if, s->k, mod, h->cuda, false, d, h->graph_grids);
+    const bool call = !h->cuda && !h->gpu;
+    if (call) call_open(o, s, mod, d);
+    else launch_open(o, l, s->run_if, s->k, mod, h->cuda, false, d, h->graph_grids);
     size_t line = o->len;
     while (o->s[line - 1] != '\n') line--;
     for (int j = 0; j < l->k->nparams; j++) {
         Str a = {0};
         host_arg(&a, h->nm, l->args[j], seg, mode);
-        if (o->len - line + a.len + 4 > 120) { str_printf(o, ",\n"); line = o->len; emit_indent(o, d + 3); }
+        /* a call's line is wrapped with the others (wrap_long_lines) */
+        if (!call && o->len - line + a.len + 4 > 120) { str_printf(o, ",\n"); line = o->len; emit_indent(o, d + 3); }
         else str_printf(o, ", ");
         str_printf(o, "%s", a.s);
         str_free(&a);
@@ -120,7 +138,7 @@ static void emit_launch(Str *o, const Host *h, const PlanStep *s, int seg, int d
         emit_indent(o, d + 1);
         str_printf(o, "LAUNCH_CHECK(\"%s\", \"%s\", %s);\n", l->k->name, mod, seg >= 0 ? "l" : "-1");
     }
-    emit_indent(o, d); str_printf(o, "}\n");
+    if (!call) { emit_indent(o, d); str_printf(o, "}\n"); }
 }
 
 static void put_indented(Str *o, const char *text, int d) {
@@ -279,20 +297,31 @@ static void pack_lines(Str *o, const char *s) {
 }
 
 
-/* every kernel as its dialect prints it; decode_pos: a GPU model's (KernelText) */
-static void emit_kernels_as(Str *o, const KProgram *kp, Target t, bool decode_pos) {
+/* every kernel as its dialect prints it, a model's (plan) in place of its original the _tokens variant that the
+ * plan calls; decode_pos: a GPU model's (KernelText) */
+static void emit_kernels_as(Str *o, const KProgram *kp, const Plan *plan, Target t, bool decode_pos) {
     str_printf(o, "\n/* ---- kernels ---- */\n");
     for (int i = 0; i < kp->nk; i++) {
         Str k = {0};
         KernelText x = {.target = t, .decode_pos = decode_pos};
-        if (t == TARGET_CUDA) emit_kernel_cuda(&k, kp->kernels[i], &x);
-        else emit_kernel_c(&k, kp->kernels[i], &x);
+        const KKernel *v = plan ? plan->tokens[i] : NULL;
+        bool called = false;
+        for (int j = 0; v && j < plan->ncalled_tokens; j++) called |= plan->called_tokens[j] == v;
+        if (!plan || !plan->replaced[i]) {
+            if (t == TARGET_CUDA) emit_kernel_cuda(&k, kp->kernels[i], &x);
+            else emit_kernel_c(&k, kp->kernels[i], &x);
+        }
+        if (called) {
+            str_printf(&k, "/* the tokens each at its own position (positions) and KV-cache row (kv_rows): "
+                           "model_forward's in a row,\n * model_forward_batch's each in its own slot */\n");
+            emit_kernel_c(&k, v, &x);
+        }
         pack_lines(o, k.s);
         str_free(&k);
     }
 }
 
-void emit_kernels(Str *o, const KProgram *kp, Target t) { emit_kernels_as(o, kp, t, false); }
+void emit_kernels(Str *o, const KProgram *kp, Target t) { emit_kernels_as(o, kp, NULL, t, false); }
 
 /* struct Model: the payload's tensors (w), the constants' device copies (c), the buffers; each weight also
  * as a typed field, a decoder layer's in LayerWeights (one per layer) */
@@ -583,20 +612,25 @@ static bool program_has_dot(const KProgram *kp, bool qdot) {
     return false;
 }
 
-/* Where line s (n bytes, printed from column col) breaks to fit 120 columns: at a space after a comma, else
- * before an operator, else any space, the rightmost of the first kind that leaves at least 60 columns on the
- * line; not inside a string or character literal. 0: nowhere. */
+/* Where line s (n bytes, printed from column col) breaks to fit 120 columns: of the spaces that leave at least 80
+ * columns on the line, the one inside the fewest parentheses and brackets, after a comma rather than before an
+ * operator rather than elsewhere, the rightmost of those; else the rightmost space after a comma, before an
+ * operator, anywhere. Not inside a string or character literal. 0: nowhere. */
 static size_t wrap_point(const char *s, size_t n, size_t col) {
-    size_t best[3] = {0, 0, 0};
+    size_t best[3] = {0, 0, 0}, pick = 0;
+    int depth = 0, pick_key = 1 << 30;
     char quote = 0;
     for (size_t i = 1; i < n && col + i <= 120; i++) {
         if (quote) { if (s[i] == '\\') i++; else if (s[i] == quote) quote = 0; continue; }
         if (s[i] == '"' || s[i] == '\'') { quote = s[i]; continue; }
+        if (s[i] == '(' || s[i] == '[') depth++;
+        if ((s[i] == ')' || s[i] == ']') && depth > 0) depth--;
         if (s[i] != ' ' || s[i - 1] == ' ' || i + 1 >= n) continue;
-        int kind = s[i - 1] == ',' ? 0 : strchr("+-*/%<>=&|?:", s[i + 1]) ? 1 : 2;
+        int kind = s[i - 1] == ',' ? 0 : strchr("+-*/%<>=&|?:", s[i + 1]) ? 1 : 2, key = depth * 3 + kind;
         best[kind] = i;
+        if (col + i >= 80 && key <= pick_key) { pick = i; pick_key = key; }
     }
-    for (int kind = 0; kind < 3; kind++) if (best[kind] && col + best[kind] >= 60) return best[kind];
+    if (pick) return pick;
     return best[0] ? best[0] : best[1] ? best[1] : best[2];
 }
 /* Lines over 120 columns (unrolled kernel statements) broken where wrap_point says, the rest 8 columns in;
@@ -663,18 +697,10 @@ void emit_program(Str *o, const KProgram *kp, const Plan *plan, const EmitOption
         str_printf(o, "\n/* the position of the decode step a CUDA Graph replays (model_forward sets it) */\n"
                       "static %sint decode_pos;\n", cuda ? "__constant__ " : "");
     Host host = {plan, &plan->names, cuda, eo->target != TARGET_CPU, false};
-    emit_kernels_as(o, kp, eo->target, eo->target != TARGET_CPU);
-    /* model_forward_batch's _tokens variants */
-    const bool any_tokens = plan->ncalled_tokens > 0;
-    for (int i = 0; i < plan->ncalled_tokens; i++) {
-        Str k = {0};
-        str_printf(&k, "\n/* model_forward_batch's tokens in one call, each at its own position (positions) and in "
-                       "its own slot's\n * KV cache (kv_rows) */");
-        KernelText x = {.target = TARGET_CPU};
-        emit_kernel_c(&k, plan->called_tokens[i], &x);
-        pack_lines(o, k.s);
-        str_free(&k);
-    }
+    emit_kernels_as(o, kp, plan, eo->target, eo->target != TARGET_CPU);
+    bool forward_tokens = false;   /* model_forward calls a _tokens variant */
+    const PlanPath *fwd = &plan->path[PATH_FORWARD];
+    for (int j = 0; j < fwd->n; j++) forward_tokens |= fwd->steps[j].k->tokens;
     str_printf(o, "\n/* ---- host ---- */\n%s", cuda ? "extern \"C\" {\n" : "");
     emit_tensor_table(o, tp);
     str_printf(o, "#define NAME_OF(name, dtype, ndim, d0, d1) name,\n"
@@ -707,6 +733,11 @@ void emit_program(Str *o, const KProgram *kp, const Plan *plan, const EmitOption
     }
     str_printf(o, "int model_forward(Model *m, const int32_t *ids, int n, int pos, float *logits) {\n"
                   "    mem_put(m->ids, ids, (size_t)n * sizeof(int32_t));\n");
+    if (forward_tokens)
+        str_printf(o, "    int positions[%d]; int64_t kv_rows[%d]; /* the _tokens kernels': pos, pos + 1, ... */\n"
+                      "    for (int t = 0; t < n; t++) {\n"
+                      "        positions[t] = pos + t;\n        kv_rows[t] = KV_ROW(m->slot, pos + t);\n    }\n",
+                   mi->max_batch, mi->max_batch);
     if (graph)
         str_printf(o, "    if (n == 1 && m->graph) { /* decode: one launch of the step's graph, at position pos */\n"
                       "        const int at = pos;\n%s"
@@ -736,7 +767,7 @@ void emit_program(Str *o, const KProgram *kp, const Plan *plan, const EmitOption
                   "        for (int u = 0; u < t; u++)\n"
                   "            if (slots[u] == slots[t]) return -1;\n"
                   "    mem_put(m->ids, ids, (size_t)n * sizeof(int32_t));\n", mi->max_batch);
-    if (any_tokens)
+    if (plan->ncalled_tokens)
         str_printf(o, "    int64_t kv_rows[%d]; /* the _tokens kernels' KV rows */\n"
                       "    for (int t = 0; t < n; t++) kv_rows[t] = KV_ROW(slots[t], positions[t]);\n", mi->max_batch);
     str_printf(o, "    const int pos = 0; /* unread but by the per-token launches (each its token's) and the tail */\n"

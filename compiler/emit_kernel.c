@@ -429,17 +429,14 @@ static void emit_tstmts(Str *o, const KKernel *k, TStmt **b, int n, int d, Kerne
             str_printf(&xr, ", n * %lldLL) + (", (long long)x->dims[1]);
             lin_index(&xr, k, x, s->e->a, kt);
             str_printf(&xr, ")");
-            if (s->gn == 1) {
-                str_printf(o, "r%d = cpu_dot16_1(%s, %s, ", s->reg, w.s, xr.s);
-                emit_expr(o, k, s->lo, kt);
-                str_printf(o, ", %d);\n", s->prefetch);
-            } else {
-                str_printf(o, "cpu_dot16_%d(%s, %s, %lldLL, ", (int)s->gn, w.s, xr.s, (long long)x->dims[1]);
-                emit_expr(o, k, s->lo, kt);
-                str_printf(o, ", %d", s->prefetch);
-                for (int j = 0; j < s->gn; j++) str_printf(o, ", &r%d", s->reg + j);
-                str_printf(o, ");\n");
-            }
+            /* at most gn rows, into the scratch array */
+            str_printf(o, "cpu_dot16_rows(%s, %s, %lldLL, ", w.s, xr.s, (long long)x->dims[1]);
+            emit_expr(o, k, s->lo, kt);
+            str_printf(o, ", %d, ", s->prefetch);
+            emit_expr(o, k, s->step, kt);
+            str_printf(o, ", smem%d + ", s->smem);
+            emit_expr(o, k, s->sidx, kt);
+            str_printf(o, ");\n");
             str_free(&w); str_free(&xr);
             break;
         }

@@ -173,8 +173,8 @@ static void print_ts(KernelPrinter *p, const TStmt *s, int d) {
         str_printf(p->o, "\n");
         return;
     case TS_DOT16:
-        kfmt(p, "r%d..r%d = dot16(%B ..] (bf16), rows of %E .. rounded to bf16 (%d rows), K %E)", s->reg,
-             s->reg + (int)s->gn - 1, s->buf, s->idx, s->e, (int)s->gn, s->lo);
+        kfmt(p, "smem%d[%E ..] = dot16(%B ..] (bf16), %E rows (at most %d) of %E .. rounded to bf16, K %E)", s->smem,
+             s->sidx, s->buf, s->idx, s->step, (int)s->gn, s->e, s->lo);
         if (s->prefetch) str_printf(p->o, ", prefetching %d bytes ahead", s->prefetch);
         str_printf(p->o, "\n");
         return;
@@ -423,8 +423,10 @@ static const char *ver_ts(Arena *A, const KKernel *k, TStmt **b, int n) {
             else if (s->e->k != EX_LOAD || s->e->buf->dtype != DT_F32 || s->e->buf->ndim != 2)
                 m = "dot16 of other than a 2-d f32 activation";
             else if (!expr_is_const(s->lo, &K) || K > row || K > s->e->buf->dims[1]) m = "dot16 past a row";
-            else if ((s->gn != 1 && s->gn != 4 && s->gn != 8) || s->reg < 0 || s->reg + s->gn > k->nregs)
-                m = "dot16 into undeclared registers";
+            else if (s->gn < 1 || s->gn > 8 || !s->step) m = "dot16 of other than 1 to 8 rows";
+            else if (s->smem < 0 || s->smem >= k->nsmem || k->smem[s->smem].b16 || !expr_is_const(s->sidx, &K) ||
+                     K < 0 || K + s->gn > k->smem[s->smem].size)
+                m = "dot16 past its scratch array";
             else if (s->prefetch < 0 || s->prefetch % 64) m = "dot16 prefetch not whole cache lines";
         }
         else if (s->k == TS_BDOT) {

@@ -47,9 +47,9 @@ typedef struct TStmt {
      * j < 32 * group of w[c + u * gn + j] * x[c + u * gn + j], w the block-type weight buf from element idx (c: a
      * block's first), x the f32 load e from element c on; a round is group consecutive blocks (group > 1: loaded
      * with 16- or 8-byte loads, bdot_q4_1_x4 ...); the rounds' bytes are all loaded before the first product
-     * dot16 (CPU tasks only; runtime/cpu_dot16.h): registers reg .. reg + gn - 1 = sum over k < lo of
-     * w[k] * bf16(x_j[k]) for gn (1, 4 or 8) consecutive rows x_j of the f32 load e's 2-d buffer (e: row j = 0's
-     * first element), w the bf16 weight buf's row from element idx */
+     * dot16 (CPU tasks only; runtime/cpu_dot16.h): sum over k < lo of w[k] * bf16(x_j[k]) for step (at most gn)
+     * consecutive rows x_j of the f32 load e's 2-d buffer (e: row j = 0's first element), w the bf16 weight buf's
+     * row from element idx, into elements sidx .. (a constant) of the scratch array smem[smem] */
     int gsmem[3]; int64_t gn;
     int group;                 /* bdot: blocks a round */
     int prefetch;              /* qdot, dot16: the weights this many bytes ahead of the loads prefetched (0: none) */

@@ -121,6 +121,7 @@ static Expr **tokens_idx(TokensRewrite *r, const Buffer *b, Expr **idx) {
     for (int d = 0; d < b->ndim; d++) out[d] = tokens_expr(r, idx[d]);
     if (is_kv(b)) {
         Expr *x = pos_plus(idx[0]);
+        if (x && expr_reads_param(x, P_N)) r->failed = true;
         if (x) out[0] = token_fn(r, EX_KV_ROW, x);
         else r->failed = true;
     }
@@ -129,6 +130,7 @@ static Expr **tokens_idx(TokensRewrite *r, const Buffer *b, Expr **idx) {
 static Expr *tokens_expr(TokensRewrite *r, Expr *e) {
     if (!e) return NULL;
     Expr *x = pos_plus(e);
+    if (x && expr_reads_param(x, P_N)) r->failed = true;   /* pos + n: past the call's tokens (unfused attention) */
     if (x) return token_fn(r, EX_TOKEN_POS, x);
     if (e->k == EX_PARAM && e->i == P_POS) r->failed = true;
     if (!e->nargs) return e;
@@ -363,7 +365,10 @@ static void plan_path(Arena *A, const KProgram *kp, Plan *p, FwdPath path, bool 
         if (path == PATH_BATCH && !batchable(l)) pp->ok = false;
         PlanStep *s = &pp->steps[pp->n++];
         s->l = l;
-        s->way = path == PATH_BATCH ? batch_way(p, kp, l) : BATCH_ONCE;
+        /* a kernel with a _tokens variant is called as the variant on both of the team's paths (model_forward's
+         * tokens at consecutive positions): one kernel, not two alike */
+        s->way = path == PATH_BATCH || (path == PATH_FORWARD && batch_way(p, kp, l) == BATCH_TOKENS)
+                     ? batch_way(p, kp, l) : BATCH_ONCE;
         s->k = s->way == BATCH_TOKENS ? tokens_of(p, kp, l->k) : l->k;
         /* model_forward_batch: the decode schedule (a loop's launches keep their guard, for n = 1) */
         s->run_if = path == PATH_BATCH && s->way != BATCH_PER_TOKEN ? 0 : l->run_if;
@@ -430,12 +435,21 @@ void plan_build(Arena *A, const KProgram *kp, Target t, const Knobs *knobs, Plan
         if (f != PATH_DECODE_STEP || p->graph)
             plan_path(A, kp, p, (FwdPath)f, f == PATH_FORWARD && knobs->debug_plan_barrier);
     for (int f = 0; f < PATH_COUNT; f++) names_merge(A, &p->names, &p->path[f]);
-    const PlanPath *b = &p->path[PATH_BATCH];
     p->called_tokens = ARENA_ARRAY(A, const KKernel *, kp->nk + 1);
-    for (int i = 0; b->ok && i < kp->nk; i++) {
-        bool used = false;
-        for (int j = 0; j < b->n && !used; j++) used = p->tokens[i] && b->steps[j].k == p->tokens[i];
-        if (used) p->called_tokens[p->ncalled_tokens++] = p->tokens[i];
+    p->replaced = ARENA_ARRAY(A, bool, kp->nk + 1);
+    for (int i = 0; i < kp->nk; i++) {
+        bool variant = false, itself = false;
+        for (int f = 0; f < PATH_COUNT; f++) {
+            const PlanPath *pp = &p->path[f];
+            for (int j = 0; j < pp->n && (f != PATH_BATCH || pp->ok); j++) {
+                variant |= p->tokens[i] && pp->steps[j].k == p->tokens[i];
+                itself |= pp->steps[j].k == kp->kernels[i];
+            }
+        }
+        for (int j = 0; j < kp->nl; j++)   /* model_topk's */
+            itself |= kernel_is_sampling(&kp->launches[j]) && kp->launches[j].k == kp->kernels[i];
+        if (variant) p->called_tokens[p->ncalled_tokens++] = p->tokens[i];
+        p->replaced[i] = variant && !itself;
     }
 }
 

@@ -40,7 +40,8 @@ typedef struct {
     const KLaunch *l;
     const KKernel *k;          /* the kernel it calls: l->k, or its _tokens variant (way BATCH_TOKENS) */
     int run_if;                /* the guard as the path runs it (model_forward_batch drops a batched launch's) */
-    BatchWay way;              /* model_forward_batch's; BATCH_ONCE on the other paths */
+    BatchWay way;              /* model_forward_batch's; model_forward's BATCH_TOKENS where the batch's is, else
+                                * BATCH_ONCE */
     bool barrier;              /* the CPU's team waits before it */
 } PlanStep;
 
@@ -67,7 +68,8 @@ typedef struct {
     PlanNames names;
     PlanPath path[PATH_COUNT];
     const KKernel **tokens;    /* by kernel index: its _tokens variant, or NULL */
-    const KKernel **called_tokens; int ncalled_tokens;   /* the variants model_forward_batch calls */
+    const KKernel **called_tokens; int ncalled_tokens;   /* the variants a path calls */
+    bool *replaced;            /* by kernel index: every step calls its _tokens variant (the kernel is not emitted) */
 } Plan;
 
 /* knobs: debug_plan_barrier's fault (tile_ir.h) */

@@ -5,8 +5,8 @@
  * vdpbf16ps (AVX512_BF16; cpu_gemm_dot16_ok) multiplies 32 pairs per instruction where an f32 FMA on widened
  * weights does 16, and needs no widening: a decode step streams the weights at the memory's speed, and a
  * batch of decoding sequences (model_forward_batch) gets eight or four tokens' products from each weight
- * load (cpu_dot16_8, cpu_dot16_4). One token's sum is the same instructions in the same order alone
- * (cpu_dot16_1) or in a group of four or eight: a batch's row is bit for bit the row alone. Without the
+ * load (cpu_dot16_rows, into the kernel's scratch array). One token's sum is the same instructions in the same
+ * order alone (cpu_dot16_1) or in a group of four or eight: a batch's row is bit for bit the row alone. Without the
  * instruction (or with LLMCC_CPU_BF16_DOT=0) the same rounded values are summed in portable C, one token at a
  * time through one function, so the same holds there.
  *
@@ -149,20 +149,14 @@ static inline void cpu_dot16_g(int g, const uint16_t *w, const uint16_t *x, int6
     for (int t = 0; t < g; t++) out[t] = cpu_dot16_c(w, x + t * ldx, k);
 }
 
-/* four tokens: *r0 .. *r3 */
-static inline void cpu_dot16_4(const uint16_t *w, const uint16_t *x, int64_t ldx, int64_t k, int64_t prefetch,
-                               float *r0, float *r1, float *r2, float *r3) {
-    float out[4];
-    cpu_dot16_g(4, w, x, ldx, k, prefetch, out);
-    *r0 = out[0]; *r1 = out[1]; *r2 = out[2]; *r3 = out[3];
+/* m <= 8 tokens (rows of x, ldx apart) against one weight row: out[0 .. m), eight at once, else four at once and
+ * the rest one at a time; each as cpu_dot16_1 gives it */
+static inline void cpu_dot16_rows(const uint16_t *w, const uint16_t *x, int64_t ldx, int64_t k, int64_t prefetch,
+                                  int64_t m, float *out) {
+    int64_t t = 0;
+    if (m == 8) { cpu_dot16_g(8, w, x, ldx, k, prefetch, out); return; }
+    if (m >= 4) { cpu_dot16_g(4, w, x, ldx, k, prefetch, out); t = 4; }
+    for (; t < m; t++) out[t] = cpu_dot16_1(w, x + t * ldx, k, prefetch);
 }
 
-/* eight tokens: *r0 .. *r7 */
-static inline void cpu_dot16_8(const uint16_t *w, const uint16_t *x, int64_t ldx, int64_t k, int64_t prefetch,
-                               float *r0, float *r1, float *r2, float *r3, float *r4, float *r5, float *r6,
-                               float *r7) {
-    float out[8];
-    cpu_dot16_g(8, w, x, ldx, k, prefetch, out);
-    *r0 = out[0]; *r1 = out[1]; *r2 = out[2]; *r3 = out[3]; *r4 = out[4]; *r5 = out[5]; *r6 = out[6]; *r7 = out[7];
-}
 #endif

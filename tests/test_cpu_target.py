@@ -227,18 +227,27 @@ def test_barriers_and_tokens_kernels():
     one, batch = layer(body("model_forward")), layer(body("model_forward_batch"))
 
     def before(text, what):
-        """the text between the launch before what and what"""
-        at = text.index("{ /* %s */" % what)
-        return text[[m.start() for m in re.finditer(r"\{ /\* [\w.]+ \*/", text[:at])][-1]:at]
+        """the text between the call before what's kernel (k_self_attn_k_proj...) and that call"""
+        calls = [m.start() for m in re.finditer(r"\bk_\w+\(", text)]
+        at = [c for c in calls if text.startswith("k_" + what.replace(".", "_"), c)][0]
+        return text[[c for c in calls if c < at][-1]:at]
     BARRIER = "#pragma omp barrier"
     for text in (one, batch):
         assert BARRIER not in before(text, "self_attn.k_proj") and BARRIER not in before(text, "self_attn.v_proj")
         assert BARRIER in before(text, "self_attn.attention") and BARRIER in before(text, "self_attn.o_proj")
         assert BARRIER in before(text, "self_attn.q_proj"), "q_proj reads the norm just written"
     for proj in ("q_proj_rotary_q", "k_proj_rotary_k", "v_proj"):
-        assert re.search(r"k_self_attn_%s_tokens\(grid, n, pos, positions, kv_rows," % proj, batch), proj
+        assert re.search(r"k_self_attn_%s_tokens\(\w+, n, pos, positions, kv_rows," % proj, batch), proj
+        # model_forward calls the same variants (its tokens' positions pos, pos + 1, ...): each kernel once
+        assert re.search(r"k_self_attn_%s_tokens\(\w+, n, pos, positions, kv_rows," % proj, one), proj
+        assert "static void k_self_attn_%s(" % proj not in src, proj
+    assert "positions[t] = pos + t;" in body("model_forward")
+    # unfused attention bounds its keys by pos + n, past the call's tokens: it has no variant (n is no token)
+    plain = run([LLMCC, "compile", fixture("qwen2-tied", "bf16"), "--ir", "c", "--target", "cpu", "--knob",
+                 "fuse=0"]).stdout
+    assert "positions[n]" not in plain
     kernel = src[src.index("void k_self_attn_k_proj_rotary_k_tokens("):].split("\n}\n", 1)[0]
-    assert "kv_rows[t" in kernel and "positions[t" in kernel and "(pos + " not in kernel, kernel[:3000]
+    assert "kv_rows[(t_" in kernel and "positions[(t_" in kernel and "(pos + " not in kernel, kernel[:3000]
     assert "each token: n = 1" in before(batch, "self_attn.attention"), "attention runs per token"
     assert batch.count("each token: n = 1") == 1, "only attention loops over the tokens"
 
@@ -264,8 +273,8 @@ def test_prefetch_knob():
     out = build(fix, "cpu")
     # (a call longer than 120 columns is wrapped: its spaces and line breaks as one space)
     src = open(os.path.join(out, "model.c")).read()
-    calls = [re.sub(r"\s+", " ", c) for c in re.findall(r"cpu_dot16_[148]\([^;]*;", src)]
-    assert calls and all(re.search(r", 4096(, &r\d+)*\);$", c) for c in calls), calls[:4]
+    calls = [re.sub(r"\s+", " ", c) for c in re.findall(r"cpu_dot16_rows\([^;]*;", src)]
+    assert calls and all(re.search(r", 4096, m_\d+, smem0 \+ \d+LL\);$", c) for c in calls), calls[:4]
     p = run([LLMCC, "compile", fix, "--target", "cpu", "--ir", "tile", "--knob", "cpu_prefetch=100"], check=False)
     assert p.returncode == 1 and p.stderr.strip() == \
         "llmcc: --knob: cpu_prefetch must be a multiple of 64 (bytes: whole cache lines)", p.stderr

@@ -48,7 +48,8 @@ def plan_facts(lines):
 
 def emitted_facts(body):
     return {
-        "launches": body.count("int64_t grid = "),
+        # a launch: the CPU's call statement, the GPU's <<<grid, block>>> (not LAUNCH_CHECK's "k_..." string)
+        "launches": len(re.findall(r"\bk_\w+(?:<<<|\()", body)),
         "barriers": body.count("#pragma omp barrier"),
         "per_token": body.count("/* each token: n = 1"),
         "loops": [(int(a), int(b)) for a, b in re.findall(r"for \(int l = (\d+); l < (\d+); l\+\+\) \{ /\* decoder", body)],
@@ -69,7 +70,7 @@ def check_model(model, target, knobs=()):
         body = emitted_function(src, path)
         facts = plan_facts(lines)
         if "not in this build" in remark:   # the batch's -1: the plan's steps are not printed
-            assert path == "model_forward_batch" and "return -1;" in body and "int64_t grid = " not in body
+            assert path == "model_forward_batch" and "return -1;" in body and not re.search(r"\bk_\w+(<<<|\()", body)
             continue
         assert emitted_facts(body) == facts, (model, target, path)
         assert facts["launches"] > 0 and (target != "cpu" or facts["barriers"] > 0), (path, facts)
@@ -133,13 +134,14 @@ def test_emitted_lines_fit_120_columns(target):
 def test_indices_are_named_once():
     # Qwen2.5-7B's q projection with RoPE (cpu_rows, a RoPE pair's halves): the row of the pair's first half is
     # ((p / 64) * 128) + (p % 64); before name_indices, each of the 32 statements of the 8-token body wrote it out
+    # (the body now a loop over the tokens: the row once per dot product and twice in the loop's statements)
     model = real_config("Qwen2.5-7B")
     src = run([LLMCC, "compile", model, "--ir", "c", "--target", "cpu"]).stdout
-    start = src.index("static void k_self_attn_q_proj_rotary_q(")
+    start = src.index("static void k_self_attn_q_proj_rotary_q_tokens(")
     body = src[start:src.index("\n}\n", start)]
     row = re.compile(r"\(\(\(p_(\d+) / 64LL\) \* 128LL\) \+ \(p_\1 % 64LL\)\)")
     loops = re.findall(r"for \(int64_t p_(\d+) = ", body)
-    assert len(loops) == 3, loops   # the 8-, 4- and 1-token loops
+    assert len(loops) == 1, loops   # the rows, for eight tokens at a time
     assert len(row.findall(body)) == len(loops), row.findall(body)
     assert len(re.findall(r"const int64_t i_\d+ = \(\(\(p_\d+ / 64LL\) \* 128LL\)", body)) == len(loops)
     # the kernel IR says the same, and the stage is there to print after

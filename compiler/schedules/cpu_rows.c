@@ -263,9 +263,10 @@ static void element_group(KernelBuilder *B, const NestBody *b, int G, Var *g, TS
     }
 }
 
-/* dot16: row g's elements of tokens tok .. tok + G - 1 (G = 8, 4 or 1) into f: the row's axes from g, one dot16
- * per accumulator (register a * G + j: accumulator a of token j), then each token's stores */
-static void dot16_element(KernelBuilder *B, const NestBody *b, int G, Var *g, Var *tok, TStmt *f) {
+/* dot16: row g's elements of tokens tok .. tok + m - 1 (m at most 8) into f: the row's axes from g, one dot16 per
+ * accumulator (the scratch array, smem 0, holds accumulator a of token j at a * 8 + j), then a loop over the
+ * tokens' stores */
+static void dot16_element(KernelBuilder *B, const NestBody *b, Var *g, Var *tok, Var *m, TStmt *f) {
     Arena *A = B->A;
     const int np = b->npar, na = b->nacc;
     const CpuRowsParams *P = &b->cpu;
@@ -281,18 +282,21 @@ static void dot16_element(KernelBuilder *B, const NestBody *b, int G, Var *g, Va
     f->nbody += decompose(A, f->body + f->nbody, ax + 1, np - 1, e_var(A, g));
     for (int a = 0; a < na; a++) {
         TStmt *q = ts(A, TS_DOT16);
-        q->reg = a * G; q->gn = G; q->buf = P->wop[a]->buf; q->lo = b->red[0].extent; q->prefetch = P->prefetch;
+        q->gn = 8; q->step = e_var(A, m); q->smem = 0; q->sidx = e_i(A, a * 8);
+        q->buf = P->wop[a]->buf; q->lo = b->red[0].extent; q->prefetch = P->prefetch;
         q->idx = ARENA_ARRAY(A, Expr *, 2);
         q->idx[0] = expr_subst_vars(A, P->wop[a]->a[0], from, to, np); q->idx[1] = e_i(A, 0);
         q->e = expr_subst(A, expr_subst_vars(A, P->xop, from, to, np), b->red[0].v, e_i(A, 0));
         ts_add(f, q);
     }
-    for (int j = 0; j < G; j++) {
-        TStmt *st[2];
-        int ns = epi_stores(A, b, reg(A, j), na > 1 ? reg(A, G + j) : NULL, st);
-        to[0] = E_ADD(A, e_var(A, tok), e_i(A, j));
-        for (int i = 0; i < ns; i++) ts_add(f, store_for_element(A, st[i], from, to, np));
-    }
+    TStmt *st[2];
+    Var *j = new_var(A, B->nvars, "j");
+    TStmt *each = ts_for(A, j, e_i(A, 0), e_var(A, m), e_i(A, 1), 2);
+    int ns = epi_stores(A, b, sload(A, 0, e_var(A, j)), na > 1 ? sload(A, 0, E_ADD(A, e_var(A, j), e_i(A, 8))) : NULL,
+                        st);
+    to[0] = E_ADD(A, e_var(A, tok), e_var(A, j));
+    for (int i = 0; i < ns; i++) ts_add(each, store_for_element(A, st[i], from, to, np));
+    ts_add(f, each);
 }
 
 /* lo = bid * chunk, hi = min(lo + chunk, total); whole groups from lo to mid, then one at a time to hi */
@@ -310,26 +314,22 @@ void cpu_rows_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLi
     /* token_loop: the elements are the rows of the other axes, each task's for every token in turn */
     const bool tl = P->token_loop;
     if (P->dot16) {
-        /* the task's rows for eight tokens at a time (each weight row loaded once for the eight), then for four
-         * (once at most), then for the tokens left one at a time */
-        declare_regs(k, 8 * b->nacc);
+        /* the task's rows for eight tokens at a time (each weight row loaded once for the eight; the last tokens
+         * four at once and one at a time, runtime/cpu_dot16.h) */
+        declare_regs(k, 0);
+        k->nsmem = 1;
+        k->smem[0].size = 8 * b->nacc;
         Expr *nt = b->par[0].extent;
         p[n++] = ts_let(A, lo, E_MUL(A, bid(A), e_i(A, P->chunk)));
         p[n++] = ts_let(A, hi, emin(A, E_ADD(A, e_var(A, lo), e_i(A, P->chunk)), product(A, b->par + 1, b->npar - 1)));
-        static const int groups[] = {8, 4, 1};
-        for (int i = 0; i < 3; i++) {
-            const int G = groups[i];
-            Var *tv = new_var(A, B->nvars, b->par[0].v->name), *g = new_var(A, B->nvars, "g");
-            /* from the tokens the larger groups took (a multiple of 8 before the fours, of 4 before the ones), while
-             * G of them are left */
-            const int taken = i ? groups[i - 1] : 0;
-            Expr *first = taken ? E_MUL(A, idiv(A, nt, taken), e_i(A, taken)) : e_i(A, 0);
-            TStmt *tokens = ts_for(A, tv, first, E_SUB(A, nt, e_i(A, G - 1)), e_i(A, G), 1);
-            TStmt *rows = ts_for(A, g, e_var(A, lo), e_var(A, hi), e_i(A, 1), b->npar + b->nacc + 2 * G + 2);
-            dot16_element(B, b, G, g, tv, rows);
-            ts_add(tokens, rows);
-            p[n++] = tokens;
-        }
+        Var *tv = new_var(A, B->nvars, b->par[0].v->name), *g = new_var(A, B->nvars, "g");
+        Var *m = new_var(A, B->nvars, "m");
+        TStmt *tokens = ts_for(A, tv, e_i(A, 0), nt, e_i(A, 8), 2);
+        ts_add(tokens, ts_let(A, m, emin(A, E_SUB(A, nt, e_var(A, tv)), e_i(A, 8))));
+        TStmt *rows = ts_for(A, g, e_var(A, lo), e_var(A, hi), e_i(A, 1), b->npar + b->nacc + 2);
+        dot16_element(B, b, g, tv, m, rows);
+        ts_add(tokens, rows);
+        p[n++] = tokens;
         kl_add(A, body, phase(A, p, n, true));
         return;
     }

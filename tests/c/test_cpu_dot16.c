@@ -1,7 +1,7 @@
 /* test_cpu_dot16.c: runtime/cpu_dot16.h, decode's bf16 dot products. For row lengths around the kernel's
  * steps (64 per loop, one of 32, a masked rest): (1) cpu_dot16_1 against a double-precision sum of the same
  * bf16 values (weights, and the activations as cpu_acts16 rounds them), within f32 summation error; (2) each of
- * cpu_dot16_4's four and cpu_dot16_8's eight results bit for bit cpu_dot16_1's for that row (a batch's token is
+ * cpu_dot16_g's four and eight results bit for bit cpu_dot16_1's for that row (a batch's token is
  * the token alone), for rows that are consecutive (ldx = k) and further apart; (3) cpu_acts16 rounds to nearest
  * even and keeps its values for the same input. Prints "N passed, N failed" and the path (AVX512_BF16 or the portable C). */
 #include <math.h>
@@ -46,9 +46,8 @@ int main(void) {
             a = cpu_acts16_begin();   /* a new kernel: the input rounded again */
             const uint16_t *xs = cpu_acts16(a, x, ROWS * ldx);
             float four[4], eight[8], one[ROWS];
-            cpu_dot16_4(w, xs, ldx, k, 4096, &four[0], &four[1], &four[2], &four[3]);
-            cpu_dot16_8(w, xs, ldx, k, 4096, &eight[0], &eight[1], &eight[2], &eight[3], &eight[4], &eight[5],
-                        &eight[6], &eight[7]);
+            cpu_dot16_g(4, w, xs, ldx, k, 4096, four);
+            cpu_dot16_g(8, w, xs, ldx, k, 4096, eight);
             for (int t = 0; t < ROWS; t++) {
                 one[t] = cpu_dot16_1(w, xs + t * ldx, k, t % 2 ? 4096 : 0);   /* with and without prefetches */
                 double ref = 0, mag = 0;
@@ -59,8 +58,8 @@ int main(void) {
                 }
                 /* f32 accumulation of k products: k * 2^-24 of the magnitudes, twice for the partial sums */
                 expect(fabs((double)one[t] - ref) <= 2.0 * (double)k * 0x1p-24 * mag + 1e-30, "cpu_dot16_1 sum", k);
-                if (t < 4) expect(!memcmp(&one[t], &four[t], 4), "cpu_dot16_4 bit for bit cpu_dot16_1", k);
-                expect(!memcmp(&one[t], &eight[t], 4), "cpu_dot16_8 bit for bit cpu_dot16_1", k);
+                if (t < 4) expect(!memcmp(&one[t], &four[t], 4), "cpu_dot16_g (4) bit for bit cpu_dot16_1", k);
+                expect(!memcmp(&one[t], &eight[t], 4), "cpu_dot16_g (8) bit for bit cpu_dot16_1", k);
             }
         }
     }
