@@ -370,8 +370,9 @@ static void plan_path(Arena *A, const KProgram *kp, Plan *p, FwdPath path, bool 
         s->way = path == PATH_BATCH || (path == PATH_FORWARD && batch_way(p, kp, l) == BATCH_TOKENS)
                      ? batch_way(p, kp, l) : BATCH_ONCE;
         s->k = s->way == BATCH_TOKENS ? tokens_of(p, kp, l->k) : l->k;
-        /* model_forward_batch: the decode schedule (a loop's launches keep their guard, for n = 1) */
-        s->run_if = path == PATH_BATCH && s->way != BATCH_PER_TOKEN ? 0 : l->run_if;
+        /* model_forward_batch: the decode schedule (a loop's launches keep their guard, for n = 1); the decode step:
+         * n = 1, where every guard of a launch it runs holds */
+        s->run_if = (path == PATH_BATCH && s->way != BATCH_PER_TOKEN) || path == PATH_DECODE_STEP ? 0 : l->run_if;
     }
     /* the team waits before a step that conflicts with one since its last wait */
     for (int u = 0, since = 0; p->team && path != PATH_DECODE_STEP && u < pp->n; u++) {
