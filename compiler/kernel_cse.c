@@ -10,10 +10,9 @@
  * innermost block that holds all its uses (two of its statements use it, or one twice in its own expressions),
  * so that a name lives no longer than its uses need, and the largest first.
  *
- * The CPU's schedules' kernels only, for now: in the GPU's (cuda, cuda-emu), the same names moved ptxas's
- * register allocation both ways on Qwen2.5-7B (the q projection 80 -> 72 registers, gate/up's tensor-core
- * GEMM 96 -> 128), and their resources are to stay equal or better: naming there waits on choosing, with
- * scripts/ptxas_report, which names help. */
+ * Every kernel of both targets, but where ptxas (scripts/ptxas_report, Qwen2.5-7B) said a name costs registers:
+ * gemm_tc names only its epilogue's indices, and none where an element has two stores (KKernel.name_*). On the
+ * others the names saved registers (the gemv q projection 80 -> 72, v 56 -> 48, flash_decode 34 -> 32). */
 #include "kernel_cse.h"
 #include <string.h>
 
@@ -205,8 +204,11 @@ static int max_kvar(KStmt *const *b, int n) {
 void kernel_name_indices(Arena *A, KProgram *kp) {
     for (int i = 0; i < kp->nk; i++) {
         KKernel *k = kp->kernels[i];
-        if (!k->task) continue;
+        if (k->name_none) continue;
         Cse c = {A, max_kvar(k->body, k->nbody) + 1};
-        name_kstmts(&c, k->body, k->nbody);
+        int first = 0;
+        if (k->name_epilogue_only)
+            for (first = k->nbody - 1; first > 0 && k->body[first]->k != KS_PHASE; first--) {}
+        name_kstmts(&c, k->body + first, k->nbody - first);
     }
 }

@@ -116,6 +116,8 @@ typedef struct KKernel {
     bool has_acts_q8;          /* qdot with 8-bit activations: each thread keeps its quantized row (cpu_quant_q8.h) */
     bool has_acts16;           /* dot16: each thread keeps its input rounded to bf16 (cpu_dot16.h) */
     bool task;                 /* a CPU schedule's (BLOCK_TASK): a block is a task of one thread, plain C */
+    bool name_epilogue_only;   /* name_indices (kernel_cse.c) names the last phase's indices alone (gemm_tc) */
+    bool name_none;            /* ... and none (gemm_tc with two stores an element: RoPE's halves) */
     bool tokens;               /* a _tokens variant (plan.c): token_pos / kv_row in place of pos, with the tokens'
                                 * positions and KV rows as parameters */
     KStmt **body; int nbody;

@@ -147,3 +147,22 @@ def test_indices_are_named_once():
     # the kernel IR says the same, and the stage is there to print after
     after = run([LLMCC, "compile", model, "--target", "cpu", "--print-after", "name_indices"]).stdout
     assert after.startswith("# kernel IR") and "let i = " in after
+
+
+def test_gpu_indices_are_named_where_ptxas_said():
+    # on the GPU's kernels name_indices names what saved registers on Qwen2.5-7B (scripts/ptxas_report): gemv and
+    # flash_decode everywhere, gemm_tc only in its epilogue (after the K loop's last wait; in the loop a name kept
+    # registers live) and not where an element has two stores (RoPE's halves)
+    src = run([LLMCC, "compile", real_config("Qwen2.5-7B"), "--ir", "cuda"]).stdout
+
+    def named(kernel):
+        start = src.index("void __launch_bounds__")   # the kernels' section
+        start = src.index(" %s(" % kernel, start)
+        body = src[start:src.index("\n}\n", start)]
+        wait = body.rfind("cp.async.wait_group 0")
+        return body[:wait].count("const int64_t i_"), body[wait:].count("const int64_t i_")
+    assert named("k_self_attn_v_proj")[0] > 0
+    for tc in ("k_self_attn_o_proj_tc", "k_mlp_gate_proj_up_proj_tc", "k_mlp_down_proj_residual_tc"):
+        loop, epilogue = named(tc)
+        assert loop == 0 and epilogue > 0, (tc, loop, epilogue)
+    assert named("k_self_attn_q_proj_rotary_q_tc") == (0, 0)

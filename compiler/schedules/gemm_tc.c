@@ -391,6 +391,11 @@ void gemm_tc_materialise(KernelBuilder *B, const TileKernel *t, KKernel *k, KLis
     /* a pair's block computes BN / 2 outputs of both weights */
     const int BO = t->body.nacc == 2 ? BN / 2 : BN;
     int64_t nbo = (M + BO - 1) / BO;
+    /* name_indices: in the K loop's copies and fragments a name kept registers live (gate/up 96 -> 128 on
+     * Qwen2.5-7B), in the epilogue it did not, except where an element has two stores (RoPE's halves: q 124 -> 126,
+     * k 120 -> 124); scripts/ptxas_report */
+    k->name_epilogue_only = true;
+    k->name_none = t->body.nstore > 1;
     k->nregs = GTC_R_PREFETCH + (S > 1 ? gtc_nregs(t, 0) + (P->w_cp_async ? 0 : gtc_nregs(t, 1)) : 0);
     CHECK(k->nregs <= (int)(sizeof k->regs / sizeof k->regs[0]), "gemm_tc registers");
     for (int i = 0; i < k->nregs; i++) { k->regs[i].t = T_F32; k->regs[i].b32 = i >= GTC_R_A && i < GTC_R_PREFETCH; }
