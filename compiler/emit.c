@@ -122,8 +122,8 @@ static void emit_launch(Str *o, const Host *h, const PlanStep *s, int seg, int d
     const bool call = !h->cuda && !h->gpu;
     if (call) call_open(o, s, mod, d);
     else launch_open(o, l, s->run_if, s->k, mod, h->cuda, false, d, h->graph_grids);
-    size_t line = o->len;
-    while (o->s[line - 1] != '\n') line--;
+    size_t line = o->len;   /* where the call's line starts (a step's text may begin with it) */
+    while (line > 0 && o->s[line - 1] != '\n') line--;
     for (int j = 0; j < l->k->nparams; j++) {
         Str a = {0};
         host_arg(&a, h->nm, l->args[j], seg, mode);
@@ -134,7 +134,7 @@ static void emit_launch(Str *o, const Host *h, const PlanStep *s, int seg, int d
         str_free(&a);
     }
     str_printf(o, ");\n");
-    if (h->cuda || h->gpu) {   /* LLMCC_CUDA_CHECK=1: the kernel and its graph op named where it fails (kernels.h) */
+    if (h->cuda || h->gpu) {   /* LLMCC_CUDA_CHECK=1: the kernel and its graph op named where it fails (model_host.h) */
         emit_indent(o, d + 1);
         str_printf(o, "LAUNCH_CHECK(\"%s\", \"%s\", %s);\n", l->k->name, mod, seg >= 0 ? "l" : "-1");
     }
@@ -256,13 +256,13 @@ static void host_expr(Str *o, const Expr *e, bool graph_grids) {
     }
 }
 
-/* What the kernels call beyond C is in runtime/kernels.h; a model's host code includes runtime/model_api.h
- * first, for the host side there. */
+/* What the kernels call beyond C is in runtime/kernels.h; a model's host side (api_header: runtime/model_api.h)
+ * in runtime/model_host.h (llmcc run's harness includes runtime/harness.h after) */
 void emit_prelude(Str *o, const KProgram *kp, Target t, const char *api_header) {
     (void)kp;
     if (api_header)
         str_printf(o, t == TARGET_CUDA ? "extern \"C\" {\n#include \"%s\"\n}\n" : "#include \"%s\"\n", api_header);
-    str_printf(o, "#include \"runtime/kernels.h\"\n");
+    str_printf(o, "#include \"runtime/kernels.h\"\n%s", api_header ? "#include \"runtime/model_host.h\"\n" : "");
     if (t == TARGET_CPU) str_printf(o, "#include \"runtime/cpu_gemm.h\"  /* cpu_gemm's register-tile kernel */\n"
                                     "#include \"runtime/cpu_quant.h\"  /* block-type weights' dot products */\n"
                                     "#include \"runtime/cpu_dot16.h\"  /* decode's bf16 dot products */\n");
@@ -430,7 +430,7 @@ static void emit_act_macros(Str *o, const PlanNames *nm, const KProgram *kp, int
                (long long)tp->kv_layer_elems, n_layers);
 }
 
-/* model_init: the payload checked against the compiled table, the buffers allocated (runtime/kernels.h's
+/* model_init: the payload checked against the compiled table, the buffers allocated (runtime/model_host.h's
  * mem_*: device memory for CUDA, host memory for C), the typed weight fields filled */
 static void emit_model_init(Str *o, const PlanNames *nm, const KProgram *kp, const ModelInfo *mi, bool graph) {
     const TProgram *tp = kp->tp;
@@ -816,7 +816,7 @@ void emit_program(Str *o, const KProgram *kp, const Plan *plan, const EmitOption
                        acts_q8 ? "cpu_quant_q8_isa_name()" : "cpu_quant_isa_name()");
         str_printf(o, "    (void)len;\n    return threads;\n}\n\n");
     }
-    /* model_penalize: the ids and amounts copied to the device, one kernel (runtime/kernels.h) */
+    /* model_penalize: the ids and amounts copied to the device, one kernel (runtime/model_host.h) */
     str_printf(o, "int model_penalize(Model *m, const int32_t *ids, const float *sub, int n, float rep) {\n"
                   "    if (n < 0 || n > %lld) return -1;\n"
                   "    for (int j = 0; j < n; j++) if (ids[j] < 0 || ids[j] >= %lld) return -1;\n"
