@@ -843,7 +843,7 @@ int main(int argc, char **argv) {
     }
 
     /* the weights' pages mapped now, not a fault at a time in the first prompt; a CUDA build reads them once, to
-     * copy them to the GPU (kernels.h's mem_upload), which faults them in as it goes */
+     * copy them to the GPU (model_host.h's mem_upload), which faults them in as it goes */
     double t_weights = now_s();
     if (!on_gpu()) payload_prefault(&G.pl);
     err = model_init_slots(&G.model, G.pl.tensors, G.pl.base, G.ctx, o.serve ? o.so.parallel : 1);
