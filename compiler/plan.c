@@ -102,11 +102,13 @@ static void names_init(Arena *A, PlanNames *nm, const KProgram *kp) {
  * slots); any other use of pos leaves the kernel without one. ---- */
 typedef struct { Arena *A; bool failed; } TokensRewrite;
 
-static Expr *pos_plus(const Expr *e) {   /* e is pos + x or x + pos: x, else NULL */
+/* e is pos + x or x + pos, x not reading n (pos + n is past the call's tokens: unfused attention's causal
+ * bound): x, else NULL */
+static Expr *pos_plus(const Expr *e) {
     if (e->k != EX_ADD) return NULL;
-    if (e->a[0]->k == EX_PARAM && e->a[0]->i == P_POS) return e->a[1];
-    if (e->a[1]->k == EX_PARAM && e->a[1]->i == P_POS) return e->a[0];
-    return NULL;
+    Expr *x = e->a[0]->k == EX_PARAM && e->a[0]->i == P_POS ? e->a[1]
+            : e->a[1]->k == EX_PARAM && e->a[1]->i == P_POS ? e->a[0] : NULL;
+    return x && !expr_reads_param(x, P_N) ? x : NULL;
 }
 static bool is_kv(const Buffer *b) { return b->kind == BUF_KCACHE || b->kind == BUF_VCACHE; }
 static Expr *tokens_expr(TokensRewrite *r, Expr *e);
@@ -121,7 +123,6 @@ static Expr **tokens_idx(TokensRewrite *r, const Buffer *b, Expr **idx) {
     for (int d = 0; d < b->ndim; d++) out[d] = tokens_expr(r, idx[d]);
     if (is_kv(b)) {
         Expr *x = pos_plus(idx[0]);
-        if (x && expr_reads_param(x, P_N)) r->failed = true;
         if (x) out[0] = token_fn(r, EX_KV_ROW, x);
         else r->failed = true;
     }
@@ -130,7 +131,6 @@ static Expr **tokens_idx(TokensRewrite *r, const Buffer *b, Expr **idx) {
 static Expr *tokens_expr(TokensRewrite *r, Expr *e) {
     if (!e) return NULL;
     Expr *x = pos_plus(e);
-    if (x && expr_reads_param(x, P_N)) r->failed = true;   /* pos + n: past the call's tokens (unfused attention) */
     if (x) return token_fn(r, EX_TOKEN_POS, x);
     if (e->k == EX_PARAM && e->i == P_POS) r->failed = true;
     if (!e->nargs) return e;
@@ -270,7 +270,6 @@ static bool arg_same(const PlanNames *nm, const Buffer *a, int la, const Buffer 
     if (a->kind != b->kind) return false;
     switch (a->kind) {
     case BUF_ACT:   /* the same bytes of the arena: one pointer, whatever the buffer's name (names_merge) */
-        (void)nm;
         if (per_token && (a->rows_n != b->rows_n || (a->rows_n && row_elems(a) != row_elems(b)))) return false;
         return a->act_offset == b->act_offset && a->ndim == b->ndim && !memcmp(a->dims, b->dims, sizeof a->dims);
     case BUF_WEIGHT: {
@@ -367,8 +366,8 @@ static void plan_path(Arena *A, const KProgram *kp, Plan *p, FwdPath path, bool 
         s->l = l;
         /* a kernel with a _tokens variant is called as the variant on both of the team's paths (model_forward's
          * tokens at consecutive positions): one kernel, not two alike */
-        s->way = path == PATH_BATCH || (path == PATH_FORWARD && batch_way(p, kp, l) == BATCH_TOKENS)
-                     ? batch_way(p, kp, l) : BATCH_ONCE;
+        const BatchWay way = batch_way(p, kp, l);
+        s->way = path == PATH_BATCH || (path == PATH_FORWARD && way == BATCH_TOKENS) ? way : BATCH_ONCE;
         s->k = s->way == BATCH_TOKENS ? tokens_of(p, kp, l->k) : l->k;
         /* model_forward_batch: the decode schedule (a loop's launches keep their guard, for n = 1); the decode step:
          * n = 1, where every guard of a launch it runs holds */
