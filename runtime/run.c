@@ -11,6 +11,7 @@
 #include "payload_rt.h"
 #include "sample.h"
 #include "serve.h"
+#include "session.h"
 #include "tokenizer.h"
 #include <errno.h>
 #include <math.h>
@@ -29,27 +30,20 @@
 /* Everything lives in one global so an error exit leaves nothing unreachable. */
 static struct {
     const char *name;
-    long topk_ties;                /* device top-k draws that fell back to the logits */
     Payload pl;
     Model *model;
     Tokenizer *tok;
-    int32_t *ids;          /* prompt + generated: the whole conversation */
-    int n_ids, cap_ids;
-    int n_fed;             /* ids[0..n_fed) are in the KV cache */
+    Session sess;          /* the conversation: its ids, what the KV cache holds, the sampler */
     int ctx;
     float *logits;         /* [vocab] */
-    Sampler smp;           /* the sampler and its history (repetition penalty) */
     FILE *logits_f;
-    char *outbuf; size_t outcap;
     int32_t *pending;      /* the ids of the prompt or turn at hand: reachable on an error exit */
     char **line;           /* -i's line buffer */
     ChatMsg *msgs;         /* -i with a template that rewrites history: the conversation so far (owned texts) */
     int n_msgs;
     int think_open, think_close;   /* <think> / </think> ids, -1 when the tokenizer has none */
-    int reply_start;       /* ids[reply_start..n_ids): the last turn's reply */
     char compute[256];     /* model_threads: what runs the kernels */
     bool no_graph;         /* --no-graph: the decode step's kernels launched one by one */
-    float *pen_sub;        /* [vocab] model_penalize's amounts */
     double t_start;        /* now_s() as main began (--stats: start-up, the first token from the start) */
     double t_weights;      /* seconds to bind the weights: mapped (cpu) or copied to the GPU (model_init) */
     double t_ready;        /* seconds from the start until the model was ready */
@@ -70,11 +64,7 @@ static _Noreturn void die(const char *fmt, ...) {
     exit(1);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return session_now(); }
 
 /* ---------------------------------------------------------------- output */
 static void out_check(int failed) {
@@ -323,51 +313,6 @@ static void parse_args(int argc, char **argv, Opts *o) {
         die("--prompt-ids are used as given: --%s does not apply to them", o->think ? "think" : "no-think");
 }
 
-/* ---------------------------------------------------------------- sampling */
-static void history_add(int32_t id, bool generated) {
-    G.ids[G.n_ids++] = id;
-    sampler_add(&G.smp, id, generated);
-}
-
-static int cand_id(const void *a, const void *b) {
-    return ((const SampleCand *)a)->id - ((const SampleCand *)b)->id;
-}
-/* sample() for top-k without a penalty, from the model's device top-k: the same candidates in the same
- * order (ascending ids), so the same token for the same random number. The k+1-th value tells whether
- * the k-th ties with a token outside (after the temperature's rounding): then sample() keeps the ties
- * and needs every logit. */
-static int sample_topk(const Opts *o) {
-    float v[MODEL_TOPK_CAP];
-    int32_t id[MODEL_TOPK_CAP];
-    int k = o->sp.top_k;
-    SampleParams plain = o->sp;   /* the penalties are in the device's logits from here on */
-    if (o->sp.rep != 1.0f || o->sp.freq != 0 || o->sp.pres != 0) {
-        /* sample.c's amounts: the repetition penalty over the history's ids, frequency and presence over the
-         * generated ones' counts */
-        const Sampler *s = &G.smp;
-        for (int j = 0; j < s->n_uniq; j++) {
-            int c = s->count[s->uniq[j]];
-            G.pen_sub[j] = c && (o->sp.freq != 0 || o->sp.pres != 0) ? (float)c * o->sp.freq + o->sp.pres : 0.0f;
-        }
-        if (model_penalize(G.model, s->uniq, G.pen_sub, s->n_uniq, o->sp.rep) != 0)
-            die("internal error: model_penalize(%d ids) failed", s->n_uniq);
-        plain.rep = 1.0f;
-        plain.freq = plain.pres = 0;
-    }
-    if (model_topk(G.model, k + 1, v, id) != 0) die("internal error: model_topk(%d) failed", k + 1);
-    if (v[k - 1] / o->sp.temperature == v[k] / o->sp.temperature) {
-        G.topk_ties++;
-        model_logits(G.model, G.logits);
-        return sampler_sample(&G.smp, &plain, G.logits);
-    }
-    SampleCand *c = G.smp.cand;
-    for (int i = 0; i < k; i++) { c[i].id = id[i]; c[i].v = v[i] / o->sp.temperature; }
-    float mx = c[0].v;
-    if (mx == -INFINITY) return 0;
-    qsort(c, (size_t)k, sizeof *c, cand_id);
-    return sampler_sample_from(&G.smp, &o->sp, c, k, mx);
-}
-
 /* ---------------------------------------------------------------- pieces */
 static void check_tensors(void) {
     const ModelInfo *mi = &model_info;
@@ -476,20 +421,13 @@ static int parse_ids(const char *s, int vocab) {
     return n;
 }
 
-/* Stop ids: generation_config's eos_token_id, and the chat template's end of turn. */
-static bool is_eos(int id) {
-    for (int i = 0; i < model_info.n_eos && i < MODEL_MAX_EOS; i++)
-        if (model_info.eos_ids[i] == id) return true;
-    return G.tok && tokenizer_chat_eot(G.tok) == id && id >= 0;
-}
-
 /* Frees everything, once, right before a successful exit (an error exit leaves it all reachable from G). */
 static void cleanup(void) {
     if (G.model) model_free(G.model);
     if (G.tok) tokenizer_free(G.tok);
     if (G.logits_f) fclose(G.logits_f);
-    free(G.ids); free(G.logits); free(G.outbuf); free(G.pen_sub);
-    sampler_free(&G.smp);
+    session_free(&G.sess);
+    free(G.logits);
     free(G.pending);
     for (int i = 0; i < G.n_msgs; i++) free((char *)G.msgs[i].content);
     free(G.msgs);
@@ -520,111 +458,80 @@ typedef struct {
 #define DIM "\033[2m"
 #define UNDIM "\033[0m"
 
-/* Appends ids (one turn's prompt) to the conversation, feeds what the KV
- * cache lacks, then samples until a stop id or max_new tokens, streaming
- * the text (or ids). The last sampled token stays in the history unfed;
- * the next turn feeds it first. */
-static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st) {
-    const ModelInfo *mi = &model_info;
-    const int V = mi->vocab_size, ctx = G.ctx;
-    if (G.n_ids + n > ctx) {
-        if (st->turns == 0) too_long("the prompt", n, "");
-        too_long("the conversation", G.n_ids + n, " with this turn");
-    }
-    for (int i = 0; i < n; i++) history_add(ids[i], false);
-    long room = ctx - G.n_ids + 1;   /* the last token is sampled from position ctx-1 and never fed back */
-    long max_new = o->has_n ? (o->max_new < 0 || o->max_new > room ? room : o->max_new)
-                            : (room < DEFAULT_MAX_NEW ? room : DEFAULT_MAX_NEW);
+/* how a turn's text is being shown: reasoning (<think> ... </think>) dim on a terminal, left out with
+ * --hide-thinking */
+typedef struct {
+    const Opts *o;
+    Stats *st;
+    bool tty, in_think, skip_nl;
+} Shown;
 
-    /* echo the prompt through the same streaming decoder as the continuation */
-    TokDecoder dec;
-    /* reasoning (<think> ... </think>): dim on a terminal, left out with --hide-thinking */
-    bool tty = !o->ids && isatty(1), in_think = false, skip_nl = false;
-    char *buf = G.outbuf;
-    size_t cap = G.outcap;
-    if (!o->ids) {
-        tokdec_init(&dec, G.tok, false);
-        if (echo)
-            for (int i = G.n_ids - n; i < G.n_ids; i++) out_write(buf, tokdec_push(&dec, G.ids[i], buf, cap));
-        out_flush();
+/* session.h's on_text: the reply, or the echoed prompt (tok -1), to stdout; with --ids the ids; with --logits each
+ * generated token's logits to the file */
+static void show(void *ctx, int tok, const char *text, size_t n) {
+    Shown *v = ctx;
+    const Opts *o = v->o;
+    const size_t V = (size_t)model_info.vocab_size;
+    if (tok >= 0 && G.logits_f && fwrite(G.logits, sizeof(float), V, G.logits_f) != V)
+        die("--logits %s: %s", o->logits_path, strerror(errno));
+    bool opens = tok >= 0 && tok == G.think_open, closes = tok >= 0 && tok == G.think_close;
+    v->in_think |= opens;
+    v->st->n_think += tok >= 0 && v->in_think;
+    if (o->ids) {
+        char b[16];
+        if (tok >= 0) out_write(b, (size_t)snprintf(b, sizeof b, G.sess.n_gen > 1 ? " %d" : "%d", tok));
+    } else if (v->in_think && o->hide_thinking) {
+        v->skip_nl = closes;      /* the answer's leading newlines belong to the reasoning's end */
+    } else {
+        if (opens && v->tty) out_write(DIM, strlen(DIM));
+        size_t at = 0;
+        while (v->skip_nl && at < n && text[at] == '\n') at++;
+        v->skip_nl &= at == n;
+        out_write(text + at, n - at);
+        if (closes && v->tty) out_write(UNDIM, strlen(UNDIM));
     }
-
-    /* Greedy decoding without a penalty takes the argmax the model computes on the device (the rule of
-     * sample()'s greedy branch); then no logits are copied back. */
-    bool dev_argmax = !sample_needs_logits(&o->sp) && !G.logits_f;
-    /* Top-k sampling takes its candidates from the device's top-k likewise, after the penalties applied to the
-     * device's logits (model_penalize) */
-    bool dev_topk = o->device_topk && !dev_argmax && o->sp.top_k > 1 && o->sp.top_k < mi->max_top_k &&
-                    o->sp.top_k < MODEL_TOPK_CAP && !G.logits_f;
-    float *lg = dev_argmax || dev_topk ? NULL : G.logits;
-    int next = 0;
-
-    /* prefill */
-    double t0 = now_s();
-    int mb = mi->max_batch > 0 ? mi->max_batch : 1;
-    st->n_prompt += G.n_ids - G.n_fed;
-    while (G.n_fed < G.n_ids) {
-        int k = G.n_ids - G.n_fed < mb ? G.n_ids - G.n_fed : mb;
-        next = model_forward(G.model, G.ids + G.n_fed, k, G.n_fed, lg);
-        G.n_fed += k;
-    }
-    st->t_prefill += now_s() - t0;
-
-    /* decode */
-    long n_gen = 0;
-    G.reply_start = G.n_ids;
-    while (n_gen < max_new) {
-        int tok = dev_argmax ? next : dev_topk ? sample_topk(o) : sampler_sample(&G.smp, &o->sp, G.logits);
-        if (n_gen == 0 && st->turns == 0) {
-            st->t_first = now_s() - t0;
-            st->t_first_start = now_s() - G.t_start;
-        }
-        if (!o->ignore_eos && is_eos(tok)) break;
-        if (G.logits_f && fwrite(G.logits, sizeof(float), (size_t)V, G.logits_f) != (size_t)V)
-            die("--logits %s: %s", o->logits_path, strerror(errno));
-        history_add(tok, true);
-        n_gen++;
-        st->n_argmax += dev_argmax; st->n_topk += dev_topk;
-        bool opens = tok == G.think_open && tok >= 0, closes = tok == G.think_close && tok >= 0;
-        in_think |= opens;
-        st->n_think += in_think;
-        if (o->ids) {
-            int l = snprintf(buf, cap, n_gen > 1 ? " %d" : "%d", tok);
-            out_write(buf, (size_t)l);
-        } else if (in_think && o->hide_thinking) {
-            skip_nl = closes;      /* the answer's leading newlines belong to the reasoning's end */
-        } else {
-            if (opens && tty) out_write(DIM, strlen(DIM));
-            size_t k = tokdec_push(&dec, tok, buf, cap), at = 0;
-            while (skip_nl && at < k && buf[at] == '\n') at++;
-            skip_nl &= at == k;
-            out_write(buf + at, k - at);
-            if (closes && tty) out_write(UNDIM, strlen(UNDIM));
-        }
-        in_think &= !closes;
-        out_flush();
-        if (n_gen >= max_new) break;
-        double t1 = now_s();
-        next = model_forward(G.model, G.ids + G.n_fed, 1, G.n_fed, lg);
-        G.n_fed++;
-        st->t_decode += now_s() - t1;
-        st->n_decode++;
-    }
-    st->n_gen += n_gen;
-    st->turns++;
-    if (!o->ids) out_write(buf, tokdec_flush(&dec, buf, cap));
-    if (in_think && tty && !o->hide_thinking) out_write(UNDIM, strlen(UNDIM));
-    out_write("\n", 1);
+    v->in_think &= !closes;
     out_flush();
 }
 
-/* Cuts the history back to its first n ids (n <= n_fed): the cache rows past n are overwritten by what is fed
- * next, and the repetition penalty's set of seen ids is rebuilt from what is left. */
-static void history_truncate(int n) {
-    sampler_reset(&G.smp);
-    G.n_ids = G.n_fed = 0;
-    for (int i = 0; i < n; i++) history_add(G.ids[i], false);
-    G.n_fed = n;
+/* Appends ids (one turn's prompt) to the conversation, feeds what the KV cache lacks, then samples until a stop id
+ * or the token limit, streaming the text (or ids). The last sampled token stays in the conversation unfed; the
+ * next turn feeds it first. */
+static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st) {
+    Session *s = &G.sess;
+    if (s->n_ids + n > G.ctx) {
+        if (st->turns == 0) too_long("the prompt", n, "");
+        too_long("the conversation", s->n_ids + n, " with this turn");
+    }
+    Shown v = { o, st, !o->ids && isatty(1), false, false };
+    SessionParams p = { .sp = o->sp, .max_new = o->has_n ? o->max_new : DEFAULT_MAX_NEW, .ignore_eos = o->ignore_eos,
+                        .want_logits = G.logits_f != NULL, .device_topk = o->device_topk, .continues = echo,
+                        .echo = echo, .on_text = show, .ctx = &v };
+    session_begin(s, ids, n, &p);
+
+    double t0 = now_s();
+    st->n_prompt += s->n_ids - s->n_fed;
+    while (session_prefilling(s)) session_forward(s);
+    st->t_prefill += now_s() - t0;
+    SessionStep step;
+    while ((step = session_took(s, G.logits)) == SESSION_MORE) {
+        double t1 = now_s();
+        session_forward(s);
+        st->t_decode += now_s() - t1;
+        st->n_decode++;
+    }
+    if (step == SESSION_OOM) die("out of memory");
+    if (st->turns == 0 && s->t_first > 0) {
+        st->t_first = s->t_first - t0;
+        st->t_first_start = s->t_first - G.t_start;
+    }
+    st->n_gen += s->n_gen;
+    st->n_argmax += s->how == SAMPLE_ARGMAX ? s->n_gen : 0;
+    st->n_topk += s->how == SAMPLE_DEVICE_TOPK ? s->n_gen : 0;
+    st->turns++;
+    if (v.in_think && v.tty && !o->hide_thinking) out_write(UNDIM, strlen(UNDIM));
+    out_write("\n", 1);
+    out_flush();
 }
 
 static void msgs_add(const char *role, char *text, size_t len) {
@@ -666,15 +573,16 @@ static int chat_ids(const Opts *o, const char *user, size_t len, bool first, int
     }
     if (first && o->system) msgs_add("system", dup_text(o->system, strlen(o->system)), strlen(o->system));
     if (!first) {
-        char *reply = tokenizer_decode(G.tok, G.ids + G.reply_start, G.n_ids - G.reply_start, false);
+        const Session *s = &G.sess;
+        char *reply = tokenizer_decode(G.tok, s->ids + s->reply_start, s->n_ids - s->reply_start, false);
         if (!reply) die("out of memory");
         msgs_add("assistant", reply, strlen(reply));
     }
     msgs_add("user", dup_text(user, len), len);
     int k = render_ids(o, G.msgs, G.n_msgs, false, ids);
     int keep = 0;
-    while (keep < k && keep < G.n_fed && G.ids[keep] == (*ids)[keep]) keep++;
-    history_truncate(keep);
+    while (keep < k && keep < G.sess.n_fed && G.sess.ids[keep] == (*ids)[keep]) keep++;
+    if (keep < G.sess.n_ids) session_truncate(&G.sess, keep);
     memmove(*ids, *ids + keep, (size_t)(k - keep) * sizeof **ids);
     return k - keep;
 }
@@ -825,18 +733,8 @@ int main(int argc, char **argv) {
     G.ctx = o.ctx;
     if (np > G.ctx) too_long("the prompt", np, "");
 
-    G.cap_ids = G.ctx + 2;
-    G.ids = malloc((size_t)G.cap_ids * sizeof *G.ids);
     G.logits = malloc((size_t)V * sizeof *G.logits);
-    G.pen_sub = malloc((size_t)V * sizeof *G.pen_sub);
-    if (!G.pen_sub || sampler_init(&G.smp, V)) die("out of memory");
-    G.outcap = 1024;
-    if (G.tok && tokenizer_max_piece_bytes(G.tok) + 64 > G.outcap) G.outcap = tokenizer_max_piece_bytes(G.tok) + 64;
-    G.outbuf = malloc(G.outcap);
-    if (!G.ids || !G.logits || !G.outbuf) die("out of memory");
-    sampler_seed(&G.smp, o.has_seed ? o.seed
-                        : (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32) ^
-                          (unsigned long long)(now_s() * 1e9));
+    if (!G.logits) die("out of memory");
     if (o.logits_path) {
         G.logits_f = fopen(o.logits_path, "wb");
         if (!G.logits_f) die("--logits %s: %s", o.logits_path, strerror(errno));
@@ -851,6 +749,10 @@ int main(int argc, char **argv) {
     G.t_weights = now_s() - t_weights;
     G.t_ready = now_s() - G.t_start;
     model_use_graph(G.model, !G.no_graph);
+    if (!o.serve && session_init(&G.sess, G.model, 0, G.tok, G.ctx, G.logits)) die("out of memory");
+    sampler_seed(&G.sess.smp, o.has_seed ? o.seed
+                              : (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32) ^
+                                (unsigned long long)(now_s() * 1e9));
 
     if (o.ppl_path) {
         perplexity(&o);
@@ -859,7 +761,7 @@ int main(int argc, char **argv) {
     }
     if (o.serve) {
         o.so.stats = o.stats;
-        ServeModel sm = { G.model, G.tok, G.ctx, o.sp, o.system, is_eos, G.compute };
+        ServeModel sm = { G.model, G.tok, G.ctx, o.sp, o.system, G.compute };
         int status = serve_run(&o.so, &sm);
         cleanup();
         return status;
@@ -920,7 +822,7 @@ int main(int argc, char **argv) {
         launches_line(stderr);
         fprintf(stderr, "sampled: %ld by the device's argmax, %ld from its top-k "
                 "(%ld of them from the logits: a tie at the k-th), %ld from the logits\n",
-                st.n_argmax, st.n_topk, G.topk_ties, st.n_gen - st.n_argmax - st.n_topk);
+                st.n_argmax, st.n_topk, G.sess.topk_ties, st.n_gen - st.n_argmax - st.n_topk);
         if (G.think_open >= 0) fprintf(stderr, "reasoning tokens: %ld of the generated\n", st.n_think);
         if (st.turns > 1) fprintf(stderr, "turns: %d\n", st.turns);
         if (st.turns > 0)

@@ -16,6 +16,7 @@
 #include "buf.h"
 #include "http.h"
 #include "openai.h"
+#include "session.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -23,34 +24,20 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return session_now(); }
 
 typedef struct {
     bool active;
-    int index;                   /* its KV cache: model_use_slot(index) */
     int conn;                    /* the connection served */
     ApiRequest *req;
-    int32_t *ids; int n_ids;     /* prompt, then the generated ids; [ctx + 1] */
-    int n_prompt, n_fed;
+    Session sess;                /* its KV cache (sess.slot) and what it holds: the request's prompt, then its reply */
     int n_cached;                /* the request's prompt tokens whose KV rows were kept from the slot's last one */
     int n_exact;                 /* rows 0..n_exact of the cache hold ids[0..n_exact) as a fresh prefill computes
                                   * them (whole chunks of max_batch from position 0): a request that starts with
                                   * those ids keeps them, and its text is what it would be from an empty cache */
     double last_used;
-    long max_new, n_gen;
-    int next;                    /* the argmax of the last forward */
     long n_served, n_generated;  /* statistics: requests finished, tokens generated */
     long n_generated_seen;       /* n_generated at the last statistics line */
-    bool dev_argmax;
-    TokDecoder dec;
-    Buf text;                    /* the reply so far (stop strings cut off) */
-    size_t sent;                 /* text bytes already streamed */
-    Sampler smp;
-    double t_start, t_first;
 } Slot;
 
 static struct {
@@ -63,7 +50,7 @@ static struct {
     Slot *slots; int n_slots;
     int next_slot;               /* round robin: the slot to step first next time */
     int next_decode;             /* the slot a decode batch starts from (more busy slots than max_batch) */
-    float *logits;               /* [vocab_size] model_forward's */
+    float *logits;               /* [vocab_size] a lone model_forward's, shared by the slots */
     /* the decode batch: one row per slot (model_forward_batch's arguments and results) */
     int32_t *b_ids, *b_next;
     int *b_slots, *b_pos;
@@ -71,7 +58,6 @@ static struct {
     float *b_logits;             /* [n_slots, vocab_size] */
     bool no_batch;               /* model_forward_batch said -1: the slots take turns */
     bool prefill_next;           /* the next step is a prefill chunk, where one waits */
-    char *piece; size_t piece_cap;
     long created_base, serial;
     /* statistics */
     long n_requests, n_tokens_in, n_tokens_out;
@@ -94,14 +80,13 @@ static void send_api_error(Conn *c, const ApiError *e) {
 static int chunk_tokens(void) { return model_info.max_batch > 0 ? model_info.max_batch : 1; }
 
 static void slot_release(Slot *s) {
-    int fed = s->n_fed < s->n_prompt ? s->n_fed : s->n_prompt;
+    int fed = s->sess.n_fed < s->sess.reply_start ? s->sess.n_fed : s->sess.reply_start;
     s->n_exact = fed / chunk_tokens() * chunk_tokens();
     s->last_used = now_s();
     if (s->conn >= 0) api_request_free(&S.reqs[s->conn]);
     s->active = false;
     s->conn = -1;
     s->req = NULL;
-    s->text.len = 0;
 }
 
 static void stream_delta(Conn *c, const ApiRequest *r, bool role, const char *text, size_t n) {
@@ -111,35 +96,29 @@ static void stream_delta(Conn *c, const ApiRequest *r, bool role, const char *te
     buf_free(&b);
 }
 
-/* streams text[sent..upto) as one event */
-static void stream_text(Slot *s, Conn *c, size_t upto) {
-    if (upto <= s->sent) return;
-    stream_delta(c, s->req, false, s->text.p + s->sent, upto - s->sent);
-    s->sent = upto;
-}
-
-/* The opening of a streamed chat reply: the assistant's role. */
-static void stream_open(Slot *s, Conn *c) {
-    http_send_head(c, 200, "text/event-stream", -1, !c->keep_alive || g_stop);
-    if (s->req->chat) stream_delta(c, s->req, true, "", 0);
+/* session.h's on_text: a streamed reply's text as it becomes final, one event a piece */
+static void slot_text(void *ctx, int tok, const char *text, size_t n) {
+    Slot *s = ctx;
+    s->n_generated += tok >= 0;
+    if (s->req->stream && n) stream_delta(&S.http.conns[s->conn], s->req, false, text, n);
 }
 
 /* The reply's end; why: its finish_reason, "stop" or "length" */
 static void slot_finish(Slot *s, const char *why) {
     Conn *c = &S.http.conns[s->conn];
     const ApiRequest *r = s->req;
-    ApiUsage u = { s->n_prompt, s->n_gen, s->n_cached };
-    S.n_tokens_in += s->n_prompt;
-    S.n_tokens_out += s->n_gen;
+    const Session *ss = &s->sess;
+    ApiUsage u = { ss->reply_start, ss->n_gen, s->n_cached };
+    S.n_tokens_in += ss->reply_start;
+    S.n_tokens_out += ss->n_gen;
     s->n_served++;
     Buf b = {0};
     if (r->stream) {
-        stream_text(s, c, s->text.len);
         api_stream_end(&b, r, why, &u);
         http_send_chunk(c, &b);
         http_end_stream(c);
     } else {
-        api_reply(&b, r, s->text.p ? s->text.p : "", s->text.len, why, &u);
+        api_reply(&b, r, ss->text.p ? ss->text.p : "", ss->text.len, why, &u);
         http_send_json(c, 200, &b);
     }
     buf_free(&b);
@@ -150,7 +129,7 @@ static void slot_finish(Slot *s, const char *why) {
  * the slot computed last, leaving at least one token to feed (for the logits). */
 static int slot_keeps(const Slot *s, const int32_t *ids, int n) {
     int common = 0, mb = chunk_tokens();
-    while (common < n && common < s->n_exact && s->ids[common] == ids[common]) common++;
+    while (common < n && common < s->n_exact && s->sess.ids[common] == ids[common]) common++;
     int keep = common / mb * mb;
     return keep < n ? keep : (n - 1) / mb * mb;
 }
@@ -177,78 +156,52 @@ static bool slot_start(void) {
             int kt = slot_keeps(t, ids, n);
             if (kt > keep || (kt == keep && t->last_used < s->last_used)) { s = t; keep = kt; }
         }
-        memcpy(s->ids, ids, (size_t)n * sizeof *ids);
-        free(ids);
         ApiRequest *r = &S.reqs[ci];
         s->active = true;
         s->conn = ci;
         s->req = r;
-        s->n_ids = s->n_prompt = n;
-        s->n_fed = s->n_cached = keep;
+        s->n_cached = keep;
         s->n_exact = 0;   /* until the request ends (slot_release) */
-        s->n_gen = 0;
-        long room = S.sm->ctx - n + 1;   /* the last token is sampled from position ctx-1 and never fed back */
-        s->max_new = r->max_tokens < 0 || r->max_tokens > room ? room : r->max_tokens;
-        s->dev_argmax = !sample_needs_logits(&r->sp);
-        sampler_reset(&s->smp);
-        sampler_seed(&s->smp, r->has_seed ? r->seed
-                                          : (unsigned long long)time(NULL) ^ (unsigned long long)(now_s() * 1e9));
-        for (int i = 0; i < n; i++) sampler_add(&s->smp, s->ids[i], false);
-        tokdec_init(&s->dec, S.sm->tok, false);
-        /* a completion continues its prompt: the decoder sees the prompt first (SentencePiece then keeps the
-         * continuation's leading space), as the command line's echo does; a chat reply starts afresh */
-        if (!r->chat)
-            for (int i = 0; i < n; i++) tokdec_push(&s->dec, s->ids[i], S.piece, S.piece_cap);
-        s->text.len = 0;
-        s->sent = 0;
-        s->t_start = now_s();
+        /* a completion continues its prompt: the decoder sees the prompt first, as the command line's echo does;
+         * a chat reply starts afresh */
+        SessionParams p = { .sp = r->sp, .max_new = r->max_tokens, .ignore_eos = r->ignore_eos, .continues = !r->chat,
+                            .stop = (const char *const *)r->stop, .stop_len = r->stop_len, .n_stop = r->n_stop,
+                            .on_text = slot_text, .ctx = s };
+        session_truncate(&s->sess, 0);
+        sampler_seed(&s->sess.smp, r->has_seed ? r->seed
+                                   : (unsigned long long)time(NULL) ^ (unsigned long long)(now_s() * 1e9));
+        session_begin(&s->sess, ids, n, &p);
+        free(ids);
+        s->sess.n_fed = keep;   /* the cache's rows 0..keep hold ids[0..keep) already (slot_keeps) */
         c->state = CONN_SERVING;
         S.n_requests++;
-        if (r->stream) stream_open(s, c);
+        if (r->stream) {   /* the opening of a streamed reply: a chat's with the assistant's role */
+            http_send_head(c, 200, "text/event-stream", -1, !c->keep_alive || g_stop);
+            if (r->chat) stream_delta(c, r, true, "", 0);
+        }
         return true;
     }
     return false;
 }
 
-/* the text's end that may still become a stop string: held back from the stream */
-static size_t stop_holdback(const Slot *s) {
-    size_t hold = 0;
-    for (int q = 0; q < s->req->n_stop; q++) {
-        size_t L = s->req->stop_len[q];
-        for (size_t k = L - 1; k > hold; k--)
-            if (k <= s->text.len && !memcmp(s->text.p + s->text.len - k, s->req->stop[q], k)) { hold = k; break; }
+/* After slot s's forward (its argmax in sess.next, its logits in logits where it asked): once the prompt is in, the
+ * next token sampled, the text streamed, the request finished at a stop or at max_tokens */
+static void slot_took(Slot *s, const float *logits) {
+    SessionStep step = session_took(&s->sess, logits);
+    if (step == SESSION_MORE) return;
+    if (step == SESSION_OOM) {   /* a stream already begun is cut off; a whole reply gets its error */
+        if (s->req->stream) S.http.conns[s->conn].state = CONN_CLOSING;
+        else SERVER_OOM(&S.http.conns[s->conn]);
+        slot_release(s);
+        return;
     }
-    return hold;
+    slot_finish(s, step == SESSION_STOP ? "stop" : "length");
 }
-
-/* Appends text[0..n) (one sampled id's) to the reply; true when a stop string ended it (the reply is cut
- * right before the stop string). */
-static bool slot_add_text(Slot *s, const char *text, size_t n) {
-    size_t before = s->text.len, cut = SIZE_MAX;   /* the earliest match of any stop string */
-    buf_add(&s->text, text, n);
-    for (int q = 0; q < s->req->n_stop; q++) {
-        size_t L = s->req->stop_len[q];
-        if (s->text.len < L) continue;
-        for (size_t at = before + 1 >= L ? before + 1 - L : 0; at + L <= s->text.len && at < cut; at++)
-            if (!memcmp(s->text.p + at, s->req->stop[q], L)) { cut = at; break; }
-    }
-    if (cut == SIZE_MAX) return false;
-    s->text.len = cut;
-    s->text.p[cut] = 0;
-    return true;
-}
-
-static void slot_took(Slot *s, const float *logits);
 
 /* One unit of model work in slot s alone: a prefill chunk, or the last sampled token fed; then slot_took */
 static void slot_step(Slot *s) {
     double t0 = now_s();
-    float *lg = s->dev_argmax ? NULL : S.logits;
-    model_use_slot(S.sm->model, s->index);
-    int mb = chunk_tokens(), left = s->n_prompt - s->n_fed;
-    int k = left <= 0 ? 1 : left < mb ? left : mb;   /* the last sampled token, or a prefill chunk */
-    s->next = model_forward(S.sm->model, s->ids + s->n_fed, k, s->n_fed, lg);
-    s->n_fed += k;
+    session_forward(&s->sess);
     S.busy_s += now_s() - t0;
     slot_took(s, S.logits);
 }
@@ -262,12 +215,12 @@ static bool decode_batch(void) {
     for (int k = 0; k < S.n_slots && n < chunk_tokens(); k++) {
         Slot *s = &S.slots[(first + k) % S.n_slots];
         S.next_decode = (first + k + 1) % S.n_slots;
-        if (!s->active || s->n_fed < s->n_prompt) continue;
-        S.b_ids[n] = s->ids[s->n_fed];
-        S.b_slots[n] = s->index;
-        S.b_pos[n] = s->n_fed;
+        if (!s->active || session_prefilling(&s->sess)) continue;
+        S.b_ids[n] = s->sess.ids[s->sess.n_fed];
+        S.b_slots[n] = s->sess.slot;
+        S.b_pos[n] = s->sess.n_fed;
         S.b_of[n++] = s;
-        logits |= !s->dev_argmax;
+        logits |= s->sess.how == SAMPLE_LOGITS;
     }
     if (!n) return true;
     double t0 = now_s();
@@ -280,45 +233,11 @@ static bool decode_batch(void) {
     S.n_batched += n;
     for (int t = 0; t < n; t++) {
         Slot *s = S.b_of[t];
-        s->n_fed++;
-        s->next = S.b_next[t];
+        s->sess.n_fed++;
+        s->sess.next = S.b_next[t];
         slot_took(s, S.b_logits + (size_t)t * model_info.vocab_size);
     }
     return true;
-}
-
-/* After slot s's forward (its argmax in s->next, its logits in logits where it asked): once the prompt is in,
- * the next token sampled, the text streamed, the request finished at a stop or at max_tokens */
-static void slot_took(Slot *s, const float *logits) {
-    Conn *c = &S.http.conns[s->conn];
-    const ApiRequest *r = s->req;
-    if (s->n_fed < s->n_prompt) return;
-    if (s->n_gen >= s->max_new) { slot_finish(s, "length"); return; }
-    int tok = s->dev_argmax ? s->next : sampler_sample(&s->smp, &r->sp, logits);
-    if (s->n_gen == 0) s->t_first = now_s() - s->t_start;
-    if (!r->ignore_eos && S.sm->is_stop(tok)) {
-        slot_add_text(s, S.piece, tokdec_flush(&s->dec, S.piece, S.piece_cap));
-        slot_finish(s, "stop");
-        return;
-    }
-    s->ids[s->n_ids++] = tok;
-    sampler_add(&s->smp, tok, true);
-    s->n_gen++;
-    s->n_generated++;
-    size_t n = tokdec_push(&s->dec, tok, S.piece, S.piece_cap);
-    bool stopped = slot_add_text(s, S.piece, n);
-    if (!stopped && s->n_gen >= s->max_new) {
-        stopped = slot_add_text(s, S.piece, tokdec_flush(&s->dec, S.piece, S.piece_cap));
-        if (!stopped) { slot_finish(s, "length"); return; }
-    }
-    if (s->text.oom) {   /* a stream already begun is cut off; a whole reply gets its error */
-        if (r->stream) c->state = CONN_CLOSING;
-        else SERVER_OOM(c);
-        slot_release(s);
-        return;
-    }
-    if (stopped) { slot_finish(s, "stop"); return; }
-    if (r->stream) stream_text(s, c, s->text.len - stop_holdback(s));
 }
 
 /* ---------------------------------------------------------------- routes */
@@ -412,7 +331,7 @@ static void print_stats(void) {
     double now = now_s(), dt = now - S.t_last_stats;
     long out = S.n_tokens_out;
     int open = 0, busy = slots_busy();
-    for (int k = 0; k < S.n_slots; k++) out += S.slots[k].active ? S.slots[k].n_gen : 0;
+    for (int k = 0; k < S.n_slots; k++) out += S.slots[k].active ? S.slots[k].sess.n_gen : 0;
     for (int i = 0; i < S.http.n_conns; i++) open += S.http.conns[i].fd >= 0;
     fprintf(stderr, "%s: %ld requests (%ld answered with an error), %ld prompt tokens, %ld generated; "
             "%.1f tok/s generated over the last %.0f s; slots busy %d of %d; queue %d; %d connections; "
@@ -443,8 +362,6 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
                      .max_conns = so->max_conns, .stop = &g_stop, .on = { route, conn_gone, NULL } };
 
     S.logits = malloc((size_t)model_info.vocab_size * sizeof *S.logits);
-    S.piece_cap = tokenizer_max_piece_bytes(sm->tok) + 64;
-    S.piece = malloc(S.piece_cap);
     S.n_slots = so->parallel;
     S.slots = calloc((size_t)S.n_slots, sizeof *S.slots);
     int rows = S.n_slots < chunk_tokens() ? S.n_slots : chunk_tokens();   /* a decode batch's */
@@ -454,14 +371,12 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
     S.b_pos = malloc((size_t)rows * sizeof *S.b_pos);
     S.b_of = malloc((size_t)rows * sizeof *S.b_of);
     S.b_logits = malloc((size_t)rows * (size_t)model_info.vocab_size * sizeof *S.b_logits);
-    bool oom = !S.logits || !S.piece || !S.slots || !S.b_ids || !S.b_next || !S.b_slots ||
+    bool oom = !S.logits || !S.slots || !S.b_ids || !S.b_next || !S.b_slots ||
                !S.b_pos || !S.b_of || !S.b_logits;
     for (int k = 0; !oom && k < S.n_slots; k++) {
         Slot *sl = &S.slots[k];
-        sl->index = k;
         sl->conn = -1;
-        sl->ids = malloc((size_t)(sm->ctx + 2) * sizeof *sl->ids);
-        oom |= !sl->ids || sampler_init(&sl->smp, model_info.vocab_size) != NULL;
+        oom |= session_init(&sl->sess, sm->model, k, sm->tok, sm->ctx, S.logits) != NULL;
     }
     if (oom) {
         fprintf(stderr, "%s: out of memory\n", S.name);
@@ -510,13 +425,13 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
          * batching: the next busy slot's step, in turn) */
         int decoding = 0, prefilling = 0;
         for (int k = 0; k < S.n_slots; k++)
-            if (S.slots[k].active) ++*(S.slots[k].n_fed < S.slots[k].n_prompt ? &prefilling : &decoding);
+            if (S.slots[k].active) ++*(session_prefilling(&S.slots[k].sess) ? &prefilling : &decoding);
         bool batched = decoding && !S.no_batch && (!prefilling || !S.prefill_next) && decode_batch();
         S.prefill_next = batched;
         for (int k = 0; !batched && k < S.n_slots; k++) {
             Slot *sl = &S.slots[(S.next_slot + k) % S.n_slots];
-            if (!sl->active || (!S.no_batch && sl->n_fed >= sl->n_prompt && prefilling)) continue;
-            S.next_slot = (sl->index + 1) % S.n_slots;
+            if (!sl->active || (!S.no_batch && !session_prefilling(&sl->sess) && prefilling)) continue;
+            S.next_slot = (sl->sess.slot + 1) % S.n_slots;
             slot_step(sl);
             break;
         }
@@ -524,12 +439,8 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
     }
     if (S.so->stats) print_stats();
     http_free(&S.http);
-    for (int k = 0; S.slots && k < S.n_slots; k++) {
-        sampler_free(&S.slots[k].smp);
-        buf_free(&S.slots[k].text);
-        free(S.slots[k].ids);
-    }
+    for (int k = 0; S.slots && k < S.n_slots; k++) session_free(&S.slots[k].sess);
     free(S.b_ids); free(S.b_next); free(S.b_slots); free(S.b_pos); free(S.b_of); free(S.b_logits);
-    free(S.slots); free(S.logits); free(S.piece); free(S.reqs); free(S.queue);
+    free(S.slots); free(S.logits); free(S.reqs); free(S.queue);
     return status;
 }

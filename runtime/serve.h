@@ -25,7 +25,6 @@ typedef struct {
     int ctx;                  /* KV-cache positions */
     SampleParams defaults;    /* generation_config's sampling, or the command line's */
     const char *system;       /* --system: the system message when a chat brings none (NULL: the template's) */
-    bool (*is_stop)(int id);  /* generation_config's EOS ids and the chat template's end of turn */
     const char *compute;      /* what runs the kernels (model_threads) */
 } ServeModel;
 
