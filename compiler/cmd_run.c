@@ -145,7 +145,7 @@ typedef struct { char name[128]; char arch[16]; double gbs, f32_tflops, bf16_tfl
 
 static bool detect_gpu(Gpu *g) {
     memset(g, 0, sizeof *g);
-    if (system("command -v nvcc >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1") != 0) return false;
+    if (!gpu_present()) return false;
     FILE *f = popen("nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null", "r");
     char line[256] = "";
     if (!f) return false;

@@ -216,11 +216,18 @@ static void read_rope(Arena *a, const Json *j, ModelConfig *c) {
     c->rope_original_max_pos = s->orig;
 }
 
+void config_llamacpp_sampling(ModelConfig *c) {
+    c->temperature = 0.8; c->top_k = 40; c->top_p = 0.95; c->min_p = 0.05; c->repetition_penalty = 1.0;
+    c->do_sample = true;
+    for (int i = 0; i < 5; i++) c->sampling_from[i] = "llama.cpp's default";
+}
+
+/* generation_config.json as transformers' generate() reads it (a key it lacks: GenerationConfig's default; greedy
+ * unless do_sample); without one, llama.cpp's defaults, so that a free-form prompt gets sensible text */
 static void read_generation_config(Arena *a, const char *dir, ModelConfig *c) {
-    c->temperature = 1.0; c->top_p = 1.0; c->top_k = 0; c->min_p = 0.0; c->repetition_penalty = 1.0;
-    c->do_sample = false;
     const char *path = path_join(a, dir, "generation_config.json");
     c->has_generation_config = file_exists(path);
+    config_llamacpp_sampling(c);
     if (!c->has_generation_config) return;
     Json j;
     json_load_file(a, &j, path);
@@ -228,12 +235,19 @@ static void read_generation_config(Arena *a, const char *dir, ModelConfig *c) {
     read_bos(a, &j, 0, c->vocab_size, &c->bos_token_id);
     read_eos(a, &j, 0, c->vocab_size, c);
     c->temperature = get_num(a, &j, 0, NULL, "temperature", false, 1.0, 0, false, -1);
+    c->top_k = get_int(a, &j, 0, NULL, "top_k", false, 50, 0);
     c->top_p = get_num(a, &j, 0, NULL, "top_p", false, 1.0, 0, true, 1.0);
-    c->top_k = get_int(a, &j, 0, NULL, "top_k", false, 0, 0);
     c->min_p = get_num(a, &j, 0, NULL, "min_p", false, 0.0, 0, false, 1.0);
     c->repetition_penalty = get_num(a, &j, 0, NULL, "repetition_penalty", false, 1.0, 0, true, -1);
+    static const char *const keys[5] = {"temperature", "top_k", "top_p", "min_p", "repetition_penalty"};
+    for (int i = 0; i < 5; i++)
+        c->sampling_from[i] = present(&j, 0, keys[i]) >= 0 ? "generation_config.json" : "transformers' default";
     c->do_sample = get_bool(a, &j, 0, "do_sample", false);
-    if (!c->do_sample) c->temperature = 0.0;   /* HF generate() is greedy unless do_sample */
+    if (!c->do_sample) {   /* HF generate() is greedy unless do_sample */
+        c->temperature = 0.0;
+        c->sampling_from[0] = present(&j, 0, "do_sample") >= 0 ? "generation_config.json: do_sample false"
+                                                                  : "transformers' default: do_sample false";
+    }
 }
 
 /* ---- the keys of config.json ----
@@ -524,6 +538,9 @@ static const char *hf_snapshot(Arena *a, const char *hub, const char *model) {
 const char *model_resolve_dir(Arena *a, const char *model, const char *root) {
     if (!model || !*model) die_user(NULL, NULL, "no model given");
     if (has_config(a, model)) return arena_strdup(a, model);
+    if (file_exists(model) && !dir_exists(model))
+        die_user(model, NULL, "not a GGUF file or model directory (a GGUF file starts with \"GGUF\"; a Hugging Face "
+                 "model directory holds config.json)");
     if (root && !strchr(model, '/')) {
         const char *d = path_join(a, path_join(a, root, "models"), model);
         if (has_config(a, d)) return d;

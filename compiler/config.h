@@ -60,6 +60,8 @@ typedef struct {
     double temperature, top_p, min_p, repetition_penalty;
     int top_k;
     bool do_sample;
+    /* where each came from (temperature, top-k, top-p, min-p, repetition penalty; model_api.h's sampling_from) */
+    const char *sampling_from[5];
 } ModelConfig;
 
 /* Resolves MODEL (a directory, a name under models/, or ORG/NAME in the
@@ -80,6 +82,9 @@ bool config_key_ignored(const ConfigOptions *opts, const char *key);
 /* The llmcc checkout: two directories above /proc/self/exe (build/llmcc -> repo);
  * NULL when that cannot be read. */
 const char *llmcc_root(Arena *a);
+/* llama.cpp's sampling defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, no repetition penalty), each
+ * one's source so named: a checkpoint's when it recommends none */
+void config_llamacpp_sampling(ModelConfig *c);
 const char *rope_type_name(RopeScalingType t);   /* "none" | "linear" | "llama3" */
 /* Every field of cfg as `name: value` lines on stdout: what `llmcc inspect` prints (cmd_inspect.c). */
 void model_config_print(const ModelConfig *cfg);

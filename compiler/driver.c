@@ -5,6 +5,7 @@
 #include "gguf_model.h"
 #include <ftw.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -42,4 +43,8 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
     (void)sb; (void)flag; (void)ftw;
     return remove(p);
 }
+bool gpu_present(void) {
+    return system("command -v nvcc >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1") == 0;
+}
+
 void rm_rf(const char *p) { nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }

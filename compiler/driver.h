@@ -14,4 +14,6 @@ Target parse_target(const char *v);
 DType parse_kv_dtype(const char *v);
 DType kv_dtype_default(Target t);
 void rm_rf(const char *path);
+/* an NVIDIA GPU to run on and nvcc to build for it (nvidia-smi lists a GPU): where the target defaults to cuda */
+bool gpu_present(void);
 #endif

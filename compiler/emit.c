@@ -530,9 +530,12 @@ static void emit_model_info(Str *o, const KProgram *kp, const ModelInfo *mi, Tar
     str_printf(o, "%s},\n    ", mi->n_eos ? "" : "0");
     const float f[4] = {mi->temperature, mi->top_p, mi->min_p, mi->repetition_penalty};
     for (int i = 0; i < 4; i++) { emit_float_lit(o, f[i]); str_printf(o, i < 3 ? ", " : ""); }
-    str_printf(o, ",\n    %d,\n    %d, tensor_names,\n    %lld,\n    %lldLL,\n    %d,\n    \"%s\",\n};\n", mi->top_k,
+    str_printf(o, ",\n    %d,\n    %d, tensor_names,\n    %lld,\n    %lldLL,\n    %d,\n    \"%s\",\n    {", mi->top_k,
                tp->n_weights, tp->top_k ? (long long)tp->top_k->dims[2] : 0LL, decode_weight_bytes(kp),
                decode_launches(kp), dtype_names[tp->g->kv_dtype]);
+    for (int i = 0; i < MODEL_SAMPLING_SETTINGS; i++)
+        str_printf(o, "%s\"%s\"", i ? ", " : "", mi->sampling_from[i] ? mi->sampling_from[i] : "");
+    str_printf(o, "},\n};\n");
 }
 
 /* One row of the payload's table: name (a string literal, or pieces of one), dtype, rank, shape */

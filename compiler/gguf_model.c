@@ -221,13 +221,18 @@ static void read_tokens_and_sampling(Arena *a, const GgufModel *m, ModelConfig *
         for (int k = 0; k < c->n_eos; k++) dup |= c->eos_token_ids[k] == id;
         if (!dup) c->eos_token_ids[c->n_eos++] = id;
     }
-    /* as without generation_config.json (config.c), unless the file recommends values */
-    c->temperature = get_num(g, "general.sampling.temp", 1.0, 0, false, -1);
-    c->top_p = get_num(g, "general.sampling.top_p", 1.0, 0, true, 1.0);
-    c->top_k = get_size(g, "general.sampling.top_k", false, 0, 0);
-    c->min_p = get_num(g, "general.sampling.min_p", 0.0, 0, false, 1.0);
-    c->repetition_penalty = get_num(g, "general.sampling.penalty_repeat", 1.0, 0, true, -1);
-    c->do_sample = gguf_find_kv(g, "general.sampling.temp") && c->temperature > 0;
+    /* llama.cpp's defaults, as without generation_config.json (config.c), where the file recommends no value */
+    config_llamacpp_sampling(c);
+    static const char *const keys[5] = {"general.sampling.temp", "general.sampling.top_k", "general.sampling.top_p",
+                                        "general.sampling.min_p", "general.sampling.penalty_repeat"};
+    c->temperature = get_num(g, keys[0], c->temperature, 0, false, -1);
+    c->top_k = get_size(g, keys[1], false, c->top_k, 0);
+    c->top_p = get_num(g, keys[2], c->top_p, 0, true, 1.0);
+    c->min_p = get_num(g, keys[3], c->min_p, 0, false, 1.0);
+    c->repetition_penalty = get_num(g, keys[4], c->repetition_penalty, 0, true, -1);
+    for (int i = 0; i < 5; i++)
+        if (gguf_find_kv(g, keys[i])) c->sampling_from[i] = keys[i];
+    c->do_sample = c->temperature > 0;
 }
 
 void gguf_model_open(Arena *a, const char *path, const ConfigOptions *opts, GgufModel *m, ModelConfig *c) {

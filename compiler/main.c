@@ -79,6 +79,14 @@ static int cmd_inspect_gguf(int argc, char **argv) {
 }
 
 #define LLMCC_VERSION "0.1.0"
+#ifndef LLMCC_COMMIT
+#define LLMCC_COMMIT ""   /* the Makefile's: git rev-parse --short HEAD */
+#endif
+/* "llmcc 0.1.0 (commit 1b5a5f5)": what made a project, in its marker and its executable's --version */
+static const char *made_by(Arena *a) {
+    return arena_printf(a, "llmcc %s%s%s%s", LLMCC_VERSION, *LLMCC_COMMIT ? " (commit " : "", LLMCC_COMMIT,
+                        *LLMCC_COMMIT ? ")" : "");
+}
 #define PROJECT_MARKER ".llmcc-project"
 
 static const char USAGE[] =
@@ -128,7 +136,8 @@ static const char USAGE[] =
     "compile / build options:\n"
     "  --target cpu|cuda-emu|cuda code for the CPU (its own schedules, C + OpenMP), the GPU's schedules run\n"
     "                             exactly on the CPU (C; the tool that checks them without a GPU), or NVIDIA\n"
-    "                             GPUs (CUDA) (default: cuda; --ir c: cpu)\n"
+    "                             GPUs (CUDA) (default: cuda; --ir c: cpu; build: cuda where nvidia-smi finds a\n"
+    "                             GPU, else cpu)\n"
     "  --name NAME                executable name (default: the family: llama, qwen, qwen3, mistral)\n"
     "  --arch SM                  CUDA architecture (default: sm_90)\n"
     "  --ctx N                    KV-cache positions (default: min(max_position_embeddings, 8192))\n"
@@ -172,6 +181,7 @@ typedef struct {
     const char *model, *ir, *out, *name, *arch;
     int print_after;           /* --print-after STAGE (pipeline.h) */
     Target target;
+    bool target_given;         /* --target (build's default: cuda where a GPU is, else cpu) */
     int ctx, max_batch;
     Knobs knobs;
     bool force_dtype, random_weights, timings, no_chat;
@@ -209,7 +219,7 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
 #define NEED() do { if (!v) die_user(NULL, a, "needs a value"); i++; } while (0)
         if (!strcmp(a, "--ir")) { NEED(); o->ir = v; }
         else if (!strcmp(a, "--print-after")) { NEED(); o->print_after = pipeline_print_after_parse(v); }
-        else if (!strcmp(a, "--target")) { NEED(); o->target = parse_target(v); }
+        else if (!strcmp(a, "--target")) { NEED(); o->target = parse_target(v); o->target_given = true; }
         else if (!strcmp(a, "-o")) { NEED(); o->out = v; }
         else if (!strcmp(a, "--name")) {
             NEED();
@@ -286,6 +296,8 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
     if (o->expr && o->one_layer) die_user(NULL, "--layer", "needs a MODEL, not -c EXPR");
     if (!o->model && !o->expr) die_user(NULL, NULL, "no MODEL given (see llmcc --help)");
     if (build && !o->out) die_user(NULL, "-o", "build needs an output directory: -o DIR");
+    /* build: the executable runs here, as make's default model does: cuda where a GPU is, else cpu (said) */
+    if (build && !o->target_given && !gpu_present()) o->target = TARGET_CPU;
     if (!build && !o->ir && !o->print_after)
         die_user(NULL, "--ir", "compile needs a level: --ir graph|tensor|loop|tile|kernel|cuda|c "
                  "(or --print-after STAGE)");
@@ -326,8 +338,9 @@ static EmitOptions emit_options(const Compilation *c, Target t, const char *name
                                   m->intermediate_size, m->num_hidden_layers, m->num_attention_heads,
                                   m->num_key_value_heads, m->head_dim, c->max_ctx, c->max_batch, m->bos_token_id,
                                   m->n_eos, {0}, (float)m->temperature, (float)m->top_p, (float)m->min_p,
-                                  (float)m->repetition_penalty, m->top_k, 0, NULL, 0, 0, 0, NULL}};
+                                  (float)m->repetition_penalty, m->top_k, 0, NULL, 0, 0, 0, NULL, {NULL}}};
     CHECK(m->n_eos <= MODEL_MAX_EOS, "%d eos ids", m->n_eos);
+    memcpy(eo.info.sampling_from, m->sampling_from, sizeof eo.info.sampling_from);
     memcpy(eo.info.eos_ids, m->eos_token_ids, sizeof(int) * (size_t)m->n_eos);
     return eo;
 }
@@ -467,13 +480,13 @@ static int cmd_build(int argc, char **argv) {
     const char *model_cflags = emit_cflags(o.target);
     char *m1 = replace_all(tpl, "@NAME@", name), *m2 = replace_all(m1, "@ARCH@", o.arch);
     char *m3 = replace_all(m2, "@TARGET@", target_names[o.target]);
-    char *m4 = replace_all(m3, "@MODEL_CFLAGS@", model_cflags);
-    write_file_atomic(path_join(A, tmp, "Makefile"), m4, strlen(m4));
+    char *m4 = replace_all(m3, "@MODEL_CFLAGS@", model_cflags), *m5 = replace_all(m4, "@MADE_BY@", made_by(A));
+    write_file_atomic(path_join(A, tmp, "Makefile"), m5, strlen(m5));
     if (o.compress) {
         const char *mk = arena_printf(A, "# written by llmcc build --compress\nCOMPRESS ?= %d\n", o.compress);
         write_file_atomic(path_join(A, tmp, "options.mk"), mk, strlen(mk));
     }
-    free(tpl); free(m1); free(m2); free(m3); free(m4);
+    free(tpl); free(m1); free(m2); free(m3); free(m4); free(m5);
 
     double t_codegen = now_s() - t_cg0;
     /* the payload: weights in the order the generated code expects, and the tokenizer */
@@ -520,7 +533,7 @@ static int cmd_build(int argc, char **argv) {
     double t_pack0 = now_s();
     pack_payload_ex(path_join(A, tmp, "payload.bin"), pt, ps, c.tp.n_weights, tok, tok ? tok_size : 0);
     double t_pack = now_s() - t_pack0;
-    const char *marker = arena_printf(A, "made by llmcc %s from %s\n", LLMCC_VERSION, c.cfg.dir);
+    const char *marker = arena_printf(A, "made by %s from %s\n", made_by(A), c.cfg.dir);
     write_file_atomic(path_join(A, tmp, PROJECT_MARKER), marker, strlen(marker));
 
     /* into place */
@@ -543,9 +556,11 @@ static int cmd_build(int argc, char **argv) {
         if (peak >= 0) fprintf(stderr, ", peak memory %.0f MiB", peak);
         fputc('\n', stderr);
     }
-    fprintf(stderr, "llmcc: wrote %s (%s, %d kernels, %d launches per step, %d tensors); build it with: make -C %s\n",
-            out, target_names[o.target], c.kp.nk, c.kp.nl - kernel_sampling_launches(&c.kp),
-            c.tp.n_weights, out);
+    fprintf(stderr, "llmcc: wrote %s (%s, %d kernels, %d launches per step, %d tensors); build it with: make -C %s%s\n",
+            out, target_names[o.target], c.kp.nk, c.kp.nl - kernel_sampling_launches(&c.kp), c.tp.n_weights, out,
+            o.target_given ? ""
+            : o.target == TARGET_CPU ? " (for the CPU: no NVIDIA GPU here; --target cuda builds for one)"
+                                     : " (for the GPU here; --target cpu builds for the CPU)");
     teardown(&c);
     return 0;
 }
@@ -555,7 +570,12 @@ int main(int argc, char **argv) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (!strcmp(argv[1], "--version")) { printf("llmcc %s\n", LLMCC_VERSION); return 0; }
+    if (!strcmp(argv[1], "--version")) {
+        Arena a = {0};
+        printf("%s\n", made_by(&a));
+        arena_free(&a);
+        return 0;
+    }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "compile")) return cmd_compile(argc - 2, argv + 2);
     if (!strcmp(cmd, "build")) return cmd_build(argc - 2, argv + 2);

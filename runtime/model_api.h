@@ -10,6 +10,7 @@
 
 #define MODEL_MAX_EOS 8
 #define MODEL_TOPK_CAP 128       /* max_top_k is at most this */
+#define MODEL_SAMPLING_SETTINGS 5   /* temperature, top-k, top-p, min-p, repetition penalty */
 
 typedef struct {
     const char *name;            /* executable name, e.g. "qwen" */
@@ -31,6 +32,9 @@ typedef struct {
                                       * gather one row (--stats: bytes per token) */
     int decode_launches;         /* kernel launches of a one-token model_forward call (--info, --stats) */
     const char *kv_dtype;        /* the KV cache's elements: "f32" or "bf16" (llmcc build --kv-dtype) */
+    /* where each sampling default came from, in the order temperature, top-k, top-p, min-p, repetition penalty:
+     * "generation_config.json", "transformers' default", "llama.cpp's default", a GGUF key (--info) */
+    const char *sampling_from[MODEL_SAMPLING_SETTINGS];
 } ModelInfo;
 
 extern const ModelInfo model_info;

@@ -213,7 +213,9 @@ const char *payload_open(Payload *p, const char *argv0) {
         PayloadFooter f;
         if (fsize < sizeof f || pread(fd, &f, sizeof f, (off_t)(fsize - sizeof f)) != (ssize_t)sizeof f ||
             memcmp(f.magic, FOOTER_MAGIC, 8) != 0)
-            return close_fd(fd, DAMAGED "footer not found at the end of the file)");
+            return close_fd(fd, "the executable is truncated or damaged, or was stripped (no payload footer at its "
+                                "end: strip and objcopy drop the weights llmcc build appends after the program; make "
+                                "STRIP=1 builds a stripped executable)");
         if (f.version != PAYLOAD_VERSION) return close_fd(fd, bad_version("payload footer", f.version));
         if (f.payload_offset % PAYLOAD_ALIGN != 0 || f.payload_offset > fsize - sizeof f ||
             f.payload_size != fsize - sizeof f - f.payload_offset)

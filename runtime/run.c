@@ -7,6 +7,7 @@
  * rewrites earlier turns as Qwen3's drops their reasoning, the conversation
  * is rendered again and the cache kept up to where it still agrees).
  * Errors: one line "NAME: what is wrong" on stderr, exit status 1. */
+#include "chat.h"
 #include "model_api.h"
 #include "payload_rt.h"
 #include "sample.h"
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #define DEFAULT_MAX_NEW 256
+#define MAX_STOP 16              /* --stop strings at most */
 
 /* ---------------------------------------------------------------- state */
 /* Everything lives in one global so an error exit leaves nothing unreachable. */
@@ -34,13 +36,13 @@ static struct {
     Model *model;
     Tokenizer *tok;
     Session sess;          /* the conversation: its ids, what the KV cache holds, the sampler */
+    Chat chat;             /* with a chat template: the conversation's messages (chat.c) */
+    char *prompt_read;     /* the prompt read from stdin or -f FILE */
+    char *prompt_args;     /* the prompt given as arguments, joined by spaces */
     int ctx;
     float *logits;         /* [vocab] */
     FILE *logits_f;
     int32_t *pending;      /* the ids of the prompt or turn at hand: reachable on an error exit */
-    char **line;           /* -i's line buffer */
-    ChatMsg *msgs;         /* -i with a template that rewrites history: the conversation so far (owned texts) */
-    int n_msgs;
     int think_open, think_close;   /* <think> / </think> ids, -1 when the tokenizer has none */
     char compute[256];     /* model_threads: what runs the kernels */
     bool no_graph;         /* --no-graph: the decode step's kernels launched one by one */
@@ -87,10 +89,13 @@ static void out_flush(void) {
 /* ---------------------------------------------------------------- options */
 typedef struct {
     const char *prompt, *prompt_ids, *logits_path, *system;
+    const char *prompt_file;       /* -f FILE ("-": stdin) */
+    const char *stop[MAX_STOP]; size_t stop_len[MAX_STOP]; int n_stop;   /* --stop: the reply ends before one */
     long max_new; bool has_n;
     SampleParams sp;
+    unsigned sp_given;             /* bit i: the command line set model_info.sampling_from[i]'s setting */
     unsigned long long seed; bool has_seed;
-    bool ids, stats, info, verify, ignore_eos, tokenize;
+    bool ids, stats, info, verify, ignore_eos, tokenize, version;
     bool device_topk;              /* --top-k from model_topk (default on the GPU; on the CPU the logits are at hand) */
     bool chat_on, chat_off, interactive;
     int think;                     /* enable_thinking: 0, 1, or TOK_THINK_DEFAULT (the template's) */
@@ -114,63 +119,70 @@ static void usage(void) {
                  "(2..%d: drawn from the device's top-k, penalties applied there,\n"
                  "                          %s; --device-topk / --no-device-topk)", kmax,
                  on_gpu() ? "by default" : "with --device-topk (the CPU has the logits at hand)");
-    printf("usage: %s [options]\n"
-           "Runs %s (%s, %s), weights and tokenizer built in.\n\n"
-           "  --prompt TEXT, -p TEXT  text to continue (BOS added as the tokenizer says), or with a\n"
-           "                          chat template the user's message (only the reply is printed)\n"
+    printf("usage: %s [options] [PROMPT]\n"
+           "Runs %s (%s, %s), weights and tokenizer built in. With no prompt: a chat on a terminal (when\n"
+           "the model has a chat template), else the text on stdin is the prompt.\n\n"
+           "The prompt:\n"
+           "  -p, --prompt TEXT       text to continue (BOS added as the tokenizer says), or with a chat\n"
+           "                          template the user's message (only the reply is printed); - : stdin\n"
+           "  -f, --file FILE         the prompt is FILE's text (- : stdin; a line end at its end dropped)\n"
            "  --prompt-ids 1,2,3      token ids to continue, used as given (no chat template)\n"
-           "  --chat, --no-chat       apply the chat template to --prompt (default: on when the\n"
+           "  --chat, --no-chat       apply the chat template to the prompt (default: on when the\n"
            "                          tokenizer has one)\n"
-           "  --system TEXT           the system message (default: the template's own, if any)\n"
+           "  -sys, --system TEXT     the system message (default: the template's own, if any)\n"
            "                          (Llama 3.2's template dates the system turn with today's date;\n"
            "                          the environment's " TOK_CHAT_DATE_ENV "=\"26 Jul 2024\" sets it)\n"
-           "  -i, --interactive       chat: one user turn per line of stdin, until its end\n"
+           "  -i, -cnv, --interactive chat turn by turn (/help lists the commands; Ctrl-C stops a reply)\n"
            "  --think, --no-think     the template's thinking switch (enable_thinking; Qwen3: on by default)\n"
            "  --hide-thinking         leave the reasoning (<think>...</think>) out of the printed reply\n"
-           "                          (on a terminal it is printed dim)\n"
-           "  -n, --max-tokens N      new tokens at most (default: until EOS or the context end,\n"
-           "                          at most %d; -1: no cap; more than fits: up to the context end)\n"
-           "  --temperature F         >= 0; 0: greedy (default %g)\n"
+           "                          (on a terminal it is printed dim)\n\n"
+           "Generation:\n"
+           "  -n, --max-tokens N      new tokens at most (default: until EOS or the context end, at most\n"
+           "                          %d; in a chat no cap; -1: no cap; more than fits: up to the context end)\n"
+           "  --temp, --temperature F >= 0; 0: greedy (default %g)\n"
            "  --top-k N               >= 0; 0: off (default %d)%s\n"
            "  --top-p F               in (0, 1]; 1: off (default %g)\n"
            "  --min-p F               in [0, 1]; 0: off (default %g)\n"
            "  --repeat-penalty F      > 0; 1: off (default %g); over the prompt and the reply\n"
            "  --frequency-penalty F   in -2..2: each generated id's logit less F per time it was generated\n"
            "  --presence-penalty F    in -2..2: each generated id's logit less F (OpenAI's; 0: off)\n"
-           "  --seed N                sampling seed (default: from the clock)\n"
+           "  -s, --seed N            sampling seed (default: from the clock)\n"
+           "  -r, --stop TEXT         end the reply before TEXT (up to %d, each its own flag)\n"
+           "  --ignore-eos            keep generating past end-of-sequence tokens\n"
+           "  -c, --ctx N             KV-cache length (default and most: %d)\n\n"
+           "Output and measurement:\n"
            "  --ids                   print the generated ids, not text\n"
            "  --logits PATH           write the logits of each generated token (f32, %d per token)\n"
            "  --stats                 timings and which path sampled, on stderr (--serve: a line every 10 s;\n"
            "                          SIGUSR1 prints one at any time)\n"
-           "  --ignore-eos            keep generating past end-of-sequence tokens\n"
            "  --tokenize              print the prompt's ids (after the chat template) and exit\n"
            "  --perplexity FILE       the text's perplexity, as llama.cpp's llama-perplexity measures it:\n"
            "                          windows of --ppl-ctx N tokens (default 512), the second half of each\n"
-           "                          scored; prints \"perplexity: P\" and exits\n"
-           "  --ctx N                 KV-cache length (default and most: %d)\n"
-           "  --no-graph              (GPU builds) launch the decode step's kernels one by one, not as one\n"
-           "                          CUDA Graph (to compare; LLMCC_CUDA_CHECK=1 does so too)\n"
-           "  --serve                 serve the OpenAI HTTP API (POST /v1/chat/completions, /v1/completions,\n"
-           "                          GET /v1/models, /health) until SIGTERM; the sampling options above\n"
-           "                          are the requests' defaults\n"
-           "  --host ADDR             --serve: the address to listen on (default 127.0.0.1: this machine only)\n"
-           "  --port N                --serve: the TCP port (default 8080; 0: any free one, printed)\n"
-           "  --parallel N            --serve: requests in flight at once, each with a KV cache of its own\n"
+           "                          scored; prints \"perplexity: P\" and exits\n\n"
+           "Serving (the OpenAI HTTP API: POST /v1/chat/completions, /v1/completions, GET /v1/models, /health):\n"
+           "  --serve                 serve until SIGTERM; the sampling options above are the requests' defaults\n"
+           "  --host ADDR             the address to listen on (default 127.0.0.1: this machine only)\n"
+           "  --port N                the TCP port (default 8080; 0: any free one, printed)\n"
+           "  --parallel N            requests in flight at once, each with a KV cache of its own\n"
            "                          (default 1, at most 64; those past their prompt decode as one batch,\n"
            "                          a prompt's chunk between two batches; more requests wait in a queue)\n"
-           "  --api-key KEY           --serve: requests must carry \"Authorization: Bearer KEY\" (all but /health)\n"
-           "  --max-body BYTES        --serve: the largest request body (default 1048576)\n"
-           "  --timeout S             --serve: seconds for a request to arrive, a reply to be taken up, and\n"
+           "  --api-key KEY           requests must carry \"Authorization: Bearer KEY\" (all but /health)\n"
+           "  --max-body BYTES        the largest request body (default 1048576)\n"
+           "  --timeout S             seconds for a request to arrive, a reply to be taken up, and\n"
            "                          an idle connection to be kept (default 30)\n"
-           "  --max-conns N           --serve: open connections at most (default 512)\n"
-           "  --stats-every S         --serve: the --stats line every S seconds (default 10)\n"
-           "  --threads N             CPU threads (default: one per physical core, each pinned to it)\n"
-           "  --info                  describe the model and exit\n"
+           "  --max-conns N           open connections at most (default 512)\n"
+           "  --stats-every S         the --stats line every S seconds (default 10)\n\n"
+           "The machine:\n"
+           "  -t, --threads N         CPU threads (default: one per physical core, each pinned to it)\n"
+           "  --no-graph              (GPU builds) launch the decode step's kernels one by one, not as one\n"
+           "                          CUDA Graph (to compare; LLMCC_CUDA_CHECK=1 does so too)\n"
+           "  --info                  describe the model and the settings in force, and exit\n"
            "  --verify                check the built-in payload's checksum and exit\n"
+           "  --version               llmcc's version, the model, the build's date and target\n"
            "  -h, --help              this text\n",
            mi->name, mi->name, mi->architecture, mi->target, DEFAULT_MAX_NEW,
-           mi->temperature, mi->top_k, dev_topk, mi->top_p, mi->min_p, mi->repetition_penalty,
-           mi->vocab_size, mi->max_ctx);
+           mi->temperature, mi->top_k, dev_topk, mi->top_p, mi->min_p, mi->repetition_penalty, MAX_STOP,
+           mi->max_ctx, mi->vocab_size);
 }
 
 /* A whole number in lo..hi; what: the range in words (NULL: "a whole number in lo..hi"). */
@@ -194,6 +206,31 @@ static float parse_float(const char *flag, const char *s, double lo, bool lo_ope
     return (float)v;
 }
 
+/* The whole text of path ("-": stdin), malloc'd and NUL-terminated; flag names it in an error. strip_eol: a
+ * prompt's, without the line end it ends with. */
+static char *read_text(const char *path, const char *flag, bool strip_eol) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) die("%s %s: %s", flag, path, strerror(errno));
+    size_t cap = 1 << 16, len = 0, k;
+    char *text = malloc(cap + 1);
+    while (text && (k = fread(text + len, 1, cap - len, f)) > 0)
+        if ((len += k) == cap) {
+            char *t = realloc(text, (cap *= 2) + 1);
+            if (!t) free(text);
+            text = t;
+        }
+    bool bad = !text || ferror(f);
+    if (f != stdin) fclose(f);
+    if (!text) die("out of memory");
+    if (bad) { free(text); die("%s %s: cannot read it", flag, path); }
+    text[len] = 0;
+    if (strlen(text) != len) { free(text); die("%s %s: the text holds a NUL byte", flag, path); }
+    /* one line end at the end is the file's or echo's, not the prompt's */
+    if (strip_eol && len && text[len - 1] == '\n') text[--len] = 0;
+    if (strip_eol && len && text[len - 1] == '\r') text[--len] = 0;
+    return text;
+}
+
 static void parse_args(int argc, char **argv, Opts *o) {
     const ModelInfo *mi = &model_info;
     memset(o, 0, sizeof *o);
@@ -207,10 +244,22 @@ static void parse_args(int argc, char **argv, Opts *o) {
     o->think = TOK_THINK_DEFAULT;
     o->so = (ServeOpts){ .host = "127.0.0.1", .port = 8080, .parallel = 1, .max_body = 1 << 20, .timeout_s = 30,
                          .max_conns = 512, .stats_every = 10 };
+    size_t args_len = 0;
+    bool only_args = false;   /* after -- */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         char flag[64];
-        if (a[0] != '-' || a[1] == 0) die("unexpected argument '%s' (the prompt goes after --prompt; see --help)", a);
+        if (!only_args && !strcmp(a, "--")) { only_args = true; continue; }
+        if (only_args || a[0] != '-' || a[1] == 0) {   /* a word of the prompt, as ollama run takes one */
+            size_t l = strlen(a);
+            char *p = realloc(G.prompt_args, args_len + l + 2);
+            if (!p) die("out of memory");
+            G.prompt_args = p;
+            if (args_len) p[args_len++] = ' ';
+            memcpy(p + args_len, a, l + 1);
+            args_len += l;
+            continue;
+        }
         const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
         size_t fl = eq ? (size_t)(eq - a) : strlen(a);
         if (fl >= sizeof flag) fl = sizeof flag - 1;
@@ -222,31 +271,57 @@ static void parse_args(int argc, char **argv, Opts *o) {
 #define VAL() (val ? val : (i + 1 < argc ? argv[++i] : (die("%s needs a value", flag), "")))
         if (IS("-h") || IS("--help")) { NOVAL(); usage(); out_flush(); exit(0); }
         else if (IS("--prompt") || IS("-p")) o->prompt = VAL();
+        else if (IS("--file") || IS("-f")) o->prompt_file = VAL();
+        else if (IS("--stop") || IS("-r")) {
+            const char *t = VAL();
+            if (!*t) die("%s: empty", flag);
+            if (o->n_stop == MAX_STOP) die("%s: at most %d stop strings", flag, MAX_STOP);
+            o->stop_len[o->n_stop] = strlen(t);
+            o->stop[o->n_stop++] = t;
+        }
+        else if (IS("--version")) { NOVAL(); o->version = true; }
         else if (IS("--prompt-ids")) o->prompt_ids = VAL();
         else if (IS("-n") || IS("--max-tokens")) {
             o->max_new = parse_int(flag, VAL(), -1, 1L << 30, NULL); o->has_n = true;
         }
-        else if (IS("--temperature"))
+        else if (IS("--temperature") || IS("--temp")) {
             o->sp.temperature = parse_float(flag, VAL(), 0, false, 1e6, "a number in 0..1e6 (0: greedy)");
-        else if (IS("--top-k")) o->sp.top_k = (int)parse_int(flag, VAL(), 0, 1L << 30, "a whole number >= 0 (0: off)");
-        else if (IS("--top-p")) o->sp.top_p = parse_float(flag, VAL(), 0, true, 1, "a number in (0, 1] (1: off)");
-        else if (IS("--min-p")) o->sp.min_p = parse_float(flag, VAL(), 0, false, 1, "a number in [0, 1] (0: off)");
-        else if (IS("--repeat-penalty")) o->sp.rep = parse_float(flag, VAL(), 0, true, 1e6, "a number > 0 (1: off)");
+            o->sp_given |= 1;
+        }
+        else if (IS("--top-k")) {
+            o->sp.top_k = (int)parse_int(flag, VAL(), 0, 1L << 30, "a whole number >= 0 (0: off)");
+            o->sp_given |= 2;
+        }
+        else if (IS("--top-p")) {
+            o->sp.top_p = parse_float(flag, VAL(), 0, true, 1, "a number in (0, 1] (1: off)");
+            o->sp_given |= 4;
+        }
+        else if (IS("--min-p")) {
+            o->sp.min_p = parse_float(flag, VAL(), 0, false, 1, "a number in [0, 1] (0: off)");
+            o->sp_given |= 8;
+        }
+        else if (IS("--repeat-penalty")) {
+            o->sp.rep = parse_float(flag, VAL(), 0, true, 1e6, "a number > 0 (1: off)");
+            o->sp_given |= 16;
+        }
         else if (IS("--frequency-penalty"))
             o->sp.freq = parse_float(flag, VAL(), -2, false, 2, "a number in -2..2 (0: off)");
         else if (IS("--presence-penalty"))
             o->sp.pres = parse_float(flag, VAL(), -2, false, 2, "a number in -2..2 (0: off)");
         else if (IS("--chat")) { NOVAL(); o->chat_on = true; }
         else if (IS("--no-chat")) { NOVAL(); o->chat_off = true; }
-        else if (IS("--system")) o->system = VAL();
-        else if (IS("-i") || IS("--interactive")) { NOVAL(); o->interactive = true; }
+        else if (IS("--system") || IS("-sys") || IS("--system-prompt")) o->system = VAL();
+        else if (IS("-i") || IS("--interactive") || IS("-cnv") || IS("--conversation")) {
+            NOVAL();
+            o->interactive = true;
+        }
         else if (IS("--think") || IS("--no-think")) {
             NOVAL();
             if (o->think != TOK_THINK_DEFAULT) die("give --think or --no-think once");
             o->think = IS("--think");
         }
         else if (IS("--hide-thinking")) { NOVAL(); o->hide_thinking = true; }
-        else if (IS("--seed")) {
+        else if (IS("--seed") || IS("-s")) {
             const char *s = VAL();
             char *end;
             errno = 0;
@@ -262,8 +337,9 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--no-device-topk")) { NOVAL(); o->device_topk = false; }
         else if (IS("--tokenize")) { NOVAL(); o->tokenize = true; }
         else if (IS("--info")) { NOVAL(); o->info = true; }
-        else if (IS("--ctx")) o->ctx = (int)parse_int(flag, VAL(), 1, mi->max_ctx, NULL);
-        else if (IS("--threads")) o->threads = (int)parse_int(flag, VAL(), 1, 1024, NULL);
+        else if (IS("--ctx") || IS("-c") || IS("--ctx-size"))
+            o->ctx = (int)parse_int(flag, VAL(), 1, mi->max_ctx, NULL);
+        else if (IS("--threads") || IS("-t")) o->threads = (int)parse_int(flag, VAL(), 1, 1024, NULL);
         else if (IS("--no-graph")) { NOVAL(); o->no_graph = true; }
         else if (IS("--perplexity")) o->ppl_path = VAL();
         else if (IS("--ppl-ctx")) o->ppl_ctx = (int)parse_int(flag, VAL(), 4, mi->max_ctx, NULL);
@@ -289,7 +365,17 @@ static void parse_args(int argc, char **argv, Opts *o) {
 #undef NOVAL
 #undef VAL
     }
-    if (o->prompt && o->prompt_ids) die("give --prompt or --prompt-ids, not both");
+    if (G.prompt_args) {
+        if (o->prompt) die("give the prompt once: as --prompt TEXT or as the arguments, not both");
+        o->prompt = G.prompt_args;
+    }
+    if (o->prompt && o->prompt_file) die("give --prompt TEXT or -f FILE, not both");
+    if ((o->prompt || o->prompt_file) && o->prompt_ids) die("give --prompt (or -f) or --prompt-ids, not both");
+    if (o->prompt_file || (o->prompt && !strcmp(o->prompt, "-"))) {
+        const char *path = o->prompt_file ? o->prompt_file : "-";
+        o->prompt = G.prompt_read = read_text(path, o->prompt_file ? "-f" : "--prompt", true);
+    }
+    if (o->serve && o->n_stop) die("--serve: each request says its stop strings: no --stop");
     if (o->serve_flag && !o->serve) die("--host, --port, --parallel, --api-key, --max-body, --timeout, --max-conns "
                                         "and --stats-every go with --serve");
     if (o->serve && (o->prompt || o->prompt_ids || o->interactive || o->tokenize || o->ppl_path || o->ids ||
@@ -340,7 +426,32 @@ static void launches_line(FILE *f) {
     else fprintf(f, "launches per token: %d (a one-token forward call's kernels)\n", n);
 }
 
-static void print_info(int ctx) {
+/* "sampling: temperature 0.8 (llama.cpp's default), top-k 40 (--top-k), ...": the settings in force, each with
+ * where it came from */
+static void print_sampling(const Opts *o) {
+    static const char *const names[MODEL_SAMPLING_SETTINGS] = {"temperature", "top-k", "top-p", "min-p",
+                                                               "repetition penalty"};
+    static const char *const flags[MODEL_SAMPLING_SETTINGS] = {"--temperature", "--top-k", "--top-p", "--min-p",
+                                                               "--repeat-penalty"};
+    const double v[MODEL_SAMPLING_SETTINGS] = {o->sp.temperature, o->sp.top_k, o->sp.top_p, o->sp.min_p, o->sp.rep};
+    printf("sampling:");
+    for (int i = 0; i < MODEL_SAMPLING_SETTINGS; i++) {
+        const char *from = o->sp_given >> i & 1 ? flags[i] : model_info.sampling_from[i];
+        printf("%s %s %g (%s)", i ? "," : "", names[i], v[i], from && *from ? from : "built in");
+    }
+    printf("\n");
+}
+
+static void print_version(const Opts *o) {
+#ifndef LLMCC_MADE_BY
+#define LLMCC_MADE_BY "llmcc"
+#endif
+    printf("%s: %s for %s, built %s %s by %s\n", G.name, model_info.architecture, model_info.target, __DATE__,
+           __TIME__, LLMCC_MADE_BY);
+    print_sampling(o);
+}
+
+static void print_info(const Opts *o, int ctx) {
     const ModelInfo *mi = &model_info;
     const PayloadHeader *h = G.pl.hdr;
     printf("name: %s\narchitecture: %s\ntarget: %s\ncompute: %s\n", mi->name, mi->architecture, mi->target,
@@ -354,6 +465,7 @@ static void print_info(int ctx) {
     for (int i = 0; i < mi->n_eos; i++) printf(" %d", mi->eos_ids[i]);
     printf("\nsampling defaults: temperature %g, top-k %d, top-p %g, min-p %g, repetition penalty %g\n",
            mi->temperature, mi->top_k, mi->top_p, mi->min_p, mi->repetition_penalty);
+    print_sampling(o);
     enum { NDT = 32 };   /* room for every PDT_* code (payload.h); payload_open refuses others */
     uint64_t cnt[NDT] = {0}, bytes[NDT] = {0}, total = 0;
     for (uint32_t i = 0; i < h->n_tensors; i++) {
@@ -429,8 +541,9 @@ static void cleanup(void) {
     session_free(&G.sess);
     free(G.logits);
     free(G.pending);
-    for (int i = 0; i < G.n_msgs; i++) free((char *)G.msgs[i].content);
-    free(G.msgs);
+    chat_free(&G.chat);
+    free(G.prompt_read);
+    free(G.prompt_args);
     payload_close(&G.pl);
 }
 /* The end of a run that only reports (--verify, --info, --tokenize). */
@@ -447,6 +560,15 @@ static _Noreturn void too_long(const char *what, int n, const char *with) {
 }
 
 /* ---------------------------------------------------------------- generation */
+/* Ctrl-C in a chat: the reply stops (turn), or at the prompt a first one says how to leave and a second leaves */
+static void on_sigint(int sig) { (void)sig; chat_interrupted = 1; }
+/* restart: a write to the terminal goes on after Ctrl-C (a reply); else a read at the prompt is cut short */
+static void catch_sigint(bool restart) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = restart ? SA_RESTART : 0;
+    sigaction(SIGINT, &sa, NULL);
+}
 typedef struct {
     double t_prefill, t_first, t_decode;
     double t_first_start;  /* the first token, in seconds from the program's start */
@@ -497,24 +619,25 @@ static void show(void *ctx, int tok, const char *text, size_t n) {
 /* Appends ids (one turn's prompt) to the conversation, feeds what the KV cache lacks, then samples until a stop id
  * or the token limit, streaming the text (or ids). The last sampled token stays in the conversation unfed; the
  * next turn feeds it first. */
-static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st) {
+static void turn(const Opts *o, const int32_t *ids, int n, bool echo, long max_new, Stats *st) {
     Session *s = &G.sess;
     if (s->n_ids + n > G.ctx) {
         if (st->turns == 0) too_long("the prompt", n, "");
         too_long("the conversation", s->n_ids + n, " with this turn");
     }
     Shown v = { o, st, !o->ids && isatty(1), false, false };
-    SessionParams p = { .sp = o->sp, .max_new = o->has_n ? o->max_new : DEFAULT_MAX_NEW, .ignore_eos = o->ignore_eos,
+    SessionParams p = { .sp = o->sp, .max_new = max_new, .ignore_eos = o->ignore_eos,
                         .want_logits = G.logits_f != NULL, .device_topk = o->device_topk, .continues = echo,
-                        .echo = echo, .on_text = show, .ctx = &v };
+                        .echo = echo, .stop = o->stop, .stop_len = o->stop_len, .n_stop = o->n_stop, .on_text = show,
+                        .ctx = &v };
     session_begin(s, ids, n, &p);
 
     double t0 = now_s();
     st->n_prompt += s->n_ids - s->n_fed;
-    while (session_prefilling(s)) session_forward(s);
+    while (session_prefilling(s) && !chat_interrupted) session_forward(s);
     st->t_prefill += now_s() - t0;
-    SessionStep step;
-    while ((step = session_took(s, G.logits)) == SESSION_MORE) {
+    SessionStep step = SESSION_STOP;
+    while (!chat_interrupted && (step = session_took(s, G.logits)) == SESSION_MORE) {
         double t1 = now_s();
         session_forward(s);
         st->t_decode += now_s() - t1;
@@ -534,59 +657,6 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, Stats *st)
     out_flush();
 }
 
-static void msgs_add(const char *role, char *text, size_t len) {
-    ChatMsg *m = realloc(G.msgs, (size_t)(G.n_msgs + 1) * sizeof *m);
-    if (!m) { free(text); die("out of memory"); }
-    G.msgs = m;
-    G.msgs[G.n_msgs++] = (ChatMsg){ role, text, len };
-}
-static char *dup_text(const char *s, size_t n) {
-    char *d = malloc(n + 1);
-    if (!d) die("out of memory");
-    memcpy(d, s, n);
-    d[n] = 0;
-    return d;
-}
-
-/* The template's text of messages m[0..n), encoded as transformers does (add_special_tokens=False: the text
- * holds its special tokens). */
-static int render_ids(const Opts *o, const ChatMsg *m, int n, bool cont, int32_t **ids) {
-    size_t tl;
-    char *text = tokenizer_chat_render_think(G.tok, m, n, true, cont, o->think, &tl);
-    if (!text) die("out of memory");
-    int k = tokenizer_encode(G.tok, text, tl, false, ids);
-    free(text);
-    if (k < 0) die("out of memory");
-    return k;
-}
-
-/* One user turn through the chat template: ids to feed (malloc'd), their count. A template that rewrites
- * earlier turns (Qwen3 drops the reasoning of answered turns) renders the whole conversation again; the history
- * is cut back to where it agrees with the new text, and only the rest is fed. */
-static int chat_ids(const Opts *o, const char *user, size_t len, bool first, int32_t **ids) {
-    if (!tokenizer_chat_rewrites_history(G.tok)) {
-        ChatMsg m[2];
-        int n = 0;
-        if (first && o->system) m[n++] = (ChatMsg){ "system", o->system, strlen(o->system) };
-        m[n++] = (ChatMsg){ "user", user, len };
-        return render_ids(o, m, n, !first, ids);
-    }
-    if (first && o->system) msgs_add("system", dup_text(o->system, strlen(o->system)), strlen(o->system));
-    if (!first) {
-        const Session *s = &G.sess;
-        char *reply = tokenizer_decode(G.tok, s->ids + s->reply_start, s->n_ids - s->reply_start, false);
-        if (!reply) die("out of memory");
-        msgs_add("assistant", reply, strlen(reply));
-    }
-    msgs_add("user", dup_text(user, len), len);
-    int k = render_ids(o, G.msgs, G.n_msgs, false, ids);
-    int keep = 0;
-    while (keep < k && keep < G.sess.n_fed && G.sess.ids[keep] == (*ids)[keep]) keep++;
-    if (keep < G.sess.n_ids) session_truncate(&G.sess, keep);
-    memmove(*ids, *ids + keep, (size_t)(k - keep) * sizeof **ids);
-    return k - keep;
-}
-
 static void check_ids(const int32_t *ids, int n) {
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= model_info.vocab_size)
@@ -600,17 +670,9 @@ static void check_ids(const int32_t *ids, int n) {
  * the second half of each window scored: exp(mean over those positions of -log p(next token | the window's
  * tokens so far)). Each token is fed alone (a decode step), so every position's logits come back. */
 static void perplexity(const Opts *o) {
-    FILE *f = fopen(o->ppl_path, "rb");
-    if (!f) die("--perplexity %s: %s", o->ppl_path, strerror(errno));
-    size_t cap = 1 << 16, len = 0, k;
-    char *text = malloc(cap);
-    while (text && (k = fread(text + len, 1, cap - len, f)) > 0)
-        if ((len += k) == cap) text = realloc(text, cap *= 2);
-    bool bad = !text || ferror(f);
-    fclose(f);
-    if (bad) die("--perplexity %s: cannot read it", o->ppl_path);
+    char *text = read_text(o->ppl_path, "--perplexity", false);
     int32_t *ids = NULL;
-    int n = tokenizer_encode(G.tok, text, len, true, &ids);
+    int n = tokenizer_encode(G.tok, text, strlen(text), true, &ids);
     free(text);
     if (n < 0) die("out of memory");
     G.pending = ids;   /* freed on an error exit */
@@ -643,6 +705,66 @@ static void perplexity(const Opts *o) {
     G.pending = NULL;
 }
 
+/* -i: the user's messages and commands (chat.c) until /bye, the input's end or a second Ctrl-C at the prompt, each
+ * message answered in the conversation's KV cache. When the conversation outgrows the context, its oldest turns
+ * are left out to keep a quarter of it (or -n tokens) for the reply; said once. */
+static void converse(const Opts *o, Stats *st) {
+    const bool tty = isatty(0);
+    const long cap = o->has_n && o->max_new >= 0 ? o->max_new : -1;
+    const int reserve = cap >= 0 && cap < G.ctx / 4 ? (int)cap : G.ctx / 4;
+    bool interrupted = false, told = false;
+    if (tty) fprintf(stderr, "%s: a chat (/help lists the commands; /bye or Ctrl-D leaves)\n", G.name);
+    chat_interrupted = 0;
+    for (;;) {
+        catch_sigint(false);
+        char *text;
+        size_t len;
+        ChatInput in = chat_read(tty ? "> " : "", &text, &len);
+        if (in == CHAT_INTERRUPT) {
+            chat_interrupted = 0;   /* taken: before the message, so that a second Ctrl-C after it counts */
+            if (interrupted) break;
+            interrupted = true;
+            fprintf(stderr, "\n(Ctrl-C again, Ctrl-D or /bye leaves)\n");
+            continue;
+        }
+        interrupted = false;
+        if (in == CHAT_END && !text && errno && ferror(stdin)) die("reading stdin: %s", strerror(errno));
+        if (in == CHAT_END || in == CHAT_BYE) { free(text); break; }
+        const char *err = NULL;
+        if (in == CHAT_HELP) fputs(chat_help, stderr);
+        else if (in == CHAT_CLEAR) { chat_clear(&G.chat); fprintf(stderr, "(the conversation is cleared)\n"); }
+        else if (in == CHAT_SYSTEM && !len) fprintf(stderr, "/system: give the system message's text\n");
+        else if (in == CHAT_SYSTEM) err = chat_set_system(&G.chat, text, len);
+        else if (in == CHAT_UNKNOWN) fprintf(stderr, "unknown command %s (/help lists them)\n", text);
+        if (in != CHAT_MESSAGE || !len) {
+            free(text);
+            if (err) die("%s", err);
+            continue;
+        }
+        int n = chat_message_ids(&G.chat, text, len, reserve, &G.pending);
+        free(text);
+        if (n == -1) die("out of memory");
+        if (n == -2) {
+            fprintf(stderr, "%s: this message is %d tokens, longer than the context (%d tokens%s): left out\n",
+                    G.name, G.chat.too_long, G.ctx, G.ctx < model_info.max_ctx ? "; see --ctx" : "");
+            continue;
+        }
+        if (G.chat.dropped && !told) {
+            fprintf(stderr, "%s: the conversation outgrew the context (%d tokens%s): its oldest turns are left out "
+                    "from here on\n", G.name, G.ctx, G.ctx < model_info.max_ctx ? "; see --ctx" : "");
+            told = true;
+        }
+        check_ids(G.pending, n);
+        catch_sigint(true);
+        turn(o, G.pending, n, false, cap, st);
+        chat_interrupted = 0;   /* a Ctrl-C during the reply stopped it */
+        free(G.pending);
+        G.pending = NULL;
+        if (chat_add_reply(&G.chat)) die("out of memory");
+    }
+    if (tty) fputc('\n', stderr);
+}
+
 int main(int argc, char **argv) {
     const ModelInfo *mi = &model_info;
     G.t_start = now_s();
@@ -654,6 +776,11 @@ int main(int argc, char **argv) {
     model_threads(o.threads, G.compute, sizeof G.compute);
     const int V = mi->vocab_size;
     if (V <= 0) die("the model has no vocabulary");
+    if (o.version) {
+        print_version(&o);
+        out_flush();
+        return 0;
+    }
 
     const char *err = payload_open(&G.pl, argv[0]);
     if (err) die("%s", err);
@@ -671,7 +798,7 @@ int main(int argc, char **argv) {
         if (err) { G.tok = NULL; die("the built-in tokenizer: %s", err); }
     }
     if (o.info) {
-        print_info(o.ctx);
+        print_info(&o, o.ctx);
         finish();
     }
     if (!G.tok && o.ppl_path) die("--perplexity: this executable has no tokenizer");
@@ -679,6 +806,13 @@ int main(int argc, char **argv) {
     if (!G.tok && !o.ids && !o.tokenize && !o.ppl_path)
         die("this executable has no tokenizer: give --prompt-ids and --ids");
     if (!G.tok && o.prompt) die("this executable has no tokenizer: give --prompt-ids, not --prompt");
+    /* no prompt: a chat on a terminal (where the model has a chat template), else the text on stdin */
+    if (G.tok && !o.prompt && !o.prompt_ids && !o.interactive && !o.serve && !o.ppl_path) {
+        if (!isatty(0)) {
+            G.prompt_read = read_text("-", "the prompt on stdin", true);
+            if (*G.prompt_read) o.prompt = G.prompt_read;
+        } else o.interactive = tokenizer_chat_family(G.tok) != TOK_CHAT_NONE && !o.chat_off && !o.tokenize;
+    }
 
     /* chat: the template applies to text turns (--prompt, -i) */
     bool has_tpl = G.tok && tokenizer_chat_family(G.tok) != TOK_CHAT_NONE;
@@ -702,11 +836,20 @@ int main(int argc, char **argv) {
     if (o.hide_thinking && (G.think_open < 0 || G.think_close < 0))
         die("--hide-thinking: this model's tokenizer has no <think> and </think> tokens");
 
+    G.ctx = o.ctx;
+    G.logits = malloc((size_t)V * sizeof *G.logits);
+    if (!G.logits || session_init(&G.sess, NULL, 0, G.tok, G.ctx, G.logits)) die("out of memory");
+    if (chat && chat_init(&G.chat, G.tok, &G.sess, o.system, o.think)) die("out of memory");
+
     /* the prompt, in G.pending */
     int np = 0;
     if (o.ppl_path || o.serve) np = 0;   /* --perplexity reads its own text, --serve its requests' */
     else if (o.prompt_ids) np = parse_ids(o.prompt_ids, V);
-    else if (chat && o.prompt) np = chat_ids(&o, o.prompt, strlen(o.prompt), true, &G.pending);
+    else if (chat && o.prompt) {
+        np = chat_message_ids(&G.chat, o.prompt, strlen(o.prompt), 0, &G.pending);
+        if (np == -1) die("out of memory");
+        if (np == -2) too_long("the prompt", G.chat.too_long, "");
+    }
     else if (chat) np = 0;          /* -i without --prompt: the first turn comes from stdin */
     else if (G.tok) {
         const char *text = o.prompt ? o.prompt : "";
@@ -730,11 +873,8 @@ int main(int argc, char **argv) {
         out_write("\n", 1);
         finish();
     }
-    G.ctx = o.ctx;
     if (np > G.ctx) too_long("the prompt", np, "");
 
-    G.logits = malloc((size_t)V * sizeof *G.logits);
-    if (!G.logits) die("out of memory");
     if (o.logits_path) {
         G.logits_f = fopen(o.logits_path, "wb");
         if (!G.logits_f) die("--logits %s: %s", o.logits_path, strerror(errno));
@@ -749,7 +889,7 @@ int main(int argc, char **argv) {
     G.t_weights = now_s() - t_weights;
     G.t_ready = now_s() - G.t_start;
     model_use_graph(G.model, !G.no_graph);
-    if (!o.serve && session_init(&G.sess, G.model, 0, G.tok, G.ctx, G.logits)) die("out of memory");
+    G.sess.model = G.model;
     sampler_seed(&G.sess.smp, o.has_seed ? o.seed
                               : (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32) ^
                                 (unsigned long long)(now_s() * 1e9));
@@ -767,34 +907,14 @@ int main(int argc, char **argv) {
         return status;
     }
     Stats st = {0};
-    if (np > 0) turn(&o, G.pending, np, !chat, &st);   /* chat prints only the reply */
+    if (o.interactive) catch_sigint(true);
+    /* chat prints only the reply; a chat's replies have no cap by default */
+    if (np > 0) turn(&o, G.pending, np, !chat, o.has_n ? o.max_new : o.interactive ? -1 : DEFAULT_MAX_NEW, &st);
     free(G.pending);
     G.pending = NULL;
     if (o.interactive) {
-        bool tty = isatty(0);
-        char *line = NULL;
-        size_t lcap = 0;
-        G.line = &line;
-        for (;;) {
-            if (tty) { fputs("> ", stderr); fflush(stderr); }
-            errno = 0;
-            ssize_t len = getline(&line, &lcap, stdin);
-            if (len < 0) {
-                if (ferror(stdin)) die("reading stdin: %s", strerror(errno ? errno : EIO));
-                break;
-            }
-            if (len > 0 && line[len - 1] == '\n') line[--len] = 0;
-            if (len > 0 && line[len - 1] == '\r') line[--len] = 0;
-            if (len == 0) continue;    /* an empty line is no turn */
-            int n = chat_ids(&o, line, (size_t)len, st.turns == 0, &G.pending);
-            check_ids(G.pending, n);
-            turn(&o, G.pending, n, false, &st);
-            free(G.pending);
-            G.pending = NULL;
-        }
-        free(line);
-        G.line = NULL;
-        if (tty) fputc('\n', stderr);
+        if (np > 0 && chat_add_reply(&G.chat)) die("out of memory");
+        converse(&o, &st);
     }
     if (G.logits_f) {
         FILE *f = G.logits_f;

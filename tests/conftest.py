@@ -47,7 +47,9 @@ ASAN = ["test_bad_input", "test_config_keys", "test_fuzz_regressions", "test_ggu
         "test_e2e::test_real_configs_compile", "test_e2e::test_llama_gqa_f32",
         "test_e2e::test_kv_cache_dtypes", "test_e2e::test_build_refuses_foreign_dir_and_leaves_nothing_on_failure",
         "test_serve::test_bad_requests_named", "test_serve::test_json_strictness", "test_serve::test_protocol_edges",
-        "test_serve::test_huge_body_refused", "test_serve::test_api_key"]
+        "test_serve::test_huge_body_refused", "test_serve::test_api_key",
+        "test_chat::test_chat_from_a_pipe_and_the_prompt_on_stdin",
+        "test_chat::test_chat_on_a_terminal_past_the_context_clear_and_bye"]
 
 # the slowest modules first (their seconds in one process before pytest-xdist, AMD EPYC Zen 4, 2 cores:
 # 220, 189, 179, 150, 124, 123, 117, 90, 60, 53, 51, 43, 40, 38, 33, 32; the rest less)

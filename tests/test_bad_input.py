@@ -14,7 +14,7 @@ import shutil
 import struct
 
 import testlib
-from testlib import LLMCC, build_exe, model_fixture, run
+from testlib import LLMCC, build_exe, model_fixture, run, tmpdir
 
 BASE = os.path.join(testlib.TMP, "bad_input")
 
@@ -635,3 +635,13 @@ def test_long_name_keeps_the_explanation():
     edit_st(d, f)
     line = build_fails(d, st_path(d), None, "model." + "x" * 300, "x...: data_offsets", "are reversed")
     assert len(line) < 2000, len(line)
+
+
+def test_a_file_that_is_no_model():
+    """A file that is neither a GGUF file nor a model directory (llmcc build /etc/passwd) is named as such, not
+    "not found"."""
+    d = tmpdir("bad_not_a_model")
+    path = os.path.join(d, "passwd")
+    with open(path, "w") as f:
+        f.write("root:x:0:0:root:/root:/bin/bash\n")
+    build_fails(path, path, None, "not a GGUF file or model directory", out=os.path.join(d, "out"))

@@ -8,10 +8,12 @@ own default system message) on the GPT-2-style fixture of tests/test_tokenizer.p
 (tests/data/chat_expected.json), so this needs no transformers."""
 import datetime
 import json
+import re
 import os
 import subprocess
 import shutil
 import sys
+import time
 
 from testlib import LLMCC, ROOT, Skip, build_exe, model_fixture, run, shared, tmpdir
 
@@ -540,10 +542,13 @@ def test_exe_chat_errors():
         p = q(*args, input="")
         assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("qwen: ") \
             and word in p.stderr, (args, p.stderr)
-    # -i at the context's end: the turn that does not fit is an error; what came before was printed
-    p = q("-i", "--ctx", 40, "--temperature", 0, "--ids", input="hi\nthere\n")
-    assert p.returncode == 1 and len(p.stdout.splitlines()) == 1 and \
-        "the conversation is 44 tokens with this turn, longer than the context (40 tokens; see --ctx)" in p.stderr, p
+    # -i at the context's end: the oldest turns are left out (said once), and a message longer than the context
+    # alone is left out itself; the chat goes on
+    p = q("-i", "--ctx", 40, "--temperature", 0, "--ids", input="hi\nthere\n" + "word " * 60 + "\nagain\n")
+    assert p.returncode == 0 and len(p.stdout.splitlines()) == 3, (p.stdout, p.stderr)
+    assert p.stderr.count("the conversation outgrew the context (40 tokens; see --ctx): its oldest turns are left out") \
+        == 1 and "this message is " in p.stderr and "tokens, longer than the context (40 tokens; see --ctx): left out" \
+        in p.stderr, p.stderr
     # -i with nothing on stdin: no turns, exit 0
     p = q("-i", input="")
     assert p.returncode == 0 and p.stdout == "", (p.returncode, p.stdout, p.stderr)
@@ -727,3 +732,171 @@ def test_chat_blob_versions_and_corruption():
                                             "{{ '<|im_start|>system\\nDefault.<|im_end|>\\n' }}{% endif %}"))
     p = run([exe, d])
     assert "v1 family 0 eot -1" in p.stdout and "chat fuzz:" in p.stdout, p.stdout
+
+
+# ---------------------------------------------------------------- the chat at a terminal
+class Terminal:
+    """An executable on a pseudo-terminal of its own (its controlling terminal: Ctrl-C is the terminal's SIGINT),
+    stdin, stdout and stderr all on it, as a user runs it."""
+
+    def __init__(self, argv):
+        import pty
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:   # the child: the terminal is its stdin, stdout, stderr and controlling terminal
+            os.execve(argv[0], argv, dict(os.environ, OMP_NUM_THREADS="1", TERM="xterm"))
+        self.out = b""
+
+    def read_until(self, pred, timeout=60):
+        """Reads until pred(all output so far) holds; returns the output."""
+        import select
+        end = time.time() + timeout
+        while not pred(self.out):
+            left = end - time.time()
+            assert left > 0, "timed out; the terminal shows: %r" % self.out[-2000:]
+            if select.select([self.fd], [], [], min(left, 0.5))[0]:
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except OSError:   # EIO: the child is gone
+                    chunk = b""
+                assert chunk, "the program ended; the terminal shows: %r" % self.out[-2000:]
+                self.out += chunk
+        return self.out
+
+    def prompts(self):
+        return self.out.count(b"> ")
+
+    def say(self, text):
+        """Types a line, then waits for the reply's first id (--ids) after the echo of the line."""
+        mark = len(self.out)
+        os.write(self.fd, text.encode() + b"\r")
+        self.read_until(lambda o: re.search(rb"\r\n\d+", o[mark:]) is not None)
+        return mark
+
+    def wait_editing(self, timeout=60):
+        """Waits until libedit has the terminal (no line discipline of its own: ICANON off)."""
+        import termios
+        end = time.time() + timeout
+        while termios.tcgetattr(self.fd)[3] & termios.ICANON:
+            assert time.time() < end, "the terminal never left canonical mode"
+            time.sleep(0.01)
+
+    def wait_prompt(self, n):
+        self.read_until(lambda o: o.count(b"> ") >= n)
+
+    def replies(self, start=0):
+        """The lines of ids printed after start (the terminal echoes a Ctrl-C as ^C)"""
+        return [[int(x) for x in ln.split()]
+                for ln in re.findall(rb"(?m)^(\d+(?: \d+)*)\r?$", self.out[start:].replace(b"^C", b""))]
+
+    def wait(self, timeout=60):
+        end = time.time() + timeout
+        while time.time() < end:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                os.close(self.fd)
+                return os.waitstatus_to_exitcode(status)
+            try:
+                self.read_until(lambda o: False, timeout=0.2)
+            except AssertionError:
+                pass
+        raise AssertionError("still running: %r" % self.out[-2000:])
+
+
+def qwen_exe_1k():
+    """The qwen2-tok fixture with a context of 1024: a reply long enough (~1 ms a token) to be stopped midway."""
+    shared("tokenizers", "qwen2.5-instruct", "tokenizer.json")
+    fx = model_fixture("qwen2-tok", "bf16", seed=0)
+    return os.path.join(build_exe(fx, "cpu", ["--ctx", "1024", "--name", "qwen"]), "qwen"), fx
+
+
+def test_chat_on_a_terminal_ctrl_c_stops_the_reply_and_keeps_the_conversation():
+    """Three turns, each reply stopped by Ctrl-C midway; the third turn's reply is what a fresh run over the whole
+    conversation's ids gives (so the first two turns, cut where they were, are in its cache); then Ctrl-C twice
+    at the prompt leaves (rc 0)."""
+    exe, fx = qwen_exe_1k()
+    t = Terminal([exe, "-i", "--temperature", "0", "--ids", "--ignore-eos", "-n", "900"])
+    t.wait_prompt(1)
+    turns = []
+    for k, msg in enumerate(("Hi", "How are you?", "again")):
+        mark = t.say(msg)
+        os.write(t.fd, b"\x03")
+        t.wait_prompt(k + 2)
+        (reply,) = t.replies(mark)
+        assert 0 < len(reply) < 900 - 1, (k, len(reply))   # stopped midway
+        turns.append((msg, reply))
+    first = ids_out(q("--prompt", "Hi", "--tokenize"))[0]
+    conv = first + turns[0][1]
+    for msg, reply in turns[1:]:
+        delta = [int(x) for x in run([LLMCC, "tokenize", fx, "<|im_end|>\n<|im_start|>user\n" + msg +
+                                      "<|im_end|>\n<|im_start|>assistant\n"]).stdout.split()]
+        prompt = conv + delta
+        conv = prompt + reply
+    n = min(6, len(turns[2][1]))
+    again = ids_out(run([exe, "--prompt-ids", ",".join(map(str, prompt)), "--temperature", "0", "--ids",
+                         "--ignore-eos", "-n", str(n)], check=False, env={"OMP_NUM_THREADS": "1"}))[0]
+    assert again == turns[2][1][:n], (again, turns[2][1][:n])
+    os.write(t.fd, b"\x03")
+    t.read_until(lambda o: b"Ctrl-C again" in o)
+    os.write(t.fd, b"\x03")
+    assert t.wait() == 0
+
+
+def test_chat_on_a_terminal_past_the_context_clear_and_bye():
+    """--ctx 256: turns go on past the context (the oldest left out, said once); /clear starts afresh (the reply
+    to "Hi" is the first turn's again); /help; /bye leaves with rc 0. Line editing: the left arrow moves the
+    cursor (libedit), it does not type ^[[D."""
+    exe, fx = qwen_exe_1k()
+    t = Terminal([exe, "-i", "--ctx", "256", "--temperature", "0", "--ids", "--ignore-eos", "-n", "40"])
+    t.wait_prompt(1)
+    mark = t.say("Hi")
+    t.wait_prompt(2)
+    (hi,) = t.replies(mark)
+    assert len(hi) == 40
+    for k in range(8):
+        t.say("turn %d" % k)
+        t.wait_prompt(3 + k)
+    assert t.out.count(b"the conversation outgrew the context (256 tokens") == 1, t.out
+    assert len(t.replies(mark)) == 9
+    os.write(t.fd, b"/clear\r")
+    t.read_until(lambda o: b"the conversation is cleared" in o)
+    t.wait_prompt(11)
+    mark = t.say("Hi")
+    t.wait_prompt(12)
+    assert t.replies(mark) == [hi]
+    t.wait_editing()   # typed ahead, the keys would be echoed by the terminal itself, before libedit reads them
+    mark = t.say("H\x1b[Di\x1b[C")   # "H", left, "i" before it, right: "iH"
+    t.read_until(lambda o: o.endswith(b"> "))
+    assert b"^[[D" not in t.out[mark:] and b"iH" in t.out[mark:], t.out[mark:]
+    os.write(t.fd, b"/help\r")
+    t.read_until(lambda o: b"/system TEXT" in o)
+    os.write(t.fd, b"/bye\r")
+    assert t.wait() == 0
+
+
+def test_chat_from_a_pipe_and_the_prompt_on_stdin():
+    """Without a terminal: -i reads messages line by line (commands and \"\"\" blocks too); with no prompt at all
+    the text on stdin is the prompt; a positional prompt and -f FILE are prompts too; --stop ends a reply."""
+    exe, fx = qwen_exe()
+    one = q("-p", "What is the capital of France?", "--temperature", 0, "--ids", "-n", 5)
+    assert one.returncode == 0, one.stderr
+    for args, inp in (([], "What is the capital of France?\n"), (["-p", "-"], "What is the capital of France?"),
+                      (["What", "is", "the", "capital", "of", "France?"], None)):
+        p = q(*args, "--temperature", 0, "--ids", "-n", 5, input=inp)
+        assert p.returncode == 0 and p.stdout == one.stdout, (args, p.stdout, p.stderr)
+    f = os.path.join(tmpdir("chat_file"), "prompt.txt")
+    open(f, "w").write("What is the capital of France?")
+    assert q("-f", f, "--temp", 0, "--ids", "-n", 5).stdout == one.stdout
+    p = q("-i", "--temperature", 0, "--ids", "-n", 4, "--ignore-eos",
+          input='Hi\n/help\n"""\nline one\n\nline two\n"""\n/nonsense\n/system Be brief.\nagain\n/bye\nnever\n')
+    assert p.returncode == 0 and len(p.stdout.splitlines()) == 3, (p.stdout, p.stderr)
+    assert "unknown command /nonsense" in p.stderr and "/clear" in p.stderr, p.stderr
+    # the block is one message of two lines with a blank one between
+    block = ids_out(q("-i", "--temperature", 0, "--ids", "-n", 4, "--ignore-eos", input='"""\nline one\n\nline two\n"""\n'))
+    same = ids_out(q("-p", "line one\n\nline two", "--temperature", 0, "--ids", "-n", 4, "--ignore-eos"))
+    assert block == same, (block, same)
+    # --stop: the reply (as text) ends right before the stop string
+    full = q("-p", "Hi", "--temperature", 0, "-n", 12, "--ignore-eos", "--no-chat")
+    assert full.returncode == 0 and len(full.stdout) > 4, full
+    cut = full.stdout[2:4]
+    p = q("-p", "Hi", "--temperature", 0, "-n", 12, "--ignore-eos", "--no-chat", "-r", cut)
+    assert p.returncode == 0 and p.stdout == full.stdout[:full.stdout.index(cut)] + "\n", (p.stdout, full.stdout)

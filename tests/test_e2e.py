@@ -117,7 +117,7 @@ def test_decode_step_is_one_graph_launch():
     one = re.search(r"if \(n == 1 && m->graph\) \{(.*?)\} else \{", cu, re.S).group(1)
     assert one.count("graph_replay(") == 1 and "<<<" not in one, one
     info = re.search(r"^const ModelInfo model_info = \{(.*?)^\};", cu, re.M | re.S).group(1)
-    plan = int(info.split(",")[-3])
+    plan = int(re.search(r"(\d+),\s*\"(?:f32|bf16)\",", info).group(1))   # decode_launches, then kv_dtype
     exe = os.path.join(build(d, "cuda-emu"), "m")
     base = [exe, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "200", "--temperature", "0", "--repeat-penalty", "1",
             "--ids", "--ignore-eos", "--stats"]
@@ -268,3 +268,15 @@ def test_build_refuses_foreign_dir_and_leaves_nothing_on_failure():
     assert r.returncode == 1 and "model.layers.2." in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
     assert not os.path.exists(out)
     assert not [f for f in os.listdir(tmpdir("e2e")) if f.startswith("missing-tensor-out.tmp")]
+
+
+def test_build_without_target_builds_for_what_is_here():
+    """`llmcc build` without --target picks the target as `make` does: cuda where nvidia-smi finds a GPU (and nvcc
+    is there), else cpu, and says which."""
+    gpu = subprocess.run("command -v nvcc >/dev/null && nvidia-smi -L >/dev/null 2>&1", shell=True).returncode == 0
+    out = os.path.join(tmpdir("build_default_target"), "p")
+    p = run([LLMCC, "build", fixture("llama-gqa", "f32"), "-o", out])
+    assert os.path.exists(os.path.join(out, "model.cu" if gpu else "model.c")), os.listdir(out)
+    said = "(for the GPU here; --target cpu builds for the CPU)" if gpu else \
+        "(for the CPU: no NVIDIA GPU here; --target cuda builds for one)"
+    assert said in p.stderr, p.stderr

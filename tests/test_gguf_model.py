@@ -17,6 +17,7 @@ Bad files (GGUFWriter rewrites of a good one) are refused in one line naming the
 Skips when gguf-py is not installed (pip install gguf)."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -609,3 +610,19 @@ def test_rope_freqs_only_for_llama():
                 tensors=[("rope_freqs.weight", np.ones(8, np.float32), None)])
     expect_refused(f, "rope_freqs.weight", "not a tensor llmcc knows for GGUF architecture qwen2 (token_embd, "
                    "output_norm, output, blk.N.attn_* and blk.N.ffn_* of docs/gguf.md)", cmd="compile")
+
+
+def test_sampling_defaults_and_where_they_come_from():
+    """A GGUF file without general.sampling.* keys: llama.cpp's defaults (temperature 0.8, top-k 40, top-p 0.95,
+    min-p 0.05), so that a free-form prompt gets sensible text; --info and --version say which settings are in force
+    and where each came from (a flag overrides)."""
+    out = build(gguf_of("llama-linear", "f32", "f32", writer="gguf-py"), "llama-linear-f32-s3-f32-gguf-py")
+    m = os.path.join(out, "m")
+    want = ("sampling: temperature 0.8 (llama.cpp's default), top-k 40 (llama.cpp's default), top-p 0.95 "
+            "(llama.cpp's default), min-p 0.05 (llama.cpp's default), repetition penalty 1 (llama.cpp's default)")
+    assert want in run([m, "--info"]).stdout.splitlines()
+    v = run([m, "--version"]).stdout.splitlines()
+    assert re.fullmatch(r"m: LlamaForCausalLM for cpu, built .+ by llmcc \d+\.\d+\.\d+( \(commit [0-9a-f]+\))?", v[0]), v
+    assert v[1] == want, v
+    assert "sampling: temperature 0 (--temperature), top-k 40 (llama.cpp's default)" in \
+        run([m, "--info", "--temp", "0"]).stdout

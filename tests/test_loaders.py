@@ -375,7 +375,9 @@ def test_cfg_defaults():
     assert kv["rope_type"] == "none"
     assert kv["tie_word_embeddings"] == "false" and kv["attention_bias"] == "false" and kv["mlp_bias"] == "false"
     assert kv["bos_token_id"] == "-1" and kv["eos_token_ids"] == "[2, 3]"
-    assert kv["has_generation_config"] == "false" and kv["temperature"] == "1" and kv["top_k"] == "0"
+    # no generation_config.json: llama.cpp's sampling defaults
+    assert kv["has_generation_config"] == "false" and kv["temperature"] == "0.8" and kv["top_k"] == "40"
+    assert kv["top_p"] == "0.95" and kv["min_p"] == "0.05" and kv["repetition_penalty"] == "1"
     assert kv["torch_dtype"] == "(none)"
     assert kv["tensors"] == "none (no .safetensors files)"
 

@@ -201,7 +201,8 @@ def test_report_qwen25_7b():
     # gather and the tail's 3; the report's n = 1 column also counts the sampler's two (model_topk: k_top_k_chunks,
     # k_top_k)
     forward = sum(r["launches"] for r in rows if not r["kernel"].startswith("k_top_k"))
-    assert int(info[:info.index("};")].split(",")[-3]) == forward == 12 * 28 + 1 + 3, info[-80:]
+    launches = int(re.search(r"(\d+),\s*\"(?:f32|bf16)\",", info[:info.index("};")]).group(1))   # decode_launches
+    assert launches == forward == 12 * 28 + 1 + 3, info[-200:]
     assert sum(r["launches"] for r in rows) == forward + 2
     assert by["k_lm_head"]["grid1"] == cfg["vocab_size"] // 4
     # the weights the listing says a token reads, against the parameter count from config.json

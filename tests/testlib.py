@@ -68,8 +68,9 @@ def run(cmd, check=True, input=None, timeout=600, env=None, cwd=None):
     e = dict(os.environ)
     if env:
         e.update(env)
+    # no input: stdin is empty (an executable without a prompt reads its prompt from stdin)
     p = subprocess.run(cmd, input=input, capture_output=True, timeout=timeout, env=e, cwd=cwd,
-                       text=not isinstance(input, bytes))
+                       text=not isinstance(input, bytes), **({} if input is not None else {"stdin": subprocess.DEVNULL}))
     if check and p.returncode != 0:
         raise AssertionError("command failed (rc=%d): %s\nstdout: %s\nstderr: %s" % (
             p.returncode, " ".join(cmd), str(p.stdout)[-3000:], str(p.stderr)[-3000:]))
@@ -178,7 +179,7 @@ def sanitizer_flags():
     if os.environ.get("LLMCC_SANITIZE") != "1":
         return []
     san = "-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all"
-    return ["CFLAGS=" + san, "LDFLAGS=" + san]
+    return ["CFLAGS=" + san, "LDFLAGS=" + san, "STATIC=0"]   # the sanitizers' runtimes are shared libraries
 
 
 def build_exe(model, target="cpu", args=(), make_args=(), tag=None):
