@@ -250,7 +250,8 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         else if (!strcmp(a, "--quant")) {
             NEED();
             int d = DT_Q8_0;   /* the block types quant.c has a quantizer for */
-            while (d < DT_COUNT && (!quant_has_quantizer((uint32_t)d) || strcmp(v, dtype_names[d]))) d++;
+            /* as llama-quantize names them too (Q4_K, q4_k) */
+            while (d < DT_COUNT && (!quant_has_quantizer((uint32_t)d) || strcasecmp(v, dtype_names[d]))) d++;
             if (d == DT_COUNT) {
                 Str names = {0};
                 for (int q = DT_Q8_0; q < DT_COUNT; q++)
@@ -441,6 +442,13 @@ static int cmd_build(int argc, char **argv) {
     Str after = {0};
     c.print_out = &after;
     pipeline_run(&c, IR_PLAN, NULL);
+    if (dtype_is_quant(c.quant)) {   /* what --quant did, so that no matrix is left out without a word */
+        fprintf(stderr, "llmcc: --quant %s: %d matrices quantized", dtype_names[c.quant], c.n_quantized);
+        if (c.n_unquantized)
+            fprintf(stderr, "; %d keep their dtype (their rows, as %lld values, are not whole blocks of %d)",
+                    c.n_unquantized, (long long)c.unquantized_row, dtype_block[c.quant]);
+        fprintf(stderr, "%s\n", c.quant_all ? "" : "; the embedding and lm_head keep theirs (--quant-all)");
+    }
     /* --print-after: the stage's IR on stdout (the build's own messages go to stderr) */
     if (after.len) fwrite(after.s, 1, after.len, stdout);
     fflush(stdout);

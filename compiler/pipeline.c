@@ -36,9 +36,16 @@ static void st_frontend(Compilation *c) {
     if (dtype_is_quant(c->quant))
         for (int i = 0; i < c->g.n; i++) {
             GNode *n = c->g.nodes[i];
-            if (n->op != G_WEIGHT || n->ndim != 2 || n->dims[1] % dtype_block[c->quant]) continue;
+            if (n->op != G_WEIGHT || n->ndim != 2) continue;
             bool embed_or_head = !strcmp(n->name, "model.embed_tokens.weight") || !strcmp(n->name, "lm_head.weight");
-            if (!embed_or_head || c->quant_all) n->dtype = c->quant;
+            if (embed_or_head && !c->quant_all) continue;
+            if (n->dims[1] % dtype_block[c->quant]) {   /* said by llmcc build (main.c) */
+                c->n_unquantized++;
+                c->unquantized_row = n->dims[1];
+                continue;
+            }
+            n->dtype = c->quant;
+            c->n_quantized++;
         }
 }
 static void st_select_layer(Compilation *c) { if (c->one_layer) graph_select_layer(&c->A, &c->g, c->layer); }

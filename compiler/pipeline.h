@@ -26,6 +26,8 @@ typedef struct {
     DType weight_dtype;
     DType quant;               /* --quant: the linears' weights quantized into this block type (DT_F32: none) */
     bool quant_all;            /* --quant-all: the embedding and lm_head too */
+    int n_quantized, n_unquantized;   /* --quant: the matrices quantized, and those of rows not whole blocks */
+    int64_t unquantized_row;          /* the row length of one of the latter */
     Knobs knobs;
     Target target;             /* which schedules tile IR offers (tile_ir.h) */
     const char *expr;          /* -c: a PyTorch expression instead of a model (torch_expr.c) */

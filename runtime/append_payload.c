@@ -9,6 +9,7 @@
  * --compress LEVEL writes the compressed payload of payload.h instead (zstd
  * at LEVEL, frames compressed on every core; host tool only, -lzstd). */
 #include "payload.h"
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -85,6 +86,48 @@ static void read_header(int fd, const char *pay, PayloadHeader *h) {
             (unsigned long long)st.st_size, (unsigned long long)h->total_size);
 }
 
+/* The payload as an ELF section of its own, PAYLOAD_SECTION: the payload at off and the footer right after it,
+ * so that strip and objcopy, which keep an ELF file's sections and drop what follows them, keep the weights. A
+ * new section name table and section header table go after the footer (end: the file's size), the ELF header is
+ * pointed at them, and the footer is written again at the file's end, where the runtime looks first. */
+static void add_section(int fd, const char *name, uint64_t end, const PayloadFooter *f) {
+    Elf64_Ehdr eh;
+    errno = 0;
+    if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh) die("cannot read %s", name);
+    errno = 0;
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0 || eh.e_shnum >= SHN_LORESERVE - 1 ||
+        eh.e_shstrndx >= eh.e_shnum)
+        die("%s is not a 64-bit ELF program with section headers", name);
+    size_t n = eh.e_shnum;
+    Elf64_Shdr *sh = calloc(n + 1, sizeof *sh);
+    if (!sh) die("out of memory");
+    if (pread(fd, sh, n * sizeof *sh, (off_t)eh.e_shoff) != (ssize_t)(n * sizeof *sh)) die("cannot read %s", name);
+    Elf64_Shdr *strtab = &sh[eh.e_shstrndx];
+    const size_t old = strtab->sh_size, add = sizeof PAYLOAD_SECTION;
+    char *names = malloc(old + add);
+    if (!names) die("out of memory");
+    if (pread(fd, names, old, (off_t)strtab->sh_offset) != (ssize_t)old) die("cannot read %s", name);
+    memcpy(names + old, PAYLOAD_SECTION, add);
+    uint64_t names_at = end, table_at = (end + old + add + 7) / 8 * 8;
+    sh[n] = (Elf64_Shdr){ .sh_name = (Elf64_Word)old, .sh_type = SHT_PROGBITS, .sh_offset = f->payload_offset,
+                          .sh_size = f->payload_size + sizeof *f, .sh_addralign = PAYLOAD_ALIGN };
+    strtab->sh_offset = names_at;
+    strtab->sh_size = old + add;
+    eh.e_shoff = table_at;
+    eh.e_shnum = (Elf64_Half)(n + 1);
+    static const char zeros[8];
+    errno = 0;
+    if (pwrite(fd, names, old + add, (off_t)names_at) != (ssize_t)(old + add) ||
+        pwrite(fd, zeros, table_at - (names_at + old + add), (off_t)(names_at + old + add)) < 0 ||
+        pwrite(fd, sh, (n + 1) * sizeof *sh, (off_t)table_at) != (ssize_t)((n + 1) * sizeof *sh) ||
+        pwrite(fd, f, sizeof *f, (off_t)(table_at + (n + 1) * sizeof *sh)) != (ssize_t)sizeof *f ||
+        pwrite(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh)
+        die("cannot write %s", name);
+    free(names);
+    free(sh);
+}
+
 /* --move; false (nothing changed) when the file system cannot insert a range. */
 static bool move_into(const char *elf, const char *pay, const char *out) {
     errno = 0;
@@ -125,6 +168,7 @@ static bool move_into(const char *elf, const char *pay, const char *out) {
     PayloadFooter f = footer(off, h.total_size, &sum);
     errno = 0;
     if (pwrite(fd, &f, sizeof f, (off_t)(off + h.total_size)) != (ssize_t)sizeof f) die("cannot write %s", pay);
+    add_section(fd, pay, off + h.total_size + sizeof f, &f);
     if (fchmod(fd, 0755) != 0) die("cannot chmod %s", pay);
     if (close(fd) != 0) die("cannot write %s", pay);
     if (rename(pay, out) != 0) die("cannot rename %s to %s", pay, out);
@@ -281,6 +325,11 @@ int main(int argc, char **argv) {
     errno = 0;
     if (fclose(o) != 0) die("cannot write %s", tmp);
     errno = 0;
+    int fd = open(tmp, O_RDWR | O_CLOEXEC);
+    if (fd < 0) die("cannot open %s", tmp);
+    add_section(fd, tmp, off + size + sizeof f, &f);
+    errno = 0;
+    if (close(fd) != 0) die("cannot write %s", tmp);
     if (chmod(tmp, 0755) != 0) die("cannot chmod %s", tmp);
     if (rename(tmp, out) != 0) die("cannot rename %s to %s", tmp, out);
     free(tmp);

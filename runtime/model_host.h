@@ -56,8 +56,9 @@ static inline const char *mem_device(void) {
     int ndev = 0, dev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || !ndev) {
-        snprintf(why, sizeof why, "no CUDA GPU is available (%s)", e != cudaSuccess ? cudaGetErrorString(e)
-                                                                                      : "no devices");
+        snprintf(why, sizeof why, "no CUDA GPU is available (%s): this executable is built for NVIDIA GPUs (a driver "
+                 "for CUDA %d.%d or later); llmcc build --target cpu builds one for the CPU",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "no devices", CUDA_VER(CUDART_VERSION));
         return why;
     }
     /* sm_NN code runs on compute capability N.N and later (newer majors through the PTX embedded with it) */

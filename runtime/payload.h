@@ -3,8 +3,11 @@
  * /proc/self/exe. Shared, byte for byte, by compiler/pack.c and runtime/.
  *
  * File layout of an executable:
- *   [ELF image][zero pad to 64 KiB][payload][PayloadFooter]
- * where the payload is raw (mmapped as is) or compressed (ZPayloadHeader
+ *   [ELF image][zero pad to 64 KiB][payload][PayloadFooter][section names][section headers][PayloadFooter]
+ * The payload and the footer after it are an ELF section of their own (PAYLOAD_SECTION), so that strip keeps
+ * them (it drops what follows the sections and may move them: the runtime then finds the section); the section
+ * names and headers are the ELF image's with that section added; the last 64 bytes are the footer again, where
+ * the runtime looks first. The payload is raw (mmapped as is) or compressed (ZPayloadHeader
  * below; decoded at start into memory holding the raw payload).
  * Payload layout (offsets relative to the payload start, all little-endian):
  *   PayloadHeader
@@ -24,6 +27,7 @@
 #define FOOTER_MAGIC    "LLMCCEND"
 #define PAYLOAD_VERSION 1u
 #define PAYLOAD_ALIGN   65536u        /* allows huge pages; mmap-able offsets */
+#define PAYLOAD_SECTION ".llmcc.payload"   /* the ELF section holding the payload and its footer (strip keeps it) */
 
 /* A tensor's dtype code is its row in dtypes.h (PDT_F32 = 0, ... PDT_Q5_1 = 11): the block types are GGUF's
  * (ggml's block_q8_0 ... 32 values a block; the K-quants super-blocks of 256), the last dimension whole blocks. */

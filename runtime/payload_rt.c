@@ -1,6 +1,7 @@
 /* payload_rt.c: maps the payload from /proc/self/exe (or LLMCC_PAYLOAD) and
  * checks that everything the header points at lies inside it. */
 #include "payload_rt.h"
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -44,6 +45,37 @@ static int open_argv0(const char *argv0, char *path, size_t cap) {
         s = e + 1;
     }
     return -1;
+}
+
+/* No footer at the file's end: strip or objcopy rewrote it, keeping the payload's section (payload.h). Its footer
+ * copy into *f, with payload_offset where the section now is; NULL, or why not. */
+static const char *find_section(int fd, uint64_t fsize, PayloadFooter *f) {
+    static const char none[] = "the executable is truncated or damaged (no payload footer at its end, and no "
+                               PAYLOAD_SECTION " section)";
+    Elf64_Ehdr eh;
+    if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+        eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shstrndx >= eh.e_shnum ||
+        eh.e_shoff > fsize || (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr) > fsize - eh.e_shoff)
+        return none;
+    Elf64_Shdr names;
+    if (pread(fd, &names, sizeof names, (off_t)(eh.e_shoff + eh.e_shstrndx * sizeof names)) != (ssize_t)sizeof names)
+        return none;
+    for (unsigned i = 0; i < eh.e_shnum; i++) {
+        Elf64_Shdr s;
+        char name[sizeof PAYLOAD_SECTION];
+        if (pread(fd, &s, sizeof s, (off_t)(eh.e_shoff + i * sizeof s)) != (ssize_t)sizeof s ||
+            s.sh_name >= names.sh_size || names.sh_size - s.sh_name < sizeof name ||
+            pread(fd, name, sizeof name, (off_t)(names.sh_offset + s.sh_name)) != (ssize_t)sizeof name ||
+            memcmp(name, PAYLOAD_SECTION, sizeof name))
+            continue;
+        if (s.sh_size < sizeof *f || s.sh_offset > fsize || s.sh_size > fsize - s.sh_offset ||
+            pread(fd, f, sizeof *f, (off_t)(s.sh_offset + s.sh_size - sizeof *f)) != (ssize_t)sizeof *f ||
+            memcmp(f->magic, FOOTER_MAGIC, 8) || f->payload_size != s.sh_size - sizeof *f)
+            return DAMAGED "section " PAYLOAD_SECTION " does not hold it whole)";
+        f->payload_offset = s.sh_offset;
+        return NULL;
+    }
+    return none;
 }
 
 /* The message, formatted into g_msg. */
@@ -212,13 +244,12 @@ const char *payload_open(Payload *p, const char *argv0) {
     if (!env || !*env) {
         PayloadFooter f;
         if (fsize < sizeof f || pread(fd, &f, sizeof f, (off_t)(fsize - sizeof f)) != (ssize_t)sizeof f ||
-            memcmp(f.magic, FOOTER_MAGIC, 8) != 0)
-            return close_fd(fd, "the executable is truncated or damaged, or was stripped (no payload footer at its "
-                                "end: strip and objcopy drop the weights llmcc build appends after the program; make "
-                                "STRIP=1 builds a stripped executable)");
+            memcmp(f.magic, FOOTER_MAGIC, 8) != 0) {
+            const char *err = find_section(fd, fsize, &f);
+            if (err) return close_fd(fd, err);
+        }
         if (f.version != PAYLOAD_VERSION) return close_fd(fd, bad_version("payload footer", f.version));
-        if (f.payload_offset % PAYLOAD_ALIGN != 0 || f.payload_offset > fsize - sizeof f ||
-            f.payload_size != fsize - sizeof f - f.payload_offset)
+        if (f.payload_offset > fsize - sizeof f || f.payload_size > fsize - sizeof f - f.payload_offset)
             return close_fd(fd, DAMAGED "offset or size in the footer does not match the file)");
         off = f.payload_offset;
         size = f.payload_size;
@@ -226,7 +257,18 @@ const char *payload_open(Payload *p, const char *argv0) {
         p->checksum = f.checksum;
     }
     if (size == 0) return close_fd(fd, DAMAGED "is empty)");
-    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, (off_t)off);
+    void *m;
+    if (off % (uint64_t)sysconf(_SC_PAGESIZE) == 0)
+        m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, (off_t)off);
+    else {   /* a stripped file whose section moved off the alignment the tensors need: read into memory */
+        m = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        for (uint64_t o = 0; m != MAP_FAILED && o < size;) {
+            ssize_t r = pread(fd, (uint8_t *)m + o, size - o < (1u << 30) ? (size_t)(size - o) : 1u << 30,
+                              (off_t)(off + o));
+            if (r <= 0) { munmap(m, (size_t)size); m = MAP_FAILED; errno = r ? errno : EIO; break; }
+            o += (uint64_t)r;
+        }
+    }
     int e = errno;
     close(fd);
     if (m == MAP_FAILED) return msg("cannot map the weights (%llu bytes): %s", (unsigned long long)size, strerror(e));

@@ -782,7 +782,9 @@ int main(int argc, char **argv) {
         return 0;
     }
 
+    double t_open = now_s();
     const char *err = payload_open(&G.pl, argv[0]);
+    t_open = now_s() - t_open;   /* a compressed payload is decoded here */
     if (err) die("%s", err);
     if (o.verify) {
         uint64_t sum = 0;
@@ -886,7 +888,7 @@ int main(int argc, char **argv) {
     if (!on_gpu()) payload_prefault(&G.pl);
     err = model_init_slots(&G.model, G.pl.tensors, G.pl.base, G.ctx, o.serve ? o.so.parallel : 1);
     if (err) { G.model = NULL; die("%s", err); }
-    G.t_weights = now_s() - t_weights;
+    G.t_weights = now_s() - t_weights + (G.pl.compressed ? t_open : 0);
     G.t_ready = now_s() - G.t_start;
     model_use_graph(G.model, !G.no_graph);
     G.sess.model = G.model;
@@ -927,7 +929,8 @@ int main(int argc, char **argv) {
         size_t wb = 0;
         model_memory_bytes(G.model, &wb, NULL, NULL);
         fprintf(stderr, "start-up: %.1f ms (the weights %s in %.1f ms: %.1f MB, %.2f GB/s)\n", G.t_ready * 1e3,
-                on_gpu() ? "copied to the GPU" : "mapped", G.t_weights * 1e3, wb / 1e6,
+                on_gpu() ? "copied to the GPU" : G.pl.compressed ? "decompressed" : "mapped", G.t_weights * 1e3,
+                wb / 1e6,
                 G.t_weights > 0 ? wb / G.t_weights / 1e9 : 0.0);
         fprintf(stderr, "prompt tokens: %ld\n", st.n_prompt);
         fprintf(stderr, "prompt: %.2f tok/s (%.1f ms)\n", tp > 0 ? st.n_prompt / tp : 0.0, tp * 1e3);

@@ -174,7 +174,6 @@ static bool slot_start(void) {
         free(ids);
         s->sess.n_fed = keep;   /* the cache's rows 0..keep hold ids[0..keep) already (slot_keeps) */
         c->state = CONN_SERVING;
-        S.n_requests++;
         if (r->stream) {   /* the opening of a streamed reply: a chat's with the assistant's role */
             http_send_head(c, 200, "text/event-stream", -1, !c->keep_alive || g_stop);
             if (r->chat) stream_delta(c, r, true, "", 0);
@@ -246,6 +245,7 @@ static void route(void *ctx, int ci) {
     (void)ctx;
     Conn *c = &S.http.conns[ci];
     long serial = ++S.serial, created = (long)time(NULL);
+    S.n_requests++;   /* every request read whole counts, whatever its answer (a 401, a 404: with an error) */
     const char *url = c->url.p ? c->url.p : "";
     size_t ul = strcspn(url, "?");
     bool get = c->method == HTTP_METHOD_GET || c->method == HTTP_METHOD_HEAD, post = c->method == HTTP_METHOD_POST;

@@ -16,12 +16,13 @@ import math
 import os
 import re
 import shlex
+import shutil
 import struct
 
 import numpy as np
 
 import ref_forward
-from testlib import LLMCC, ROOT, Skip, build_exe, run, tmpdir
+from testlib import LLMCC, ROOT, Skip, build_exe, is_static, run, tmpdir
 
 MODEL = os.path.join(ROOT, "models", "austen-2m")
 EXPECTED = os.path.join(ROOT, "tests", "data", "default_model_expected.json")
@@ -229,6 +230,30 @@ def test_make_default_builds_smollm2_and_answers():
     assert cmd in lines, lines[-4:]
     answer = lines[lines.index(cmd) + 1:]
     assert answer and "Paris" in answer[0], answer
+    # the file as it ships: statically linked; in a root that holds nothing else it answers, and so does a stripped
+    # copy; the question on stdin, llama-cli's flags and a positional prompt; the defaults in force said
+    exe = os.path.join(build, "default", "smollm2")
+    assert is_static(exe)
+    greedy = ["--temperature", "0", "-n", "16"]
+    want = run([exe, "-p", "What is the capital of France?"] + greedy).stdout
+    assert "Paris" in want, want
+    assert run([exe] + greedy, input="What is the capital of France?\n").stdout == want
+    root = tmpdir("smollm2-root")
+    shutil.rmtree(root)
+    os.makedirs(root)
+    shutil.copy(exe, os.path.join(root, "smollm2"))
+    run(["strip", "-o", os.path.join(root, "stripped"), exe])
+    for f in ["/smollm2", "/stripped"]:
+        if os.geteuid() == 0 and shutil.which("chroot"):
+            p = run(["chroot", root, f, "-p", "What is the capital of France?"] + greedy)
+        else:   # chroot needs root: the copies outside one
+            p = run([root + f, "-p", "What is the capital of France?"] + greedy)
+        assert p.stdout == want, (f, p.stdout, p.stderr)
+    assert run([exe, "-c", "512", "--temp", "0", "-n", "16", "Hello"]).stdout.strip()
+    defaults = ("sampling: temperature 0.8 (llama.cpp's default), top-k 40 (llama.cpp's default), top-p 0.95 "
+                "(llama.cpp's default), min-p 0.05 (llama.cpp's default), repetition penalty 1 (llama.cpp's default)")
+    assert defaults in run([exe, "--version"]).stdout.splitlines()
+    assert defaults in run([exe, "--info"]).stdout.splitlines()
 
 
 def test_make_default_offline_falls_back_to_austen():
@@ -242,6 +267,12 @@ def test_make_default_offline_falls_back_to_austen():
     out = p.stdout.strip().splitlines()
     cmd = '%s/default/llama --prompt "It was a fine morning, and Elizabeth" -n 64 --temperature 0' % build
     assert cmd in out, out[-4:]
+    # a second run rebuilds nothing (the key of what the build is made of is unchanged) and answers the same
+    again = run([os.path.join(ROOT, "scripts", "default_model"), LLMCC, build, "cpu", "unused",
+                 "It was a fine morning, and Elizabeth"], env=env)
+    assert "llmcc: %s/default/llama is up to date" % build in again.stdout and "llmcc: wrote" not in again.stderr, \
+        (again.stdout, again.stderr)
+    assert again.stdout.split(cmd)[1].split() == p.stdout.split(cmd)[1].split()
     # what the model card's example prints (test_model_card_sample_is_what_the_executable_prints checks that)
     want = run([exe(), "--prompt", "It was a fine morning, and Elizabeth", "-n", "64", "--temperature", "0"]).stdout
     assert "\n".join(out[out.index(cmd) + 1:]).split() == want.split()

@@ -201,6 +201,9 @@ def test_compressed_payload():
     z_exe = exe + "-z"
     os.replace(exe, z_exe)
     b, lb = run_ids_logits(z_exe, 12, "z-comp")
+    # --stats: the start-up's weights are decompressed (their rate counts the decoding), not mapped
+    st = run([z_exe, "--prompt-ids", "1,2", "-n", "1", "--ids", "--stats"]).stderr
+    assert re.search(r"the weights decompressed in [\d.]+ ms", st), st
     # the same project with the payload appended raw (only the append step runs again)
     run(["make", "-C", out, "COMPRESS=0"])
     raw_exe = exe

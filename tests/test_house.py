@@ -84,3 +84,15 @@ def test_the_drawing_is_of_todays_graph():
     assert m, "docs/architecture.svg was not written by scripts/house_graph.py --svg"
     assert m.group(1) == digest, ("the house changed since docs/architecture.svg was drawn: run "
                                   "scripts/house_graph.py --svg docs/architecture.svg (Graphviz)")
+
+
+def test_the_benchmark_plots_are_of_the_tables():
+    """docs/benchmarks-*.svg are what scripts/plot_benchmarks draws from docs/benchmarks.md's tables today, and
+    they show llmcc against a peer in every group (a table the script no longer reads would leave a plot empty)"""
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "plot_benchmarks"), "--check"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    with open(os.path.join(ROOT, "docs", "benchmarks-peers.svg")) as f:
+        svg = f.read()
+    for engine in ("llmcc", "llama.cpp", "PyTorch", "llama2.c run.c"):
+        assert ">%s</text>" % engine in svg, engine

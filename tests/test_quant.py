@@ -309,8 +309,11 @@ def build_quant_against(model_dir, dt, out, model, prompt, n):
     import ref_forward
     q8 = bool(model.get("q8_linears"))
     want_ids, want_logits = ref_forward.greedy(model, prompt, n)
-    run([LLMCC, "build", model_dir, "-o", out, "--target", "cpu", "--name", "m", "--quant", dt,
-         "--knob", "cpu_qdot_q8=%d" % q8])
+    b = run([LLMCC, "build", model_dir, "-o", out, "--target", "cpu", "--name", "m", "--quant", dt.upper(),
+             "--knob", "cpu_qdot_q8=%d" % q8])   # llama-quantize's spelling (Q4_0) too
+    # what --quant did, said: every linear quantized (whole blocks), the embedding and lm_head kept
+    assert "llmcc: --quant %s: 28 matrices quantized; the embedding and lm_head keep theirs (--quant-all)\n" % dt \
+        in b.stderr, b.stderr
     run(["make", "-C", out, "-s", "-j2"])
     exe = os.path.join(out, "m")
     info = run([exe, "--info"]).stdout
@@ -594,3 +597,17 @@ def test_build_k_quant_keeps_rows_of_partial_super_blocks():
     run([LLMCC, "build", os.path.join(ROOT, "models", "austen-2m"), "-o", out, "--target", "cpu", "--quant", "q4_k"])
     dtypes = {n: dt for n, (dt, _) in payload_tensors(os.path.join(out, "payload.bin")).items() if "proj" in n}
     assert len(dtypes) == 28 and all(dt == (7 if "down_proj" in n else 2) for n, dt in dtypes.items()), dtypes
+
+
+def test_quant_says_what_it_left():
+    """--quant takes llama-quantize's spelling (Q4_K) and says how many matrices it quantized and why the rest keep
+    their dtype (rows that are not whole blocks), never leaving one out without a word."""
+    from testlib import model_fixture
+    d = model_fixture("llama-gqa", "f32", seed=0)
+    out = os.path.join(tmpdir("quant_says"), "p")
+    p = run([LLMCC, "build", d, "-o", out, "--target", "cpu", "--quant", "Q4_K"])
+    assert "llmcc: --quant q4_k: 0 matrices quantized; 14 keep their dtype (their rows, as " in p.stderr and \
+        "values, are not whole blocks of 256); the embedding and lm_head keep theirs (--quant-all)" in p.stderr, p.stderr
+    p = run([LLMCC, "build", d, "-o", out, "--target", "cpu", "--quant", "q8_0", "--quant-all"])
+    assert "llmcc: --quant q8_0: 14 matrices quantized; 2 keep their dtype (their rows, as 172 values, are not " \
+        "whole blocks of 32)\n" in p.stderr, p.stderr

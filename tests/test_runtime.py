@@ -10,7 +10,7 @@ import subprocess
 
 import numpy as np
 
-from testlib import ROOT, CFLAGS, Skip, build_c, run, tmpdir
+from testlib import ROOT, CFLAGS, Skip, build_c, is_static, run, tmpdir
 
 V = 300
 EOS = (2, 3)
@@ -117,8 +117,12 @@ def test_build_and_ldd():
     with open(exe(), "rb") as f:
         b = f.read()
     magic, ver, _, off, size, _sum = struct.unpack_from("<8sIIQQQ", b, len(b) - 64)
-    assert magic == b"LLMCCEND" and ver == 1 and off % 65536 == 0 and off + size + 64 == len(b)
+    assert magic == b"LLMCCEND" and ver == 1 and off % 65536 == 0 and off + size + 64 < len(b)
     assert b[off:off + size] == open(os.path.join(d, "payload.bin"), "rb").read()
+    # the payload and a copy of the footer are the ELF section .llmcc.payload (strip keeps it)
+    assert b[off + size:off + size + 64] == b[-64:]
+    sec = elf_section(b, ".llmcc.payload")
+    assert sec == (off, size + 64, 65536), sec
 
 
 def test_greedy_chain_and_chunked_prefill():
@@ -233,7 +237,10 @@ def _copy_exe(name):
 
 
 def test_truncated_binary():
-    for cut in (10, 64, 200000):
+    # (10 or 64 bytes off the end take only the last footer, whose copy ends the payload's section: the weights are
+    # whole then, as tests/test_bad_input.py::test_exe_truncated checks; here the section's end is cut too)
+    _, off, size, _ = elf_sections(open(exe(), "rb").read())[".llmcc.payload"]
+    for cut in (200000, os.path.getsize(exe()) - (off + size // 2)):   # the latter: half the payload left
         f = _copy_exe("trunc")
         size = os.path.getsize(f)
         with open(f, "r+b") as fh:
@@ -559,20 +566,29 @@ def test_empty_prompt():
         assert p.returncode == 1 and b"no chat template" not in p.stderr and word in p.stderr and b"has none" in p.stderr, p.stderr
 
 
-def is_static(path):
-    """No PT_INTERP program header: no dynamic loader, nothing to load at start."""
-    with open(path, "rb") as f:
-        b = f.read(1 << 16)
-    assert b[:4] == b"\x7fELF" and b[4] == 2, "not a 64-bit ELF file"
-    phoff, = struct.unpack_from("<Q", b, 0x20)
-    phentsize, phnum = struct.unpack_from("<HH", b, 0x36)
-    return all(struct.unpack_from("<I", b, phoff + i * phentsize)[0] != 3 for i in range(phnum))
+def elf_sections(b):
+    """{name: (its header's offset in b, sh_offset, sh_size, sh_addralign)} of a 64-bit ELF file's bytes"""
+    shoff, = struct.unpack_from("<Q", b, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", b, 0x3A)
+    hdr = [shoff + i * shentsize for i in range(shnum)]
+    names_off, = struct.unpack_from("<Q", b, hdr[shstrndx] + 0x18)
+    out = {}
+    for h in hdr:
+        name, = struct.unpack_from("<I", b, h)
+        off, size = struct.unpack_from("<QQ", b, h + 0x18)
+        align, = struct.unpack_from("<Q", b, h + 0x30)
+        out[b[names_off + name:b.index(b"\0", names_off + name)].decode()] = (h, off, size, align)
+    return out
+
+
+def elf_section(b, name):
+    return elf_sections(b)[name][1:]
 
 
 def test_static_and_runs_in_an_empty_root():
     """The CPU executable is one statically linked file (STATIC=1, the default): it runs in a root that holds
-    nothing else (a chroot without libc, /proc or /sys: the payload is found through argv[0]). strip on the finished
-    file cuts the weights off: the stripped copy says so; make STRIP=1 strips the program before they are appended."""
+    nothing else (a chroot without libc, /proc or /sys: the payload is found through argv[0]). A stripped copy
+    answers the same: the weights are an ELF section strip keeps."""
     if SANITIZE:
         raise Skip("the sanitizers' builds link their runtimes dynamically (STATIC=0)")
     assert is_static(exe())
@@ -588,7 +604,42 @@ def test_static_and_runs_in_an_empty_root():
     p = run(["chroot", root, "/" + NAME, "--prompt-ids", "10,11", "--ids", "--temperature", "0", "-n", "30"],
             check=False)
     assert ids_of(p) == want, (p.stdout, p.stderr)
+    # strip keeps the weights' section (it drops the footer after the section headers and moves the section): the
+    # stripped copy finds it, computes the same and its checksum holds
     stripped = os.path.join(root, "stripped")
     shutil.copy(exe(), stripped)
     run(["strip", stripped])
-    one_line_error(run([stripped, "--prompt-ids", "10", "--ids"], check=False), "was stripped", "make STRIP=1")
+    assert os.path.getsize(stripped) < os.path.getsize(exe())
+    b = open(stripped, "rb").read()
+    assert b[-64:-56] != b"LLMCCEND" and ".llmcc.payload" in elf_sections(b)
+    assert ids_of(bx_at(stripped, "--prompt-ids", "10,11", "--ids", "--temperature", "0", "-n", "30")) == want
+    assert "payload ok" in bx_at(stripped, "--verify").stdout
+
+
+def test_payload_section_off_the_page_alignment():
+    """A tool that moves the payload's section to an offset mmap cannot map (not a multiple of the page): the
+    runtime reads it into memory instead; the same ids, the checksum holds. Damage to the section is caught."""
+    b = open(exe(), "rb").read()
+    secs = elf_sections(b)
+    _, off, size, _ = secs[".llmcc.payload"]
+    shoff, = struct.unpack_from("<Q", b, 0x28)
+    assert shoff > off
+    moved = bytearray(b[:off] + b"\0" * 8 + b[off:-64])   # 8 bytes before the section; no footer at the end
+    struct.pack_into("<Q", moved, 0x28, shoff + 8)
+    for h, o, _, _ in secs.values():
+        if o >= off:
+            struct.pack_into("<Q", moved, h + 8 + 0x18, o + 8)
+    path = os.path.join(tmpdir("moved_section"), NAME)
+    with open(path, "wb") as f:
+        f.write(moved)
+    os.chmod(path, 0o755)
+    assert ids_of(bx_at(path, "--prompt-ids", "10,11", "--ids", "--temperature", "0", "-n", "30")) == greedy([10, 11], 30)
+    assert "payload ok" in bx_at(path, "--verify").stdout
+    moved[off + 8 + 4096] ^= 1   # a byte of the payload
+    with open(path, "wb") as f:
+        f.write(moved)
+    one_line_error(bx_at(path, "--verify"), "checksum")
+
+
+def bx_at(path, *args):
+    return run([path] + [str(a) for a in args], check=False)

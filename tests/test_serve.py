@@ -547,7 +547,7 @@ def test_reader_that_never_reads():
 
 
 def test_api_key():
-    with Server("--api-key", "s3cret") as s:
+    with Server("--api-key", "s3cret", "--stats") as s:
         assert post(s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 2})[0] == 401
         st, js = post(s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 2}, "Authorization: Bearer s3cre\r\n")
         assert st == 401 and js["error"]["code"] == "invalid_api_key", js
@@ -555,6 +555,11 @@ def test_api_key():
                     "Authorization: Bearer s3cret\r\n")[0] == 200
         assert status_and_json(http(s.port, b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")) == (200, {"status": "ok"})
         assert status_and_json(http(s.port, b"GET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n"))[0] == 401
+        s.p.send_signal(signal.SIGUSR1)   # the statistics line now: every request counts, the 401s as errors
+        t0 = time.monotonic()
+        while "5 requests (3 answered with an error)" not in s.stderr():
+            assert time.monotonic() - t0 < 30, s.stderr()
+            time.sleep(0.05)
         try:
             import openai
         except ImportError:

@@ -200,3 +200,14 @@ def build_exe(model, target="cpu", args=(), make_args=(), tag=None):
         run([LLMCC, "build", model, "-o", d, "--target", target] + args)
         run(["make", "-C", d, "-s", "-j2"] + make_args)
     return once(out, key, make)
+
+
+def is_static(path):
+    """A 64-bit ELF file without a PT_INTERP program header: no dynamic loader, nothing to load at start."""
+    import struct
+    with open(path, "rb") as f:
+        b = f.read(1 << 16)
+    assert b[:4] == b"\x7fELF" and b[4] == 2, "not a 64-bit ELF file"
+    phoff, = struct.unpack_from("<Q", b, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", b, 0x36)
+    return all(struct.unpack_from("<I", b, phoff + i * phentsize)[0] != 3 for i in range(phnum))
