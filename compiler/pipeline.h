@@ -26,6 +26,8 @@ typedef struct {
     DType weight_dtype;
     DType quant;               /* --quant: the linears' weights quantized into this block type (DT_F32: none) */
     bool quant_all;            /* --quant-all: the embedding and lm_head too */
+    bool quant_k_m;            /* --quant Q4_K_M: llama-quantize's mix of that name (quant is q4_k) */
+    int n_of_dtype[DT_COUNT];  /* --quant: the matrices given each dtype */
     int n_quantized, n_unquantized;   /* --quant: the matrices quantized, and those of rows not whole blocks */
     int64_t unquantized_row;          /* the row length of one of the latter */
     Knobs knobs;

@@ -64,8 +64,9 @@ float cvt_f16_to_f32(uint16_t h) {
 /* ---- GGUF's block types: ggml-quants.c's reference quantizers, bit for bit (the scale from the block's extreme
  * in f32, the integers from its f32 reciprocal, the scale then stored as f16), and the dequantization ---- */
 
-/* one block of 32: q8_0 {f16 d; int8 qs[32]}, q4_0 {f16 d; uint8 qs[16]}, q4_1 {f16 d; f16 m; uint8 qs[16]};
- * 4-bit value j < 16 in qs[j]'s low nibble, j >= 16 in qs[j - 16]'s high one */
+/* one block of 32: q8_0 {f16 d; int8 qs[32]}, q4_0 {f16 d; uint8 qs[16]}, q4_1 {f16 d; f16 m; uint8 qs[16]},
+ * q5_0 {f16 d; uint8 qh[4]; uint8 qs[16]}, q5_1 {f16 d; f16 m; uint8 qh[4]; uint8 qs[16]}; 4-bit value j < 16 in
+ * qs[j]'s low nibble, j >= 16 in qs[j - 16]'s high one */
 static void quant_block(uint32_t dt, const float *x, uint8_t *b) {
     float amax = 0, max = 0, lo = x[0], hi = x[0];
     for (int j = 0; j < 32; j++) {
@@ -96,6 +97,24 @@ static void quant_block(uint32_t dt, const float *x, uint8_t *b) {
             int q0 = (int8_t)((x[j] - lo) * inv + 0.5f), q1 = (int8_t)((x[j + 16] - lo) * inv + 0.5f);
             b[4 + j] = (uint8_t)((q0 < 15 ? q0 : 15) | (q1 < 15 ? q1 : 15) << 4);
         }
+        return;
+    }
+    case PDT_Q5_0:
+    case PDT_Q5_1: {   /* 5 bits: the low 4 as q4_0 / q4_1 store them, the fifth of value j bit j of qh */
+        const bool q50 = dt == PDT_Q5_0;
+        const float s = q50 ? max / -16 : (hi - lo) / 31, inv = s ? 1.0f / s : 0.0f;
+        put16(b, cvt_f32_to_f16(s));
+        if (!q50) put16(b + 2, cvt_f32_to_f16(lo));
+        uint8_t *qh = b + (q50 ? 2 : 4), *qs = qh + 4;
+        uint32_t bits = 0;
+        for (int j = 0; j < 16; j++) {
+            int q0 = q50 ? (int8_t)(x[j] * inv + 16.5f) : (uint8_t)((x[j] - lo) * inv + 0.5f);
+            int q1 = q50 ? (int8_t)(x[j + 16] * inv + 16.5f) : (uint8_t)((x[j + 16] - lo) * inv + 0.5f);
+            if (q50) { q0 = q0 < 31 ? q0 : 31; q1 = q1 < 31 ? q1 : 31; }
+            qs[j] = (uint8_t)((q0 & 15) | (q1 & 15) << 4);
+            bits |= (uint32_t)(q0 >> 4 & 1) << j | (uint32_t)(q1 >> 4 & 1) << (j + 16);
+        }
+        for (int k = 0; k < 4; k++) qh[k] = (uint8_t)(bits >> 8 * k);
         return;
     }
     default: CHECK(0, "quantize into dtype %u", dt);
@@ -345,7 +364,8 @@ static void quant_q6_k(const float *x, uint8_t *b) {
 }
 
 bool quant_has_quantizer(uint32_t dt) {
-    return dt == PDT_Q8_0 || dt == PDT_Q4_0 || dt == PDT_Q4_1 || dt == PDT_Q4_K || dt == PDT_Q6_K;
+    return dt == PDT_Q8_0 || dt == PDT_Q4_0 || dt == PDT_Q4_1 || dt == PDT_Q5_0 || dt == PDT_Q5_1 || dt == PDT_Q4_K ||
+           dt == PDT_Q6_K;
 }
 
 void quant_blocks(uint32_t dt, const float *x, size_t n, uint8_t *out) {

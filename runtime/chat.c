@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <sys/select.h>
+#include <termcap.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,8 +160,25 @@ static int read_key(FILE *f) {
 
 /* One line without its end, malloc'd; NULL at the input's end or on an interruption (chat_interrupted). On a
  * terminal libedit edits it (its prompt on stderr, stdout being the replies'), elsewhere it is read as is. */
+/* Whether libedit edits the input: on a terminal it has a description of (terminfo). Where there is none, as in a
+ * bare container, the line is read as it comes and the prompt is ours (libedit would say "Cannot read termcap
+ * database" and edit no better). */
+static bool editing(void) {
+    static int described = -1;
+    if (described < 0) {
+        const char *term = getenv("TERM");
+        char entry[4096];   /* termcap's buffer: ncurses ignores it */
+        described = isatty(0) && term && *term && tgetent(entry, term) == 1;
+    }
+    return described;
+}
+
 static char *read_line(const char *prompt, bool tty) {
-    if (tty) {
+    if (tty && !editing() && *prompt) {
+        fputs(prompt, stderr);
+        fflush(stderr);
+    }
+    if (tty && editing()) {
         static bool ready;
         if (!ready) {
             rl_instream = stdin;
@@ -220,7 +238,7 @@ ChatInput chat_read(const char *prompt, char **text, size_t *len) {
                 while (*t == ' ' || *t == '\t') t++;
                 memmove(line, t, strlen(t) + 1);
             }
-            if (tty) add_history(line);
+            if (editing()) add_history(line);
             *text = line;
             *len = strlen(line);
             return k;
@@ -248,7 +266,7 @@ ChatInput chat_read(const char *prompt, char **text, size_t *len) {
         n_parts += !(opens && l == 0);
         free(line);
         if (more) continue;
-        if (tty) add_history(msg);
+        if (editing()) add_history(msg);
         *text = msg;
         *len = n;
         return CHAT_MESSAGE;

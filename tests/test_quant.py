@@ -45,7 +45,7 @@ from ref_forward import q8_round
 from testlib import LLMCC, Skip, run, tmpdir
 
 TYPES = ("q8_0", "q4_0", "q4_1")   # llmcc quantizes into these (--quant)
-Q5_TYPES = ("q5_0", "q5_1")   # blocks of 32 with a fifth bit per value in a word of their own; no quantizer here
+Q5_TYPES = ("q5_0", "q5_1")   # blocks of 32 with a fifth bit per value in a word of their own (--quant too)
 K_TYPES = ("q4_k", "q6_k", "q5_k")
 BLOCK = {"q8_0": (32, 34), "q4_0": (32, 18), "q4_1": (32, 20), "q4_k": (256, 144), "q5_k": (256, 176),
          "q6_k": (256, 210), "q5_0": (32, 22), "q5_1": (32, 24)}   # values and bytes per block (ggml-common.h)
@@ -359,7 +359,7 @@ def test_build_quant_matches_reference():
     model_dir = os.path.join(ROOT, "models", "austen-2m")
     prompt = [1, 79, 95, 11, 230, 308, 12]
     n = 16
-    for dt, q8 in [(t, 1) for t in TYPES] + [("q4_1", 0)]:
+    for dt, q8 in [(t, 1) for t in TYPES + Q5_TYPES] + [("q4_1", 0)]:
         model = ref_forward.load(model_dir)
         model["q8_linears"] = bool(q8)
         model["bf16_lm_head"] = True   # the tied embedding stays bf16: the lm_head takes bf16 dot products
@@ -380,7 +380,7 @@ def test_build_quant_matches_reference():
         want_bytes = V * H * 2 + (2 * L + 1) * H * 2 + L * sum(r * k // vals * nb for r, k in rows_k)
         m = re.search(r"decode reads: ([0-9.]+) MB of weights a token", stats)
         assert m and abs(float(m.group(1)) - want_bytes / 1e6) <= 0.05, (stats, want_bytes)
-    for bad in ("q5_0", "q5_k"):
+    for bad in ("q5_k", "q2_k"):
         p = run([LLMCC, "build", model_dir, "-o", os.path.join(tmpdir("quant_build"), "bad"), "--quant", bad],
                 check=False)
         assert p.returncode == 1 and "is not a block type llmcc quantizes into" in p.stderr, p.stderr
@@ -611,3 +611,59 @@ def test_quant_says_what_it_left():
     p = run([LLMCC, "build", d, "-o", out, "--target", "cpu", "--quant", "q8_0", "--quant-all"])
     assert "llmcc: --quant q8_0: 14 matrices quantized; 2 keep their dtype (their rows, as 172 values, are not " \
         "whole blocks of 32)\n" in p.stderr, p.stderr
+
+
+def test_q5_blocks_equal_gguf_py():
+    """--quant q5_0 / q5_1 (ggml's reference quantizers, also --quant Q4_K_M's fallback for rows that are not whole
+    super-blocks): the payload's blocks byte for byte gguf-py's quantization of the same f32 weights"""
+    quants, T = gguf_or_skip()
+    import ref_forward
+    from testlib import ROOT
+    model_dir = os.path.join(ROOT, "models", "austen-2m")
+    model = ref_forward.load(model_dir)
+    for dt in Q5_TYPES:
+        out = os.path.join(tmpdir("quant_q5"), dt)
+        run([LLMCC, "build", model_dir, "-o", out, "--target", "cpu", "--quant", dt])
+        got = payload_tensors(os.path.join(out, "payload.bin"))
+        for i, lay in enumerate(model["layers"]):
+            for proj in ("q_proj", "down_proj"):
+                kind = "mlp" if proj == "down_proj" else "self_attn"
+                w = np.asarray(lay[proj], dtype=np.float32)
+                want = np.ascontiguousarray(quants.quantize(w, qtype(T, dt))).view(np.uint8).tobytes()
+                pdt, blocks = got["model.layers.%d.%s.%s.weight" % (i, kind, proj)]
+                assert blocks == want, (dt, i, proj)
+
+
+PDT_NAMES = ["f32", "f16", "bf16", "i32", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k", "q5_0", "q5_1"]   # dtypes.h
+
+
+def test_quant_q4_k_m_is_llama_quantizes_mix():
+    """--quant Q4_K_M: each matrix in the type llama-quantize's Q4_K_M gives it (q4_k; q6_k for the output matrix
+    and for v_proj / down_proj in the layers it gives more bits; q5_0 / q8_0 where rows are not whole super-blocks),
+    on a fixture of whole super-blocks (llama-k) and one of rows of 64 and 172 (llama-gqa), and the blocks byte for
+    byte llama-quantize's; the summary line counts them"""
+    import json
+    import test_gguf_model as gm
+    tool = llama_quantize_or_skip()
+    for kind in ("llama-k", "llama-gqa"):
+        cfg = json.load(open(os.path.join(gm.fixture(kind), "config.json")))
+        src = gm.gguf_of(kind, writer="gguf-py")
+        mixed = "%s-Q4_K_M.gguf" % src[:-5]
+        run([tool, src, mixed, "Q4_K_M"], env=dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(tool)))
+        want = gguf_matrices_in_hf_order(mixed, cfg)
+        out = os.path.join(tmpdir("quant_k_m"), kind)
+        b = run([LLMCC, "build", src, "-o", out, "--target", "cpu", "--name", "m", "--quant", "q4_k_m"])
+        got = payload_tensors(os.path.join(out, "payload.bin"))
+        types = {}
+        for name, (t, rows) in want.items():
+            dt = t.tensor_type.name.lower()
+            types[dt] = types.get(dt, 0) + 1
+            pdt, blocks = got[name]
+            assert PDT_NAMES[pdt] == dt, (kind, name, PDT_NAMES[pdt], dt)
+            mine = np.frombuffer(blocks, np.uint8).reshape(len(rows), -1)
+            assert mine.shape == rows.view(np.uint8).reshape(len(rows), -1).shape and \
+                np.array_equal(mine, rows.view(np.uint8).reshape(len(rows), -1)), (kind, name, dt)
+        said = "llmcc: --quant Q4_K_M: " + ", ".join("%d %s" % (types[d], d) for d in PDT_NAMES if d in types)
+        assert said + " (llama-quantize's mix)" in b.stderr, (b.stderr, types)
+        # the mix's each way: llama-k's rows are whole super-blocks, llama-gqa's are not (64 and 172 values)
+        assert (kind, sorted(types)) in (("llama-k", ["q4_k", "q6_k"]), ("llama-gqa", ["f16", "q5_0", "q8_0"])), types
