@@ -160,13 +160,14 @@ static const char USAGE[] =
     "  --dtype f32|f16|bf16       convert every weight to this dtype (default: as stored; with no\n"
     "                             weights, torch_dtype)\n"
     "  --quant TYPE               quantize the linears' weights into this GGUF block type as the payload\n"
-    "                             is written: q8_0, q4_0, q4_1, q5_0, q5_1 (blocks of 32), q4_k, q6_k\n"
+    "                             is written: q8_0, q4_0, q4_1, q5_0, q5_1 (blocks of 32), q4_k, q5_k, q6_k\n"
     "                             (super-blocks of 256; Q4_K too); llama.cpp's reference quantizers, as\n"
     "                             llama-quantize without an importance matrix. Rows of whole blocks only:\n"
     "                             other matrices, the embedding, lm_head, norms and biases keep their dtype.\n"
-    "                             Q4_K_M: llama-quantize's mix of that name (q4_k; q6_k for the output and\n"
-    "                             half the layers' v_proj and down_proj; q5_0 / q8_0 / f16 where rows are not\n"
-    "                             whole super-blocks; the embedding and lm_head included)\n"
+    "                             Q4_K_S, Q4_K_M, Q5_K_M: llama-quantize's mixes of those names (the base\n"
+    "                             type; q6_k for the output; more bits for some layers' v_proj and down_proj;\n"
+    "                             q5_0 / q5_1 / q8_0 / f16 where rows are not whole super-blocks; the\n"
+    "                             embedding and lm_head included)\n"
     "  --quant-all                with --quant: the embedding and lm_head too\n"
     "  --random-weights SEED      (build) ignore any weights: pack deterministic random ones (MODEL\n"
     "                             needs only config.json; for benchmarks and shape tests)\n"
@@ -190,7 +191,7 @@ typedef struct {
     bool force_dtype, random_weights, timings, no_chat;
     DType quant;                 /* --quant: a block type, or DT_F32 for none */
     bool quant_all;              /* --quant-all */
-    bool quant_k_m;              /* --quant Q4_K_M */
+    int quant_mix;               /* --quant Q4_K_S, Q4_K_M, Q5_K_M (pipeline.h) */
     int compress;
     DType dtype;
     bool kv_dtype_set; DType kv_dtype;   /* --kv-dtype */
@@ -254,16 +255,19 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         else if (!strcmp(a, "--quant")) {
             NEED();
             int d = DT_Q8_0;   /* the block types quant.c has a quantizer for */
-            /* as llama-quantize names them too (Q4_K, q4_k); Q4_K_M: its mix of that name */
-            o->quant_k_m = !strcasecmp(v, "Q4_K_M");
-            if (o->quant_k_m) v = "q4_k";
+            /* as llama-quantize names them too (Q4_K, q4_k); Q4_K_M and the like: its mix of that name */
+            o->quant_mix = QUANT_MIX_NONE;
+            for (int m = 1; m < QUANT_MIX_COUNT; m++)
+                if (!strcasecmp(v, quant_mix_names[m])) o->quant_mix = m;
+            if (o->quant_mix) v = dtype_names[quant_mix_base[o->quant_mix]];
             while (d < DT_COUNT && (!quant_has_quantizer((uint32_t)d) || strcasecmp(v, dtype_names[d]))) d++;
             if (d == DT_COUNT) {
                 Str names = {0};
                 for (int q = DT_Q8_0; q < DT_COUNT; q++)
                     if (quant_has_quantizer((uint32_t)q))
                         str_printf(&names, "%s%s", names.len ? ", " : "", dtype_names[q]);
-                die_user(NULL, "--quant", "'%s' is not a block type llmcc quantizes into (%s)", v, names.s);
+                die_user(NULL, "--quant", "'%s' is not a block type llmcc quantizes into (%s) or one of "
+                         "llama-quantize's mixes (Q4_K_S, Q4_K_M, Q5_K_M)", v, names.s);
             }
             o->quant = (DType)d;
         }
@@ -327,7 +331,7 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
     c->weight_dtype = o->dtype;
     c->quant = o->quant;
     c->quant_all = o->quant_all;
-    c->quant_k_m = o->quant_k_m;
+    c->quant_mix = o->quant_mix;
     /* a GGUF file's tensors come with its metadata: compile reads their dtypes too */
     if (c->gguf && !(weights && o->random_weights)) {
         gguf_model_tensors(&c->A, c->gguf, &c->cfg, &c->st);
@@ -449,8 +453,8 @@ static int cmd_build(int argc, char **argv) {
     Str after = {0};
     c.print_out = &after;
     pipeline_run(&c, IR_PLAN, NULL);
-    if (c.quant_k_m) {   /* what the mix gave each matrix, by dtype */
-        fprintf(stderr, "llmcc: --quant Q4_K_M:");
+    if (c.quant_mix) {   /* what the mix gave each matrix, by dtype */
+        fprintf(stderr, "llmcc: --quant %s:", quant_mix_names[c.quant_mix]);
         for (int d = 0, first = 1; d < DT_COUNT; d++)
             if (c.n_of_dtype[d]) {
                 fprintf(stderr, "%s %d %s", first ? "" : ",", c.n_of_dtype[d], dtype_names[d]);

@@ -317,8 +317,7 @@ void pack_payload_ex(const char *out_path, const PackTensor *tensors, const Pack
             e->shape[d] = (uint64_t)t->shape[d];
         }
         if (src->fill != PACK_DATA || src->convert)
-            CHECK(is_float(t->dtype) || (t->dtype >= PDT_Q8_0 && t->dtype <= PDT_Q6_K && t->dtype != PDT_Q5_K) ||
-                  t->dtype == PDT_Q5_0 || t->dtype == PDT_Q5_1,
+            CHECK(is_float(t->dtype) || (t->dtype >= PDT_Q8_0 && t->dtype <= PDT_Q5_1),
                   "tensor %s: generated or converted into dtype %u", t->name, t->dtype);
         int overflow;
         if (src->fill == PACK_DATA) {

@@ -18,17 +18,24 @@ IrLevel ir_level_parse(const char *s) {
     die_user(NULL, "--ir", "unknown level '%s' (graph, tensor, loop, tile, kernel, plan, cuda, c)", s);
 }
 
+#define QUANT_MIX_NAME(e, name, base) name,
+#define QUANT_MIX_BASE(e, name, base) base,
+const char *const quant_mix_names[] = {QUANT_MIXES(QUANT_MIX_NAME)};
+const DType quant_mix_base[] = {QUANT_MIXES(QUANT_MIX_BASE)};
+
 /* llama.cpp's layers that get more bits in the _M mixes: the first and last eighth, and every third between */
 static bool use_more_bits(int layer, int layers) {
     return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
 }
 
-/* --quant Q4_K_M as llama-quantize makes it (llama-quant.cpp's llama_tensor_get_type, for the dense models llmcc
- * reads, no importance matrix): q4_k, but q6_k for the output matrix (the lm_head, or the embedding where it is
- * tied) and for v_proj and down_proj in use_more_bits' layers; a matrix whose rows are not whole super-blocks falls
- * back to q5_0 (q4_k's) or q8_0 (q6_k's, and the output's), and to f16 where not whole blocks of 32 either.
- * Norms and biases keep theirs. */
-static void quant_mix_k_m(Compilation *c) {
+/* --quant Q4_K_S, Q4_K_M, Q5_K_M as llama-quantize makes them (llama-quant.cpp's llama_tensor_get_type, for the
+ * dense models llmcc reads, no importance matrix): the mix's base type (q4_k, q5_k), but q6_k for the output matrix
+ * (the lm_head, or the embedding where it is tied); for v_proj, _M: q6_k in use_more_bits' layers, Q4_K_S: q5_k in
+ * the first 4; for down_proj, _M: q6_k in use_more_bits' layers, Q4_K_S: q5_k in the first eighth. A matrix whose
+ * rows are not whole super-blocks falls back to q5_0 (q4_k's), q5_1 (q5_k's) or q8_0 (q6_k's, and the output's),
+ * and to f16 where not whole blocks of 32 either. Norms and biases keep theirs. */
+static void quant_mix(Compilation *c) {
+    const bool m = c->quant_mix != QUANT_MIX_Q4_K_S;
     bool tied = true;
     for (int i = 0; i < c->g.n; i++) tied &= strcmp(c->g.nodes[i]->name, "lm_head.weight") != 0;
     const int layers = c->cfg.num_hidden_layers;
@@ -38,12 +45,12 @@ static void quant_mix_k_m(Compilation *c) {
         const bool output =
             !strcmp(n->name, "lm_head.weight") || (tied && !strcmp(n->name, "model.embed_tokens.weight"));
         const int64_t cols = n->dims[1];
-        DType t = DT_Q4_K;
+        const bool v = strstr(n->name, ".self_attn.v_proj.") != NULL, down = strstr(n->name, ".mlp.down_proj.") != NULL;
+        DType t = quant_mix_base[c->quant_mix];
         if (output) t = cols % dtype_block[DT_Q6_K] ? DT_Q8_0 : DT_Q6_K;
-        else if ((strstr(n->name, ".self_attn.v_proj.") || strstr(n->name, ".mlp.down_proj.")) &&
-                 use_more_bits(n->layer, layers))
-            t = DT_Q6_K;
-        if (cols % dtype_block[t]) t = t == DT_Q4_K ? DT_Q5_0 : DT_Q8_0;
+        else if (m && (v || down) && use_more_bits(n->layer, layers)) t = DT_Q6_K;
+        else if (!m && ((v && n->layer < 4) || (down && n->layer < layers / 8))) t = DT_Q5_K;
+        if (cols % dtype_block[t]) t = t == DT_Q4_K ? DT_Q5_0 : t == DT_Q5_K ? DT_Q5_1 : DT_Q8_0;
         if (cols % dtype_block[t]) t = DT_F16;   /* not even whole blocks of 32: llama-quantize's f16 */
         c->n_of_dtype[t]++;
         n->dtype = t;
@@ -65,7 +72,7 @@ static void st_frontend(Compilation *c) {
             if (c->g.nodes[i]->op == G_WEIGHT) c->g.nodes[i]->dtype = c->weight_dtype;
     /* --quant: the packer quantizes (llama.cpp's reference quantizers) every matrix of whole blocks a linear
      * reads as its weight, the embedding and lm_head only with --quant-all (llama.cpp keeps them in more bits) */
-    if (c->quant_k_m) quant_mix_k_m(c);
+    if (c->quant_mix) quant_mix(c);
     else if (dtype_is_quant(c->quant))
         for (int i = 0; i < c->g.n; i++) {
             GNode *n = c->g.nodes[i];

@@ -16,6 +16,15 @@ typedef enum {
     IR_COUNT
 } IrLevel;
 
+/* llama-quantize's mixes (--quant), by their names: the type most matrices get, and how the rest differ */
+#define QUANT_MIXES(X) X(NONE, "", DT_F32) X(Q4_K_S, "Q4_K_S", DT_Q4_K) X(Q4_K_M, "Q4_K_M", DT_Q4_K) \
+    X(Q5_K_M, "Q5_K_M", DT_Q5_K)
+#define QUANT_MIX_ENUM(e, name, base) QUANT_MIX_##e,
+enum { QUANT_MIXES(QUANT_MIX_ENUM) QUANT_MIX_COUNT };
+#undef QUANT_MIX_ENUM
+extern const char *const quant_mix_names[];
+extern const DType quant_mix_base[];
+
 typedef struct {
     Arena A;
     ModelConfig cfg;
@@ -26,7 +35,7 @@ typedef struct {
     DType weight_dtype;
     DType quant;               /* --quant: the linears' weights quantized into this block type (DT_F32: none) */
     bool quant_all;            /* --quant-all: the embedding and lm_head too */
-    bool quant_k_m;            /* --quant Q4_K_M: llama-quantize's mix of that name (quant is q4_k) */
+    int quant_mix;             /* --quant Q4_K_S, Q4_K_M, Q5_K_M: llama-quantize's mix of that name (QUANT_MIX_*) */
     int n_of_dtype[DT_COUNT];  /* --quant: the matrices given each dtype */
     int n_quantized, n_unquantized;   /* --quant: the matrices quantized, and those of rows not whole blocks */
     int64_t unquantized_row;          /* the row length of one of the latter */

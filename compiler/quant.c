@@ -168,15 +168,17 @@ static void dequant_kblock(uint32_t dt, const uint8_t *b, float *out) {
 /* ggml's nearest_int: round to nearest, ties to even (the default rounding mode, as its 1.5 * 2^23 trick) */
 static int nearest_int(float v) { return (int)lrintf(v); }
 
-/* ggml's make_qkx2_quants for Q4_K's sub-blocks (32 values, codes 0..15; nmax 15, rmin -1, rdelta 0.1, nstep 20,
- * use_mad false): the codes q, a scale s and a minimum m >= 0 such that s * q - m fits x in the weighted least
- * squares sense. The first fit spreads [min(x, 0), max x] over the 16 codes; then 21 trials round x with
- * 14, 14.1, ..., 16 steps over the range from the best minimum so far (ggml's loop reads min as it updates it),
- * each gets its least-squares scale and minimum (the minimum forced to 0, the scale refitted, where it came out
- * positive), and the least weighted squared error wins. Returns the scale, *neg_min gets m. */
-static float q4_k_fit_sub_block(const float *x, const float *w, uint8_t *q, float *neg_min) {
-    enum { N = 32, QMAX = 15, STEPS = 20 };
-    const float rmin = -1.0f, rdelta = 0.1f;
+/* ggml's make_qkx2_quants for the sub-blocks of Q4_K (32 values, codes 0..QMAX = 15; rmin -1, rdelta 0.1,
+ * STEPS 20) and Q5_K (QMAX 31, rmin -0.5, STEPS 15), use_mad false: the codes q, a scale s and a minimum m >= 0 such
+ * that s * q - m fits x in the weighted least squares sense. The first fit spreads [min(x, 0), max x] over the
+ * codes; then STEPS + 1 trials round x with QMAX + rmin, + 0.1, ... steps over the range from the best minimum so
+ * far (ggml's loop reads min as it updates it), each gets its least-squares scale and minimum (the minimum forced
+ * to 0, the scale refitted, where it came out positive), and the least weighted squared error wins. Returns the
+ * scale, *neg_min gets m. */
+static float kq_fit_sub_block(const float *x, const float *w, uint8_t *q, float *neg_min, int QMAX, float rmin,
+                              int STEPS) {
+    enum { N = 32 };
+    const float rdelta = 0.1f;
     float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
     for (int i = 1; i < N; i++) {
         if (x[i] < min) min = x[i];
@@ -232,10 +234,13 @@ static float q4_k_fit_sub_block(const float *x, const float *w, uint8_t *q, floa
     return scale;
 }
 
-/* ggml's quantize_row_q4_K_ref, one super-block of 256: each sub-block of 32 fitted (weights: the sub-block's RMS
- * plus |x|, so large values count more), the 8 scales and minimums as 6-bit multiples of the largest (f16 d and
- * dmin), packed as kq_scale_min reads them, then every code again from the rounded scale and minimum */
-static void quant_q4_k(const float *x, uint8_t *b) {
+/* ggml's quantize_row_q4_K_ref and quantize_row_q5_K_ref, one super-block of 256: each sub-block of 32 fitted
+ * (weights: the sub-block's RMS plus |x|, so large values count more), the 8 scales and minimums as 6-bit multiples
+ * of the largest (f16 d and dmin), packed as kq_scale_min reads them, then every code again from the rounded scale
+ * and minimum */
+static void quant_k_min(uint32_t dt, const float *x, uint8_t *b) {
+    const bool q5 = dt == PDT_Q5_K;
+    const int qmax = q5 ? 31 : 15;
     uint8_t q[256];
     float scales[8], mins[8], max_scale = 0, max_min = 0;   /* the minimum is subtracted: scales are >= 0 */
     for (int s = 0; s < 8; s++) {
@@ -244,7 +249,7 @@ static void quant_q4_k(const float *x, uint8_t *b) {
         for (int j = 0; j < 32; j++) sum_x2 += xs[j] * xs[j];
         const float rms = sqrtf(sum_x2 / 32);
         for (int j = 0; j < 32; j++) weight[j] = rms + fabsf(xs[j]);
-        scales[s] = q4_k_fit_sub_block(xs, weight, q + 32 * s, &mins[s]);
+        scales[s] = kq_fit_sub_block(xs, weight, q + 32 * s, &mins[s], qmax, q5 ? -0.5f : -1.0f, q5 ? 15 : 20);
         if (scales[s] > max_scale) max_scale = scales[s];
         if (mins[s] > max_min) max_min = mins[s];
     }
@@ -274,12 +279,19 @@ static void quant_q4_k(const float *x, uint8_t *b) {
         if (!ds) continue;   /* the fit's codes stay, as in ggml */
         for (int j = 0; j < 32; j++) {
             const int l = nearest_int((x[32 * s + j] + ms) / ds);
-            q[32 * s + j] = (uint8_t)(l < 0 ? 0 : l > 15 ? 15 : l);
+            q[32 * s + j] = (uint8_t)(l < 0 ? 0 : l > qmax ? qmax : l);
         }
     }
-    /* qs[32 p + l]: code l of sub-block 2p in the low nibble, of sub-block 2p + 1 in the high one */
+    /* qs[32 p + l]: code l of sub-block 2p in the low nibble, of sub-block 2p + 1 in the high one; Q5_K: their
+     * fifth bits bits 2p and 2p + 1 of qh[l] */
+    uint8_t *qh = b + 16, *qs = b + (q5 ? 48 : 16);
+    if (q5) memset(qh, 0, 32);
     for (int p = 0; p < 4; p++)
-        for (int l = 0; l < 32; l++) b[16 + 32 * p + l] = (uint8_t)(q[64 * p + l] | q[64 * p + 32 + l] << 4);
+        for (int l = 0; l < 32; l++) {
+            const int lo = q[64 * p + l], hi = q[64 * p + 32 + l];
+            qs[32 * p + l] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+            if (q5) qh[l] |= (uint8_t)((lo >> 4) << (2 * p) | (hi >> 4) << (2 * p + 1));
+        }
 }
 
 /* Q6_K's codes of a sub-block of 16 for one reciprocal scale: l = round(iscale * x) within -32..31, stored + 32;
@@ -365,7 +377,7 @@ static void quant_q6_k(const float *x, uint8_t *b) {
 
 bool quant_has_quantizer(uint32_t dt) {
     return dt == PDT_Q8_0 || dt == PDT_Q4_0 || dt == PDT_Q4_1 || dt == PDT_Q5_0 || dt == PDT_Q5_1 || dt == PDT_Q4_K ||
-           dt == PDT_Q6_K;
+           dt == PDT_Q5_K || dt == PDT_Q6_K;
 }
 
 void quant_blocks(uint32_t dt, const float *x, size_t n, uint8_t *out) {
@@ -374,7 +386,7 @@ void quant_blocks(uint32_t dt, const float *x, size_t n, uint8_t *out) {
     CHECK(quant_has_quantizer(dt) && whole, "quantize %zu values into dtype %u", n, dt);
     for (size_t i = 0; i < n; i += block) {
         uint8_t *b = out + i / block * bytes;
-        if (dt == PDT_Q4_K) quant_q4_k(x + i, b);
+        if (dt == PDT_Q4_K || dt == PDT_Q5_K) quant_k_min(dt, x + i, b);
         else if (dt == PDT_Q6_K) quant_q6_k(x + i, b);
         else quant_block(dt, x + i, b);
     }

@@ -380,7 +380,7 @@ def test_build_quant_matches_reference():
         want_bytes = V * H * 2 + (2 * L + 1) * H * 2 + L * sum(r * k // vals * nb for r, k in rows_k)
         m = re.search(r"decode reads: ([0-9.]+) MB of weights a token", stats)
         assert m and abs(float(m.group(1)) - want_bytes / 1e6) <= 0.05, (stats, want_bytes)
-    for bad in ("q5_k", "q2_k"):
+    for bad in ("q2_k", "q4_k_l"):
         p = run([LLMCC, "build", model_dir, "-o", os.path.join(tmpdir("quant_build"), "bad"), "--quant", bad],
                 check=False)
         assert p.returncode == 1 and "is not a block type llmcc quantizes into" in p.stderr, p.stderr
@@ -388,7 +388,7 @@ def test_build_quant_matches_reference():
 
 # ---- --quant q4_k / q6_k: llama.cpp's llama-quantize is the reference (gguf-py has no K-quant quantizer) ----
 
-QUANTIZED = ("q4_k", "q6_k")   # the K-quants llmcc quantizes into (Q5_K: no quantizer)
+QUANTIZED = ("q4_k", "q6_k")   # the K-quants these tests build alone (q5_k: test_quant_mixes_are_llama_quantizes)
 
 
 def llama_quantize_or_skip():
@@ -637,33 +637,36 @@ def test_q5_blocks_equal_gguf_py():
 PDT_NAMES = ["f32", "f16", "bf16", "i32", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k", "q5_0", "q5_1"]   # dtypes.h
 
 
-def test_quant_q4_k_m_is_llama_quantizes_mix():
-    """--quant Q4_K_M: each matrix in the type llama-quantize's Q4_K_M gives it (q4_k; q6_k for the output matrix
-    and for v_proj / down_proj in the layers it gives more bits; q5_0 / q8_0 where rows are not whole super-blocks),
-    on a fixture of whole super-blocks (llama-k) and one of rows of 64 and 172 (llama-gqa), and the blocks byte for
-    byte llama-quantize's; the summary line counts them"""
+def test_quant_mixes_are_llama_quantizes():
+    """--quant Q4_K_S, Q4_K_M, Q5_K_M: each matrix in the type llama-quantize's mix of that name gives it (the base
+    type; q6_k for the output matrix; more bits for v_proj / down_proj in some layers; q5_0 / q5_1 / q8_0 / f16 where
+    rows are not whole blocks), on a fixture of whole super-blocks (llama-k) and one of rows of 64 and 172
+    (llama-gqa), and the blocks byte for byte llama-quantize's (its q5_k ones too); the summary line counts them"""
     import json
     import test_gguf_model as gm
     tool = llama_quantize_or_skip()
-    for kind in ("llama-k", "llama-gqa"):
+    for kind, mix in [(k, m) for k in ("llama-k", "llama-gqa") for m in ("Q4_K_S", "Q4_K_M", "Q5_K_M")]:
         cfg = json.load(open(os.path.join(gm.fixture(kind), "config.json")))
         src = gm.gguf_of(kind, writer="gguf-py")
-        mixed = "%s-Q4_K_M.gguf" % src[:-5]
-        run([tool, src, mixed, "Q4_K_M"], env=dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(tool)))
+        mixed = "%s-%s.gguf" % (src[:-5], mix)
+        run([tool, src, mixed, mix], env=dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(tool)))
         want = gguf_matrices_in_hf_order(mixed, cfg)
-        out = os.path.join(tmpdir("quant_k_m"), kind)
-        b = run([LLMCC, "build", src, "-o", out, "--target", "cpu", "--name", "m", "--quant", "q4_k_m"])
+        out = os.path.join(tmpdir("quant_k_m"), kind + "-" + mix)
+        b = run([LLMCC, "build", src, "-o", out, "--target", "cpu", "--name", "m", "--quant", mix.lower()])
         got = payload_tensors(os.path.join(out, "payload.bin"))
         types = {}
         for name, (t, rows) in want.items():
             dt = t.tensor_type.name.lower()
             types[dt] = types.get(dt, 0) + 1
             pdt, blocks = got[name]
-            assert PDT_NAMES[pdt] == dt, (kind, name, PDT_NAMES[pdt], dt)
+            assert PDT_NAMES[pdt] == dt, (kind, mix, name, PDT_NAMES[pdt], dt)
             mine = np.frombuffer(blocks, np.uint8).reshape(len(rows), -1)
             assert mine.shape == rows.view(np.uint8).reshape(len(rows), -1).shape and \
-                np.array_equal(mine, rows.view(np.uint8).reshape(len(rows), -1)), (kind, name, dt)
-        said = "llmcc: --quant Q4_K_M: " + ", ".join("%d %s" % (types[d], d) for d in PDT_NAMES if d in types)
+                np.array_equal(mine, rows.view(np.uint8).reshape(len(rows), -1)), (kind, mix, name, dt)
+        said = "llmcc: --quant %s: " % mix + ", ".join("%d %s" % (types[d], d) for d in PDT_NAMES if d in types)
         assert said + " (llama-quantize's mix)" in b.stderr, (b.stderr, types)
-        # the mix's each way: llama-k's rows are whole super-blocks, llama-gqa's are not (64 and 172 values)
-        assert (kind, sorted(types)) in (("llama-k", ["q4_k", "q6_k"]), ("llama-gqa", ["f16", "q5_0", "q8_0"])), types
+        # the mix's each way: llama-k's rows are whole super-blocks (the base type and a larger one), llama-gqa's are
+        # not (64 and 172 values: the fallbacks)
+        base = {"Q4_K_S": "q4_k", "Q4_K_M": "q4_k", "Q5_K_M": "q5_k"}[mix]
+        assert (base in types and len(types) >= 2) if kind == "llama-k" else "f16" in types and base not in types, \
+            (kind, mix, types)
