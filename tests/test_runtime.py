@@ -56,9 +56,9 @@ def exe():
     return os.path.join(project(), NAME)
 
 
-def bx(*args, check=False, env=None):
-    """Runs the mock executable; returns CompletedProcess."""
-    return run([exe()] + [str(a) for a in args], check=check, env=env)
+def bx(*args, check=False, env=None, path=None):
+    """Runs the mock executable (or a copy of it at path); returns CompletedProcess."""
+    return run([path or exe()] + [str(a) for a in args], check=check, env=env)
 
 
 def table():
@@ -612,8 +612,8 @@ def test_static_and_runs_in_an_empty_root():
     assert os.path.getsize(stripped) < os.path.getsize(exe())
     b = open(stripped, "rb").read()
     assert b[-64:-56] != b"LLMCCEND" and ".llmcc.payload" in elf_sections(b)
-    assert ids_of(bx_at(stripped, "--prompt-ids", "10,11", "--ids", "--temperature", "0", "-n", "30")) == want
-    assert "payload ok" in bx_at(stripped, "--verify").stdout
+    assert ids_of(bx("--prompt-ids", "10,11", "--ids", "--temperature", "0", "-n", "30", path=stripped)) == want
+    assert "payload ok" in bx("--verify", path=stripped).stdout
 
 
 def test_payload_section_off_the_page_alignment():
@@ -633,13 +633,10 @@ def test_payload_section_off_the_page_alignment():
     with open(path, "wb") as f:
         f.write(moved)
     os.chmod(path, 0o755)
-    assert ids_of(bx_at(path, "--prompt-ids", "10,11", "--ids", "--temperature", "0", "-n", "30")) == greedy([10, 11], 30)
-    assert "payload ok" in bx_at(path, "--verify").stdout
+    assert ids_of(bx("--prompt-ids", "10,11", "--ids", "--temperature", "0", "-n", "30", path=path)) == greedy([10, 11], 30)
+    assert "payload ok" in bx("--verify", path=path).stdout
     moved[off + 8 + 4096] ^= 1   # a byte of the payload
     with open(path, "wb") as f:
         f.write(moved)
-    one_line_error(bx_at(path, "--verify"), "checksum")
+    one_line_error(bx("--verify", path=path), "checksum")
 
-
-def bx_at(path, *args):
-    return run([path] + [str(a) for a in args], check=False)
