@@ -159,16 +159,16 @@ static const char USAGE[] =
     "                             --ir tile prints them all)\n"
     "  --dtype f32|f16|bf16       convert every weight to this dtype (default: as stored; with no\n"
     "                             weights, torch_dtype)\n"
-    "  --quant TYPE               quantize the linears' weights into this GGUF block type as the payload\n"
-    "                             is written: q8_0, q4_0, q4_1, q5_0, q5_1 (blocks of 32), q4_k, q5_k, q6_k\n"
-    "                             (super-blocks of 256; Q4_K too); llama.cpp's reference quantizers, as\n"
-    "                             llama-quantize without an importance matrix. Rows of whole blocks only:\n"
-    "                             other matrices, the embedding, lm_head, norms and biases keep their dtype.\n"
-    "                             Q4_K_S, Q4_K_M, Q5_K_M: llama-quantize's mixes of those names (the base\n"
-    "                             type; q6_k for the output; more bits for some layers' v_proj and down_proj;\n"
-    "                             q5_0 / q5_1 / q8_0 / f16 where rows are not whole super-blocks; the\n"
-    "                             embedding and lm_head included)\n"
-    "  --quant-all                with --quant: the embedding and lm_head too\n"
+    "  --quant TYPE               quantize the weights as the payload is written, with llama.cpp's reference\n"
+    "                             quantizers (as llama-quantize without an importance matrix). llama-quantize's\n"
+    "                             names, as it writes them: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K (that type, the\n"
+    "                             output matrix in Q6_K), Q4_K_S, Q4_K_M (or Q4_K), Q5_K_M (or Q5_K) (more bits\n"
+    "                             for some layers' v_proj and down_proj), each with its fallbacks where rows\n"
+    "                             are not whole blocks (q5_0, q5_1, q8_0, f16). ggml's block types in lower\n"
+    "                             case: q8_0, q4_0, q4_1, q5_0, q5_1 (blocks of 32), q4_k, q5_k, q6_k (256):\n"
+    "                             that type for the linears alone, where rows are whole blocks; the embedding,\n"
+    "                             lm_head, norms and biases keep their dtype\n"
+    "  --quant-all                with --quant in lower case: the embedding and lm_head too\n"
     "  --random-weights SEED      (build) ignore any weights: pack deterministic random ones (MODEL\n"
     "                             needs only config.json; for benchmarks and shape tests)\n"
     "  --timings                  (build) print the time of each phase and the peak memory on stderr\n"
@@ -255,10 +255,8 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         else if (!strcmp(a, "--quant")) {
             NEED();
             int d = DT_Q8_0;   /* the block types quant.c has a quantizer for */
-            /* as llama-quantize names them too (Q4_K, q4_k); Q4_K_M and the like: its mix of that name */
-            o->quant_mix = QUANT_MIX_NONE;
-            for (int m = 1; m < QUANT_MIX_COUNT; m++)
-                if (!strcasecmp(v, quant_mix_names[m])) o->quant_mix = m;
+            /* llama-quantize's names (Q4_0, Q4_K_M): its mix; ggml's (q4_0, q4_k): that block type, linears only */
+            o->quant_mix = quant_mix_of_name(v);
             if (o->quant_mix) v = dtype_names[quant_mix_base[o->quant_mix]];
             while (d < DT_COUNT && (!quant_has_quantizer((uint32_t)d) || strcasecmp(v, dtype_names[d]))) d++;
             if (d == DT_COUNT) {
@@ -267,7 +265,8 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
                     if (quant_has_quantizer((uint32_t)q))
                         str_printf(&names, "%s%s", names.len ? ", " : "", dtype_names[q]);
                 die_user(NULL, "--quant", "'%s' is not a block type llmcc quantizes into (%s) or one of "
-                         "llama-quantize's mixes (Q4_K_S, Q4_K_M, Q5_K_M)", v, names.s);
+                         "llama-quantize's types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K, Q4_K_S, Q4_K_M, Q5_K_M)",
+                         v, names.s);
             }
             o->quant = (DType)d;
         }
@@ -329,6 +328,10 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
     model_config_check_context(&c->cfg, c->max_ctx);
     c->force_dtype = o->force_dtype;
     c->weight_dtype = o->dtype;
+    if (o->quant_all && (o->quant_mix || !dtype_is_quant(o->quant)))
+        die_user(NULL, "--quant-all", "goes with a block type in lower case (--quant q4_0); %s",
+                 o->quant_mix ? "llama-quantize's mixes choose the embedding's and output's types themselves"
+                              : "there is no --quant");
     c->quant = o->quant;
     c->quant_all = o->quant_all;
     c->quant_mix = o->quant_mix;

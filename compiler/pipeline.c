@@ -6,6 +6,7 @@
 #include "torch_expr.h"
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const ir_level_names[] = {
 #define X(e, s) s,
@@ -23,19 +24,34 @@ IrLevel ir_level_parse(const char *s) {
 const char *const quant_mix_names[] = {QUANT_MIXES(QUANT_MIX_NAME)};
 const DType quant_mix_base[] = {QUANT_MIXES(QUANT_MIX_BASE)};
 
+/* --quant NAME: llama-quantize's mix of that name, spelled as it spells them (upper case; Q4_K and Q5_K are its
+ * aliases of Q4_K_M and Q5_K_M; the names with a size suffix in any case, no block type is called so), else
+ * QUANT_MIX_NONE: a block type in ggml's lower case (q4_0, q4_k) quantizes the linears alone (pipeline's
+ * st_frontend). Upper case for llama-quantize's ftypes and lower for ggml's types is llama.cpp's own habit. */
+int quant_mix_of_name(const char *name) {
+    if (!strcmp(name, "Q4_K")) return QUANT_MIX_Q4_K_M;
+    if (!strcmp(name, "Q5_K")) return QUANT_MIX_Q5_K_M;
+    for (int m = 1; m < QUANT_MIX_COUNT; m++)
+        if (strlen(quant_mix_names[m]) > 4 ? !strcasecmp(name, quant_mix_names[m]) : !strcmp(name, quant_mix_names[m]))
+            return m;
+    return QUANT_MIX_NONE;
+}
+
 /* llama.cpp's layers that get more bits in the _M mixes: the first and last eighth, and every third between */
 static bool use_more_bits(int layer, int layers) {
     return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
 }
 
-/* --quant Q4_K_S, Q4_K_M, Q5_K_M as llama-quantize makes them (llama-quant.cpp's llama_tensor_get_type, for the
- * dense models llmcc reads, no importance matrix): the mix's base type (q4_k, q5_k), but q6_k for the output matrix
- * (the lm_head, or the embedding where it is tied); for v_proj, _M: q6_k in use_more_bits' layers, Q4_K_S: q5_k in
- * the first 4; for down_proj, _M: q6_k in use_more_bits' layers, Q4_K_S: q5_k in the first eighth. A matrix whose
- * rows are not whole super-blocks falls back to q5_0 (q4_k's), q5_1 (q5_k's) or q8_0 (q6_k's, and the output's),
- * and to f16 where not whole blocks of 32 either. Norms and biases keep theirs. */
+/* --quant Q4_0 ... Q6_K, Q4_K_S, Q4_K_M, Q5_K_M as llama-quantize makes them (llama-quant.cpp's
+ * llama_tensor_get_type, for the dense models llmcc reads, no importance matrix): the mix's base type, but q6_k for
+ * the output matrix (the lm_head, or the embedding where it is tied; Q8_0 keeps q8_0 there); the K mixes give some
+ * layers' v_proj and down_proj more bits: _M q6_k in use_more_bits' layers, Q4_K_S q5_k in v_proj's first 4 and
+ * down_proj's first eighth. A matrix whose rows are not whole super-blocks falls back to q5_0 (q4_k's), q5_1 (q5_k's)
+ * or q8_0 (q6_k's, and the output's), and to f16 where not whole blocks of 32 either. Norms and biases keep theirs. */
 static void quant_mix(Compilation *c) {
-    const bool m = c->quant_mix != QUANT_MIX_Q4_K_S;
+    const bool more_bits = c->quant_mix == QUANT_MIX_Q4_K_M || c->quant_mix == QUANT_MIX_Q5_K_M;
+    const bool k_s = c->quant_mix == QUANT_MIX_Q4_K_S;
+    const DType base = quant_mix_base[c->quant_mix];
     bool tied = true;
     for (int i = 0; i < c->g.n; i++) tied &= strcmp(c->g.nodes[i]->name, "lm_head.weight") != 0;
     const int layers = c->cfg.num_hidden_layers;
@@ -46,11 +62,11 @@ static void quant_mix(Compilation *c) {
             !strcmp(n->name, "lm_head.weight") || (tied && !strcmp(n->name, "model.embed_tokens.weight"));
         const int64_t cols = n->dims[1];
         const bool v = strstr(n->name, ".self_attn.v_proj.") != NULL, down = strstr(n->name, ".mlp.down_proj.") != NULL;
-        DType t = quant_mix_base[c->quant_mix];
-        if (output) t = cols % dtype_block[DT_Q6_K] ? DT_Q8_0 : DT_Q6_K;
-        else if (m && (v || down) && use_more_bits(n->layer, layers)) t = DT_Q6_K;
-        else if (!m && ((v && n->layer < 4) || (down && n->layer < layers / 8))) t = DT_Q5_K;
-        if (cols % dtype_block[t]) t = t == DT_Q4_K ? DT_Q5_0 : t == DT_Q5_K ? DT_Q5_1 : DT_Q8_0;
+        DType t = base;
+        if (output) t = cols % dtype_block[base] || base == DT_Q8_0 ? DT_Q8_0 : DT_Q6_K;
+        else if (more_bits && (v || down) && use_more_bits(n->layer, layers)) t = DT_Q6_K;
+        else if (k_s && ((v && n->layer < 4) || (down && n->layer < layers / 8))) t = DT_Q5_K;
+        if (cols % dtype_block[t]) t = t == DT_Q4_K ? DT_Q5_0 : t == DT_Q5_K ? DT_Q5_1 : t == DT_Q6_K ? DT_Q8_0 : t;
         if (cols % dtype_block[t]) t = DT_F16;   /* not even whole blocks of 32: llama-quantize's f16 */
         c->n_of_dtype[t]++;
         n->dtype = t;

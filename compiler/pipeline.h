@@ -16,14 +16,17 @@ typedef enum {
     IR_COUNT
 } IrLevel;
 
-/* llama-quantize's mixes (--quant), by their names: the type most matrices get, and how the rest differ */
+/* llama-quantize's mixes (--quant), by their names (its ftypes): the type most matrices get; how the rest differ is
+ * quant_mix's (pipeline.c). The plain names (Q4_0 ... Q6_K) differ from the block type alone in the output matrix. */
 #define QUANT_MIXES(X) X(NONE, "", DT_F32) X(Q4_K_S, "Q4_K_S", DT_Q4_K) X(Q4_K_M, "Q4_K_M", DT_Q4_K) \
-    X(Q5_K_M, "Q5_K_M", DT_Q5_K)
+    X(Q5_K_M, "Q5_K_M", DT_Q5_K) X(Q4_0, "Q4_0", DT_Q4_0) X(Q4_1, "Q4_1", DT_Q4_1) X(Q5_0, "Q5_0", DT_Q5_0) \
+    X(Q5_1, "Q5_1", DT_Q5_1) X(Q8_0, "Q8_0", DT_Q8_0) X(Q6_K, "Q6_K", DT_Q6_K)
 #define QUANT_MIX_ENUM(e, name, base) QUANT_MIX_##e,
 enum { QUANT_MIXES(QUANT_MIX_ENUM) QUANT_MIX_COUNT };
 #undef QUANT_MIX_ENUM
 extern const char *const quant_mix_names[];
 extern const DType quant_mix_base[];
+int quant_mix_of_name(const char *name);
 
 typedef struct {
     Arena A;

@@ -391,8 +391,16 @@ int http_open(Http *h, const char *host, int *port, char *shown, size_t shown_si
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    int e = getaddrinfo(host, service, &hints, &res);
-    if (e) { fprintf(stderr, "%s: --host %s: %s\n", h->name, host, gai_strerror(e)); return -1; }
+    /* localhost without the resolver: a statically linked executable has no NSS modules to read /etc/hosts with
+     * (and a container may have no /etc/hosts); other names go to getaddrinfo, numeric addresses never need more */
+    const char *lookup = !strcasecmp(host, "localhost") ? "127.0.0.1" : host;
+    hints.ai_flags |= lookup != host ? AI_NUMERICHOST : 0;
+    int e = getaddrinfo(lookup, service, &hints, &res);
+    if (e) {
+        fprintf(stderr, "%s: --host %s: %s (an address such as 127.0.0.1, 0.0.0.0 or ::, or localhost)\n", h->name,
+                host, gai_strerror(e));
+        return -1;
+    }
     int fd = -1, last = 0;
     for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);

@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 import struct
+import subprocess
 
 import numpy as np
 
@@ -249,6 +250,18 @@ def test_make_default_builds_smollm2_and_answers():
         else:   # chroot needs root: the copies outside one
             p = run([root + f, "-p", "What is the capital of France?"] + greedy)
         assert p.stdout == want, (f, p.stdout, p.stderr)
+    if os.geteuid() == 0 and shutil.which("chroot"):
+        # the server there, named localhost: no /etc/hosts and no NSS modules to read one with
+        srv = subprocess.Popen(["chroot", root, "/smollm2", "--serve", "--host", "localhost", "--port", "0"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            said = ""
+            while "serving on" not in said and srv.poll() is None:   # each line as it comes; "" once it has exited
+                said += srv.stderr.readline()
+            assert re.search(r"serving on http://127\.0\.0\.1:\d+/v1", said), said + srv.stderr.read(2000)
+        finally:
+            srv.kill()
+            srv.wait()
     assert run([exe, "-c", "512", "--temp", "0", "-n", "16", "Hello"]).stdout.strip()
     defaults = ("sampling: temperature 0.8 (llama.cpp's default), top-k 40 (llama.cpp's default), top-p 0.95 "
                 "(llama.cpp's default), min-p 0.05 (llama.cpp's default), repetition penalty 1 (llama.cpp's default)")

@@ -309,8 +309,8 @@ def build_quant_against(model_dir, dt, out, model, prompt, n):
     import ref_forward
     q8 = bool(model.get("q8_linears"))
     want_ids, want_logits = ref_forward.greedy(model, prompt, n)
-    b = run([LLMCC, "build", model_dir, "-o", out, "--target", "cpu", "--name", "m", "--quant", dt.upper(),
-             "--knob", "cpu_qdot_q8=%d" % q8])   # llama-quantize's spelling (Q4_0) too
+    b = run([LLMCC, "build", model_dir, "-o", out, "--target", "cpu", "--name", "m", "--quant", dt,
+             "--knob", "cpu_qdot_q8=%d" % q8])   # ggml's name (q4_0): the linears alone
     # what --quant did, said: every linear quantized (whole blocks), the embedding and lm_head kept
     assert "llmcc: --quant %s: 28 matrices quantized; the embedding and lm_head keep theirs (--quant-all)\n" % dt \
         in b.stderr, b.stderr
@@ -600,17 +600,22 @@ def test_build_k_quant_keeps_rows_of_partial_super_blocks():
 
 
 def test_quant_says_what_it_left():
-    """--quant takes llama-quantize's spelling (Q4_K) and says how many matrices it quantized and why the rest keep
-    their dtype (rows that are not whole blocks), never leaving one out without a word."""
+    """--quant with ggml's block type (any case but llama-quantize's own spelling: q4_k, q4_K) says how many matrices
+    it quantized and why the rest keep their dtype (rows that are not whole blocks), never leaving one out without a
+    word; --quant-all goes with a block type alone"""
     from testlib import model_fixture
     d = model_fixture("llama-gqa", "f32", seed=0)
     out = os.path.join(tmpdir("quant_says"), "p")
-    p = run([LLMCC, "build", d, "-o", out, "--target", "cpu", "--quant", "Q4_K"])
+    p = run([LLMCC, "build", d, "-o", out, "--target", "cpu", "--quant", "q4_K"])
     assert "llmcc: --quant q4_k: 0 matrices quantized; 14 keep their dtype (their rows, as " in p.stderr and \
         "values, are not whole blocks of 256); the embedding and lm_head keep theirs (--quant-all)" in p.stderr, p.stderr
     p = run([LLMCC, "build", d, "-o", out, "--target", "cpu", "--quant", "q8_0", "--quant-all"])
     assert "llmcc: --quant q8_0: 14 matrices quantized; 2 keep their dtype (their rows, as 172 values, are not " \
         "whole blocks of 32)\n" in p.stderr, p.stderr
+    for bad in (["--quant", "Q8_0", "--quant-all"], ["--quant-all"]):
+        p = run([LLMCC, "build", d, "-o", out, "--target", "cpu"] + bad, check=False)
+        assert p.returncode == 1 and p.stderr.startswith("llmcc: --quant-all: goes with a block type in lower case"), \
+            (bad, p.stderr)
 
 
 def test_q5_blocks_equal_gguf_py():
@@ -638,35 +643,44 @@ PDT_NAMES = ["f32", "f16", "bf16", "i32", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k"
 
 
 def test_quant_mixes_are_llama_quantizes():
-    """--quant Q4_K_S, Q4_K_M, Q5_K_M: each matrix in the type llama-quantize's mix of that name gives it (the base
-    type; q6_k for the output matrix; more bits for v_proj / down_proj in some layers; q5_0 / q5_1 / q8_0 / f16 where
-    rows are not whole blocks), on a fixture of whole super-blocks (llama-k) and one of rows of 64 and 172
-    (llama-gqa), and the blocks byte for byte llama-quantize's (its q5_k ones too); the summary line counts them"""
+    """--quant with llama-quantize's names (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K, Q4_K_S, Q4_K_M, Q5_K_M; Q4_K its alias
+    of Q4_K_M): each matrix in the type llama-quantize's mix of that name gives it (the base type; q6_k for the output
+    matrix, Q8_0 keeping q8_0; more bits for v_proj / down_proj in some layers of the K mixes; q5_0 / q5_1 / q8_0 /
+    f16 where rows are not whole blocks), on a fixture of whole super-blocks (llama-k) and one of rows of 64 and 172
+    (llama-gqa), and the blocks byte for byte llama-quantize's; the summary line counts them"""
     import json
     import test_gguf_model as gm
     tool = llama_quantize_or_skip()
-    for kind, mix in [(k, m) for k in ("llama-k", "llama-gqa") for m in ("Q4_K_S", "Q4_K_M", "Q5_K_M")]:
+    plain = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q6_K")
+    k_mixes = ("Q4_K_S", "Q4_K_M", "Q5_K_M")
+    for kind, mix in [(k, m) for k in ("llama-k", "llama-gqa") for m in k_mixes + plain]:
         cfg = json.load(open(os.path.join(gm.fixture(kind), "config.json")))
         src = gm.gguf_of(kind, writer="gguf-py")
         mixed = "%s-%s.gguf" % (src[:-5], mix)
         run([tool, src, mixed, mix], env=dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(tool)))
         want = gguf_matrices_in_hf_order(mixed, cfg)
         out = os.path.join(tmpdir("quant_k_m"), kind + "-" + mix)
-        b = run([LLMCC, "build", src, "-o", out, "--target", "cpu", "--name", "m", "--quant", mix.lower()])
+        # the K mixes' names in any case; the plain ones as llama-quantize writes them (q4_0 is ggml's block type)
+        name = mix.lower() if mix in k_mixes else "Q4_K" if mix == "Q4_K_M" else mix
+        b = run([LLMCC, "build", src, "-o", out, "--target", "cpu", "--name", "m", "--quant", name])
         got = payload_tensors(os.path.join(out, "payload.bin"))
         types = {}
-        for name, (t, rows) in want.items():
+        for tname, (t, rows) in want.items():
             dt = t.tensor_type.name.lower()
             types[dt] = types.get(dt, 0) + 1
-            pdt, blocks = got[name]
-            assert PDT_NAMES[pdt] == dt, (kind, mix, name, PDT_NAMES[pdt], dt)
+            pdt, blocks = got[tname]
+            assert PDT_NAMES[pdt] == dt, (kind, mix, tname, PDT_NAMES[pdt], dt)
             mine = np.frombuffer(blocks, np.uint8).reshape(len(rows), -1)
             assert mine.shape == rows.view(np.uint8).reshape(len(rows), -1).shape and \
-                np.array_equal(mine, rows.view(np.uint8).reshape(len(rows), -1)), (kind, mix, name, dt)
+                np.array_equal(mine, rows.view(np.uint8).reshape(len(rows), -1)), (kind, mix, tname, dt)
         said = "llmcc: --quant %s: " % mix + ", ".join("%d %s" % (types[d], d) for d in PDT_NAMES if d in types)
         assert said + " (llama-quantize's mix)" in b.stderr, (b.stderr, types)
         # the mix's each way: llama-k's rows are whole super-blocks (the base type and a larger one), llama-gqa's are
-        # not (64 and 172 values: the fallbacks)
-        base = {"Q4_K_S": "q4_k", "Q4_K_M": "q4_k", "Q5_K_M": "q5_k"}[mix]
-        assert (base in types and len(types) >= 2) if kind == "llama-k" else "f16" in types and base not in types, \
-            (kind, mix, types)
+        # not (64 and 172 values: the fallbacks); a plain type's output matrix is not in the base type (but Q8_0's
+        # and Q6_K's)
+        base = mix[:4].lower() if mix in k_mixes else mix.lower()
+        if mix in k_mixes:
+            assert (base in types and len(types) >= 2) if kind == "llama-k" else "f16" in types and base not in types, \
+                (kind, mix, types)
+        elif kind == "llama-k":
+            assert base in types and (len(types) >= 2) == (mix not in ("Q8_0", "Q6_K")), (kind, mix, types)
