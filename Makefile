@@ -21,7 +21,7 @@ CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Werror $(SAN)
 BUILD    ?= build
 PYTHON   ?= python3
 
-SRCS := $(wildcard compiler/*.c) $(wildcard compiler/schedules/*.c) runtime/tokenizer.c runtime/json.c
+SRCS := $(wildcard compiler/*.c) $(wildcard compiler/schedules/*.c) runtime/tokenizer.c runtime/json.c runtime/jinja.c
 HDRS := $(wildcard compiler/*.h) $(wildcard compiler/schedules/*.h) $(wildcard runtime/*.h)
 OBJDIR := $(BUILD)/obj$(if $(SAN),-san)
 OBJS := $(patsubst %.c,$(OBJDIR)/%.o,$(SRCS))
@@ -69,6 +69,7 @@ deps:
 	@$(PYTHON) -c "import tokenizers" 2>/dev/null || pip install tokenizers || echo "llmcc: tokenizers (PyPI) not installed: the tokenizer parity tests will skip"
 	@$(PYTHON) -c "import gguf" 2>/dev/null || pip install gguf || echo "llmcc: gguf (PyPI: llama.cpp's gguf-py) not installed: the block-type and GGUF reference tests will skip"
 	@$(PYTHON) -c "import openai" 2>/dev/null || pip install openai || echo "llmcc: openai (PyPI) not installed: the --serve tests with the official client will skip"
+	@$(PYTHON) -c "import jinja2" 2>/dev/null || pip install jinja2 || echo "llmcc: jinja2 (PyPI) not installed: the chat-template tests against it will skip"
 	@$(PYTHON) -m pip show -q nvidia-cuda-nvdisasm >/dev/null 2>&1 || pip install nvidia-cuda-nvdisasm || echo "llmcc: nvidia-cuda-nvdisasm (PyPI) not installed: scripts/sass_report and its tests will skip"
 	@$(PYTHON) scripts/fetch_smollm2 --gguf || echo "llmcc: the default model's GGUF was not fetched: make will try again, or build models/austen-2m"
 
@@ -117,12 +118,13 @@ endif
 # One process, one core (libFuzzer's -jobs/-workers would fork and log to fuzz-N.log in the cwd).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= safetensors config tokenizer_json encoder tokblob gguf
+FUZZ_TARGETS ?= safetensors config tokenizer_json encoder tokblob gguf jinja
 FUZZ_FLAGS   ?=
 FUZZ_GPT2     = $(BUILD)/fuzz/gpt2_digits $(BUILD)/fuzz/gpt2_prefix_space
 FUZZ_TOKDIRS ?= $(abspath ../shared/assets/tokenizers/qwen2.5-instruct):$(abspath ../shared/assets/tokenizers/llama3-instruct):$(abspath $(BUILD))/fuzz/spm:$(abspath $(BUILD))/fuzz/gpt2_digits:$(abspath $(BUILD))/fuzz/gpt2_prefix_space
 FUZZ_SRCS := compiler/util.c compiler/json.c runtime/json.c compiler/safetensors.c compiler/config.c compiler/tokenizer_pack.c \
-             runtime/tokenizer.c compiler/gguf.c
+             runtime/tokenizer.c compiler/gguf.c runtime/jinja.c
+JINJA_SEEDS  := ../shared/assets/chat-templates/public/templates
 FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 .PHONY: fuzz fuzz-build
 
@@ -149,7 +151,8 @@ fuzz: check-deps $(FUZZ_BINS) $(if $(filter encoder,$(FUZZ_TARGETS)),$(BUILD)/fu
 	    ASAN_OPTIONS=detect_leaks=1 LLMCC_FUZZ_TOKDIRS=$(FUZZ_TOKDIRS) $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) \
 	        -print_final_stats=1 -max_len=65536 -timeout=20 -rss_limit_mb=4096 -detect_leaks=1 \
 	        -artifact_prefix=$(BUILD)/fuzz/crashes/$$t- $(FUZZ_FLAGS) \
-	        $(BUILD)/fuzz/corpus/$$t tests/fuzz/corpus/$$t > $(BUILD)/fuzz/$$t.log 2>&1; rc=$$?; \
+	        $(BUILD)/fuzz/corpus/$$t tests/fuzz/corpus/$$t $$(test $$t = jinja && test -d $(JINJA_SEEDS) && \
+	                                                            echo $(JINJA_SEEDS)) > $(BUILD)/fuzz/$$t.log 2>&1; rc=$$?; \
 	    grep -E "^(#[0-9]+[[:space:]]+DONE|Done |stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY|Test unit written|FUZZ CHECK)" $(BUILD)/fuzz/$$t.log; \
 	    test $$rc = 0 || { echo "fuzz_$$t found a crash (log: $(BUILD)/fuzz/$$t.log)"; exit 1; }; \
 	done

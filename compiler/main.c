@@ -120,6 +120,9 @@ static const char USAGE[] =
     "  tokenize DIR [TEXT]        print the ids of TEXT (or of standard input); DIR may be FILE.gguf\n"
     "                             (--chat [--system S], --chat-messages F.json: after the chat template)\n"
     "  detokenize DIR ID...       print the text of the ids (DIR or FILE.gguf)\n"
+    "  chat-template SOURCE --messages F.json [--add-generation-prompt] [--tools F.json] [--kwargs JSON]\n"
+    "                             print what the chat template of SOURCE (a model directory, GGUF file or\n"
+    "                             .jinja file) renders for the conversation (see chat-template --help)\n"
     "\n"
     "EXPR: torch.randn/zeros/ones(*size, dtype=torch.float32|bfloat16|float16), nn.Linear(in, out,\n"
     "  bias=True), nn.RMSNorm(dim, eps=None), nn.Softmax(dim=-1), nn.SiLU(), F.silu, F.softmax(x, dim=-1),\n"
@@ -617,5 +620,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc - 1, argv + 1);
-    die_user(NULL, cmd, "unknown command (compile, build, run, inspect, tokenize, detokenize; see llmcc --help)");
+    if (!strcmp(cmd, "chat-template")) return cmd_chat_template(argc - 1, argv + 1);
+    die_user(NULL, cmd, "unknown command (compile, build, run, inspect, tokenize, detokenize, chat-template; see "
+             "llmcc --help)");
 }

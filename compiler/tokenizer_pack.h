@@ -21,4 +21,6 @@ uint8_t *tokenizer_pack_gguf(Arena *a, const GgufFile *g, const char *path, cons
 /* llmcc tokenize / detokenize (compiler/cmd_tokenize.c). */
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
+/* llmcc chat-template (compiler/cmd_chat_template.c) */
+int cmd_chat_template(int argc, char **argv);
 #endif

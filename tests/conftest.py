@@ -28,7 +28,7 @@ from testlib import ROOT, TMP
 TIERS = {
     "unit": ["test_bad_input", "test_config_keys", "test_fuzz_regressions", "test_gguf", "test_gguf_tokenizer",
              "test_loaders", "test_print_after", "test_reference", "test_runtime", "test_tokenizer", "test_chat",
-             "test_house", "test_plan"],
+             "test_house", "test_plan", "test_chat_template"],
     "ops": ["test_argmax", "test_bench_ops", "test_cpu_gemm", "test_cpu_target", "test_epilogues", "test_flash",
             "test_mma", "test_ops", "test_quant", "test_sass_report", "test_topk", "test_torch_expr"],
     "models": ["test_default_model", "test_e2e", "test_families", "test_fullsize", "test_gguf_model"],
@@ -39,7 +39,7 @@ TIER_OF = {m: t for t, ms in TIERS.items() for m in ms}
 
 # make test-asan: whole modules, or module::test
 ASAN = ["test_bad_input", "test_config_keys", "test_fuzz_regressions", "test_gguf", "test_gguf_tokenizer",
-        "test_loaders", "test_runtime", "test_cpu_gemm", "test_print_after", "test_plan",
+        "test_loaders", "test_runtime", "test_cpu_gemm", "test_print_after", "test_plan", "test_chat_template",
         "test_tokenizer::test_qwen2_llamacpp_vectors", "test_tokenizer::test_llama2_spm_llamacpp_vectors",
         "test_tokenizer::test_gpt2_missing_byte_tokens", "test_tokenizer::test_invalid_utf8_and_odd_input",
         "test_tokenizer::test_corrupt_blobs_do_not_crash", "test_tokenizer::test_user_errors",

@@ -19,6 +19,7 @@ SRCS = {
     "tokenizer_json": ["compiler/util.c", "compiler/json.c", "runtime/json.c", "compiler/tokenizer_pack.c", "runtime/tokenizer.c"],
     "encoder": ["compiler/util.c", "compiler/json.c", "runtime/json.c", "compiler/tokenizer_pack.c", "runtime/tokenizer.c"],
     "tokblob": ["compiler/util.c", "runtime/tokenizer.c"],
+    "jinja": ["runtime/jinja.c", "runtime/json.c"],
 }
 
 
@@ -59,6 +60,10 @@ def test_replay_tokenizer_json():
 
 def test_replay_tokblob():
     replay("tokblob", inputs("tokblob", "regressions") + inputs("tokblob", "corpus"))
+
+
+def test_replay_jinja():
+    replay("jinja", inputs("jinja", "regressions") + inputs("jinja", "corpus"))
 
 
 def test_replay_encoder():
