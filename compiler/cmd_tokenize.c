@@ -39,35 +39,8 @@ static Tokenizer *load_dir(Arena *a, const char *dir, bool chat, const char **tp
 }
 
 #define TOKENIZE_USAGE "usage: llmcc tokenize DIR|FILE.gguf [--no-special] [--chat [--system TEXT] | " \
-                       "--chat-messages FILE.json] [--think | --no-think] [--text] [TEXT]"
-
-/* One conversation at token t of j: [{"role": "system"|"user"|"assistant", "content": "..."}, ...],
- * as transformers takes them. */
-static ChatMsg *read_messages(Arena *a, const Json *j, int t, const char *path, const char *at, int *n) {
-    const char *pre = at ? at : "";
-    if (json_type(j, t) != JSON_ARRAY) die_user(path, at, "expected an array of {\"role\": ..., \"content\": ...}");
-    *n = json_size(j, t);
-    if (*n == 0) die_user(path, at, "no messages");
-    ChatMsg *m = ARENA_ARRAY(a, ChatMsg, *n);
-    int k = t + 1;
-    for (int i = 0; i < *n; i++, k = json_next(j, k)) {
-        const char *key = arena_printf(a, "%s[%d]", pre, i);
-        if (json_type(j, k) != JSON_OBJECT) die_user(path, key, "expected an object with \"role\" and \"content\"");
-        char *role = json_get_str(a, j, json_find(j, k, "role"), NULL);
-        if (role && (!strcmp(role, "tool") || !strcmp(role, "ipython")))
-            die_user(path, arena_printf(a, "%s.role", key),
-                     "\"%s\": tool results are not supported yet (only \"system\", \"user\" and \"assistant\")", role);
-        if (json_find(j, k, "tool_calls") >= 0)
-            die_user(path, arena_printf(a, "%s.tool_calls", key), "tool calls are not supported yet");
-        if (!role || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")))
-            die_user(path, arena_printf(a, "%s.role", key), "expected \"system\", \"user\" or \"assistant\"");
-        size_t len;
-        char *c = json_get_str(a, j, json_find(j, k, "content"), &len);
-        if (!c) die_user(path, arena_printf(a, "%s.content", key), "expected a string");
-        m[i] = (ChatMsg){ role, c, len };
-    }
-    return m;
-}
+                       "--chat-messages FILE.json [--tools FILE.json]] [--think | --no-think] " \
+                       "[--chat-template-kwargs JSON] [--text] [TEXT]"
 
 static void print_ids(const Tokenizer *t, const char *s, size_t n, bool special) {
     int32_t *ids;
@@ -78,20 +51,25 @@ static void print_ids(const Tokenizer *t, const char *s, size_t n, bool special)
     free(ids);
 }
 
-/* Renders one conversation and prints its ids (or, text: the rendered text). think: enable_thinking (0, 1),
- * or TOK_THINK_DEFAULT. */
-static void print_chat(const Tokenizer *t, const ChatMsg *m, int n, bool text, int think) {
+/* Renders one conversation (messages: a JSON list) and prints its ids (or, text: the rendered text). think:
+ * enable_thinking (0, 1), or TOK_THINK_DEFAULT; kwargs: more template variables (a JSON object) or NULL. */
+static void print_chat(const Tokenizer *t, const char *messages, size_t n, bool text, int think, const char *kwargs,
+                       const char *tools, const char *tpl_file, const char *tpl_key) {
     size_t len;
-    char *r = tokenizer_chat_render_think(t, m, n, true, false, think, &len);
-    if (!r) die_user(NULL, NULL, "out of memory while applying the chat template");
+    char err[700];
+    ChatRequest r = {.messages = messages, .messages_len = n, .kwargs = kwargs,
+                     .kwargs_len = kwargs ? strlen(kwargs) : 0, .tools = tools, .tools_len = tools ? strlen(tools) : 0,
+                     .add_generation_prompt = true, .think = think};
+    char *out = tokenizer_chat_apply(t, &r, &len, err, sizeof err);
+    if (!out) die_user(tpl_file, tpl_key, "%s", err);
     /* transformers encodes the rendered text with add_special_tokens=False */
-    if (text) fwrite(r, 1, len, stdout);
-    else print_ids(t, r, len, false);
-    free(r);
+    if (text) fwrite(out, 1, len, stdout);
+    else print_ids(t, out, len, false);
+    free(out);
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *dir = NULL, *text = NULL, *system = NULL, *msgs_path = NULL;
+    const char *dir = NULL, *text = NULL, *system = NULL, *msgs_path = NULL, *kwargs = NULL, *tools_path = NULL;
     bool special = true, chat = false, print_text = false;
     int think = TOK_THINK_DEFAULT;
     for (int i = 1; i < argc; i++) {
@@ -102,6 +80,15 @@ int cmd_tokenize(int argc, char **argv) {
         else if (strcmp(a, "--think") == 0 || strcmp(a, "--no-think") == 0) {
             if (think != TOK_THINK_DEFAULT) die_user(NULL, a, "give --think or --no-think once");
             think = a[2] == 't';
+            chat = true;
+        }
+        else if (strcmp(a, "--tools") == 0) {
+            if (i + 1 >= argc) die_user(NULL, a, "needs a value");
+            tools_path = argv[++i];
+        }
+        else if (strcmp(a, "--chat-template-kwargs") == 0) {
+            if (i + 1 >= argc) die_user(NULL, a, "needs a value");
+            kwargs = argv[++i];
             chat = true;
         }
         else if (strcmp(a, "--system") == 0 || strcmp(a, "--chat-messages") == 0) {
@@ -120,14 +107,19 @@ int cmd_tokenize(int argc, char **argv) {
     if (chat && !special)
         die_user(NULL, "--no-special", "does not go with the chat template, whose special tokens are the point");
     if (print_text && !chat) die_user(NULL, "--text", "prints the chat template's text: give --chat too");
+    if (tools_path && !msgs_path) die_user(NULL, "--tools", "goes with --chat-messages");
     Arena a = {0};
     const char *tpl_file, *tpl_key;
     Tokenizer *t = load_dir(&a, dir, chat, &tpl_file, &tpl_key);
-    if (chat && tokenizer_chat_family(t) == TOK_CHAT_NONE)
+    if (chat && !tokenizer_has_chat(t))
         die_user(tpl_file, tpl_key, "none: this tokenizer has no chat template");
     if (think != TOK_THINK_DEFAULT && !tokenizer_chat_has_thinking(t))
-        die_user(NULL, think ? "--think" : "--no-think", "this chat template (%s) has no thinking switch",
-                 tokenizer_chat_family_name(tokenizer_chat_family(t)));
+        die_user(NULL, think ? "--think" : "--no-think", "this chat template has no thinking switch (enable_thinking)");
+    if (kwargs) {
+        Json kj;
+        json_parse(&a, &kj, "--chat-template-kwargs", kwargs, strlen(kwargs));
+        if (json_type(&kj, 0) != JSON_OBJECT) die_user(NULL, "--chat-template-kwargs", "expected a JSON object");
+    }
     Str in = {0};
     if (text) str_append(&in, text, strlen(text));
     else if (!msgs_path) {
@@ -137,6 +129,13 @@ int cmd_tokenize(int argc, char **argv) {
         if (ferror(stdin)) die_user("stdin", NULL, "read error: %s", strerror(errno));
     }
     const char *src = in.s ? in.s : "";
+    const char *tools = NULL;
+    if (tools_path) {
+        Json tj;
+        json_load_file(&a, &tj, tools_path);
+        if (json_type(&tj, 0) != JSON_ARRAY) die_user(tools_path, "--tools", "expected a JSON list of tools");
+        tools = arena_strndup(&a, tj.src, tj.len);
+    }
     if (msgs_path) {
         /* one conversation, or a list of them: one line of ids each */
         Json j;
@@ -145,16 +144,24 @@ int cmd_tokenize(int argc, char **argv) {
         if (many && print_text) die_user(NULL, "--text", "prints one conversation: the file holds a list of them");
         int k = many ? 1 : 0;
         for (int c = 0; c < (many ? json_size(&j, 0) : 1); c++, k = json_next(&j, k)) {
-            int nm;
-            ChatMsg *m = read_messages(&a, &j, k, msgs_path, many ? arena_printf(&a, "[%d]", c) : NULL, &nm);
-            print_chat(t, m, nm, print_text, think);
+            if (json_type(&j, k) != JSON_ARRAY || json_size(&j, k) == 0)
+                die_user(msgs_path, many ? arena_printf(&a, "[%d]", c) : NULL,
+                         "expected a list of messages ({\"role\": ..., \"content\": ...})");
+            print_chat(t, j.src + j.tok[k].start, (size_t)(j.tok[k].end - j.tok[k].start), print_text, think, kwargs,
+                       tools, tpl_file, tpl_key);
         }
     } else if (chat) {
         ChatMsg m[2];
         int nm = 0;
         if (system) m[nm++] = (ChatMsg){ "system", system, strlen(system) };
         m[nm++] = (ChatMsg){ "user", src, in.len };
-        print_chat(t, m, nm, print_text, think);
+        char err[700];
+        size_t len;
+        char *out = tokenizer_chat_render(t, m, nm, true, think, kwargs, &len, err, sizeof err);
+        if (!out) die_user(tpl_file, tpl_key, "%s", err);
+        if (print_text) fwrite(out, 1, len, stdout);
+        else print_ids(t, out, len, false);
+        free(out);
     } else {
         print_ids(t, src, in.len, special);
     }

@@ -175,8 +175,9 @@ static const char USAGE[] =
     "  --random-weights SEED      (build) ignore any weights: pack deterministic random ones (MODEL\n"
     "                             needs only config.json; for benchmarks and shape tests)\n"
     "  --timings                  (build) print the time of each phase and the peak memory on stderr\n"
-    "  --no-chat                  (build) leave tokenizer_config's chat template out (needed when\n"
-    "                             llmcc does not know it; the executable then has no --chat)\n"
+    "  --no-chat                  (build) leave the checkpoint's chat template out (the executable then\n"
+    "                             has no chat)\n"
+    "  --chat-template FILE       (build) this Jinja chat template instead of the checkpoint's\n"
     "  --compress[=LEVEL]         (build) zstd-compress the payload (default level 3): smaller\n"
     "                             executable, decoded on every core at start instead of mmapped\n"
     "  -o DIR                     (build) the output project directory\n"
@@ -192,6 +193,7 @@ typedef struct {
     int ctx, max_batch;
     Knobs knobs;
     bool force_dtype, random_weights, timings, no_chat;
+    const char *chat_template;   /* --chat-template FILE */
     DType quant;                 /* --quant: a block type, or DT_F32 for none */
     bool quant_all;              /* --quant-all */
     int quant_mix;               /* --quant Q4_K_S, Q4_K_M, Q5_K_M (pipeline.h) */
@@ -247,6 +249,7 @@ static void parse_opts(int argc, char **argv, Opts *o, bool build) {
         else if (!strcmp(a, "--max-batch")) { NEED(); o->max_batch = parse_int(a, v, 1, 4096); }
         else if (!strcmp(a, "--knob")) { NEED(); knobs_set(&o->knobs, v); }
         else if (!strcmp(a, "--no-chat")) o->no_chat = true;
+        else if (!strcmp(a, "--chat-template")) { NEED(); o->chat_template = v; }
         else if (!strcmp(a, "--ignore-config-key")) { NEED(); parse_ignore_key(&o->config, o->ignore_keys, v); }
         else if (!strcmp(a, "--dtype")) {
             NEED();
@@ -524,7 +527,8 @@ static int cmd_build(int argc, char **argv) {
     double t_codegen = now_s() - t_cg0;
     /* the payload: weights in the order the generated code expects, and the tokenizer */
     size_t tok_size = 0;
-    TokPackOpts tpo = { .no_chat = o.no_chat };
+    if (o.no_chat && o.chat_template) die_user(NULL, "--chat-template", "and --no-chat: give one");
+    TokPackOpts tpo = { .no_chat = o.no_chat, .chat_template = o.chat_template };
     uint8_t *tok = c.gguf ? tokenizer_pack_gguf(A, &c.gguf->file, c.cfg.dir, &tpo, &tok_size)
                           : tokenizer_pack_opts(A, c.cfg.dir, &tpo, &tok_size);
     PackTensor *pt = ARENA_ARRAY(A, PackTensor, c.tp.n_weights ? c.tp.n_weights : 1);

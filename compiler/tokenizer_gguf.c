@@ -265,13 +265,24 @@ uint8_t *tokenizer_pack_gguf(Arena *a, const GgufFile *g, const char *path, cons
                  "default for this pre-tokenizer)", K_BOS);
     if (add_eos && eos < 0) die_user(path, K_ADD_EOS, "true but there is no %s", K_EOS);
 
-    /* ---- chat template ---- */
-    ChatInfo ci = { .eot = -1, .bos = -1, .eos = -1 };
+    /* ---- chat template: --chat-template's or the file's; bos_token and eos_token as the texts of their ids ---- */
+    ChatInfo ci = { .eot = -1 };
     GgufStr tpl;
-    if (!(opts && opts->no_chat) && gguf_get_str(g, K_CHAT, &tpl)) {
-        ChatSource src = { .a = a, .path = path, .tpl_key = K_CHAT, .bos_key = K_BOS, .eos_key = K_EOS,
-                           .vocab_name = K_TOKENS, .lookup = gk_lookup, .ctx = k };
-        chat_recognise(&src, tpl.s, (size_t)tpl.len, bos, eos, &ci);
+    const char *tpl_text = NULL, *tpl_path = path, *tpl_key = K_CHAT;
+    size_t tpl_len = 0;
+    if (opts && opts->chat_template) {
+        tpl_text = chat_template_file(a, opts->chat_template, &tpl_len);
+        tpl_path = opts->chat_template;
+        tpl_key = NULL;
+    } else if (!(opts && opts->no_chat) && gguf_get_str(g, K_CHAT, &tpl)) {
+        tpl_text = tpl.s;
+        tpl_len = (size_t)tpl.len;
+    }
+    if (tpl_text) {
+        ChatSource src = { .a = a, .path = tpl_path, .tpl_key = tpl_key, .lookup = gk_lookup, .ctx = k };
+        const char *bos_text = bos >= 0 ? arena_strndup(a, ts[bos], tn[bos]) : NULL;
+        const char *eos_text = eos >= 0 ? arena_strndup(a, ts[eos], tn[eos]) : NULL;
+        chat_prepare(&src, tpl_text, tpl_len, bos_text, eos_text, eos, &ci);
     }
 
     uint32_t flags = (add_bos ? TOKF_ADD_BOS : 0) | (add_eos ? TOKF_ADD_EOS : 0) |

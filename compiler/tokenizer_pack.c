@@ -3,13 +3,14 @@
  * runtime/tokenizer.h. Everything that can be decided once (model kind,
  * pre-tokenizer, GPT-2 byte map, merge result ids, BOS/EOS) is decided here
  * so that the runtime only validates and builds hash tables; the chat
- * template is recognised here too (see "chat templates" below). Only the
+ * template is checked here too (see "chat templates" below). Only the
  * configurations we reproduce exactly are accepted; anything else is a user
  * error naming the key, never a silently different tokenizer. */
 #include "tokenizer_pack.h"
 #include "json.h"
 #include "tokenizer.h"
 #include "tokenizer_pack_internal.h"
+#include "jinja.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,7 +102,7 @@ bool gpt2_unmap(const int16_t *tab, const char *s, size_t n, char *out, size_t *
 }
 
 /* Resolves a special token given in tokenizer_config.json: "str" or {"content": "str"}. */
-static int32_t config_token(Pk *p, Json *cj, const char *cpath, const char *k) {
+static int32_t config_token(Pk *p, Json *cj, const char *cpath, const char *k, const char **text) {
     int t = json_find(cj, 0, k);
     if (t < 0 || json_is_null(cj, t)) return -1;
     if (json_type(cj, t) == JSON_OBJECT) t = json_find(cj, t, "content");
@@ -110,6 +111,7 @@ static int32_t config_token(Pk *p, Json *cj, const char *cpath, const char *k) {
     if (!s) die_user(cpath, k, "expected a token string or {\"content\": ...}");
     int32_t id = token_lookup(p, s, n);
     if (id < 0) die_user(cpath, k, "token \"%s\" is not in tokenizer.json", s);
+    *text = s;
     return id;
 }
 
@@ -147,250 +149,89 @@ static void template_single(Pk *p, int tp, const char *key, int32_t *bos, int32_
 }
 
 /* ---- chat templates ----
- * Not a Jinja engine: the template is normalised (whitespace that Jinja
- * drops or that sits inside tags removed, literals single-quoted, attribute
- * access written as subscripts, output text outside tags kept) and then
- * recognised by markers of the families runtime/tokenizer.c renders. A
- * template that shows an unknown construct is refused, never rendered
- * differently from transformers. */
-/* alignment-handbook's Zephyr template, which TinyLlama-1.1B-Chat-v1.0 ships */
-static const char ZEPHYR_TEMPLATE[] =
-    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n"
-    "{{ '<|user|>\n' + message['content'] + eos_token }}\n"
-    "{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n"
-    "{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n"
-    "{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}";
+ * The template is kept as the checkpoint has it (Jinja source) and run by runtime/jinja.c; here it is parsed
+ * once, so that a template llmcc cannot read is refused at build time with its line and column, and a probe
+ * conversation is rendered to find the end-of-turn token: what the template writes right after an assistant's
+ * message (<|im_end|>, <|eot_id|>, </s>, <end_of_turn>, ...), where the reply is to stop. */
+#define PROBE_REPLY "llmcc-probe-reply"
 
-static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-/* Normalises a template as described above; *has_text: some text outside
- * tags survives Jinja's trim_blocks / lstrip_blocks / '-' trimming. */
-static char *chat_normalise(Arena *a, const char *s, size_t n, bool *has_text) {
-    Str o = {0};
-    *has_text = false;
-    size_t i = 0;
-    bool trim_next = false;     /* after "-%}" / "-}}": all leading whitespace; after "%}": one newline */
-    bool trim_all = false;
-    while (i < n) {
-        /* text outside tags */
-        size_t t0 = i;
-        while (i < n && !(s[i] == '{' && i + 1 < n && (s[i + 1] == '{' || s[i + 1] == '%' || s[i + 1] == '#'))) i++;
-        size_t a0 = t0, a1 = i;
-        if (trim_all) while (a0 < a1 && is_ws(s[a0])) a0++;
-        else if (trim_next && a0 < a1 && s[a0] == '\n') a0++;
-        if (i < n) {
-            char k = s[i + 1];
-            bool minus = i + 2 < n && s[i + 2] == '-', plus = i + 2 < n && s[i + 2] == '+';
-            if (minus) while (a1 > a0 && is_ws(s[a1 - 1])) a1--;
-            else if (k == '%' && !plus) {   /* lstrip_blocks: spaces and tabs from the line start */
-                size_t b = a1;
-                while (b > a0 && (s[b - 1] == ' ' || s[b - 1] == '\t')) b--;
-                if (b == a0 || s[b - 1] == '\n') a1 = b;
-            }
-        }
-        for (size_t k = a0; k < a1; k++) {
-            *has_text = true;
-            if (s[k] == '\n') str_append(&o, "\\n", 2);
-            else str_append(&o, s + k, 1);
-        }
-        if (i >= n) break;
-        /* a tag */
-        char kind = s[i + 1];
-        i += 2;
-        if (i < n && (s[i] == '-' || s[i] == '+')) i++;
-        if (kind == '#') {
-            while (i + 1 < n && !(s[i] == '#' && s[i + 1] == '}')) i++;
-            bool m = i > 0 && s[i - 1] == '-';
-            i += 2;
-            trim_all = m; trim_next = false;
-            continue;
-        }
-        str_append(&o, kind == '{' ? "{{" : "{%", 2);
-        char close = kind == '{' ? '}' : '%';
-        while (i < n) {
-            char c = s[i];
-            if (c == '\'' || c == '"') {
-                str_append(&o, "'", 1);
-                for (i++; i < n && s[i] != c; i++) {
-                    if (s[i] == '\\' && i + 1 < n) { str_append(&o, s + i, 2); i++; }
-                    else if (s[i] == '\n') str_append(&o, "\\n", 2);
-                    else if (s[i] == '\'') str_append(&o, "\\'", 2);
-                    else str_append(&o, s + i, 1);
-                }
-                str_append(&o, "'", 1);
-                i++;
-                continue;
-            }
-            bool m = c == '-' && i + 2 < n && s[i + 1] == close && s[i + 2] == '}';
-            if (m || (c == close && i + 1 < n && s[i + 1] == '}')) {
-                str_append(&o, kind == '{' ? "}}" : "%}", 2);
-                i += m ? 3 : 2;
-                trim_all = m; trim_next = !m && kind == '%';
-                break;
-            }
-            if (!is_ws(c)) str_append(&o, &c, 1);
-            i++;
-        }
+/* a render of the template with messages (a JSON list), or NULL where it raises */
+static char *probe_render(Arena *a, const JinjaTemplate *t, const char *messages, const char *bos, const char *eos) {
+    char *vars = NULL;
+    size_t n = 0, cap = 0;
+    Str v = {0};
+    str_printf(&v, "{\"messages\": %s, \"tools\": null, \"documents\": null, \"add_generation_prompt\": false",
+               messages);
+    for (int i = 0; i < 2; i++) {
+        const char *tok = i ? eos : bos;
+        if (!tok) continue;
+        n = 0;
+        if (!tokenizer_json_quote(&vars, &n, &cap, tok, strlen(tok))) die_internal(__FILE__, __LINE__, "oom");
+        str_printf(&v, ", \"%s\": %.*s", i ? "eos_token" : "bos_token", (int)n, vars);
     }
-    str_append(&o, "", 0);
-    char *r = arena_strndup(a, o.s ? o.s : "", o.len);
-    str_free(&o);
-    static const char *const rw[][2] = {
-        { "message.role", "message['role']" }, { "message.content", "message['content']" },
-        { "messages[0].role", "messages[0]['role']" }, { "messages[0].content", "messages[0]['content']" },
+    free(vars);
+    str_printf(&v, "}");
+    struct tm now = {.tm_year = 125, .tm_mon = 0, .tm_mday = 15, .tm_hour = 12, .tm_wday = 3, .tm_yday = 14};
+    JinjaError err;
+    size_t len;
+    char *text = jinja_render(t, v.s, v.len, &now, NULL, &len, &err);
+    str_free(&v);
+    if (!text) return NULL;
+    char *copy = arena_strndup(a, text, len);
+    free(text);
+    return copy;
+}
+
+void chat_prepare(const ChatSource *src, const char *tpl, size_t n, const char *bos, const char *eos,
+                  int32_t eos_id, ChatInfo *ci) {
+    JinjaError err;
+    JinjaTemplate *t = jinja_parse(tpl, n, &err);
+    if (!t) {
+        char msg[700];
+        jinja_error_string(&err, msg, sizeof msg);
+        die_user(src->path, src->tpl_key, "%s (not Jinja llmcc reads: build with --chat-template FILE to give "
+                 "another, or --no-chat to leave chat out)", msg);
+    }
+    ci->tpl = tpl;
+    ci->tpl_len = n;
+    ci->bos = bos;
+    ci->eos = eos;
+    ci->flags = memmem(tpl, n, "enable_thinking", 15) ? TOKC_THINKING : 0;
+    /* the end of an assistant's turn: the longest token the text after the reply starts with (spaces and
+     * newlines skipped), one that ends in > or ] as special tokens do; else the eos token */
+    static const char *const probes[] = {
+        "[{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"" PROBE_REPLY "\"}]",
+        "[{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Hi\"}, "
+        "{\"role\": \"assistant\", \"content\": \"" PROBE_REPLY "\"}]",
+        "[{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"" PROBE_REPLY "\"}, "
+        "{\"role\": \"user\", \"content\": \"Bye\"}]",
     };
-    for (size_t k = 0; k < sizeof rw / sizeof rw[0]; k++) {
-        Str b = {0};
-        size_t fl = strlen(rw[k][0]);
-        for (const char *q = r, *hit; *q; q = hit + fl) {
-            hit = strstr(q, rw[k][0]);
-            if (!hit) { str_append(&b, q, strlen(q)); break; }
-            str_append(&b, q, (size_t)(hit - q));
-            str_append(&b, rw[k][1], strlen(rw[k][1]));
-        }
-        str_append(&b, "", 0);
-        r = arena_strndup(a, b.s ? b.s : "", b.len);
-        str_free(&b);
-    }
-    return r;
-}
-
-/* The text of a Jinja string literal body (escapes resolved), or NULL. */
-static char *jinja_unescape(Arena *a, const char *s, size_t n, size_t *len) {
-    char *o = arena_alloc(a, n + 1);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '\\') { o[k++] = s[i]; continue; }
-        if (++i >= n) return NULL;
-        switch (s[i]) {
-        case 'n': o[k++] = '\n'; break;
-        case 't': o[k++] = '\t'; break;
-        case '\\': case '\'': case '"': o[k++] = s[i]; break;
-        default: return NULL;
-        }
-    }
-    *len = k;
-    return o;
-}
-
-/* FNV-1a of a normalised template. Meta-Llama-3.1-8B-Instruct's and
- * Llama-3.2-3B-Instruct's chat_template (tests/data/llama3.[12]-instruct.chat_template.jinja,
- * provenance in scripts/gen_chat_expected.py; tests/test_chat.py renders both). */
-#define LLAMA31_TEMPLATE_HASH 0x7b797b91a4266647ull
-#define LLAMA32_TEMPLATE_HASH 0x08b625b68c2b1d8aull
-/* Qwen3's (the hybrid-thinking release of April 2025: ../shared/assets/tokenizers/qwen3, tests/test_chat.py) */
-#define QWEN3_TEMPLATE_HASH 0x49e04c9ae4138444ull
-
-/* The ids of a template's n marker tokens, each a token of the vocabulary; returns the last one's. */
-static int32_t chat_tokens(const ChatSource *src, const char *family, const char *const *toks, int n) {
-    int32_t id = -1;
-    for (int i = 0; i < n; i++)
-        if ((id = src->lookup(src->ctx, toks[i], strlen(toks[i]))) < 0)
-            die_user(src->path, src->tpl_key, "a %s template, but \"%s\" is not a token of %s", family, toks[i],
-                     src->vocab_name);
-    return id;
-}
-
-void chat_recognise(const ChatSource *src, const char *tpl, size_t n, int32_t bos, int32_t eos, ChatInfo *ci) {
-    Arena *a = src->a;
-    bool text;
-    const char *N = chat_normalise(a, tpl, n, &text);
-    const char *hint = "(known: Qwen2/Qwen2.5/SmolLM2 ChatML, Qwen3, Llama 3 / 3.1 / 3.2 Instruct, Zephyr/TinyLlama); "
-                       "build with --no-chat to leave chat out";
-#define HAS(x) (strstr(N, x) != NULL)
-#define REFUSE(...) die_user(src->path, src->tpl_key, __VA_ARGS__)
-    if (HAS("<|im_start|>") && HAS("<|im_end|>") && (HAS("enable_thinking") || HAS("<think>"))) {
-        /* Qwen3's template, whole: its tools branches are not rendered, and its reasoning rules are */
-        if (fnv1a(N, strlen(N)) != QWEN3_TEMPLATE_HASH)
-            REFUSE("a ChatML template with thinking that differs from Qwen3's is not supported yet %s", hint);
-        ci->family = TOK_CHAT_QWEN3;
-        ci->eot = chat_tokens(src, "Qwen3", (const char *const[]){"<|im_start|>", "<think>", "</think>",
-                                                                  "<|im_end|>"}, 4);
-    } else if (HAS("<|im_start|>") && HAS("<|im_end|>")) {
-        static const char *const bad[] = { "<think>", "enable_thinking", "reasoning_content", "bos_token", "|trim",
-                                           ".strip(" };
-        for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
-            if (HAS(bad[k])) REFUSE("a ChatML template that uses %s is not supported yet %s", bad[k], hint);
-        if (text || !HAS("{{'<|im_start|>'+message['role']+'\\n'+message['content']+'<|im_end|>'+'\\n'}}") ||
-            !HAS("{{'<|im_start|>assistant\\n'}}"))
-            REFUSE("a ChatML-like template that differs from Qwen's is not supported yet %s", hint);
-        ci->family = TOK_CHAT_CHATML;
-        ci->eot = chat_tokens(src, "ChatML", (const char *const[]){"<|im_start|>", "<|im_end|>"}, 2);
-        /* the default system prompt: '<|im_start|>system\nTEXT<|im_end|>\n' in one literal, given
-         * where the messages bring none, as Qwen2.5 writes it (an else branch before the loop) or
-         * Qwen2 and SmolLM2 do (at the loop's first message). The two render alike: the renderer
-         * is never given an empty conversation, where they differ. */
-        static const char open[] = "'<|im_start|>system\\n", close[] = "<|im_end|>\\n'";
-        static const char *const ctx[] = {
-            "{%ifmessages[0]['role']=='system'%}{{'<|im_start|>system\\n'+messages[0]['content']+'<|im_end|>\\n'}}"
-            "{%else%}{{",
-            "{%formessageinmessages%}{%ifloop.firstandmessages[0]['role']!='system'%}{{",
-        };
-        for (const char *q = strstr(N, open); q; q = strstr(q + 1, open)) {
-            const char *b = q + strlen(open), *e = b;
-            while (*e && *e != '\'') e += e[0] == '\\' && e[1] ? 2 : 1;
-            size_t cl = strlen(close) - 1;   /* without the closing quote */
-            if (*e != '\'' || (size_t)(e - b) < cl || memcmp(e - cl, close, cl) != 0 || e - cl == b) continue;
-            bool known = strncmp(e + 1, "}}{%endif%}", 11) == 0, in_ctx = false;
-            for (size_t k = 0; k < sizeof ctx / sizeof ctx[0]; k++) {
-                size_t l = strlen(ctx[k]);
-                if ((size_t)(q - N) >= l && memcmp(q - l, ctx[k], l) == 0) in_ctx = true;
+    ci->eot = eos_id;
+    for (size_t p = 0; p < sizeof probes / sizeof *probes; p++) {
+        char *text = probe_render(src->a, t, probes[p], bos, eos);
+        const char *at = text ? strstr(text, PROBE_REPLY) : NULL;
+        if (!at) continue;
+        at += strlen(PROBE_REPLY);
+        while (*at == ' ' || *at == '\n' || *at == '\r' || *at == '\t') at++;
+        int32_t best = -1;
+        for (size_t k = 2; k <= 64 && at[k - 1]; k++)
+            if (at[k - 1] == '>' || at[k - 1] == ']') {
+                int32_t id = src->lookup(src->ctx, at, k);
+                if (id >= 0) best = id;
             }
-            if (!known || !in_ctx)
-                REFUSE("a ChatML template that gives its default system prompt under "
-                       "another condition than Qwen2's, Qwen2.5's or SmolLM2's is not supported yet %s", hint);
-            ci->sys = jinja_unescape(a, b, (size_t)(e - cl - b), &ci->sys_len);
-            if (!ci->sys) REFUSE("the default system prompt has an escape that is not supported");
-            if (memchr(ci->sys, '\'', ci->sys_len) || strstr(ci->sys, "<|im_start|>"))
-                REFUSE("cannot read the default system prompt %s", hint);
-            break;
-        }
-    } else if (HAS("<|start_header_id|>") && HAS("<|end_header_id|>") && HAS("<|eot_id|>")) {
-        static const char *const LLAMA3_TOKENS[] = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
-        static const char *const l31[] = { "Cutting Knowledge Date", "date_string", "strftime_now", "ipython",
-                                           "<|python_tag|>" };
-        for (size_t k = 0; k < sizeof l31 / sizeof l31[0]; k++) {
-            if (!HAS(l31[k])) continue;
-            /* Meta's templates, whole: their tools branches are not rendered, so
-             * any change to them could change the no-tools text unseen */
-            uint64_t h = fnv1a(N, strlen(N));
-            if (h != LLAMA31_TEMPLATE_HASH && h != LLAMA32_TEMPLATE_HASH)
-                REFUSE("a Llama 3.1/3.2-style template (with \"%s\") that differs from Meta's "
-                       "Llama 3.1 / 3.2 Instruct templates is not supported yet %s", l31[k], hint);
-            ci->family = TOK_CHAT_LLAMA31;
-            ci->flags = TOKC_TRIM | (h == LLAMA32_TEMPLATE_HASH ? TOKC_TODAY : 0);
-            ci->eot = chat_tokens(src, "Llama 3.1", LLAMA3_TOKENS, 3);
-            if (bos < 0)
-                die_user(src->path, src->bos_key,
-                         "the Llama 3.1 chat template starts with bos_token, but there is none");
-            ci->bos = bos;
-            return;
-        }
-        static const char head[] = "'<|start_header_id|>'+message['role']+'<|end_header_id|>\\n\\n'+message['content']";
-        const char *h = strstr(N, head);
-        if (h && strncmp(h + strlen(head), "|trim+'<|eot_id|>'", 18) == 0) ci->flags |= TOKC_TRIM;
-        else if (!h || strncmp(h + strlen(head), "+'<|eot_id|>'", 13) != 0) h = NULL;
-        if (text || !h || !HAS("bos_token") || !HAS("{{'<|start_header_id|>assistant<|end_header_id|>\\n\\n'}}"))
-            REFUSE("a Llama 3-like template that differs from Llama 3 Instruct's is not supported yet %s", hint);
-        ci->family = TOK_CHAT_LLAMA3;
-        ci->eot = chat_tokens(src, "Llama 3", LLAMA3_TOKENS, 3);
-        if (bos < 0)
-            die_user(src->path, src->bos_key, "the Llama 3 chat template starts with bos_token, but there is none");
-        ci->bos = bos;
-    } else if (HAS("<|user|>") && HAS("<|assistant|>")) {
-        bool t2;
-        if (strcmp(N, chat_normalise(a, ZEPHYR_TEMPLATE, strlen(ZEPHYR_TEMPLATE), &t2)) != 0)
-            REFUSE("a Zephyr-like template that differs from TinyLlama's is not supported yet %s", hint);
-        ci->family = TOK_CHAT_ZEPHYR;
-        if (eos < 0)
-            die_user(src->path, src->eos_key,
-                     "the Zephyr chat template ends turns with eos_token, but there is none");
-        ci->eos = ci->eot = eos;
-    } else {
-        REFUSE("this chat template is not one llmcc knows %s", hint);
+        if (best >= 0) ci->eot = best;
+        break;
     }
-#undef HAS
-#undef REFUSE
+    jinja_free(t);
+}
+
+/* the template text of --chat-template FILE, replacing the checkpoint's */
+const char *chat_template_file(Arena *a, const char *path, size_t *len) {
+    char *t = read_file(path, len);
+    if (!t) die_user(path, "--chat-template", "cannot read");
+    const char *copy = arena_strndup(a, t, *len);
+    free(t);
+    return copy;
 }
 
 /* A Metaspace pre-tokenizer or decoder at obj (key: its JSON path): TOK_PRE_META_*, and *split.
@@ -422,7 +263,8 @@ uint8_t *tokpack_write(Arena *a, const TokSpec *s, const char *path, const char 
     uint64_t pool = 0;
     for (uint32_t i = 0; i < s->ntok; i++) pool += s->len[i];
     const ChatInfo *ci = &s->chat;
-    uint64_t nchat = ci->family ? TOK_CHAT_HEADER_SIZE + (ci->sys ? ci->sys_len : 0) : 0;
+    size_t bos_len = ci->bos ? strlen(ci->bos) : 0, eos_len = ci->eos ? strlen(ci->eos) : 0;
+    uint64_t nchat = ci->tpl ? TOK_CHAT_HEADER_SIZE + (uint64_t)ci->tpl_len + bos_len + eos_len : 0;
     uint64_t total = TOK_HEADER_SIZE + 4ull * (s->ntok + 1) + s->ntok + 9ull * s->nmerge + pool + nchat;
     if (total > 0x7FFFFFFFull) die_user(path, key, "tokenizer too large to pack");
     uint8_t *blob = arena_alloc(a, (size_t)total), *w = blob;
@@ -439,9 +281,11 @@ uint8_t *tokpack_write(Arena *a, const TokSpec *s, const char *path, const char 
     for (uint32_t i = 0; i < s->nmerge; i++) { PUT24(mg[3 * i]); PUT24(mg[3 * i + 1]); PUT24(mg[3 * i + 2]); }
     for (uint32_t i = 0; i < s->ntok; i++) { if (s->len[i]) memcpy(w, s->str[i], s->len[i]); w += s->len[i]; }
     if (nchat) {
-        PUT32(ci->family); PUT32(ci->flags); PUT32(ci->eot); PUT32(ci->bos); PUT32(ci->eos);
-        PUT32(ci->sys ? (uint32_t)ci->sys_len : UINT32_MAX);
-        if (ci->sys && ci->sys_len) { memcpy(w, ci->sys, ci->sys_len); w += ci->sys_len; }
+        PUT32(ci->flags); PUT32(ci->eot); PUT32((uint32_t)ci->tpl_len);
+        PUT32(ci->bos ? (uint32_t)bos_len : UINT32_MAX); PUT32(ci->eos ? (uint32_t)eos_len : UINT32_MAX);
+        memcpy(w, ci->tpl, ci->tpl_len); w += ci->tpl_len;
+        if (bos_len) { memcpy(w, ci->bos, bos_len); w += bos_len; }
+        if (eos_len) { memcpy(w, ci->eos, eos_len); w += eos_len; }
     }
 #undef PUT32
 #undef PUT24
@@ -662,6 +506,7 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
     }
     bool add_bos = bos >= 0, add_eos = eos >= 0;
     int32_t cfg_bos = -1, cfg_eos = -1;
+    const char *cfg_bos_text = NULL, *cfg_eos_text = NULL;
     char *cpath = path_join(a, dir, "tokenizer_config.json");
     const char *tpl = NULL, *tpl_path = cpath;
     size_t tpl_len = 0;
@@ -669,8 +514,8 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
         Json cj;
         json_load_file(a, &cj, cpath);
         if (json_type(&cj, 0) != JSON_OBJECT) die_user(cpath, NULL, "expected a JSON object");
-        cfg_bos = config_token(p, &cj, cpath, "bos_token");
-        cfg_eos = config_token(p, &cj, cpath, "eos_token");
+        cfg_bos = config_token(p, &cj, cpath, "bos_token", &cfg_bos_text);
+        cfg_eos = config_token(p, &cj, cpath, "eos_token", &cfg_eos_text);
         int ct = opts && opts->no_chat ? -1 : json_find(&cj, 0, "chat_template");
         if (ct >= 0 && json_type(&cj, ct) == JSON_ARRAY) {   /* [{"name": "default", "template": ...}, ...] */
             int k = ct + 1, hit = -1;
@@ -697,8 +542,15 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
     if (add_bos && bos < 0) die_user(cpath, "add_bos_token", "true but there is no bos_token");
     if (add_eos && eos < 0) die_user(cpath, "add_eos_token", "true but there is no eos_token");
 
-    /* ---- chat template: tokenizer_config.json's, or chat_template.jinja (newer transformers) ---- */
-    ChatInfo ci = { .eot = -1, .bos = -1, .eos = -1 };
+    /* ---- chat template: --chat-template's, tokenizer_config.json's, or chat_template.jinja (newer transformers);
+     * bos_token and eos_token as tokenizer_config.json names them, the texts transformers gives the template ---- */
+    ChatInfo ci = { .eot = -1 };
+    const char *tpl_key = "chat_template";
+    if (opts && opts->chat_template) {
+        tpl = chat_template_file(a, opts->chat_template, &tpl_len);
+        tpl_path = opts->chat_template;
+        tpl_key = NULL;
+    }
     if (!tpl && !(opts && opts->no_chat)) {
         char *jp = path_join(a, dir, "chat_template.jinja");
         if (file_exists(jp)) {
@@ -707,13 +559,12 @@ uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts,
             tpl = arena_strndup(a, t, tpl_len);
             free(t);
             tpl_path = jp;
+            tpl_key = NULL;
         }
     }
     if (tpl && !(opts && opts->no_chat)) {
-        ChatSource src = { .a = a, .path = tpl_path, .tpl_key = "chat_template", .bos_key = "bos_token",
-                           .eos_key = "eos_token", .vocab_name = "tokenizer.json", .lookup = token_lookup_cb,
-                           .ctx = p };
-        chat_recognise(&src, tpl, tpl_len, cfg_bos >= 0 ? cfg_bos : bos, eos, &ci);
+        ChatSource src = { .a = a, .path = tpl_path, .tpl_key = tpl_key, .lookup = token_lookup_cb, .ctx = p };
+        chat_prepare(&src, tpl, tpl_len, cfg_bos_text, cfg_eos_text, eos, &ci);
     }
 
     int32_t unk = -1;

@@ -9,9 +9,9 @@
 /* Returns the blob (in the arena) and its size, or NULL when DIR has no
  * tokenizer.json. Unsupported or malformed input is a user error. */
 uint8_t *tokenizer_pack(Arena *a, const char *dir, size_t *size);
-/* no_chat: leave tokenizer_config's chat_template out (llmcc build --no-chat);
- * otherwise a template llmcc cannot reproduce is a user error. */
-typedef struct { bool no_chat; } TokPackOpts;
+/* no_chat: leave the checkpoint's chat template out (llmcc build --no-chat); chat_template: a file whose
+ * template replaces it (--chat-template FILE); otherwise a template that is not Jinja llmcc reads is a user error. */
+typedef struct { bool no_chat; const char *chat_template; } TokPackOpts;
 uint8_t *tokenizer_pack_opts(Arena *a, const char *dir, const TokPackOpts *opts, size_t *size);
 /* The same from an opened GGUF file (compiler/tokenizer_gguf.c; path names it in messages): the blob
  * tokenizer_pack_opts writes for the tokenizer.json it was converted from. NULL when the file has no

@@ -3,7 +3,7 @@
  * tokenizer.* metadata) each decide the tokenizer into a TokSpec and hand it to
  * one blob writer, so that the same tokenizer packs into the same bytes
  * whichever file it came from. They share the string -> id hash, GPT-2's byte
- * map and the chat template recogniser too. Only these two files include it. */
+ * map and the chat template's check too. Only these two files include it. */
 #ifndef LLMCC_TOKENIZER_PACK_INTERNAL_H
 #define LLMCC_TOKENIZER_PACK_INTERNAL_H
 #include "util.h"
@@ -24,26 +24,27 @@ bool gpt2_unmap(const int16_t *tab, const char *s, size_t n, char *out, size_t *
 
 /* ---- chat templates ---- */
 typedef struct {
-    uint32_t family, flags;            /* TOK_CHAT_*, TOKC_* */
-    int32_t eot, bos, eos;
-    const char *sys; size_t sys_len;   /* sys NULL: no default system prompt */
+    uint32_t flags;                    /* TOKC_* */
+    int32_t eot;                       /* the end-of-turn id, -1: none */
+    const char *tpl; size_t tpl_len;   /* the Jinja source; tpl NULL: no chat section */
+    const char *bos, *eos;             /* the texts the template gets as bos_token / eos_token (NULL: none) */
 } ChatInfo;
 
-/* Where a template and its tokens come from: the file and keys that messages name, and how a token's
- * text becomes an id (added tokens before the model's vocabulary, as HF's AddedVocabulary looks them up). */
+/* Where a template and its tokens come from: the file and key that messages name, and how a token's text becomes
+ * an id (added tokens before the model's vocabulary, as HF's AddedVocabulary looks them up). */
 typedef struct {
     Arena *a;
     const char *path;                  /* the file holding the template */
-    const char *tpl_key;               /* its key there */
-    const char *bos_key, *eos_key;     /* the keys that give bos / eos, for "there is none" */
-    const char *vocab_name;            /* where tokens are listed: "tokenizer.json", "tokenizer.ggml.tokens" */
+    const char *tpl_key;               /* its key there (NULL: the file is the template) */
     int32_t (*lookup)(const void *ctx, const char *s, size_t n);   /* token text -> id, -1 when none */
     const void *ctx;
 } ChatSource;
-/* Recognises tpl (n bytes) as a family runtime/tokenizer.c renders, or dies naming src->tpl_key.
- * bos / eos: the ids the template's bos_token / eos_token stand for (-1: none). Fills *ci, which
- * comes with no family, flags 0 and every id -1. */
-void chat_recognise(const ChatSource *src, const char *tpl, size_t n, int32_t bos, int32_t eos, ChatInfo *ci);
+/* Checks tpl (n bytes, Jinja) or dies naming src; fills *ci with it, the token texts and the end-of-turn id
+ * (eos_id where the template's turns end in no token). */
+void chat_prepare(const ChatSource *src, const char *tpl, size_t n, const char *bos, const char *eos,
+                  int32_t eos_id, ChatInfo *ci);
+/* --chat-template FILE's text (a user error where it cannot be read) */
+const char *chat_template_file(Arena *a, const char *path, size_t *len);
 
 /* ---- the packed blob (runtime/tokenizer.h) ---- */
 typedef struct {
@@ -55,7 +56,7 @@ typedef struct {
     const uint8_t *tflag;              /*   TOKT_* */
     uint32_t nmerge;
     const uint32_t *merges;            /* {left, right, result} ids per merge, in rank order */
-    ChatInfo chat;                     /* family TOK_CHAT_NONE: no chat section */
+    ChatInfo chat;                     /* tpl NULL: no chat section */
 } TokSpec;
 /* Writes the blob into the arena; a tokenizer too large for the format is a user error naming path / key. */
 uint8_t *tokpack_write(Arena *a, const TokSpec *s, const char *path, const char *key, size_t *size);

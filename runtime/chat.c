@@ -1,7 +1,7 @@
-/* chat.c: -i's conversation (chat.h). Each new message feeds only what the KV cache lacks: with a template that
- * never rewrites earlier turns, the template's text for the new message after the last reply; otherwise (Qwen3
- * drops the reasoning of answered turns; after /clear, /system, or turns left out) the whole conversation rendered
- * again, the cache kept up to where the new ids agree with it. When a message would leave the reply too little
+/* chat.c: -i's conversation (chat.h). Each new message renders the whole conversation with the checkpoint's
+ * template and feeds only what the KV cache lacks: the cache is kept up to where the new ids agree with it (a
+ * template that never rewrites earlier turns agrees up to the new message; Qwen3's, which drops the reasoning of
+ * answered turns, and /clear, /system or turns left out, agree less). When a message would leave the reply too little
  * room, the oldest turns go first, as llama-cli's context shift does, the system message always kept. */
 #include "chat.h"
 #include <editline/readline.h>
@@ -49,6 +49,12 @@ static void drop_msgs(Chat *c, int n) {
     c->n_msgs -= n;
 }
 
+/* the messages from i on go (the newest) */
+static void drop_msgs_from(Chat *c, int i) {
+    for (int k = i; k < c->n_msgs; k++) free((char *)c->msgs[k].content);
+    if (i < c->n_msgs) c->n_msgs = i;
+}
+
 void chat_free(Chat *c) {
     drop_msgs(c, c->n_msgs);
     free(c->msgs);
@@ -65,18 +71,20 @@ static bool push(Chat *c, const char *role, char *text, size_t len) {
     return true;
 }
 
-/* The template's text of messages m[0..n) (the system message first where there is one; cont: right after a
- * reply), encoded as transformers does (add_special_tokens=False: the text holds its special tokens). */
-static int render(const Chat *c, const ChatMsg *m, int n, bool cont, int32_t **ids) {
-    ChatMsg *all = malloc((size_t)(n + 1) * sizeof *all);
+/* The template's text of the whole conversation (the system message first where there is one), encoded as
+ * transformers does (add_special_tokens=False: the text holds its special tokens). -3 where the template refuses
+ * it (its reason in c->error). */
+static int render(Chat *c, int32_t **ids) {
+    ChatMsg *all = malloc((size_t)(c->n_msgs + 1) * sizeof *all);
     if (!all) return -1;
     int k = 0;
-    if (c->system && !cont) all[k++] = (ChatMsg){ "system", c->system, strlen(c->system) };
-    memcpy(all + k, m, (size_t)n * sizeof *m);
+    if (c->system) all[k++] = (ChatMsg){ "system", c->system, strlen(c->system) };
+    memcpy(all + k, c->msgs, (size_t)c->n_msgs * sizeof *c->msgs);
     size_t tl;
-    char *text = tokenizer_chat_render_think(c->tok, all, k + n, true, cont, c->think, &tl);
+    char *text = tokenizer_chat_render(c->tok, all, k + c->n_msgs, true, c->think, c->kwargs, &tl, c->error,
+                                       sizeof c->error);
     free(all);
-    if (!text) return -1;
+    if (!text) return strcmp(c->error, "out of memory") ? -3 : -1;
     k = tokenizer_encode(c->tok, text, tl, false, ids);
     free(text);
     return k;
@@ -87,15 +95,16 @@ int chat_message_ids(Chat *c, const char *text, size_t len, int reserve, int32_t
     *ids = NULL;
     if (!push(c, "user", dup_text(text, len), len)) return -1;
     for (;;) {
-        /* only the new message, after the reply the cache ends with; or the whole conversation */
-        bool whole = c->rerender || s->n_ids == 0 || tokenizer_chat_rewrites_history(c->tok);
-        int n = whole ? render(c, c->msgs, c->n_msgs, false, ids) : render(c, c->msgs + c->n_msgs - 1, 1, true, ids);
+        /* the whole conversation rendered again: the cache is kept up to where the new ids agree with it, so a
+         * template that renders earlier turns the same feeds only the new message (and one that rewrites them,
+         * as Qwen3's drops answered turns' reasoning, feeds from the first change) */
+        int n = render(c, ids);
+        if (n == -3) { drop_msgs_from(c, c->n_msgs - 1); return -3; }
         if (n < 0) return -1;
-        int total = whole ? n : s->n_ids + n;
-        if (total + reserve <= s->ctx || (c->n_msgs == 1 && total <= s->ctx)) {
-            if (!whole) return n;
+        if (n + reserve <= s->ctx || (c->n_msgs == 1 && n <= s->ctx)) {
             int keep = 0;   /* the cache's rows that the new ids agree with */
             while (keep < n && keep < s->n_fed && s->ids[keep] == (*ids)[keep]) keep++;
+            if (keep == n) keep--;   /* the last id is fed again: its logits start the reply */
             if (keep < s->n_ids) session_truncate(s, keep);
             memmove(*ids, *ids + keep, (size_t)(n - keep) * sizeof **ids);
             c->rerender = false;
@@ -104,7 +113,7 @@ int chat_message_ids(Chat *c, const char *text, size_t len, int reserve, int32_t
         free(*ids);
         *ids = NULL;
         if (c->n_msgs == 1) {   /* the message alone is too long: it is not kept */
-            c->too_long = total;
+            c->too_long = n;
             drop_msgs(c, 1);
             return -2;
         }

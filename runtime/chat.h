@@ -20,6 +20,8 @@ typedef struct {
                                     * turns left out), the cache kept up to where it agrees */
     int dropped;                   /* turns left out so far, the oldest first, to stay within the context */
     int too_long;                  /* the tokens of the last message that did not fit the context alone */
+    const char *kwargs;            /* more template variables (--chat-template-kwargs: a JSON object), or NULL */
+    char error[512];               /* why the template refused the last message (chat_message_ids: -3) */
 } Chat;
 
 /* what chat_read gave */
@@ -40,7 +42,8 @@ void chat_free(Chat *c);
 /* The ids to feed for the user's next message, in *ids (malloc'd), their count returned; the session cut back to
  * where the new rendering agrees with what the cache holds. When the conversation would leave fewer than reserve
  * positions for the reply, its oldest turns are left out (c->dropped counts them). -1 when out of memory, -2 when
- * the message alone does not fit the context (it is then not kept). */
+ * the message alone does not fit the context, -3 when the template refuses the conversation (c->error says why);
+ * the message is then not kept. */
 int chat_message_ids(Chat *c, const char *text, size_t len, int reserve, int32_t **ids);
 /* The reply the session just generated, kept for later renderings. NULL, or "out of memory". */
 const char *chat_add_reply(Chat *c);

@@ -1503,8 +1503,16 @@ static int64_t length_of(Value v) {
 
 /* ---- Python's str methods (ASCII whitespace and case; utf8proc for the case of other letters) */
 
+/* Python's str.isspace of the character p[0..n): Unicode's White_Space and the separators U+001C..U+001F */
+static bool py_space(const char *p, size_t n) {
+    utf8proc_int32_t c;
+    if (utf8proc_iterate((const utf8proc_uint8_t *)p, (utf8proc_ssize_t)n, &c) <= 0) return false;
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
 static bool in_chars(const Str *chars, const char *p, size_t n) {
-    if (!chars) return n == 1 && is_space(*p);
+    if (!chars) return py_space(p, n);
     for (size_t i = 0; i + n <= chars->n;) {
         size_t k = utf8_offset(chars->p + i, chars->n - i, 1);
         if (k == n && !memcmp(chars->p + i, p, n)) return true;
@@ -1584,22 +1592,23 @@ static Value str_replace(const Str *s, const Str *old, const Str *new_, int64_t 
 static Value str_split(const Str *s, const Str *sep, int64_t maxsplit) {
     List *l = list_new(4);
     size_t i = 0, n = s->n;
-    if (!sep) {
+    if (!sep) {   /* runs of whitespace (Python's isspace) separate, none at the ends */
+#define CH(at) utf8_offset(s->p + (at), n - (at), 1)
         for (;;) {
-            while (i < n && is_space(s->p[i])) i++;
+            while (i < n && py_space(s->p + i, CH(i))) i += CH(i);
             if (i >= n) break;
-            size_t j = i;
             if (maxsplit >= 0 && l->n >= maxsplit) {
-                size_t e = n;
-                while (e > i && is_space(s->p[e - 1])) e--;
-                list_push(l, v_str(s->p + i, e - i));
+                Value rest = str_strip(str_new(s->p + i, n - i), NULL, 2);
+                list_push(l, rest);
                 break;
             }
-            while (j < n && !is_space(s->p[j])) j++;
+            size_t j = i;
+            while (j < n && !py_space(s->p + j, CH(j))) j += CH(j);
             list_push(l, v_str(s->p + i, j - i));
             step();
             i = j;
         }
+#undef CH
         return v_list(l);
     }
     if (sep->n == 0) FAIL("empty separator");

@@ -1,6 +1,7 @@
 /* openai.c: see openai.h. Request bodies are read by runtime/json.c, the compiler's reader too, and strings in
  * them must be valid UTF-8 (json_string strict); a fault is answered with the field that holds it, as OpenAI's
- * server does, and a feature this server lacks (tools, logprobs, n > 1) is refused by name, not ignored. */
+ * server does, and a feature this server lacks (logprobs, n > 1) is refused by name, not ignored. A chat's
+ * messages, tools and chat_template_kwargs go to the model's chat template as JSON (runtime/jinja.c). */
 #include "openai.h"
 #include "json.h"
 #include <math.h>
@@ -26,8 +27,9 @@ static void api_fail(ApiError *e, int status, const char *type, const char *para
 #define SERVER_OOM(e) api_fail(e, 500, "server_error", NULL, NULL, "out of memory")
 
 void api_request_free(ApiRequest *r) {
-    for (int i = 0; i < r->n_msgs; i++) free((char *)r->msgs[i].content);
-    free(r->msgs);
+    free(r->messages);
+    free(r->tools);
+    free(r->kwargs);
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);
@@ -45,6 +47,87 @@ static char *json_text(const Json *j, int i, size_t *len, const char **why) {
     *why = "is not valid UTF-8";
     free(text);
     return NULL;
+}
+
+/* The value at token t as JSON text into b (a string's escapes as written), false where a string is not valid
+ * UTF-8. The request was read strictly: what is copied is JSON. */
+static bool json_copy(Buf *b, const Json *j, int t) {
+    const JsonTok *tok = &j->tok[t];
+    if (json_type(j, t) == JSON_STRING) {
+        size_t room = json_string_room(j, t), len, at;
+        char *text = malloc(room);
+        if (!text) { b->oom = true; return true; }
+        bool ok = json_string(j, t, text, &len, true, &at) == JSON_OK;
+        if (ok) buf_json_str(b, text, len);
+        free(text);
+        return ok;
+    }
+    if (json_type(j, t) != JSON_OBJECT && json_type(j, t) != JSON_ARRAY) {
+        buf_add(b, j->src + tok->start, (size_t)(tok->end - tok->start));
+        return true;
+    }
+    bool obj = json_type(j, t) == JSON_OBJECT;
+    buf_str(b, obj ? "{" : "[");
+    int k = t + 1;
+    for (int i = 0; i < json_size(j, t); i++) {
+        if (i) buf_str(b, ", ");
+        if (obj) {
+            if (!json_copy(b, j, k)) return false;
+            buf_str(b, ": ");
+            k++;
+        }
+        if (!json_copy(b, j, k)) return false;
+        k = json_next(j, k);
+    }
+    buf_str(b, obj ? "}" : "]");
+    return true;
+}
+
+/* a message's tool_calls, each function's arguments an object where OpenAI's wire format gives a string that
+ * holds one (templates write arguments | tojson, or iterate them) */
+static bool copy_tool_calls(Buf *b, const Json *j, int calls) {
+    buf_str(b, "[");
+    int c = calls + 1;
+    for (int i = 0; i < json_size(j, calls); i++, c = json_next(j, c)) {
+        if (i) buf_str(b, ", ");
+        int fn = json_find(j, c, "function"), args = json_find(j, fn, "arguments");
+        if (json_type(j, c) != JSON_OBJECT || args < 0 || json_type(j, args) != JSON_STRING) {
+            if (!json_copy(b, j, c)) return false;
+            continue;
+        }
+        size_t room = json_string_room(j, args), len, at;
+        char *text = malloc(room);
+        if (!text) { b->oom = true; return true; }
+        Json inner;
+        bool parsed = json_string(j, args, text, &len, true, &at) == JSON_OK &&
+                      json_read(&inner, text, len, &at) == JSON_OK && json_bad_token(&inner) < 0 &&
+                      json_type(&inner, 0) == JSON_OBJECT;
+        buf_str(b, "{");
+        int n = 0;
+        for (int key = json_obj_first(j, c); key >= 0; key = json_obj_next(j, c, key)) {
+            if (json_is_null(j, key + 1)) continue;
+            if (n++) buf_str(b, ", ");
+            json_copy(b, j, key);
+            buf_str(b, ": ");
+            if (key + 1 != fn) { if (!json_copy(b, j, key + 1)) { free(text); return false; } continue; }
+            buf_str(b, "{");
+            int m = 0;
+            for (int fk = json_obj_first(j, fn); fk >= 0; fk = json_obj_next(j, fn, fk)) {
+                if (json_is_null(j, fk + 1)) continue;
+                if (m++) buf_str(b, ", ");
+                json_copy(b, j, fk);
+                buf_str(b, ": ");
+                bool ok = fk + 1 == args && parsed ? json_copy(b, &inner, 0) : json_copy(b, j, fk + 1);
+                if (!ok) { free(text); return false; }
+            }
+            buf_str(b, "}");
+        }
+        buf_str(b, "}");
+        if (parsed) json_free(&inner);
+        free(text);
+    }
+    buf_str(b, "]");
+    return true;
 }
 
 /* ---------------------------------------------------------------- requests */
@@ -65,6 +148,7 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
     double v;
     bool flag;
     int k;
+    Buf mb = {0};   /* the chat's messages as the template gets them */
     if ((read != JSON_OK && read != JSON_ERR_TRAILING) || json_bad_token(&j) >= 0) {
         BAD_REQUEST(err, NULL, "the body is not valid JSON");
         goto out;
@@ -81,63 +165,108 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
             BAD_REQUEST(err, "messages", "messages: must be a non-empty array");
             goto out;
         }
-        r->msgs = calloc((size_t)json_size(&j, k), sizeof *r->msgs);
-        if (!r->msgs) { SERVER_OOM(err); goto out; }
+        /* the messages as the template gets them: roles as they come ("developer" is "system"), content a
+         * string (text parts joined by newlines), keys whose value is null dropped (as transformers does), a tool
+         * call's arguments an object where the string holds one (as vLLM and llama.cpp give them) */
+        buf_str(&mb, "[");
         int m = k + 1;
         for (int e = 0; e < json_size(&j, k); e++, m = json_next(&j, m)) {
             snprintf(field, sizeof field, "messages[%d]", e);
             if (json_type(&j, m) != JSON_OBJECT) { BAD_REQUEST(err, field, "%s: must be an object", field); goto out; }
             int role = json_find(&j, m, "role"), content = json_find(&j, m, "content");
-            const char *rname = json_str_eq(&j, role, "system") || json_str_eq(&j, role, "developer") ? "system"
-                              : json_str_eq(&j, role, "user") ? "user"
-                              : json_str_eq(&j, role, "assistant") ? "assistant" : NULL;
-            if (!rname) {
+            if (json_type(&j, role) != JSON_STRING) {
                 snprintf(field, sizeof field, "messages[%d].role", e);
-                BAD_REQUEST(err, field, "%s: must be \"system\", \"developer\", \"user\" or \"assistant\" "
-                            "(tools are not supported)", field);
+                BAD_REQUEST(err, field, "%s: must be a string (\"system\", \"user\", \"assistant\", \"tool\", ...)",
+                            field);
                 goto out;
             }
+            r->has_system |= json_str_eq(&j, role, "system") || json_str_eq(&j, role, "developer");
+            bool calls = json_find(&j, m, "tool_calls") >= 0 && !json_is_null(&j, json_find(&j, m, "tool_calls"));
             snprintf(field, sizeof field, "messages[%d].content", e);
-            size_t len = 0;
-            char *text = NULL;
-            if (content < 0 || json_is_null(&j, content)) {
-                if (!json_str_eq(&j, role, "assistant")) { BAD_REQUEST(err, field, "%s: missing", field); goto out; }
-                text = calloc(1, 1);
-            } else if (json_type(&j, content) == JSON_ARRAY) {   /* content parts: the texts, joined by newlines */
-                Buf b = {0};
-                buf_add(&b, "", 0);
-                int part = content + 1;
-                for (int q = 0; q < json_size(&j, content); q++, part = json_next(&j, part)) {
-                    int type = json_find(&j, part, "type"), ptext = json_find(&j, part, "text");
-                    if (!json_str_eq(&j, type, "text")) {
-                        buf_free(&b);
-                        snprintf(field, sizeof field, "messages[%d].content[%d].type", e, q);
-                        BAD_REQUEST(err, field, "%s: only \"text\" parts are supported", field);
-                        goto out;
-                    }
-                    size_t pl;
-                    char *pt = json_text(&j, ptext, &pl, &why);
-                    if (!pt) {
-                        buf_free(&b);
-                        snprintf(field, sizeof field, "messages[%d].content[%d].text", e, q);
-                        BAD_REQUEST(err, field, "%s: %s", field, why);
-                        goto out;
-                    }
-                    if (q) buf_add(&b, "\n", 1);
-                    buf_add(&b, pt, pl);
-                    free(pt);
-                }
-                if (b.oom) { buf_free(&b); SERVER_OOM(err); goto out; }
-                text = b.p;
-                len = b.len;
-            } else if (!(text = json_text(&j, content, &len, &why))) {
-                BAD_REQUEST(err, field, "%s: %s", field, why);
+            if ((content < 0 || json_is_null(&j, content)) && !json_str_eq(&j, role, "assistant") && !calls) {
+                BAD_REQUEST(err, field, "%s: missing", field);
                 goto out;
             }
-            if (!text) { SERVER_OOM(err); goto out; }
-            r->msgs[r->n_msgs++] = (ChatMsg){ rname, text, len };
+            buf_str(&mb, e ? ", {" : "{");
+            int fields = 0;
+            for (int key = json_obj_first(&j, m); key >= 0; key = json_obj_next(&j, m, key)) {
+                int val = key + 1;
+                if (json_is_null(&j, val)) continue;
+                buf_str(&mb, fields++ ? ", " : "");
+                if (key + 1 == role && json_str_eq(&j, role, "developer")) {
+                    buf_str(&mb, "\"role\": \"system\"");
+                    continue;
+                }
+                if (!json_copy(&mb, &j, key)) { BAD_REQUEST(err, field, "%s: not valid UTF-8", field); goto out; }
+                buf_str(&mb, ": ");
+                if (val == content && json_type(&j, content) == JSON_ARRAY) {   /* text parts, joined */
+                    Buf text = {0};
+                    buf_add(&text, "", 0);
+                    int part = content + 1;
+                    for (int q = 0; q < json_size(&j, content); q++, part = json_next(&j, part)) {
+                        int type = json_find(&j, part, "type"), ptext = json_find(&j, part, "text");
+                        size_t pl;
+                        char *pt = json_str_eq(&j, type, "text") ? json_text(&j, ptext, &pl, &why) : NULL;
+                        if (!pt) {
+                            buf_free(&text);
+                            snprintf(field, sizeof field, "messages[%d].content[%d].%s", e, q,
+                                     json_str_eq(&j, type, "text") ? "text" : "type");
+                            BAD_REQUEST(err, field, "%s: %s", field, json_str_eq(&j, type, "text") ? why
+                                        : "only \"text\" parts are supported");
+                            goto out;
+                        }
+                        if (q) buf_add(&text, "\n", 1);
+                        buf_add(&text, pt, pl);
+                        free(pt);
+                    }
+                    buf_json_str(&mb, text.p, text.len);
+                    buf_free(&text);
+                } else if (val == content && json_type(&j, content) != JSON_STRING) {
+                    BAD_REQUEST(err, field, "%s: must be a string or a list of text parts", field);
+                    goto out;
+                } else if (json_str_eq(&j, key, "tool_calls") && json_type(&j, val) == JSON_ARRAY) {
+                    if (!copy_tool_calls(&mb, &j, val)) {
+                        snprintf(field, sizeof field, "messages[%d].tool_calls", e);
+                        BAD_REQUEST(err, field, "%s: not valid JSON text", field);
+                        goto out;
+                    }
+                } else if (!json_copy(&mb, &j, val)) {
+                    BAD_REQUEST(err, field, "%s: not valid UTF-8", field);
+                    goto out;
+                }
+            }
+            buf_str(&mb, "}");
+        }
+        buf_str(&mb, "]");
+        if (mb.oom) { buf_free(&mb); SERVER_OOM(err); goto out; }
+        r->messages = mb.p;
+        r->messages_len = mb.len;
+        mb = (Buf){0};
+        k = json_find(&j, 0, "tools");
+        if (k >= 0 && !json_is_null(&j, k)) {
+            if (json_type(&j, k) != JSON_ARRAY) { BAD_REQUEST(err, "tools", "tools: must be an array"); goto out; }
+            if (json_size(&j, k) > 0) {   /* as they come: the template renders them */
+                Buf tb = {0};
+                if (!json_copy(&tb, &j, k) || tb.oom) {
+                    buf_free(&tb);
+                    BAD_REQUEST(err, "tools", "tools: not valid UTF-8");
+                    goto out;
+                }
+                r->tools = tb.p;
+                r->tools_len = tb.len;
+            }
         }
         k = json_find(&j, 0, "chat_template_kwargs");
+        if (k >= 0 && !json_is_null(&j, k)) {   /* more variables for the template, as vLLM takes them */
+            Buf kb = {0};
+            if (json_type(&j, k) != JSON_OBJECT || !json_copy(&kb, &j, k) || kb.oom) {
+                buf_free(&kb);
+                BAD_REQUEST(err, "chat_template_kwargs", "chat_template_kwargs: must be an object");
+                goto out;
+            }
+            r->kwargs = kb.p;
+            r->kwargs_len = kb.len;
+        }
         int think = json_find(&j, k, "enable_thinking");
         if (think >= 0) {
             if (!json_is_bool(&j, think, &flag)) {
@@ -210,8 +339,8 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
     }
     /* what OpenAI offers and this server does not: refused by name, not ignored */
     k = json_find(&j, 0, "tools");
-    if (k >= 0 && !json_is_null(&j, k) && !(json_type(&j, k) == JSON_ARRAY && json_size(&j, k) == 0)) {
-        BAD_REQUEST(err, "tools", "tools: tool calls are not supported");
+    if (!chat && k >= 0 && !json_is_null(&j, k)) {
+        BAD_REQUEST(err, "tools", "tools: only /v1/chat/completions takes tools");
         goto out;
     }
     k = json_find(&j, 0, "logprobs");
@@ -251,6 +380,7 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
     ok = true;
 out:
     json_free(&j);
+    buf_free(&mb);
     if (!ok) api_request_free(r);
     return ok;
 }
@@ -260,7 +390,7 @@ int api_request_ids(const ApiRequest *r, const Tokenizer *tok, const char *syste
     *ids = NULL;
     int n;
     if (r->chat) {
-        if (tokenizer_chat_family(tok) == TOK_CHAT_NONE) {
+        if (!tokenizer_has_chat(tok)) {
             BAD_REQUEST(err, "messages", "this model's tokenizer has no chat template: use /v1/completions");
             return -1;
         }
@@ -269,23 +399,27 @@ int api_request_ids(const ApiRequest *r, const Tokenizer *tok, const char *syste
                         "chat_template_kwargs.enable_thinking: this model's chat template has no thinking switch");
             return -1;
         }
-        bool has_system = false;
-        for (int i = 0; i < r->n_msgs; i++) has_system |= !strcmp(r->msgs[i].role, "system");
-        ChatMsg *m = r->msgs;
-        int nm = r->n_msgs;
-        ChatMsg *with = NULL;
-        if (!has_system && system) {   /* --system: the system message of chats that bring none */
-            with = malloc((size_t)(nm + 1) * sizeof *with);
-            if (!with) { SERVER_OOM(err); return -1; }
-            with[0] = (ChatMsg){ "system", system, strlen(system) };
-            memcpy(with + 1, m, (size_t)nm * sizeof *m);
-            m = with;
-            nm++;
+        Buf with = {0};
+        if (!r->has_system && system) {   /* --system: the system message of chats that bring none */
+            buf_str(&with, "[{\"role\": \"system\", \"content\": ");
+            buf_json_str(&with, system, strlen(system));
+            buf_str(&with, r->messages_len > 2 ? "}, " : "}");
+            buf_add(&with, r->messages + 1, r->messages_len - 1);
+            if (with.oom) { buf_free(&with); SERVER_OOM(err); return -1; }
         }
+        ChatRequest cr = {.messages = with.p ? with.p : r->messages,
+                          .messages_len = with.p ? with.len : r->messages_len,
+                          .tools = r->tools, .tools_len = r->tools_len, .kwargs = r->kwargs,
+                          .kwargs_len = r->kwargs_len, .add_generation_prompt = true, .think = r->think};
         size_t tl;
-        char *text = tokenizer_chat_render_think(tok, m, nm, true, false, r->think, &tl);
-        free(with);
-        if (!text) { SERVER_OOM(err); return -1; }
+        char why[512];
+        char *text = tokenizer_chat_apply(tok, &cr, &tl, why, sizeof why);
+        buf_free(&with);
+        if (!text && !strcmp(why, "out of memory")) { SERVER_OOM(err); return -1; }
+        if (!text) {
+            BAD_REQUEST(err, "messages", "messages: the model's chat template refused them: %s", why);
+            return -1;
+        }
         n = tokenizer_encode(tok, text, tl, false, ids);
         free(text);
     } else {

@@ -13,7 +13,10 @@
 
 typedef struct {
     bool chat, stream, include_usage, ignore_eos;
-    ChatMsg *msgs; int n_msgs;         /* chat: texts owned */
+    char *messages; size_t messages_len;   /* chat: the messages as JSON, as the template gets them */
+    bool has_system;                   /*   one of them is the system's */
+    char *tools; size_t tools_len;     /* chat: the tools (JSON), or NULL */
+    char *kwargs; size_t kwargs_len;   /* chat: chat_template_kwargs (a JSON object), or NULL */
     char *prompt; size_t prompt_len;   /* completions */
     long max_tokens;                   /* -1: up to the context's end */
     SampleParams sp;

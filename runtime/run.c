@@ -14,6 +14,7 @@
 #include "serve.h"
 #include "session.h"
 #include "tokenizer.h"
+#include "json.h"
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -99,6 +100,7 @@ typedef struct {
     bool device_topk;              /* --top-k from model_topk (default on the GPU; on the CPU the logits are at hand) */
     bool chat_on, chat_off, interactive;
     int think;                     /* enable_thinking: 0, 1, or TOK_THINK_DEFAULT (the template's) */
+    const char *kwargs;            /* --chat-template-kwargs: more template variables (a JSON object), or NULL */
     bool hide_thinking;
     int ctx;
     int threads;                   /* --threads (0: one per physical core) */
@@ -134,6 +136,8 @@ static void usage(void) {
            "                          the environment's " TOK_CHAT_DATE_ENV "=\"26 Jul 2024\" sets it)\n"
            "  -i, -cnv, --interactive chat turn by turn (/help lists the commands; Ctrl-C stops a reply)\n"
            "  --think, --no-think     the template's thinking switch (enable_thinking; Qwen3: on by default)\n"
+           "  --chat-template-kwargs JSON  more variables for the chat template, a JSON object, as\n"
+           "                          apply_chat_template's keyword arguments ('{\"enable_thinking\": false}')\n"
            "  --hide-thinking         leave the reasoning (<think>...</think>) out of the printed reply\n"
            "                          (on a terminal it is printed dim)\n\n"
            "Generation:\n"
@@ -231,6 +235,17 @@ static char *read_text(const char *path, const char *flag, bool strip_eol) {
     return text;
 }
 
+/* a flag's value that must be a JSON object (--chat-template-kwargs) */
+static const char *json_object_arg(const char *flag, const char *s) {
+    Json j;
+    size_t at;
+    JsonError e = json_read(&j, s, strlen(s), &at);
+    bool ok = e == JSON_OK && json_bad_token(&j) < 0 && json_type(&j, 0) == JSON_OBJECT;
+    json_free(&j);
+    if (!ok) die("%s: '%s' is not a JSON object", flag, s);
+    return s;
+}
+
 static void parse_args(int argc, char **argv, Opts *o) {
     const ModelInfo *mi = &model_info;
     memset(o, 0, sizeof *o);
@@ -321,6 +336,7 @@ static void parse_args(int argc, char **argv, Opts *o) {
             o->think = IS("--think");
         }
         else if (IS("--hide-thinking")) { NOVAL(); o->hide_thinking = true; }
+        else if (IS("--chat-template-kwargs")) o->kwargs = json_object_arg(flag, VAL());
         else if (IS("--seed") || IS("-s")) {
             const char *s = VAL();
             char *end;
@@ -478,20 +494,17 @@ static void print_info(const Opts *o, int ctx) {
         if (cnt[d])
             printf(" %s (%llu tensors, %.1f MiB)", payload_dtype_name(d), (unsigned long long)cnt[d], mib(bytes[d]));
     printf("\ntokenizer: %s (%llu bytes)\n", G.tok ? "built in" : "none", (unsigned long long)G.pl.tok_size);
-    int fam = G.tok ? tokenizer_chat_family(G.tok) : TOK_CHAT_NONE;
-    if (fam != TOK_CHAT_NONE) {
-        size_t sl;
-        const char *sys = tokenizer_chat_default_system(G.tok, &sl);
-        printf("chat template: %s, end of turn %d, default system prompt: ", tokenizer_chat_family_name(fam),
-               tokenizer_chat_eot(G.tok));
-        if (sys) { out_write("\"", 1); out_write(sys, sl); out_write("\"\n", 2); } else printf("none\n");
+    if (G.tok && tokenizer_has_chat(G.tok)) {
+        printf("chat template: the checkpoint's (%zu bytes of Jinja), end of turn %d\n",
+               tokenizer_chat_template_size(G.tok), tokenizer_chat_eot(G.tok));
         printf("stop ids:");
         for (int i = 0; i < mi->n_eos; i++) printf(" %d", mi->eos_ids[i]);
         bool dup = false;
         for (int i = 0; i < mi->n_eos; i++) dup |= mi->eos_ids[i] == tokenizer_chat_eot(G.tok);
         if (!dup && tokenizer_chat_eot(G.tok) >= 0) printf(" %d", tokenizer_chat_eot(G.tok));
         printf("\n");
-        if (tokenizer_chat_has_thinking(G.tok)) printf("thinking: on by default (--no-think turns it off)\n");
+        if (tokenizer_chat_has_thinking(G.tok))
+            printf("thinking: the template's switch (enable_thinking; --think, --no-think)\n");
     } else printf("chat template: none\n");
     printf("payload: %llu bytes (%.1f MiB)%s\n", (unsigned long long)G.pl.size, mib(G.pl.size),
            G.pl.has_footer ? "" : ", from LLMCC_PAYLOAD");
@@ -744,6 +757,10 @@ static void converse(const Opts *o, Stats *st) {
         int n = chat_message_ids(&G.chat, text, len, reserve, &G.pending);
         free(text);
         if (n == -1) die("out of memory");
+        if (n == -3) {   /* the template raised: the message is left out, the chat goes on */
+            fprintf(stderr, "%s: the chat template refused this message: %s\n", G.name, G.chat.error);
+            continue;
+        }
         if (n == -2) {
             fprintf(stderr, "%s: this message is %d tokens, longer than the context (%d tokens%s): left out\n",
                     G.name, G.chat.too_long, G.ctx, G.ctx < model_info.max_ctx ? "; see --ctx" : "");
@@ -813,11 +830,11 @@ int main(int argc, char **argv) {
         if (!isatty(0)) {
             G.prompt_read = read_text("-", "the prompt on stdin", true);
             if (*G.prompt_read) o.prompt = G.prompt_read;
-        } else o.interactive = tokenizer_chat_family(G.tok) != TOK_CHAT_NONE && !o.chat_off && !o.tokenize;
+        } else o.interactive = tokenizer_has_chat(G.tok) && !o.chat_off && !o.tokenize;
     }
 
     /* chat: the template applies to text turns (--prompt, -i) */
-    bool has_tpl = G.tok && tokenizer_chat_family(G.tok) != TOK_CHAT_NONE;
+    bool has_tpl = G.tok && tokenizer_has_chat(G.tok);
     if ((o.chat_on || o.system || o.interactive) && !has_tpl)
         die("%s needs a chat template, and this model's tokenizer has none",
             o.interactive ? "-i" : o.system ? "--system" : "--chat");
@@ -842,6 +859,8 @@ int main(int argc, char **argv) {
     G.logits = malloc((size_t)V * sizeof *G.logits);
     if (!G.logits || session_init(&G.sess, NULL, 0, G.tok, G.ctx, G.logits)) die("out of memory");
     if (chat && chat_init(&G.chat, G.tok, &G.sess, o.system, o.think)) die("out of memory");
+    if (o.kwargs && !chat) die("--chat-template-kwargs goes with the user's message: give --prompt TEXT or -i");
+    G.chat.kwargs = o.kwargs;
 
     /* the prompt, in G.pending */
     int np = 0;
@@ -850,6 +869,7 @@ int main(int argc, char **argv) {
     else if (chat && o.prompt) {
         np = chat_message_ids(&G.chat, o.prompt, strlen(o.prompt), 0, &G.pending);
         if (np == -1) die("out of memory");
+        if (np == -3) die("the chat template refused the prompt: %s", G.chat.error);
         if (np == -2) too_long("the prompt", G.chat.too_long, "");
     }
     else if (chat) np = 0;          /* -i without --prompt: the first turn comes from stdin */

@@ -1,6 +1,6 @@
 /* tokenizer.c: encoder/decoder over the packed blob (format in tokenizer.h).
- * Needs only libc and utf8proc because it is linked into both the compiler
- * and every emitted binary. Parity target: Hugging Face `tokenizers`.
+ * Needs only libc, utf8proc and runtime/jinja.c (the chat template) because it is linked into both the
+ * compiler and every emitted binary. Parity target: Hugging Face `tokenizers`.
  *  - added tokens are split out first (leftmost-longest, raw text);
  *  - byte-level: NFC, then the Qwen2 / Llama 3 Split regex or GPT-2's (ByteLevel's
  *    use_regex, after an optional Digits split) as hand-written scanners (the
@@ -11,6 +11,7 @@
  *    byte fallback to <0xNN>, unk.
  * The blob is validated once at load; afterwards ids and offsets are trusted. */
 #include "tokenizer.h"
+#include "jinja.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +31,11 @@ struct Tokenizer {
     uint32_t *added; uint32_t nadded;   /* added ids by first byte, longest first */
     uint32_t afirst[257];
     size_t maxlen;
-    /* chat template (blob v2) */
-    uint32_t chat, chat_flags;
-    int32_t chat_eot, chat_bos, chat_eos;
-    const uint8_t *chat_sys; uint32_t chat_sys_len;   /* chat_sys NULL: no default system prompt */
+    /* chat template (blob v3): parsed once, rendered per conversation */
+    JinjaTemplate *chat_tpl;    /* NULL: none */
+    uint32_t chat_flags, chat_tpl_len;
+    int32_t chat_eot;
+    const char *chat_bos, *chat_eos; uint32_t chat_bos_len, chat_eos_len;   /* NULL: none */
 };
 
 #define NONE UINT32_MAX
@@ -81,6 +83,7 @@ void tokenizer_free(Tokenizer *t) {
     if (!t) return;
     free(t->off); free(t->mleft); free(t->mright); free(t->mres);
     free(t->vslot); free(t->mkey); free(t->mrank); free(t->added);
+    jinja_free(t->chat_tpl);
     free(t);
 }
 
@@ -94,6 +97,7 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
     if (!blob || size < TOK_HEADER_SIZE) return "tokenizer blob: too short";
     if (rd32(blob) != TOK_MAGIC) return "tokenizer blob: bad magic";
     uint32_t version = rd32(blob + 4);
+    if (version == 2) return "tokenizer blob: version 2 (an older llmcc's): build the model again";
     if (version != 1 && version != TOK_VERSION) return "tokenizer blob: unsupported version";
     uint32_t model = rd32(blob + 8), flags = rd32(blob + 12), pre = rd32(blob + 16);
     int32_t bos = (int32_t)rd32(blob + 20), eos = (int32_t)rd32(blob + 24), unk = (int32_t)rd32(blob + 28);
@@ -119,17 +123,20 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
     uint64_t need = (uint64_t)TOK_HEADER_SIZE + 4ull * (n + 1) + n + 9ull * nmerge + npool + nchat;
     if (need != size) return "tokenizer blob: size does not match its header";
     const uint8_t *chat = blob + (size - nchat);
-    uint32_t fam = TOK_CHAT_NONE, cfl = 0, sl = UINT32_MAX;
-    int32_t ids[3] = { -1, -1, -1 };   /* end of turn, bos, eos */
+    uint32_t cfl = 0, lens[3] = {0, UINT32_MAX, UINT32_MAX};   /* template, bos text, eos text */
+    int32_t eot = -1;
     if (nchat) {
         if (nchat < TOK_CHAT_HEADER_SIZE) return "tokenizer blob: chat section too short";
-        fam = rd32(chat); cfl = rd32(chat + 4); sl = rd32(chat + 20);
-        for (int i = 0; i < 3; i++) ids[i] = (int32_t)rd32(chat + 8 + 4 * i);
-        if (fam == TOK_CHAT_NONE || fam >= TOK_CHAT_COUNT) return "tokenizer blob: unknown chat template family";
+        cfl = rd32(chat);
+        eot = (int32_t)rd32(chat + 4);
+        uint64_t total = TOK_CHAT_HEADER_SIZE;
+        for (int i = 0; i < 3; i++) {
+            lens[i] = rd32(chat + 8 + 4 * i);
+            total += lens[i] == UINT32_MAX && i ? 0 : lens[i];
+        }
         if (cfl & ~(uint32_t)TOKC_ALL) return "tokenizer blob: unknown chat flags";
-        for (int i = 0; i < 3; i++)
-            if (ids[i] < -1 || ids[i] >= (int32_t)n) return "tokenizer blob: chat token id out of range";
-        if (sl == UINT32_MAX ? nchat != TOK_CHAT_HEADER_SIZE : (uint64_t)sl + TOK_CHAT_HEADER_SIZE != nchat)
+        if (eot < -1 || eot >= (int32_t)n) return "tokenizer blob: chat token id out of range";
+        if (lens[0] == 0 || lens[0] == UINT32_MAX || total != nchat)
             return "tokenizer blob: chat section size does not match";
     }
     if ((bos < -1 || bos >= (int32_t)n) || (eos < -1 || eos >= (int32_t)n) || (unk < -1 || unk >= (int32_t)n))
@@ -139,8 +146,16 @@ const char *tokenizer_load(Tokenizer **out, const uint8_t *blob, size_t size) {
     if (!t) return "tokenizer: out of memory";
     t->model = model; t->flags = flags; t->pre = pre; t->bos = bos; t->eos = eos; t->unk = unk;
     t->n = n; t->nmerge = nmerge;
-    t->chat = fam; t->chat_flags = cfl; t->chat_eot = ids[0]; t->chat_bos = ids[1]; t->chat_eos = ids[2];
-    if (sl != UINT32_MAX) { t->chat_sys = chat + TOK_CHAT_HEADER_SIZE; t->chat_sys_len = sl; }
+    if (nchat) {
+        const char *text = (const char *)chat + TOK_CHAT_HEADER_SIZE;
+        JinjaError je;
+        t->chat_tpl = jinja_parse(text, lens[0], &je);
+        if (!t->chat_tpl) { free(t); return "tokenizer blob: its chat template does not parse"; }
+        t->chat_flags = cfl; t->chat_eot = eot; t->chat_tpl_len = lens[0];
+        text += lens[0];
+        if (lens[1] != UINT32_MAX) { t->chat_bos = text; t->chat_bos_len = lens[1]; text += lens[1]; }
+        if (lens[2] != UINT32_MAX) { t->chat_eos = text; t->chat_eos_len = lens[2]; }
+    }
     const uint8_t *p = blob + TOK_HEADER_SIZE;
     const uint8_t *offs = p; p += 4ull * (n + 1);
     t->tflag = p; p += n;
@@ -804,16 +819,10 @@ char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, bool show_
 
 /* ------------------------------------------------------------------ chat */
 
-#define X(e, s) s,
-static const char *const chat_names[] = { TOK_CHAT_FAMILIES(X) };
-#undef X
-const char *tokenizer_chat_family_name(int f) { return f >= 0 && f < TOK_CHAT_COUNT ? chat_names[f] : "unknown"; }
-int tokenizer_chat_family(const Tokenizer *t) { return (int)t->chat; }
-int tokenizer_chat_eot(const Tokenizer *t) { return t->chat ? t->chat_eot : -1; }
-const char *tokenizer_chat_default_system(const Tokenizer *t, size_t *len) {
-    if (len) *len = t->chat_sys ? t->chat_sys_len : 0;
-    return (const char *)t->chat_sys;
-}
+bool tokenizer_has_chat(const Tokenizer *t) { return t->chat_tpl != NULL; }
+int tokenizer_chat_eot(const Tokenizer *t) { return t->chat_tpl ? t->chat_eot : -1; }
+bool tokenizer_chat_has_thinking(const Tokenizer *t) { return t->chat_tpl && (t->chat_flags & TOKC_THINKING); }
+size_t tokenizer_chat_template_size(const Tokenizer *t) { return t->chat_tpl ? t->chat_tpl_len : 0; }
 
 typedef struct { char *s; size_t n, cap; bool oom; } Buf;
 static void buf_put(Buf *b, const void *p, size_t n) {
@@ -823,178 +832,85 @@ static void buf_put(Buf *b, const void *p, size_t n) {
     b->s[b->n] = 0;
 }
 static void buf_str(Buf *b, const char *s) { buf_put(b, s, strlen(s)); }
-static void buf_tok(Buf *b, const Tokenizer *t, int32_t id) {
-    if (id >= 0) buf_put(b, t->pool + t->off[id], t->off[id + 1] - t->off[id]);
-}
 
-/* Python's str.isspace, which Jinja's |trim (str.strip) uses: White_Space and the separators U+001C..U+001F. */
-static bool py_space(uint32_t c) { return is_white(c) || (c >= 0x1C && c <= 0x1F); }
-static void buf_content(Buf *b, const Tokenizer *t, const ChatMsg *m) {
-    const uint8_t *s = (const uint8_t *)m->content;
-    size_t n = m->len, lo = 0, hi = n;
-    if (t->chat_flags & TOKC_TRIM) {
-        bool seen = false;
-        for (size_t i = 0; i < n;) {
-            uint32_t c;
-            size_t k = utf8_next(s + i, n - i, &c);
-            if (c == UINT32_MAX || !py_space(c)) {
-                if (!seen) lo = i;
-                seen = true;
-                hi = i + k;
-            }
-            i += k;
-        }
-        if (!seen) lo = hi = 0;
+static void buf_json(Buf *b, const char *s, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    buf_str(b, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') { char e[2] = {'\\', (char)c}; buf_put(b, e, 2); }
+        else if (c < 0x20) { char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]}; buf_put(b, e, 6); }
+        else buf_put(b, &s[i], 1);
     }
-    buf_put(b, s + lo, hi - lo);
-}
-/* One turn: open, the role, mid, the content, close. */
-static void buf_turn(Buf *b, const Tokenizer *t, const char *open, const ChatMsg *m, const char *mid,
-                     const char *close) {
-    buf_str(b, open); buf_str(b, m->role); buf_str(b, mid);
-    buf_content(b, t, m);
-    buf_str(b, close);
+    buf_str(b, "\"");
 }
 
-/* The date in Llama 3.1 / 3.2's system turn (see TOK_CHAT_DATE_ENV). Month
- * names are spelled out because %b follows LC_TIME, while Python's strftime
- * in transformers runs in the C locale. */
-static void chat_date(const Tokenizer *t, Buf *b) {
-    const char *e = getenv(TOK_CHAT_DATE_ENV);
-    if (e && *e) { buf_str(b, e); return; }
-    static const char mon[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
-    time_t now = t->chat_flags & TOKC_TODAY ? time(NULL) : (time_t)-1;   /* -1: the fixed date */
-    struct tm tm;
-    char s[32] = "26 Jul 2024";
-    if (now != (time_t)-1 && localtime_r(&now, &tm) && tm.tm_mon >= 0 && tm.tm_mon <= 11)
-        snprintf(s, sizeof s, "%02d %.3s %04d", tm.tm_mday, mon + 3 * tm.tm_mon, tm.tm_year + 1900);
-    buf_str(b, s);
+bool tokenizer_json_quote(char **out, size_t *out_len, size_t *out_cap, const char *s, size_t n) {
+    Buf b = {*out, *out_len, *out_cap, false};
+    buf_json(&b, s, n);
+    *out = b.s; *out_len = b.n; *out_cap = b.cap;
+    return !b.oom;
 }
 
-bool tokenizer_chat_has_thinking(const Tokenizer *t) { return t->chat == TOK_CHAT_QWEN3; }
-bool tokenizer_chat_rewrites_history(const Tokenizer *t) { return t->chat == TOK_CHAT_QWEN3; }
-
-/* Python's s.find(needle) from the left (last: rfind), or -1. */
-static long find_str(const char *s, size_t n, const char *needle, bool last) {
-    size_t k = strlen(needle);
-    long at = -1;
-    for (size_t i = 0; i + k <= n; i++)
-        if (memcmp(s + i, needle, k) == 0) { at = (long)i; if (!last) break; }
-    return at;
+/* a JSON object's members without its braces (""-when empty), to follow other members */
+static void buf_members(Buf *b, const char *obj, size_t n) {
+    size_t lo = 0, hi = n;
+    while (lo < hi && obj[lo] != '{') lo++;
+    while (hi > lo && obj[hi - 1] != '}') hi--;
+    if (hi - lo < 2) return;
+    size_t k = lo + 1;
+    while (k < hi - 1 && (obj[k] == ' ' || obj[k] == '\n' || obj[k] == '\t' || obj[k] == '\r')) k++;
+    if (k == hi - 1) return;
+    buf_str(b, ", ");
+    buf_put(b, obj + lo + 1, hi - lo - 2);
 }
 
-/* Qwen3's assistant turn: the reasoning and the answer of content, as its template splits them:
- * reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n'),
- * answer = content.split('</think>')[-1].lstrip('\n'); no '</think>': no reasoning, the whole content. */
-static void qwen3_split(const ChatMsg *m, const char **rs, size_t *rn, const char **as, size_t *an) {
-    const char *c = m->content;
-    size_t n = m->len;
-    *rs = c; *rn = 0; *as = c; *an = n;
-    long close = find_str(c, n, "</think>", false);
-    if (close < 0) return;
-    size_t e = (size_t)close;
-    while (e > 0 && c[e - 1] == '\n') e--;
-    long open = find_str(c, e, "<think>", true);
-    size_t b = open < 0 ? 0 : (size_t)open + 7;
-    while (b < e && c[b] == '\n') b++;
-    *rs = c + b; *rn = e > b ? e - b : 0;
-    size_t a = (size_t)find_str(c, n, "</think>", true) + 8;
-    while (a < n && c[a] == '\n') a++;
-    *as = c + a; *an = n - a;
-}
-
-static void render_qwen3(Buf *b, const ChatMsg *m, int n, bool add_gen, int think) {
-    /* the last user message that is not a tool response: reasoning is kept only after it */
-    int last_query = n - 1;
-    for (int k = n - 1; k >= 0; k--) {
-        bool tool_resp = m[k].len >= 31 && memcmp(m[k].content, "<tool_response>", 15) == 0 &&
-                         memcmp(m[k].content + m[k].len - 16, "</tool_response>", 16) == 0;
-        if (strcmp(m[k].role, "user") == 0 && !tool_resp) { last_query = k; break; }
-    }
-    for (int i = 0; i < n; i++) {
-        if (strcmp(m[i].role, "assistant") != 0) {
-            buf_str(b, "<|im_start|>"); buf_str(b, m[i].role); buf_str(b, "\n");
-            buf_put(b, m[i].content, m[i].len);
-            buf_str(b, "<|im_end|>\n");
-            continue;
-        }
-        const char *rs, *as;
-        size_t rn, an;
-        qwen3_split(&m[i], &rs, &rn, &as, &an);
-        buf_str(b, "<|im_start|>assistant\n");
-        if (i > last_query && (i == n - 1 || rn > 0)) {
-            /* reasoning.strip('\n') is the reasoning itself: the split stripped its newlines */
-            buf_str(b, "<think>\n");
-            buf_put(b, rs, rn);
-            buf_str(b, "\n</think>\n\n");
-        }
-        buf_put(b, as, an);
-        buf_str(b, "<|im_end|>\n");
-    }
-    if (add_gen) {
-        buf_str(b, "<|im_start|>assistant\n");
-        if (think == 0) buf_str(b, "<think>\n\n</think>\n\n");
-    }
-}
-
-char *tokenizer_chat_render_think(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, int think,
-                                  size_t *len) {
+char *tokenizer_chat_apply(const Tokenizer *t, const ChatRequest *r, size_t *len, char *err, size_t err_size) {
+    if (!t->chat_tpl) { snprintf(err, err_size, "no chat template"); return NULL; }
     Buf b = {0};
-    buf_put(&b, "", 0);
-    int i = 0;
-    switch (t->chat) {
-    case TOK_CHAT_CHATML:
-        /* Qwen2.5: the default system prompt where the first message is not the system's */
-        if (cont) buf_str(&b, "<|im_end|>\n");
-        else if (t->chat_sys && !(n > 0 && strcmp(m[0].role, "system") == 0)) {
-            buf_str(&b, "<|im_start|>system\n");
-            buf_put(&b, t->chat_sys, t->chat_sys_len);
-            buf_str(&b, "<|im_end|>\n");
-        }
-        for (; i < n; i++) buf_turn(&b, t, "<|im_start|>", &m[i], "\n", "<|im_end|>\n");
-        if (add_gen) buf_str(&b, "<|im_start|>assistant\n");
-        break;
-    case TOK_CHAT_LLAMA3:
-    case TOK_CHAT_LLAMA31:
-        /* Llama 3.1's system turn comes first even without a system message; a system
-         * message later on is an ordinary turn, as in Llama 3 */
-        if (cont) buf_str(&b, "<|eot_id|>");
-        else if (t->chat == TOK_CHAT_LLAMA3 && n > 0) buf_tok(&b, t, t->chat_bos);
-        else if (t->chat == TOK_CHAT_LLAMA31) {
-            buf_tok(&b, t, t->chat_bos);
-            buf_str(&b, "<|start_header_id|>system<|end_header_id|>\n\n"
-                        "Cutting Knowledge Date: December 2023\nToday Date: ");
-            chat_date(t, &b);
-            buf_str(&b, "\n\n");
-            if (n > 0 && strcmp(m[0].role, "system") == 0) buf_content(&b, t, &m[i++]);
-            buf_str(&b, "<|eot_id|>");
-        }
-        for (; i < n; i++) buf_turn(&b, t, "<|start_header_id|>", &m[i], "<|end_header_id|>\n\n", "<|eot_id|>");
-        if (add_gen) buf_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-        break;
-    case TOK_CHAT_ZEPHYR:
-        /* roles other than these three render nothing; the assistant header is
-         * added after the last message only (the template's loop.last) */
-        if (cont) { buf_tok(&b, t, t->chat_eos); buf_str(&b, "\n"); }
-        for (; i < n; i++) {
-            const char *r = m[i].role;
-            if (!strcmp(r, "user") || !strcmp(r, "system") || !strcmp(r, "assistant")) {
-                buf_turn(&b, t, "<|", &m[i], "|>\n", "");
-                buf_tok(&b, t, t->chat_eos);
-                buf_str(&b, "\n");
-            }
-            if (i == n - 1 && add_gen) buf_str(&b, "<|assistant|>\n");
-        }
-        break;
-    case TOK_CHAT_QWEN3:
-        if (cont) { free(b.s); return NULL; }
-        render_qwen3(&b, m, n, add_gen, think);
-        break;
-    default:
-        free(b.s);
+    buf_str(&b, "{\"messages\": ");
+    buf_put(&b, r->messages, r->messages_len);
+    buf_str(&b, ", \"tools\": ");
+    if (r->tools) buf_put(&b, r->tools, r->tools_len); else buf_str(&b, "null");
+    buf_str(&b, ", \"documents\": null, \"add_generation_prompt\": ");
+    buf_str(&b, r->add_generation_prompt ? "true" : "false");
+    if (t->chat_bos) { buf_str(&b, ", \"bos_token\": "); buf_json(&b, t->chat_bos, t->chat_bos_len); }
+    if (t->chat_eos) { buf_str(&b, ", \"eos_token\": "); buf_json(&b, t->chat_eos, t->chat_eos_len); }
+    const char *date = getenv(TOK_CHAT_DATE_ENV);
+    if (date && *date) { buf_str(&b, ", \"date_string\": "); buf_json(&b, date, strlen(date)); }
+    if (r->think >= 0) buf_str(&b, r->think ? ", \"enable_thinking\": true" : ", \"enable_thinking\": false");
+    if (r->kwargs) buf_members(&b, r->kwargs, r->kwargs_len);
+    buf_str(&b, "}");
+    if (b.oom) { free(b.s); snprintf(err, err_size, "out of memory"); return NULL; }
+    JinjaError je;
+    size_t n;
+    char *text = jinja_render(t->chat_tpl, b.s, b.n, NULL, NULL, &n, &je);
+    free(b.s);
+    if (!text) {
+        if (je.kind == JINJA_ERR_RAISE) snprintf(err, err_size, "line %d: raise_exception: %s", je.line, je.message);
+        else jinja_error_string(&je, err, err_size);
         return NULL;
     }
-    if (b.oom) { free(b.s); return NULL; }
-    if (len) *len = b.n;
-    return b.s;
+    if (len) *len = n;
+    return text;
+}
+
+char *tokenizer_chat_render(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, int think,
+                            const char *kwargs, size_t *len, char *err, size_t err_size) {
+    Buf b = {0};
+    buf_str(&b, "[");
+    for (int i = 0; i < n; i++) {
+        buf_str(&b, i ? ", {\"role\": " : "{\"role\": ");
+        buf_json(&b, m[i].role, strlen(m[i].role));
+        buf_str(&b, ", \"content\": ");
+        buf_json(&b, m[i].content, m[i].len);
+        buf_str(&b, "}");
+    }
+    buf_str(&b, "]");
+    if (b.oom) { free(b.s); snprintf(err, err_size, "out of memory"); return NULL; }
+    ChatRequest r = {.messages = b.s, .messages_len = b.n, .kwargs = kwargs, .kwargs_len = kwargs ? strlen(kwargs) : 0,
+                     .add_generation_prompt = add_gen, .think = think};
+    char *text = tokenizer_chat_apply(t, &r, len, err, err_size);
+    free(b.s);
+    return text;
 }

@@ -47,61 +47,42 @@ size_t tokdec_flush(TokDecoder *d, char *out, size_t cap);
 /* Decodes a whole sequence into a malloc'd NUL-terminated string. */
 char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, bool show_special);
 /* ---- chat templates ----
- * The compiler recognises tokenizer_config.json's chat_template (by its
- * markers, or for Llama 3.1 / 3.2 as Meta's whole template; not with a Jinja
- * engine) as one of these families and packs the
- * family, its end-of-turn id and its default system prompt; rendering here
- * reproduces transformers' apply_chat_template(messages,
- * add_generation_prompt=True) text for system/user/assistant messages, and
- * the text is then encoded like any other (add_special_tokens=False, as
- * transformers does). */
-#define TOK_CHAT_FAMILIES(X) \
-    X(NONE, "none") \
-    X(CHATML, "chatml")      /* Qwen2 / Qwen2.5: <|im_start|>role\n...<|im_end|>\n */ \
-    X(LLAMA3, "llama3")      /* Llama 3 Instruct: <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */ \
-    X(LLAMA31, "llama3.1")   /* Llama 3.1 / 3.2 Instruct: Llama 3 turns after a system turn that always */ \
-                             /* opens "Cutting Knowledge Date: December 2023\nToday Date: DATE\n\n" */ \
-    X(ZEPHYR, "zephyr")      /* TinyLlama / Zephyr: <|role|>\n...</s>\n */ \
-    X(QWEN3, "qwen3")        /* Qwen3: ChatML without a default system prompt; an assistant turn's */ \
-                             /* <think>reasoning</think> is dropped once a user speaks after it; */ \
-                             /* enable_thinking=false opens the reply with an empty <think></think> */
-#define X(e, s) TOK_CHAT_##e,
-enum { TOK_CHAT_FAMILIES(X) TOK_CHAT_COUNT };
-#undef X
-enum {
-    TOKC_TRIM = 1,           /* content goes through Jinja's |trim (Python str.strip) */
-    TOKC_TODAY = 2,          /* LLAMA31: DATE is today's (3.2's strftime_now("%d %b %Y")), not "26 Jul 2024" (3.1) */
-};
-#define TOKC_ALL (TOKC_TRIM | TOKC_TODAY)
-/* LLAMA31's DATE: this variable's value when it is set and not empty (what
- * passing date_string to apply_chat_template does; tests pin the date with it),
- * else with TOKC_TODAY the local date as transformers' strftime_now renders it
- * ("02 Dec 2026"), else "26 Jul 2024". */
+ * The checkpoint's own chat template (Jinja source), checked by the compiler and run here by runtime/jinja.c as
+ * transformers' apply_chat_template runs it: the variables are messages, tools, documents (none),
+ * add_generation_prompt, bos_token and eos_token (the texts tokenizer_config names), then extra keyword
+ * arguments (chat_template_kwargs: enable_thinking, ...). The text is then encoded like any other
+ * (add_special_tokens=False, as transformers does). The end-of-turn id is what the template writes after an
+ * assistant's message (the compiler renders a probe conversation to find it). */
+/* date_string for the template (Llama 3.x's system turn) when this variable is set and not empty: what passing
+ * date_string to apply_chat_template does; tests pin the date with it */
 #define TOK_CHAT_DATE_ENV "LLMCC_CHAT_DATE"
+enum { TOKC_THINKING = 1 };   /* the template reads enable_thinking */
+#define TOKC_ALL TOKC_THINKING
 typedef struct { const char *role; const char *content; size_t len; } ChatMsg;
-const char *tokenizer_chat_family_name(int family);
-int tokenizer_chat_family(const Tokenizer *t);     /* TOK_CHAT_NONE when the blob has no template */
+bool tokenizer_has_chat(const Tokenizer *t);       /* the blob holds a chat template */
 int tokenizer_chat_eot(const Tokenizer *t);        /* end-of-turn id, -1 when none */
-/* The template's system prompt when the messages bring none; NULL when it has none. */
-const char *tokenizer_chat_default_system(const Tokenizer *t, size_t *len);
-/* Renders messages (roles "system", "user", "assistant"; tool calls and
- * tool / ipython messages are not supported: callers refuse them) into a malloc'd
- * string (*len bytes, NUL-terminated); NULL when out of memory or the blob
- * has no template. add_gen: end with the assistant header.
- * cont: the messages continue a conversation right after an assistant reply
- * whose end-of-turn token was sampled but not kept: the text starts with what
- * the template puts after an assistant's content and leaves out what comes
- * only once (BOS, the default system prompt).
- * think: the template's thinking switch (enable_thinking): 0 off, 1 on, -1 the template's
- * default (on); only QWEN3 has one. cont is not supported for QWEN3, whose template rewrites earlier turns:
- * render the whole conversation instead (tokenizer_chat_rewrites_history). */
+bool tokenizer_chat_has_thinking(const Tokenizer *t);
+size_t tokenizer_chat_template_size(const Tokenizer *t);   /* bytes of its Jinja source */
+/* What the template renders, malloc'd (*len bytes, NUL-terminated), or NULL with a one-line reason in err
+ * (the template's own message where it raised: "line N: raise_exception: ..."). messages: a JSON list as
+ * OpenAI's; tools: a JSON list or NULL (none); kwargs: a JSON object of more variables or NULL; think: 0 or 1
+ * passes enable_thinking (before kwargs, which may override it), -1 leaves it to the template. */
+typedef struct {
+    const char *messages; size_t messages_len;
+    const char *tools; size_t tools_len;
+    const char *kwargs; size_t kwargs_len;
+    bool add_generation_prompt;
+    int think;
+} ChatRequest;
 #define TOK_THINK_DEFAULT (-1)
-char *tokenizer_chat_render_think(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, bool cont, int think,
-                                  size_t *len);
-bool tokenizer_chat_has_thinking(const Tokenizer *t);       /* the template has enable_thinking */
-bool tokenizer_chat_rewrites_history(const Tokenizer *t);   /* earlier turns render differently later */
+char *tokenizer_chat_apply(const Tokenizer *t, const ChatRequest *r, size_t *len, char *err, size_t err_size);
+/* The same for plain messages (role, text): the CLI's conversations */
+char *tokenizer_chat_render(const Tokenizer *t, const ChatMsg *m, int n, bool add_gen, int think,
+                            const char *kwargs, size_t *len, char *err, size_t err_size);
+/* s (n bytes) as a JSON string, quotes included, into a malloc'd buffer grown as *out, *out_len, *out_cap */
+bool tokenizer_json_quote(char **out, size_t *out_len, size_t *out_cap, const char *s, size_t n);
 
-/* ---- packed blob format (v2), shared with compiler/tokenizer_pack.c ----
+/* ---- packed blob format (v3), shared with compiler/tokenizer_pack.c ----
  * All integers little-endian, nothing aligned:
  *   0  u32 magic TOK_MAGIC ("LTOK")     4  u32 version TOK_VERSION (1 is read too: no chat)
  *   8  u32 model (TOK_MODEL_*)         12  u32 flags (TOKF_*)
@@ -112,12 +93,12 @@ bool tokenizer_chat_rewrites_history(const Tokenizer *t);   /* earlier turns ren
  *      u8 tflag[n] (TOKT_*)
  *      nmerge x {u24 left, u24 right, u24 result}, in rank order
  *      pool
- *      chat (when chat bytes > 0): u32 family (TOK_CHAT_*), u32 flags (TOKC_*),
- *      i32 end-of-turn id, i32 bos_token id, i32 eos_token id (as tokenizer_config
- *      names them; -1: none), u32 default system length (UINT32_MAX: none), its bytes */
+ *      chat (when chat bytes > 0): u32 flags (TOKC_*), i32 end-of-turn id (-1: none), u32 template bytes,
+ *      u32 bos_token bytes, u32 eos_token bytes (UINT32_MAX: none), then the template's Jinja source and the two
+ *      token texts (as tokenizer_config names them) */
 #define TOK_MAGIC 0x4B4F544Cu          /* "LTOK" */
-#define TOK_VERSION 2u
-#define TOK_CHAT_HEADER_SIZE 24u
+#define TOK_VERSION 3u   /* 2: a chat section of template families, before the Jinja interpreter */
+#define TOK_CHAT_HEADER_SIZE 20u
 #define TOK_HEADER_SIZE 48u
 enum { TOK_MODEL_BYTELEVEL = 0, TOK_MODEL_SPM = 1 };
 /* NONE: a segment is one pre-token; QWEN2 / LLAMA3: their Split regex; GPT2: ByteLevel's own

@@ -278,3 +278,77 @@ def test_raises_where_jinja2_raises():
             assert not isinstance(e, AssertionError), e
         p = render(write("raises%d.jinja" % i, text), [], kwargs=VARS, check=False)
         assert p.returncode == 1 and p.stderr.decode().count("\n") == 1 and not p.stdout, (text, p.stderr.decode())
+
+
+# Mistral-7B-Instruct-v0.3's control tokens, at the ids they have there (its vocabulary: Llama 2's 32000, then these)
+MISTRAL_CONTROL = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+                   "[/TOOL_RESULTS]"]
+
+
+def mistral_v03_dir():
+    """A Mistral-7B-Instruct-v0.3-shaped checkpoint: its config (../shared/assets/hf-configs) made small (hidden 64,
+    2 layers; vocabulary, rope, norms as they are), Llama 2's SentencePiece vocabulary with Mistral's control tokens
+    added, and its chat template from the corpus, as the checkpoint carries it; no weights (--random-weights)"""
+    import shutil
+    import sys
+    from testlib import ROOT, shared
+    tpl = os.path.join(CORPUS, "public", "templates", "mistral-7b-instruct-v0.3.jinja")
+    cfg_path = shared("hf-configs", "Mistral-7B-v0.3.config.json")
+    tok_bin = shared("tokenizers", "llama2", "tokenizer.bin")
+    if not os.path.exists(tpl):
+        raise Skip("../shared/assets/chat-templates is absent")
+    d = os.path.join(tmpdir("chat_template"), "mistral-v0.3")
+    shutil.rmtree(d, ignore_errors=True)
+    run([sys.executable, os.path.join(ROOT, "scripts", "convert_llama2c.py"), "--tokenizer-only", tok_bin, d])
+    with open(os.path.join(d, "tokenizer.json")) as f:
+        tok = json.load(f)
+    for i, t in enumerate(MISTRAL_CONTROL):
+        tok["added_tokens"].append({"id": 32000 + i, "content": t, "single_word": False, "lstrip": False,
+                                    "rstrip": False, "normalized": False, "special": True})
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)   # as HF writes it (the packer compares some strings as written)
+    with open(os.path.join(d, "tokenizer_config.json")) as f:
+        tc = json.load(f)
+    with open(tpl, encoding="utf-8", newline="") as f:
+        tc.update(chat_template=f.read(), bos_token="<s>", eos_token="</s>")
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(tc, f)
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg.update(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return d
+
+
+def test_mistral_v03_shaped_build_chats():
+    """A checkpoint the fixed list of templates refused ([INST] ... [/INST]): built as it is, its template renders
+    the corpus's conversations as jinja2 does, its end of turn is </s> (found by rendering), and the executable
+    chats: a prompt, then two turns at -i, each the whole conversation rendered again"""
+    from testlib import build_exe
+    convs, records = corpus()
+    d = mistral_v03_dir()
+    for r in records:
+        if r["template_id"] != "mistral-7b-instruct-v0.3" or not r["ok"] or r["conversation_id"] in \
+                ("c16_date_string", "c15_enable_thinking_false"):
+            continue
+        c = convs[r["conversation_id"]]
+        p = render(d, c["messages"], c.get("tools"), agp=r["add_generation_prompt"])
+        assert p.stdout.decode() == r["text"], (r["conversation_id"], p.stdout.decode(), r["text"])
+    text = run([LLMCC, "tokenize", d, "--chat", "--text", "Hi"]).stdout
+    assert text == "<s>[INST] Hi[/INST]", text
+    ids = [int(x) for x in run([LLMCC, "tokenize", d, "--chat", "Hi"]).stdout.split()]
+    assert ids[:2] == [1, 32000] and ids[-1] == 32001, ids   # <s> [INST] ... [/INST]: the control tokens
+    out = build_exe(d, "cpu", ["--random-weights", "1", "--ctx", "256", "--name", "m"])
+    exe = os.path.join(out, "m")
+    info = run([exe, "--info"]).stdout
+    assert re.search(r"^chat template: the checkpoint's \(\d+ bytes of Jinja\), end of turn 2$", info, re.M), info
+    assert [int(x) for x in run([exe, "--prompt", "Hi", "--tokenize"]).stdout.split()] == ids
+    p = run([exe, "-i", "--temperature", "0", "-n", "3", "--ignore-eos", "--stats"], input="Hi\nAnd again?\n")
+    assert p.returncode == 0 and "turns: 2" in p.stderr, p.stderr
+    # a conversation the template refuses (two user turns in a row, through the server's route) is one line
+    p = run([LLMCC, "tokenize", d, "--chat-messages", write("two_users.json", json.dumps(
+        [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]))], check=False)
+    assert p.returncode == 1 and "raise_exception: After the optional system message, conversation roles must " \
+        "alternate user/assistant/user/assistant/..." in p.stderr, p.stderr

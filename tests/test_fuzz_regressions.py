@@ -16,9 +16,11 @@ FUZZ = os.path.join(testlib.ROOT, "tests", "fuzz")
 SRCS = {
     "safetensors": ["compiler/util.c", "compiler/json.c", "runtime/json.c", "compiler/safetensors.c"],
     "config": ["compiler/util.c", "compiler/json.c", "runtime/json.c", "compiler/config.c"],
-    "tokenizer_json": ["compiler/util.c", "compiler/json.c", "runtime/json.c", "compiler/tokenizer_pack.c", "runtime/tokenizer.c"],
-    "encoder": ["compiler/util.c", "compiler/json.c", "runtime/json.c", "compiler/tokenizer_pack.c", "runtime/tokenizer.c"],
-    "tokblob": ["compiler/util.c", "runtime/tokenizer.c"],
+    "tokenizer_json": ["compiler/util.c", "compiler/json.c", "runtime/json.c", "compiler/tokenizer_pack.c", "runtime/tokenizer.c",
+                       "runtime/jinja.c"],
+    "encoder": ["compiler/util.c", "compiler/json.c", "runtime/json.c", "compiler/tokenizer_pack.c", "runtime/tokenizer.c",
+                "runtime/jinja.c"],
+    "tokblob": ["compiler/util.c", "runtime/tokenizer.c", "runtime/json.c", "runtime/jinja.c"],
     "jinja": ["runtime/jinja.c", "runtime/json.c"],
 }
 

@@ -155,7 +155,7 @@ def test_converted_llamacpp_vectors():
 
 
 def test_converted_chat_prompts_match_transformers():
-    """The chat template in tokenizer.chat_template, recognised and rendered as from tokenizer_config.json."""
+    """The chat template in tokenizer.chat_template, rendered as from tokenizer_config.json."""
     for key in REAL:
         path, tok = converted(key)
         msgs = [{"role": "user", "content": QUESTION}]
@@ -381,11 +381,19 @@ def test_tiny_chat():
              tokenizer_chat_template=tpl)
     out = llmcc("tokenize", p, "--chat", "--text", "hi").stdout
     assert out.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), out
-    # a template with markers that are not tokens of this vocabulary
-    expect_error(tiny("chatml_no_tokens", tokenizer_chat_template=tpl), "tokenizer.chat_template",
-                 'not a token of tokenizer.ggml.tokens', "--chat")
-    expect_error(tiny("chat_unknown", tokenizer_chat_template="{{ messages }}"), "tokenizer.chat_template",
-                 "not one llmcc knows", "--chat")
+    # llmcc chat-template reads the GGUF file's template too
+    m = os.path.join(testlib.tmpdir("gguf_tok"), "hi.json")
+    with open(m, "w") as f:
+        json.dump([{"role": "user", "content": "hi"}], f)
+    assert llmcc("chat-template", p, "--messages", m, "--add-generation-prompt").stdout == out
+    # a template whose markers are not tokens of this vocabulary renders all the same (the markers as text)
+    out = llmcc("tokenize", tiny("chatml_no_tokens", tokenizer_chat_template=tpl), "--chat", "--text", "hi").stdout
+    assert out.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), out
+    # the file's template as it is (Python's repr of the messages here), or one line naming its line and column
+    out = llmcc("tokenize", tiny("chat_repr", tokenizer_chat_template="{{ messages }}"), "--chat", "--text", "hi").stdout
+    assert out == "[{'role': 'user', 'content': 'hi'}]", out
+    expect_error(tiny("chat_bad", tokenizer_chat_template="{% if messages %}"), "tokenizer.chat_template",
+                 "line 1, column 4: 'if' is never closed", "--chat")
     expect_error(tiny("chat_none"), "tokenizer.chat_template", "none", "--chat")
 
 

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from testlib import ROOT, Skip, build_exe, digest, model_fixture, once, run, shared, tmpdir
+from testlib import LLMCC, ROOT, Skip, build_exe, digest, model_fixture, once, run, shared, tmpdir
 
 _exes = {}
 
@@ -443,12 +443,14 @@ def test_bad_requests_named():
             (b'{"messages": [{"role": "user", "content": "hi"}], "n": 2}', "n"),
             (b'{"messages": [{"role": "user", "content": "hi"}], "stop": [1]}', "stop"),
             (b'{"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}', "stream"),
-            (b'{"messages": [{"role": "tool", "content": "hi"}]}', "messages[0].role"),
+            (b'{"messages": [{"role": 5, "content": "hi"}]}', "messages[0].role"),
+            (b'{"messages": [{"role": "user"}]}', "messages[0].content"),
             (b'{"messages": [{"role": "user", "content": 5}]}', "messages[0].content"),
             (b'{"messages": [{"role": "user", "content": "\xff\xfe bad"}]}', "messages[0].content"),
             (b'{"messages": [{"role": "user", "content": "\\ud800 lone surrogate"}]}', "messages[0].content"),
             (b'{"messages": [{"role": "user", "content": "hi"}]} trailing', None),
-            (b'{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}', "tools"),
+            (b'{"messages": [{"role": "user", "content": "hi"}], "tools": "get_weather"}', "tools"),
+            (b'{"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": [1]}', "chat_template_kwargs"),
             (b'{"messages": [{"role": "user", "content": "hi"}], "logprobs": true}', "logprobs"),
             (b'[1, 2]', None),
         ]
@@ -470,6 +472,41 @@ def test_bad_requests_named():
         # the server still serves
         st, js = post(s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 3})
         assert st == 200, js
+
+
+def test_tools_and_kwargs_reach_the_template():
+    """tools and chat_template_kwargs go to the model's own template (Qwen2.5-Instruct's: a <tools> block in the
+    system turn): the prompt the server feeds is what `llmcc tokenize --chat-messages --tools` renders, token for
+    token (usage.prompt_tokens), and an assistant's tool call (arguments as OpenAI's JSON string) with its tool
+    result renders as the template writes them"""
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    msgs = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "22 C"}]
+    d = tmpdir("serve_tools")
+    mf, tf = os.path.join(d, "m.json"), os.path.join(d, "t.json")
+    with open(mf, "w") as f:   # as transformers gets them: no null values, the arguments an object
+        json.dump([msgs[0], {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "get_weather", "arguments": {"city": "Paris"}}}]}, msgs[2]], f)
+    with open(tf, "w") as f:
+        json.dump(tools, f)
+    fx = model_fixture("qwen2-tok", "bf16", seed=0)
+    text = run([LLMCC, "tokenize", fx, "--chat-messages", mf, "--tools", tf, "--text"]).stdout
+    assert "<tools>\n" + json.dumps(tools[0]) + "\n</tools>" in text, text
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text, text
+    assert "<tool_response>\n22 C\n</tool_response>" in text, text
+    want = len(run([LLMCC, "tokenize", fx, "--chat-messages", mf, "--tools", tf]).stdout.split())
+    plain = len(run([LLMCC, "tokenize", fx, "--chat-messages", mf]).stdout.split())
+    with Server() as s:
+        st, js = post(s.port, "/v1/chat/completions", {"messages": msgs, "tools": tools, "max_tokens": 1})
+        assert st == 200 and js["usage"]["prompt_tokens"] == want, (js, want)
+        st, js = post(s.port, "/v1/chat/completions", {"messages": msgs, "max_tokens": 1,
+                                                       "chat_template_kwargs": {"tools": tools}})
+        assert st == 200 and js["usage"]["prompt_tokens"] == want, (js, want)   # a variable like any other
+        st, js = post(s.port, "/v1/chat/completions", {"messages": msgs, "max_tokens": 1})
+        assert st == 200 and js["usage"]["prompt_tokens"] == plain < want, (js, plain)
 
 
 def test_json_strictness():

@@ -18,7 +18,8 @@ import sys
 from testlib import ROOT, Skip, build_c, lock, run, shared, tmpdir, write_atomic
 
 SOURCES = ["tests/c/tokenizer_driver.c", "runtime/tokenizer.c", "compiler/tokenizer_pack.c",
-           "compiler/json.c", "runtime/json.c", "compiler/util.c", "compiler/tokenizer_gguf.c", "compiler/gguf.c"]
+           "compiler/json.c", "runtime/json.c", "compiler/util.c", "compiler/tokenizer_gguf.c", "compiler/gguf.c",
+           "runtime/jinja.c"]
 EXPECTED = os.path.join(ROOT, "tests", "data", "tokenizer_expected.json")
 VOCAB_TESTS = ("llamacpp-vocab-tests",)
 SPM = "\u2581"
