@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,9 @@ static double get_num(Arena *a, const Json *j, int obj, const char *prefix, cons
     int v = lookup(a, j, obj, prefix, key, required, &name);
     if (v < 0) return def;
     double x;
-    if (!json_get_double(j, v, &x)) die_user(j->path, name, "must be a number, got %s", json_raw(a, j, v));
+    bool number = json_type(j, v) == JSON_PRIMITIVE && strchr("-0123456789", j->src[j->tok[v].start]);
+    if (!json_get_double(j, v, &x) || !isfinite(x))   /* 1e999: a number JSON allows, past a double's range */
+        die_user(j->path, name, "must be a %snumber, got %s", number ? "finite " : "", json_raw(a, j, v));
     if (lo_open ? !(x > lo) : !(x >= lo))
         die_user(j->path, name, "must be %s %g, got %s", lo_open ? ">" : ">=", lo, json_raw(a, j, v));
     if (hi >= 0 && x > hi) die_user(j->path, name, "must be <= %g, got %s", hi, json_raw(a, j, v));
@@ -423,6 +426,7 @@ void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, Mod
 
     c->rms_norm_eps = get_num(a, &j, 0, NULL, "rms_norm_eps", false, 1e-6, 0, true, -1);
     c->max_position_embeddings = get_int(a, &j, 0, NULL, "max_position_embeddings", false, 2048, 1);
+    model_config_check_limits(c, path, NULL);
     c->tie_word_embeddings = get_bool(a, &j, 0, "tie_word_embeddings", false);
     read_rope(a, &j, c);
 
@@ -464,6 +468,30 @@ void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, Mod
     read_bos(a, &j, 0, c->vocab_size, &c->bos_token_id);
     read_eos(a, &j, 0, c->vocab_size, c);
     read_generation_config(a, dir, c);
+}
+
+void model_config_check_limits(const ModelConfig *c, const char *path, const char *gguf_arch) {
+#define CHECK_LIMIT(field, key, gguf_key, max) \
+    if (c->field > (max)) \
+        die_user(path, gguf_arch ? arena_printf(&scratch, "%s.%s", gguf_arch, gguf_key) : key, \
+                 "%d is more than llmcc takes (%d)", c->field, (max));
+    Arena scratch = {0};
+    CONFIG_LIMITS(CHECK_LIMIT)
+#undef CHECK_LIMIT
+    arena_free(&scratch);
+}
+
+int checkpoint_layers(int n, const char *(*names)(int i, const void *ctx), const void *ctx, const char *prefix) {
+    size_t pl = strlen(prefix);
+    long most = -1;
+    for (int i = 0; i < n; i++) {
+        const char *name = names(i, ctx);
+        if (strncmp(name, prefix, pl) || name[pl] < '0' || name[pl] > '9') continue;
+        char *end;
+        long l = strtol(name + pl, &end, 10);
+        if (*end == '.' && l > most && l < INT_MAX) most = l;
+    }
+    return (int)(most + 1);
 }
 
 void model_config_check_context(const ModelConfig *c, int max_ctx) {

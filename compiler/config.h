@@ -74,6 +74,24 @@ void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, Mod
 /* The compiled context: refuses what the config makes inexact at that length (a sliding window shorter
  * than it). */
 void model_config_check_context(const ModelConfig *cfg, int max_ctx);
+
+/* The largest sizes llmcc takes: far above every real model's (126 layers, hidden 16384, intermediate 53248,
+ * 128 heads, a 256k vocabulary), so that a corrupt or hostile file is refused before anything is sized from
+ * it (docs/errors.md). X(field, config.json's key, the GGUF key after "ARCH.", maximum) */
+#define CONFIG_LIMITS(X) \
+    X(num_hidden_layers, "num_hidden_layers", "block_count", 1024) \
+    X(hidden_size, "hidden_size", "embedding_length", 65536) \
+    X(intermediate_size, "intermediate_size", "feed_forward_length", 1048576) \
+    X(num_attention_heads, "num_attention_heads", "attention.head_count", 1024) \
+    X(num_key_value_heads, "num_key_value_heads", "attention.head_count_kv", 1024) \
+    X(head_dim, "head_dim", "attention.key_length", 1024) \
+    X(vocab_size, "vocab_size", "vocab_size", 4194304) \
+    X(max_position_embeddings, "max_position_embeddings", "context_length", 16777216)
+/* Dies naming the key (config.json's, or the GGUF file's under gguf_arch) of a size past CONFIG_LIMITS. */
+void model_config_check_limits(const ModelConfig *cfg, const char *path, const char *gguf_arch);
+/* The layers a checkpoint's tensors hold: one past the largest N of a name with prefix N. (model.layers.,
+ * blk.), 0 where none has; names come from names(i, ctx) for i < n. */
+int checkpoint_layers(int n, const char *(*names)(int i, const void *ctx), const void *ctx, const char *prefix);
 /* How config.json's key KEY is treated for architecture ARCH: "read", "default-only" (read; only the default is
  * implemented), "inert" (does not change the forward pass) or NULL (unknown: refused). */
 const char *config_key_class(Arch arch, const char *key);

@@ -33,6 +33,16 @@ const char *open_model(Compilation *c, const char *model, const ConfigOptions *c
     return dir;
 }
 
+static const char *st_name(int i, const void *st) { return ((const StModel *)st)->t[i].name; }
+
+void check_layers_held(Arena *a, const ModelConfig *cfg, const StModel *st) {
+    int held = checkpoint_layers(st->n, st_name, st, "model.layers."), n = cfg->num_hidden_layers;
+    if (held != n)
+        die_user(path_join(a, cfg->dir, "config.json"), "num_hidden_layers", "%d, but the checkpoint's tensors hold "
+                 "%d layer%s: model.layers.%d.* %s", n, held, held == 1 ? "" : "s", held < n ? held : n,
+                 held < n ? "is missing" : "and on are left over");
+}
+
 void teardown(Compilation *c) {
     st_close(&c->st);
     if (c->gguf) gguf_model_close(c->gguf);

@@ -8,6 +8,9 @@
  * what a compilation holds, freed; --target's value (dies on another); rm -rf */
 const char *open_model(Compilation *c, const char *model, const ConfigOptions *co);
 void teardown(Compilation *c);
+/* The layers the safetensors hold are num_hidden_layers, none missing and none past it (a user error naming
+ * config.json) */
+void check_layers_held(Arena *a, const ModelConfig *cfg, const StModel *st);
 Target parse_target(const char *v);
 /* --kv-dtype's value (f32 or bf16; dies on another), and the default where it is not given: bf16 for the GPU's
  * schedules (cuda, and cuda-emu, which runs them exactly), f32 for the CPU's */

@@ -105,10 +105,13 @@ static int get_size(const GgufFile *g, const char *key, bool required, int def, 
 static double get_num(const GgufFile *g, const char *key, double def, double lo, bool lo_open, double hi) {
     double x;
     if (!gguf_get_float(g, key, &x)) return def;
+    if (!isfinite(x)) die_user(g->path, key, "must be a finite number, got %g", x);
     if (lo_open ? !(x > lo) : !(x >= lo)) die_user(g->path, key, "must be %s %g, got %g", lo_open ? ">" : ">=", lo, x);
     if (hi >= 0 && !(x <= hi)) die_user(g->path, key, "must be <= %g, got %g", hi, x);
     return x;
 }
+
+static const char *gguf_tensor_name(int i, const void *g) { return ((const GgufFile *)g)->tensors[i].name; }
 
 static const char *arch_key(Arena *a, const GgufModel *m, const char *key) {
     return arena_printf(a, "%s.%s", m->arch_name, key);
@@ -295,6 +298,13 @@ void gguf_model_open(Arena *a, const char *path, const ConfigOptions *opts, Gguf
     c->mlp_bias = gguf_find_tensor(g, "blk.0.ffn_gate.bias") != NULL;
     c->qk_norm = c->arch == ARCH_QWEN3;
     read_tokens_and_sampling(a, m, c);
+    model_config_check_limits(c, g->path, m->arch_name);
+    /* the layers the tensors hold, before anything is sized from block_count (a tensor past it is refused by
+     * name where the tensors are read) */
+    int held = checkpoint_layers(g->n_tensors, gguf_tensor_name, g, "blk.");
+    if (held < c->num_hidden_layers)
+        die_user(g->path, arch_key(a, m, "block_count"), "%d, but the file's tensors hold %d layer%s: blk.%d.* is "
+                 "missing", c->num_hidden_layers, held, held == 1 ? "" : "s", held);
 }
 
 /* ---- the tensors ---- */

@@ -15,6 +15,7 @@
 #include "../runtime/payload.h"
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -348,6 +349,7 @@ static void setup(Compilation *c, const Opts *o, bool weights) {
     } else if (!c->gguf && weights && !o->random_weights) {
         st_open_dir(&c->A, dir, &c->st);
         c->have_weights = true;
+        check_layers_held(&c->A, &c->cfg, &c->st);
     }
 }
 
@@ -401,6 +403,30 @@ static int cmd_compile(int argc, char **argv) {
 /* ---- build: everything goes into DIR.tmp-PID, renamed into place at the end ---- */
 static const char *g_tmpdir;
 static void cleanup_tmp(void) { if (g_tmpdir) rm_rf(g_tmpdir); }
+
+/* OUT.tmp-PID directories that a build which did not finish left (killed: SIGKILL, the OOM killer), their process
+ * gone, go before this build makes its own; one line says so. A live PID's is another build's. */
+static void sweep_stale(Arena *A, const char *out) {
+    const char *slash = strrchr(out, '/');
+    const char *parent = slash ? (slash == out ? "/" : arena_strndup(A, out, (size_t)(slash - out))) : ".";
+    const char *base = slash ? slash + 1 : out;
+    size_t bl = strlen(base);
+    DIR *d = opendir(parent);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, bl) || strncmp(n + bl, ".tmp-", 5)) continue;
+        char *end;
+        long pid = strtol(n + bl + 5, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        const char *path = path_join(A, parent, n);
+        struct stat st;
+        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        rm_rf(path);
+        fprintf(stderr, "llmcc: removed %s (left by a build that did not finish)\n", path);
+    }
+    closedir(d);
+}
 
 static void copy_file(const char *from, const char *to) {
     size_t n;
@@ -484,6 +510,7 @@ static int cmd_build(int argc, char **argv) {
     double t_ir = now_s() - t_start, t_cg0 = now_s();
 
     const char *tmp = arena_printf(A, "%s.tmp-%d", out, (int)getpid());
+    sweep_stale(A, out);
     rm_rf(tmp);
     if (mkdir(tmp, 0755) != 0) die_user(tmp, NULL, "cannot create: %s", strerror(errno));
     g_tmpdir = tmp;

@@ -25,6 +25,10 @@
 #define IN_PENDING_MAX 65536      /* bytes read ahead while a request is served (pipelining) */
 #define OUT_PENDING_MAX 262144    /* replies not taken up past this: no further request is read */
 #define READS_PER_TURN 4          /* recv calls per connection between two model steps */
+/* A connection that has sent nothing, and a request's head (line and headers), get far less time than --timeout:
+ * a client that opens sockets and sends nothing, or a byte a second, holds an entry only this long. */
+#define FIRST_BYTE_S 5.0
+#define HEAD_S 10.0
 
 static double now_s(void) {
     struct timespec ts;
@@ -60,6 +64,7 @@ static const char *status_text(int status) {
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
     default: return "Error";
     }
 }
@@ -67,6 +72,7 @@ static const char *status_text(int status) {
 void http_send_head(Conn *c, int status, const char *ctype, long length, bool close) {
     Buf h = {0};
     buf_fmt(&h, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n", status, status_text(status), ctype);
+    if (status == 503) buf_str(&h, "Retry-After: 1\r\n");   /* full or stopping: a client may try again */
     if (length >= 0) buf_fmt(&h, "Content-Length: %ld\r\n", length);
     else if (c->http10) { buf_str(&h, "Cache-Control: no-cache\r\n"); close = true; }   /* ends when closed */
     else buf_str(&h, "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n");
@@ -82,7 +88,7 @@ static void request_done(Conn *c);
 void http_send_json(Conn *c, int status, const Buf *body) {
     if (body->oom) { c->state = CONN_CLOSING; return; }
     bool close = !c->keep_alive || status == 413 || status == 431 || status == 408 || status == 414 ||
-                 *c->server->stop;
+                 status == 505 || *c->server->stop;
     http_send_head(c, status, "application/json", (long)body->len + 1, close);
     if (!c->head_only) {
         conn_send(c, body->p, body->len);
@@ -128,6 +134,7 @@ static int on_message_begin(llhttp_t *p) {
     c->header = 0;
     c->expect_continue = false;
     c->in_request = true;
+    c->head_done = false;
     c->t_request = now_s();
     return 0;
 }
@@ -165,6 +172,9 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
 }
 static int on_headers_complete(llhttp_t *p) {
     Conn *c = conn_of(p);
+    c->head_done = true;
+    /* HTTP/1.x only: "HTTP/2.0" is not served as 1.1, and HTTP/2's preface ("PRI * HTTP/2.0") is refused */
+    if (llhttp_get_http_major(p) != 1) { c->error_status = 505; return -1; }
     /* "Connection: Upgrade" (curl --http2 on http://) is a request like any other here; CONNECT is answered 405 */
     if (p->method != HTTP_CONNECT) p->upgrade = 0;
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > (uint64_t)c->server->max_body) {
@@ -203,16 +213,20 @@ void http_end_stream(Conn *c) {
     request_done(c);
 }
 
-bool http_bearer_ok(const Conn *c, const char *key) {
-    if (!key) return true;
+int http_bearer_key(const Conn *c, const char *const *keys, int n) {
+    if (n == 0) return 0;
     const char *got = c->auth.p ? c->auth.p : "";
     size_t gl = c->auth.len;
     if (gl >= 7 && !strncasecmp(got, "Bearer ", 7)) { got += 7; gl -= 7; }
     else gl = 0, got = "";
-    size_t kl = strlen(key);
-    unsigned diff = (unsigned)(gl != kl);
-    for (size_t i = 0; i < kl; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < gl ? got[i] : 0);
-    return diff == 0;
+    int which = -1;
+    for (int k = 0; k < n; k++) {
+        size_t kl = strlen(keys[k]);
+        unsigned diff = (unsigned)(gl != kl);
+        for (size_t i = 0; i < kl; i++) diff |= (unsigned char)keys[k][i] ^ (unsigned char)(i < gl ? got[i] : 0);
+        which = diff == 0 ? k : which;
+    }
+    return which;
 }
 
 
@@ -248,6 +262,7 @@ static void conn_pump(Http *h, int ci) {
         memmove(c->in.p, c->in.p + used, c->in.len - used);
         c->in.len -= used;
         if (err == HPE_PAUSED) { dispatch(h, ci); continue; }
+        if (err == HPE_PAUSED_H2_UPGRADE) c->error_status = 505;   /* HTTP/2's preface, PRI * HTTP/2.0 */
         if (err != HPE_OK) {
             c->keep_alive = false;
             if (c->error_status == 413)
@@ -258,6 +273,8 @@ static void conn_pump(Http *h, int ci) {
                            "the request's headers are larger than %d bytes", HEAD_MAX);
             else if (c->error_status == 414)
                 http_send_error(c, 414, "invalid_request_error", NULL, NULL, "the URL is too long");
+            else if (c->error_status == 505)
+                http_send_error(c, 505, "invalid_request_error", NULL, NULL, "only HTTP/1.0 and HTTP/1.1 are served");
             else {
                 const char *why = llhttp_get_error_reason(parser);
                 http_send_error(c, 400, "invalid_request_error", NULL, NULL, "bad HTTP request: %s",
@@ -299,6 +316,7 @@ static void conn_read(Http *h, int ci) {
         if (k > 0) {
             if (c->state == CONN_CLOSING) continue;   /* a reply that closes: what follows is dropped */
             c->t_active = now_s();
+            c->got_byte = true;
             buf_add(&c->in, tmp, (size_t)k);
             if (c->in.oom) { http_close(h, ci); return; }
             if (c->state == CONN_READING) conn_pump(h, ci);   /* parsed as it comes: a body is bounded as it grows */
@@ -313,20 +331,43 @@ static void conn_read(Http *h, int ci) {
     }
 }
 
+/* whether a connection holds its entry while doing nothing: no request in progress, nothing left to send */
+static bool conn_idle(const Conn *c) {
+    return c->fd >= 0 && !c->rejected && c->state == CONN_READING && !c->in_request && c->in.len == 0 &&
+           c->out_off == c->out.len && !c->lingering;
+}
+
 static void conn_accept(Http *h) {
     for (;;) {
-        int fd = accept(h->listen_fd, NULL, NULL);
+        struct sockaddr_storage sa;
+        socklen_t sl = sizeof sa;
+        int fd = accept(h->listen_fd, (struct sockaddr *)&sa, &sl);
         if (fd < 0) {   /* out of file descriptors: the listener rests a moment rather than wake poll at once */
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
                 h->accept_rest_until = now_s() + 0.1;
             return;
         }
-        /* past --max-conns, a connection takes one of the spare entries just to be told so (a 503, then the
-         * lingering close that lets the client read it); with none spare it is closed at once */
-        int ci = -1, open = 0;
+        char peer[48] = "";
+        if (sa.ss_family == AF_INET) inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, peer, sizeof peer);
+        if (sa.ss_family == AF_INET6) inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, peer, sizeof peer);
+        /* a loopback peer may be a reverse proxy speaking for many clients: it is not capped as one */
+        bool capped = *peer && strncmp(peer, "127.", 4) && strcmp(peer, "::1") && strncmp(peer, "::ffff:127.", 11);
+        /* past --max-conns the oldest idle connection (a keep-alive with nothing to do, or one that has sent
+         * nothing yet) makes room, as production servers do; with none idle, the connection takes one of the
+         * spare entries just to be told so (a 503 with Retry-After, then the lingering close that lets the client
+         * read it); with none spare it is closed at once */
+        int ci = -1, open = 0, same = 0, oldest = -1;
         for (int i = 0; i < h->n_conns; i++) {
-            if (h->conns[i].fd < 0) { if (ci < 0) ci = i; }
-            else open += !h->conns[i].rejected;
+            const Conn *o = &h->conns[i];
+            if (o->fd < 0) { if (ci < 0) ci = i; continue; }
+            open += !o->rejected;
+            same += capped && !o->rejected && !strcmp(o->peer, peer);
+            if (conn_idle(o) && (oldest < 0 || o->t_active < h->conns[oldest].t_active)) oldest = i;
+        }
+        if (open >= h->max_conns && oldest >= 0 && !(capped && same >= h->max_per_peer)) {
+            http_close(h, oldest);
+            if (ci < 0) ci = oldest;
+            open--;
         }
         if (ci < 0) { close(fd); continue; }
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -337,13 +378,15 @@ static void conn_accept(Http *h) {
         c->server = h;
         c->fd = fd;
         c->state = CONN_READING;
+        snprintf(c->peer, sizeof c->peer, "%s", peer);
         llhttp_init(parser_of(c), HTTP_REQUEST, &g_http);
         parser_of(c)->data = c;
         c->t_request = c->t_active = c->t_sent = now_s();
-        if (open >= h->max_conns) {
+        if (open >= h->max_conns || (capped && same >= h->max_per_peer)) {
             c->rejected = true;
             c->keep_alive = false;
-            http_send_error(c, 503, "server_error", NULL, NULL, "too many connections");
+            http_send_error(c, 503, "server_error", NULL, NULL, open >= h->max_conns ? "too many connections"
+                            : "too many connections from this address");
         }
     }
 }
@@ -467,14 +510,18 @@ int http_tend(Http *h, double now) {
         bool waiting = c->state == CONN_READING;
         bool idle = waiting && drained && c->in.len == 0 && !c->in_request;
         bool stop = *h->stop;
-        if ((waiting && !idle && c->in_request && now - c->t_request > h->timeout_s) ||
+        double head_limit = h->timeout_s < HEAD_S ? h->timeout_s : HEAD_S;
+        double first_limit = h->timeout_s < FIRST_BYTE_S ? h->timeout_s : FIRST_BYTE_S;
+        bool head_late = waiting && c->in_request && !c->head_done && now - c->t_request > head_limit;
+        if ((waiting && !idle && c->in_request && now - c->t_request > h->timeout_s) || head_late ||
+            (idle && !c->got_byte && now - c->t_active > first_limit) ||
             (idle && now - c->t_active > h->timeout_s) ||
             (!drained && now - c->t_sent > h->timeout_s) ||
             (stop && idle)) {
             if (waiting && !idle && drained && c->fd >= 0 && !stop) {
                 c->keep_alive = false;
-                http_send_error(c, 408, "invalid_request_error", NULL, NULL, "the request did not arrive within %d s",
-                                h->timeout_s);
+                http_send_error(c, 408, "invalid_request_error", NULL, NULL, "the request%s did not arrive within %d s",
+                                head_late ? "'s line and headers" : "", head_late ? (int)head_limit : h->timeout_s);
                 conn_flush(c);
             }
             http_close(h, i);

@@ -45,6 +45,9 @@ typedef struct {
     bool keep_alive, chunked;
     double t_request;            /* when the request being read began (or the connection opened) */
     double t_active;             /* last byte in or out */
+    bool got_byte;               /* the client has sent something on this connection (FIRST_BYTE_S until then) */
+    bool head_done;              /* the request's head is read (HEAD_S until then) */
+    char peer[48];               /* the client's address ("" where unknown), for --max-conns-per-peer */
 } Conn;
 
 typedef struct {
@@ -59,6 +62,7 @@ struct Http {
     long max_body;                           /* request body bytes at most */
     int timeout_s;                           /* a request must arrive whole, a reply be taken up, within this */
     int max_conns;                           /* open connections at most */
+    int max_per_peer;                        /* of them from one address (loopback's not counted) */
     const volatile sig_atomic_t *stop;       /* set: replies close their connection, idle ones are dropped */
     HttpHandler on;
     int listen_fd;
@@ -84,7 +88,9 @@ void http_close(Http *h, int conn);
 void http_free(Http *h);   /* every connection closed, the listener too */
 
 /* "Authorization: Bearer KEY", compared in time independent of where they differ (key NULL: none asked) */
-bool http_bearer_ok(const Conn *c, const char *key);
+/* Which of keys[0..n) the request's "Authorization: Bearer" carries (every key compared in full, so that the
+ * time says nothing of which came closest); -1: none of them. 0 when there are no keys. */
+int http_bearer_key(const Conn *c, const char *const *keys, int n);
 /* length -1: a stream (chunked; HTTP/1.0: ended by closing) */
 void http_send_head(Conn *c, int status, const char *ctype, long length, bool close);
 void http_send_json(Conn *c, int status, const Buf *body);   /* a whole reply: the request is done */

@@ -25,6 +25,7 @@ typedef struct {
     int think;                         /* chat_template_kwargs.enable_thinking, or TOK_THINK_DEFAULT */
     /* what the reply names, set by the server once the request is read: its id is "<kind>-<id_base><serial>" */
     const char *model;
+    int key;                           /* which of the server's keys the request carried (0: there are none) */
     long id_base, serial, created;
 } ApiRequest;
 

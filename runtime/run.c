@@ -28,6 +28,7 @@
 
 #define DEFAULT_MAX_NEW 256
 #define MAX_STOP 16              /* --stop strings at most */
+#define MAX_API_KEYS 256         /* --api-key / --api-key-file keys at most */
 
 /* ---------------------------------------------------------------- state */
 /* Everything lives in one global so an error exit leaves nothing unreachable. */
@@ -50,6 +51,8 @@ static struct {
     double t_start;        /* now_s() as main began (--stats: start-up, the first token from the start) */
     double t_weights;      /* seconds to bind the weights: mapped (cpu) or copied to the GPU (model_init) */
     double t_ready;        /* seconds from the start until the model was ready */
+    const char *api_keys[MAX_API_KEYS];   /* --serve's keys (ServeOpts.api_keys) */
+    char *keys_text;       /* --api-key-file's text, the keys in it */
 } G;
 
 /* a CUDA build (not cpu, not cuda-emu): the weights live in the GPU's memory */
@@ -143,7 +146,7 @@ static void usage(void) {
            "Generation:\n"
            "  -n, --max-tokens N      new tokens at most (default: until EOS or the context end, at most\n"
            "                          %d; in a chat no cap; -1: no cap; more than fits: up to the context end)\n"
-           "  --temp, --temperature F >= 0; 0: greedy (default %g)\n"
+           "  --temp, --temperature F >= 0; below 1e-4 (0): greedy (default %g)\n"
            "  --top-k N               >= 0; 0: off (default %d)%s\n"
            "  --top-p F               in (0, 1]; 1: off (default %g)\n"
            "  --min-p F               in [0, 1]; 0: off (default %g)\n"
@@ -170,11 +173,21 @@ static void usage(void) {
            "  --parallel N            requests in flight at once, each with a KV cache of its own\n"
            "                          (default 1, at most 64; those past their prompt decode as one batch,\n"
            "                          a prompt's chunk between two batches; more requests wait in a queue)\n"
-           "  --api-key KEY           requests must carry \"Authorization: Bearer KEY\" (all but /health)\n"
+           "  --api-key KEY           requests must carry \"Authorization: Bearer KEY\" (all but /health);\n"
+           "                          again for more keys; LLMCC_API_KEY=KEY in the environment is one\n"
+           "                          ps does not show\n"
+           "  --api-key-file FILE     the keys, one a line: one per client, each its own prompt-cache rows\n"
+           "  --prompt-cache on|off   keep the KV rows of a slot's last prompt for a request that starts\n"
+           "                          alike, only ever the same key's (default: on with keys or on\n"
+           "                          127.0.0.1, off beyond it without a key: it would tell one client\n"
+           "                          of another's prompt)\n"
            "  --max-body BYTES        the largest request body (default 1048576)\n"
            "  --timeout S             seconds for a request to arrive, a reply to be taken up, and\n"
            "                          an idle connection to be kept (default 30)\n"
-           "  --max-conns N           open connections at most (default 512)\n"
+           "  --max-conns N           open connections at most (default 512); when full the oldest idle one\n"
+           "                          makes room, else a 503 with Retry-After\n"
+           "  --max-conns-per-peer N  of them from one address (default a quarter of --max-conns;\n"
+           "                          127.0.0.1, a reverse proxy's, is not capped)\n"
            "  --stats-every S         the --stats line every S seconds (default 10)\n\n"
            "The machine:\n"
            "  -t, --threads N         CPU threads (default: one per physical core, each pinned to it)\n"
@@ -235,6 +248,13 @@ static char *read_text(const char *path, const char *flag, bool strip_eol) {
     return text;
 }
 
+/* one more key the server takes (--api-key, --api-key-file, LLMCC_API_KEY) */
+static void add_api_key(const char *flag, const char *key, Opts *o) {
+    if (!*key) die("%s: empty", flag);
+    if (o->so.n_api_keys == MAX_API_KEYS) die("%s: more than %d keys", flag, MAX_API_KEYS);
+    G.api_keys[o->so.n_api_keys++] = key;
+}
+
 /* a flag's value that must be a JSON object (--chat-template-kwargs) */
 static const char *json_object_arg(const char *flag, const char *s) {
     Json j;
@@ -258,7 +278,7 @@ static void parse_args(int argc, char **argv, Opts *o) {
     o->device_topk = on_gpu();
     o->think = TOK_THINK_DEFAULT;
     o->so = (ServeOpts){ .host = "127.0.0.1", .port = 8080, .parallel = 1, .max_body = 1 << 20, .timeout_s = 30,
-                         .max_conns = 512, .stats_every = 10 };
+                         .max_conns = 512, .stats_every = 10, .api_keys = G.api_keys, .prompt_cache = -1 };
     size_t args_len = 0;
     bool only_args = false;   /* after -- */
     for (int i = 1; i < argc; i++) {
@@ -364,7 +384,24 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--host")) { o->so.host = VAL(); o->serve_flag = true; }
         else if (IS("--port")) { o->so.port = (int)parse_int(flag, VAL(), 0, 65535, NULL); o->serve_flag = true; }
         else if (IS("--parallel")) { o->so.parallel = (int)parse_int(flag, VAL(), 1, 64, NULL); o->serve_flag = true; }
-        else if (IS("--api-key")) { o->so.api_key = VAL(); o->serve_flag = true; }
+        else if (IS("--api-key")) { add_api_key(flag, VAL(), o); o->serve_flag = true; }
+        else if (IS("--api-key-file")) {   /* one key a line; blank lines and # comments skipped */
+            char *text = G.keys_text = read_text(VAL(), flag, false);
+            for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+                size_t n = strlen(line);
+                while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t')) line[--n] = 0;
+                while (*line == ' ' || *line == '\t') line++;
+                if (*line && *line != '#') add_api_key(flag, line, o);
+            }
+            if (!o->so.n_api_keys) die("%s: no key in it (one a line)", flag);
+            o->serve_flag = true;
+        }
+        else if (IS("--prompt-cache")) {
+            const char *v = VAL();
+            if (strcmp(v, "on") && strcmp(v, "off")) die("%s: '%s' is not on or off", flag, v);
+            o->so.prompt_cache = !strcmp(v, "on");
+            o->serve_flag = true;
+        }
         else if (IS("--max-body")) { o->so.max_body = parse_int(flag, VAL(), 1, 1L << 30, NULL); o->serve_flag = true; }
         else if (IS("--timeout")) {
             o->so.timeout_s = (int)parse_int(flag, VAL(), 1, 86400, NULL);
@@ -374,6 +411,9 @@ static void parse_args(int argc, char **argv, Opts *o) {
             o->stats = o->serve_flag = true;
         } else if (IS("--max-conns")) {
             o->so.max_conns = (int)parse_int(flag, VAL(), 1, 65536, NULL);
+            o->serve_flag = true;
+        } else if (IS("--max-conns-per-peer")) {
+            o->so.max_per_peer = (int)parse_int(flag, VAL(), 1, 65536, NULL);
             o->serve_flag = true;
         }
         else die("unknown option '%s' (see --help)", a);
@@ -392,8 +432,9 @@ static void parse_args(int argc, char **argv, Opts *o) {
         o->prompt = G.prompt_read = read_text(path, o->prompt_file ? "-f" : "--prompt", true);
     }
     if (o->serve && o->n_stop) die("--serve: each request says its stop strings: no --stop");
-    if (o->serve_flag && !o->serve) die("--host, --port, --parallel, --api-key, --max-body, --timeout, --max-conns "
-                                        "and --stats-every go with --serve");
+    if (o->serve_flag && !o->serve)
+        die("--host, --port, --parallel, --api-key, --api-key-file, --prompt-cache, --max-body, --timeout, "
+            "--max-conns, --max-conns-per-peer and --stats-every go with --serve");
     if (o->serve && (o->prompt || o->prompt_ids || o->interactive || o->tokenize || o->ppl_path || o->ids ||
                      o->logits_path))
         die("--serve takes its prompts from HTTP requests: no --prompt, --prompt-ids, -i, --tokenize, "
@@ -403,7 +444,8 @@ static void parse_args(int argc, char **argv, Opts *o) {
         die("--serve: each request says its max_tokens, ignore_eos, chat_template_kwargs.enable_thinking and "
             "route (chat or completions): no -n, --ignore-eos, --think, --no-think, --chat, --no-chat, "
             "--hide-thinking or --device-topk");
-    if (o->so.api_key && !*o->so.api_key) die("--api-key: empty");
+    const char *env_key = getenv("LLMCC_API_KEY");   /* a key ps and /proc do not show */
+    if (o->serve && !o->so.n_api_keys && env_key && *env_key) add_api_key("LLMCC_API_KEY", env_key, o);
     if (o->ppl_path && (o->prompt || o->prompt_ids || o->interactive || o->tokenize))
         die("--perplexity scores a file's text: it takes no prompt, -i or --tokenize");
     if (o->ppl_ctx && !o->ppl_path) die("--ppl-ctx goes with --perplexity FILE");
@@ -557,6 +599,7 @@ static void cleanup(void) {
     chat_free(&G.chat);
     free(G.prompt_read);
     free(G.prompt_args);
+    free(G.keys_text);
     payload_close(&G.pl);
 }
 /* The end of a run that only reports (--verify, --info, --tokenize). */

@@ -53,7 +53,7 @@ void sampler_add(Sampler *s, int32_t id, bool generated) {
 }
 
 bool sample_needs_logits(const SampleParams *p) {
-    return !(p->temperature <= 0 || p->top_k == 1) || p->rep != 1.0f || p->freq != 0 || p->pres != 0;
+    return !sample_is_greedy(p) || p->rep != 1.0f || p->freq != 0 || p->pres != 0;
 }
 
 static int cand_desc(const void *a, const void *b) {
@@ -87,7 +87,7 @@ int sampler_sample(Sampler *s, const SampleParams *p, const float *logits) {
             int id = s->counted[j];
             w[id] -= (float)s->count[id] * p->freq + p->pres;
         }
-    if (p->temperature <= 0 || p->top_k == 1) {
+    if (sample_is_greedy(p)) {
         int best = 0;
         for (int i = 1; i < V; i++) if (w[i] > w[best]) best = i;
         return best;

@@ -8,13 +8,20 @@
 #include <stdint.h>
 
 typedef struct {
-    float temperature;     /* >= 0; 0: greedy */
+    float temperature;     /* >= 0; below SAMPLE_GREEDY_BELOW: greedy */
     int top_k;             /* 0: off */
     float top_p;           /* (0, 1]; 1: off */
     float min_p;           /* [0, 1]; 0: off */
     float rep;             /* > 0; 1: off. logit / rep if positive, * rep if not, once per id in the history */
     float freq, pres;      /* OpenAI's: logit -= count * freq + (count > 0) * pres, count over generated ids */
 } SampleParams;
+
+/* A temperature below this samples as greedy: a logit gap of 0.01 weighs e^-100 there already, and a smaller one
+ * (1e-45) would overflow logit / temperature to inf (every candidate alike). The same on the CLI and the API. */
+#define SAMPLE_GREEDY_BELOW 1e-4f
+static inline bool sample_is_greedy(const SampleParams *p) {
+    return p->temperature < SAMPLE_GREEDY_BELOW || p->top_k == 1;
+}
 
 typedef struct SampleCand { int id; float v; } SampleCand;
 

@@ -36,6 +36,8 @@ typedef struct {
                                   * them (whole chunks of max_batch from position 0): a request that starts with
                                   * those ids keeps them, and its text is what it would be from an empty cache */
     double last_used;
+    int owner;                   /* the key whose request the cache's rows hold (-1: none): only its requests keep
+                                  * them, so that no client learns of another's prompt */
     long n_served, n_generated;  /* statistics: requests finished, tokens generated */
     long n_generated_seen;       /* n_generated at the last statistics line */
 } Slot;
@@ -58,6 +60,7 @@ static struct {
     float *b_logits;             /* [n_slots, vocab_size] */
     bool no_batch;               /* model_forward_batch said -1: the slots take turns */
     bool prefill_next;           /* the next step is a prefill chunk, where one waits */
+    bool cache_on;               /* a request may keep the KV rows of a slot's last prompt (its key's: slot_keeps) */
     long created_base, serial;
     /* statistics */
     long n_requests, n_tokens_in, n_tokens_out;
@@ -81,7 +84,8 @@ static int chunk_tokens(void) { return model_info.max_batch > 0 ? model_info.max
 
 static void slot_release(Slot *s) {
     int fed = s->sess.n_fed < s->sess.reply_start ? s->sess.n_fed : s->sess.reply_start;
-    s->n_exact = fed / chunk_tokens() * chunk_tokens();
+    s->n_exact = S.cache_on ? fed / chunk_tokens() * chunk_tokens() : 0;
+    s->owner = s->req ? s->req->key : -1;
     s->last_used = now_s();
     if (s->conn >= 0) api_request_free(&S.reqs[s->conn]);
     s->active = false;
@@ -127,7 +131,8 @@ static void slot_finish(Slot *s, const char *why) {
 
 /* The rows of slot s's cache a prompt of ids[0..n) keeps: whole chunks of max_batch that it shares with what
  * the slot computed last, leaving at least one token to feed (for the logits). */
-static int slot_keeps(const Slot *s, const int32_t *ids, int n) {
+static int slot_keeps(const Slot *s, const int32_t *ids, int n, int key) {
+    if (s->owner != key) return 0;   /* another key's rows: none (nor does the time tell) */
     int common = 0, mb = chunk_tokens();
     while (common < n && common < s->n_exact && s->sess.ids[common] == ids[common]) common++;
     int keep = common / mb * mb;
@@ -153,7 +158,7 @@ static bool slot_start(void) {
         for (int k = 0; k < S.n_slots; k++) {
             Slot *t = &S.slots[k];
             if (t->active) continue;
-            int kt = slot_keeps(t, ids, n);
+            int kt = slot_keeps(t, ids, n, S.reqs[ci].key);
             if (kt > keep || (kt == keep && t->last_used < s->last_used)) { s = t; keep = kt; }
         }
         ApiRequest *r = &S.reqs[ci];
@@ -263,7 +268,8 @@ static void route(void *ctx, int ci) {
         buf_free(&b);
         return;
     }
-    if (!http_bearer_ok(c, S.so->api_key)) {
+    int key = http_bearer_key(c, S.so->api_keys, S.so->n_api_keys);
+    if (key < 0) {
         http_send_error(c, 401, "invalid_request_error", NULL, "invalid_api_key", "Incorrect API key provided");
         return;
     }
@@ -290,6 +296,7 @@ static void route(void *ctx, int ci) {
             return;
         }
         r->model = S.name;
+        r->key = key;
         r->id_base = S.created_base;
         r->serial = serial;
         r->created = created;
@@ -359,7 +366,9 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
     S.created_base = (long)time(NULL);
     S.t_start = S.t_last_stats = now_s();
     S.http = (Http){ .name = S.name, .max_body = so->max_body, .timeout_s = so->timeout_s,
-                     .max_conns = so->max_conns, .stop = &g_stop, .on = { route, conn_gone, NULL } };
+                     .max_conns = so->max_conns, .max_per_peer = so->max_per_peer ? so->max_per_peer
+                                                                                  : (so->max_conns + 3) / 4,
+                     .stop = &g_stop, .on = { route, conn_gone, NULL } };
 
     S.logits = malloc((size_t)model_info.vocab_size * sizeof *S.logits);
     S.n_slots = so->parallel;
@@ -376,6 +385,7 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
     for (int k = 0; !oom && k < S.n_slots; k++) {
         Slot *sl = &S.slots[k];
         sl->conn = -1;
+        sl->owner = -1;
         oom |= session_init(&sl->sess, sm->model, k, sm->tok, sm->ctx, S.logits) != NULL;
     }
     if (oom) {
@@ -402,8 +412,18 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
     }
     size_t kv = 0;
     model_memory_bytes(sm->model, NULL, &kv, NULL);
-    fprintf(stderr, "%s: serving on http://%s:%d/v1 (%d slot%s of context %d, KV caches %.1f MiB; %s)\n", S.name,
-            host, port, so->parallel, so->parallel > 1 ? "s" : "", sm->ctx, kv / 1048576.0, sm->compute);
+    /* the prompt cache tells a request, by cached_tokens and by its speed, whether the last one in its slot began
+     * as it does: across clients that is a leak, so by default it is on only where clients are told apart (each
+     * key its own rows) or the address is this machine's */
+    bool loopback = !strncmp(host, "127.", 4) || !strcmp(host, "[::1]");
+    S.cache_on = so->prompt_cache >= 0 ? so->prompt_cache == 1 : so->n_api_keys > 0 || loopback;
+    fprintf(stderr, "%s: serving on http://%s:%d/v1 (%d slot%s of context %d, KV caches %.1f MiB; %s; prompt "
+            "cache %s)\n", S.name, host, port, so->parallel, so->parallel > 1 ? "s" : "", sm->ctx, kv / 1048576.0,
+            sm->compute, !S.cache_on ? "off" : so->n_api_keys > 1 ? "per key" : "on");
+    if (!loopback && !so->n_api_keys)
+        fprintf(stderr, "%s: warning: serving beyond this machine without --api-key: anyone who reaches port %d "
+                "can use the model%s\n", S.name, port, S.cache_on ? ", and the prompt cache tells one client of "
+                "another's prompt" : "");
     int status = 0;
     for (;;) {
         if (g_stop && S.http.listen_fd >= 0) {   /* drain: no new connections, what is in flight finishes */

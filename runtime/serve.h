@@ -11,10 +11,14 @@ typedef struct {
     const char *host;         /* address to bind (default 127.0.0.1) */
     int port;                 /* 0: one the system picks (printed on stderr) */
     int parallel;             /* requests decoded at once (slots) */
-    const char *api_key;      /* NULL: none asked */
+    const char *const *api_keys; int n_api_keys;   /* the keys requests may carry (none: none asked); each key's
+                              * requests share prompt-cache rows only with that key's */
+    int prompt_cache;         /* 1 on, 0 off, -1: on where it cannot tell one client another's prompt (keys given,
+                              * or a loopback address), else off */
     long max_body;            /* request body bytes at most */
     int timeout_s;            /* a request must arrive whole, a reply be taken up, within this; idle keep-alive */
     int max_conns;            /* open connections at most */
+    int max_per_peer;         /* of them from one address other than loopback (0: max_conns / 4) */
     bool stats;               /* a line on stderr every stats_every seconds (SIGUSR1: at once, always) */
     int stats_every;
 } ServeOpts;

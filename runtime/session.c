@@ -128,7 +128,8 @@ static int sample_device_topk(Session *s) {
         plain.freq = plain.pres = 0;
     }
     SESSION_CHECK(model_topk(s->model, k + 1, v, id) == 0);   /* k + 1 <= max_top_k: session_begin's choice */
-    if (v[k - 1] / sp->temperature == v[k] / sp->temperature) {
+    if (sample_is_greedy(sp) && v[0] != v[1]) return id[0];   /* the penalized argmax (ties: the logits decide) */
+    if (sample_is_greedy(sp) || v[k - 1] / sp->temperature == v[k] / sp->temperature) {
         s->topk_ties++;
         model_logits(s->model, s->logits);
         return sampler_sample(&s->smp, &plain, s->logits);

@@ -381,6 +381,35 @@ def test_config_zero_and_negative_sizes():
         build_fails(d, cfg_path(d), key, exact="llmcc: %s: %s: must be positive, got %d" % (cfg_path(d), key, v))
 
 
+def test_config_sizes_bounded_before_anything_is_sized():
+    """A 4-byte edit costs nothing: a size past llmcc's limits (CONFIG_LIMITS, docs/errors.md) is refused at once,
+    with --random-weights and compile too; layers the tensors do not hold, or tensors past the layers, are refused
+    by name; a number past a double's range is not a finite one"""
+    import time
+    for key, v, limit in (("num_hidden_layers", 10 ** 9, 1024), ("vocab_size", 10 ** 9, 4194304),
+                          ("hidden_size", 10 ** 6, 65536)):
+        d = variant("cfg_huge_" + key)
+        edit_json(d, "config.json", lambda c: c.__setitem__(key, v))
+        t0 = time.time()
+        build_fails(d, cfg_path(d), key, exact="llmcc: %s: %s: %d is more than llmcc takes (%d)" %
+                    (cfg_path(d), key, v, limit))
+        p = run([LLMCC, "compile", d, "--ir", "graph"], check=False)
+        assert p.returncode == 1 and "is more than llmcc takes" in p.stderr, p.stderr
+        assert time.time() - t0 < 5
+    d = variant("cfg_layers_3")
+    edit_json(d, "config.json", lambda c: c.__setitem__("num_hidden_layers", 3))
+    build_fails(d, cfg_path(d), "num_hidden_layers", exact="llmcc: %s: num_hidden_layers: 3, but the checkpoint's "
+                "tensors hold 2 layers: model.layers.2.* is missing" % cfg_path(d))
+    d = variant("cfg_layers_1")
+    edit_json(d, "config.json", lambda c: c.__setitem__("num_hidden_layers", 1))
+    build_fails(d, cfg_path(d), "num_hidden_layers", exact="llmcc: %s: num_hidden_layers: 1, but the checkpoint's "
+                "tensors hold 2 layers: model.layers.1.* and on are left over" % cfg_path(d))
+    d = variant("cfg_eps_inf")
+    write_raw(d, "config.json", open(cfg_path(d)).read().replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": 1e999')
+              .replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": 1e999'))
+    build_fails(d, cfg_path(d), "rms_norm_eps", "must be a finite number, got 1e999")
+
+
 def test_config_wrong_types():
     d = variant("cfg_str")
     edit_json(d, "config.json", lambda c: c.__setitem__("hidden_size", "64"))

@@ -347,8 +347,28 @@ def test_mistral_v03_shaped_build_chats():
     assert [int(x) for x in run([exe, "--prompt", "Hi", "--tokenize"]).stdout.split()] == ids
     p = run([exe, "-i", "--temperature", "0", "-n", "3", "--ignore-eos", "--stats"], input="Hi\nAnd again?\n")
     assert p.returncode == 0 and "turns: 2" in p.stderr, p.stderr
-    # a conversation the template refuses (two user turns in a row, through the server's route) is one line
-    p = run([LLMCC, "tokenize", d, "--chat-messages", write("two_users.json", json.dumps(
-        [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]))], check=False)
-    assert p.returncode == 1 and "raise_exception: After the optional system message, conversation roles must " \
-        "alternate user/assistant/user/assistant/..." in p.stderr, p.stderr
+    # a conversation the template refuses (two user turns in a row): one line, and the server's 400
+    two = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    said = "raise_exception: After the optional system message, conversation roles must alternate " \
+           "user/assistant/user/assistant/..."
+    p = run([LLMCC, "tokenize", d, "--chat-messages", write("two_users.json", json.dumps(two))], check=False)
+    assert p.returncode == 1 and said in p.stderr, p.stderr
+    import http.client
+    srv = subprocess.Popen([exe, "--serve", "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        while "serving on" not in line and srv.poll() is None:
+            line += srv.stderr.readline()
+        port = int(re.search(r"serving on http://127\.0\.0\.1:(\d+)/v1", line).group(1))
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for msgs, status in ((two, 400), (two[:1], 200)):
+            c.request("POST", "/v1/chat/completions", json.dumps({"messages": msgs, "max_tokens": 2}),
+                      {"Content-Type": "application/json"})
+            r = c.getresponse()
+            body = json.loads(r.read())
+            assert r.status == status, body
+            if status == 400:
+                assert body["error"]["param"] == "messages" and said in body["error"]["message"], body
+    finally:
+        srv.kill()
+        srv.wait()

@@ -11,6 +11,7 @@ import re
 import shutil
 import struct
 import subprocess
+import time
 
 import numpy as np
 
@@ -268,6 +269,30 @@ def test_build_refuses_foreign_dir_and_leaves_nothing_on_failure():
     assert r.returncode == 1 and "model.layers.2." in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
     assert not os.path.exists(out)
     assert not [f for f in os.listdir(tmpdir("e2e")) if f.startswith("missing-tensor-out.tmp")]
+
+
+def test_killed_build_leftover_swept():
+    """A build killed with SIGKILL leaves OUT.tmp-PID behind; the next build of OUT removes it (its process is gone)
+    and says so in one line; another live process's directory stays"""
+    d = fixture("llama-gqa", "f32")
+    out = os.path.join(tmpdir("e2e"), "swept")
+    p = subprocess.Popen([LLMCC, "build", d, "-o", out, "--target", "cpu"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    left = "%s.tmp-%d" % (out, p.pid)
+    t0 = time.time()
+    while not os.path.exists(left) and p.poll() is None and time.time() - t0 < 60:
+        time.sleep(0.001)
+    p.kill()
+    p.wait()
+    if not os.path.exists(left):   # it finished first, or had not started writing: make the leftover as it would be
+        os.makedirs(os.path.join(left, "runtime"))
+    live = "%s.tmp-%d" % (out, os.getpid())   # this test's own: a live process
+    os.makedirs(live, exist_ok=True)
+    r = run([LLMCC, "build", d, "-o", out, "--target", "cpu"])
+    assert not os.path.exists(left) and "llmcc: removed %s (left by a build that did not finish)" % left in r.stderr, \
+        r.stderr
+    assert os.path.isdir(live)
+    os.rmdir(live)
 
 
 def test_build_without_target_builds_for_what_is_here():

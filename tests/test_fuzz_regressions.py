@@ -22,6 +22,7 @@ SRCS = {
                 "runtime/jinja.c"],
     "tokblob": ["compiler/util.c", "runtime/tokenizer.c", "runtime/json.c", "runtime/jinja.c"],
     "jinja": ["runtime/jinja.c", "runtime/json.c"],
+    "request": ["runtime/openai.c", "runtime/json.c", "runtime/buf.c", "runtime/tokenizer.c", "runtime/jinja.c"],
 }
 
 
@@ -66,6 +67,10 @@ def test_replay_tokblob():
 
 def test_replay_jinja():
     replay("jinja", inputs("jinja", "regressions") + inputs("jinja", "corpus"))
+
+
+def test_replay_request():
+    replay("request", inputs("request", "regressions") + inputs("request", "corpus"))
 
 
 def test_replay_encoder():

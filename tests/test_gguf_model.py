@@ -558,6 +558,17 @@ def test_bad_files_refused_in_one_line():
     def replaced(key, value, vt):
         return dict(drop_keys=(key,), add_keys=[(key, value, vt)])
 
+    # sizes are checked before anything is sized from them: a 4-byte edit costs no memory
+    expect_refused(case("blocks", **replaced("llama.block_count", 10 ** 9, VT.UINT32)), "llama.block_count",
+                   "1000000000 is more than llmcc takes (1024)")
+    expect_refused(case("blocks3", **replaced("llama.block_count", 3, VT.UINT32)), "llama.block_count",
+                   "3, but the file's tensors hold 2 layers: blk.2.* is missing")
+    expect_refused(case("heads", **replaced("llama.attention.head_count", 5000, VT.UINT32)),
+                   "llama.attention.head_count", "5000 is more than llmcc takes (1024)")
+    expect_refused(case("epsinf", **replaced("llama.attention.layer_norm_rms_epsilon", float("inf"), VT.FLOAT32)),
+                   "llama.attention.layer_norm_rms_epsilon", "must be a finite number, got inf")
+    expect_refused(case("thetainf", **replaced("llama.rope.freq_base", float("inf"), VT.FLOAT32)),
+                   "llama.rope.freq_base", "must be a finite number, got inf")
     expect_refused(case("kvtype", **replaced("llama.block_count", "2", VT.STRING)), "llama.block_count",
                    "is STRING, expected an integer")
     expect_refused(case("zero", **replaced("llama.block_count", 0, VT.UINT32)), "llama.block_count",

@@ -179,6 +179,10 @@ def test_filters_that_reduce_to_greedy():
     for extra in (["--top-k", 1], ["--min-p", 1], ["--top-p", "0.000001"]):
         p = bx("--prompt-ids", "10", "--ids", "-n", 20, "--temperature", 1, "--seed", 1, *extra)
         assert ids_of(p) == g, extra
+    # a temperature too small to sample with (logit / 1e-45 overflows) is greedy: below 1e-4, on every path
+    for extra in ([], ["--top-k", 5], ["--top-k", 5, "--device-topk"], ["--repeat-penalty", "1.5"]):
+        p = bx("--prompt-ids", "10", "--ids", "-n", 20, "--temperature", "1e-45", "--seed", 1, *extra)
+        assert ids_of(p) == (greedy([10], 20, penalty=1.5) if "--repeat-penalty" in extra else g), extra
     # top-k 3 only ever picks one of the 3 best of each row
     w = table()
     ids = ids_of(bx("--prompt-ids", "10", "--ids", "-n", 40, "--temperature", 5, "--top-k", 3, "--seed", 7))

@@ -427,6 +427,60 @@ def test_prompt_cache_keeps_whole_chunks_exactly():
         assert ask(s, "Tom and Sam went to the beach.", temperature=0)[0] == other[0]
 
 
+def test_prompt_cache_per_key():
+    """With keys (--api-key-file: one a line), a slot's cached rows serve only the key whose request left them: a
+    client guessing another's prompt reads cached_tokens 0 (and waits as long as for any new prompt); the same key
+    keeps its rows. --prompt-cache off keeps none; LLMCC_API_KEY is a key too (not on the command line)."""
+    story = ("Once upon a time there was a little girl named Lily. She liked to play in the park with her ball. "
+             "One day she saw a big dog near the tree. The dog was very friendly and wanted to play too. ") * 2
+    keys = os.path.join(tmpdir("serve_keys"), "keys.txt")
+    with open(keys, "w") as f:
+        f.write("# two clients\nalpha-key\n\n  beta-key  \n")
+
+    def cached(srv, key):
+        st, js = post(srv.port, "/v1/completions", {"prompt": story, "max_tokens": 2, "temperature": 0},
+                      "Authorization: Bearer %s\r\n" % key)
+        assert st == 200, js
+        return js["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    with Server("--api-key-file", keys, kind="stories") as s:
+        assert "prompt cache per key" in s.stderr(), s.stderr()
+        assert cached(s, "alpha-key") == 0
+        assert cached(s, "beta-key") == 0    # the other key: nothing of alpha's
+        assert cached(s, "beta-key") > 0     # its own
+        assert cached(s, "alpha-key") == 0   # beta's rows now: nothing for alpha
+        st, _ = post(s.port, "/v1/completions", {"prompt": "x", "max_tokens": 1}, "Authorization: Bearer gamma\r\n")
+        assert st == 401
+    with Server("--api-key", "alpha-key", "--prompt-cache", "off", kind="stories") as s:
+        assert "prompt cache off" in s.stderr()
+        assert cached(s, "alpha-key") == 0 and cached(s, "alpha-key") == 0
+    env = dict(ENV, LLMCC_API_KEY="from-env")
+    p = subprocess.Popen([exe("stories"), "--serve", "--port", "0"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = ""
+        while "serving on" not in line and p.poll() is None:
+            line += p.stderr.readline()
+        port = int(re.search(r"127\.0\.0\.1:(\d+)/v1", line).group(1))
+        assert post(port, "/v1/completions", {"prompt": "x", "max_tokens": 1})[0] == 401
+        assert post(port, "/v1/completions", {"prompt": "x", "max_tokens": 1},
+                    "Authorization: Bearer from-env\r\n")[0] == 200
+    finally:
+        p.kill()
+        p.wait()
+    # beyond this machine without a key: a warning, and no prompt cache unless asked
+    p = subprocess.Popen([exe("stories"), "--serve", "--port", "0", "--host", "0.0.0.0"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        said = ""
+        while "warning" not in said and p.poll() is None:
+            said += p.stderr.readline()
+        assert "prompt cache off" in said and "warning: serving beyond this machine without --api-key" in said, said
+    finally:
+        p.kill()
+        p.wait()
+
+
 # ---------------------------------------------------------------- what clients get wrong
 
 
@@ -550,15 +604,47 @@ def test_protocol_edges():
         assert data.startswith(b"HTTP/1.1 200") and data.endswith(b'{"status":"ok"}\n'), data
         st, js = status_and_json(http(s.port, b"GET /v1/\xff\xfe HTTP/1.1\r\nConnection: close\r\n\r\n"))
         assert st == 404 and "no route" in js["error"]["message"], js
-    with Server("--max-conns", 2, kind="stories") as s:   # two connections in use (each answered once): a third is told
+        # HTTP/1.x only: HTTP/2's preface and a request that says 2.0 are refused, not served as 1.1
+        for req in (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n"):
+            data = http(s.port, req)
+            assert data.startswith(b"HTTP/1.1 505") and b"only HTTP/1.0 and HTTP/1.1" in data, data
+    with Server("--max-conns", 2, kind="stories") as s:   # two connections busy (a request half sent): a third is told
         held = [socket.create_connection(("127.0.0.1", s.port), timeout=20) for _ in range(2)]
         for h in held:
             h.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             assert h.recv(65536).startswith(b"HTTP/1.1 200")
-        st, js = status_and_json(http(s.port, b"GET /health HTTP/1.1\r\n\r\n"))
-        assert st == 503 and js["error"]["message"] == "too many connections", js
+            h.sendall(b"GET /health HTTP/1.1\r\nHost:")
+        time.sleep(0.2)
+        data = http(s.port, b"GET /health HTTP/1.1\r\n\r\n")
+        st, js = status_and_json(data)
+        assert st == 503 and js["error"]["message"] == "too many connections" and b"Retry-After: 1" in data, data
         for h in held:
             h.close()
+
+
+def test_idle_connections_make_room():
+    """Sockets that send nothing (or keep-alives with nothing to do) fill --max-conns: a new client is served at
+    once all the same, the oldest idle connection closed to make room"""
+    with Server("--max-conns", 16, kind="stories") as s:
+        idle = [socket.create_connection(("127.0.0.1", s.port), timeout=20) for _ in range(40)]
+        t0 = time.monotonic()
+        st, js = post(s.port, "/v1/completions", {"prompt": "Once", "max_tokens": 2})
+        assert st == 200 and time.monotonic() - t0 < 2, (st, js)
+        assert idle[0].recv(10) == b""   # the oldest was closed to make room
+        for sk in idle:
+            sk.close()
+    # far less than --timeout (30 s) for a connection that sends nothing (5 s) and a request's head (10 s)
+    with Server(kind="stories") as s:
+        mute = socket.create_connection(("127.0.0.1", s.port), timeout=20)
+        head = socket.create_connection(("127.0.0.1", s.port), timeout=20)
+        head.sendall(b"GET /health HTTP/1.1\r\nHost")
+        t0 = time.monotonic()
+        assert mute.recv(10) == b"" and 4 < time.monotonic() - t0 < 8
+        got = head.recv(65536)
+        assert got.startswith(b"HTTP/1.1 408") and b"line and headers did not arrive within 10 s" in got, got
+        assert 9 < time.monotonic() - t0 < 13
+        mute.close()
+        head.close()
 
 
 def test_reader_that_never_reads():
