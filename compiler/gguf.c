@@ -298,6 +298,15 @@ static void place_tensors(Arena *a, GgufFile *g) {
             die_user(g->path, g->tensors[spans[i].idx].name, "bytes [%" PRIu64 ", %" PRIu64 ") overlap %s [%" PRIu64
                      ", %" PRIu64 ")", spans[i].begin, spans[i].end, g->tensors[spans[i - 1].idx].name,
                      spans[i - 1].begin, spans[i - 1].end);
+    /* writers put the tensors one after the other, each padded to the alignment: a wider gap means a tensor's
+     * type or shape was edited to need fewer bytes than it was written with, and its bytes would be misread */
+    for (int i = 0; i < n; i++) {
+        uint64_t next = i + 1 < n ? spans[i + 1].begin : data_len;
+        if (next - spans[i].end >= g->alignment)
+            die_user(g->path, g->tensors[spans[i].idx].name, "its type and shape take %" PRIu64 " bytes, but %" PRIu64
+                     " lie before the %s (a type or shape edited smaller?)", spans[i].end - spans[i].begin,
+                     next - spans[i].begin, i + 1 < n ? "next tensor" : "end of the file");
+    }
 }
 
 static void parse_tensors(Arena *a, Cursor *c, GgufFile *g, uint64_t n) {

@@ -217,8 +217,12 @@ uint8_t *tokenizer_pack_gguf(Arena *a, const GgufFile *g, const char *path, cons
             die_user(path, K_SCORES, "%llu scores for %u tokens", (unsigned long long)scores->count, n);
         mg = spm_merges(k, tf, scores, &nm);
     } else {
-        if (!gguf_get_array(g, K_MERGES, GGUF_STRING, &mkv)) die_user(path, K_MERGES, "absent: BPE needs its merges");
+        if (!gguf_get_array(g, K_MERGES, GGUF_STRING, &mkv))
+            die_user(path, K_MERGES, "%s: BPE needs its merges", gguf_find_kv(g, K_MERGES) ? "not a list of strings"
+                                                                                            : "absent");
         if (mkv->count >= (1u << 24)) die_user(path, K_MERGES, "more than 16777215 merges");
+        /* no merges leave every token of more than one byte out of reach: the text would be misread as bytes */
+        if (mkv->count == 0 && n > 256) die_user(path, K_MERGES, "empty, for %u tokens: BPE needs its merges", n);
         nm = (uint32_t)mkv->count;
         mg = ARENA_ARRAY(a, uint32_t, 3 * (size_t)(nm > 0 ? nm : 1));
     }

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -598,6 +599,19 @@ def test_bad_files_refused_in_one_line():
     zero[3] = 0
     expect_refused(case("freqs0", tensors=[("rope_freqs.weight", zero, None)]), "rope_freqs.weight",
                    "element 3 is 0, not a positive factor")
+    # a tensor's type edited to a smaller one (F32 -> F16) in the header: its bytes would be misread, refused
+    data = bytearray(open(good, "rb").read())
+    name = b"blk.0.ffn_down.weight"
+    at = data.find(name) + len(name)
+    n_dims = struct.unpack_from("<I", data, at)[0]
+    assert struct.unpack_from("<I", data, at + 4 + 8 * n_dims)[0] == 0   # F32
+    struct.pack_into("<I", data, at + 4 + 8 * n_dims, 1)                 # F16
+    retyped = os.path.join(bad, "retyped.gguf")
+    with open(retyped, "wb") as f:
+        f.write(data)
+    p = run([LLMCC, "inspect", retyped], check=False)
+    assert p.returncode == 1 and p.stderr == "llmcc: %s: blk.0.ffn_down.weight: its type and shape take 22016 bytes, " \
+        "but 44032 lie before the next tensor (a type or shape edited smaller?)\n" % retyped, p.stderr
     # an unknown key the user vouches for builds; a key llmcc reads cannot be vouched for
     k = os.path.join(bad, "key.gguf")
     p = run([LLMCC, "compile", k, "--ir", "graph", "--ignore-config-key", "llama.attention.sliding_window"])

@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 
 import testlib
 from testlib import Skip, run, shared, tmpdir
@@ -491,6 +492,17 @@ def test_tiny_errors():
     expect_error(tiny("pre_default", tokenizer_ggml_pre="default"), P, '"default" is not supported yet')
     expect_error(tiny("pre_absent", drop=(P,)), P, "absent")
     expect_error(tiny("merges_absent", drop=(MG,)), MG, "absent")
+    # an empty list of merges (gguf-py writes none: the count patched to 0): every multi-byte token out of reach
+    one = tiny("merges_one", tokenizer_ggml_merges=["h e"])
+    data = bytearray(open(one, "rb").read())
+    at = data.find(MG.encode()) + len(MG) + 8   # past the key, its value type (ARRAY) and element type (STRING)
+    assert struct.unpack_from("<Q", data, at)[0] == 1
+    struct.pack_into("<Q", data, at, 0)
+    del data[at + 8:at + 8 + 8 + 3]             # the one string: its u64 length and "h e"
+    empty = one.replace("merges_one", "merges_empty")
+    with open(empty, "wb") as f:
+        f.write(data)
+    expect_error(empty, MG, "empty, for 262 tokens: BPE needs its merges")
     expect_error(tiny("merge_unknown", tokenizer_ggml_merges=TINY_MERGES + ["h qq"]), MG + "[3]",
                  '"h" + "qq": the right part is not in tokenizer.ggml.tokens')
     expect_error(tiny("merge_result_unknown", tokenizer_ggml_merges=["t h"]), MG + "[0]", "the merged token")
