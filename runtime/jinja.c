@@ -111,6 +111,7 @@ static _Noreturn void fail_at(JinjaErrorKind kind, int line, const char *fmt, ..
     longjmp(R->fail, 1);
 }
 #define FAIL(...) fail_at(JINJA_ERR_RUNTIME, R->line, __VA_ARGS__)
+#define OVERFLOW "integer overflow (integers beyond 64 bits are not supported)"
 
 static void step(void) {
     if (++R->steps > R->max_steps)
@@ -2044,11 +2045,19 @@ static Value filter_indent(Value v, const Args *a) {
     return buf_value(&b);
 }
 
+/* Python's int(x) of a float, within 64 bits (truncated toward zero) */
+static int64_t float_to_int(double x) {
+    if (!(x > -9223372036854775808.0 && x < 9223372036854775808.0)) FAIL(isnan(x) ? "cannot convert float NaN to "
+                                                                             "integer" : OVERFLOW);
+    return (int64_t)x;
+}
+
 static Value apply_filter(const char *name, Value v, const Args *a) {
     int f = 0;
     while (f < FILTER_COUNT_ && strcmp(filter_names[f], name)) f++;
     switch (f) {
     case FILTER_ABS:
+        if (v.t == V_INT && v.i == INT64_MIN) FAIL(OVERFLOW);
         if (v.t == V_INT) return v_int(v.i < 0 ? -v.i : v.i);
         if (v.t == V_FLOAT) return v_float(fabs(v.f));
         FAIL("bad operand type for abs(): '%s'", vtype_names[v.t]);
@@ -2089,14 +2098,21 @@ static Value apply_filter(const char *name, Value v, const Args *a) {
     case FILTER_FLOAT: case FILTER_INT: {
         Value dflt = arg(a, 0, "default", f == FILTER_INT ? v_int(0) : v_float(0));
         if (v.t == V_INT || v.t == V_BOOL) return f == FILTER_INT ? v_int(as_int(v)) : v_float((double)as_int(v));
-        if (v.t == V_FLOAT) return f == FILTER_INT ? v_int((int64_t)v.f) : v;
+        if (v.t == V_FLOAT) return f == FILTER_INT ? v_int(float_to_int(v.f)) : v;
         if (v.t == V_STR) {
             char *end;
             errno = 0;
+            long long i = strtoll(v.s->p, &end, 10);   /* a whole number: exact (a double would round it) */
+            while (*end && is_space(*end)) end++;
+            if (f == FILTER_INT && end != v.s->p && !*end) {
+                if (errno) FAIL(OVERFLOW);
+                return v_int(i);
+            }
+            errno = 0;
             double d = strtod(v.s->p, &end);
             while (*end && is_space(*end)) end++;
-            if (end == v.s->p || *end || errno) return dflt;
-            return f == FILTER_INT ? v_int((int64_t)d) : v_float(d);
+            if (end == v.s->p || *end || (errno && !isinf(d))) return dflt;
+            return f == FILTER_INT ? v_int(float_to_int(d)) : v_float(d);
         }
         return dflt;
     }
@@ -2224,7 +2240,6 @@ static Value apply_filter(const char *name, Value v, const Args *a) {
 
 /* ---- operators */
 
-#define OVERFLOW "integer overflow (integers beyond 64 bits are not supported)"
 
 static Value arith(int op, Value x, Value y) {
     if (op == '~') {
@@ -2248,6 +2263,8 @@ static Value arith(int op, Value x, Value y) {
     }
     if (op == '*' && ((x.t == V_STR || x.t == V_LIST) && (y.t == V_INT || y.t == V_BOOL))) {
         int64_t times = as_int(y);
+        if (times <= 0 || (x.t == V_STR ? x.s->n == 0 : x.l->n == 0))   /* '' * 10**9 is '' at once */
+            return x.t == V_STR ? v_str("", 0) : v_list(list_new(0));
         if (x.t == V_STR) {
             if (times > 0 && x.s->n * (uint64_t)times > R->max_output)
                 fail_at(JINJA_ERR_LIMIT, R->line, "a string of more than %zu bytes", R->max_output);

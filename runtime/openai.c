@@ -98,32 +98,35 @@ static bool copy_tool_calls(Buf *b, const Json *j, int calls) {
         size_t room = json_string_room(j, args), len, at;
         char *text = malloc(room);
         if (!text) { b->oom = true; return true; }
-        Json inner;
-        bool parsed = json_string(j, args, text, &len, true, &at) == JSON_OK &&
-                      json_read(&inner, text, len, &at) == JSON_OK && json_bad_token(&inner) < 0 &&
-                      json_type(&inner, 0) == JSON_OBJECT;
+        Json inner = {0};
+        bool read = json_string(j, args, text, &len, true, &at) == JSON_OK &&
+                    json_read(&inner, text, len, &at) == JSON_OK;   /* its tokens to free, whatever they hold */
+        bool parsed = read && json_bad_token(&inner) < 0 && json_type(&inner, 0) == JSON_OBJECT;
         buf_str(b, "{");
         int n = 0;
         for (int key = json_obj_first(j, c); key >= 0; key = json_obj_next(j, c, key)) {
             if (json_is_null(j, key + 1)) continue;
             if (n++) buf_str(b, ", ");
-            json_copy(b, j, key);
+            if (!json_copy(b, j, key)) { json_free(&inner); free(text); return false; }
             buf_str(b, ": ");
-            if (key + 1 != fn) { if (!json_copy(b, j, key + 1)) { free(text); return false; } continue; }
+            if (key + 1 != fn) {
+                if (!json_copy(b, j, key + 1)) { json_free(&inner); free(text); return false; }
+                continue;
+            }
             buf_str(b, "{");
             int m = 0;
             for (int fk = json_obj_first(j, fn); fk >= 0; fk = json_obj_next(j, fn, fk)) {
                 if (json_is_null(j, fk + 1)) continue;
                 if (m++) buf_str(b, ", ");
-                json_copy(b, j, fk);
+                if (!json_copy(b, j, fk)) { json_free(&inner); free(text); return false; }
                 buf_str(b, ": ");
                 bool ok = fk + 1 == args && parsed ? json_copy(b, &inner, 0) : json_copy(b, j, fk + 1);
-                if (!ok) { free(text); return false; }
+                if (!ok) { json_free(&inner); free(text); return false; }
             }
             buf_str(b, "}");
         }
         buf_str(b, "}");
-        if (parsed) json_free(&inner);
+        json_free(&inner);
         free(text);
     }
     buf_str(b, "]");
@@ -227,7 +230,7 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
                 } else if (json_str_eq(&j, key, "tool_calls") && json_type(&j, val) == JSON_ARRAY) {
                     if (!copy_tool_calls(&mb, &j, val)) {
                         snprintf(field, sizeof field, "messages[%d].tool_calls", e);
-                        BAD_REQUEST(err, field, "%s: not valid JSON text", field);
+                        BAD_REQUEST(err, field, "%s: a string in it is not valid UTF-8", field);
                         goto out;
                     }
                 } else if (!json_copy(&mb, &j, val)) {

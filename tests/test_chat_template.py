@@ -145,6 +145,7 @@ def test_bounded():
          "a text of more than 16777216 bytes"),
         ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "calls nested more than 64 deep"),
         ("{{ 'x' * 100000000 }}", "a string of more than 16777216 bytes"),
+        ("{{ ('' * 2222222222) ~ ([] * 2222222222) | length }}{{ 'x' * 100000000 }}", "a string of more than 16777216"),
         ("{{ 2 ** 100 }}", "integer overflow"),
     ]
     for i, (text, want) in enumerate(cases):
