@@ -28,6 +28,7 @@
 /* A connection that has sent nothing, and a request's head (line and headers), get far less time than --timeout:
  * a client that opens sockets and sends nothing, or a byte a second, holds an entry only this long. */
 #define FIRST_BYTE_S 5.0
+#define CHUNK_EXT_MAX 1024        /* bytes of chunk extensions in one request */
 #define HEAD_S 10.0
 
 static double now_s(void) {
@@ -135,6 +136,7 @@ static int on_message_begin(llhttp_t *p) {
     c->expect_continue = false;
     c->in_request = true;
     c->head_done = false;
+    c->ext_bytes = 0;
     c->t_request = now_s();
     return 0;
 }
@@ -182,6 +184,14 @@ static int on_headers_complete(llhttp_t *p) {
         return -1;
     }
     if (c->expect_continue) conn_send(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    return 0;
+}
+/* chunk extensions (`5;name=value`) mean nothing here: a few are let through, a long run of them refused */
+static int on_chunk_extension(llhttp_t *p, const char *at, size_t n) {
+    Conn *c = conn_of(p);
+    (void)at;
+    c->ext_bytes += n;
+    if (c->ext_bytes > CHUNK_EXT_MAX) { c->error_status = 400; return -1; }
     return 0;
 }
 static int on_body(llhttp_t *p, const char *at, size_t n) {
@@ -273,6 +283,9 @@ static void conn_pump(Http *h, int ci) {
                            "the request's headers are larger than %d bytes", HEAD_MAX);
             else if (c->error_status == 414)
                 http_send_error(c, 414, "invalid_request_error", NULL, NULL, "the URL is too long");
+            else if (c->error_status == 400)
+                http_send_error(c, 400, "invalid_request_error", NULL, NULL,
+                                "the body's chunk extensions are longer than %d bytes", CHUNK_EXT_MAX);
             else if (c->error_status == 505)
                 http_send_error(c, 505, "invalid_request_error", NULL, NULL, "only HTTP/1.0 and HTTP/1.1 are served");
             else {
@@ -426,6 +439,8 @@ int http_open(Http *h, const char *host, int *port, char *shown, size_t shown_si
     g_http.on_header_value = on_header_value;
     g_http.on_headers_complete = on_headers_complete;
     g_http.on_body = on_body;
+    g_http.on_chunk_extension_name = on_chunk_extension;
+    g_http.on_chunk_extension_value = on_chunk_extension;
     g_http.on_message_complete = on_message_complete;
 
     char service[16];

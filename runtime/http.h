@@ -46,6 +46,7 @@ typedef struct {
     double t_request;            /* when the request being read began (or the connection opened) */
     double t_active;             /* last byte in or out */
     bool got_byte;               /* the client has sent something on this connection (FIRST_BYTE_S until then) */
+    size_t ext_bytes;            /* the request's chunk extensions so far (CHUNK_EXT_MAX) */
     bool head_done;              /* the request's head is read (HEAD_S until then) */
     char peer[48];               /* the client's address ("" where unknown), for --max-conns-per-peer */
 } Conn;

@@ -724,6 +724,14 @@ def test_huge_body_refused():
         chunked = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + \
             (b"10000\r\n" + b"y" * 65536 + b"\r\n") * 3 + b"0\r\n\r\n"
         assert http(s.port, chunked).startswith(b"HTTP/1.1 413")
+        # chunk extensions mean nothing here: a short one passes, 100 KB of them are refused
+        body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+        ok = head + b"%x;a=b\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+        assert status_and_json(http(s.port, ok))[0] == 200
+        long_ext = head + b"%x;" % len(body) + b"x" * 100000 + b"\r\n" + body + b"\r\n0\r\n\r\n"
+        st, js = status_and_json(http(s.port, long_ext))
+        assert st == 400 and "chunk extensions are longer than 1024 bytes" in js["error"]["message"], js
         assert post(s.port, "/v1/completions", {"prompt": "hi", "max_tokens": 2})[0] == 200
 
 
