@@ -8,6 +8,7 @@
 #include "gguf.h"
 #include "json.h"
 #include "tokenizer_pack.h"
+#include "tokenizer.h"
 #include "util.h"
 #include "../runtime/jinja.h"
 #include <stdio.h>
@@ -97,14 +98,9 @@ static void source_of_gguf(Arena *a, const char *path, TemplateSource *s) {
     gguf_close(&g);
 }
 
+/* s as a JSON string after b's text (runtime/tokenizer.c's writer) */
 static void json_quote(Str *b, const char *s) {
-    str_append(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') str_printf(b, "\\%c", *p);
-        else if (*p < 0x20) str_printf(b, "\\u%04x", *p);
-        else str_append(b, (const char *)p, 1);
-    }
-    str_append(b, "\"", 1);
+    if (!tokenizer_json_quote(&b->s, &b->len, &b->cap, s, strlen(s))) die_internal(__FILE__, __LINE__, "oom");
 }
 
 /* FILE's text, checked to be JSON of the type wanted */

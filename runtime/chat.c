@@ -107,7 +107,6 @@ int chat_message_ids(Chat *c, const char *text, size_t len, int reserve, int32_t
             if (keep == n) keep--;   /* the last id is fed again: its logits start the reply */
             if (keep < s->n_ids) session_truncate(s, keep);
             memmove(*ids, *ids + keep, (size_t)(n - keep) * sizeof **ids);
-            c->rerender = false;
             return n - keep;
         }
         free(*ids);
@@ -120,7 +119,6 @@ int chat_message_ids(Chat *c, const char *text, size_t len, int reserve, int32_t
         /* the oldest turn goes: its user message and the reply to it */
         drop_msgs(c, c->n_msgs > 2 && !strcmp(c->msgs[1].role, "assistant") ? 2 : 1);
         c->dropped++;
-        c->rerender = true;
     }
 }
 
@@ -132,7 +130,6 @@ const char *chat_add_reply(Chat *c) {
 
 void chat_clear(Chat *c) {
     drop_msgs(c, c->n_msgs);
-    c->rerender = true;
 }
 
 const char *chat_set_system(Chat *c, const char *text, size_t len) {
@@ -140,7 +137,6 @@ const char *chat_set_system(Chat *c, const char *text, size_t len) {
     if (!d) return "out of memory";
     free(c->system);
     c->system = d;
-    c->rerender = true;
     return NULL;
 }
 

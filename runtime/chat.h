@@ -16,8 +16,6 @@ typedef struct {
     int think;                     /* enable_thinking: 0, 1, or TOK_THINK_DEFAULT */
     char *system;                  /* the system message (owned); NULL: the template's own */
     ChatMsg *msgs; int n_msgs;     /* the messages the conversation holds (texts owned; no system message) */
-    bool rerender;                 /* the next message renders the whole conversation (after /clear, /system, or
-                                    * turns left out), the cache kept up to where it agrees */
     int dropped;                   /* turns left out so far, the oldest first, to stay within the context */
     int too_long;                  /* the tokens of the last message that did not fit the context alone */
     const char *kwargs;            /* more template variables (--chat-template-kwargs: a JSON object), or NULL */
