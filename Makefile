@@ -118,20 +118,24 @@ endif
 # One process, one core (libFuzzer's -jobs/-workers would fork and log to fuzz-N.log in the cwd).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= safetensors config tokenizer_json encoder tokblob gguf jinja request
+FUZZ_TARGETS ?= safetensors config tokenizer_json encoder tokblob gguf gguf_model jinja request
 FUZZ_FLAGS   ?=
 FUZZ_GPT2     = $(BUILD)/fuzz/gpt2_digits $(BUILD)/fuzz/gpt2_prefix_space
 FUZZ_TOKDIRS ?= $(abspath ../shared/assets/tokenizers/qwen2.5-instruct):$(abspath ../shared/assets/tokenizers/llama3-instruct):$(abspath $(BUILD))/fuzz/spm:$(abspath $(BUILD))/fuzz/gpt2_digits:$(abspath $(BUILD))/fuzz/gpt2_prefix_space
 FUZZ_SRCS := compiler/util.c compiler/json.c runtime/json.c compiler/safetensors.c compiler/config.c compiler/tokenizer_pack.c \
              runtime/tokenizer.c compiler/gguf.c runtime/jinja.c runtime/openai.c runtime/buf.c
+# a harness's own sources beyond those: FUZZ_SRCS_<target>
+FUZZ_SRCS_gguf_model := compiler/gguf_model.c compiler/tokenizer_gguf.c compiler/graph.c compiler/quant.c \
+                        compiler/expr.c compiler/frontend.c
 JINJA_SEEDS  := ../shared/assets/chat-templates/public/templates
 FUZZ_BINS := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 .PHONY: fuzz fuzz-build
 
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h tests/fuzz/fuzz_tok.h $(FUZZ_SRCS) $(HDRS)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h tests/fuzz/fuzz_tok.h $(FUZZ_SRCS) \
+                     $(FUZZ_SRCS_gguf_model) $(HDRS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
-	    -fno-sanitize-recover=all -Icompiler -Iruntime -o $@ $< $(FUZZ_SRCS) -lutf8proc -lm
+	    -fno-sanitize-recover=all -Icompiler -Iruntime -o $@ $< $(FUZZ_SRCS) $(FUZZ_SRCS_$*) -lutf8proc -lm
 
 $(BUILD)/fuzz/spm/tokenizer.json:
 	$(PYTHON) scripts/convert_llama2c.py --tokenizer-only ../shared/assets/aidreams260K/tok512.bin $(BUILD)/fuzz/spm

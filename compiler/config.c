@@ -471,14 +471,14 @@ void model_config_load(Arena *a, const char *dir, const ConfigOptions *opts, Mod
 }
 
 void model_config_check_limits(const ModelConfig *c, const char *path, const char *gguf_arch) {
+    char gkey[160];   /* not an arena: die_user need not return, and a harness that catches it must not leak */
 #define CHECK_LIMIT(field, key, gguf_key, max) \
-    if (c->field > (max)) \
-        die_user(path, gguf_arch ? arena_printf(&scratch, "%s.%s", gguf_arch, gguf_key) : key, \
-                 "%d is more than llmcc takes (%d)", c->field, (max));
-    Arena scratch = {0};
+    if (c->field > (max)) { \
+        if (gguf_arch) snprintf(gkey, sizeof gkey, "%.64s.%s", gguf_arch, gguf_key); \
+        die_user(path, gguf_arch ? gkey : key, "%d is more than llmcc takes (%d)", c->field, (max)); \
+    }
     CONFIG_LIMITS(CHECK_LIMIT)
 #undef CHECK_LIMIT
-    arena_free(&scratch);
 }
 
 int checkpoint_layers(int n, const char *(*names)(int i, const void *ctx), const void *ctx, const char *prefix) {

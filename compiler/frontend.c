@@ -125,6 +125,40 @@ static const float *rope_inv_freq(FB *b, const char **desc) {
     return f;
 }
 
+/* What transformers itself leaves unread when it loads a checkpoint: rotary_emb.inv_freq (a buffer older
+ * checkpoints saved, recomputed from the config) and lm_head.weight where the embedding is tied to it. */
+static bool transformers_ignores(const ModelConfig *cfg, const char *name) {
+    size_t n = strlen(name), k = strlen(".rotary_emb.inv_freq");
+    return (n > k && !strcmp(name + n - k, ".rotary_emb.inv_freq")) ||
+           (cfg->tie_word_embeddings && !strcmp(name, "lm_head.weight"));
+}
+
+/* Every tensor of the checkpoint is one the graph reads: a tensor left out is refused, as for GGUF files
+ * (gguf_model_tensors), since it means the config describes another model than the weights (q/k norms in a llama
+ * config, biases without attention_bias); what transformers leaves out too is listed in one warning. */
+static void check_all_read(Arena *A, const Graph *g, const ModelConfig *cfg, const StModel *st) {
+    bool *read = ARENA_ARRAY(A, bool, (size_t)st->n + 1);
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i]->op == G_WEIGHT) {
+            const StTensor *t = st_find(st, g->nodes[i]->name);
+            if (t) read[t - st->t] = true;
+        }
+    int skipped = 0;
+    const char *first = NULL;
+    for (int i = 0; i < st->n; i++) {
+        if (read[i]) continue;
+        if (!transformers_ignores(cfg, st->t[i].name))
+            die_user(st->t[i].file, st->t[i].name, "tensor not used by the %s model config.json describes (llmcc "
+                     "refuses what it would leave out, as transformers warns and llama.cpp refuses)",
+                     cfg->architecture ? cfg->architecture : "");
+        if (!skipped++) first = st->t[i].name;
+    }
+    if (skipped)
+        fprintf(stderr, "llmcc: %s: %d tensor%s not read, as transformers does not read %s either (%s%s)\n",
+                st_where(st) ? st_where(st) : cfg->dir, skipped, skipped == 1 ? "" : "s", skipped == 1 ? "it" : "them",
+                first, skipped > 1 ? ", ..." : "");
+}
+
 void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource *ws, int max_batch, int max_ctx) {
     memset(g, 0, sizeof *g);
     g->cfg = cfg; g->max_batch = max_batch; g->max_ctx = max_ctx;
@@ -191,4 +225,5 @@ void graph_build(Arena *A, Graph *g, const ModelConfig *cfg, const WeightSource 
     tk->topk = V < MODEL_TOPK_CAP ? (int)V : MODEL_TOPK_CAP;
     tk->rows_n = false; tk->ndim = 3; tk->dims[0] = 1; tk->dims[1] = 2; tk->dims[2] = tk->topk;
     g->top_k = tk;
+    if (ws->st) check_all_read(A, g, cfg, ws->st);
 }

@@ -405,13 +405,14 @@ void gguf_model_tensors(Arena *a, GgufModel *m, const ModelConfig *cfg, StModel 
     Graph graph;
     WeightSource none = {NULL, DT_F32};
     graph_build(a, &graph, cfg, &none, 1, 1);
-    StModel want = {0};
+    StModel *want = &m->want;
+    st_close(want);
     for (int i = 0; i < graph.n; i++) {
         const GNode *n = graph.nodes[i];
         if (n->op != G_WEIGHT) continue;
         StTensor t = {.name = n->name, .ndim = n->ndim, .file = g->path};
         memcpy(t.shape, n->dims, sizeof(int64_t) * (size_t)n->ndim);
-        st_add_tensor(&want, &t);
+        st_add_tensor(want, &t);
     }
     /* every tensor of the file is one of them (rope_freqs.weight went into the config) */
     for (int i = 0; i < g->n_tensors; i++) {
@@ -420,15 +421,15 @@ void gguf_model_tensors(Arena *a, GgufModel *m, const ModelConfig *cfg, StModel 
         if (!hf)
             die_user(g->path, name, "not a tensor llmcc knows for GGUF architecture %s (token_embd, output_norm, "
                      "output, blk.N.attn_* and blk.N.ffn_* of docs/gguf.md)", m->arch_name);
-        if (!st_find(&want, hf))
+        if (!st_find(want, hf))
             die_user(g->path, name, "tensor not used by the %s model the metadata describes (llmcc refuses what it "
                      "would leave out, as llama.cpp does)", m->arch_name);
     }
     /* and every one of them is in the file, shaped and typed as the graph needs */
     m->st = st;
-    m->row_from = ARENA_ARRAY(a, const int64_t *, want.n + 1);
-    for (int i = 0; i < want.n; i++) {
-        const StTensor *w = &want.t[i];
+    m->row_from = ARENA_ARRAY(a, const int64_t *, want->n + 1);
+    for (int i = 0; i < want->n; i++) {
+        const StTensor *w = &want->t[i];
         const char *name = rename_tensor(a, w->name, false);
         CHECK(name, "no GGUF name for %s", w->name);
         uint64_t ne[GGUF_MAX_DIMS];
@@ -453,7 +454,6 @@ void gguf_model_tensors(Arena *a, GgufModel *m, const ModelConfig *cfg, StModel 
         if (m->permuted_qk && (q || k))
             m->row_from[i] = unpermute_rows(a, q ? cfg->num_attention_heads : cfg->num_key_value_heads, cfg->head_dim);
     }
-    st_close(&want);
 }
 
 static int tensor_index(const GgufModel *m, const char *name) {
@@ -471,4 +471,7 @@ void gguf_model_pack_source(const GgufModel *m, const char *name, PackSource *ps
     ps->row_from = gguf_model_row_order(m, name);
 }
 
-void gguf_model_close(GgufModel *m) { gguf_close(&m->file); }
+void gguf_model_close(GgufModel *m) {
+    st_close(&m->want);
+    gguf_close(&m->file);
+}

@@ -27,6 +27,8 @@ typedef struct GgufModel {
      * rotates adjacent pairs; llmcc's graph rotates halves, as transformers does */
     bool permuted_qk;
     const StModel *st;          /* what gguf_model_tensors filled */
+    StModel want;               /* the weights the graph reads (gguf_model_tensors; freed by gguf_model_close, so that
+                                 * a refusal that does not exit, as under the fuzz harness, leaks nothing) */
     const int64_t **row_from;   /* per tensor of st (its index): the rows in Hugging Face's order, or NULL */
 } GgufModel;
 

@@ -47,6 +47,9 @@ typedef struct {
     double t_active;             /* last byte in or out */
     bool got_byte;               /* the client has sent something on this connection (FIRST_BYTE_S until then) */
     size_t ext_bytes;            /* the request's chunk extensions so far (CHUNK_EXT_MAX) */
+    const char *error_why;       /* with error_status 400: what is wrong with the request's framing */
+    int crlf_due;                /* bytes of the CRLF after a chunk's data not yet seen (0 to 2) */
+    const char *exec_end;        /* the end of the bytes llhttp is parsing */
     bool head_done;              /* the request's head is read (HEAD_S until then) */
     char peer[48];               /* the client's address ("" where unknown), for --max-conns-per-peer */
 } Conn;

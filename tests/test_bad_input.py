@@ -497,6 +497,45 @@ def test_wrong_shape():
     build_fails(d, st_path(d), name, exact="llmcc: %s: %s: shape [64, 172], expected [172, 64]" % (st_path(d), name))
 
 
+def add_tensor(h, data, name, shape):
+    """h, data with an f32 tensor NAME of SHAPE appended (zeros)."""
+    n = 4
+    for x in shape:
+        n *= x
+    h[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + n]}
+    return h, data + b"\0" * n
+
+
+def test_unused_tensor_refused():
+    """A tensor the config's graph does not read (q/k norms in a llama checkpoint) is refused, as GGUF refuses it:
+    the config describes another model than the weights."""
+    d = variant("t_unused")
+    name = "model.layers.0.self_attn.q_norm.weight"
+    edit_st(d, lambda h, data: add_tensor(h, data, name, [16]))
+    build_fails(d, st_path(d), name, exact="llmcc: %s: %s: tensor not used by the LlamaForCausalLM model config.json "
+                "describes (llmcc refuses what it would leave out, as transformers warns and llama.cpp refuses)" % (
+                    st_path(d), name))
+
+
+def test_tensors_transformers_ignores_are_listed():
+    """rotary_emb.inv_freq (older checkpoints saved it) and a tied lm_head.weight are what transformers does not
+    read either: built, with one line on stderr naming them."""
+    d = variant("t_ignored")
+    names = ["model.layers.%d.self_attn.rotary_emb.inv_freq" % i for i in range(2)]
+
+    def f(h, data):
+        for n in names:
+            h, data = add_tensor(h, data, n, [8])
+        return h, data
+    edit_st(d, f)
+    out = out_of(d)
+    p = run([LLMCC, "build", d, "-o", out, "--target", "cpu"], check=False)
+    assert p.returncode == 0, p.stderr[-3000:]
+    warn = [ln for ln in p.stderr.splitlines() if "not read" in ln]
+    assert warn == ["llmcc: %s: 2 tensors not read, as transformers does not read them either (%s, ...)" % (
+        st_path(d), names[0])], p.stderr
+
+
 # ---- tokenizer.json ----
 
 def tok_path(d):

@@ -23,6 +23,10 @@ SRCS = {
     "tokblob": ["compiler/util.c", "runtime/tokenizer.c", "runtime/json.c", "runtime/jinja.c"],
     "jinja": ["runtime/jinja.c", "runtime/json.c"],
     "request": ["runtime/openai.c", "runtime/json.c", "runtime/buf.c", "runtime/tokenizer.c", "runtime/jinja.c"],
+    "gguf_model": ["compiler/util.c", "compiler/json.c", "runtime/json.c", "compiler/safetensors.c", "compiler/config.c",
+                   "compiler/tokenizer_pack.c", "runtime/tokenizer.c", "compiler/gguf.c", "runtime/jinja.c",
+                   "compiler/gguf_model.c", "compiler/tokenizer_gguf.c", "compiler/graph.c", "compiler/quant.c",
+                   "compiler/expr.c", "compiler/frontend.c"],
 }
 
 
@@ -71,6 +75,10 @@ def test_replay_jinja():
 
 def test_replay_request():
     replay("request", inputs("request", "regressions") + inputs("request", "corpus"))
+
+
+def test_replay_gguf_model():
+    replay("gguf_model", inputs("gguf_model", "regressions") + inputs("gguf_model", "corpus"))
 
 
 def test_replay_encoder():

@@ -12,7 +12,9 @@ for the encoder, packed blobs for the blob parser (packed by a throwaway
 C program linked with compiler/tokenizer_pack.c), and GGUF files written with
 struct by tests/test_gguf.py's raw writer.
 
-    python3 tests/fuzz/make_seeds.py gguf     rewrites only the GGUF seeds"""
+    python3 tests/fuzz/make_seeds.py gguf     rewrites only the GGUF seeds
+    python3 tests/fuzz/make_seeds.py gguf_model   only the GGUF models' (gguf-py's GGUFWriter: tiny llama,
+                                                  qwen2 and qwen3 files with their tokenizers and templates)"""
 import json
 import os
 import shutil
@@ -202,13 +204,112 @@ def seeds_gguf():
     put("gguf", "quant", g.raw_gguf([g.raw_kv("general.architecture", 8, g.raw_str("llama"))], tensors, data))
 
 
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+LLAMA2 = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{{ '[INST] ' + m['content'] + ' [/INST]' }}"
+          "{% else %}{{ ' ' + m['content'] + eos_token }}{% endif %}{% endfor %}")
+
+
+def gguf_model_bytes(arch, qtype, tokenizer, template=None, layers=1, hidden=32, heads=2, kv=1, ff=64):
+    """A GGUF model file as convert_hf_to_gguf.py lays one out, tiny: random weights, linears in qtype."""
+    import numpy as np
+    import gguf
+    from gguf import GGUFWriter
+    rng = np.random.default_rng(7)
+    model, tokens, types, extra = tokenizer
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "m.gguf")
+        w = GGUFWriter(out, arch)
+        w.add_type("model")
+        w.add_block_count(layers)
+        w.add_context_length(256)
+        w.add_embedding_length(hidden)
+        w.add_feed_forward_length(ff)
+        w.add_head_count(heads)
+        w.add_head_count_kv(kv)
+        w.add_rope_freq_base(10000.0)
+        w.add_layer_norm_rms_eps(1e-5)
+        if arch == "llama":
+            w.add_vocab_size(len(tokens))
+            w.add_rope_dimension_count(hidden // heads)
+        w.add_tokenizer_model(model)
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        for key, value in extra:
+            getattr(w, key)(value)
+        if template:
+            w.add_chat_template(template)
+
+        def add(name, *shape):
+            a = rng.standard_normal(shape).astype(np.float32) * 0.1
+            if len(shape) == 1:
+                w.add_tensor(name, a if "norm" not in name else a + 1)
+            else:
+                w.add_tensor(name, gguf.quants.quantize(a, qtype), raw_dtype=qtype)
+        hd = hidden // heads
+        add("token_embd.weight", len(tokens), hidden)
+        add("output_norm.weight", hidden)
+        for i in range(layers):
+            b = "blk.%d." % i
+            add(b + "attn_norm.weight", hidden)
+            add(b + "attn_q.weight", heads * hd, hidden)
+            add(b + "attn_k.weight", kv * hd, hidden)
+            add(b + "attn_v.weight", kv * hd, hidden)
+            if arch == "qwen2":
+                add(b + "attn_q.bias", heads * hd)
+                add(b + "attn_k.bias", kv * hd)
+                add(b + "attn_v.bias", kv * hd)
+            if arch == "qwen3":
+                add(b + "attn_q_norm.weight", hd)
+                add(b + "attn_k_norm.weight", hd)
+            add(b + "attn_output.weight", hidden, heads * hd)
+            add(b + "ffn_norm.weight", hidden)
+            add(b + "ffn_gate.weight", ff, hidden)
+            add(b + "ffn_up.weight", ff, hidden)
+            add(b + "ffn_down.weight", hidden, ff)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def seeds_gguf_model():
+    from gguf import GGMLQuantizationType as QT
+    # SentencePiece: <unk>, <s>, </s>, a few pieces, byte tokens for what they miss; scores rank the merges
+    pieces = ["<unk>", "<s>", "</s>", "\u2581", "\u2581H", "e", "l", "ll", "o", "\u2581w", "r", "d", "H", "w", "!"]
+    pieces += ["<0x%02X>" % b for b in range(256)]
+    ptypes = [2, 3, 3] + [1] * 12 + [6] * 256
+    scores = [0.0, 0.0, 0.0] + [-float(i) for i in range(12)] + [0.0] * 256
+    spm = ("llama", pieces, ptypes, [("add_token_scores", scores), ("add_bos_token_id", 1), ("add_eos_token_id", 2),
+                                     ("add_unk_token_id", 0), ("add_add_bos_token", True)])
+    put("gguf_model", "llama_spm", gguf_model_bytes("llama", QT.F16, spm, LLAMA2))
+    # byte-level BPE: GPT-2's byte alphabet, a few merges, ChatML's control tokens
+    alphabet = [chr(c) for c in range(33, 127)] + ["\u0120", "\u010a"]
+    merges = ["H e", "He l", "Hel l", "Hell o", "\u0120 w", "\u0120w o"]
+    words = ["He", "Hel", "Hell", "Hello", "\u0120w", "\u0120wo"]
+    bpe_tokens = alphabet + words + ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+    bpe_types = [1] * (len(alphabet) + len(words)) + [3, 3, 3]
+    eot = len(bpe_tokens) - 2
+    for arch, pre, qt in (("qwen2", "qwen2", QT.Q8_0), ("qwen3", "smollm", QT.Q4_0)):
+        bpe = ("gpt2", bpe_tokens, bpe_types, [("add_tokenizer_pre", pre), ("add_token_merges", merges),
+                                               ("add_eos_token_id", eot), ("add_bos_token_id", eot + 1)])
+        put("gguf_model", arch + "_bpe", gguf_model_bytes(arch, qt, bpe, CHATML, kv=2 if arch == "qwen3" else 1))
+
+
 def main():
+    if sys.argv[1:] == ["gguf_model"]:
+        shutil.rmtree(os.path.join(CORPUS, "gguf_model"), ignore_errors=True)
+        seeds_gguf_model()
+        return
     if sys.argv[1:] == ["gguf"]:
         shutil.rmtree(os.path.join(CORPUS, "gguf"), ignore_errors=True)
         seeds_gguf()
         return
     shutil.rmtree(CORPUS, ignore_errors=True)
     seeds_gguf()
+    seeds_gguf_model()
     seeds_safetensors()
     seeds_config()
     seeds_encoder()
