@@ -70,6 +70,7 @@ deps:
 	@$(PYTHON) -c "import gguf" 2>/dev/null || pip install gguf || echo "llmcc: gguf (PyPI: llama.cpp's gguf-py) not installed: the block-type and GGUF reference tests will skip"
 	@$(PYTHON) -c "import openai" 2>/dev/null || pip install openai || echo "llmcc: openai (PyPI) not installed: the --serve tests with the official client will skip"
 	@$(PYTHON) -c "import jinja2" 2>/dev/null || pip install jinja2 || echo "llmcc: jinja2 (PyPI) not installed: the chat-template tests against it will skip"
+	@$(PYTHON) -c "import prometheus_client" 2>/dev/null || pip install prometheus_client || echo "llmcc: prometheus_client (PyPI) not installed: the /metrics test will skip"
 	@$(PYTHON) -m pip show -q nvidia-cuda-nvdisasm >/dev/null 2>&1 || pip install nvidia-cuda-nvdisasm || echo "llmcc: nvidia-cuda-nvdisasm (PyPI) not installed: scripts/sass_report and its tests will skip"
 	@$(PYTHON) scripts/fetch_smollm2 --gguf || echo "llmcc: the default model's GGUF was not fetched: make will try again, or build models/austen-2m"
 

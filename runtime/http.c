@@ -55,6 +55,7 @@ static void conn_send(Conn *c, const void *p, size_t n) {
 static const char *status_text(int status) {
     switch (status) {
     case 200: return "OK";
+    case 204: return "No Content";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 404: return "Not Found";
@@ -74,6 +75,8 @@ void http_send_head(Conn *c, int status, const char *ctype, long length, bool cl
     Buf h = {0};
     buf_fmt(&h, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n", status, status_text(status), ctype);
     if (status == 503) buf_str(&h, "Retry-After: 1\r\n");   /* full or stopping: a client may try again */
+    if (c->server->cors) buf_fmt(&h, "Access-Control-Allow-Origin: %s\r\n", c->server->cors);
+    c->status = status;
     if (length >= 0) buf_fmt(&h, "Content-Length: %ld\r\n", length);
     else if (c->http10) { buf_str(&h, "Cache-Control: no-cache\r\n"); close = true; }   /* ends when closed */
     else buf_str(&h, "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n");
@@ -86,18 +89,55 @@ void http_send_head(Conn *c, int status, const char *ctype, long length, bool cl
 
 static void request_done(Conn *c);
 
-void http_send_json(Conn *c, int status, const Buf *body) {
+static void send_whole(Conn *c, int status, const char *ctype, const Buf *body, const char *end) {
     if (body->oom) { c->state = CONN_CLOSING; return; }
     bool close = !c->keep_alive || status == 413 || status == 431 || status == 408 || status == 414 ||
                  status == 505 || *c->server->stop;
-    http_send_head(c, status, "application/json", (long)body->len + 1, close);
+    http_send_head(c, status, ctype, (long)(body->len + strlen(end)), close);
     if (!c->head_only) {
         conn_send(c, body->p, body->len);
-        conn_send(c, "\n", 1);
+        conn_send(c, end, strlen(end));
     }
     if (close) c->keep_alive = false;
     if (status != 200) c->server->n_errors++;
     request_done(c);
+}
+
+void http_send_json(Conn *c, int status, const Buf *body) { send_whole(c, status, "application/json", body, "\n"); }
+void http_send_body(Conn *c, int status, const char *ctype, const Buf *body) { send_whole(c, status, ctype, body, ""); }
+
+void http_send_preflight(Conn *c) {
+    Buf h = {0};
+    buf_fmt(&h, "HTTP/1.1 204 No Content\r\nAccess-Control-Allow-Origin: %s\r\n"
+            "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
+            "Access-Control-Allow-Headers: Authorization, Content-Type\r\nAccess-Control-Max-Age: 86400\r\n"
+            "Connection: %s\r\n\r\n", c->server->cors, c->keep_alive ? "keep-alive" : "close");
+    c->status = 204;
+    if (h.oom) c->state = CONN_CLOSING;
+    else conn_send(c, h.p, h.len);
+    buf_free(&h);
+    request_done(c);
+}
+
+void http_shown_path(const Conn *c, char *out, size_t size) {
+    const char *url = c->url.p ? c->url.p : "";
+    size_t n = strcspn(url, "?");
+    if (n > 200) n = 200;
+    if (n >= size) n = size - 1;
+    for (size_t i = 0; i < n; i++) out[i] = url[i] >= 0x20 && url[i] < 0x7f ? url[i] : '?';
+    out[n] = 0;
+}
+
+/* The access log's line: who asked what, the answer, how long it took, the tokens */
+static void log_request(const Conn *c, const char *note) {
+    if (!c->server->access_log) return;
+    char path[201], tokens[96] = "";
+    http_shown_path(c, path, sizeof path);
+    if (c->log_prompt >= 0)
+        snprintf(tokens, sizeof tokens, ", tokens: prompt %ld, completion %ld", c->log_prompt, c->log_completion);
+    fprintf(stderr, "%s: %s \"%s %s\" %d in %.1f ms%s%s\n", c->server->name, c->peer[0] ? c->peer : "-",
+            c->method_name ? c->method_name : "-", c->method_name ? path : "-", c->status,
+            (now_s() - c->t_request) * 1e3, tokens, note);
 }
 
 void http_send_error(Conn *c, int status, const char *type, const char *param, const char *code, const char *fmt,
@@ -138,6 +178,9 @@ static int on_message_begin(llhttp_t *p) {
     c->head_done = false;
     c->ext_bytes = 0;
     c->crlf_due = 0;
+    c->method_name = NULL;
+    c->status = 0;
+    c->log_prompt = c->log_completion = -1;
     c->t_request = now_s();
     return 0;
 }
@@ -265,6 +308,10 @@ int http_bearer_key(const Conn *c, const char *const *keys, int n) {
 void http_close(Http *h, int ci) {
     Conn *c = &h->conns[ci];
     if (c->fd < 0) return;
+    if (c->state == CONN_QUEUED || c->state == CONN_SERVING) {   /* nginx's 499: the client closed first */
+        if (c->state == CONN_QUEUED || !c->status) c->status = 499;
+        log_request(c, c->status == 499 ? " (the client went away)" : " (cut off: the client went away)");
+    }
     h->on.closing(h->on.ctx, ci);   /* the client went away: what serves it stops at once */
     close(c->fd);
     c->fd = -1;
@@ -275,6 +322,7 @@ static void conn_pump(Http *h, int ci);
 
 /* A reply is complete: the next request on the connection may be read. */
 static void request_done(Conn *c) {
+    log_request(c, "");
     if (c->state == CONN_CLOSING) return;   /* the peer is gone, or the reply closes: nothing more is read */
     c->state = c->keep_alive && !c->peer_eof ? CONN_READING : CONN_CLOSING;
     c->t_request = c->t_active = now_s();
@@ -412,6 +460,7 @@ static void conn_accept(Http *h) {
         c->server = h;
         c->fd = fd;
         c->state = CONN_READING;
+        c->log_prompt = c->log_completion = -1;
         snprintf(c->peer, sizeof c->peer, "%s", peer);
         llhttp_init(parser_of(c), HTTP_REQUEST, &g_http);
         parser_of(c)->data = c;
@@ -434,7 +483,8 @@ static void dispatch(Http *h, int ci) {
     int method = llhttp_get_method(parser);
     c->method = method == HTTP_GET ? HTTP_METHOD_GET : method == HTTP_HEAD ? HTTP_METHOD_HEAD
               : method == HTTP_POST ? HTTP_METHOD_POST : method == HTTP_CONNECT ? HTTP_METHOD_CONNECT
-              : HTTP_METHOD_OTHER;
+              : method == HTTP_OPTIONS ? HTTP_METHOD_OPTIONS : HTTP_METHOD_OTHER;
+    c->method_name = llhttp_method_name((llhttp_method_t)method);
     c->head_only = method == HTTP_HEAD;
     c->http10 = llhttp_get_http_major(parser) == 1 && llhttp_get_http_minor(parser) == 0;
     h->on.request(h->on.ctx, ci);

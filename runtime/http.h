@@ -14,7 +14,8 @@
 #include <stddef.h>
 
 enum { CONN_READING, CONN_QUEUED, CONN_SERVING, CONN_CLOSING };   /* QUEUED, SERVING: the handler's to set */
-enum { HTTP_METHOD_OTHER, HTTP_METHOD_GET, HTTP_METHOD_HEAD, HTTP_METHOD_POST, HTTP_METHOD_CONNECT };
+enum { HTTP_METHOD_OTHER, HTTP_METHOD_GET, HTTP_METHOD_HEAD, HTTP_METHOD_POST, HTTP_METHOD_CONNECT,
+       HTTP_METHOD_OPTIONS };
 
 typedef struct Http Http;
 
@@ -52,6 +53,10 @@ typedef struct {
     const char *exec_end;        /* the end of the bytes llhttp is parsing */
     bool head_done;              /* the request's head is read (HEAD_S until then) */
     char peer[48];               /* the client's address ("" where unknown), for --max-conns-per-peer */
+    /* the access log's line (request_done) */
+    const char *method_name;     /* the request's method as llhttp names it, NULL before its head is read */
+    int status;                  /* the reply's */
+    long log_prompt, log_completion;   /* the handler's: the request's prompt and generated tokens (-1: none) */
 } Conn;
 
 typedef struct {
@@ -68,6 +73,8 @@ struct Http {
     int max_conns;                           /* open connections at most */
     int max_per_peer;                        /* of them from one address (loopback's not counted) */
     const volatile sig_atomic_t *stop;       /* set: replies close their connection, idle ones are dropped */
+    const char *cors;                        /* Access-Control-Allow-Origin of every reply (NULL: none) */
+    bool access_log;                         /* a line on stderr per request answered */
     HttpHandler on;
     int listen_fd;
     Conn *conns; int n_conns;
@@ -98,6 +105,10 @@ int http_bearer_key(const Conn *c, const char *const *keys, int n);
 /* length -1: a stream (chunked; HTTP/1.0: ended by closing) */
 void http_send_head(Conn *c, int status, const char *ctype, long length, bool close);
 void http_send_json(Conn *c, int status, const Buf *body);   /* a whole reply: the request is done */
+void http_send_body(Conn *c, int status, const char *ctype, const Buf *body);   /* the same in another type */
+void http_send_preflight(Conn *c);   /* 204 to a CORS preflight (OPTIONS): the methods and headers allowed */
+/* The request's path (no query) as printable ASCII, at most 200 bytes (others shown as '?'), for messages */
+void http_shown_path(const Conn *c, char *out, size_t size);
 /* OpenAI's error object; param: the request field at fault (NULL: none). The request is done. */
 void http_send_error(Conn *c, int status, const char *type, const char *param, const char *code, const char *fmt,
                      ...) __attribute__((format(printf, 6, 7)));

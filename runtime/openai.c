@@ -31,6 +31,8 @@ void api_request_free(ApiRequest *r) {
     free(r->tools);
     free(r->kwargs);
     free(r->prompt);
+    free(r->prompt_ids);
+    free(r->model_asked);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);
 }
@@ -134,6 +136,23 @@ static bool copy_tool_calls(Buf *b, const Json *j, int calls) {
 }
 
 /* ---------------------------------------------------------------- requests */
+/* The body read as a JSON object into j; false with *err (400) where it is not one */
+static bool read_object(Json *j, const char *body, size_t len, ApiError *err) {
+    size_t at;
+    JsonError read = json_read(j, body ? body : "", len, &at);
+    if (read == JSON_ERR_OOM) {
+        SERVER_OOM(err);
+    } else if ((read != JSON_OK && read != JSON_ERR_TRAILING) || json_bad_token(j) >= 0) {
+        BAD_REQUEST(err, NULL, "the body is not valid JSON");
+    } else if (read == JSON_ERR_TRAILING || json_type(j, 0) != JSON_OBJECT) {
+        BAD_REQUEST(err, NULL, "the body is not a JSON object");
+    } else {
+        return true;
+    }
+    json_free(j);
+    return false;
+}
+
 bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, const SampleParams *defaults,
                        ApiError *err) {
     api_request_free(r);
@@ -142,9 +161,7 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
     r->max_tokens = -1;
     r->think = TOK_THINK_DEFAULT;
     Json j;
-    size_t at;
-    JsonError read = json_read(&j, body ? body : "", len, &at);
-    if (read == JSON_ERR_OOM) { SERVER_OOM(err); return false; }
+    if (!read_object(&j, body, len, err)) return false;
     bool ok = false;
     const char *why;
     char field[64];
@@ -152,14 +169,6 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
     bool flag;
     int k;
     Buf mb = {0};   /* the chat's messages as the template gets them */
-    if ((read != JSON_OK && read != JSON_ERR_TRAILING) || json_bad_token(&j) >= 0) {
-        BAD_REQUEST(err, NULL, "the body is not valid JSON");
-        goto out;
-    }
-    if (read == JSON_ERR_TRAILING || json_type(&j, 0) != JSON_OBJECT) {
-        BAD_REQUEST(err, NULL, "the body is not a JSON object");
-        goto out;
-    }
     /* the text */
     if (chat) {
         k = json_find(&j, 0, "messages");
@@ -283,12 +292,30 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
         k = json_find(&j, 0, "prompt");
         bool one_in_array = json_type(&j, k) == JSON_ARRAY && json_size(&j, k) == 1;   /* ["text"]: the text */
         if (k >= 0 && one_in_array && json_type(&j, k + 1) == JSON_STRING) k++;
+        if (k >= 0 && one_in_array && json_type(&j, k + 1) == JSON_ARRAY) k++;          /* [[ids]]: the ids */
         if (k < 0) { BAD_REQUEST(err, "prompt", "prompt: missing (a string)"); goto out; }
-        if (!(r->prompt = json_text(&j, k, &r->prompt_len, &why))) {
+        if (json_type(&j, k) == JSON_ARRAY && json_type(&j, k + 1) == JSON_PRIMITIVE) {   /* token ids */
+            int n = json_size(&j, k);
+            if (!(r->prompt_ids = malloc((size_t)(n ? n : 1) * sizeof *r->prompt_ids))) { SERVER_OOM(err); goto out; }
+            for (int q = 0, t = k + 1; q < n; q++, t = json_next(&j, t)) {
+                if (!json_number(&j, t, &v) || v != floor(v) || v < 0 || v > 2147483647.0) {
+                    snprintf(field, sizeof field, "prompt[%d]", q);
+                    BAD_REQUEST(err, field, "%s: a token id must be a whole number >= 0", field);
+                    goto out;
+                }
+                r->prompt_ids[q] = (int32_t)v;
+            }
+            r->n_prompt_ids = n;
+        } else if (!(r->prompt = json_text(&j, k, &r->prompt_len, &why))) {
             BAD_REQUEST(err, "prompt", "prompt: %s%s", why,
                         json_type(&j, k) == JSON_ARRAY ? " (one prompt per request: no arrays of several)" : "");
             goto out;
         }
+    }
+    k = json_find(&j, 0, "model");
+    if (k >= 0 && !json_is_null(&j, k) && !(r->model_asked = json_text(&j, k, &(size_t){0}, &why))) {
+        BAD_REQUEST(err, "model", "model: %s", why);
+        goto out;
     }
     /* the limits and the sampling */
     k = json_find(&j, 0, "max_completion_tokens");
@@ -425,6 +452,19 @@ int api_request_ids(const ApiRequest *r, const Tokenizer *tok, const char *syste
         }
         n = tokenizer_encode(tok, text, tl, false, ids);
         free(text);
+    } else if (r->prompt_ids) {   /* as given, as llama-server and vLLM take them */
+        n = r->n_prompt_ids;
+        if (n == 0) { BAD_REQUEST(err, "prompt", "prompt: no token ids"); return -1; }
+        if (!(*ids = malloc((size_t)n * sizeof **ids))) { SERVER_OOM(err); return -1; }
+        memcpy(*ids, r->prompt_ids, (size_t)n * sizeof **ids);
+        for (int i = 0; i < n; i++)
+            if ((*ids)[i] >= vocab) {
+                char field[32];
+                snprintf(field, sizeof field, "prompt[%d]", i);
+                BAD_REQUEST(err, field, "%s: token id %d is outside the vocabulary (0..%d)", field, (*ids)[i],
+                            vocab - 1);
+                return -1;
+            }
     } else {
         n = tokenizer_encode(tok, r->prompt, r->prompt_len, true, ids);
         if (n == 0) {
@@ -522,4 +562,78 @@ void api_models(Buf *b, const char *model, long created, const char *architectur
     buf_fmt(b, ",\"context\":%d,\"target\":", ctx);
     buf_json_str(b, target, strlen(target));
     buf_str(b, "}}]}");
+}
+
+/* ---------------------------------------------------------------- llama-server's /tokenize and /detokenize */
+/* Optional boolean field name of the object (def where absent or null); false with *err where it is no boolean */
+static bool opt_bool(const Json *j, const char *name, bool def, bool *v, ApiError *err) {
+    int k = json_find(j, 0, name);
+    *v = def;
+    if (k < 0 || json_is_null(j, k) || json_is_bool(j, k, v)) return true;
+    BAD_REQUEST(err, name, "%s: must be true or false", name);
+    return false;
+}
+
+bool api_tokenize(Buf *b, const char *body, size_t len, const Tokenizer *tok, ApiError *err) {
+    Json j;
+    if (!read_object(&j, body, len, err)) return false;
+    bool add_special, pieces, ok = false;
+    const char *why;
+    size_t tl;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    int k = json_find(&j, 0, "content");
+    if (k < 0) { BAD_REQUEST(err, "content", "content: missing (the text to tokenize)"); goto out; }
+    if (!(text = json_text(&j, k, &tl, &why))) { BAD_REQUEST(err, "content", "content: %s", why); goto out; }
+    if (!opt_bool(&j, "add_special", false, &add_special, err) || !opt_bool(&j, "with_pieces", false, &pieces, err))
+        goto out;
+    int n = tokenizer_encode(tok, text, tl, add_special, &ids);
+    if (n < 0) { SERVER_OOM(err); goto out; }
+    buf_str(b, "{\"tokens\":[");
+    for (int i = 0; i < n; i++) {
+        if (!pieces) { buf_fmt(b, "%s%d", i ? "," : "", ids[i]); continue; }
+        char *piece = tokenizer_decode(tok, &ids[i], 1, true);   /* a character split across tokens: U+FFFD */
+        buf_fmt(b, "%s{\"id\":%d,\"piece\":", i ? "," : "", ids[i]);
+        buf_json_str(b, piece ? piece : "", piece ? strlen(piece) : 0);
+        buf_str(b, "}");
+        free(piece);
+    }
+    buf_str(b, "]}");
+    ok = true;
+out:
+    free(ids);
+    free(text);
+    json_free(&j);
+    return ok;
+}
+
+bool api_detokenize(Buf *b, const char *body, size_t len, const Tokenizer *tok, int vocab, ApiError *err) {
+    Json j;
+    if (!read_object(&j, body, len, err)) return false;
+    bool ok = false;
+    int32_t *ids = NULL;
+    double v;
+    char field[32];
+    int k = json_find(&j, 0, "tokens"), n = json_size(&j, k);
+    if (json_type(&j, k) != JSON_ARRAY) { BAD_REQUEST(err, "tokens", "tokens: must be an array of ids"); goto out; }
+    if (!(ids = malloc((size_t)(n ? n : 1) * sizeof *ids))) { SERVER_OOM(err); goto out; }
+    for (int q = 0, t = k + 1; q < n; q++, t = json_next(&j, t)) {
+        snprintf(field, sizeof field, "tokens[%d]", q);
+        if (!json_number(&j, t, &v) || v != floor(v) || v < 0 || v >= vocab) {
+            BAD_REQUEST(err, field, "%s: must be a token id in 0..%d", field, vocab - 1);
+            goto out;
+        }
+        ids[q] = (int32_t)v;
+    }
+    char *text = tokenizer_decode(tok, ids, n, true);
+    if (!text) { SERVER_OOM(err); goto out; }
+    buf_str(b, "{\"content\":");
+    buf_json_str(b, text, strlen(text));
+    buf_str(b, "}");
+    free(text);
+    ok = true;
+out:
+    free(ids);
+    json_free(&j);
+    return ok;
 }

@@ -17,7 +17,9 @@ typedef struct {
     bool has_system;                   /*   one of them is the system's */
     char *tools; size_t tools_len;     /* chat: the tools (JSON), or NULL */
     char *kwargs; size_t kwargs_len;   /* chat: chat_template_kwargs (a JSON object), or NULL */
-    char *prompt; size_t prompt_len;   /* completions */
+    char *prompt; size_t prompt_len;   /* completions: a text, */
+    int32_t *prompt_ids; int n_prompt_ids;   /* or token ids, as given (no BOS added) */
+    char *model_asked;                 /* the request's "model", or NULL (the server checks it is the one it serves) */
     long max_tokens;                   /* -1: up to the context's end */
     SampleParams sp;
     unsigned long long seed; bool has_seed;
@@ -50,6 +52,11 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
  * model cannot take the request (no chat template, a prompt longer than ctx tokens) or memory ran out. */
 int api_request_ids(const ApiRequest *r, const Tokenizer *tok, const char *system, int ctx, int vocab,
                     int32_t **ids, ApiError *err);
+
+/* llama-server's POST /tokenize ({"content": TEXT, "add_special": false, "with_pieces": false}) and POST
+ * /detokenize ({"tokens": [IDS]}): the request read (false with *err), the reply written (false: out of memory) */
+bool api_tokenize(Buf *b, const char *body, size_t len, const Tokenizer *tok, ApiError *err);
+bool api_detokenize(Buf *b, const char *body, size_t len, const Tokenizer *tok, int vocab, ApiError *err);
 
 /* A stream's event carrying text[0..n) (role: the chat's opening one, with "role":"assistant") */
 void api_stream_delta(Buf *b, const ApiRequest *r, bool role, const char *text, size_t n);

@@ -188,7 +188,12 @@ static void usage(void) {
            "                          makes room, else a 503 with Retry-After\n"
            "  --max-conns-per-peer N  of them from one address (default a quarter of --max-conns;\n"
            "                          127.0.0.1, a reverse proxy's, is not capped)\n"
-           "  --stats-every S         the --stats line every S seconds (default 10)\n\n"
+           "  --stats-every S         the --stats line every S seconds (default 10)\n"
+           "  --cors ORIGIN           let web pages of ORIGIN (or *) call the API: Access-Control-Allow-Origin\n"
+           "                          on every reply, OPTIONS preflights answered\n"
+           "  --no-access-log         no line on stderr per request (client, method, path, status, time, tokens)\n"
+           "  The routes: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize; GET /v1/models,\n"
+           "  /metrics (Prometheus's text, under vLLM's names), /health\n\n"
            "The machine:\n"
            "  -t, --threads N         CPU threads (default: one per physical core, each pinned to it)\n"
            "  --no-graph              (GPU builds) launch the decode step's kernels one by one, not as one\n"
@@ -278,7 +283,8 @@ static void parse_args(int argc, char **argv, Opts *o) {
     o->device_topk = on_gpu();
     o->think = TOK_THINK_DEFAULT;
     o->so = (ServeOpts){ .host = "127.0.0.1", .port = 8080, .parallel = 1, .max_body = 1 << 20, .timeout_s = 30,
-                         .max_conns = 512, .stats_every = 10, .api_keys = G.api_keys, .prompt_cache = -1 };
+                         .max_conns = 512, .stats_every = 10, .api_keys = G.api_keys, .prompt_cache = -1,
+                         .access_log = true };
     size_t args_len = 0;
     bool only_args = false;   /* after -- */
     for (int i = 1; i < argc; i++) {
@@ -415,6 +421,17 @@ static void parse_args(int argc, char **argv, Opts *o) {
         } else if (IS("--max-conns-per-peer")) {
             o->so.max_per_peer = (int)parse_int(flag, VAL(), 1, 65536, NULL);
             o->serve_flag = true;
+        } else if (IS("--cors")) {
+            o->so.cors = VAL();
+            for (const char *q = o->so.cors; *q; q++)   /* it goes into every reply's head as it is */
+                if ((unsigned char)*q <= 0x20 || *q == 0x7f)
+                    die("%s: an origin like https://example.com or * has no spaces or control characters", flag);
+            if (!*o->so.cors) die("%s: empty (an origin like https://example.com, or *)", flag);
+            o->serve_flag = true;
+        } else if (IS("--no-access-log")) {
+            NOVAL();
+            o->so.access_log = false;
+            o->serve_flag = true;
         }
         else die("unknown option '%s' (see --help)", a);
 #undef IS
@@ -434,7 +451,7 @@ static void parse_args(int argc, char **argv, Opts *o) {
     if (o->serve && o->n_stop) die("--serve: each request says its stop strings: no --stop");
     if (o->serve_flag && !o->serve)
         die("--host, --port, --parallel, --api-key, --api-key-file, --prompt-cache, --max-body, --timeout, "
-            "--max-conns, --max-conns-per-peer and --stats-every go with --serve");
+            "--max-conns, --max-conns-per-peer, --stats-every, --cors and --no-access-log go with --serve");
     if (o->serve && (o->prompt || o->prompt_ids || o->interactive || o->tokenize || o->ppl_path || o->ids ||
                      o->logits_path))
         die("--serve takes its prompts from HTTP requests: no --prompt, --prompt-ids, -i, --tokenize, "

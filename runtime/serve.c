@@ -1,7 +1,8 @@
 /* serve.c: --serve, the OpenAI HTTP API over the compiled model (see serve.h): the slots and their scheduling, and
  * the routes that join the HTTP side (http.c: connections, framing) to OpenAI's schema (openai.c: what the
  * requests and replies say). Routes: POST /v1/chat/completions, POST /v1/completions (both with "stream":
- * server-sent events), GET /v1/models, GET /health.
+ * server-sent events), GET /v1/models, GET /health; llama-server's POST /tokenize and /detokenize; GET /metrics
+ * (metrics.c: Prometheus's text under vLLM's names).
  *
  * One thread, one event loop: poll() over the listening socket and the clients' connections, and between two
  * polls one unit of model work (a prefill chunk of max_batch tokens, or one decode step), so that a streamed
@@ -15,6 +16,7 @@
 #include "serve.h"
 #include "buf.h"
 #include "http.h"
+#include "metrics.h"
 #include "openai.h"
 #include "session.h"
 
@@ -39,6 +41,9 @@ typedef struct {
     int owner;                   /* the key whose request the cache's rows hold (-1: none): only its requests keep
                                   * them, so that no client learns of another's prompt */
     long n_served, n_generated;  /* statistics: requests finished, tokens generated */
+    double t_arrival;            /* the request's first byte (metrics: time to first token, end to end) */
+    double t_last_token;         /* when its last token was sampled (metrics: inter-token latency) */
+    int n_gen_seen;              /* its tokens the metrics have seen */
     long n_generated_seen;       /* n_generated at the last statistics line */
 } Slot;
 
@@ -68,6 +73,7 @@ static struct {
     long last_tokens_out;
     double busy_s;
     long n_batches, n_batched;   /* decode batches run, the tokens they took */
+    Metrics metrics;             /* GET /metrics */
 } S;
 
 static volatile sig_atomic_t g_stop, g_usr1;
@@ -116,6 +122,12 @@ static void slot_finish(Slot *s, const char *why) {
     S.n_tokens_in += ss->reply_start;
     S.n_tokens_out += ss->n_gen;
     s->n_served++;
+    c->log_prompt = ss->reply_start;
+    c->log_completion = ss->n_gen;
+    S.metrics.prompt_tokens += ss->reply_start;
+    S.metrics.generation_tokens += ss->n_gen;
+    ++*(strcmp(why, "stop") ? &S.metrics.finished_length : &S.metrics.finished_stop);
+    metrics_observe(&S.metrics.e2e, now_s() - s->t_arrival);
     Buf b = {0};
     if (r->stream) {
         api_stream_end(&b, r, why, &u);
@@ -167,6 +179,8 @@ static bool slot_start(void) {
         s->req = r;
         s->n_cached = keep;
         s->n_exact = 0;   /* until the request ends (slot_release) */
+        s->t_arrival = c->t_request;
+        s->n_gen_seen = 0;
         /* a completion continues its prompt: the decoder sees the prompt first, as the command line's echo does;
          * a chat reply starts afresh */
         SessionParams p = { .sp = r->sp, .max_new = r->max_tokens, .ignore_eos = r->ignore_eos, .continues = !r->chat,
@@ -192,6 +206,13 @@ static bool slot_start(void) {
  * next token sampled, the text streamed, the request finished at a stop or at max_tokens */
 static void slot_took(Slot *s, const float *logits) {
     SessionStep step = session_took(&s->sess, logits);
+    if (s->sess.n_gen > s->n_gen_seen) {   /* a token sampled: its latency */
+        double now = now_s();
+        metrics_observe(s->n_gen_seen ? &S.metrics.itl : &S.metrics.ttft,
+                        now - (s->n_gen_seen ? s->t_last_token : s->t_arrival));
+        s->t_last_token = now;
+        s->n_gen_seen = s->sess.n_gen;
+    }
     if (step == SESSION_MORE) return;
     if (step == SESSION_OOM) {   /* a stream already begun is cut off; a whole reply gets its error */
         if (s->req->stream) S.http.conns[s->conn].state = CONN_CLOSING;
@@ -244,6 +265,12 @@ static bool decode_batch(void) {
     return true;
 }
 
+static int slots_busy(void) {
+    int busy = 0;
+    for (int k = 0; k < S.n_slots; k++) busy += S.slots[k].active;
+    return busy;
+}
+
 /* ---------------------------------------------------------------- routes */
 /* The HTTP side's handler: a request read whole on connection ci, answered at once or queued for a slot */
 static void route(void *ctx, int ci) {
@@ -257,6 +284,11 @@ static void route(void *ctx, int ci) {
     if (c->method == HTTP_METHOD_CONNECT) {
         c->keep_alive = false;
         http_send_error(c, 405, "invalid_request_error", NULL, NULL, "CONNECT is not served here");
+        return;
+    }
+    if (c->method == HTTP_METHOD_OPTIONS) {   /* a browser's preflight: it carries no key */
+        if (S.so->cors) http_send_preflight(c);
+        else http_send_error(c, 405, "invalid_request_error", NULL, NULL, "OPTIONS is answered with --cors");
         return;
     }
 #define PATH(s) (ul == strlen(s) && !strncmp(url, s, ul))
@@ -281,6 +313,36 @@ static void route(void *ctx, int ci) {
         buf_free(&b);
         return;
     }
+    if (PATH("/metrics")) {
+        if (!get) { http_send_error(c, 405, "invalid_request_error", NULL, NULL, "/metrics takes GET"); return; }
+        MetricsNow now = { .running = slots_busy(), .waiting = S.n_queue, .requests = S.n_requests,
+                           .errors = S.http.n_errors };
+        long rows = 0;
+        for (int k = 0; k < S.n_slots; k++) rows += S.slots[k].active ? S.slots[k].sess.n_fed : 0;
+        now.kv_usage = (double)rows / ((double)S.n_slots * S.sm->ctx);
+        Buf b = {0};
+        metrics_write(&b, &S.metrics, &now, S.name);
+        http_send_body(c, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
+        buf_free(&b);
+        return;
+    }
+    bool detok = PATH("/detokenize");
+    if (detok || PATH("/tokenize")) {
+        if (!post) {
+            http_send_error(c, 405, "invalid_request_error", NULL, NULL, "%s takes POST", detok ? "/detokenize"
+                            : "/tokenize");
+            return;
+        }
+        Buf b = {0};
+        ApiError e;
+        if (detok ? api_detokenize(&b, c->body.p, c->body.len, S.sm->tok, model_info.vocab_size, &e)
+                  : api_tokenize(&b, c->body.p, c->body.len, S.sm->tok, &e))
+            http_send_json(c, 200, &b);
+        else
+            send_api_error(c, &e);
+        buf_free(&b);
+        return;
+    }
     bool chat = PATH("/v1/chat/completions");
     if (chat || PATH("/v1/completions")) {
         if (!post) {
@@ -295,6 +357,17 @@ static void route(void *ctx, int ci) {
             send_api_error(c, &e);
             return;
         }
+        if (r->model_asked && strcmp(r->model_asked, S.name)) {   /* as OpenAI answers a model it lacks */
+            char asked[101];
+            size_t n = strlen(r->model_asked) < 100 ? strlen(r->model_asked) : 100;
+            for (size_t i = 0; i < n; i++) asked[i] = r->model_asked[i] >= 0x20 && r->model_asked[i] < 0x7f
+                                                      ? r->model_asked[i] : '?';
+            asked[n] = 0;
+            api_request_free(r);
+            http_send_error(c, 404, "invalid_request_error", "model", "model_not_found", "The model '%s' does not "
+                            "exist (this server serves '%s': GET /v1/models)", asked, S.name);
+            return;
+        }
         r->model = S.name;
         r->key = key;
         r->id_base = S.created_base;
@@ -307,11 +380,9 @@ static void route(void *ctx, int ci) {
     }
 #undef PATH
     char shown[201];   /* the path in the message: printable ASCII (the message is JSON, valid UTF-8) */
-    size_t sl = ul < 200 ? ul : 200;
-    for (size_t i = 0; i < sl; i++) shown[i] = url[i] >= 0x20 && url[i] < 0x7f ? url[i] : '?';
-    shown[sl] = 0;
+    http_shown_path(c, shown, sizeof shown);
     http_send_error(c, 404, "invalid_request_error", NULL, NULL, "no route %s (the routes: /v1/chat/completions, "
-                    "/v1/completions, /v1/models, /health)", shown);
+                    "/v1/completions, /v1/models, /tokenize, /detokenize, /metrics, /health)", shown);
 }
 
 /* The HTTP side's handler: connection ci goes (its client went away, or it timed out): its slot is free at once */
@@ -328,11 +399,6 @@ static void conn_gone(void *ctx, int ci) {
 }
 
 /* ---------------------------------------------------------------- the loop */
-static int slots_busy(void) {
-    int busy = 0;
-    for (int k = 0; k < S.n_slots; k++) busy += S.slots[k].active;
-    return busy;
-}
 
 static void print_stats(void) {
     double now = now_s(), dt = now - S.t_last_stats;
@@ -368,7 +434,9 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
     S.http = (Http){ .name = S.name, .max_body = so->max_body, .timeout_s = so->timeout_s,
                      .max_conns = so->max_conns, .max_per_peer = so->max_per_peer ? so->max_per_peer
                                                                                   : (so->max_conns + 3) / 4,
-                     .stop = &g_stop, .on = { route, conn_gone, NULL } };
+                     .stop = &g_stop, .cors = so->cors, .access_log = so->access_log,
+                     .on = { route, conn_gone, NULL } };
+    metrics_init(&S.metrics);
 
     S.logits = malloc((size_t)model_info.vocab_size * sizeof *S.logits);
     S.n_slots = so->parallel;

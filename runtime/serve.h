@@ -19,6 +19,8 @@ typedef struct {
     int timeout_s;            /* a request must arrive whole, a reply be taken up, within this; idle keep-alive */
     int max_conns;            /* open connections at most */
     int max_per_peer;         /* of them from one address other than loopback (0: max_conns / 4) */
+    const char *cors;         /* Access-Control-Allow-Origin of every reply, and OPTIONS answered (NULL: neither) */
+    bool access_log;          /* a line on stderr per request answered */
     bool stats;               /* a line on stderr every stats_every seconds (SIGUSR1: at once, always) */
     int stats_every;
 } ServeOpts;

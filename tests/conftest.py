@@ -47,7 +47,9 @@ ASAN = ["test_bad_input", "test_config_keys", "test_fuzz_regressions", "test_ggu
         "test_e2e::test_real_configs_compile", "test_e2e::test_llama_gqa_f32",
         "test_e2e::test_kv_cache_dtypes", "test_e2e::test_build_refuses_foreign_dir_and_leaves_nothing_on_failure",
         "test_serve::test_bad_requests_named", "test_serve::test_json_strictness", "test_serve::test_protocol_edges",
-        "test_serve::test_huge_body_refused", "test_serve::test_api_key",
+        "test_serve::test_huge_body_refused", "test_serve::test_api_key", "test_serve::test_tokenize_detokenize",
+        "test_serve::test_model_name_and_token_id_prompts", "test_serve::test_cors_and_access_log",
+        "test_serve::test_metrics_move_as_requests_queue_and_run",
         "test_chat::test_chat_from_a_pipe_and_the_prompt_on_stdin",
         "test_chat::test_chat_on_a_terminal_past_the_context_clear_and_bye"]
 

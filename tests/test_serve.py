@@ -481,6 +481,145 @@ def test_prompt_cache_per_key():
         p.wait()
 
 
+# ---------------------------------------------------------------- what operators and tools use
+
+def get(port, path, headers=""):
+    """(status, head, body) of GET path."""
+    reply = http(port, b"GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n%s\r\n" % (path.encode(),
+                                                                                        headers.encode()))
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return int(head.split()[1]), head.decode("latin-1"), body
+
+
+def test_tokenize_detokenize():
+    """llama-server's /tokenize and /detokenize: the ids the real Qwen2.5 tokenizer gives (tokenizers, PyPI), the
+    pieces, BOS with add_special (stories' SentencePiece adds one), and the text back."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise Skip("tokenizers (PyPI) is not installed (make deps)")
+    ref = Tokenizer.from_file(shared("tokenizers", "qwen2.5-instruct", "tokenizer.json"))
+    text = "Hello world, caf\u00e9 \u65e5\u672c! <|im_end|>"
+    with Server() as s:
+        st, js = post(s.port, "/tokenize", {"content": text})
+        assert st == 200 and js["tokens"] == ref.encode(text, add_special_tokens=False).ids, js
+        st, pieces = post(s.port, "/tokenize", {"content": "Hello world", "with_pieces": True})
+        assert st == 200 and "".join(p["piece"] for p in pieces["tokens"]) == "Hello world", pieces
+        assert [p["id"] for p in pieces["tokens"]] == ref.encode("Hello world").ids
+        st, back = post(s.port, "/detokenize", {"tokens": js["tokens"]})
+        assert st == 200 and back == {"content": text}, back
+        st, e = post(s.port, "/detokenize", {"tokens": [1, 10 ** 9]})
+        assert st == 400 and e["error"]["param"] == "tokens[1]", e
+        st, e = post(s.port, "/tokenize", {"text": "x"})
+        assert st == 400 and e["error"]["param"] == "content", e
+        assert get(s.port, "/tokenize")[0] == 405
+    with Server(kind="stories") as s:
+        plain = post(s.port, "/tokenize", {"content": "Once upon a time"})[1]["tokens"]
+        special = post(s.port, "/tokenize", {"content": "Once upon a time", "add_special": True})[1]["tokens"]
+        assert special == [1] + plain, (plain, special)
+
+
+def test_model_name_and_token_id_prompts():
+    """The request's model must be the one served (OpenAI's 404 model_not_found otherwise; none named is this
+    one); a completion's prompt may be token ids, used as given: the ids of the text's encoding (BOS included)
+    continue as the text does."""
+    with Server(kind="stories") as s:
+        c = client(s)
+        import openai
+        try:
+            c.completions.create(model="gpt-4", prompt="Once", max_tokens=2)
+            raise AssertionError("a model not served was answered")
+        except openai.NotFoundError as e:
+            assert e.status_code == 404 and e.body["code"] == "model_not_found" and e.body["param"] == "model", e.body
+            assert "'gpt-4' does not exist (this server serves 'stories'" in e.body["message"], e.body
+        ids = post(s.port, "/tokenize", {"content": "Once upon a time", "add_special": True})[1]["tokens"]
+        args = dict(model="stories", temperature=0, max_tokens=30)
+        text = c.completions.create(prompt="Once upon a time", **args).choices[0].text
+        assert c.completions.create(prompt=ids, **args).choices[0].text == text
+        assert c.completions.create(prompt=[ids], **args).choices[0].text == text
+        assert post(s.port, "/v1/completions", {"prompt": ids, "max_tokens": 2})[0] == 200   # no model: this one
+        for bad, param in (([1, 100000], "prompt[1]"), ([1, -2], "prompt[1]"), ([1.5], "prompt[0]"), ([], "prompt")):
+            st, e = post(s.port, "/v1/completions", {"prompt": bad, "max_tokens": 2})
+            assert st == 400 and e["error"]["param"] == param, (bad, e)
+
+
+def metric_values(port):
+    """/metrics parsed by prometheus_client's own parser: {sample name + sorted labels: value}."""
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        raise Skip("prometheus_client (PyPI) is not installed (make deps)")
+    st, head, body = get(port, "/metrics")
+    assert st == 200 and "text/plain; version=0.0.4" in head, head
+    out = {}
+    for fam in text_string_to_metric_families(body.decode()):
+        for smp in fam.samples:
+            labels = {k: v for k, v in smp.labels.items() if k != "model_name"}
+            assert smp.labels.get("model_name", "qwen") == "qwen", smp
+            out[smp.name + "".join("{%s=%s}" % kv for kv in sorted(labels.items()))] = smp.value
+    return out
+
+
+def test_metrics_move_as_requests_queue_and_run():
+    """With one slot, a long request runs while a second waits: /metrics (Prometheus's text, vLLM's names) says
+    1 running and 1 waiting, KV rows in use; once both are done, the token counters and the histograms hold them."""
+    with Server("--parallel", 1) as s:
+        m0 = metric_values(s.port)
+        assert m0["vllm:num_requests_running"] == 0 and m0["vllm:num_requests_waiting"] == 0, m0
+        assert m0["vllm:kv_cache_usage_perc"] == 0 and m0["vllm:time_to_first_token_seconds_count"] == 0, m0
+        body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 120, "ignore_eos": True}
+        replies = []
+        threads = [threading.Thread(target=lambda: replies.append(post(s.port, "/v1/chat/completions", body)))
+                   for _ in range(2)]
+        for t in threads:
+            t.start()
+            time.sleep(0.05)
+        seen = None
+        while any(t.is_alive() for t in threads):
+            m = metric_values(s.port)
+            if m["vllm:num_requests_running"] == 1 and m["vllm:num_requests_waiting"] == 1:
+                seen = m
+        for t in threads:
+            t.join()
+        assert seen, "never saw one request running and one waiting"
+        assert 0 < seen["vllm:kv_cache_usage_perc"] <= 1, seen
+        assert [st for st, _ in replies] == [200, 200], replies
+        m = metric_values(s.port)
+        assert m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0, m
+        assert m["vllm:generation_tokens_total"] == 240, m
+        assert m["vllm:prompt_tokens_total"] == sum(js["usage"]["prompt_tokens"] for _, js in replies), m
+        assert m["vllm:request_success_total{finished_reason=length}"] == 2, m
+        assert m["vllm:time_to_first_token_seconds_count"] == 2 and m["vllm:e2e_request_latency_seconds_count"] == 2
+        assert m["vllm:inter_token_latency_seconds_count"] == 238, m
+        assert m["vllm:time_to_first_token_seconds_bucket{le=+Inf}"] == 2, m
+        assert m["llmcc:http_requests_total"] >= 2 and m["llmcc:http_errors_total"] == 0, m
+
+
+def test_cors_and_access_log():
+    """--cors: every reply says Access-Control-Allow-Origin and a preflight (OPTIONS, no key) is answered 204;
+    without it OPTIONS is 405. Each request answered is one line on stderr (--no-access-log: none)."""
+    with Server("--cors", "https://app.example", "--api-key", "k", kind="stories") as s:
+        pre = http(s.port, b"OPTIONS /v1/completions HTTP/1.1\r\nHost: x\r\nOrigin: https://app.example\r\n"
+                           b"Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n")
+        head = pre.partition(b"\r\n\r\n")[0].decode()
+        assert head.startswith("HTTP/1.1 204") and "Access-Control-Allow-Origin: https://app.example" in head, head
+        assert "Access-Control-Allow-Headers: Authorization, Content-Type" in head, head
+        st, head, _ = get(s.port, "/v1/models", "Authorization: Bearer k\r\n")
+        assert st == 200 and "Access-Control-Allow-Origin: https://app.example" in head, head
+        st, js = post(s.port, "/v1/completions", {"prompt": "Once", "max_tokens": 5}, "Authorization: Bearer k\r\n")
+        assert st == 200, js
+        err = s.stop()
+    assert re.search(r'^stories: 127\.0\.0\.1 "POST /v1/completions" 200 in [\d.]+ ms, tokens: prompt \d+, '
+                     r'completion 5$', err, re.M), err
+    assert re.search(r'^stories: 127\.0\.0\.1 "OPTIONS /v1/completions" 204 in [\d.]+ ms$', err, re.M), err
+    with Server("--no-access-log", kind="stories") as s:
+        pre = http(s.port, b"OPTIONS /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert pre.startswith(b"HTTP/1.1 405") and b"Access-Control" not in pre, pre
+        assert post(s.port, "/v1/completions", {"prompt": "Once", "max_tokens": 5})[0] == 200
+        err = s.stop()
+    assert '"POST /v1/completions"' not in err, err
+
+
 # ---------------------------------------------------------------- what clients get wrong
 
 

@@ -39,7 +39,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!api_parse_request(&r, (const char *)data, size, chat, &defaults, &e)) {
             if ((e.status != 400 && e.status != 500) || !e.message[0] || strchr(e.message, '\n'))
                 fail("error object", e.message);
-            if (r.messages || r.prompt || r.tools || r.kwargs) fail("a refused request", "holds something");
+            if (r.messages || r.prompt || r.prompt_ids || r.model_asked || r.tools || r.kwargs)
+                fail("a refused request", "holds something");
             continue;
         }
         if (chat) {
@@ -47,9 +48,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             valid_json("messages", r.messages, r.messages_len, JSON_ARRAY);
             if (r.tools) valid_json("tools", r.tools, r.tools_len, JSON_ARRAY);
             if (r.kwargs) valid_json("chat_template_kwargs", r.kwargs, r.kwargs_len, JSON_OBJECT);
-        } else if (!r.prompt) {
+        } else if (!r.prompt && !r.prompt_ids) {
             fail("completions", "no prompt");
         }
+        for (int i = 0; i < r.n_prompt_ids; i++)
+            if (r.prompt_ids[i] < 0) fail("completions", "a negative token id");
         if (!(r.sp.temperature >= 0 && r.sp.temperature <= 2) || r.n_stop > API_MAX_STOP)
             fail("sampling", "out of range");
         api_request_free(&r);
