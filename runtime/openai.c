@@ -33,6 +33,7 @@ void api_request_free(ApiRequest *r) {
     free(r->prompt);
     free(r->prompt_ids);
     free(r->model_asked);
+    free(r->grammar);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);
 }
@@ -311,6 +312,32 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
                         json_type(&j, k) == JSON_ARRAY ? " (one prompt per request: no arrays of several)" : "");
             goto out;
         }
+    }
+    k = json_find(&j, 0, "response_format");
+    if (k >= 0 && !json_is_null(&j, k)) {
+        int type = json_find(&j, k, "type");
+        if (json_str_eq(&j, type, "json_object")) r->format = API_FORMAT_JSON_OBJECT;
+        else if (json_str_eq(&j, type, "json_schema")) {   /* refused by name rather than ignored */
+            BAD_REQUEST(err, "response_format", "response_format: type json_schema is not supported yet "
+                        "(json_object is, and a GBNF \"grammar\")");
+            goto out;
+        } else if (!json_str_eq(&j, type, "text")) {
+            BAD_REQUEST(err, "response_format", "response_format: type must be \"text\", \"json_object\" or "
+                        "\"json_schema\"");
+            goto out;
+        }
+    }
+    k = json_find(&j, 0, "grammar");   /* llama-server's: GBNF, compiled when the request starts */
+    if (k >= 0 && !json_is_null(&j, k)) {
+        if (r->format != API_FORMAT_TEXT) {
+            BAD_REQUEST(err, "grammar", "grammar: give it or response_format, not both");
+            goto out;
+        }
+        if (!(r->grammar = json_text(&j, k, &r->grammar_len, &why))) {
+            BAD_REQUEST(err, "grammar", "grammar: %s (GBNF, as llama-server takes it)", why);
+            goto out;
+        }
+        r->format = API_FORMAT_GRAMMAR;
     }
     k = json_find(&j, 0, "model");
     if (k >= 0 && !json_is_null(&j, k) && !(r->model_asked = json_text(&j, k, &(size_t){0}, &why))) {

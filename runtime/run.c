@@ -52,6 +52,9 @@ static struct {
     double t_weights;      /* seconds to bind the weights: mapped (cpu) or copied to the GPU (model_init) */
     double t_ready;        /* seconds from the start until the model was ready */
     const char *api_keys[MAX_API_KEYS];   /* --serve's keys (ServeOpts.api_keys) */
+    Grammar *grammar;      /* --grammar, --grammar-file, --json: each reply keeps to it (grammar.h) */
+    GrammarVocab *gvocab;
+    char *gvocab_bytes;
     char *keys_text;       /* --api-key-file's text, the keys in it */
 } G;
 
@@ -104,6 +107,8 @@ typedef struct {
     bool chat_on, chat_off, interactive;
     int think;                     /* enable_thinking: 0, 1, or TOK_THINK_DEFAULT (the template's) */
     const char *kwargs;            /* --chat-template-kwargs: more template variables (a JSON object), or NULL */
+    const char *grammar, *grammar_file;   /* --grammar GBNF, --grammar-file FILE */
+    bool json;                     /* --json: each reply a JSON object */
     bool hide_thinking;
     int ctx;
     int threads;                   /* --threads (0: one per physical core) */
@@ -156,6 +161,9 @@ static void usage(void) {
            "  -s, --seed N            sampling seed (default: from the clock)\n"
            "  -r, --stop TEXT         end the reply before TEXT (up to %d, each its own flag)\n"
            "  --ignore-eos            keep generating past end-of-sequence tokens\n"
+           "  --grammar GBNF          each reply a sentence of this grammar (llama.cpp's GBNF; its rule root)\n"
+           "  --grammar-file FILE     the same, from FILE\n"
+           "  --json                  each reply a JSON object (RFC 8259, whitespace bounded)\n"
            "  -c, --ctx N             KV-cache length (default and most: %d)\n\n"
            "Output and measurement:\n"
            "  --ids                   print the generated ids, not text\n"
@@ -375,6 +383,9 @@ static void parse_args(int argc, char **argv, Opts *o) {
         else if (IS("--logits")) o->logits_path = VAL();
         else if (IS("--stats")) { NOVAL(); o->stats = true; }
         else if (IS("--ignore-eos")) { NOVAL(); o->ignore_eos = true; }
+        else if (IS("--grammar")) o->grammar = VAL();
+        else if (IS("--grammar-file")) o->grammar_file = VAL();
+        else if (IS("--json")) { NOVAL(); o->json = true; }
         else if (IS("--device-topk")) { NOVAL(); o->device_topk = true; }
         else if (IS("--no-device-topk")) { NOVAL(); o->device_topk = false; }
         else if (IS("--tokenize")) { NOVAL(); o->tokenize = true; }
@@ -449,6 +460,9 @@ static void parse_args(int argc, char **argv, Opts *o) {
         o->prompt = G.prompt_read = read_text(path, o->prompt_file ? "-f" : "--prompt", true);
     }
     if (o->serve && o->n_stop) die("--serve: each request says its stop strings: no --stop");
+    if (o->serve && (o->grammar || o->grammar_file || o->json))
+        die("--serve: each request says its response_format or grammar: no --grammar, --grammar-file or --json");
+    if (!!o->grammar + !!o->grammar_file + o->json > 1) die("give one of --grammar, --grammar-file and --json");
     if (o->serve_flag && !o->serve)
         die("--host, --port, --parallel, --api-key, --api-key-file, --prompt-cache, --max-body, --timeout, "
             "--max-conns, --max-conns-per-peer, --stats-every, --cors and --no-access-log go with --serve");
@@ -617,6 +631,9 @@ static void cleanup(void) {
     free(G.prompt_read);
     free(G.prompt_args);
     free(G.keys_text);
+    grammar_free(G.grammar);
+    grammar_vocab_free(G.gvocab);
+    free(G.gvocab_bytes);
     payload_close(&G.pl);
 }
 /* The end of a run that only reports (--verify, --info, --tokenize). */
@@ -699,7 +716,9 @@ static void turn(const Opts *o, const int32_t *ids, int n, bool echo, long max_n
         too_long("the conversation", s->n_ids + n, " with this turn");
     }
     Shown v = { o, st, !o->ids && isatty(1), false, false };
+    GrammarState gs = G.grammar ? grammar_start(G.grammar) : (GrammarState){0};   /* each reply from the start */
     SessionParams p = { .sp = o->sp, .max_new = max_new, .ignore_eos = o->ignore_eos,
+                        .grammar = G.grammar ? &gs : NULL, .grammar_vocab = G.gvocab,
                         .want_logits = G.logits_f != NULL, .device_topk = o->device_topk, .continues = echo,
                         .echo = echo, .stop = o->stop, .stop_len = o->stop_len, .n_stop = o->n_stop, .on_text = show,
                         .ctx = &v };
@@ -921,6 +940,19 @@ int main(int argc, char **argv) {
     if (chat && chat_init(&G.chat, G.tok, &G.sess, o.system, o.think)) die("out of memory");
     if (o.kwargs && !chat) die("--chat-template-kwargs goes with the user's message: give --prompt TEXT or -i");
     G.chat.kwargs = o.kwargs;
+    if ((o.grammar || o.grammar_file || o.json) && !G.tok)
+        die("%s: this executable has no tokenizer", o.json ? "--json" : o.grammar ? "--grammar" : "--grammar-file");
+    if (o.grammar || o.grammar_file || o.json) {   /* each reply keeps to it: compiled once, its states reused */
+        char *text = o.grammar_file ? read_text(o.grammar_file, "--grammar-file", false) : NULL;
+        const char *src = o.json ? grammar_json_object_gbnf : text ? text : o.grammar;
+        char err[512];
+        G.grammar = grammar_compile(src, strlen(src), err, sizeof err);
+        free(text);
+        if (!G.grammar)
+            die("%s%s: %s", o.grammar_file ? "--grammar-file " : "--grammar", o.grammar_file ? o.grammar_file : "",
+                err);
+        if (!(G.gvocab = session_grammar_vocab(G.tok, &G.gvocab_bytes))) die("out of memory");
+    }
 
     /* the prompt, in G.pending */
     int np = 0;
@@ -1026,6 +1058,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "sampled: %ld by the device's argmax, %ld from its top-k "
                 "(%ld of them from the logits: a tie at the k-th), %ld from the logits\n",
                 st.n_argmax, st.n_topk, G.sess.topk_ties, st.n_gen - st.n_argmax - st.n_topk);
+        if (G.grammar && G.sess.n_grammar) {
+            GrammarStats gst = grammar_stats(G.grammar);
+            double per = G.sess.t_grammar / (double)G.sess.n_grammar, step = st.n_decode ? td / st.n_decode : 0;
+            fprintf(stderr, "grammar: %.3f ms a token (%.1f%% of a decode step), masks %ld computed, %ld from the "
+                    "cache\n", per * 1e3, step > 0 ? 100 * per / step : 0.0, gst.masks_computed, gst.masks_cached);
+        }
         if (G.think_open >= 0) fprintf(stderr, "reasoning tokens: %ld of the generated\n", st.n_think);
         if (st.turns > 1) fprintf(stderr, "turns: %d\n", st.turns);
         if (st.turns > 0)

@@ -77,6 +77,8 @@ int sampler_sample(Sampler *s, const SampleParams *p, const float *logits) {
     const int V = s->vocab;
     float *w = s->work;
     for (int i = 0; i < V; i++) w[i] = isnan(logits[i]) ? -INFINITY : logits[i];
+    if (s->allowed)
+        for (int i = 0; i < V; i++) if (!(s->allowed[i >> 6] >> (i & 63) & 1)) w[i] = -INFINITY;
     if (p->rep != 1.0f)
         for (int j = 0; j < s->n_uniq; j++) {
             float *x = &w[s->uniq[j]];

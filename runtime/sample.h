@@ -35,6 +35,7 @@ typedef struct {
     int32_t *uniq; int n_uniq;       /* [vocab] the seen ids, in order of first appearance */
     int32_t *count;          /* [vocab] times each id was generated (frequency / presence penalties) */
     int32_t *counted; int n_counted; /* [vocab] the ids with a count, to reset them */
+    const uint64_t *allowed; /* NULL, or a bit per id: the others are never drawn (a grammar's mask, grammar.h) */
 } Sampler;
 
 /* NULL, or "out of memory" */

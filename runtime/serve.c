@@ -45,6 +45,8 @@ typedef struct {
     double t_last_token;         /* when its last token was sampled (metrics: inter-token latency) */
     int n_gen_seen;              /* its tokens the metrics have seen */
     long n_generated_seen;       /* n_generated at the last statistics line */
+    Grammar *own_grammar;        /* the request's GBNF, compiled for it (a JSON object's is S.json_grammar) */
+    GrammarState grammar;        /* where its reply is in the grammar, when it has one */
 } Slot;
 
 static struct {
@@ -74,6 +76,11 @@ static struct {
     double busy_s;
     long n_batches, n_batched;   /* decode batches run, the tokens they took */
     Metrics metrics;             /* GET /metrics */
+    /* constrained decoding (grammar.h): the vocabulary's bytes as the grammars see them, made at the first request
+     * that asks for one; response_format json_object's grammar, shared by the slots (its states and masks too) */
+    GrammarVocab *gvocab;
+    char *gvocab_bytes;
+    Grammar *json_grammar;
 } S;
 
 static volatile sig_atomic_t g_stop, g_usr1;
@@ -94,7 +101,18 @@ static void slot_release(Slot *s) {
     s->owner = s->req ? s->req->key : -1;
     s->last_used = now_s();
     if (s->conn >= 0) api_request_free(&S.reqs[s->conn]);
+    grammar_free(s->own_grammar);
+    s->own_grammar = NULL;
+    s->grammar.g = NULL;
     s->active = false;
+    /* the shared JSON grammar's states and masks grow with the shapes it has seen: past a bound, and with no
+     * request in it, it starts afresh */
+    bool json_in_use = false;
+    for (int k = 0; k < S.n_slots; k++) json_in_use |= S.slots[k].active && S.slots[k].grammar.g == S.json_grammar;
+    if (S.json_grammar && !json_in_use && grammar_stats(S.json_grammar).sets > 200000) {
+        grammar_free(S.json_grammar);
+        S.json_grammar = NULL;
+    }
     s->conn = -1;
     s->req = NULL;
 }
@@ -151,6 +169,39 @@ static int slot_keeps(const Slot *s, const int32_t *ids, int n, int key) {
     return keep < n ? keep : (n - 1) / mb * mb;
 }
 
+/* The vocabulary as grammars see it, made once */
+static bool grammar_vocab_ready(void) {
+    if (!S.gvocab) S.gvocab = session_grammar_vocab(S.sm->tok, &S.gvocab_bytes);
+    return S.gvocab != NULL;
+}
+
+/* The grammar request r's reply keeps to (none: NULL and true); false with *e where its GBNF does not compile */
+static bool request_grammar(const ApiRequest *r, Grammar **own, GrammarState *st, ApiError *e) {
+    char why[400];   /* fits ApiError.message after "grammar: " */
+    *own = NULL;
+    if (r->format == API_FORMAT_TEXT) return true;
+    if (!grammar_vocab_ready()) goto oom;
+    if (r->format == API_FORMAT_GRAMMAR) {
+        if (!(*own = grammar_compile(r->grammar, r->grammar_len, why, sizeof why))) {
+            *e = (ApiError){ .status = 400, .type = "invalid_request_error" };
+            snprintf(e->param, sizeof e->param, "grammar");
+            snprintf(e->message, sizeof e->message, "grammar: %s", why);
+            return false;
+        }
+        *st = grammar_start(*own);
+        return true;
+    }
+    if (!S.json_grammar && !(S.json_grammar = grammar_compile(grammar_json_object_gbnf,
+                                                              strlen(grammar_json_object_gbnf), why, sizeof why)))
+        goto oom;
+    *st = grammar_start(S.json_grammar);
+    return true;
+oom:
+    *e = (ApiError){ .status = 500, .type = "server_error" };
+    snprintf(e->message, sizeof e->message, "out of memory");
+    return false;
+}
+
 /* Starts the oldest queued request in a free slot, the one that keeps most of its prompt's KV rows (then the
  * least recently used); false when the queue is empty or no slot is free. */
 static bool slot_start(void) {
@@ -166,6 +217,9 @@ static bool slot_start(void) {
         ApiError e;
         int n = api_request_ids(&S.reqs[ci], S.sm->tok, S.sm->system, S.sm->ctx, model_info.vocab_size, &ids, &e);
         if (n < 0) { free(ids); send_api_error(c, &e); continue; }
+        Grammar *own;
+        GrammarState gs = {0};
+        if (!request_grammar(&S.reqs[ci], &own, &gs, &e)) { free(ids); send_api_error(c, &e); continue; }
         int keep = -1;
         for (int k = 0; k < S.n_slots; k++) {
             Slot *t = &S.slots[k];
@@ -181,10 +235,13 @@ static bool slot_start(void) {
         s->n_exact = 0;   /* until the request ends (slot_release) */
         s->t_arrival = c->t_request;
         s->n_gen_seen = 0;
+        s->own_grammar = own;
+        s->grammar = gs;
         /* a completion continues its prompt: the decoder sees the prompt first, as the command line's echo does;
          * a chat reply starts afresh */
         SessionParams p = { .sp = r->sp, .max_new = r->max_tokens, .ignore_eos = r->ignore_eos, .continues = !r->chat,
                             .stop = (const char *const *)r->stop, .stop_len = r->stop_len, .n_stop = r->n_stop,
+                            .grammar = gs.g ? &s->grammar : NULL, .grammar_vocab = S.gvocab,
                             .on_text = slot_text, .ctx = s };
         session_truncate(&s->sess, 0);
         sampler_seed(&s->sess.smp, r->has_seed ? r->seed
@@ -530,5 +587,8 @@ int serve_run(const ServeOpts *so, const ServeModel *sm) {
     for (int k = 0; S.slots && k < S.n_slots; k++) session_free(&S.slots[k].sess);
     free(S.b_ids); free(S.b_next); free(S.b_slots); free(S.b_pos); free(S.b_of); free(S.b_logits);
     free(S.slots); free(S.logits); free(S.reqs); free(S.queue);
+    grammar_free(S.json_grammar);
+    grammar_vocab_free(S.gvocab);
+    free(S.gvocab_bytes);
     return status;
 }

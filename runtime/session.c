@@ -76,7 +76,8 @@ void session_begin(Session *s, const int32_t *ids, int n, const SessionParams *p
     s->max_new = p->max_new < 0 || p->max_new > room ? room : p->max_new;
     s->n_gen = 0;
     const SampleParams *sp = &p->sp;
-    s->how = !sample_needs_logits(sp) && !p->want_logits ? SAMPLE_ARGMAX
+    s->how = p->grammar ? SAMPLE_LOGITS   /* the mask applies to the logits */
+           : !sample_needs_logits(sp) && !p->want_logits ? SAMPLE_ARGMAX
            : p->device_topk && !p->want_logits && sp->top_k > 1 && sp->top_k < model_info.max_top_k &&
              sp->top_k < MODEL_TOPK_CAP ? SAMPLE_DEVICE_TOPK : SAMPLE_LOGITS;
     if (s->how == SAMPLE_DEVICE_TOPK && !s->pen_sub) {
@@ -191,10 +192,25 @@ static SessionStep finish(Session *s, bool stopped, SessionStep why) {
 SessionStep session_took(Session *s, const float *logits) {
     if (session_prefilling(s)) return SESSION_MORE;
     if (s->n_gen >= s->max_new) return finish(s, false, SESSION_LENGTH);
+    GrammarState *gs = s->p.grammar;
+    double t_mask = gs ? session_now() : 0;
+    if (gs) {   /* only the tokens the grammar allows: none left (its end, and no stop token) ends the reply */
+        s->smp.allowed = grammar_mask(gs, s->p.grammar_vocab);
+        s->t_grammar += session_now() - t_mask;
+        s->n_grammar++;
+        if (!s->smp.allowed) return SESSION_OOM;
+        bool any = false;
+        for (int w = 0; w < (model_info.vocab_size + 63) / 64 && !any; w++) any = s->smp.allowed[w] != 0;
+        if (!any) { s->smp.allowed = NULL; return finish(s, false, SESSION_STOP); }
+    }
     int tok = s->how == SAMPLE_ARGMAX ? s->next
             : s->how == SAMPLE_DEVICE_TOPK ? sample_device_topk(s) : sampler_sample(&s->smp, &s->p.sp, logits);
+    s->smp.allowed = NULL;
     if (s->n_gen == 0) s->t_first = session_now();
-    if (!s->p.ignore_eos && session_is_stop(s->tok, tok)) return finish(s, false, SESSION_STOP);
+    if ((!s->p.ignore_eos || gs) && session_is_stop(s->tok, tok)) return finish(s, false, SESSION_STOP);
+    double t_step = gs ? session_now() : 0;
+    if (gs && !grammar_accept_token(gs, s->p.grammar_vocab, tok)) return SESSION_OOM;   /* the mask allowed it */
+    if (gs) s->t_grammar += session_now() - t_step;
     s->ids[s->n_ids++] = tok;
     sampler_add(&s->smp, tok, true);
     s->n_gen++;
@@ -202,6 +218,36 @@ SessionStep session_took(Session *s, const float *logits) {
     if (s->text.oom) return SESSION_OOM;
     hand_on(s, tok, s->text.len - (stopped ? 0 : stop_holdback(s)));
     if (stopped) return finish(s, true, SESSION_STOP);
+    if (gs && grammar_must_end(gs)) return finish(s, false, SESSION_STOP);   /* nothing may follow */
     if (s->n_gen >= s->max_new) return finish(s, false, SESSION_LENGTH);
     return SESSION_MORE;
+}
+
+GrammarVocab *session_grammar_vocab(const Tokenizer *tok, char **bytes_out) {
+    int V = model_info.vocab_size, n_stop = 0;
+    size_t piece = tokenizer_max_piece_bytes(tok), used = 0;
+    char *buf = malloc(piece);
+    size_t *off = malloc(((size_t)V + 1) * sizeof *off);
+    const uint8_t **bytes = malloc((size_t)V * sizeof *bytes);
+    int *lens = malloc((size_t)V * sizeof *lens);
+    bool *special = malloc((size_t)V);
+    int32_t *stop = malloc((size_t)V * sizeof *stop);
+    Buf all = {0};
+    GrammarVocab *v = NULL;
+    bool ok = buf && off && bytes && lens && special && stop;
+    for (int id = 0; ok && id < V; id++) {
+        size_t n = tokenizer_token_bytes(tok, id, buf, &special[id]);
+        off[id] = used;
+        buf_add(&all, buf, n);
+        used += n;
+        lens[id] = (int)n;
+        if (session_is_stop(tok, id)) stop[n_stop++] = id;
+    }
+    ok = ok && !all.oom;
+    for (int id = 0; ok && id < V; id++) bytes[id] = (const uint8_t *)all.p + off[id];
+    if (ok) v = grammar_vocab_new(V, bytes, lens, special, stop, n_stop);
+    if (v) *bytes_out = all.p;
+    else buf_free(&all);
+    free(buf); free(off); free(bytes); free(lens); free(special); free(stop);
+    return v;
 }

@@ -9,6 +9,7 @@
 #ifndef LLMCC_SESSION_H
 #define LLMCC_SESSION_H
 #include "buf.h"
+#include "grammar.h"
 #include "model_api.h"
 #include "sample.h"
 #include "tokenizer.h"
@@ -42,6 +43,9 @@ typedef struct {
                                     * (SentencePiece then keeps the continuation's leading space) */
     bool echo;                     /* with continues: the prompt's text goes to on_text too (tok -1) */
     const char *const *stop; const size_t *stop_len; int n_stop;   /* the reply ends right before one */
+    /* constrained decoding (grammar.h): the reply's tokens drawn among those that keep it inside the grammar, and
+     * it ends where the grammar says it must (a stop token then always stops); NULL: none */
+    GrammarState *grammar; const GrammarVocab *grammar_vocab;
     /* The reply's text[0..n) as it becomes final (its end held back while it may still begin a stop string):
      * once for each sampled id that enters the reply (tok, n maybe 0), and with tok -1 for the prompt's echo and
      * for the rest at the reply's end. */
@@ -70,12 +74,16 @@ typedef struct {
     char *piece; size_t piece_cap;
     double t_begin, t_first;       /* session_now() at session_begin and when the reply's first token was sampled */
     long topk_ties;                /* device top-k draws that fell back to the logits: a tie at the k-th */
+    double t_grammar; long n_grammar;   /* seconds in the grammar's masks and steps, over that many tokens */
 } Session;
 
 extern const char *const session_sample_names[];
 double session_now(void);          /* seconds, CLOCK_MONOTONIC */
 /* generation_config's EOS ids and the chat template's end of turn */
 bool session_is_stop(const Tokenizer *tok, int id);
+/* The vocabulary as a grammar sees it (grammar.h): each token's bytes as they come out mid-text (kept in *bytes,
+ * malloc'd, to free after the vocabulary), control tokens apart, the stop ids; NULL: out of memory */
+GrammarVocab *session_grammar_vocab(const Tokenizer *tok, char **bytes);
 
 /* NULL, or "out of memory". logits: [vocab] the caller's, shared by sessions that never run at once. */
 const char *session_init(Session *s, Model *m, int slot, const Tokenizer *tok, int ctx, float *logits);

@@ -763,6 +763,33 @@ void tokdec_init(TokDecoder *d, const Tokenizer *t, bool show_special) {
     d->first_tok = true;
 }
 
+/* SentencePiece's byte-fallback token <0xNN>: its byte */
+static bool spm_byte_token(const Tokenizer *t, const uint8_t *s, size_t n, uint8_t *b) {
+    int h1, h2;
+    if (!(t->flags & TOKF_BYTE_FALLBACK) || (t->flags & TOKF_DEC_NO_BYTES) || n != 6 || s[0] != '<' || s[1] != '0' ||
+        s[2] != 'x' || s[5] != '>' || (h1 = hexval(s[3])) < 0 || (h2 = hexval(s[4])) < 0)
+        return false;
+    *b = (uint8_t)(h1 << 4 | h2);
+    return true;
+}
+
+size_t tokenizer_token_bytes(const Tokenizer *t, int32_t id, char *out, bool *special) {
+    *special = true;
+    if (id < 0 || (uint32_t)id >= t->n) return 0;
+    uint8_t fl = t->tflag[id];
+    *special = fl & TOKT_SPECIAL;
+    const uint8_t *s = t->pool + t->off[id];
+    size_t n = t->off[id + 1] - t->off[id], k = 0;
+    uint8_t b;
+    if (t->model != TOK_MODEL_SPM || (fl & TOKT_ADDED)) { memcpy(out, s, n); return n; }
+    if (spm_byte_token(t, s, n, &b)) { out[0] = (char)b; return 1; }
+    for (size_t i = 0; i < n;) {
+        if (is_meta(s + i, n - i)) { out[k++] = ' '; i += 3; }
+        else out[k++] = (char)s[i++];
+    }
+    return k;
+}
+
 size_t tokdec_push(TokDecoder *d, int32_t id, char *out, size_t cap) {
     const Tokenizer *t = d->t;
     Out o = { out, cap, 0, d };
@@ -775,10 +802,8 @@ size_t tokdec_push(TokDecoder *d, int32_t id, char *out, size_t cap) {
     const uint8_t *s = t->pool + t->off[id];
     size_t n = t->off[id + 1] - t->off[id];
     if (t->model == TOK_MODEL_SPM && !(fl & TOKT_ADDED)) {
-        int h1, h2;
-        if ((t->flags & TOKF_BYTE_FALLBACK) && !(t->flags & TOKF_DEC_NO_BYTES) && n == 6 && s[0] == '<' &&
-            s[1] == '0' && s[2] == 'x' && s[5] == '>' && (h1 = hexval(s[3])) >= 0 && (h2 = hexval(s[4])) >= 0) {
-            uint8_t b = (uint8_t)(h1 << 4 | h2);     /* ByteFallback */
+        uint8_t b;
+        if (spm_byte_token(t, s, n, &b)) {   /* ByteFallback */
             out_bytes(&o, &b, 1);
             return o.len;
         }

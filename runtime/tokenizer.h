@@ -44,6 +44,10 @@ void tokdec_init(TokDecoder *d, const Tokenizer *t, bool show_special);
 /* Appends up to cap bytes to out; returns the count written (a token yields at most 256 + 8 bytes). */
 size_t tokdec_push(TokDecoder *d, int32_t id, char *out, size_t cap);
 size_t tokdec_flush(TokDecoder *d, char *out, size_t cap);
+/* Token id's bytes as they come out in the middle of a text (SentencePiece's U+2581 a space, <0xNN> its byte;
+ * byte-level BPE's bytes), at most tokenizer_max_piece_bytes into out; *special: a control token, whose text is
+ * not output. For a grammar's view of the vocabulary (grammar.h). */
+size_t tokenizer_token_bytes(const Tokenizer *t, int32_t id, char *out, bool *special);
 /* Decodes a whole sequence into a malloc'd NUL-terminated string. */
 char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, bool show_special);
 /* ---- chat templates ----

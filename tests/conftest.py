@@ -28,7 +28,7 @@ from testlib import ROOT, TMP
 TIERS = {
     "unit": ["test_bad_input", "test_config_keys", "test_fuzz_regressions", "test_gguf", "test_gguf_tokenizer",
              "test_loaders", "test_print_after", "test_reference", "test_runtime", "test_tokenizer", "test_chat",
-             "test_house", "test_plan", "test_chat_template"],
+             "test_house", "test_plan", "test_chat_template", "test_grammar"],
     "ops": ["test_argmax", "test_bench_ops", "test_cpu_gemm", "test_cpu_target", "test_epilogues", "test_flash",
             "test_mma", "test_ops", "test_quant", "test_sass_report", "test_topk", "test_torch_expr"],
     "models": ["test_default_model", "test_e2e", "test_families", "test_fullsize", "test_gguf_model"],
@@ -38,7 +38,9 @@ TIERS = {
 TIER_OF = {m: t for t, ms in TIERS.items() for m in ms}
 
 # make test-asan: whole modules, or module::test
-ASAN = ["test_bad_input", "test_config_keys", "test_fuzz_regressions", "test_gguf", "test_gguf_tokenizer",
+ASAN = ["test_bad_input", "test_config_keys", "test_grammar::test_compile_errors",
+        "test_grammar::test_json_object_grammar_is_json_loads", "test_grammar::test_grammars_against_references",
+        "test_grammar::test_json_prefixes_keep_going", "test_fuzz_regressions", "test_gguf", "test_gguf_tokenizer",
         "test_loaders", "test_runtime", "test_cpu_gemm", "test_print_after", "test_plan", "test_chat_template",
         "test_tokenizer::test_qwen2_llamacpp_vectors", "test_tokenizer::test_llama2_spm_llamacpp_vectors",
         "test_tokenizer::test_gpt2_missing_byte_tokens", "test_tokenizer::test_invalid_utf8_and_odd_input",
@@ -49,7 +51,8 @@ ASAN = ["test_bad_input", "test_config_keys", "test_fuzz_regressions", "test_ggu
         "test_serve::test_bad_requests_named", "test_serve::test_json_strictness", "test_serve::test_protocol_edges",
         "test_serve::test_huge_body_refused", "test_serve::test_api_key", "test_serve::test_tokenize_detokenize",
         "test_serve::test_model_name_and_token_id_prompts", "test_serve::test_cors_and_access_log",
-        "test_serve::test_metrics_move_as_requests_queue_and_run",
+        "test_serve::test_metrics_move_as_requests_queue_and_run", "test_serve::test_json_object_and_grammar_replies",
+        "test_serve::test_grammar_on_the_command_line",
         "test_chat::test_chat_from_a_pipe_and_the_prompt_on_stdin",
         "test_chat::test_chat_on_a_terminal_past_the_context_clear_and_bye"]
 

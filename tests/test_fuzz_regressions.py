@@ -23,6 +23,7 @@ SRCS = {
     "tokblob": ["compiler/util.c", "runtime/tokenizer.c", "runtime/json.c", "runtime/jinja.c"],
     "jinja": ["runtime/jinja.c", "runtime/json.c"],
     "request": ["runtime/openai.c", "runtime/json.c", "runtime/buf.c", "runtime/tokenizer.c", "runtime/jinja.c"],
+    "grammar": ["runtime/grammar.c"],
     "gguf_model": ["compiler/util.c", "compiler/json.c", "runtime/json.c", "compiler/safetensors.c", "compiler/config.c",
                    "compiler/tokenizer_pack.c", "runtime/tokenizer.c", "compiler/gguf.c", "runtime/jinja.c",
                    "compiler/gguf_model.c", "compiler/tokenizer_gguf.c", "compiler/graph.c", "compiler/quant.c",
@@ -75,6 +76,10 @@ def test_replay_jinja():
 
 def test_replay_request():
     replay("request", inputs("request", "regressions") + inputs("request", "corpus"))
+
+
+def test_replay_grammar():
+    replay("grammar", inputs("grammar", "regressions") + inputs("grammar", "corpus"))
 
 
 def test_replay_gguf_model():
