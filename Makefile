@@ -124,7 +124,8 @@ FUZZ_FLAGS   ?=
 FUZZ_GPT2     = $(BUILD)/fuzz/gpt2_digits $(BUILD)/fuzz/gpt2_prefix_space
 FUZZ_TOKDIRS ?= $(abspath ../shared/assets/tokenizers/qwen2.5-instruct):$(abspath ../shared/assets/tokenizers/llama3-instruct):$(abspath $(BUILD))/fuzz/spm:$(abspath $(BUILD))/fuzz/gpt2_digits:$(abspath $(BUILD))/fuzz/gpt2_prefix_space
 FUZZ_SRCS := compiler/util.c compiler/json.c runtime/json.c compiler/safetensors.c compiler/config.c compiler/tokenizer_pack.c \
-             runtime/tokenizer.c compiler/gguf.c runtime/jinja.c runtime/openai.c runtime/buf.c runtime/grammar.c
+             runtime/tokenizer.c compiler/gguf.c runtime/jinja.c runtime/openai.c runtime/buf.c runtime/grammar.c \
+             runtime/json_schema.c
 # a harness's own sources beyond those: FUZZ_SRCS_<target>
 FUZZ_SRCS_gguf_model := compiler/gguf_model.c compiler/tokenizer_gguf.c compiler/graph.c compiler/quant.c \
                         compiler/expr.c compiler/frontend.c

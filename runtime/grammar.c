@@ -874,7 +874,8 @@ GrammarVocab *grammar_vocab_new(int n, const uint8_t *const *bytes, const int *l
             if (at >= 0) v->tok[v->tok_start[at] + fill[at]++] = t;
         }
         free(fill);
-        if (ok) { memcpy(v->stop, stop, (size_t)n_stop * sizeof *stop); v->n_stop = n_stop; }
+        if (ok && n_stop) memcpy(v->stop, stop, (size_t)n_stop * sizeof *stop);
+        v->n_stop = n_stop;
         /* the depth-first order (a node's own tokens, then its children's subtrees) and the bytes below each node
          * (a child's index is above its parent's: one pass from the end) */
         v->order = malloc((size_t)(n ? n : 1) * sizeof *v->order);

@@ -4,6 +4,7 @@
  * messages, tools and chat_template_kwargs go to the model's chat template as JSON (runtime/jinja.c). */
 #include "openai.h"
 #include "json.h"
+#include "json_schema.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -317,10 +318,23 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
     if (k >= 0 && !json_is_null(&j, k)) {
         int type = json_find(&j, k, "type");
         if (json_str_eq(&j, type, "json_object")) r->format = API_FORMAT_JSON_OBJECT;
-        else if (json_str_eq(&j, type, "json_schema")) {   /* refused by name rather than ignored */
-            BAD_REQUEST(err, "response_format", "response_format: type json_schema is not supported yet "
-                        "(json_object is, and a GBNF \"grammar\")");
-            goto out;
+        else if (json_str_eq(&j, type, "json_schema")) {   /* the schema as a grammar (json_schema.c) */
+            int sch = json_find(&j, json_find(&j, k, "json_schema"), "schema");
+            if (json_type(&j, sch) != JSON_OBJECT) {
+                BAD_REQUEST(err, "response_format.json_schema.schema", "response_format.json_schema.schema: "
+                            "missing (a JSON Schema, an object)");
+                goto out;
+            }
+            char why[300];
+            const JsonTok *st = &j.tok[sch];
+            r->grammar = json_schema_to_gbnf(j.src + st->start, (size_t)(st->end - st->start), why, sizeof why);
+            if (!r->grammar) {
+                BAD_REQUEST(err, "response_format.json_schema.schema", "response_format.json_schema.schema: %s",
+                            why);
+                goto out;
+            }
+            r->grammar_len = strlen(r->grammar);
+            r->format = API_FORMAT_GRAMMAR;
         } else if (!json_str_eq(&j, type, "text")) {
             BAD_REQUEST(err, "response_format", "response_format: type must be \"text\", \"json_object\" or "
                         "\"json_schema\"");
@@ -329,7 +343,7 @@ bool api_parse_request(ApiRequest *r, const char *body, size_t len, bool chat, c
     }
     k = json_find(&j, 0, "grammar");   /* llama-server's: GBNF, compiled when the request starts */
     if (k >= 0 && !json_is_null(&j, k)) {
-        if (r->format != API_FORMAT_TEXT) {
+        if (r->format != API_FORMAT_TEXT || r->grammar) {
             BAD_REQUEST(err, "grammar", "grammar: give it or response_format, not both");
             goto out;
         }

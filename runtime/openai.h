@@ -20,7 +20,8 @@ typedef struct {
     char *prompt; size_t prompt_len;   /* completions: a text, */
     int32_t *prompt_ids; int n_prompt_ids;   /* or token ids, as given (no BOS added) */
     char *model_asked;                 /* the request's "model", or NULL (the server checks it is the one it serves) */
-    /* constrained decoding: response_format {"type": "json_object"}, or llama-server's "grammar" (GBNF) */
+    /* constrained decoding: response_format {"type": "json_object"}, or a json_schema (made GBNF here), or
+     * llama-server's "grammar" (GBNF) */
     enum { API_FORMAT_TEXT, API_FORMAT_JSON_OBJECT, API_FORMAT_GRAMMAR } format;
     char *grammar; size_t grammar_len;   /* API_FORMAT_GRAMMAR's source */
     long max_tokens;                   /* -1: up to the context's end */

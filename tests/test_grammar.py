@@ -20,7 +20,8 @@ GRAMMARS = os.path.join(ROOT, "tests", "data", "grammars")
 
 
 def tool():
-    return build_c("grammar_test", ["tests/c/grammar_test.c", "runtime/grammar.c"])
+    return build_c("grammar_test", ["tests/c/grammar_test.c", "runtime/grammar.c", "runtime/json_schema.c",
+                                    "runtime/json.c", "runtime/buf.c"])
 
 
 def grammar_file(text, name="g"):
@@ -281,3 +282,83 @@ def test_json_prefixes_keep_going():
     assert p.stdout.split() == ["alive"] * (len(prefixes) - 1) + ["end"], p.stdout
     p = testlib.run([tool(), "prefix", "@json"], input="".join(s.encode().hex() + "\n" for s in ("{\"a\" x", " {")))
     assert p.stdout.split() == ["dead", "dead"], p.stdout
+
+
+SCHEMAS = os.path.join(ROOT, "tests", "data", "schemas")
+
+
+def test_schema_sentences_validate():
+    """Each of the 20 JSON Schemas of tests/data/schemas becomes a grammar every sentence of which validates
+    (jsonschema, PyPI): 60 random sentences each (random walks through the grammar's bytes); where the schema asks
+    a format, the shape is checked too (the grammar's date does not check days against the month)."""
+    try:
+        import jsonschema
+    except ImportError:
+        raise Skip("jsonschema (PyPI) is not installed (make deps)")
+    names = sorted(f for f in os.listdir(SCHEMAS) if f.endswith(".json"))
+    assert len(names) == 20, names
+    for i, name in enumerate(names):
+        path = os.path.join(SCHEMAS, name)
+        schema = json.load(open(path))
+        p = testlib.run([tool(), "sample", "@schema:" + path, "60", str(i + 1)], timeout=300)
+        texts = [bytes.fromhex(ln).decode() for ln in p.stdout.split()]
+        assert len(texts) == 60, (name, p.stdout[-500:])
+        for t in texts:
+            v = json.loads(t)
+            jsonschema.validate(v, schema)
+            for m in re.finditer(r'"(day|at|id)": ?"([^"]*)"', t):
+                rx = {"day": r"\d{4}-\d\d-\d\d", "id": r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}",
+                      "at": r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)"}[m.group(1)]
+                assert re.fullmatch(rx, m.group(2)), (name, t)
+        assert len(set(texts)) > (3 if name == "empty_object.json" else 10), (name, texts[:5])
+
+
+def test_schema_instances_match():
+    """Valid instances written in the schema's order (required properties first) are sentences; invalid ones are
+    not."""
+    cases = {
+        "person": (['{"name": "Ada", "age": 36}', '{"name":"x","age":0}'],
+                   ['{"age": 36, "name": "Ada"}', '{"name": "Ada"}', '{"name": "Ada", "age": -1}',
+                    '{"name": "Ada", "age": 1, "x": 2}', '{"name": 5, "age": 1}']),
+        "optional_fields": (['{}', '{"b": 1.5}', '{"a": "x", "c": true}', '{"a": "", "b": -2, "c": false}'],
+                            ['{"c": true, "a": "x"}', '{"d": 1}', '{"a": "x",}']),
+        "array_bounds": (['[1, 2]', '[1,2,3,4]'], ['[1]', '[1,2,3,4,5]', '[1, "2"]']),
+        "enum_color": (['{"color": "red"}', '{"color": "blue", "shade": null}'], ['{"color": "pink"}']),
+        "recursive_tree": (['{"name": "a", "children": [{"name": "b"}, {"name": "c", "children": []}]}'],
+                           ['{"name": "toolongname"}', '{"children": []}']),
+        "anyof": (['{"value": "x"}', '{"value": 12}', '{"value": null}'], ['{"value": 1.5}', '{"value": true}']),
+        "formats": (['{"day": "2024-02-29", "at": "2024-02-29T13:05:00Z", '
+                     '"id": "123e4567-e89b-12d3-a456-426614174000"}'],
+                    ['{"day": "2024-13-01", "at": "2024-02-29T13:05:00Z", '
+                     '"id": "123e4567-e89b-12d3-a456-426614174000"}']),
+        "any_value": (['{"a": [1, {"b": null}]}', '[1, 2]', '"x"', '3'], ['{', 'nul']),
+    }
+    for name, (good, bad) in cases.items():
+        got = matches("@schema:" + os.path.join(SCHEMAS, name + ".json"), good + bad)
+        assert got == [True] * len(good) + [False] * len(bad), (name, got)
+
+
+def test_schema_refusals():
+    """What the converter does not support is refused naming the keyword and where it is, never ignored."""
+    cases = [
+        ({"type": "string", "pattern": "^a"}, "pattern: not supported yet"),
+        ({"type": "object", "properties": {"n": {"type": "integer", "maximum": 5}}}, "properties.n.maximum: not supported"),
+        ({"allOf": [{"type": "string"}]}, "allOf: not supported yet"),
+        ({"oneOf": [{"type": "string"}]}, "oneOf: not supported yet"),
+        ({"type": "array", "prefixItems": [{"type": "string"}]}, "prefixItems: not supported yet"),
+        ({"type": "object", "additionalProperties": {"type": "string"}}, "additionalProperties: a schema is not"),
+        ({"type": "string", "format": "email"}, "format: not supported yet"),
+        ({"type": "integer", "minimum": -5}, "minimum: -5 is not supported yet"),
+        ({"enum": [{"a": 1}]}, "enum: only strings, numbers, booleans and null"),
+        ({"$ref": "#/$defs/missing"}, "$ref: \"#/$defs/missing\" is not #/$defs/NAME of this schema"),
+        ({"type": "object", "properties": {"a": {}}, "required": ["b"]}, "required[0]: names no property"),
+        ({"type": "strin"}, "type: \"strin\" is not a JSON Schema type"),
+        ({"type": "string", "maxLength": 2, "minLength": 3}, "maxLength: is less than minLength"),
+        ({"items": {"type": "integer"}, "minItems": 5000}, "minItems: must be a whole number in 0..1000"),
+    ]
+    for schema, want in cases:
+        path = os.path.join(testlib.tmpdir("grammar"), "bad_schema.json")
+        with open(path, "w") as f:
+            json.dump(schema, f)
+        p = testlib.run([tool(), "schema", path], check=False)
+        assert p.returncode == 1 and want in p.stdout and len(p.stdout.splitlines()) == 1, (schema, p.stdout)

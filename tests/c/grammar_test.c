@@ -1,5 +1,8 @@
 /* grammar_test.c: runtime/grammar.c from tests/test_grammar.py.
- *   grammar_test compile GBNF            "ok", or the one-line error (exit 1)
+ *   grammar_test compile GBNF            "ok", or the one-line error (exit 1); GBNF "@json": the built-in
+ *                                        JSON-object grammar, "@schema:FILE": FILE's JSON Schema as a grammar
+ *   grammar_test schema FILE             the GBNF a JSON Schema becomes, or the one-line error (exit 1)
+ *   grammar_test sample GBNF N SEED      N random sentences of the grammar (random walks over bytes), hex
  *   grammar_test match GBNF < LINES      per line (hex of the bytes): 1 if the whole line is a sentence, else 0
  *   grammar_test prefix GBNF < LINES     per line: dead (it leaves the grammar), alive, or end (it may end here)
  *   grammar_test masks GBNF VOCAB N SEED N random states (random walks through allowed tokens): each state's
@@ -7,6 +10,7 @@
  *                                        line, "S" (special) or "T" (text) or "E" (stop), then its bytes in hex
  * Prints a summary line; exit 1 on the first difference. */
 #include "grammar.h"
+#include "json_schema.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,11 +30,18 @@ static char *read_file(const char *path, size_t *len) {
     return s;
 }
 
-/* path "@json": the built-in JSON-object grammar */
+/* path "@json": the built-in JSON-object grammar; "@schema:FILE": FILE's JSON Schema as a grammar */
 static Grammar *compile_or_die(const char *path) {
     size_t len;
-    char err[512], *src = !strcmp(path, "@json") ? strdup(grammar_json_object_gbnf) : read_file(path, &len);
-    if (!strcmp(path, "@json")) len = strlen(src);
+    char err[512], *src;
+    if (!strcmp(path, "@json")) src = strdup(grammar_json_object_gbnf);
+    else if (!strncmp(path, "@schema:", 8)) {
+        char *schema = read_file(path + 8, &len);
+        src = json_schema_to_gbnf(schema, len, err, sizeof err);
+        free(schema);
+        if (!src) { printf("%s\n", err); exit(1); }
+    } else src = read_file(path, &len);
+    len = strlen(src);
     Grammar *g = grammar_compile(src, len, err, sizeof err);
     free(src);
     if (!g) { printf("%s\n", err); exit(1); }
@@ -52,6 +63,47 @@ static unsigned long long rnd(void) {
 }
 
 int main(int argc, char **argv) {
+    if (argc >= 3 && !strcmp(argv[1], "schema")) {   /* the GBNF a JSON Schema file becomes */
+        size_t len;
+        char err[512], *schema = read_file(argv[2], &len), *gbnf = json_schema_to_gbnf(schema, len, err, sizeof err);
+        printf("%s\n", gbnf ? gbnf : err);
+        free(schema);
+        free(gbnf);
+        return gbnf ? 0 : 1;
+    }
+    if (argc >= 5 && !strcmp(argv[1], "sample")) {   /* sample GBNF N SEED: N random sentences, hex, a line each */
+        Grammar *g = compile_or_die(argv[2]);
+        static uint8_t byte[256];
+        static const uint8_t *tok[256];
+        static int lens[256];
+        for (int b = 0; b < 256; b++) { byte[b] = (uint8_t)b; tok[b] = &byte[b]; lens[b] = 1; }
+        GrammarVocab *v = grammar_vocab_new(256, tok, lens, NULL, NULL, 0);
+        rng_state = strtoull(argv[4], NULL, 10) * 2654435761ULL + 1;
+        static uint8_t out[4096];
+        for (int done = 0, tries = 0; done < atoi(argv[3]) && tries < 100000; tries++) {
+            GrammarState s = grammar_start(g);
+            size_t n = 0;
+            while (n < sizeof out) {
+                if (grammar_can_end(&s) && (grammar_must_end(&s) || rnd() % 4 == 0)) break;
+                const uint64_t *m = grammar_mask(&s, v);
+                int allowed[256], k = 0, ascii[256], ka = 0;
+                for (int b = 0; m && b < 256; b++)
+                    if (m[b >> 6] >> (b & 63) & 1) { allowed[k++] = b; if (b >= 0x20 && b < 0x7f) ascii[ka++] = b; }
+                if (!k) break;
+                /* mostly ASCII, so that a string's closing quote comes now and then */
+                int b = ka && rnd() % 8 ? ascii[rnd() % (unsigned)ka] : allowed[rnd() % (unsigned)k];
+                out[n++] = (uint8_t)b;
+                grammar_advance(&s, &out[n - 1], 1);
+            }
+            if (!grammar_can_end(&s)) continue;   /* too long: another */
+            for (size_t i = 0; i < n; i++) printf("%02x", out[i]);
+            printf("\n");
+            done++;
+        }
+        grammar_vocab_free(v);
+        grammar_free(g);
+        return 0;
+    }
     if (argc >= 3 && !strcmp(argv[1], "compile")) {
         Grammar *g = compile_or_die(argv[2]);
         printf("ok\n");
