@@ -1,6 +1,7 @@
 /* grammar.c: see grammar.h. Three parts: the GBNF reader (text -> rules of elements, character classes turned
  * into UTF-8 byte sequences, repetitions into rules), the automaton (interned stack nodes and sets of them, the
- * memoized byte transitions), and the masks (the vocabulary's byte trie walked from a set, cached per set). */
+ * memoized byte transitions), and the masks (the vocabulary's byte trie walked from a set's context, the set's
+ * stacks cut at one depth; cached per context and per set). */
 #include "grammar.h"
 #include <stdarg.h>
 #include <stdint.h>
@@ -115,7 +116,6 @@ typedef struct {
     char *err; size_t err_size;
     bool failed;
     Ints *bodies;                        /* per rule under construction: elements of every alternative, END each */
-    int n_refs_unresolved;
 } Reader;
 
 static void fail(Reader *r, const char *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -814,8 +814,6 @@ struct GrammarVocab {
     int32_t *order, *sub_lo, *sub_hi;
     uint64_t (*sub_bytes)[4];
 };
-
-typedef struct { int32_t parent; uint8_t byte; int32_t token; } TrieIns;
 
 GrammarVocab *grammar_vocab_new(int n, const uint8_t *const *bytes, const int *lens, const bool *special,
                                 const int32_t *stop, int n_stop) {

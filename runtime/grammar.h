@@ -6,8 +6,10 @@
  * a set of stacks (the grammar may be ambiguous), each a chain of interned nodes (an element to match, the node
  * to return to), and the sets themselves are interned: reading a byte maps a set to a set, and that map is
  * memoized, so after warming up a token costs a table lookup per byte. A token mask walks the vocabulary's byte
- * trie from the current set, leaving a subtree where the set dies, and is cached per set (a JSON string's
- * characters, an object at the same depth: the same set again). Tokens the tokenizer calls special never match
+ * trie from the set's context (its stacks cut at one depth, so that a JSON string's characters at any depth are
+ * one walk; the few tokens that cross the cut are checked against the whole stack), leaving a subtree where no
+ * stack survives and taking whole one made only of bytes that keep the context where it is; masks are cached
+ * per context and per set. Tokens the tokenizer calls special never match
  * text; the stop tokens (EOS, end of turn) are allowed exactly where the grammar may end.
  *
  * Supported GBNF: rules `name ::= alternatives`, "literals" with \n \t \r \\ \" \xHH \uHHHH \UHHHHHHHH escapes,
